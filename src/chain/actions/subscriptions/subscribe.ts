@@ -1,0 +1,25 @@
+import type { Address, Hash } from "viem";
+import { writeContract } from "viem/actions";
+import type { WriteClient } from "../../clientTypes.ts";
+import { subscriptionManagerAbi } from "../../contracts/artifacts/SubscriptionManager.ts";
+
+export type SubscribeParameters = {
+  /** The SubscriptionManager. */
+  manager: Address;
+  planId: bigint;
+  /** cap on overage per cycle, in token units */
+  maxOverage: bigint;
+};
+
+/** Subscribes the client's account and charges the first period (needs an approval). The id is in the receipt's SubscriptionCreated event (`getSubscriptionIdFromReceipt`). Returns the transaction hash. */
+export function subscribe(
+  client: WriteClient,
+  { manager, planId, maxOverage }: SubscribeParameters,
+): Promise<Hash> {
+  return writeContract(client, {
+    address: manager,
+    abi: subscriptionManagerAbi,
+    functionName: "subscribe",
+    args: [planId, maxOverage],
+  });
+}

@@ -1,0 +1,41 @@
+import type { Address, Hash, Hex } from "viem";
+import { writeContract } from "viem/actions";
+import type { WriteClient } from "../../clientTypes.ts";
+import { tollgateUsdAbi } from "../../contracts/artifacts/TollgateUSD.ts";
+import type { TransferAuthorization } from "../../signers/signTransferAuthorization.ts";
+import { signatureArgs } from "./signatureArgs.ts";
+
+export type TransferWithAuthorizationParameters = {
+  /** The token (TollgateUSD or USDC). */
+  token: Address;
+  authorization: TransferAuthorization;
+  /** The payer's signature (`signTransferAuthorization`). */
+  signature: Hex;
+  /**
+   * `"bytes"` (default) calls the USDC v2.2 form that also takes ERC-1271 signatures; `"vrs"` the
+   * original EIP-3009 form, for tokens without the bytes overload.
+   */
+  form?: "bytes" | "vrs" | undefined;
+};
+
+/** Submits a payer's EIP-3009 transfer authorization; the client pays the gas. Returns the transaction hash. */
+export function transferWithAuthorization(
+  client: WriteClient,
+  { token, authorization: a, signature, form = "bytes" }: TransferWithAuthorizationParameters,
+): Promise<Hash> {
+  if (form === "vrs") {
+    const { v, r, s } = signatureArgs(signature);
+    return writeContract(client, {
+      address: token,
+      abi: tollgateUsdAbi,
+      functionName: "transferWithAuthorization",
+      args: [a.from, a.to, a.value, a.validAfter, a.validBefore, a.nonce, v, r, s],
+    });
+  }
+  return writeContract(client, {
+    address: token,
+    abi: tollgateUsdAbi,
+    functionName: "transferWithAuthorization",
+    args: [a.from, a.to, a.value, a.validAfter, a.validBefore, a.nonce, signature],
+  });
+}

@@ -1,0 +1,172 @@
+/** `tollgate/chain`: networks, contract artifacts, typed contract actions, EIP-712 signers, devnet. */
+
+export { type SettlementItem, type SettleParameters, settle } from "./actions/settler/settle.ts";
+export { type CancelParameters, cancel } from "./actions/subscriptions/cancel.ts";
+export { type CancelForParameters, cancelFor } from "./actions/subscriptions/cancelFor.ts";
+export { type CollectParameters, collect } from "./actions/subscriptions/collect.ts";
+export { type CollectManyParameters, collectMany } from "./actions/subscriptions/collectMany.ts";
+export { type CreatePlanParameters, createPlan } from "./actions/subscriptions/createPlan.ts";
+export { type DeductAllowanceParameters, deductAllowance } from "./actions/subscriptions/deductAllowance.ts";
+export {
+  type DeductAllowanceManyParameters,
+  deductAllowanceMany,
+} from "./actions/subscriptions/deductAllowanceMany.ts";
+export { type DeprecatePlanParameters, deprecatePlan } from "./actions/subscriptions/deprecatePlan.ts";
+export { type GetIsDueParameters, getIsDue } from "./actions/subscriptions/getIsDue.ts";
+export { type GetIsOperatorParameters, getIsOperator } from "./actions/subscriptions/getIsOperator.ts";
+export { type GetPlanParameters, getPlan } from "./actions/subscriptions/getPlan.ts";
+export { type GetPlanCountParameters, getPlanCount } from "./actions/subscriptions/getPlanCount.ts";
+export { type GetSubscriptionParameters, getSubscription } from "./actions/subscriptions/getSubscription.ts";
+export {
+  type GetSubscriptionCountParameters,
+  getSubscriptionCount,
+} from "./actions/subscriptions/getSubscriptionCount.ts";
+export {
+  type GetSubscriptionManagerDomainSeparatorParameters,
+  getSubscriptionManagerDomainSeparator,
+} from "./actions/subscriptions/getSubscriptionManagerDomainSeparator.ts";
+export {
+  type GetSubscriptionNonceParameters,
+  getSubscriptionNonce,
+} from "./actions/subscriptions/getSubscriptionNonce.ts";
+export { type PauseParameters, pause } from "./actions/subscriptions/pause.ts";
+export { type PauseForParameters, pauseFor } from "./actions/subscriptions/pauseFor.ts";
+export { type ResumeParameters, resume } from "./actions/subscriptions/resume.ts";
+export { type ResumeForParameters, resumeFor } from "./actions/subscriptions/resumeFor.ts";
+export { type SetMaxOverageParameters, setMaxOverage } from "./actions/subscriptions/setMaxOverage.ts";
+export {
+  type SetMaxOverageForParameters,
+  setMaxOverageFor,
+} from "./actions/subscriptions/setMaxOverageFor.ts";
+export { type SetOperatorParameters, setOperator } from "./actions/subscriptions/setOperator.ts";
+export { type SubscribeParameters, subscribe } from "./actions/subscriptions/subscribe.ts";
+export { type SubscribeForParameters, subscribeFor } from "./actions/subscriptions/subscribeFor.ts";
+export { type ApproveTokenParameters, approveToken } from "./actions/usd/approveToken.ts";
+export {
+  type CancelAuthorizationParameters,
+  cancelAuthorization,
+} from "./actions/usd/cancelAuthorization.ts";
+export {
+  type GetAuthorizationStateParameters,
+  getAuthorizationState,
+} from "./actions/usd/getAuthorizationState.ts";
+export { type GetPermitNonceParameters, getPermitNonce } from "./actions/usd/getPermitNonce.ts";
+export { type GetTokenAllowanceParameters, getTokenAllowance } from "./actions/usd/getTokenAllowance.ts";
+export { type GetTokenBalanceParameters, getTokenBalance } from "./actions/usd/getTokenBalance.ts";
+export { type GetTokenDecimalsParameters, getTokenDecimals } from "./actions/usd/getTokenDecimals.ts";
+export { type GetTokenDomainParameters, getTokenDomain } from "./actions/usd/getTokenDomain.ts";
+export {
+  type GetTokenDomainSeparatorParameters,
+  getTokenDomainSeparator,
+} from "./actions/usd/getTokenDomainSeparator.ts";
+export { type GetTokenNameParameters, getTokenName } from "./actions/usd/getTokenName.ts";
+export { type GetTokenOwnerParameters, getTokenOwner } from "./actions/usd/getTokenOwner.ts";
+export { type GetTokenSymbolParameters, getTokenSymbol } from "./actions/usd/getTokenSymbol.ts";
+export {
+  type GetTokenTotalSupplyParameters,
+  getTokenTotalSupply,
+} from "./actions/usd/getTokenTotalSupply.ts";
+export { type GetTokenVersionParameters, getTokenVersion } from "./actions/usd/getTokenVersion.ts";
+export { type MintUsdParameters, mintUsd } from "./actions/usd/mintUsd.ts";
+export { type PermitParameters, permit } from "./actions/usd/permit.ts";
+export {
+  type ReceiveWithAuthorizationParameters,
+  receiveWithAuthorization,
+} from "./actions/usd/receiveWithAuthorization.ts";
+export {
+  type RenounceUsdOwnershipParameters,
+  renounceUsdOwnership,
+} from "./actions/usd/renounceUsdOwnership.ts";
+export { signatureArgs } from "./actions/usd/signatureArgs.ts";
+export { type TransferTokenParameters, transferToken } from "./actions/usd/transferToken.ts";
+export { type TransferTokenFromParameters, transferTokenFrom } from "./actions/usd/transferTokenFrom.ts";
+export {
+  type TransferUsdOwnershipParameters,
+  transferUsdOwnership,
+} from "./actions/usd/transferUsdOwnership.ts";
+export {
+  type TransferWithAuthorizationParameters,
+  transferWithAuthorization,
+} from "./actions/usd/transferWithAuthorization.ts";
+export type { ReadClient, TollgateContracts, WriteClient } from "./clientTypes.ts";
+export { batchSettlerAbi, batchSettlerBytecode } from "./contracts/artifacts/BatchSettler.ts";
+export {
+  subscriptionManagerAbi,
+  subscriptionManagerBytecode,
+} from "./contracts/artifacts/SubscriptionManager.ts";
+export { tollgateUsdAbi, tollgateUsdBytecode } from "./contracts/artifacts/TollgateUSD.ts";
+export { type DeployTollgateOptions, deployTollgate } from "./deployTollgate.ts";
+export { decodeSettlerEvents, type SettlementOutcome } from "./events/decodeSettlerEvents.ts";
+export {
+  decodeSubscriptionEvents,
+  getPlanIdFromReceipt,
+  getSubscriptionIdFromReceipt,
+  subscriptionEventsAbi,
+} from "./events/decodeSubscriptionEvents.ts";
+export {
+  DeductionFailure,
+  SubscriptionStatus,
+  type SubscriptionStatusName,
+  subscriptionStatusName,
+} from "./events/subscriptionStatus.ts";
+export {
+  devnetChain,
+  devnetChainId,
+  getNetworkConfig,
+  type NetworkConfig,
+  networks,
+  tollgateUsdDomain,
+} from "./networks.ts";
+export {
+  cancelAuthorizationTypes,
+  cancelIntentTypes,
+  pauseIntentTypes,
+  permitTypes,
+  receiveWithAuthorizationTypes,
+  resumeIntentTypes,
+  setMaxOverageIntentTypes,
+  subscribeIntentTypes,
+  subscriptionManagerDomain,
+  subscriptionManagerDomainName,
+  subscriptionManagerDomainVersion,
+  type TokenDomain,
+  transferWithAuthorizationTypes,
+} from "./signers/eip712Types.ts";
+export { signCancelAuthorization } from "./signers/signCancelAuthorization.ts";
+export { signPermit } from "./signers/signPermit.ts";
+export { signReceiveAuthorization } from "./signers/signReceiveAuthorization.ts";
+export {
+  type IntentDomain,
+  signCancelIntent,
+  signPauseIntent,
+  signResumeIntent,
+  signSetMaxOverageIntent,
+  signSubscribeIntent,
+} from "./signers/signSubscriptionIntents.ts";
+export {
+  signTransferAuthorization,
+  type TransferAuthorization,
+} from "./signers/signTransferAuthorization.ts";
+export type { TypedDataSigner } from "./signers/typedDataSigner.ts";
+export {
+  isLowS,
+  type VerifyTransferAuthorizationResult,
+  verifyTransferAuthorization,
+} from "./signers/verifyTransferAuthorization.ts";
+export {
+  type Anvil,
+  type AnvilLogger,
+  resolveAnvilBinary,
+  type StartAnvilOptions,
+  startAnvil,
+} from "./startAnvil.ts";
+export {
+  anvilMnemonic,
+  connectDevnet,
+  type Devnet,
+  type DevnetAccount,
+  devnetPrivateKey,
+  type StartDevnetOptions,
+  setUpDevnet,
+  startDevnet,
+} from "./startDevnet.ts";

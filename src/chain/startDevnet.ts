@@ -1,0 +1,189 @@
+import {
+  type Account,
+  type Address,
+  type Chain,
+  createPublicClient,
+  createTestClient,
+  createWalletClient,
+  defineChain,
+  type Hex,
+  http,
+  type PrivateKeyAccount,
+  type PublicClient,
+  type TestClient,
+  type Transport,
+  toHex,
+  type WalletClient,
+} from "viem";
+import { mnemonicToAccount, privateKeyToAccount } from "viem/accounts";
+import { writeContract } from "viem/actions";
+import type { TollgateContracts } from "./clientTypes.ts";
+import { tollgateUsdAbi } from "./contracts/artifacts/TollgateUSD.ts";
+import { deployTollgate } from "./deployTollgate.ts";
+import { devnetChain } from "./networks.ts";
+import { type AnvilLogger, startAnvil } from "./startAnvil.ts";
+
+/** The mnemonic anvil derives its dev accounts from (public; never use it for real funds). */
+export const anvilMnemonic = "test test test test test test test test test test test junk";
+
+export type DevnetAccount = { address: Address; privateKey: Hex; account: PrivateKeyAccount };
+
+export type StartDevnetOptions = {
+  /** Seconds per block; default automine (each transaction mined at once). */
+  blockTime?: number | undefined;
+  /** Dev accounts to fund (default 10); the first is the deployer. */
+  accounts?: number | undefined;
+  /** Test USD minted to every account, in 6-decimal units (default 10 000 USDC). */
+  balance?: bigint | undefined;
+  /** Loopback port (default: a free one). */
+  port?: number | undefined;
+  logger?: AnvilLogger | undefined;
+};
+
+export type Devnet = {
+  rpcUrl: string;
+  chain: Chain;
+  network: "eip155:31337";
+  accounts: DevnetAccount[];
+  deployer: DevnetAccount;
+  contracts: TollgateContracts;
+  publicClient: PublicClient<Transport, Chain>;
+  testClient: TestClient<"anvil", Transport, Chain>;
+  /** A wallet client for a dev account (or any local account) on this devnet. */
+  walletClient(account: DevnetAccount | Account): WalletClient<Transport, Chain, Account>;
+  /** Gives an address test USD (minted by the deployer) and, optionally, ETH. */
+  fund(address: Address, amounts: { usd?: bigint; eth?: bigint }): Promise<void>;
+  /** Moves chain time forward and mines a block; returns the new block timestamp. */
+  advanceTime(seconds: number | bigint): Promise<bigint>;
+  mine(blocks?: number): Promise<void>;
+  snapshot(): Promise<Hex>;
+  revert(id: Hex): Promise<void>;
+  /** Stops anvil; idempotent. */
+  stop(): Promise<void>;
+};
+
+/** viem polls receipts every 4 s by default, which on an automining chain is pure waiting. */
+const pollingInterval = 50;
+
+/** The private key of anvil's dev account `index`. */
+export function devnetPrivateKey(index: number): Hex {
+  const key = mnemonicToAccount(anvilMnemonic, { addressIndex: index }).getHdKey().privateKey;
+  if (key === null) throw new Error("cannot derive a dev key");
+  return toHex(key);
+}
+
+/**
+ * Starts a local anvil chain with Tollgate deployed (TollgateUSD, SubscriptionManager, BatchSettler) and
+ * every dev account holding test USD.
+ *
+ * @example
+ * const devnet = await startDevnet();
+ * try { … } finally { await devnet.stop(); }
+ */
+export async function startDevnet(options: StartDevnetOptions = {}): Promise<Devnet> {
+  const count = options.accounts ?? 10;
+  if (count < 1) throw new Error("a devnet needs at least one account");
+  const anvil = await startAnvil({
+    port: options.port,
+    blockTime: options.blockTime,
+    accounts: count,
+    logger: options.logger,
+  });
+  try {
+    return await setUpDevnet(anvil.rpcUrl, count, options.balance ?? 10_000_000_000n, () => anvil.stop());
+  } catch (error) {
+    await anvil.stop();
+    throw error;
+  }
+}
+
+/** Connects to a running anvil at `rpcUrl`, deploys Tollgate and funds `count` dev accounts. */
+export async function setUpDevnet(
+  rpcUrl: string,
+  count: number,
+  balance: bigint,
+  stop: () => Promise<void>,
+): Promise<Devnet> {
+  const connected = connectDevnet(rpcUrl, count, stop);
+  const { deployer, publicClient } = connected;
+  const deployerClient = connected.walletClient(deployer);
+  const contracts = await deployTollgate(deployerClient, publicClient);
+  const devnet: Devnet = {
+    ...connected,
+    contracts,
+    async fund(address, amounts) {
+      if (amounts.eth !== undefined) {
+        const current = await publicClient.getBalance({ address });
+        await connected.testClient.setBalance({ address, value: current + amounts.eth });
+      }
+      if (amounts.usd !== undefined && amounts.usd > 0n) {
+        const hash = await writeContract(deployerClient, {
+          address: contracts.usd,
+          abi: tollgateUsdAbi,
+          functionName: "mint",
+          args: [address, amounts.usd],
+        });
+        await publicClient.waitForTransactionReceipt({ hash });
+      }
+    },
+  };
+  if (balance > 0n) {
+    const hashes: Hex[] = [];
+    for (const { address } of connected.accounts) {
+      hashes.push(
+        await writeContract(deployerClient, {
+          address: contracts.usd,
+          abi: tollgateUsdAbi,
+          functionName: "mint",
+          args: [address, balance],
+        }),
+      );
+    }
+    await Promise.all(hashes.map((hash) => publicClient.waitForTransactionReceipt({ hash })));
+  }
+  return devnet;
+}
+
+/** Clients and helpers for a running devnet, without deploying anything. */
+export function connectDevnet(
+  rpcUrl: string,
+  count: number,
+  stop: () => Promise<void>,
+): Omit<Devnet, "contracts" | "fund"> {
+  const chain = defineChain({ ...devnetChain, rpcUrls: { default: { http: [rpcUrl] } } });
+  const transport = http(rpcUrl);
+  const accounts: DevnetAccount[] = Array.from({ length: count }, (_, i) => {
+    const privateKey = devnetPrivateKey(i);
+    const account = privateKeyToAccount(privateKey);
+    return { address: account.address, privateKey, account };
+  });
+  const publicClient = createPublicClient({ chain, transport, pollingInterval, cacheTime: 0 });
+  const testClient = createTestClient({ chain, transport, mode: "anvil", pollingInterval });
+  return {
+    rpcUrl,
+    chain,
+    network: "eip155:31337",
+    accounts,
+    deployer: accounts[0]!,
+    publicClient,
+    testClient,
+    walletClient(account) {
+      const local = "account" in account && "privateKey" in account ? account.account : (account as Account);
+      return createWalletClient({ chain, transport, account: local, pollingInterval });
+    },
+    async advanceTime(seconds) {
+      await testClient.increaseTime({ seconds: Number(seconds) });
+      await testClient.mine({ blocks: 1 });
+      const block = await publicClient.getBlock({ blockTag: "latest" });
+      return block.timestamp;
+    },
+    async mine(blocks = 1) {
+      await testClient.mine({ blocks });
+    },
+    snapshot: () => testClient.snapshot(),
+    async revert(id) {
+      await testClient.revert({ id });
+    },
+    stop,
+  };
+}

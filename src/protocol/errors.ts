@@ -1,0 +1,160 @@
+import { z } from "zod";
+
+/**
+ * The error-code catalogue (DESIGN.md §2.6) and the one error class every Tollgate module throws.
+ *
+ * Codes are stable strings: clients branch on them, so a code is never renamed, only added.
+ */
+export const ErrorCode = {
+  // Gate 402 `error` values.
+  PaymentRequired: "PaymentRequired",
+  InvalidPaymentProof: "InvalidPaymentProof",
+  SubscriptionNotActive: "SubscriptionNotActive",
+  SubscriptionAuthInvalid: "SubscriptionAuthInvalid",
+  AllowanceExhausted: "AllowanceExhausted",
+  PlanDeprecated: "PlanDeprecated",
+  // Facilitator and market errors.
+  InvalidRequest: "InvalidRequest",
+  Unauthorized: "Unauthorized",
+  NotFound: "NotFound",
+  PayloadTooLarge: "PayloadTooLarge",
+  InsufficientFunds: "InsufficientFunds",
+  NonceAlreadyUsed: "NonceAlreadyUsed",
+  InvalidSignature: "InvalidSignature",
+  AuthorizationExpired: "AuthorizationExpired",
+  AmountMismatch: "AmountMismatch",
+  UnsupportedNetwork: "UnsupportedNetwork",
+  UnsupportedToken: "UnsupportedToken",
+  RateLimited: "RateLimited",
+  ChainUnavailable: "ChainUnavailable",
+  // Client-side only.
+  BudgetExceeded: "BudgetExceeded",
+  ApprovalDenied: "ApprovalDenied",
+  PriceCeilingExceeded: "PriceCeilingExceeded",
+  // Codec faults: untrusted bytes that are not what they claim to be.
+  InvalidEncoding: "InvalidEncoding",
+  HeaderTooLarge: "HeaderTooLarge",
+  InvalidAmount: "InvalidAmount",
+  Internal: "Internal",
+} as const;
+
+export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
+
+/** The `error` values a gate may put in a 402 body. */
+export const GateErrorCodes = [
+  ErrorCode.PaymentRequired,
+  ErrorCode.InvalidPaymentProof,
+  ErrorCode.SubscriptionNotActive,
+  ErrorCode.SubscriptionAuthInvalid,
+  ErrorCode.AllowanceExhausted,
+  ErrorCode.PlanDeprecated,
+] as const;
+export type GateErrorCode = (typeof GateErrorCodes)[number];
+
+/** HTTP status for each code when it is the outcome of a facilitator or market request. */
+const statusByCode: Record<ErrorCode, number> = {
+  PaymentRequired: 402,
+  InvalidPaymentProof: 402,
+  SubscriptionNotActive: 402,
+  SubscriptionAuthInvalid: 402,
+  AllowanceExhausted: 402,
+  PlanDeprecated: 410,
+  InvalidRequest: 400,
+  Unauthorized: 401,
+  NotFound: 404,
+  PayloadTooLarge: 413,
+  InsufficientFunds: 402,
+  NonceAlreadyUsed: 409,
+  InvalidSignature: 422,
+  AuthorizationExpired: 422,
+  AmountMismatch: 422,
+  UnsupportedNetwork: 422,
+  UnsupportedToken: 422,
+  RateLimited: 429,
+  ChainUnavailable: 503,
+  BudgetExceeded: 402,
+  ApprovalDenied: 403,
+  PriceCeilingExceeded: 402,
+  InvalidEncoding: 400,
+  HeaderTooLarge: 400,
+  InvalidAmount: 400,
+  Internal: 500,
+};
+
+export function httpStatusOf(code: ErrorCode): number {
+  return statusByCode[code];
+}
+
+export type TollgateErrorOptions = {
+  details?: Record<string, unknown> | undefined;
+  cause?: unknown;
+  /** Seconds a caller should wait before trying again (RateLimited, ChainUnavailable). */
+  retryAfter?: number | undefined;
+};
+
+/** The base error: a stable `code`, a short message, structured `details` and the `cause`. */
+export class TollgateError extends Error {
+  override readonly name: string = "TollgateError";
+  readonly code: ErrorCode;
+  readonly details: Record<string, unknown> | undefined;
+  readonly retryAfter: number | undefined;
+
+  constructor(code: ErrorCode, message: string, options: TollgateErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    this.details = options.details;
+    this.retryAfter = options.retryAfter;
+  }
+
+  get status(): number {
+    return httpStatusOf(this.code);
+  }
+
+  /** The wire body of DESIGN.md §2.6. */
+  toBody(): ErrorBody {
+    return {
+      error: {
+        code: this.code,
+        message: this.message,
+        ...(this.details === undefined ? {} : { details: this.details }),
+      },
+    };
+  }
+}
+
+export function isTollgateError(value: unknown, code?: ErrorCode): value is TollgateError {
+  return value instanceof TollgateError && (code === undefined || value.code === code);
+}
+
+/** Every code, in catalogue order: the domain of `ErrorCodeSchema`. */
+export const ErrorCodes = Object.values(ErrorCode) as [ErrorCode, ...ErrorCode[]];
+
+export const ErrorCodeSchema = z.enum(ErrorCodes);
+
+export const GateErrorCodeSchema = z.enum(GateErrorCodes);
+
+/**
+ * The facilitator and market error body of DESIGN.md §2.6: `{ "error": { code, message, details? } }`.
+ *
+ * A reader that meets a code it does not know fails to parse and should treat the reply as an opaque
+ * failure of the HTTP status it came with; codes are only ever added.
+ */
+export const ErrorBodySchema = z.object({
+  error: z.object({
+    code: ErrorCodeSchema,
+    message: z.string(),
+    details: z.record(z.string(), z.unknown()).optional(),
+  }),
+});
+export type ErrorBody = z.infer<typeof ErrorBodySchema>;
+
+/** Rebuilds the typed error a peer sent as an `ErrorBody`, e.g. in a client reading a facilitator reply. */
+export function errorFromBody(
+  body: ErrorBody,
+  options: { retryAfter?: number | undefined } = {},
+): TollgateError {
+  return new TollgateError(body.error.code, body.error.message, {
+    details: body.error.details,
+    retryAfter: options.retryAfter,
+  });
+}

@@ -1,0 +1,74 @@
+import { mkdir } from "node:fs/promises";
+import { PGlite, type Transaction } from "@electric-sql/pglite";
+import { assertSchemaName } from "./assertSchemaName.ts";
+import type { Queryable, SqlParam, Store } from "./store.ts";
+import { noSchemaError, transactionEndedError } from "./storeErrors.ts";
+import { toSqlParams } from "./toSqlParams.ts";
+import { createTransactionScope } from "./transactionScope.ts";
+
+const INT8_OID = 20;
+const NUMERIC_OID = 1700;
+
+/**
+ * An embedded PGlite database. PGlite is one backend on one connection: it runs one statement at a
+ * time and queues a plain query behind an open transaction, so transactions never interleave.
+ * Only one process may open a given `dataDir` at a time.
+ */
+export async function createPgliteStore(options: {
+  dataDir: string;
+  schema?: string | undefined;
+}): Promise<Store> {
+  const schema = options.schema === undefined ? undefined : assertSchemaName(options.schema);
+  const inMemory = options.dataDir.startsWith("memory://");
+  if (!inMemory) await mkdir(options.dataDir, { recursive: true });
+  const db = await PGlite.create({
+    ...(inMemory ? {} : { dataDir: options.dataDir }),
+    // Exact decimal strings for numeric and int8, as the pg driver returns them (see store.ts).
+    parsers: { [INT8_OID]: (value: string) => value, [NUMERIC_OID]: (value: string) => value },
+  });
+  if (schema !== undefined) {
+    await db.exec(`CREATE SCHEMA IF NOT EXISTS ${schema}; SET search_path TO ${schema}`);
+  }
+  const scope = createTransactionScope();
+
+  const handle = (target: Pick<Transaction, "query" | "exec">, isOpen: () => boolean): Queryable => ({
+    async query<Row>(sql: string, params: readonly SqlParam[] = []) {
+      if (!isOpen()) throw transactionEndedError();
+      const result = await target.query<Row>(sql, toSqlParams(params));
+      return result.rows;
+    },
+    async exec(sql: string) {
+      if (!isOpen()) throw transactionEndedError();
+      await target.exec(sql);
+    },
+  });
+  const direct = handle(db, () => true);
+
+  return {
+    kind: "pglite",
+    schema,
+    query(sql, params) {
+      scope.assertOutside("query");
+      return direct.query(sql, params);
+    },
+    exec(sql) {
+      scope.assertOutside("exec");
+      return direct.exec(sql);
+    },
+    transaction(fn) {
+      scope.assertOutside("transaction");
+      return db.transaction((tx) => {
+        let open = true;
+        return scope.run(() => fn(handle(tx, () => open))).finally(() => (open = false));
+      });
+    },
+    async dropSchema() {
+      scope.assertOutside("dropSchema");
+      if (schema === undefined) throw noSchemaError();
+      await db.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE; SET search_path TO public`);
+    },
+    async close() {
+      if (!db.closed) await db.close();
+    },
+  };
+}
