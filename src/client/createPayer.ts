@@ -1,0 +1,441 @@
+/**
+ * The payer (DESIGN.md §6): signs the EIP-3009 authorization a 402 option asks for, has the
+ * facilitator settle it (`POST /authorize`), and hands back the proof the gate accepts.
+ *
+ * Invariants:
+ * - Nothing is signed for an option the payer would not pay: wrong scheme, network, facilitator or
+ *   token, a price above the caller's ceiling, a memo whose claims differ from the option's terms, or
+ *   an offer that has expired.
+ * - The authorization's nonce is `keccak256(utf8(memo))` (§2.3), so one offer can be paid at most
+ *   once, whatever retries happen; its `validBefore` never outlasts the offer, so the facilitator
+ *   cannot settle it after the gate stopped honouring the memo.
+ */
+import type { Address } from "viem";
+import type { WriteClient } from "../chain/clientTypes.ts";
+import { signTransferAuthorization } from "../chain/signers/signTransferAuthorization.ts";
+import type { TypedDataSigner } from "../chain/signers/typedDataSigner.ts";
+import { sameAddress } from "../protocol/address.ts";
+import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
+import { TollgateError } from "../protocol/errors.ts";
+import type { AuthorizeResponse, SupportedResponse } from "../protocol/facilitator.ts";
+import { encodeJsonHeader } from "../protocol/header.ts";
+import { memoNonce, splitMemo } from "../protocol/memo.ts";
+import { chainIdOf, isNetwork, type Network } from "../protocol/network.ts";
+import type { PaymentProof } from "../protocol/paymentProof.ts";
+import type { PaymentOption } from "../protocol/paymentRequired.ts";
+import type { SubscriptionInfo } from "../protocol/subscriptions.ts";
+import {
+  createFacilitatorClient,
+  type FacilitatorClient,
+  type FetchFn,
+  sameFacilitatorUrl,
+} from "./facilitatorClient.ts";
+import { changeSubscriptionThroughFacilitator } from "./facilitatorSubscriptions.ts";
+import { parsePriceCeiling } from "./parsePriceCeiling.ts";
+import { parseTokenAmount, type SubscribeToPlanOptions, subscribeToPlan } from "./subscribeToPlan.ts";
+import { createSubscriptionAuth, type SubAuthSigner, type SubscriptionAuth } from "./subscriptionAuth.ts";
+
+/**
+ * What the payer signs with: an address and EIP-712 signing; a viem `LocalAccount` satisfies it.
+ * Subscriptions also need EIP-191 `signMessage` (for sub-auth tokens), which a `LocalAccount` has.
+ */
+export type PayerSigner = TypedDataSigner & Partial<Pick<SubAuthSigner, "signMessage">>;
+
+export type CreatePayerOptions = {
+  account: PayerSigner;
+  /** The network this payer pays on, e.g. `eip155:8453`. */
+  network: Network | string;
+  /** The facilitator to settle through: its base URL or a client. */
+  facilitator: string | FacilitatorClient;
+  /** Used for the facilitator when `facilitator` is a URL (default: the global `fetch`). */
+  fetch?: FetchFn;
+  clock?: Clock;
+  /**
+   * EIP-712 domains by token address, instead of asking the facilitator's `/supported`
+   * (`{ "0x8335…": { name: "USD Coin", version: "2" } }`).
+   */
+  tokens?: Record<string, { name: string; version: string }>;
+  /** Longest validity of an authorization (default 300 s, at most 3600); the offer's expiry caps it too. */
+  validForSeconds?: number;
+  /** For `subscribe({ direct: true })`: a wallet client with this account on this network (pays gas). */
+  walletClient?: WriteClient;
+};
+
+export type SubscribeOptions = SubscribeToPlanOptions;
+
+/**
+ * The subscriptions a payer holds — those it made with `subscribe` and any it was told of — by plan,
+ * and which gate origins each one serves (so `fetchWithPayment` sends its headers up front).
+ */
+export type PayerSubscriptions = {
+  forPlan(planId: bigint | string): bigint | undefined;
+  /** The subscription sent up front to a gate origin, and the audience its tokens name. */
+  forOrigin(origin: string): OriginSubscription | undefined;
+  /**
+   * Records a subscription, and optionally a gate origin it serves (`audience`: the origin the gate
+   * expects in tokens, when it differs from the origin requested, e.g. behind a proxy).
+   */
+  remember(entry: {
+    planId: bigint | string;
+    subscriptionId: bigint;
+    origin?: string | undefined;
+    audience?: string | undefined;
+  }): void;
+  /** Stops sending a subscription up front to `origin`. */
+  unbind(origin: string): void;
+  /** Forgets a subscription everywhere (after cancelling it). */
+  forget(subscriptionId: bigint): void;
+  /**
+   * The subscription to `planId` this payer holds, or the one `create` makes; concurrent callers for
+   * one plan share a single `create`, so a plan is subscribed to once.
+   */
+  ensure(
+    planId: bigint | string,
+    create: () => Promise<bigint>,
+  ): Promise<{ subscriptionId: bigint; created: boolean }>;
+};
+
+export type OriginSubscription = { subscriptionId: bigint; planId: string; audience: string };
+
+export type PayOptions = {
+  /** The most this payment may cost: a bigint of smallest units or USDC text (`"0.50"`). */
+  maxAmount: bigint | string;
+  signal?: AbortSignal;
+};
+
+/** A settled payment: the proof, ready-made as the `X-PAYMENT` header value. */
+export type PaymentReceipt = {
+  option: PaymentOption;
+  proof: PaymentProof;
+  /** `base64(JSON(proof))` for `X-PAYMENT`. */
+  header: string;
+  /** The settling transaction, when the facilitator reported it. */
+  settled: AuthorizeResponse["settled"];
+};
+
+export type Payer = {
+  readonly address: Address;
+  readonly network: Network;
+  readonly facilitator: FacilitatorClient;
+  /** The signing account, for paying x402 servers directly (`createPayX402`); `createPayer` sets it. */
+  readonly account?: PayerSigner;
+  /**
+   * Pays one `exact` option. Throws `TollgateError`: `PriceCeilingExceeded`, `UnsupportedNetwork`,
+   * `UnsupportedToken`, `InvalidRequest` (an option this payer cannot pay), `AuthorizationExpired`
+   * (the offer expired: ask for a fresh 402), or the facilitator's code (`InsufficientFunds`, …).
+   */
+  pay(option: PaymentOption, options: PayOptions): Promise<PaymentReceipt>;
+  /**
+   * Subscribes to a plan — gasless through the facilitator, or `{ direct: true }` from `walletClient` —
+   * and returns the subscription id. The first period is charged at once. Throws `TollgateError`:
+   * `PlanDeprecated` (with `details.successorPlanId`), `InsufficientFunds`, `NotFound`, …
+   */
+  subscribe(options: SubscribeOptions): Promise<bigint>;
+  /**
+   * `X-Tollgate-Sub` and `X-Tollgate-Sub-Auth` for a request to the gate at `audienceOrigin`: a token
+   * signed by this payer, minted once and reused until five minutes before it expires.
+   */
+  subscriptionHeaders(
+    subscriptionId: bigint | string,
+    audienceOrigin: string,
+  ): Promise<Record<string, string>>;
+  /** Pauses a subscription (relayed; the paid time left is kept). Returns its state after. */
+  pause(subscriptionId: bigint | string): Promise<SubscriptionInfo>;
+  /** Resumes a paused subscription (relayed; charges a period if one came due). */
+  resume(subscriptionId: bigint | string): Promise<SubscriptionInfo>;
+  /** Cancels a subscription (relayed; final, no refund). */
+  cancel(subscriptionId: bigint | string): Promise<SubscriptionInfo>;
+  /** Sets the most overage deducted per period (bigint smallest units or token text), relayed. */
+  setMaxOverage(subscriptionId: bigint | string, maxOverage: bigint | string): Promise<SubscriptionInfo>;
+  readonly subscriptions: PayerSubscriptions;
+};
+
+/** An offer this close to its expiry is not worth signing: it would expire before it settles. */
+const MIN_OFFER_REMAINING_SECONDS = 15;
+/** `validAfter` lies this far in the past, so a chain clock slightly behind ours still accepts it. */
+const VALID_AFTER_SKEW_SECONDS = 60;
+const MAX_VALID_FOR_SECONDS = 3600;
+
+/**
+ * Creates a payer for one account, network and facilitator.
+ *
+ * @example
+ * const payer = createPayer({ account: privateKeyToAccount(key), network: "eip155:8453",
+ *   facilitator: "https://facilitator.example.com" });
+ * const { header } = await payer.pay(option, { maxAmount: "0.50" });
+ * await fetch(url, { headers: { "X-PAYMENT": header } });
+ */
+export function createPayer(options: CreatePayerOptions): Payer {
+  const { account } = options;
+  if (typeof account?.signTypedData !== "function" || typeof account.address !== "string") {
+    throw new TollgateError("InvalidRequest", "createPayer: account must have an address and signTypedData");
+  }
+  if (!isNetwork(options.network)) {
+    throw new TollgateError("UnsupportedNetwork", "createPayer: network must be a CAIP-2 eip155 id", {
+      details: { network: String(options.network) },
+    });
+  }
+  const network = options.network;
+  const chainId = chainIdOf(network);
+  const clock = options.clock ?? systemClock;
+  const validForSeconds = options.validForSeconds ?? 300;
+  if (
+    !Number.isSafeInteger(validForSeconds) ||
+    validForSeconds < 30 ||
+    validForSeconds > MAX_VALID_FOR_SECONDS
+  ) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `createPayer: validForSeconds must be 30..${MAX_VALID_FOR_SECONDS}`,
+    );
+  }
+  const facilitator =
+    typeof options.facilitator === "string"
+      ? createFacilitatorClient({ url: options.facilitator, fetch: options.fetch ?? globalThis.fetch })
+      : options.facilitator;
+  const overrides = new Map(
+    Object.entries(options.tokens ?? {}).map(([address, domain]) => [address.toLowerCase(), domain]),
+  );
+
+  let supported: Promise<SupportedResponse> | undefined;
+  const tokenDomainOf = async (token: Address) => {
+    const override = overrides.get(token.toLowerCase());
+    if (override !== undefined) return override;
+    // Cached once it succeeds; a failure is forgotten so the next payment asks again.
+    supported ??= facilitator.supported().catch((error: unknown) => {
+      supported = undefined;
+      throw error;
+    });
+    const listed = (await supported).networks
+      .find((n) => n.network === network)
+      ?.tokens.find((t) => sameAddress(t.address, token));
+    if (listed === undefined) {
+      throw new TollgateError(
+        "UnsupportedToken",
+        "the facilitator does not settle this token on this network",
+        {
+          details: { token, network },
+        },
+      );
+    }
+    return listed.eip712;
+  };
+
+  let subAuth: SubscriptionAuth | undefined;
+  const subscriptionAuth = (): SubscriptionAuth => {
+    const { signMessage } = account;
+    if (signMessage === undefined) {
+      throw new TollgateError(
+        "InvalidRequest",
+        "sub-auth tokens need an account that can signMessage (EIP-191)",
+      );
+    }
+    subAuth ??= createSubscriptionAuth({
+      signer: { address: account.address, signMessage: (args) => signMessage.call(account, args) },
+      clock,
+    });
+    return subAuth;
+  };
+  const subscriptions = createSubscriptionBook();
+  const idOf = (subscriptionId: bigint | string): bigint => {
+    const text = String(subscriptionId);
+    if (!/^(0|[1-9][0-9]{0,77})$/.test(text)) {
+      throw new TollgateError("InvalidRequest", "a subscription id is a decimal integer", {
+        details: { subscriptionId: text },
+      });
+    }
+    return BigInt(text);
+  };
+  const change = async (
+    subscriptionId: bigint | string,
+    p: { action: "pause" | "resume" | "cancel" } | { action: "overage"; maxOverage: bigint },
+  ): Promise<SubscriptionInfo> => {
+    const reply = await changeSubscriptionThroughFacilitator(facilitator, account, {
+      subscriptionId: idOf(subscriptionId),
+      ...p,
+    });
+    return reply.subscription;
+  };
+
+  return {
+    address: account.address,
+    network,
+    facilitator,
+    account,
+    subscriptions,
+    async subscribe(subscribeOptions) {
+      const result = await subscribeToPlan(
+        { signer: account, network, facilitator, walletClient: options.walletClient },
+        subscribeOptions,
+      );
+      subscriptions.remember({ planId: result.planId, subscriptionId: result.subscriptionId });
+      return result.subscriptionId;
+    },
+    subscriptionHeaders: (subscriptionId, audienceOrigin) =>
+      subscriptionAuth().headers(idOf(subscriptionId), audienceOrigin),
+    pause: (subscriptionId) => change(subscriptionId, { action: "pause" }),
+    resume: (subscriptionId) => change(subscriptionId, { action: "resume" }),
+    async cancel(subscriptionId) {
+      const info = await change(subscriptionId, { action: "cancel" });
+      subscriptions.forget(idOf(subscriptionId));
+      return info;
+    },
+    setMaxOverage: (subscriptionId, maxOverage) =>
+      change(subscriptionId, { action: "overage", maxOverage: parseTokenAmount(maxOverage, "maxOverage") }),
+    async pay(option, payOptions) {
+      const ceiling = parsePriceCeiling(payOptions.maxAmount);
+      assertPayable(option, { network, facilitator: facilitator.url });
+      const amount = BigInt(option.amount);
+      if (amount > ceiling) {
+        throw new TollgateError("PriceCeilingExceeded", "the price is above the payer's ceiling", {
+          details: { amount: option.amount, maxAmount: ceiling.toString() },
+        });
+      }
+      const now = unixSeconds(clock);
+      const expiresAt = offerExpiry(option);
+      if (expiresAt - now < MIN_OFFER_REMAINING_SECONDS) {
+        throw new TollgateError("AuthorizationExpired", "the offer has expired; request the resource again", {
+          details: { expiresAt, now },
+        });
+      }
+      const domain = await tokenDomainOf(option.token);
+      const authorization = {
+        from: account.address,
+        to: option.payTo,
+        value: amount,
+        validAfter: BigInt(Math.max(0, now - VALID_AFTER_SKEW_SECONDS)),
+        validBefore: BigInt(Math.min(now + validForSeconds, expiresAt)),
+        nonce: memoNonce(option.memo),
+      };
+      const signature = await signTransferAuthorization(account, {
+        domain: { ...domain, chainId, verifyingContract: option.token },
+        authorization,
+      });
+      const reply = await facilitator.authorize(
+        {
+          scheme: "exact",
+          network,
+          token: option.token,
+          memo: option.memo,
+          authorization: {
+            from: authorization.from,
+            to: authorization.to,
+            value: option.amount,
+            validAfter: authorization.validAfter.toString(),
+            validBefore: authorization.validBefore.toString(),
+            nonce: authorization.nonce,
+          },
+          signature,
+        },
+        { signal: payOptions.signal },
+      );
+      assertProofMatches(reply.proof, option, account.address);
+      return { option, proof: reply.proof, header: encodeJsonHeader(reply.proof), settled: reply.settled };
+    },
+  };
+}
+
+/** The payer's book of subscriptions (in memory; a payer is one process's view of one account). */
+function createSubscriptionBook(): PayerSubscriptions {
+  const byPlan = new Map<string, bigint>();
+  const byOrigin = new Map<string, OriginSubscription>();
+  const creating = new Map<string, Promise<bigint>>();
+  const book: PayerSubscriptions = {
+    forPlan: (planId) => byPlan.get(String(planId)),
+    forOrigin: (origin) => byOrigin.get(origin),
+    remember({ planId, subscriptionId, origin, audience }) {
+      byPlan.set(String(planId), subscriptionId);
+      if (origin !== undefined) {
+        byOrigin.set(origin, { subscriptionId, planId: String(planId), audience: audience ?? origin });
+      }
+    },
+    unbind(origin) {
+      byOrigin.delete(origin);
+    },
+    forget(subscriptionId) {
+      for (const [plan, id] of byPlan) if (id === subscriptionId) byPlan.delete(plan);
+      for (const [origin, entry] of byOrigin)
+        if (entry.subscriptionId === subscriptionId) byOrigin.delete(origin);
+    },
+    async ensure(planId, create) {
+      const key = String(planId);
+      const known = byPlan.get(key);
+      if (known !== undefined) return { subscriptionId: known, created: false };
+      let pending = creating.get(key);
+      const mine = pending === undefined;
+      if (pending === undefined) {
+        pending = create().finally(() => creating.delete(key));
+        creating.set(key, pending);
+      }
+      const subscriptionId = await pending;
+      byPlan.set(key, subscriptionId);
+      return { subscriptionId, created: mine };
+    },
+  };
+  return book;
+}
+
+/** Refuses, before signing, an option this payer cannot or should not pay. */
+function assertPayable(option: PaymentOption, payer: { network: Network; facilitator: string }): void {
+  if (option.scheme !== "exact") {
+    throw new TollgateError("InvalidRequest", `pay() pays "exact" options; this one is "${option.scheme}"`, {
+      details: { scheme: option.scheme },
+    });
+  }
+  if (option.network !== payer.network) {
+    throw new TollgateError(
+      "UnsupportedNetwork",
+      `the option is on ${option.network}; this payer pays on ${payer.network}`,
+      {
+        details: { network: option.network, payerNetwork: payer.network },
+      },
+    );
+  }
+  // A proof from another facilitator would be refused by the gate after the money had moved.
+  const advertised = option.tollgate?.facilitator;
+  if (advertised !== undefined && !sameFacilitatorUrl(advertised, payer.facilitator)) {
+    throw new TollgateError(
+      "InvalidRequest",
+      "the gate settles through another facilitator than this payer's",
+      {
+        details: { facilitator: advertised, payerFacilitator: payer.facilitator },
+      },
+    );
+  }
+  let claims: ReturnType<typeof splitMemo>["payload"];
+  try {
+    claims = splitMemo(option.memo).payload;
+  } catch (cause) {
+    throw new TollgateError("InvalidRequest", "the option's memo is malformed", { cause });
+  }
+  if (
+    claims.a !== option.amount ||
+    !sameAddress(claims.t, option.payTo) ||
+    claims.n !== option.network ||
+    !sameAddress(claims.k, option.token)
+  ) {
+    throw new TollgateError("InvalidRequest", "the option's memo prices other terms than the option states", {
+      details: { memo: { amount: claims.a, payTo: claims.t, network: claims.n, token: claims.k } },
+    });
+  }
+}
+
+function offerExpiry(option: PaymentOption): number {
+  return splitMemo(option.memo).payload.e;
+}
+
+/** The facilitator's proof must be for exactly what was paid; anything else is useless at the gate. */
+function assertProofMatches(proof: PaymentProof, option: PaymentOption, payer: Address): void {
+  if (
+    proof.memo !== option.memo ||
+    proof.amount !== option.amount ||
+    proof.network !== option.network ||
+    !sameAddress(proof.payTo, option.payTo) ||
+    !sameAddress(proof.token, option.token) ||
+    !sameAddress(proof.payer, payer)
+  ) {
+    throw new TollgateError("InvalidPaymentProof", "the facilitator returned a proof for other terms", {
+      details: { memo: proof.memo === option.memo, amount: proof.amount, payer: proof.payer },
+    });
+  }
+}

@@ -1,0 +1,259 @@
+/**
+ * A small typed HTTP client for the facilitator (DESIGN.md §4). Gates and payers talk to the
+ * facilitator only through this, so every reply is zod-checked in one place and every failure becomes
+ * a `TollgateError` whose `code` a caller can branch on.
+ *
+ * Failure mapping (DESIGN.md §2.6):
+ * - an error body `{ error: { code, message, details? } }` becomes that code, with `retryAfter` from
+ *   the `Retry-After` header;
+ * - a non-2xx reply without a readable error body becomes the code of its status (429 `RateLimited`,
+ *   502/503/504 `ChainUnavailable`, 400 `InvalidRequest`, 401 `Unauthorized`, 404 `NotFound`,
+ *   413 `PayloadTooLarge`, 402 `InsufficientFunds`, 409 `NonceAlreadyUsed`, anything else `Internal`);
+ * - the facilitator being unreachable or too slow becomes `ChainUnavailable` with
+ *   `details.reason` `"facilitator_unreachable"` or `"facilitator_timeout"`: to the caller the
+ *   settlement path is down either way, and both are worth retrying later;
+ * - a 2xx reply that fails its schema becomes `Internal` with `details.reason`
+ *   `"facilitator_bad_reply"`: the peer is broken, retrying will not help.
+ */
+import type { z } from "zod";
+import { ErrorBodySchema, type ErrorCode, errorFromBody, TollgateError } from "../protocol/errors.ts";
+import {
+  type AuthorizeResponse,
+  AuthorizeResponseSchema,
+  type Jwks,
+  JwksSchema,
+  type SupportedResponse,
+  SupportedResponseSchema,
+  type VerifyResponse,
+  VerifyResponseSchema,
+} from "../protocol/facilitator.ts";
+import { HeaderName } from "../protocol/header.ts";
+import { summarizeIssues } from "../protocol/parseWire.ts";
+import type { PaymentProof } from "../protocol/paymentProof.ts";
+import type { SignedPayment } from "../protocol/signedPayment.ts";
+
+/** The `fetch` the client sends with: the global one, or anything with its signature. */
+export type FetchFn = (input: Request | string | URL, init?: RequestInit) => Promise<Response>;
+
+export type FacilitatorClientOptions = {
+  /** Base URL of the facilitator, e.g. `http://127.0.0.1:4020` (a path prefix is kept). */
+  url: string;
+  fetch: FetchFn;
+  /** Abort a request that has not completed after this long (default 30 000 ms: settlement waits for a block). */
+  timeoutMs?: number;
+  /** Extra headers on every request, e.g. a provider's `Authorization`. */
+  headers?: Record<string, string>;
+};
+
+export type RequestOptions = {
+  signal?: AbortSignal | undefined;
+  /** Overrides the client's `timeoutMs` for this request. */
+  timeoutMs?: number | undefined;
+  headers?: Record<string, string> | undefined;
+};
+
+export type FacilitatorClient = {
+  /** The base URL as configured (no trailing slash), as gates advertise it in `tollgate.facilitator`. */
+  readonly url: string;
+  /** `POST /authorize`: settle a signed payment and get its proof. Idempotent on the authorization nonce. */
+  authorize(signedPayment: SignedPayment, options?: RequestOptions): Promise<AuthorizeResponse>;
+  /** `POST /verify`: ask the facilitator whether a proof is its own and still valid. */
+  verify(proof: PaymentProof, options?: RequestOptions): Promise<VerifyResponse>;
+  /** `GET /.well-known/jwks.json`: the Ed25519 keys proofs are signed with. */
+  jwks(options?: RequestOptions): Promise<Jwks>;
+  /** `GET /supported`: networks, tokens (with their EIP-712 domains) and contracts. */
+  supported(options?: RequestOptions): Promise<SupportedResponse>;
+  /**
+   * Any other endpoint (subscriptions, usage, webhooks): sends `body` as JSON when given and parses
+   * a 2xx reply with `schema`, failing exactly as the named methods do.
+   */
+  request<T>(
+    method: string,
+    path: string,
+    schema: z.ZodType<T>,
+    options?: RequestOptions & { body?: unknown },
+  ): Promise<T>;
+};
+
+/** Largest reply body read: proofs, JWKS and catalogues are a few KiB; a hostile peer gets cut off. */
+const MAX_REPLY_BYTES = 1024 * 1024;
+const DEFAULT_TIMEOUT_MS = 30_000;
+
+const codeByStatus: Record<number, ErrorCode> = {
+  400: "InvalidRequest",
+  401: "Unauthorized",
+  402: "InsufficientFunds",
+  404: "NotFound",
+  409: "NonceAlreadyUsed",
+  413: "PayloadTooLarge",
+  429: "RateLimited",
+  502: "ChainUnavailable",
+  503: "ChainUnavailable",
+  504: "ChainUnavailable",
+};
+
+/**
+ * A client for one facilitator.
+ *
+ * @example
+ * const facilitator = createFacilitatorClient({ url: "http://127.0.0.1:4020", fetch });
+ * const { proof } = await facilitator.authorize(signedPayment);
+ */
+export function createFacilitatorClient(options: FacilitatorClientOptions): FacilitatorClient {
+  let base: URL;
+  try {
+    base = new URL(options.url);
+  } catch (cause) {
+    throw new TollgateError("InvalidRequest", `facilitator url is not a URL: ${String(options.url)}`, {
+      cause,
+    });
+  }
+  if (base.protocol !== "http:" && base.protocol !== "https:") {
+    throw new TollgateError("InvalidRequest", "facilitator url must be http(s)", {
+      details: { url: options.url },
+    });
+  }
+  if (typeof options.fetch !== "function") {
+    throw new TollgateError("InvalidRequest", "createFacilitatorClient needs a `fetch` function");
+  }
+  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  if (!Number.isSafeInteger(timeoutMs) || timeoutMs <= 0) {
+    throw new TollgateError("InvalidRequest", "facilitator timeoutMs must be a positive integer", {
+      details: { timeoutMs },
+    });
+  }
+  const url = base.href.replace(/\/+$/, "");
+  const fetchFn = options.fetch;
+  const defaultHeaders = options.headers ?? {};
+
+  async function request<T>(
+    method: string,
+    path: string,
+    schema: z.ZodType<T>,
+    requestOptions: RequestOptions & { body?: unknown } = {},
+  ): Promise<T> {
+    const target = `${url}${path.startsWith("/") ? path : `/${path}`}`;
+    const timeout = AbortSignal.timeout(requestOptions.timeoutMs ?? timeoutMs);
+    const signal =
+      requestOptions.signal === undefined ? timeout : AbortSignal.any([requestOptions.signal, timeout]);
+    const headers: Record<string, string> = { accept: "application/json", ...defaultHeaders };
+    Object.assign(headers, requestOptions.headers);
+    const init: RequestInit = { method, headers, signal };
+    if (requestOptions.body !== undefined) {
+      headers["content-type"] = "application/json";
+      init.body = JSON.stringify(requestOptions.body);
+    }
+
+    let response: Response;
+    let text: string;
+    try {
+      response = await fetchFn(target, init);
+      text = await readBounded(response);
+    } catch (cause) {
+      // The caller's own abort is the caller's business: let it through untouched.
+      if (requestOptions.signal?.aborted === true) throw cause;
+      if (cause instanceof TollgateError) throw cause;
+      const timedOut = timeout.aborted;
+      throw new TollgateError(
+        "ChainUnavailable",
+        timedOut
+          ? `facilitator did not answer within ${requestOptions.timeoutMs ?? timeoutMs} ms`
+          : "facilitator is unreachable",
+        {
+          details: { reason: timedOut ? "facilitator_timeout" : "facilitator_unreachable", url: target },
+          cause,
+        },
+      );
+    }
+
+    let json: unknown;
+    let isJson = true;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      isJson = false;
+    }
+
+    if (!response.ok) {
+      const retryAfter = parseRetryAfter(response.headers.get(HeaderName.RetryAfter));
+      const body = isJson ? ErrorBodySchema.safeParse(json) : undefined;
+      if (body?.success === true) throw errorFromBody(body.data, { retryAfter });
+      const code = codeByStatus[response.status] ?? "Internal";
+      throw new TollgateError(code, `facilitator answered ${response.status} ${method} ${path}`, {
+        details: { status: response.status, url: target, body: text.slice(0, 200) },
+        retryAfter,
+      });
+    }
+    const parsed = isJson ? schema.safeParse(json) : undefined;
+    if (parsed?.success !== true) {
+      throw new TollgateError("Internal", `facilitator sent a malformed reply to ${method} ${path}`, {
+        details: {
+          reason: "facilitator_bad_reply",
+          url: target,
+          ...(parsed === undefined
+            ? { body: text.slice(0, 200) }
+            : { issues: summarizeIssues(parsed.error.issues) }),
+        },
+      });
+    }
+    return parsed.data;
+  }
+
+  return {
+    url,
+    authorize: (signedPayment, o) =>
+      request("POST", "/authorize", AuthorizeResponseSchema, { ...o, body: { signedPayment } }),
+    verify: (proof, o) => request("POST", "/verify", VerifyResponseSchema, { ...o, body: { proof } }),
+    jwks: (o) => request("GET", "/.well-known/jwks.json", JwksSchema, o),
+    supported: (o) => request("GET", "/supported", SupportedResponseSchema, o),
+    request,
+  };
+}
+
+/** A reply's text, refusing bodies over `MAX_REPLY_BYTES` without buffering them whole. */
+async function readBounded(response: Response): Promise<string> {
+  const declared = Number(response.headers.get("content-length") ?? "0");
+  if (declared > MAX_REPLY_BYTES) {
+    await response.body?.cancel();
+    throw tooLarge();
+  }
+  if (response.body === null) return "";
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > MAX_REPLY_BYTES) {
+      await reader.cancel();
+      throw tooLarge();
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks).toString("utf8");
+}
+
+function tooLarge(): TollgateError {
+  return new TollgateError("Internal", `facilitator reply is over ${MAX_REPLY_BYTES} bytes`, {
+    details: { reason: "facilitator_bad_reply" },
+  });
+}
+
+/** `Retry-After` in delta-seconds (the form Tollgate's facilitator sends); an HTTP date is ignored. */
+export function parseRetryAfter(value: string | null): number | undefined {
+  if (value === null || !/^\s*\d{1,9}\s*$/.test(value)) return undefined;
+  return Number(value.trim());
+}
+
+/** Whether two facilitator base URLs name the same service (case of scheme/host and trailing slashes aside). */
+export function sameFacilitatorUrl(a: string, b: string): boolean {
+  const normalize = (url: string) => {
+    try {
+      return new URL(url).href.replace(/\/+$/, "");
+    } catch {
+      return url;
+    }
+  };
+  return normalize(a) === normalize(b);
+}

@@ -1,0 +1,391 @@
+/**
+ * `fetchWithPayment` (DESIGN.md §6): a `fetch` that answers a 402 by paying and retrying.
+ *
+ * Flow: send the request; on a 402, read the offer, choose an option within the price ceiling, pay it
+ * through the payer, and send the request again with `X-PAYMENT`. If the gate refuses the proof
+ * (402 `InvalidPaymentProof`), the fresh 402 it answered with is paid and retried, at most
+ * `maxProofRetries` times. Each payment is bounded by `maxPrice`, so the most one call can spend is
+ * `maxPrice × (1 + maxProofRetries)`.
+ *
+ * The request body is buffered once, so the retry sends the same bytes (a stream cannot be replayed).
+ */
+import { type GateErrorCode, TollgateError } from "../protocol/errors.ts";
+import { HeaderName } from "../protocol/header.ts";
+import type { PaymentOption, PaymentRequired } from "../protocol/paymentRequired.ts";
+import type { X402PaymentRequired } from "../protocol/x402.ts";
+import type { OriginSubscription, Payer, PaymentReceipt } from "./createPayer.ts";
+import { type FetchFn, sameFacilitatorUrl } from "./facilitatorClient.ts";
+import { parsePriceCeiling } from "./parsePriceCeiling.ts";
+import { createPayX402 } from "./payX402.ts";
+import { readPaymentRequired } from "./readPaymentRequired.ts";
+
+export type ChooseContext = {
+  request: Request;
+  paymentRequired: PaymentRequired;
+  /** The ceiling in smallest units. */
+  maxPrice: bigint;
+  /** Options the payer can pay (scheme, network and facilitator match) within the ceiling, cheapest first. */
+  affordable: PaymentOption[];
+  /**
+   * Set when the gate refused the subscription this request carried (`SubscriptionNotActive`,
+   * `AllowanceExhausted`, `SubscriptionAuthInvalid`): return an `exact` option to pay once instead, or
+   * anything else to have the refusal thrown as a `TollgateError` with its code.
+   */
+  refusal?: { error: GateErrorCode; message: string; subscriptionId: bigint };
+};
+
+/** What `fetchWithPayment` needs of a payer: paying once, and optionally subscribing. */
+export type FetchPayer = Pick<Payer, "address" | "network" | "facilitator" | "pay" | "account"> &
+  Partial<Pick<Payer, "subscribe" | "subscriptionHeaders" | "subscriptions">>;
+
+/** A subscription `fetchWithPayment` took out or started using for a request. */
+export type SubscriptionUse = {
+  planId: string;
+  subscriptionId: bigint;
+  /** True when this call subscribed (the first period was charged); false for one already held. */
+  created: boolean;
+  option: PaymentOption;
+};
+
+/**
+ * Picks the option to pay from a 402, or `undefined` to decline (the 402 is then returned to the
+ * caller). May throw to refuse with a reason (e.g. `BudgetExceeded`). The default takes the cheapest
+ * affordable option.
+ */
+export type ChoosePaymentOption = (
+  options: PaymentOption[],
+  context: ChooseContext,
+) => PaymentOption | undefined | Promise<PaymentOption | undefined>;
+
+/**
+ * Pays a server that speaks only x402 v2 and returns the header to retry with (`PAYMENT-SIGNATURE`),
+ * or `undefined` to decline. The seam through which standard x402 servers are paid.
+ */
+export type PayX402 = (
+  paymentRequired: X402PaymentRequired,
+  context: { request: Request; maxPrice: bigint },
+) => Promise<{ name: string; value: string } | undefined>;
+
+export type FetchWithPaymentOptions = {
+  /** The most one payment may cost: a bigint of smallest units or USDC text (`"0.50"`). Required. */
+  maxPrice: bigint | string;
+  choose?: ChoosePaymentOption;
+  /** Fresh 402s paid after the gate refused a proof (default 2). */
+  maxProofRetries?: number;
+  /**
+   * Pays a 402 that carries only x402's `PAYMENT-REQUIRED`. Default: `createPayX402(payer)` (the payer's
+   * account signs an EIP-3009 `exact` payment) — unless `choose` is given: a caller that chooses (a
+   * budget policy) must also pass `payX402`, so that no x402 spend bypasses it.
+   */
+  payX402?: PayX402;
+  /** Told of each settled payment (for ledgers and logs). */
+  onPayment?: (receipt: PaymentReceipt, request: Request) => void;
+  /**
+   * Terms of subscriptions taken out when `choose` picks a `subscription` option: the most overage per
+   * period (default 0: included units only) and the approval for renewals (default 12 periods).
+   */
+  subscription?: { maxOverage?: bigint | string; approval?: bigint | string };
+  /** Told when a request starts using a subscription (and whether it was just taken out). */
+  onSubscribe?: (use: SubscriptionUse, request: Request) => void;
+};
+
+/** 402 errors that refuse the subscription a request carried. */
+const SUBSCRIPTION_REFUSALS: ReadonlySet<string> = new Set([
+  "SubscriptionNotActive",
+  "AllowanceExhausted",
+  "SubscriptionAuthInvalid",
+]);
+
+/**
+ * Wraps `fetch` so that 402s are paid.
+ *
+ * Throws `TollgateError`: `PriceCeilingExceeded` when every option costs more than `maxPrice`,
+ * `UnsupportedNetwork` when no option is payable by this payer, `InvalidPaymentProof` when the gate
+ * still refuses after the retries, and the payer's or facilitator's errors (`InsufficientFunds`, …).
+ *
+ * @example
+ * const paidFetch = fetchWithPayment(fetch, payer, { maxPrice: "0.50" });
+ * const response = await paidFetch("https://api.example.com/reports/1");
+ */
+export function fetchWithPayment(
+  fetch: FetchFn,
+  payer: FetchPayer,
+  options: FetchWithPaymentOptions,
+): FetchFn {
+  const maxPrice = parsePriceCeiling(options.maxPrice);
+  const maxProofRetries = options.maxProofRetries ?? 2;
+  if (!Number.isSafeInteger(maxProofRetries) || maxProofRetries < 0 || maxProofRetries > 10) {
+    throw new TollgateError("InvalidRequest", "fetchWithPayment: maxProofRetries must be an integer 0..10");
+  }
+  const choose = options.choose ?? ((_options, context) => context.affordable[0]);
+  const payX402 =
+    options.payX402 ??
+    (options.choose === undefined && payer.account !== undefined
+      ? createPayX402({ network: payer.network, account: payer.account, facilitator: payer.facilitator })
+      : undefined);
+
+  return async function fetchWithPayment(input, init) {
+    const original = new Request(input, init);
+    // Buffer once: the paid retry must resend exactly the same body.
+    const body = original.body === null ? undefined : await original.arrayBuffer();
+    const send = (extra?: Record<string, string>) => {
+      const headers = new Headers(original.headers);
+      for (const [name, value] of Object.entries(extra ?? {})) headers.set(name, value);
+      return fetch(
+        new Request(original.url, {
+          method: original.method,
+          headers,
+          body: body ?? null,
+          signal: original.signal,
+          redirect: original.redirect,
+          credentials: original.credentials,
+          cache: original.cache,
+          integrity: original.integrity,
+          keepalive: original.keepalive,
+          mode: original.mode,
+          referrer: original.referrer,
+          referrerPolicy: original.referrerPolicy,
+        }),
+      );
+    };
+
+    // A subscription this payer uses at this origin goes up front, so a subscribed call costs no 402.
+    const origin = new URL(original.url).origin;
+    let subscription: OriginSubscription | undefined = payer.subscriptions?.forOrigin(origin);
+    let subscriptionHeaders = subscription === undefined ? undefined : await headersFor(payer, subscription);
+    let audienceRetried = false;
+    let subscribed = false;
+    let attempt = 0;
+
+    const payOnce = async (chosen: PaymentOption) => {
+      const receipt = await payer.pay(chosen, {
+        maxAmount: maxPrice,
+        ...(original.signal ? { signal: original.signal } : {}),
+      });
+      options.onPayment?.(receipt, original);
+      attempt++;
+      return send({ [HeaderName.Payment]: receipt.header });
+    };
+
+    let response = await send(subscriptionHeaders);
+    for (;;) {
+      if (response.status !== 402) return response;
+      const offer = await readPaymentRequired(response.clone());
+      if (offer === undefined) return response;
+
+      if (subscription !== undefined && subscriptionHeaders !== undefined && offer.kind === "tollgate") {
+        const { error, message } = offer.body;
+        const audience = audienceOf(offer.body.accepts, origin);
+        if (error === "SubscriptionAuthInvalid" && !audienceRetried && audience !== subscription.audience) {
+          // The gate names its public origin in its 402 (behind a proxy it differs from ours): sign for it.
+          audienceRetried = true;
+          subscription = { ...subscription, audience };
+          payer.subscriptions?.remember({ ...subscription, origin });
+          subscriptionHeaders = await headersFor(payer, subscription);
+          response = await send(subscriptionHeaders);
+          continue;
+        }
+        if (SUBSCRIPTION_REFUSALS.has(error)) {
+          if (error === "SubscriptionNotActive") payer.subscriptions?.unbind(origin);
+          const refusal = { error, message, subscriptionId: subscription.subscriptionId };
+          const fallback =
+            options.choose === undefined
+              ? undefined
+              : await options.choose(offer.body.accepts, {
+                  request: original,
+                  paymentRequired: offer.body,
+                  maxPrice,
+                  affordable: affordableOptions(offer.body.accepts, payer, maxPrice),
+                  refusal,
+                });
+          if (fallback?.scheme !== "exact") {
+            throw new TollgateError(
+              error,
+              `the gate refused subscription ${subscription.subscriptionId}: ${message}`,
+              {
+                details: { url: original.url, subscriptionId: subscription.subscriptionId.toString() },
+              },
+            );
+          }
+          subscription = undefined;
+          subscriptionHeaders = undefined;
+          response = await payOnce(fallback);
+          continue;
+        }
+        // Anything else (the subscription does not cover this resource): pay or subscribe as usual.
+        subscription = undefined;
+        subscriptionHeaders = undefined;
+      }
+
+      if (
+        attempt > 0 &&
+        (offer.kind !== "tollgate" || offer.body.error !== "InvalidPaymentProof" || attempt > maxProofRetries)
+      ) {
+        const refusal = offer.kind === "tollgate" ? offer.body : undefined;
+        throw new TollgateError(
+          refusal?.error === undefined || refusal.error === "PaymentRequired"
+            ? "InvalidPaymentProof"
+            : refusal.error,
+          `the gate refused the payment: ${refusal?.message ?? "402 after paying"}`,
+          { details: { url: original.url, attempts: attempt } },
+        );
+      }
+
+      if (offer.kind === "x402") {
+        if (payX402 === undefined) {
+          throw new TollgateError(
+            "InvalidRequest",
+            "this server takes only x402 PAYMENT-SIGNATURE payments: pass payX402 (with a custom choose, or a payer without an account)",
+            {
+              details: { url: original.url },
+            },
+          );
+        }
+        const header = await payX402(offer.paymentRequired, { request: original, maxPrice });
+        if (header === undefined) return response;
+        return send({ [header.name]: header.value });
+      }
+
+      const chosen = await choose(offer.body.accepts, {
+        request: original,
+        paymentRequired: offer.body,
+        maxPrice,
+        affordable: affordableOptions(offer.body.accepts, payer, maxPrice),
+      });
+      if (chosen === undefined) {
+        if (options.choose === undefined) throw noAffordableOption(offer.body.accepts, payer, maxPrice);
+        return response;
+      }
+      if (chosen.scheme !== "subscription") {
+        response = await payOnce(chosen);
+        continue;
+      }
+      if (subscribed) {
+        // Subscribed (or sent a held subscription) already in this call and the gate still asks: stop.
+        throw new TollgateError(
+          offer.body.error,
+          `the gate did not accept the subscription: ${offer.body.message}`,
+          { details: { url: original.url } },
+        );
+      }
+      subscribed = true;
+      const use = await useSubscription(payer, chosen, options.subscription);
+      options.onSubscribe?.(use, original);
+      subscription = {
+        subscriptionId: use.subscriptionId,
+        planId: use.planId,
+        audience: audienceOf([chosen], origin),
+      };
+      payer.subscriptions?.remember({ ...subscription, origin });
+      subscriptionHeaders = await headersFor(payer, subscription);
+      response = await send(subscriptionHeaders);
+    }
+  };
+}
+
+/** `X-Tollgate-Sub` and a sub-auth token for the gate's audience. */
+function headersFor(payer: FetchPayer, subscription: OriginSubscription): Promise<Record<string, string>> {
+  if (payer.subscriptionHeaders === undefined) {
+    throw new TollgateError("InvalidRequest", "this payer cannot sign sub-auth tokens");
+  }
+  return payer.subscriptionHeaders(subscription.subscriptionId, subscription.audience);
+}
+
+/** The origin a gate expects in tokens: that of the `resource` URL its options name, else ours. */
+function audienceOf(accepts: readonly PaymentOption[], fallback: string): string {
+  for (const option of accepts) {
+    if (option.resource === undefined) continue;
+    try {
+      return new URL(option.resource).origin;
+    } catch {
+      // A relative resource: the gate is at the origin we asked.
+    }
+  }
+  return fallback;
+}
+
+/** The subscription for a chosen `subscription` option: one already held for its plan, or a new one. */
+async function useSubscription(
+  payer: FetchPayer,
+  option: PaymentOption,
+  terms: FetchWithPaymentOptions["subscription"],
+): Promise<SubscriptionUse> {
+  const planId = option.tollgate?.planId;
+  if (planId === undefined || option.tollgate?.manager === undefined) {
+    throw new TollgateError("InvalidRequest", "the chosen subscription option names no plan");
+  }
+  if (option.network !== payer.network) {
+    throw new TollgateError(
+      "UnsupportedNetwork",
+      `the plan is on ${option.network}; this payer pays on ${payer.network}`,
+    );
+  }
+  const facilitator = option.tollgate.facilitator;
+  if (!sameFacilitatorUrl(facilitator, payer.facilitator.url)) {
+    throw new TollgateError(
+      "InvalidRequest",
+      "the gate's plan is run through another facilitator than this payer's",
+      {
+        details: { facilitator, payerFacilitator: payer.facilitator.url },
+      },
+    );
+  }
+  const { subscribe, subscriptions } = payer;
+  if (subscribe === undefined || subscriptions === undefined) {
+    throw new TollgateError("InvalidRequest", "this payer cannot subscribe");
+  }
+  const { subscriptionId, created } = await subscriptions.ensure(planId, () =>
+    subscribe({
+      planId,
+      ...(terms?.maxOverage === undefined ? {} : { maxOverage: terms.maxOverage }),
+      ...(terms?.approval === undefined ? {} : { approval: terms.approval }),
+    }),
+  );
+  return { planId, subscriptionId, created, option };
+}
+
+/** Options the payer can pay once within the ceiling, cheapest first. */
+function affordableOptions(options: PaymentOption[], payer: FetchPayer, maxPrice: bigint): PaymentOption[] {
+  const affordable = payableOptions(options, payer).filter((o) => BigInt(o.amount) <= maxPrice);
+  affordable.sort((a, b) =>
+    BigInt(a.amount) < BigInt(b.amount) ? -1 : BigInt(a.amount) > BigInt(b.amount) ? 1 : 0,
+  );
+  return affordable;
+}
+
+/** Options the payer could pay: `exact`, on its network, through its facilitator. */
+function payableOptions(options: PaymentOption[], payer: FetchPayer): PaymentOption[] {
+  return options.filter(
+    (o) =>
+      o.scheme === "exact" &&
+      o.network === payer.network &&
+      (o.tollgate?.facilitator === undefined ||
+        sameFacilitatorUrl(o.tollgate.facilitator, payer.facilitator.url)),
+  );
+}
+
+function noAffordableOption(options: PaymentOption[], payer: FetchPayer, maxPrice: bigint): TollgateError {
+  const payable = payableOptions(options, payer);
+  if (payable.length === 0) {
+    return new TollgateError(
+      "UnsupportedNetwork",
+      `no option of this 402 is payable on ${payer.network} through this payer's facilitator`,
+      {
+        details: {
+          offered: options.map((o) => ({
+            scheme: o.scheme,
+            network: o.network,
+            facilitator: o.tollgate?.facilitator,
+          })),
+        },
+      },
+    );
+  }
+  const cheapest = payable.reduce(
+    (min, o) => (BigInt(o.amount) < min ? BigInt(o.amount) : min),
+    BigInt(payable[0]!.amount),
+  );
+  return new TollgateError("PriceCeilingExceeded", "every option costs more than the price ceiling", {
+    details: { cheapest: cheapest.toString(), maxPrice: maxPrice.toString() },
+  });
+}

@@ -1,0 +1,30 @@
+/** `tollgate/client`: the payer library — `createPayer`, `fetchWithPayment` and the facilitator client (DESIGN.md §6). */
+export {
+  type CreatePayerOptions,
+  createPayer,
+  type Payer,
+  type PayerSigner,
+  type PaymentReceipt,
+  type PayOptions,
+} from "./createPayer.ts";
+export {
+  createFacilitatorClient,
+  type FacilitatorClient,
+  type FacilitatorClientOptions,
+  type FetchFn,
+  parseRetryAfter,
+  type RequestOptions,
+  sameFacilitatorUrl,
+} from "./facilitatorClient.ts";
+export {
+  type ChooseContext,
+  type ChoosePaymentOption,
+  type FetchWithPaymentOptions,
+  fetchWithPayment,
+  type PayX402,
+} from "./fetchWithPayment.ts";
+export { parsePriceCeiling } from "./parsePriceCeiling.ts";
+export { createPayX402, createX402Payment } from "./payX402.ts";
+export { type PaymentRequiredOffer, readPaymentRequired } from "./readPaymentRequired.ts";
+export { type ProviderSigner, registerProvider } from "./registerProvider.ts";
+export { subscribeToPlan } from "./subscribeToPlan.ts";

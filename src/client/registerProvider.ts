@@ -1,0 +1,39 @@
+/**
+ * Registers a provider with a facilitator (DESIGN.md §4, provider accounts): the payout key signs a
+ * single-use challenge, and the facilitator answers with an API key, shown this once. The key
+ * authenticates `POST /usage`, `/webhooks` and `/analytics`.
+ */
+import {
+  ProviderChallengeResponseSchema,
+  type ProviderRegisterResponse,
+  ProviderRegisterResponseSchema,
+} from "../protocol/subscriptions.ts";
+import type { FacilitatorClient } from "./facilitatorClient.ts";
+
+/** The payout account: an address that can sign EIP-191 messages (a viem `LocalAccount`). */
+export type ProviderSigner = {
+  address: `0x${string}`;
+  signMessage(args: { message: string }): Promise<`0x${string}`>;
+};
+
+/**
+ * @example
+ * const { apiKey } = await registerProvider(facilitator, privateKeyToAccount(payoutKey));
+ */
+export async function registerProvider(
+  facilitator: Pick<FacilitatorClient, "request">,
+  account: ProviderSigner,
+): Promise<ProviderRegisterResponse> {
+  const { challenge } = await facilitator.request(
+    "POST",
+    "/providers/challenge",
+    ProviderChallengeResponseSchema,
+    {
+      body: { address: account.address },
+    },
+  );
+  const signature = await account.signMessage({ message: challenge });
+  return facilitator.request("POST", "/providers", ProviderRegisterResponseSchema, {
+    body: { address: account.address, challenge, signature },
+  });
+}

@@ -1,0 +1,244 @@
+/**
+ * Subscribing a payer to a plan (DESIGN.md §3, §6). Two ways, same result (a subscription whose
+ * first period is charged):
+ * - gasless (default): the payer signs the SubscriptionManager's `Subscribe` intent and, when the
+ *   manager's allowance is short, an EIP-2612 permit; the facilitator relays both (`POST
+ *   /subscriptions`). The payer needs no ETH and no RPC of its own.
+ * - direct: the payer's wallet client sends `approve` (when the allowance is short) and `subscribe`
+ *   itself, paying the gas.
+ *
+ * Before anything is signed or sent, the plan is read from the facilitator and checked: it exists,
+ * is not deprecated (`PlanDeprecated` names the successor), and is priced in a token of the payer's
+ * network.
+ */
+import { BaseError, ContractFunctionRevertedError, type Hash, publicActions } from "viem";
+import { subscribe } from "../chain/actions/subscriptions/subscribe.ts";
+import { approveToken } from "../chain/actions/usd/approveToken.ts";
+import { getTokenAllowance } from "../chain/actions/usd/getTokenAllowance.ts";
+import type { WriteClient } from "../chain/clientTypes.ts";
+import { getSubscriptionIdFromReceipt } from "../chain/events/decodeSubscriptionEvents.ts";
+import type { TypedDataSigner } from "../chain/signers/typedDataSigner.ts";
+import { parseUnitsExact, USDC_DECIMALS } from "../protocol/amount.ts";
+import { type ErrorCode, TollgateError } from "../protocol/errors.ts";
+import { chainIdOf, type Network } from "../protocol/network.ts";
+import type { PlanInfo } from "../protocol/subscriptions.ts";
+import type { FacilitatorClient, RequestOptions } from "./facilitatorClient.ts";
+import {
+  DEFAULT_APPROVAL_CYCLES,
+  getPlanInfo,
+  subscribeThroughFacilitator,
+} from "./facilitatorSubscriptions.ts";
+
+export type SubscribeToPlanOptions = {
+  planId: bigint | string;
+  /**
+   * Most overage the provider may deduct per period: a bigint of smallest units, or token text
+   * (`"2.50"`), converted exactly. Default 0 (no overage).
+   */
+  maxOverage?: bigint | string | undefined;
+  /**
+   * What the SubscriptionManager may pull over time, when an approval (or permit) is needed: a bigint
+   * or token text. Default 12 × (price + maxOverage), a year of monthly renewals.
+   */
+  approval?: bigint | string | undefined;
+  /** Send `approve` + `subscribe` from the payer's wallet client instead of the gasless relay. */
+  direct?: boolean | undefined;
+  signal?: AbortSignal | undefined;
+};
+
+export type SubscribeResult = {
+  subscriptionId: bigint;
+  planId: string;
+  /** The `subscribe` (or `subscribeFor`) transaction. */
+  transaction: Hash;
+  plan: PlanInfo;
+};
+
+export type SubscribeContext = {
+  signer: TypedDataSigner;
+  network: Network;
+  facilitator: Pick<FacilitatorClient, "request" | "supported">;
+  /** For `direct`: a wallet client with the payer's account, on the payer's chain. */
+  walletClient?: WriteClient | undefined;
+};
+
+/**
+ * Subscribes the context's signer to a plan; returns the new subscription's id.
+ *
+ * @example
+ * const { subscriptionId } = await subscribeToPlan({ signer: account, network, facilitator },
+ *   { planId: 3n, maxOverage: "2.00" });
+ */
+export async function subscribeToPlan(
+  context: SubscribeContext,
+  options: SubscribeToPlanOptions,
+): Promise<SubscribeResult> {
+  const planId = parsePlanId(options.planId);
+  const maxOverage = parseTokenAmount(options.maxOverage ?? 0n, "maxOverage");
+  const approvalOption =
+    options.approval === undefined ? undefined : parseTokenAmount(options.approval, "approval");
+  const requestOptions: RequestOptions = { signal: options.signal };
+  const plan = await getPlanInfo(context.facilitator, planId, requestOptions);
+  if (plan.deprecated) {
+    throw new TollgateError(
+      "PlanDeprecated",
+      `plan ${plan.planId} is deprecated and takes no new subscribers`,
+      {
+        details: { planId: plan.planId, successorPlanId: plan.successorPlanId },
+      },
+    );
+  }
+  const approval = approvalOption ?? (BigInt(plan.amount) + maxOverage) * DEFAULT_APPROVAL_CYCLES;
+
+  if (options.direct !== true) {
+    const reply = await subscribeThroughFacilitator(
+      context.facilitator,
+      context.signer,
+      { planId, maxOverage, approval },
+      requestOptions,
+    );
+    return {
+      subscriptionId: BigInt(reply.subscriptionId),
+      planId: plan.planId,
+      transaction: reply.transaction,
+      plan,
+    };
+  }
+  return subscribeDirectly(context, { plan, maxOverage, approval });
+}
+
+async function subscribeDirectly(
+  context: SubscribeContext,
+  p: { plan: PlanInfo; maxOverage: bigint; approval: bigint },
+): Promise<SubscribeResult> {
+  const wallet = context.walletClient;
+  if (wallet === undefined) {
+    throw new TollgateError("InvalidRequest", "a direct subscribe needs the payer's `walletClient`");
+  }
+  if (wallet.chain.id !== chainIdOf(context.network)) {
+    throw new TollgateError(
+      "UnsupportedNetwork",
+      `the wallet client is on chain ${wallet.chain.id}, not ${context.network}`,
+    );
+  }
+  if (wallet.account.address.toLowerCase() !== context.signer.address.toLowerCase()) {
+    throw new TollgateError("InvalidRequest", "the wallet client's account is not the payer's");
+  }
+  const supported = await context.facilitator.supported();
+  const manager = supported.networks.find((n) => n.network === context.network)?.subscriptionManager;
+  if (manager === undefined) {
+    throw new TollgateError(
+      "UnsupportedNetwork",
+      `the facilitator lists no SubscriptionManager on ${context.network}`,
+    );
+  }
+  const client = wallet.extend(publicActions);
+  const owner = wallet.account.address;
+  const price = BigInt(p.plan.amount);
+  try {
+    const allowance = await getTokenAllowance(client, { token: p.plan.token, owner, spender: manager });
+    if (allowance < price + p.maxOverage) {
+      const hash = await approveToken(wallet, { token: p.plan.token, spender: manager, amount: p.approval });
+      const receipt = await client.waitForTransactionReceipt({ hash });
+      if (receipt.status !== "success") {
+        throw new TollgateError("InvalidRequest", "the approval transaction reverted", {
+          details: { transaction: hash },
+        });
+      }
+    }
+    const hash = await subscribe(wallet, {
+      manager,
+      planId: BigInt(p.plan.planId),
+      maxOverage: p.maxOverage,
+    });
+    const receipt = await client.waitForTransactionReceipt({ hash });
+    if (receipt.status !== "success") {
+      throw new TollgateError("InvalidRequest", "the subscribe transaction reverted", {
+        details: { transaction: hash },
+      });
+    }
+    return {
+      subscriptionId: getSubscriptionIdFromReceipt(receipt),
+      planId: p.plan.planId,
+      transaction: hash,
+      plan: p.plan,
+    };
+  } catch (error) {
+    throw toSubscribeError(error);
+  }
+}
+
+/** Contract errors a direct subscribe can meet, as the codes of DESIGN.md §2.6. */
+const codeByRevert: Record<string, { code: ErrorCode; message: string }> = {
+  PlanIsDeprecated: {
+    code: "PlanDeprecated",
+    message: "the plan is deprecated and takes no new subscribers",
+  },
+  PlanNotFound: { code: "NotFound", message: "no such plan" },
+  TransferFailed: {
+    code: "InsufficientFunds",
+    message: "the first period could not be charged: balance or allowance short",
+  },
+  ERC20InsufficientBalance: { code: "InsufficientFunds", message: "the payer's token balance is short" },
+  ERC20InsufficientAllowance: { code: "InsufficientFunds", message: "the manager's allowance is short" },
+};
+
+function toSubscribeError(error: unknown): TollgateError {
+  if (error instanceof TollgateError) return error;
+  if (error instanceof BaseError) {
+    const reverted = error.walk((e) => e instanceof ContractFunctionRevertedError);
+    const name = reverted instanceof ContractFunctionRevertedError ? reverted.data?.errorName : undefined;
+    const mapped = name === undefined ? undefined : codeByRevert[name];
+    if (mapped !== undefined) return new TollgateError(mapped.code, mapped.message, { cause: error });
+    if (name !== undefined) {
+      return new TollgateError("InvalidRequest", `the chain refused the subscription: ${name}`, {
+        cause: error,
+      });
+    }
+    if (/insufficient funds/i.test(error.message)) {
+      return new TollgateError(
+        "InsufficientFunds",
+        "the payer has no ETH for gas; subscribe without `direct`",
+        {
+          cause: error,
+        },
+      );
+    }
+  }
+  return new TollgateError("ChainUnavailable", "the subscription could not be sent to the chain", {
+    cause: error,
+  });
+}
+
+function parsePlanId(planId: bigint | string): bigint {
+  const text = String(planId);
+  if (!/^(0|[1-9][0-9]{0,77})$/.test(text)) {
+    throw new TollgateError("InvalidRequest", "a plan id is a decimal integer", {
+      details: { planId: text },
+    });
+  }
+  return BigInt(text);
+}
+
+/**
+ * A token amount from a bigint of smallest units or token text (`"2.50"`), converted exactly; never a
+ * float. Throws `InvalidAmount`.
+ */
+export function parseTokenAmount(
+  value: bigint | string,
+  what: string,
+  decimals: number = USDC_DECIMALS,
+): bigint {
+  if (typeof value === "bigint") {
+    if (value < 0n) throw new TollgateError("InvalidAmount", `${what} cannot be negative`);
+    return value;
+  }
+  if (typeof value === "string") return parseUnitsExact(value, decimals);
+  throw new TollgateError(
+    "InvalidAmount",
+    `${what} is a bigint of smallest units or token text like "2.50"`,
+    {
+      details: { type: typeof value },
+    },
+  );
+}

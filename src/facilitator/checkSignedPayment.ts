@@ -1,0 +1,164 @@
+/**
+ * The facilitator's off-chain checks of a signed payment (DESIGN.md §4, settlement engine): everything
+ * that can be refused without a round trip to the chain, cheapest first. Throws a `TollgateError`
+ * with the code a client can act on; returns the recovered payer on success.
+ */
+import { type Address, hexToBigInt, recoverTypedDataAddress } from "viem";
+import { sameAddress } from "../protocol/address.ts";
+import { base64UrlDecode, utf8Decode } from "../protocol/base64.ts";
+import { TollgateError } from "../protocol/errors.ts";
+import { memoNonce } from "../protocol/memo.ts";
+import { chainIdOf } from "../protocol/network.ts";
+import {
+  type Authorization,
+  authorizationMessage,
+  tokenDomain,
+  transferWithAuthorizationTypes,
+} from "../protocol/signedPayment.ts";
+
+/** secp256k1 group order / 2: EIP-2 and the token contracts refuse an `s` above it. */
+const HALF_ORDER = 0x7fffffffffffffffffffffffffffffff5d576e7357a4501ddfe92f46681b20a0n;
+
+export type SupportedTokenConfig = { address: Address; name: string; version: string; symbol: string };
+
+export type PaymentCheckContext = {
+  network: string;
+  tokens: ReadonlyMap<string, SupportedTokenConfig>;
+  nowSeconds: number;
+  /**
+   * Seconds of validity an authorization must have left when it arrives, so that it cannot expire
+   * while it waits in a batch (EIP-3009: validBefore is exclusive).
+   */
+  minRemainingSeconds: number;
+};
+
+export type CheckablePayment = {
+  network: string;
+  token: string;
+  /** Present for Tollgate payments; x402 payments carry an arbitrary nonce and no memo. */
+  memo?: string | undefined;
+  authorization: Authorization;
+  signature: `0x${string}`;
+};
+
+export function tokenConfigOf(
+  context: Pick<PaymentCheckContext, "network" | "tokens">,
+  payment: CheckablePayment,
+) {
+  if (payment.network !== context.network) {
+    throw new TollgateError("UnsupportedNetwork", `this facilitator settles on ${context.network}`, {
+      details: { network: payment.network, supported: [context.network] },
+    });
+  }
+  const token = context.tokens.get(payment.token.toLowerCase());
+  if (token === undefined) {
+    throw new TollgateError("UnsupportedToken", "this facilitator does not settle that token", {
+      details: { token: payment.token, supported: [...context.tokens.values()].map((t) => t.address) },
+    });
+  }
+  return token;
+}
+
+/** Checks a payment's fields, window and signature. Returns the recovered signer (= `from`). */
+export async function checkSignedPayment(
+  context: PaymentCheckContext,
+  payment: CheckablePayment,
+): Promise<Address> {
+  const token = tokenConfigOf(context, payment);
+  const a = payment.authorization;
+
+  if (payment.memo !== undefined) {
+    if (a.nonce !== memoNonce(payment.memo)) {
+      throw new TollgateError("InvalidRequest", "authorization nonce must be keccak256(utf8(memo))", {
+        details: { nonce: a.nonce, expected: memoNonce(payment.memo) },
+      });
+    }
+    checkMemoTerms(payment.memo, payment, a);
+  }
+
+  const validAfter = BigInt(a.validAfter);
+  const validBefore = BigInt(a.validBefore);
+  const now = BigInt(context.nowSeconds);
+  if (validBefore <= now + BigInt(context.minRemainingSeconds)) {
+    throw new TollgateError(
+      "AuthorizationExpired",
+      "authorization has expired or expires too soon to settle",
+      {
+        details: {
+          validBefore: a.validBefore,
+          now: context.nowSeconds,
+          minRemaining: context.minRemainingSeconds,
+        },
+      },
+    );
+  }
+  if (validAfter >= now) {
+    throw new TollgateError("AuthorizationExpired", "authorization is not valid yet", {
+      details: { validAfter: a.validAfter, now: context.nowSeconds },
+    });
+  }
+
+  const s = hexToBigInt(`0x${payment.signature.slice(66, 130)}`);
+  if (s > HALF_ORDER) {
+    throw new TollgateError("InvalidSignature", "signature has a high s value (EIP-2); sign again", {});
+  }
+  let signer: Address;
+  try {
+    signer = await recoverTypedDataAddress({
+      domain: tokenDomain({
+        name: token.name,
+        version: token.version,
+        chainId: chainIdOf(payment.network),
+        verifyingContract: token.address,
+      }),
+      types: transferWithAuthorizationTypes,
+      primaryType: "TransferWithAuthorization",
+      message: authorizationMessage(a),
+      signature: payment.signature,
+    });
+  } catch (cause) {
+    throw new TollgateError("InvalidSignature", "signature does not recover to an address", { cause });
+  }
+  if (!sameAddress(signer, a.from)) {
+    throw new TollgateError("InvalidSignature", "signature was not made by the authorization's `from`", {
+      details: { from: a.from, recovered: signer },
+    });
+  }
+  return signer;
+}
+
+/**
+ * A memo's claims must agree with the authorization. The facilitator cannot check the memo's HMAC
+ * (the gate holds that secret), but it can refuse a transfer that does not pay what the memo priced:
+ * such a payment would be refused by the gate after the money had moved.
+ */
+function checkMemoTerms(memo: string, payment: CheckablePayment, a: Authorization): void {
+  let claims: Record<string, unknown>;
+  try {
+    const parsed: unknown = JSON.parse(utf8Decode(base64UrlDecode(memo.slice(0, memo.indexOf(".")))));
+    if (parsed === null || typeof parsed !== "object") throw new Error("not an object");
+    claims = parsed as Record<string, unknown>;
+  } catch (cause) {
+    throw new TollgateError("InvalidRequest", "memo payload is not readable JSON", { cause });
+  }
+  if (claims.a !== a.value) {
+    throw new TollgateError("AmountMismatch", "authorization value differs from the amount the memo priced", {
+      details: { value: a.value, memoAmount: claims.a },
+    });
+  }
+  if (typeof claims.t !== "string" || !sameAddress(claims.t, a.to)) {
+    throw new TollgateError("InvalidRequest", "authorization pays another address than the memo's payTo", {
+      details: { to: a.to, memoPayTo: claims.t },
+    });
+  }
+  if (claims.n !== payment.network) {
+    throw new TollgateError("UnsupportedNetwork", "the memo was priced on another network", {
+      details: { network: payment.network, memoNetwork: claims.n },
+    });
+  }
+  if (typeof claims.k !== "string" || !sameAddress(claims.k, payment.token)) {
+    throw new TollgateError("UnsupportedToken", "the memo was priced in another token", {
+      details: { token: payment.token, memoToken: claims.k },
+    });
+  }
+}

@@ -1,0 +1,236 @@
+/**
+ * Wires a facilitator: settlement engine, proof keys, metrics and the HTTP app over one store and one
+ * chain connection. Nothing listens until `serveFacilitator` binds the app to a port.
+ */
+import { serve } from "@hono/node-server";
+import type { Hono } from "hono";
+import pino, { type Logger } from "pino";
+import {
+  type Address,
+  type Chain,
+  createPublicClient,
+  http,
+  type LocalAccount,
+  type PublicClient,
+  type Transport,
+} from "viem";
+import { devnetChain, getNetworkConfig } from "../chain/networks.ts";
+import { type Clock, systemClock } from "../protocol/clock.ts";
+import type { SupportedResponse } from "../protocol/facilitator.ts";
+import { chainIdOf } from "../protocol/network.ts";
+import type { Store } from "../store/store.ts";
+import type { SupportedTokenConfig } from "./checkSignedPayment.ts";
+import { createFacilitatorApp } from "./createFacilitatorApp.ts";
+import type { FacilitatorContext, FacilitatorModule, FacilitatorModuleFactory } from "./facilitatorModule.ts";
+import { createGasAccount } from "./gasAccount.ts";
+import { createFacilitatorMetrics, type FacilitatorMetrics } from "./metrics.ts";
+import { builtinModules } from "./modules.ts";
+import type { ProofKey } from "./proofKeys.ts";
+import {
+  createSettlementEngine,
+  type SettlementEngine,
+  type SettlementEngineOptions,
+} from "./settlementEngine.ts";
+
+export type FacilitatorToken = SupportedTokenConfig & { decimals: number };
+
+export type CreateFacilitatorOptions = {
+  store: Store;
+  /** The chain: an RPC URL, or a viem public client for it. */
+  rpcUrl?: string | undefined;
+  publicClient?: PublicClient<Transport, Chain> | undefined;
+  network: `eip155:${number}`;
+  /** The key that pays gas for settlement and relayed calls. */
+  gasAccount: LocalAccount;
+  /** Proof-signing keys; the first signs new proofs, the others still verify (rotation). */
+  proofKeys: readonly ProofKey[];
+  batchSettler: Address;
+  subscriptionManager?: Address | undefined;
+  tokens: readonly FacilitatorToken[];
+  clock?: Clock | undefined;
+  logger?: Logger | undefined;
+  /** Confirmations to wait for before a payment counts as settled (default 1). */
+  confirmations?: number | undefined;
+  settlement?:
+    | Pick<
+        SettlementEngineOptions,
+        | "maxBatchSize"
+        | "lingerMs"
+        | "maxInFlight"
+        | "proofTtlSeconds"
+        | "authorizeTimeoutMs"
+        | "reconcileIntervalMs"
+        | "faults"
+      >
+    | undefined;
+  maxBodyBytes?: number | undefined;
+  /** Modules beyond the built-in ones (see modules.ts). */
+  modules?: readonly FacilitatorModuleFactory[] | undefined;
+  /**
+   * Run the built-in modules (default true). `false` runs only `modules`, e.g. to configure the
+   * subscriptions module's keeper interval differently.
+   */
+  builtinModules?: boolean | undefined;
+};
+
+export type Facilitator = {
+  app: Hono;
+  context: FacilitatorContext;
+  engine: SettlementEngine;
+  metrics: FacilitatorMetrics;
+  publicClient: PublicClient<Transport, Chain>;
+  store: Store;
+  supported: SupportedResponse;
+  start(): Promise<void>;
+  stop(): Promise<void>;
+};
+
+/**
+ * @example
+ * const facilitator = createFacilitator({ store, rpcUrl, network: "eip155:31337", gasAccount, proofKeys: [key],
+ *   batchSettler, tokens: [{ address: usd, name: "USD Coin", version: "2", symbol: "USDC", decimals: 6 }] });
+ * await facilitator.start();
+ * const server = await serveFacilitator(facilitator, { port: 4020 });
+ */
+export function createFacilitator(options: CreateFacilitatorOptions): Facilitator {
+  if (options.proofKeys.length === 0) throw new TypeError("a facilitator needs at least one proof key");
+  if (options.tokens.length === 0) throw new TypeError("a facilitator needs at least one token");
+  const clock = options.clock ?? systemClock;
+  const logger = options.logger ?? pino({ level: "silent" });
+  const chainId = chainIdOf(options.network);
+  const config = getNetworkConfig(options.network);
+  const publicClient =
+    options.publicClient ??
+    createPublicClient({
+      chain: config?.chain ?? { ...devnetChain, id: chainId },
+      transport: http(options.rpcUrl, { retryCount: 1, timeout: 10_000 }),
+      // A devnet mines on demand: poll receipts quickly. Real chains have block times of seconds.
+      pollingInterval: config?.isDevnet === false ? 1_000 : 50,
+    });
+  if (options.publicClient === undefined && options.rpcUrl === undefined) {
+    throw new TypeError("createFacilitator needs rpcUrl or publicClient");
+  }
+  const metrics = createFacilitatorMetrics();
+  const tokens = new Map(options.tokens.map((t) => [t.address.toLowerCase(), t]));
+  const proofKeys = options.proofKeys;
+  const gas = createGasAccount({ account: options.gasAccount, client: publicClient, chainId, clock, logger });
+  const engine = createSettlementEngine({
+    store: options.store,
+    client: publicClient,
+    gas,
+    network: options.network,
+    chainId,
+    batchSettler: options.batchSettler,
+    tokens,
+    proofKey: () => proofKeys[0]!,
+    clock,
+    logger,
+    metrics,
+    confirmations: options.confirmations,
+    ...options.settlement,
+  });
+  const supported: SupportedResponse = {
+    version: "1",
+    schemes: options.subscriptionManager === undefined ? ["exact"] : ["exact", "subscription"],
+    networks: [
+      {
+        network: options.network,
+        tokens: options.tokens.map((t) => ({
+          address: t.address,
+          symbol: t.symbol,
+          decimals: t.decimals,
+          eip712: { name: t.name, version: t.version },
+        })),
+        batchSettler: options.batchSettler,
+        ...(options.subscriptionManager === undefined
+          ? {}
+          : { subscriptionManager: options.subscriptionManager }),
+        signers: [options.gasAccount.address],
+      },
+    ],
+  };
+  const context: FacilitatorContext = {
+    store: options.store,
+    publicClient,
+    gas,
+    network: options.network,
+    chainId,
+    batchSettler: options.batchSettler,
+    subscriptionManager: options.subscriptionManager,
+    tokens: options.tokens,
+    engine,
+    proofKeys: () => proofKeys,
+    supported,
+    clock,
+    logger,
+    metrics,
+    async recordEvent(db, type, data) {
+      await db.query("INSERT INTO events (type, data) VALUES ($1, $2)", [type, data]);
+    },
+  };
+  const modules = [
+    ...(options.builtinModules === false ? [] : builtinModules),
+    ...(options.modules ?? []),
+  ].map((factory) => factory(context));
+  const app = createFacilitatorApp({
+    engine,
+    store: options.store,
+    proofKeys: () => proofKeys,
+    supported,
+    clock,
+    logger,
+    metrics,
+    chainHealth: () => publicClient.getBlockNumber({ cacheTime: 0 }),
+    maxBodyBytes: options.maxBodyBytes,
+    extend: (a) => {
+      for (const m of modules) m.routes?.(a);
+    },
+  });
+  const started: FacilitatorModule[] = [];
+  return {
+    app,
+    context,
+    engine,
+    metrics,
+    publicClient,
+    store: options.store,
+    supported,
+    async start() {
+      await engine.start();
+      for (const m of modules) {
+        await m.start?.();
+        started.push(m);
+      }
+    },
+    async stop() {
+      for (const m of started.reverse()) await m.stop?.();
+      started.length = 0;
+      await engine.stop();
+    },
+  };
+}
+
+export type RunningServer = { url: string; port: number; close(): Promise<void> };
+
+/** Binds a Hono app to a loopback port (0 = a free one). */
+export function serveApp(
+  app: Pick<Hono, "fetch">,
+  options: { port?: number; hostname?: string } = {},
+): Promise<RunningServer> {
+  const hostname = options.hostname ?? "127.0.0.1";
+  return new Promise((resolve, reject) => {
+    const server = serve({ fetch: app.fetch, port: options.port ?? 0, hostname }, (info) => {
+      resolve({
+        url: `http://${hostname}:${info.port}`,
+        port: info.port,
+        close: () =>
+          new Promise<void>((done) => {
+            server.close(() => done());
+            // Keep-alive sockets would hold close() open; end them.
+            (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
+          }),
+      });
+    });
+    server.once("error", reject);
+  });
+}

@@ -1,0 +1,26 @@
+/**
+ * The pino logger Tollgate's services use: payment headers, signatures and keys are redacted, so a log
+ * shipped to a third party never carries a usable proof or credential.
+ */
+import pino, { type Logger } from "pino";
+
+export const redactedPaths = [
+  "req.headers.authorization",
+  'req.headers["x-payment"]',
+  'req.headers["payment-signature"]',
+  'req.headers["x-tollgate-sub-auth"]',
+  "*.signature",
+  "*.sig",
+  "*.privateKey",
+  "*.apiKey",
+  "*.secret",
+  "signedPayment.signature",
+];
+
+export function createLogger(options: { level?: string; name?: string } = {}): Logger {
+  return pino({
+    name: options.name ?? "tollgate",
+    level: options.level ?? "info",
+    redact: { paths: redactedPaths, censor: "[redacted]" },
+  });
+}

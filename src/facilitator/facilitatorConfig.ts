@@ -1,0 +1,139 @@
+/**
+ * The facilitator's configuration (DESIGN.md §9): environment variables and flags, parsed once at
+ * start-up with zod. On a devnet started by `tollgate devnet up`, everything but the port has a default
+ * read from `.tollgate/devnet.json`, and a proof key is generated once and kept in `.tollgate/`.
+ */
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Address } from "viem";
+import { z } from "zod";
+import { readDevnetFile } from "../chain/devnetFile.ts";
+import { getNetworkConfig, tollgateUsdDomain } from "../chain/networks.ts";
+import { AddressSchema } from "../protocol/address.ts";
+import { TollgateError } from "../protocol/errors.ts";
+import { NetworkSchema } from "../protocol/network.ts";
+import { parseWire } from "../protocol/parseWire.ts";
+import type { FacilitatorToken } from "./createFacilitator.ts";
+import { generateProofKey, type ProofKey, parseProofKey } from "./proofKeys.ts";
+
+const PrivateKeySchema = z.string().regex(/^0x[0-9a-fA-F]{64}$/, {
+  error: "expected a 0x-prefixed 32-byte private key",
+}) as z.ZodType<`0x${string}`>;
+
+/** What the environment may say; every field optional so devnet defaults can fill the gaps. */
+export const FacilitatorEnvSchema = z.object({
+  TOLLGATE_DIR: z.string().default(".tollgate"),
+  TOLLGATE_RPC_URL: z.url().optional(),
+  TOLLGATE_NETWORK: NetworkSchema.optional(),
+  TOLLGATE_GAS_KEY: PrivateKeySchema.optional(),
+  /** Comma-separated proof-key seeds (base64url or 0x-hex, 32 bytes); the first signs. */
+  TOLLGATE_PROOF_KEYS: z.string().optional(),
+  TOLLGATE_TOKEN: AddressSchema.optional(),
+  TOLLGATE_TOKEN_NAME: z.string().optional(),
+  TOLLGATE_TOKEN_VERSION: z.string().optional(),
+  TOLLGATE_BATCH_SETTLER: AddressSchema.optional(),
+  TOLLGATE_SUBSCRIPTION_MANAGER: AddressSchema.optional(),
+  TOLLGATE_CONFIRMATIONS: z.coerce.number().int().min(1).max(64).default(1),
+  TOLLGATE_HOST: z.string().default("127.0.0.1"),
+  TOLLGATE_PORT: z.coerce.number().int().min(0).max(65_535).default(4020),
+  DATABASE_URL: z.string().optional(),
+  LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+});
+export type FacilitatorEnv = z.infer<typeof FacilitatorEnvSchema>;
+
+export type FacilitatorConfig = {
+  dir: string;
+  rpcUrl: string;
+  network: `eip155:${number}`;
+  gasKey: `0x${string}`;
+  proofKeys: ProofKey[];
+  token: FacilitatorToken;
+  batchSettler: Address;
+  subscriptionManager: Address | undefined;
+  confirmations: number;
+  host: string;
+  port: number;
+  databaseUrl: string | undefined;
+  dataDir: string;
+  logLevel: FacilitatorEnv["LOG_LEVEL"];
+};
+
+function missing(what: string, variable: string): never {
+  throw new TollgateError(
+    "InvalidRequest",
+    `${what} is not configured: set ${variable}, or start a devnet with \`tollgate devnet up\``,
+    { details: { variable } },
+  );
+}
+
+/** Reads the proof keys from the environment, or the devnet's generated key (created on first use). */
+function loadProofKeys(env: FacilitatorEnv, dir: string, onDevnet: boolean): ProofKey[] {
+  if (env.TOLLGATE_PROOF_KEYS !== undefined) {
+    return env.TOLLGATE_PROOF_KEYS.split(",")
+      .map((s) => s.trim())
+      .filter((s) => s !== "")
+      .map(parseProofKey);
+  }
+  if (!onDevnet) return missing("the proof-signing key", "TOLLGATE_PROOF_KEYS");
+  const file = join(dir, "facilitator-proof-key");
+  if (!existsSync(file)) {
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(file, `${generateProofKey().seed}\n`, { mode: 0o600 });
+    chmodSync(file, 0o600);
+  }
+  return [parseProofKey(readFileSync(file, "utf8"))];
+}
+
+/** Resolves the configuration from the environment (and the devnet file, when there is one). */
+export function loadFacilitatorConfig(environment: Record<string, string | undefined>): FacilitatorConfig {
+  const env = parseWire(FacilitatorEnvSchema, environment, { what: "facilitator environment" });
+  const dir = env.TOLLGATE_DIR;
+  const devnet = readDevnetFile(dir);
+  const network =
+    env.TOLLGATE_NETWORK ?? (devnet?.network as `eip155:${number}` | undefined) ?? "eip155:31337";
+  const known = getNetworkConfig(network);
+  const onDevnet = devnet !== undefined && devnet.network === network;
+  const rpcUrl =
+    env.TOLLGATE_RPC_URL ??
+    (onDevnet ? devnet.rpcUrl : undefined) ??
+    missing("the RPC URL", "TOLLGATE_RPC_URL");
+  // The devnet's last account pays gas: the others are left to payers and providers in examples.
+  const gasKey =
+    env.TOLLGATE_GAS_KEY ??
+    (onDevnet ? (devnet.accounts[devnet.accounts.length - 1]?.privateKey as `0x${string}`) : undefined) ??
+    missing("the gas key", "TOLLGATE_GAS_KEY");
+  const tokenAddress =
+    env.TOLLGATE_TOKEN ??
+    (onDevnet ? (devnet.contracts.usd as Address) : known?.usdc) ??
+    missing("the token", "TOLLGATE_TOKEN");
+  const domain = known?.tokenDomain ?? tollgateUsdDomain;
+  const batchSettler =
+    env.TOLLGATE_BATCH_SETTLER ??
+    (onDevnet ? (devnet.contracts.batchSettler as Address) : undefined) ??
+    missing("the BatchSettler address", "TOLLGATE_BATCH_SETTLER");
+  const subscriptionManager =
+    env.TOLLGATE_SUBSCRIPTION_MANAGER ??
+    (onDevnet ? (devnet.contracts.subscriptionManager as Address) : undefined);
+  return {
+    dir,
+    rpcUrl,
+    network,
+    gasKey,
+    proofKeys: loadProofKeys(env, dir, onDevnet),
+    token: {
+      address: tokenAddress,
+      name: env.TOLLGATE_TOKEN_NAME ?? domain.name,
+      version: env.TOLLGATE_TOKEN_VERSION ?? domain.version,
+      symbol: "USDC",
+      decimals: 6,
+    },
+    batchSettler,
+    subscriptionManager,
+    confirmations: env.TOLLGATE_CONFIRMATIONS,
+    host: env.TOLLGATE_HOST,
+    port: env.TOLLGATE_PORT,
+    databaseUrl: env.DATABASE_URL === "" ? undefined : env.DATABASE_URL,
+    dataDir: join(dir, "pglite"),
+    logLevel: env.LOG_LEVEL,
+  };
+}

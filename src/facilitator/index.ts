@@ -1,0 +1,21 @@
+/** `tollgate/facilitator`: the settlement service as a library (DESIGN.md §4). */
+export {
+  type CreateFacilitatorOptions,
+  createFacilitator,
+  type Facilitator,
+  type FacilitatorToken,
+  type RunningServer,
+  serveApp,
+} from "./createFacilitator.ts";
+export { createLogger } from "./createLogger.ts";
+export { loadFacilitatorConfig } from "./facilitatorConfig.ts";
+export type { FacilitatorContext, FacilitatorModule, FacilitatorModuleFactory } from "./facilitatorModule.ts";
+export { builtinModules } from "./modules.ts";
+export {
+  generateProofKey,
+  jwksOf,
+  type ProofKey,
+  parseProofKey,
+  proofKeyFromSeed,
+  signPaymentProof,
+} from "./proofKeys.ts";

@@ -1,0 +1,63 @@
+/**
+ * Prometheus metrics of one facilitator (DESIGN.md §4): a registry per instance, never prom-client's
+ * global default, so two facilitators in one process (tests, the demo) do not share counters.
+ */
+import { Counter, Histogram, Registry } from "prom-client";
+import type { SettlementMetrics } from "./settlementEngine.ts";
+
+export type FacilitatorMetrics = SettlementMetrics & {
+  registry: Registry;
+  requests: Counter<"route" | "status">;
+};
+
+export function createFacilitatorMetrics(): FacilitatorMetrics {
+  const registry = new Registry();
+  const settled = new Counter({
+    name: "tollgate_payments_settled_total",
+    help: "Payments settled on chain",
+    labelNames: ["token"] as const,
+    registers: [registry],
+  });
+  // Volume in the token's smallest unit; a float counter is exact up to 2^53 units (9e9 USDC).
+  const volume = new Counter({
+    name: "tollgate_payments_settled_volume",
+    help: "Settled volume in the token's smallest unit",
+    labelNames: ["token"] as const,
+    registers: [registry],
+  });
+  const failed = new Counter({
+    name: "tollgate_payments_failed_total",
+    help: "Payments that failed on chain, by error code",
+    labelNames: ["code"] as const,
+    registers: [registry],
+  });
+  const batchSize = new Histogram({
+    name: "tollgate_settlement_batch_size",
+    help: "Payments per settlement transaction",
+    buckets: [1, 2, 4, 8, 16, 32, 64, 128],
+    registers: [registry],
+  });
+  const latency = new Histogram({
+    name: "tollgate_settlement_latency_seconds",
+    help: "Seconds from a payment's arrival to its recorded outcome",
+    buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16],
+    registers: [registry],
+  });
+  const requests = new Counter({
+    name: "tollgate_http_requests_total",
+    help: "HTTP requests by route and status",
+    labelNames: ["route", "status"] as const,
+    registers: [registry],
+  });
+  return {
+    registry,
+    requests,
+    onSettled(count, amount, token) {
+      settled.inc({ token }, count);
+      volume.inc({ token }, Number(amount));
+    },
+    onFailed: (code) => failed.inc({ code }),
+    onBatch: (size) => batchSize.observe(size),
+    onLatency: (seconds) => latency.observe(seconds),
+  };
+}

@@ -1,0 +1,137 @@
+/**
+ * The facilitator's payment and batch rows (migrations 0001 and 0003), read through zod.
+ * Addresses and hashes are stored lowercase; amounts as numeric.
+ */
+import { z } from "zod";
+import { PaymentProofSchema } from "../protocol/paymentProof.ts";
+import { BigintColumnSchema, SafeIntColumnSchema, TimestampColumnSchema } from "../store/columnSchemas.ts";
+import { queryOneParsed, queryParsed } from "../store/queryParsed.ts";
+import type { Queryable } from "../store/store.ts";
+
+const HexText = z.string().regex(/^0x[0-9a-f]*$/);
+const AddressText = z.string().regex(/^0x[0-9a-f]{40}$/) as z.ZodType<`0x${string}`>;
+const Hash = z.string().regex(/^0x[0-9a-f]{64}$/) as z.ZodType<`0x${string}`>;
+
+export const PaymentStatusSchema = z.enum(["pending", "submitted", "settled", "failed"]);
+export type PaymentStatus = z.infer<typeof PaymentStatusSchema>;
+
+export const PaymentRowSchema = z.object({
+  id: SafeIntColumnSchema,
+  nonce: Hash,
+  network: z.string(),
+  token: AddressText,
+  payer: AddressText,
+  pay_to: AddressText,
+  amount: BigintColumnSchema,
+  memo: z.string().nullable(),
+  scheme: z.string(),
+  source: z.enum(["tollgate", "x402"]),
+  valid_after: BigintColumnSchema,
+  valid_before: BigintColumnSchema,
+  signature: HexText as z.ZodType<`0x${string}`>,
+  status: PaymentStatusSchema,
+  batch_id: SafeIntColumnSchema.nullable(),
+  tx_hash: Hash.nullable(),
+  block_number: BigintColumnSchema.nullable(),
+  failure_code: z.string().nullable(),
+  failure_message: z.string().nullable(),
+  proof: PaymentProofSchema.nullable(),
+  attempts: z.number().int(),
+  created_at: TimestampColumnSchema,
+  settled_at: TimestampColumnSchema.nullable(),
+});
+export type PaymentRow = z.infer<typeof PaymentRowSchema>;
+
+export const BatchStatusSchema = z.enum(["pending", "submitted", "confirmed", "failed"]);
+
+export const BatchRowSchema = z.object({
+  id: SafeIntColumnSchema,
+  status: BatchStatusSchema,
+  network: z.string(),
+  token: AddressText.nullable(),
+  sender: AddressText.nullable(),
+  sender_nonce: SafeIntColumnSchema.nullable(),
+  tx_hash: Hash.nullable(),
+  raw_tx: HexText.nullable(),
+  item_count: z.number().int(),
+});
+export type BatchRow = z.infer<typeof BatchRowSchema>;
+
+export type NewPayment = {
+  nonce: string;
+  network: string;
+  token: string;
+  payer: string;
+  payTo: string;
+  amount: bigint;
+  memo: string | undefined;
+  source: "tollgate" | "x402";
+  validAfter: bigint;
+  validBefore: bigint;
+  signature: string;
+};
+
+/** Inserts a pending payment; returns `undefined` when a payment with this nonce already exists. */
+export async function insertPayment(db: Queryable, p: NewPayment): Promise<PaymentRow | undefined> {
+  return queryOneParsed(
+    db,
+    PaymentRowSchema,
+    `INSERT INTO payments (nonce, network, token, payer, pay_to, amount, memo, scheme, source,
+       valid_after, valid_before, signature)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, 'exact', $8, $9, $10, $11)
+     ON CONFLICT (nonce) DO NOTHING
+     RETURNING *`,
+    [
+      p.nonce.toLowerCase(),
+      p.network,
+      p.token.toLowerCase(),
+      p.payer.toLowerCase(),
+      p.payTo.toLowerCase(),
+      p.amount,
+      p.memo ?? null,
+      p.source,
+      p.validAfter,
+      p.validBefore,
+      p.signature.toLowerCase(),
+    ],
+  );
+}
+
+export function findPaymentByNonce(db: Queryable, nonce: string): Promise<PaymentRow | undefined> {
+  return queryOneParsed(db, PaymentRowSchema, "SELECT * FROM payments WHERE nonce = $1", [
+    nonce.toLowerCase(),
+  ]);
+}
+
+export function findPaymentsByNonce(db: Queryable, nonces: readonly string[]): Promise<PaymentRow[]> {
+  return queryParsed(db, PaymentRowSchema, "SELECT * FROM payments WHERE nonce = ANY($1::text[])", [
+    nonces.map((n) => n.toLowerCase()),
+  ]);
+}
+
+/** Puts a failed payment back in the queue, if it is still failed (another request may have won). */
+export async function requeueFailedPayment(db: Queryable, id: number): Promise<boolean> {
+  const rows = await db.query(
+    `UPDATE payments SET status = 'pending', failure_code = NULL, failure_message = NULL, batch_id = NULL,
+       updated_at = now() WHERE id = $1 AND status = 'failed' RETURNING id`,
+    [id],
+  );
+  return rows.length === 1;
+}
+
+export function batchPayments(db: Queryable, batchId: number): Promise<PaymentRow[]> {
+  return queryParsed(db, PaymentRowSchema, "SELECT * FROM payments WHERE batch_id = $1 ORDER BY id", [
+    batchId,
+  ]);
+}
+
+/** Batches whose transaction may be on its way: signed and perhaps broadcast, outcome not recorded. */
+export function openBatches(db: Queryable, network: string, sender: string): Promise<BatchRow[]> {
+  return queryParsed(
+    db,
+    BatchRowSchema,
+    `SELECT * FROM settlement_batches WHERE status IN ('pending', 'submitted') AND network = $1
+       AND (sender = $2 OR sender IS NULL) ORDER BY sender_nonce NULLS FIRST, id`,
+    [network, sender.toLowerCase()],
+  );
+}

@@ -1,0 +1,524 @@
+/**
+ * The relayed subscription API behind the HTTP routes: gasless subscribe (permit, then subscribeFor)
+ * and the subscriber-signed lifecycle calls (pauseFor, resumeFor, cancelFor, setMaxOverageFor), plus
+ * the reads a payer needs (plans, subscriptions, its own nonces).
+ *
+ * Every relayed call is simulated with the manager's ABI before it is sent, so a refusal comes back
+ * as a precise code (DESIGN.md §2.6) and costs no gas. Relays are idempotent on the signed request:
+ * a retry (say, after a timeout) gets the first attempt's result rather than an `InvalidSignature`
+ * for the intent nonce the first attempt used.
+ */
+import {
+  type Address,
+  encodeFunctionData,
+  getAddress,
+  type Hash,
+  type Hex,
+  keccak256,
+  type TransactionReceipt,
+  toBytes,
+} from "viem";
+import { z } from "zod";
+import { signatureArgs } from "../../chain/actions/usd/signatureArgs.ts";
+import { subscriptionManagerAbi } from "../../chain/contracts/artifacts/SubscriptionManager.ts";
+import { tollgateUsdAbi } from "../../chain/contracts/artifacts/TollgateUSD.ts";
+import { getSubscriptionIdFromReceipt } from "../../chain/events/decodeSubscriptionEvents.ts";
+import { canonicalJson } from "../../protocol/canonicalJson.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import type {
+  PlanInfo,
+  SetMaxOverageRequest,
+  SubscribeRequest,
+  SubscribeResponse,
+  SubscriberInfo,
+  SubscriptionAction,
+  SubscriptionActionRequest,
+  SubscriptionActionResponse,
+  SubscriptionInfo,
+} from "../../protocol/subscriptions.ts";
+import { SafeIntColumnSchema } from "../../store/columnSchemas.ts";
+import { queryOneParsed } from "../../store/queryParsed.ts";
+import type { FacilitatorContext } from "../facilitatorModule.ts";
+import { toManagerError } from "./managerErrors.ts";
+import type { SubscriptionIndexer } from "./subscriptionIndexer.ts";
+import {
+  type ChainPlan,
+  type ChainSubscription,
+  chainPlanToRow,
+  type IndexScope,
+  type PlanRow,
+  planToWire,
+  statusOf,
+  subscriptionsOf,
+  subscriptionToWire,
+} from "./subscriptionRecords.ts";
+
+export type SubscriptionService = {
+  getPlan(planId: bigint): Promise<PlanInfo>;
+  getSubscription(subscriptionId: bigint): Promise<SubscriptionInfo>;
+  getSubscriber(subscriber: Address, token?: Address): Promise<SubscriberInfo>;
+  subscribe(request: SubscribeRequest): Promise<SubscribeResponse>;
+  act(
+    subscriptionId: bigint,
+    action: SubscriptionAction,
+    request: SubscriptionActionRequest | SetMaxOverageRequest,
+  ): Promise<SubscriptionActionResponse>;
+};
+
+type ServiceContext = Pick<
+  FacilitatorContext,
+  "store" | "publicClient" | "gas" | "chainId" | "subscriptionManager" | "logger" | "clock"
+>;
+
+/** A relay that has sat `pending` this long without a transaction was abandoned (a crash): redo it. */
+const STALE_RELAY_MS = 120_000;
+/** Polls (every 250 ms, so 30 s) a duplicate request makes for the first one's result before it is told to retry. */
+const DUPLICATE_POLLS = 120;
+
+const RelayRowSchema = z.object({
+  status: z.enum(["pending", "sent", "done"]),
+  tx_hash: z
+    .string()
+    .regex(/^0x[0-9a-f]{64}$/)
+    .nullable() as z.ZodType<Hash | null>,
+  result: z.unknown().nullable(),
+  age_ms: SafeIntColumnSchema,
+});
+
+export function createSubscriptionService(
+  ctx: ServiceContext,
+  deps: {
+    indexer: Pick<SubscriptionIndexer, "syncOnce"> | undefined;
+    /** Relayed calls one subscriber may have the facilitator pay for per hour (default 30). */
+    maxRelaysPerHour?: number | undefined;
+  },
+): SubscriptionService {
+  if (ctx.subscriptionManager === undefined) {
+    throw new TypeError("the subscription service needs a SubscriptionManager address");
+  }
+  const manager: Address = ctx.subscriptionManager;
+  const scope: IndexScope = { chainId: ctx.chainId, manager };
+  const client = ctx.publicClient;
+  const log = ctx.logger.child({ component: "subscriptions" });
+  const maxRelaysPerHour = deps.maxRelaysPerHour ?? 30;
+
+  async function read<T>(call: () => Promise<unknown>): Promise<T> {
+    try {
+      return (await call()) as T;
+    } catch (error) {
+      throw toManagerError(error);
+    }
+  }
+
+  async function chainTime(): Promise<number> {
+    const block = await read<{ timestamp: bigint }>(() => client.getBlock({ blockTag: "latest" }));
+    return Number(block.timestamp);
+  }
+
+  async function readPlan(planId: bigint): Promise<PlanRow> {
+    const plan = await read<ChainPlan>(() =>
+      client.readContract({
+        address: manager,
+        abi: subscriptionManagerAbi,
+        functionName: "plans",
+        args: [planId],
+      }),
+    );
+    if (/^0x0{40}$/i.test(plan.provider))
+      throw new TollgateError("NotFound", "no such plan", { details: { planId: planId.toString() } });
+    return chainPlanToRow(planId, plan);
+  }
+
+  async function readSubscription(subscriptionId: bigint): Promise<ChainSubscription> {
+    const sub = await read<ChainSubscription>(() =>
+      client.readContract({
+        address: manager,
+        abi: subscriptionManagerAbi,
+        functionName: "subscriptions",
+        args: [subscriptionId],
+      }),
+    );
+    if (statusOf(sub.status) === undefined) {
+      throw new TollgateError("NotFound", "no such subscription", {
+        details: { subscriptionId: subscriptionId.toString() },
+      });
+    }
+    return sub;
+  }
+
+  async function subscriptionInfo(subscriptionId: bigint): Promise<SubscriptionInfo> {
+    const [sub, now] = await Promise.all([readSubscription(subscriptionId), chainTime()]);
+    const plan = await readPlan(sub.planId);
+    return subscriptionToWire(subscriptionId, sub, plan, now);
+  }
+
+  function intentNonce(subscriber: Address): Promise<bigint> {
+    return read<bigint>(() =>
+      client.readContract({
+        address: manager,
+        abi: subscriptionManagerAbi,
+        functionName: "nonces",
+        args: [subscriber],
+      }),
+    );
+  }
+
+  function tokenRead(token: Address, functionName: "balanceOf" | "nonces", owner: Address): Promise<bigint>;
+  function tokenRead(
+    token: Address,
+    functionName: "allowance",
+    owner: Address,
+    spender: Address,
+  ): Promise<bigint>;
+  function tokenRead(token: Address, functionName: string, ...args: Address[]): Promise<bigint> {
+    return read<bigint>(() =>
+      client.readContract({ address: token, abi: tollgateUsdAbi, functionName, args } as never),
+    );
+  }
+
+  async function simulate(call: {
+    address: Address;
+    abi: typeof subscriptionManagerAbi | typeof tollgateUsdAbi;
+    functionName: string;
+    args: readonly unknown[];
+  }): Promise<void> {
+    await read(() => client.simulateContract({ ...call, account: ctx.gas.address } as never));
+  }
+
+  /** Brings the index up to date after a relayed call, so reads right after it see the change. */
+  async function catchUp(): Promise<void> {
+    try {
+      await deps.indexer?.syncOnce();
+    } catch (error) {
+      log.warn({ err: error }, "index sync after a relayed call failed; the background loop will retry");
+    }
+  }
+
+  // ---- idempotent relays -----------------------------------------------------------------------
+
+  type Prepared<C> = { call: { to: Address; data: Hex }; context: C };
+
+  async function relay<T, C>(
+    kind: string,
+    subscriber: Address,
+    request: unknown,
+    steps: {
+      prepare(): Promise<Prepared<C>>;
+      finish(receipt: TransactionReceipt, context: C | undefined): Promise<T>;
+    },
+  ): Promise<T> {
+    const digest = keccak256(toBytes(canonicalJson({ kind, chainId: ctx.chainId, manager, request })));
+    let polls = 0;
+    for (;;) {
+      const row = await queryOneParsed(
+        ctx.store,
+        RelayRowSchema,
+        `SELECT status, tx_hash, result,
+           floor(extract(epoch FROM now() - updated_at) * 1000)::bigint AS age_ms
+         FROM subscription_relays WHERE digest = $1`,
+        [digest],
+      );
+      if (row?.status === "done") return row.result as T;
+      if (row?.status === "sent" && row.tx_hash !== null) {
+        const receipt = await read<TransactionReceipt>(() =>
+          client.waitForTransactionReceipt({ hash: row.tx_hash as Hash, timeout: 120_000 }),
+        );
+        return complete(digest, receipt, undefined, steps.finish);
+      }
+      if (row?.status === "pending") {
+        if (row.age_ms > STALE_RELAY_MS) {
+          await ctx.store.query("DELETE FROM subscription_relays WHERE digest = $1 AND status = 'pending'", [
+            digest,
+          ]);
+          continue;
+        }
+        if (++polls > DUPLICATE_POLLS) {
+          throw new TollgateError("RateLimited", "the same request is being relayed; retry shortly", {
+            retryAfter: 2,
+          });
+        }
+        await new Promise((resolve) => setTimeout(resolve, 250));
+        continue;
+      }
+      // The facilitator pays the gas of every relay: one subscriber may not spend it without bound
+      // (a pause/resume loop costs the subscriber nothing). Refused requests are not counted.
+      const recent = await ctx.store.query<{ n: string }>(
+        `SELECT count(*) AS n FROM subscription_relays
+         WHERE subscriber = $1 AND created_at > now() - interval '1 hour'`,
+        [subscriber.toLowerCase()],
+      );
+      if (Number(recent[0]?.n ?? 0) >= maxRelaysPerHour) {
+        throw new TollgateError(
+          "RateLimited",
+          `at most ${maxRelaysPerHour} relayed calls per subscriber per hour`,
+          {
+            retryAfter: 600,
+            details: { subscriber },
+          },
+        );
+      }
+      const inserted = await ctx.store.query(
+        `INSERT INTO subscription_relays (digest, kind, subscriber) VALUES ($1, $2, $3)
+         ON CONFLICT (digest) DO NOTHING RETURNING digest`,
+        [digest, kind, subscriber.toLowerCase()],
+      );
+      if (inserted.length === 1) break;
+    }
+
+    let sent = false;
+    try {
+      const prepared = await steps.prepare();
+      const hash = await ctx.gas.send(prepared.call);
+      sent = true;
+      await ctx.store.query(
+        "UPDATE subscription_relays SET status = 'sent', tx_hash = $2, updated_at = now() WHERE digest = $1",
+        [digest, hash.toLowerCase()],
+      );
+      const receipt = await read<TransactionReceipt>(() =>
+        client.waitForTransactionReceipt({ hash, timeout: 120_000 }),
+      );
+      return await complete(digest, receipt, prepared.context, steps.finish);
+    } catch (error) {
+      // Nothing was broadcast: the signed intent is still unused and may be retried as is.
+      if (!sent)
+        await ctx.store
+          .query("DELETE FROM subscription_relays WHERE digest = $1", [digest])
+          .catch(() => undefined);
+      throw toManagerError(error);
+    }
+  }
+
+  async function complete<T, C>(
+    digest: Hex,
+    receipt: TransactionReceipt,
+    context: C | undefined,
+    finish: (receipt: TransactionReceipt, context: C | undefined) => Promise<T>,
+  ): Promise<T> {
+    if (receipt.status !== "success") {
+      await ctx.store.query("DELETE FROM subscription_relays WHERE digest = $1", [digest]);
+      throw new TollgateError("ChainUnavailable", "the relayed transaction reverted on chain; try again", {
+        retryAfter: 1,
+        details: { transaction: receipt.transactionHash },
+      });
+    }
+    const result = await finish(receipt, context);
+    await ctx.store.query(
+      "UPDATE subscription_relays SET status = 'done', result = $2, updated_at = now() WHERE digest = $1",
+      [digest, result as Record<string, unknown>],
+    );
+    return result;
+  }
+
+  // ---- subscribe ---------------------------------------------------------------------------------
+
+  async function subscribe(request: SubscribeRequest): Promise<SubscribeResponse> {
+    const planId = BigInt(request.planId);
+    const subscriber = request.subscriber;
+    const subscribeCall = {
+      address: manager,
+      abi: subscriptionManagerAbi,
+      functionName: "subscribeFor",
+      args: [subscriber, planId, BigInt(request.maxOverage), BigInt(request.deadline), request.signature],
+    } as const;
+
+    return relay<SubscribeResponse, { permitTransaction?: Hash }>("subscribe", subscriber, request, {
+      async prepare() {
+        const plan = await readPlan(planId);
+        if (plan.deprecated) {
+          const successor =
+            plan.successor_plan_id === null || plan.successor_plan_id === 0n
+              ? null
+              : plan.successor_plan_id.toString();
+          throw new TollgateError(
+            "PlanDeprecated",
+            successor === null
+              ? "the plan is deprecated"
+              : `the plan is deprecated; subscribe to plan ${successor} instead`,
+            { details: { planId: request.planId, successorPlanId: successor } },
+          );
+        }
+        const now = await chainTime();
+        if (BigInt(request.deadline) <= BigInt(now)) {
+          throw new TollgateError(
+            "AuthorizationExpired",
+            "the subscribe intent's deadline has passed on chain",
+            {
+              details: { deadline: request.deadline, chainTime: now },
+            },
+          );
+        }
+        const token = plan.token as Address;
+        const [balance, allowance] = await Promise.all([
+          tokenRead(token, "balanceOf", subscriber),
+          tokenRead(token, "allowance", subscriber, manager),
+        ]);
+        if (balance < plan.amount) {
+          throw new TollgateError("InsufficientFunds", "the subscriber's balance is below the plan's price", {
+            details: { balance: balance.toString(), required: plan.amount.toString() },
+          });
+        }
+        let permitTransaction: Hash | undefined;
+        if (allowance < plan.amount) {
+          const permit = request.permit;
+          if (permit === undefined) {
+            throw new TollgateError(
+              "InsufficientFunds",
+              "the SubscriptionManager may not pull the plan's price: send a permit or approve it first",
+              {
+                details: {
+                  reason: "allowance",
+                  allowance: allowance.toString(),
+                  required: plan.amount.toString(),
+                },
+              },
+            );
+          }
+          if (BigInt(permit.value) < plan.amount) {
+            throw new TollgateError("AmountMismatch", "the permit's value is below the plan's price", {
+              details: { value: permit.value, required: plan.amount.toString() },
+            });
+          }
+          if (BigInt(permit.deadline) <= BigInt(now)) {
+            throw new TollgateError("AuthorizationExpired", "the permit's deadline has passed on chain", {
+              details: { deadline: permit.deadline, chainTime: now },
+            });
+          }
+          // The intent's own checks (deadline, signature, plan) come before the pull in subscribeFor,
+          // so a simulation now refuses a bad intent before the permit is spent; only the transfer may
+          // still fail, for want of the approval the permit gives.
+          try {
+            await simulate(subscribeCall);
+          } catch (error) {
+            if (!(error instanceof TollgateError && error.code === "InsufficientFunds")) throw error;
+          }
+          const { v, r, s } = signatureArgs(permit.signature);
+          const permitCall = {
+            address: token,
+            abi: tollgateUsdAbi,
+            functionName: "permit",
+            args: [subscriber, manager, BigInt(permit.value), BigInt(permit.deadline), v, r, s],
+          } as const;
+          await simulate(permitCall);
+          const sent = await ctx.gas.sendAndWait({ to: token, data: encodeFunctionData(permitCall) });
+          permitTransaction = sent.hash;
+        }
+        await simulate(subscribeCall);
+        return {
+          call: { to: manager, data: encodeFunctionData(subscribeCall) },
+          context: permitTransaction === undefined ? {} : { permitTransaction },
+        };
+      },
+      async finish(receipt, context) {
+        const subscriptionId = getSubscriptionIdFromReceipt(receipt);
+        await catchUp();
+        return {
+          subscriptionId: subscriptionId.toString(),
+          transaction: receipt.transactionHash,
+          ...(context?.permitTransaction === undefined
+            ? {}
+            : { permitTransaction: context.permitTransaction }),
+          subscription: await subscriptionInfo(subscriptionId),
+        };
+      },
+    });
+  }
+
+  // ---- lifecycle ---------------------------------------------------------------------------------
+
+  async function act(
+    subscriptionId: bigint,
+    action: SubscriptionAction,
+    request: SubscriptionActionRequest | SetMaxOverageRequest,
+  ): Promise<SubscriptionActionResponse> {
+    const sub = await readSubscription(subscriptionId);
+    const deadline = BigInt(request.deadline);
+    const call =
+      action === "overage"
+        ? ({
+            address: manager,
+            abi: subscriptionManagerAbi,
+            functionName: "setMaxOverageFor",
+            args: [
+              subscriptionId,
+              BigInt((request as SetMaxOverageRequest).maxOverage),
+              deadline,
+              request.signature,
+            ],
+          } as const)
+        : ({
+            address: manager,
+            abi: subscriptionManagerAbi,
+            functionName: `${action}For`,
+            args: [subscriptionId, deadline, request.signature],
+          } as const);
+    return relay<SubscriptionActionResponse, undefined>(
+      action,
+      sub.subscriber,
+      { subscriptionId: subscriptionId.toString(), request },
+      {
+        async prepare() {
+          const now = await chainTime();
+          if (deadline <= BigInt(now)) {
+            throw new TollgateError("AuthorizationExpired", "the intent's deadline has passed on chain", {
+              details: { deadline: request.deadline, chainTime: now },
+            });
+          }
+          await simulate(call);
+          return { call: { to: manager, data: encodeFunctionData(call) }, context: undefined };
+        },
+        async finish(receipt) {
+          await catchUp();
+          return {
+            subscriptionId: subscriptionId.toString(),
+            action,
+            transaction: receipt.transactionHash,
+            subscription: await subscriptionInfo(subscriptionId),
+          };
+        },
+      },
+    );
+  }
+
+  return {
+    async getPlan(planId) {
+      return planToWire(await readPlan(planId));
+    },
+    getSubscription: subscriptionInfo,
+    async getSubscriber(subscriber, token) {
+      const [nonce, now, rows] = await Promise.all([
+        intentNonce(subscriber),
+        chainTime(),
+        subscriptionsOf(ctx.store, scope, subscriber),
+      ]);
+      const tokenInfo =
+        token === undefined
+          ? undefined
+          : await Promise.all([
+              tokenRead(token, "nonces", subscriber),
+              tokenRead(token, "allowance", subscriber, manager),
+              tokenRead(token, "balanceOf", subscriber),
+            ]).then(([permitNonce, allowance, balance]) => ({
+              address: token,
+              permitNonce: permitNonce.toString(),
+              allowance: allowance.toString(),
+              balance: balance.toString(),
+            }));
+      return {
+        subscriber,
+        intentNonce: nonce.toString(),
+        chainTime: now,
+        manager,
+        ...(tokenInfo === undefined ? {} : { token: tokenInfo }),
+        subscriptions: rows.map((row) => ({
+          subscriptionId: row.subscription_id.toString(),
+          planId: row.plan_id.toString(),
+          provider: getAddress(row.provider),
+          status: row.status,
+          currentPeriodEnd: row.current_period_end,
+        })),
+      };
+    },
+    subscribe,
+    act,
+  };
+}

@@ -1,0 +1,167 @@
+/**
+ * `POST /usage` and `GET /usage` (provider-authenticated): metered deductions recorded durably and
+ * settled in batches by the usage settler (docs/subscriptions.md).
+ */
+import type { Hono } from "hono";
+import { type Address, getAddress } from "viem";
+import { z } from "zod";
+import { subscriptionManagerAbi } from "../../chain/contracts/artifacts/SubscriptionManager.ts";
+import { UintStringSchema } from "../../protocol/amount.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { parseWire } from "../../protocol/parseWire.ts";
+import {
+  type UsageRecordsResponse,
+  UsageRefSchema,
+  UsageRequestSchema,
+  type UsageResponse,
+  type UsageSummary,
+} from "../../protocol/subscriptions.ts";
+import type { FacilitatorContext } from "../facilitatorModule.ts";
+import { readJsonBody } from "../httpErrors.ts";
+import { requireProvider } from "../providers/requireProvider.ts";
+import { toManagerError } from "../subscriptions/managerErrors.ts";
+import { findSubscription, type IndexScope } from "../subscriptions/subscriptionRecords.ts";
+import { findUsageByRefs, recordUsage, usageTotals, usageToWire } from "./usageRecords.ts";
+
+type UsageContext = Pick<FacilitatorContext, "store" | "publicClient" | "gas" | "chainId" | "clock"> & {
+  subscriptionManager: Address;
+};
+
+/** How long a confirmed `isOperator` is trusted before it is read again. */
+const OPERATOR_CACHE_MS = 60_000;
+
+const GetUsageQuerySchema = z.union([
+  z.strictObject({ subscriptionId: UintStringSchema }),
+  z.strictObject({
+    refs: z
+      .string()
+      .max(6600)
+      .transform((text) => text.split(","))
+      .pipe(z.array(UsageRefSchema).min(1).max(100)),
+  }),
+]);
+
+export function mountUsageRoutes(app: Hono, ctx: UsageContext, deps: { onRecorded(): void }): void {
+  const scope: IndexScope = { chainId: ctx.chainId, manager: ctx.subscriptionManager };
+  const operatorUntil = new Map<string, number>();
+
+  async function read<T>(call: () => Promise<unknown>): Promise<T> {
+    try {
+      return (await call()) as T;
+    } catch (error) {
+      throw toManagerError(error);
+    }
+  }
+
+  async function assertOperator(provider: Address): Promise<void> {
+    const key = provider.toLowerCase();
+    if ((operatorUntil.get(key) ?? 0) > ctx.clock.now()) return;
+    const ok = await read<boolean>(() =>
+      ctx.publicClient.readContract({
+        address: ctx.subscriptionManager,
+        abi: subscriptionManagerAbi,
+        functionName: "isOperator",
+        args: [provider, ctx.gas.address],
+      }),
+    );
+    if (!ok) {
+      throw new TollgateError(
+        "InvalidRequest",
+        `the facilitator cannot deduct on your plans: call setOperator(${ctx.gas.address}, true) on the SubscriptionManager first`,
+        { details: { reason: "facilitator_not_operator", operator: ctx.gas.address, provider } },
+      );
+    }
+    operatorUntil.set(key, ctx.clock.now() + OPERATOR_CACHE_MS);
+  }
+
+  /** The provider of a subscription's plan: from the index, else from the chain. */
+  async function providerOf(subscriptionId: bigint): Promise<Address | undefined> {
+    const row = await findSubscription(ctx.store, scope, subscriptionId);
+    if (row !== undefined) return getAddress(row.provider);
+    const sub = await read<{ subscriber: Address; planId: bigint }>(() =>
+      ctx.publicClient.readContract({
+        address: ctx.subscriptionManager,
+        abi: subscriptionManagerAbi,
+        functionName: "subscriptions",
+        args: [subscriptionId],
+      }),
+    );
+    if (/^0x0{40}$/i.test(sub.subscriber)) return undefined;
+    const plan = await read<{ provider: Address }>(() =>
+      ctx.publicClient.readContract({
+        address: ctx.subscriptionManager,
+        abi: subscriptionManagerAbi,
+        functionName: "plans",
+        args: [sub.planId],
+      }),
+    );
+    return getAddress(plan.provider);
+  }
+
+  app.post("/usage", requireProvider(ctx), async (c) => {
+    const provider = c.get("provider").address;
+    const { records } = await readJsonBody(c, UsageRequestSchema);
+    const ids = [...new Set(records.map((r) => r.subscriptionId))];
+    for (const id of ids) {
+      const owner = await providerOf(BigInt(id));
+      if (owner === undefined) {
+        throw new TollgateError("NotFound", `no subscription ${id}`, { details: { subscriptionId: id } });
+      }
+      if (owner !== provider) {
+        throw new TollgateError("InvalidRequest", `subscription ${id} is not on one of your plans`, {
+          details: { reason: "not_your_subscription", subscriptionId: id },
+        });
+      }
+    }
+    await assertOperator(provider);
+    const stored = await recordUsage(ctx.store, scope, provider, records);
+    deps.onRecorded();
+    const body: UsageResponse = {
+      accepted: stored.map(({ row, duplicate }) => ({ ...usageToWire(row), duplicate })),
+    };
+    return c.json(body, 202);
+  });
+
+  app.get("/usage", requireProvider(ctx), async (c) => {
+    const provider = c.get("provider").address;
+    const query = parseWire(GetUsageQuerySchema, c.req.query(), {
+      what: "query (give subscriptionId=<id> or refs=<a,b,…>)",
+    });
+    if ("refs" in query) {
+      const rows = await findUsageByRefs(ctx.store, scope, provider, query.refs);
+      const body: UsageRecordsResponse = { records: rows.map(usageToWire) };
+      return c.json(body);
+    }
+    const subscriptionId = BigInt(query.subscriptionId);
+    const sub = await read<{ subscriber: Address; maxOverage: bigint; overageUsed: bigint }>(() =>
+      ctx.publicClient.readContract({
+        address: ctx.subscriptionManager,
+        abi: subscriptionManagerAbi,
+        functionName: "subscriptions",
+        args: [subscriptionId],
+      }),
+    );
+    if (/^0x0{40}$/i.test(sub.subscriber)) {
+      throw new TollgateError("NotFound", `no subscription ${query.subscriptionId}`);
+    }
+    const totals = await usageTotals(ctx.store, scope, provider, subscriptionId);
+    const wire = (t: { count: number; amount: bigint }) => ({ count: t.count, amount: t.amount.toString() });
+    const all = [totals.pending, totals.submitted, totals.settled, totals.failed];
+    const body: UsageSummary = {
+      subscriptionId: query.subscriptionId,
+      maxOverage: sub.maxOverage.toString(),
+      overageUsed: sub.overageUsed.toString(),
+      recorded: wire({
+        count: all.reduce((n, t) => n + t.count, 0),
+        amount: all.reduce((n, t) => n + t.amount, 0n),
+      }),
+      unsettled: wire({
+        count: totals.pending.count + totals.submitted.count,
+        amount: totals.pending.amount + totals.submitted.amount,
+      }),
+      settled: wire(totals.settled),
+      failed: wire(totals.failed),
+    };
+    return c.json(body);
+  });
+}

@@ -1,0 +1,271 @@
+/**
+ * Webhook endpoints and their deliveries in the store, always scoped to one provider: a provider can
+ * neither see nor touch another provider's endpoints, and an id it does not own is simply not found.
+ */
+import { z } from "zod";
+import { base64UrlEncode } from "../../protocol/base64.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { WebhookEventTypeSchema } from "../../protocol/webhook.ts";
+import { SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
+import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
+import type { Queryable, Store } from "../../store/store.ts";
+import type {
+  CreateWebhookRequest,
+  CreateWebhookResponse,
+  ListWebhookDeliveriesQuery,
+  RotateWebhookSecretResponse,
+  WebhookDelivery,
+  WebhookEndpoint,
+} from "./webhookApi.ts";
+import { WebhookDeliveryStatusSchema } from "./webhookApi.ts";
+
+export type WebhookRepositoryOptions = {
+  store: Store;
+  /** Random bytes for endpoint ids and secrets. */
+  randomBytes: (size: number) => Uint8Array;
+  /** Endpoints one provider may register (default 20). */
+  maxEndpointsPerProvider?: number | undefined;
+  /** Attempts shown per delivery (default 10, most recent first). */
+  historyLength?: number | undefined;
+};
+
+export type WebhookRepository = ReturnType<typeof createWebhookRepository>;
+
+const EndpointRowSchema = z.object({
+  id: z.string(),
+  url: z.string(),
+  events: z.array(WebhookEventTypeSchema).nullable(),
+  description: z.string().nullable(),
+  created_at: TimestampColumnSchema,
+  previous_secret_expires_at: TimestampColumnSchema.nullable(),
+});
+type EndpointRow = z.infer<typeof EndpointRowSchema>;
+
+const DeliveryRowSchema = z.object({
+  id: SafeIntColumnSchema,
+  event_id: SafeIntColumnSchema,
+  event_type: z.string(),
+  status: WebhookDeliveryStatusSchema,
+  attempts: z.number().int(),
+  next_attempt_at: TimestampColumnSchema,
+  delivered_at: TimestampColumnSchema.nullable(),
+  created_at: TimestampColumnSchema,
+});
+
+const AttemptRowSchema = z.object({
+  delivery_id: SafeIntColumnSchema,
+  attempted_at: TimestampColumnSchema,
+  status_code: z.number().int().nullable(),
+  error: z.string().nullable(),
+  duration_ms: z.number().int().nullable(),
+});
+
+/** The id a receiver de-duplicates on: stable across retries of one event to any endpoint. */
+export function webhookEventId(eventId: number | bigint): string {
+  return `evt_${eventId}`;
+}
+
+const DELIVERY_COLUMNS = `d.id, d.event_id, e.type AS event_type, d.status, d.attempts, d.next_attempt_at,
+  d.delivered_at, d.created_at`;
+
+export function createWebhookRepository(options: WebhookRepositoryOptions) {
+  const { store } = options;
+  const maxEndpoints = options.maxEndpointsPerProvider ?? 20;
+  const historyLength = options.historyLength ?? 10;
+
+  const newSecret = () => `whsec_${base64UrlEncode(options.randomBytes(24))}`;
+
+  function toEndpoint(row: EndpointRow, now: Date): WebhookEndpoint {
+    const graceUntil = row.previous_secret_expires_at;
+    return {
+      id: row.id,
+      url: row.url,
+      events: row.events,
+      description: row.description,
+      createdAt: row.created_at.toISOString(),
+      previousSecretExpiresAt: graceUntil !== null && graceUntil > now ? graceUntil.toISOString() : null,
+    };
+  }
+
+  /** The endpoint if `provider` owns it; a 404 otherwise (another provider's id is not revealed). */
+  async function ownedEndpoint(db: Queryable, provider: string, id: string): Promise<EndpointRow> {
+    const row = await queryOneParsed(
+      db,
+      EndpointRowSchema,
+      `SELECT id, url, events, description, created_at, previous_secret_expires_at
+       FROM webhook_endpoints WHERE id = $1 AND provider = $2`,
+      [id, provider.toLowerCase()],
+    );
+    if (row === undefined) throw new TollgateError("NotFound", "no webhook endpoint with that id");
+    return row;
+  }
+
+  async function deliveriesWithHistory(
+    rows: z.infer<typeof DeliveryRowSchema>[],
+  ): Promise<WebhookDelivery[]> {
+    if (rows.length === 0) return [];
+    const attempts = await queryParsed(
+      store,
+      AttemptRowSchema,
+      `SELECT delivery_id, attempted_at, status_code, error, duration_ms FROM (
+         SELECT a.*, row_number() OVER (PARTITION BY delivery_id ORDER BY id DESC) AS rank
+         FROM webhook_attempts a WHERE delivery_id = ANY($1::bigint[])) ranked
+       WHERE rank <= $2 ORDER BY delivery_id, rank`,
+      [rows.map((r) => r.id), historyLength],
+    );
+    return rows.map((row) => ({
+      id: String(row.id),
+      eventId: webhookEventId(row.event_id),
+      eventType: row.event_type,
+      status: row.status,
+      attempts: row.attempts,
+      nextAttemptAt: row.status === "pending" ? row.next_attempt_at.toISOString() : null,
+      deliveredAt: row.delivered_at?.toISOString() ?? null,
+      createdAt: row.created_at.toISOString(),
+      history: attempts
+        .filter((a) => a.delivery_id === row.id)
+        .map((a) => ({
+          at: a.attempted_at.toISOString(),
+          statusCode: a.status_code,
+          error: a.error,
+          durationMs: a.duration_ms,
+        })),
+    }));
+  }
+
+  return {
+    /** Registers an endpoint; the reply holds its secret, which is never shown again. */
+    async create(provider: string, request: CreateWebhookRequest, now: Date): Promise<CreateWebhookResponse> {
+      const owner = provider.toLowerCase();
+      const id = `we_${base64UrlEncode(options.randomBytes(12))}`;
+      const secret = newSecret();
+      const row = await store.transaction(async (tx) => {
+        // Serialise registrations of one provider so the limit below holds under concurrency.
+        await tx.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`webhooks:${owner}`]);
+        const count = await tx.query("SELECT 1 FROM webhook_endpoints WHERE provider = $1", [owner]);
+        if (count.length >= maxEndpoints) {
+          throw new TollgateError(
+            "InvalidRequest",
+            `a provider may register ${maxEndpoints} webhook endpoints; delete one first`,
+            { details: { reason: "too_many_endpoints", maxEndpoints } },
+          );
+        }
+        return queryOneParsed(
+          tx,
+          EndpointRowSchema,
+          // created_at is the database's time, like events.created_at: fan-out compares the two to
+          // send an endpoint only the events that happened after it was registered.
+          `INSERT INTO webhook_endpoints (id, provider, url, events, description, secret)
+           VALUES ($1, $2, $3, $4, $5, $6)
+           RETURNING id, url, events, description, created_at, previous_secret_expires_at`,
+          [id, owner, request.url, request.events ?? null, request.description ?? null, secret],
+        );
+      });
+      if (row === undefined) throw new TollgateError("Internal", "webhook endpoint insert returned nothing");
+      return { ...toEndpoint(row, now), secret };
+    },
+
+    async list(provider: string, now: Date): Promise<WebhookEndpoint[]> {
+      const rows = await queryParsed(
+        store,
+        EndpointRowSchema,
+        `SELECT id, url, events, description, created_at, previous_secret_expires_at
+         FROM webhook_endpoints WHERE provider = $1 ORDER BY created_at, id`,
+        [provider.toLowerCase()],
+      );
+      return rows.map((row) => toEndpoint(row, now));
+    },
+
+    /** Deletes an endpoint and its queued and past deliveries; nothing more is sent to it. */
+    async remove(provider: string, id: string): Promise<void> {
+      const deleted = await store.query(
+        "DELETE FROM webhook_endpoints WHERE id = $1 AND provider = $2 RETURNING id",
+        [id, provider.toLowerCase()],
+      );
+      if (deleted.length === 0) throw new TollgateError("NotFound", "no webhook endpoint with that id");
+    },
+
+    /**
+     * Issues a new secret. The old one keeps signing deliveries (as a second `v1`) for `graceSeconds`,
+     * so receivers can switch without refusing anything in between.
+     */
+    async rotateSecret(
+      provider: string,
+      id: string,
+      graceSeconds: number,
+      now: Date,
+    ): Promise<RotateWebhookSecretResponse> {
+      const secret = newSecret();
+      const until = graceSeconds > 0 ? new Date(now.getTime() + graceSeconds * 1000) : null;
+      const rows = await store.query(
+        `UPDATE webhook_endpoints SET previous_secret = CASE WHEN $4::timestamptz IS NULL THEN NULL ELSE secret END,
+           previous_secret_expires_at = $4, secret = $3, updated_at = $5
+         WHERE id = $1 AND provider = $2 RETURNING id`,
+        [id, provider.toLowerCase(), secret, until, now],
+      );
+      if (rows.length === 0) throw new TollgateError("NotFound", "no webhook endpoint with that id");
+      return { id, secret, previousSecretExpiresAt: until?.toISOString() ?? null };
+    },
+
+    async listDeliveries(
+      provider: string,
+      endpointId: string,
+      query: ListWebhookDeliveriesQuery,
+    ): Promise<WebhookDelivery[]> {
+      await ownedEndpoint(store, provider, endpointId);
+      const rows = await queryParsed(
+        store,
+        DeliveryRowSchema,
+        `SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries d JOIN events e ON e.id = d.event_id
+         WHERE d.endpoint_id = $1 AND ($2::text IS NULL OR d.status = $2)
+           AND ($3::bigint IS NULL OR d.id < $3)
+         ORDER BY d.id DESC LIMIT $4`,
+        [endpointId, query.status ?? null, query.before ?? null, query.limit],
+      );
+      return deliveriesWithHistory(rows);
+    },
+
+    /**
+     * Requeues a dead letter (or re-sends a delivered event) for an attempt now, with a fresh retry
+     * budget. A delivery that is still queued or being sent is left alone (400).
+     */
+    async retryDelivery(
+      provider: string,
+      endpointId: string,
+      deliveryId: string,
+      now: Date,
+    ): Promise<WebhookDelivery> {
+      await ownedEndpoint(store, provider, endpointId);
+      const rows = await queryParsed(
+        store,
+        z.object({ id: SafeIntColumnSchema, status: z.string() }),
+        "SELECT id, status FROM webhook_deliveries WHERE id = $1 AND endpoint_id = $2",
+        [deliveryId, endpointId],
+      );
+      const current = rows[0];
+      if (current === undefined)
+        throw new TollgateError("NotFound", "no delivery with that id for this endpoint");
+      const requeued = await store.query(
+        `UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = $2,
+           delivered_at = NULL, updated_at = now()
+         WHERE id = $1 AND status IN ('dead', 'delivered') RETURNING id`,
+        [current.id, now],
+      );
+      if (requeued.length === 0) {
+        throw new TollgateError("InvalidRequest", "the delivery is already queued; it will be tried again", {
+          details: { reason: "already_queued", status: current.status },
+        });
+      }
+      const [delivery] = await deliveriesWithHistory(
+        await queryParsed(
+          store,
+          DeliveryRowSchema,
+          `SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries d JOIN events e ON e.id = d.event_id WHERE d.id = $1`,
+          [current.id],
+        ),
+      );
+      if (delivery === undefined) throw new TollgateError("NotFound", "the delivery was deleted");
+      return delivery;
+    },
+  };
+}

@@ -1,0 +1,192 @@
+/**
+ * The facilitator's webhooks module (DESIGN.md §4): provider-authenticated endpoint management and the
+ * background outbox worker that delivers the event log to those endpoints.
+ *
+ * Routes (all need `Authorization: Bearer <provider API key>`; a provider sees only its own):
+ * - `POST /webhooks` `{url, events?, description?}` → 201 the endpoint with its `secret` (shown once)
+ * - `GET /webhooks` → `{webhooks}`
+ * - `DELETE /webhooks/:id` → `{id, deleted: true}`
+ * - `POST /webhooks/:id/rotate-secret` `{graceSeconds?}` → the new secret
+ * - `GET /webhooks/:id/deliveries?status&limit&before` → recent deliveries with their attempts
+ * - `POST /webhooks/:id/deliveries/:deliveryId/retry` → requeues a dead letter
+ */
+import { randomBytes as nodeRandomBytes } from "node:crypto";
+import type { Context, Hono } from "hono";
+import { Counter } from "prom-client";
+import { TollgateError } from "../../protocol/errors.ts";
+import { parseWire } from "../../protocol/parseWire.ts";
+import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
+import { readJsonBody } from "../httpErrors.ts";
+import { requireProvider } from "../providers/requireProvider.ts";
+import { createWebhookRepository } from "./createWebhookRepository.ts";
+import {
+  createWebhookWorker,
+  type WebhookDeliveryOutcome,
+  type WebhookFetch,
+  type WebhookWorkerOptions,
+} from "./createWebhookWorker.ts";
+import {
+  CreateWebhookRequestSchema,
+  type CreateWebhookResponse,
+  type DeleteWebhookResponse,
+  ListWebhookDeliveriesQuerySchema,
+  type ListWebhookDeliveriesResponse,
+  type ListWebhooksResponse,
+  type RetryWebhookDeliveryResponse,
+  RotateWebhookSecretRequestSchema,
+} from "./webhookApi.ts";
+
+export type WebhooksModuleOptions = Pick<
+  WebhookWorkerOptions,
+  "retry" | "timeoutMs" | "leaseMs" | "concurrency" | "fanOutBatchSize" | "pollIntervalMs" | "retentionMs"
+> & {
+  /** Sends deliveries (default the global `fetch`). */
+  fetch?: WebhookFetch | undefined;
+  /** Backoff jitter source in [0, 1) (default `Math.random`). */
+  random?: (() => number) | undefined;
+  /** Random bytes for endpoint ids and secrets (default node:crypto). */
+  randomBytes?: ((size: number) => Uint8Array) | undefined;
+  maxEndpointsPerProvider?: number | undefined;
+  /** Run the delivery worker in this process (default true); routes are served either way. */
+  runWorker?: boolean | undefined;
+  /** Grace period of a rotated-out secret when the request names none (default one day). */
+  defaultGraceSeconds?: number | undefined;
+};
+
+const ENDPOINT_ID = /^we_[A-Za-z0-9_-]{16,64}$/;
+const DELIVERY_ID = /^[0-9]{1,15}$/;
+
+/** A factory for the webhooks module with explicit options. */
+export function createWebhooksModule(options: WebhooksModuleOptions = {}): FacilitatorModuleFactory {
+  const random = options.random ?? Math.random;
+  const randomBytes = options.randomBytes ?? ((size: number) => new Uint8Array(nodeRandomBytes(size)));
+  const send: WebhookFetch = options.fetch ?? ((url, init) => fetch(url, init));
+  const defaultGrace = options.defaultGraceSeconds ?? 86_400;
+
+  return (ctx) => {
+    const repository = createWebhookRepository({
+      store: ctx.store,
+      randomBytes,
+      maxEndpointsPerProvider: options.maxEndpointsPerProvider,
+    });
+    const metricName = "tollgate_webhook_attempts_total";
+    const attempts =
+      (ctx.metrics.registry.getSingleMetric(metricName) as Counter<"outcome"> | undefined) ??
+      new Counter({
+        name: metricName,
+        help: "Webhook delivery attempts by outcome (delivered, retry, dead)",
+        labelNames: ["outcome"] as const,
+        registers: [ctx.metrics.registry],
+      });
+    const worker = createWebhookWorker({
+      store: ctx.store,
+      clock: ctx.clock,
+      logger: ctx.logger,
+      fetch: send,
+      random,
+      retry: options.retry,
+      timeoutMs: options.timeoutMs,
+      leaseMs: options.leaseMs,
+      concurrency: options.concurrency,
+      fanOutBatchSize: options.fanOutBatchSize,
+      pollIntervalMs: options.pollIntervalMs,
+      retentionMs: options.retentionMs,
+      onAttempt: (outcome: WebhookDeliveryOutcome) => attempts.inc({ outcome }),
+    });
+    const auth = requireProvider(ctx);
+    const now = () => new Date(ctx.clock.now());
+
+    return {
+      name: "webhooks",
+      routes(app: Hono) {
+        app.post("/webhooks", auth, async (c) => {
+          const request = await readJsonBody(c, CreateWebhookRequestSchema);
+          const body: CreateWebhookResponse = await repository.create(
+            c.get("provider").address,
+            request,
+            now(),
+          );
+          ctx.logger.info(
+            { provider: c.get("provider").address, webhook: body.id },
+            "webhook endpoint registered",
+          );
+          return c.json(body, 201);
+        });
+
+        app.get("/webhooks", auth, async (c) => {
+          const body: ListWebhooksResponse = {
+            webhooks: await repository.list(c.get("provider").address, now()),
+          };
+          return c.json(body);
+        });
+
+        app.delete("/webhooks/:id", auth, async (c) => {
+          const id = endpointId(c.req.param("id"));
+          await repository.remove(c.get("provider").address, id);
+          const body: DeleteWebhookResponse = { id, deleted: true };
+          return c.json(body);
+        });
+
+        app.post("/webhooks/:id/rotate-secret", auth, async (c) => {
+          const id = endpointId(c.req.param("id"));
+          const request = parseWire(RotateWebhookSecretRequestSchema, await optionalJson(c), {
+            what: "request body",
+          });
+          const body = await repository.rotateSecret(
+            c.get("provider").address,
+            id,
+            request.graceSeconds ?? defaultGrace,
+            now(),
+          );
+          return c.json(body);
+        });
+
+        app.get("/webhooks/:id/deliveries", auth, async (c) => {
+          const id = endpointId(c.req.param("id"));
+          const query = parseWire(ListWebhookDeliveriesQuerySchema, c.req.query(), { what: "query" });
+          const body: ListWebhookDeliveriesResponse = {
+            deliveries: await repository.listDeliveries(c.get("provider").address, id, query),
+          };
+          return c.json(body);
+        });
+
+        app.post("/webhooks/:id/deliveries/:deliveryId/retry", auth, async (c) => {
+          const id = endpointId(c.req.param("id"));
+          const deliveryId = c.req.param("deliveryId");
+          if (!DELIVERY_ID.test(deliveryId)) {
+            throw new TollgateError("NotFound", "no delivery with that id for this endpoint");
+          }
+          const delivery = await repository.retryDelivery(c.get("provider").address, id, deliveryId, now());
+          const body: RetryWebhookDeliveryResponse = { delivery };
+          return c.json(body);
+        });
+      },
+      async start() {
+        if (options.runWorker !== false) worker.start();
+      },
+      async stop() {
+        await worker.stop();
+      },
+    };
+  };
+}
+
+/** The webhooks module with its defaults (listed in modules.ts). */
+export const webhooksModule: FacilitatorModuleFactory = createWebhooksModule();
+
+function endpointId(id: string): string {
+  // A malformed id names no endpoint: 404 like an unknown one, never a 500 from the store.
+  if (!ENDPOINT_ID.test(id)) throw new TollgateError("NotFound", "no webhook endpoint with that id");
+  return id;
+}
+
+/** A JSON body that may be absent (`{}` then). */
+async function optionalJson(c: Context): Promise<unknown> {
+  const text = await c.req.text();
+  if (text.trim() === "") return {};
+  try {
+    return JSON.parse(text);
+  } catch (cause) {
+    throw new TollgateError("InvalidRequest", "request body is not valid JSON", { cause });
+  }
+}

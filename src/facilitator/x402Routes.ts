@@ -1,0 +1,471 @@
+/**
+ * The facilitator's x402 v2 endpoints (DESIGN.md §2.7): `POST /verify`, `POST /settle` and
+ * `GET /supported` with the bodies of the x402 v2 facilitator API, mounted under `/x402`, so that a
+ * standard x402 resource server (e.g. `@x402/express` with `HTTPFacilitatorClient`) can use a
+ * Tollgate facilitator for the `exact` EVM scheme with EIP-3009 payloads.
+ *
+ * They sit on the settlement engine: verify is `engine.preflight` (every check short of settling,
+ * ending in a simulation on chain) and settle is `engine.settleAuthorization` (the batched, crash-safe
+ * path, idempotent on the authorization nonce), so an x402 payment is checked and settled exactly like
+ * a Tollgate one.
+ *
+ * Outcomes, as x402 facilitators report them:
+ * - a payment that fails a check is 200 with `isValid: false` / `success: false` and a reason
+ *   string (x402's own where it has one; mapping in docs/x402.md);
+ * - a request that is not an x402 verify/settle body at all is 400 with Tollgate's error body;
+ * - the chain being unreachable is 503 with `Retry-After` and an x402 body carrying
+ *   `unexpected_*_error` (plus Tollgate's `error` object).
+ */
+import { type Context, Hono } from "hono";
+import type { Logger } from "pino";
+import { z } from "zod";
+import { sameAddress } from "../protocol/address.ts";
+import { type Clock, unixSeconds } from "../protocol/clock.ts";
+import { type ErrorCode, TollgateError } from "../protocol/errors.ts";
+import type { SupportedResponse } from "../protocol/facilitator.ts";
+import { parseWire } from "../protocol/parseWire.ts";
+import {
+  X402_VERSION,
+  X402ErrorReason,
+  X402ExactEip3009PayloadSchema,
+  type X402PaymentRequirements,
+  type X402SettleResponse,
+  type X402SupportedResponse,
+  type X402VerifyRequest,
+  X402VerifyRequestSchema,
+  type X402VerifyResponse,
+} from "../protocol/x402.ts";
+import { queryOneParsed } from "../store/queryParsed.ts";
+import type { Queryable } from "../store/store.ts";
+import type { CheckablePayment } from "./checkSignedPayment.ts";
+import { errorResponse, readJsonBody } from "./httpErrors.ts";
+import { BatchRowSchema, type PaymentRow } from "./paymentRecords.ts";
+import type { SettlementEngine } from "./settlementEngine.ts";
+
+export type X402RoutesDeps = {
+  engine: Pick<SettlementEngine, "preflight" | "settleAuthorization" | "getPayment">;
+  /** Tollgate's own `/supported`: the networks, tokens (with EIP-712 domains) and signers served. */
+  supported: SupportedResponse;
+  /** Read for the batch transaction of a payment still settling (`settlement_pending`). */
+  store: Queryable;
+  clock: Clock;
+  logger?: Logger | undefined;
+};
+
+/**
+ * Seconds an authorization must still be valid for when it arrives: the settlement engine refuses
+ * less, so that nothing expires while it waits in a batch (x402's facilitator uses the same 6).
+ */
+const MIN_REMAINING_SECONDS = 6;
+/**
+ * Tolerance for a payer's clock running ahead of ours when comparing `validBefore` with
+ * `now + maxTimeoutSeconds` (x402 clients sign `validBefore = their now + maxTimeoutSeconds`).
+ */
+const MAX_CLOCK_SKEW_SECONDS = 30;
+/** 65 bytes as hex: `r ‖ s ‖ v` of an externally owned account, the only signature Tollgate settles. */
+const ECDSA_SIGNATURE_HEX_LENGTH = 2 + 65 * 2;
+
+/** Just enough shape to tell an x402 body of another version from a malformed one. */
+const EnvelopeSchema = z.looseObject({
+  x402Version: z.number(),
+  paymentPayload: z.looseObject({ x402Version: z.number() }),
+  paymentRequirements: z.looseObject({}),
+});
+
+type Refusal = { reason: X402ErrorReason; message: string; payer?: string | undefined };
+type TokenDomain = { name: string; version: string };
+type Checked = { payment: CheckablePayment; payer: string; maxTimeoutSeconds: number };
+
+/**
+ * The x402 sub-app; mount it with `app.route("/x402", x402Routes(deps))`.
+ *
+ * @example
+ * app.route("/x402", x402Routes({ engine, supported, store, clock }));
+ * // an x402 resource server then uses new HTTPFacilitatorClient({ url: `${facilitatorUrl}/x402` })
+ */
+export function x402Routes(deps: X402RoutesDeps): Hono {
+  const { engine, clock } = deps;
+  const app = new Hono();
+  const supportedReply = x402Supported(deps.supported);
+  /** network → lowercase token address → EIP-712 domain, for the networks this facilitator settles. */
+  const tokensByNetwork = new Map(
+    deps.supported.networks.map((n) => [
+      n.network as string,
+      new Map<string, TokenDomain>(n.tokens.map((t) => [t.address.toLowerCase(), t.eip712])),
+    ]),
+  );
+
+  app.get("/supported", (c) => c.json(supportedReply));
+
+  app.post("/verify", async (c) => {
+    const read = await readX402Request(c);
+    if (!read.ok) return c.json(verifyRefusal(read.refusal));
+    const checked = checkPayment(read.request, tokensByNetwork);
+    if ("reason" in checked) return c.json(verifyRefusal(checked));
+    const late = checkWindow(checked, unixSeconds(clock));
+    if (late !== undefined) return c.json(verifyRefusal(late));
+    try {
+      const payer = await engine.preflight(checked.payment);
+      const reply: X402VerifyResponse = { isValid: true, payer };
+      return c.json(reply);
+    } catch (error) {
+      if (!(error instanceof TollgateError)) throw error;
+      if (error.code === "ChainUnavailable") {
+        return faultReply(error, verifyRefusal(unexpected(error, "verify", checked.payer)));
+      }
+      return c.json(verifyRefusal(refusalOf(error, "verify", checked.payer)));
+    }
+  });
+
+  app.post("/settle", async (c) => {
+    const read = await readX402Request(c);
+    if (!read.ok) return c.json(settleRefusal(read.refusal, ""));
+    const network = read.request.paymentRequirements.network;
+    const checked = checkPayment(read.request, tokensByNetwork);
+    if ("reason" in checked) return c.json(settleRefusal(checked, network));
+
+    // Idempotence first: the same authorization settled before answers with its transaction even
+    // after its validity window has closed (the window only matters for a transfer still to make).
+    const previous = await engine.getPayment(checked.payment.authorization.nonce);
+    if (previous?.status === "settled" && previous.tx_hash !== null && sameAuthorization(previous, checked)) {
+      return c.json(settleSuccess(previous.tx_hash, network, checked.payer));
+    }
+
+    const late = checkWindow(checked, unixSeconds(clock));
+    if (late !== undefined) return c.json(settleRefusal(late, network));
+    try {
+      const row = await engine.settleAuthorization(checked.payment);
+      if (row.tx_hash === null) throw new TollgateError("Internal", "a settled payment has no transaction");
+      return c.json(settleSuccess(row.tx_hash, network, checked.payer));
+    } catch (error) {
+      if (!(error instanceof TollgateError)) throw error;
+      if (error.code === "ChainUnavailable") {
+        if (typeof error.details?.status === "string") {
+          // Queued or broadcast but not confirmed within the engine's wait: it carries on. With a
+          // transaction to name, x402's resource server retries the settle once (same payload).
+          const pending: X402SettleResponse = {
+            success: false,
+            errorReason: X402ErrorReason.SettlementPending,
+            errorMessage: error.message,
+            transaction: await transactionOf(checked.payment.authorization.nonce),
+            network,
+            payer: checked.payer,
+          };
+          return c.json(pending);
+        }
+        return faultReply(error, settleRefusal(unexpected(error, "settle", checked.payer), network));
+      }
+      return c.json(settleRefusal(refusalOf(error, "settle", checked.payer), network));
+    }
+  });
+
+  /** The batch transaction a not-yet-settled payment rides in, or "" when none was signed yet. */
+  async function transactionOf(nonce: string): Promise<string> {
+    const row = await engine.getPayment(nonce);
+    if (row === undefined) return "";
+    if (row.tx_hash !== null) return row.tx_hash;
+    if (row.batch_id === null) return "";
+    const batch = await queryOneParsed(
+      deps.store,
+      BatchRowSchema,
+      "SELECT * FROM settlement_batches WHERE id = $1",
+      [row.batch_id],
+    );
+    return batch?.tx_hash ?? "";
+  }
+
+  function faultReply(error: TollgateError, body: X402VerifyResponse | X402SettleResponse): Response {
+    deps.logger?.warn({ code: error.code }, "x402 request could not reach the chain");
+    const reply = errorResponse(error);
+    return new Response(JSON.stringify({ ...body, ...error.toBody() }), {
+      status: reply.status,
+      headers: reply.headers,
+    });
+  }
+
+  return app;
+}
+
+/** The x402 `GET /supported` reply for what this facilitator settles: `exact`, x402 v2, per network. */
+export function x402Supported(supported: SupportedResponse): X402SupportedResponse {
+  const exact = supported.schemes.includes("exact");
+  const networks = supported.networks.filter((n) => exact && n.tokens.length > 0);
+  const signers = [...new Set(networks.flatMap((n) => n.signers ?? []))];
+  return {
+    kinds: networks.map((n) => ({ x402Version: X402_VERSION, scheme: "exact", network: n.network })),
+    extensions: [],
+    // x402 keys signers by CAIP family; every network here is an EVM one.
+    signers: signers.length === 0 ? {} : { "eip155:*": signers },
+  };
+}
+
+/**
+ * Reads a verify/settle body. Anything that is not such a body is a 400 (thrown); an x402 body of
+ * another protocol version is a refusal, since it is well-formed for what it claims to be.
+ */
+async function readX402Request(
+  c: Context,
+): Promise<{ ok: true; request: X402VerifyRequest } | { ok: false; refusal: Refusal }> {
+  const envelope = await readJsonBody(c, EnvelopeSchema);
+  if (envelope.x402Version !== X402_VERSION || envelope.paymentPayload.x402Version !== X402_VERSION) {
+    return {
+      ok: false,
+      refusal: {
+        reason: X402ErrorReason.InvalidX402Version,
+        message: `this facilitator speaks x402 version ${X402_VERSION}`,
+      },
+    };
+  }
+  return { ok: true, request: parseWire(X402VerifyRequestSchema, envelope, { what: "x402 request body" }) };
+}
+
+/**
+ * Every check of the payment against its requirements that needs neither the clock nor the chain,
+ * in the order a resource server can act on: scheme, network, asset and its EIP-712 domain, the
+ * payload's shape, then the authorization's payee and amount.
+ */
+function checkPayment(
+  request: X402VerifyRequest,
+  tokensByNetwork: ReadonlyMap<string, ReadonlyMap<string, TokenDomain>>,
+): Checked | Refusal {
+  const requirements: X402PaymentRequirements = request.paymentRequirements;
+  const accepted = request.paymentPayload.accepted;
+  const payload = request.paymentPayload.payload;
+  const claimedPayer = readPayer(payload);
+
+  if (requirements.scheme !== "exact" || accepted.scheme !== "exact") {
+    return {
+      reason: X402ErrorReason.UnsupportedScheme,
+      message: "this facilitator settles the exact scheme only",
+      payer: claimedPayer,
+    };
+  }
+  if (accepted.network !== requirements.network) {
+    return {
+      reason: X402ErrorReason.NetworkMismatch,
+      message: "the payload was made for another network than the requirements name",
+      payer: claimedPayer,
+    };
+  }
+  const tokens = tokensByNetwork.get(requirements.network);
+  if (tokens === undefined) {
+    return {
+      reason: X402ErrorReason.InvalidNetwork,
+      message: `this facilitator does not settle on ${requirements.network}; see GET /x402/supported`,
+      payer: claimedPayer,
+    };
+  }
+  const token = tokens.get(requirements.asset.toLowerCase());
+  if (token === undefined) {
+    return {
+      reason: X402ErrorReason.InvalidPaymentRequirements,
+      message: `this facilitator does not settle asset ${requirements.asset} on ${requirements.network}`,
+      payer: claimedPayer,
+    };
+  }
+  const name = requirements.extra?.name;
+  const version = requirements.extra?.version;
+  if (typeof name !== "string" || typeof version !== "string") {
+    return {
+      reason: X402ErrorReason.MissingEip712Domain,
+      message: "requirements.extra must carry the token's EIP-712 name and version",
+      payer: claimedPayer,
+    };
+  }
+  if (name !== token.name) {
+    return {
+      reason: X402ErrorReason.TokenNameMismatch,
+      message: `the token's EIP-712 name is ${JSON.stringify(token.name)}`,
+      payer: claimedPayer,
+    };
+  }
+  if (version !== token.version) {
+    return {
+      reason: X402ErrorReason.TokenVersionMismatch,
+      message: `the token's EIP-712 version is ${JSON.stringify(token.version)}`,
+      payer: claimedPayer,
+    };
+  }
+  const transferMethod = requirements.extra?.assetTransferMethod;
+  if ("permit2Authorization" in payload || (transferMethod !== undefined && transferMethod !== "eip3009")) {
+    return {
+      reason: X402ErrorReason.UnsupportedPayloadType,
+      message: "this facilitator settles EIP-3009 transferWithAuthorization payloads only",
+      payer: claimedPayer,
+    };
+  }
+  if (
+    !/^(0|[1-9][0-9]{0,77})$/.test(requirements.amount) ||
+    !Number.isSafeInteger(requirements.maxTimeoutSeconds)
+  ) {
+    return {
+      reason: X402ErrorReason.InvalidPaymentRequirements,
+      message: "requirements.amount must be a decimal integer and maxTimeoutSeconds a whole number",
+      payer: claimedPayer,
+    };
+  }
+  const parsed = X402ExactEip3009PayloadSchema.safeParse(payload);
+  if (!parsed.success) {
+    return {
+      reason: X402ErrorReason.InvalidPayload,
+      message:
+        "payload must be { authorization: {from, to, value, validAfter, validBefore, nonce}, signature }",
+      payer: claimedPayer,
+    };
+  }
+  const { authorization, signature } = parsed.data;
+  const payer = authorization.from;
+  if (signature.length !== ECDSA_SIGNATURE_HEX_LENGTH) {
+    // ERC-1271 / ERC-6492 smart-wallet signatures are longer; the token only checks ECDSA here.
+    return {
+      reason: X402ErrorReason.InvalidSignature,
+      message: "only 65-byte ECDSA signatures of externally owned accounts are settled",
+      payer,
+    };
+  }
+  if (!sameAddress(authorization.to, requirements.payTo)) {
+    return {
+      reason: X402ErrorReason.RecipientMismatch,
+      message: "authorization.to differs from requirements.payTo",
+      payer,
+    };
+  }
+  if (BigInt(authorization.value) !== BigInt(requirements.amount)) {
+    return {
+      reason: X402ErrorReason.AuthorizationValueMismatch,
+      message: `authorization.value must equal requirements.amount (${requirements.amount})`,
+      payer,
+    };
+  }
+  return {
+    payment: {
+      network: requirements.network,
+      token: requirements.asset,
+      authorization,
+      signature: signature as `0x${string}`,
+    },
+    payer,
+    maxTimeoutSeconds: requirements.maxTimeoutSeconds,
+  };
+}
+
+/**
+ * The validity window against our clock. EIP-3009: `validAfter < now < validBefore`, and some
+ * seconds must remain to settle. The window may not outlast `maxTimeoutSeconds` from now (give or take
+ * clock skew): the resource server asked for a payment that completes within that time, and a
+ * longer-lived authorization would stay spendable after the server stopped expecting it.
+ */
+function checkWindow(checked: Checked, now: number): Refusal | undefined {
+  const { authorization: a } = checked.payment;
+  const validBefore = BigInt(a.validBefore);
+  if (validBefore <= BigInt(now + MIN_REMAINING_SECONDS)) {
+    return {
+      reason: X402ErrorReason.ValidBeforeExpired,
+      message: `the authorization has expired or expires within ${MIN_REMAINING_SECONDS} s`,
+      payer: checked.payer,
+    };
+  }
+  if (BigInt(a.validAfter) >= BigInt(now)) {
+    return {
+      reason: X402ErrorReason.ValidAfterInFuture,
+      message: "the authorization is not valid yet",
+      payer: checked.payer,
+    };
+  }
+  if (validBefore > BigInt(now + checked.maxTimeoutSeconds + MAX_CLOCK_SKEW_SECONDS)) {
+    return {
+      reason: X402ErrorReason.ValidBeforeExpired,
+      message: `the authorization stays valid longer than maxTimeoutSeconds (${checked.maxTimeoutSeconds} s)`,
+      payer: checked.payer,
+    };
+  }
+  return undefined;
+}
+
+/** The x402 reason for a refusal the settlement engine threw. */
+function refusalOf(error: TollgateError, phase: "verify" | "settle", payer: string): Refusal {
+  const reason = reasonByCode[error.code];
+  if (error.code === "AuthorizationExpired") {
+    const notYet = error.details !== undefined && "validAfter" in error.details;
+    return {
+      reason: notYet ? X402ErrorReason.ValidAfterInFuture : X402ErrorReason.ValidBeforeExpired,
+      message: error.message,
+      payer,
+    };
+  }
+  if (error.code === "InvalidRequest") {
+    // What reaches here is a revert the engine could not name: in a simulation at verify time,
+    // or of the settlement itself.
+    return {
+      reason: phase === "verify" ? X402ErrorReason.SimulationFailed : X402ErrorReason.TransactionFailed,
+      message: error.message,
+      payer,
+    };
+  }
+  if (reason !== undefined) return { reason, message: error.message, payer };
+  return unexpected(error, phase, payer);
+}
+
+const reasonByCode: Partial<Record<ErrorCode, X402ErrorReason>> = {
+  InvalidSignature: X402ErrorReason.InvalidSignature,
+  InsufficientFunds: X402ErrorReason.InsufficientBalance,
+  NonceAlreadyUsed: X402ErrorReason.NonceAlreadyUsed,
+  AmountMismatch: X402ErrorReason.AuthorizationValueMismatch,
+  UnsupportedNetwork: X402ErrorReason.InvalidNetwork,
+  UnsupportedToken: X402ErrorReason.InvalidPaymentRequirements,
+};
+
+function unexpected(error: TollgateError, phase: "verify" | "settle", payer: string): Refusal {
+  return {
+    reason:
+      phase === "verify" ? X402ErrorReason.UnexpectedVerifyError : X402ErrorReason.UnexpectedSettleError,
+    message: error.message,
+    payer,
+  };
+}
+
+function verifyRefusal(refusal: Refusal): X402VerifyResponse {
+  return {
+    isValid: false,
+    invalidReason: refusal.reason,
+    invalidMessage: refusal.message,
+    ...(refusal.payer === undefined ? {} : { payer: refusal.payer }),
+  };
+}
+
+function settleRefusal(refusal: Refusal, network: string): X402SettleResponse {
+  return {
+    success: false,
+    errorReason: refusal.reason,
+    errorMessage: refusal.message,
+    transaction: "",
+    network,
+    ...(refusal.payer === undefined ? {} : { payer: refusal.payer }),
+  };
+}
+
+function settleSuccess(transaction: string, network: string, payer: string): X402SettleResponse {
+  return { success: true, transaction, network, payer };
+}
+
+/** The same signed transfer: what the token would execute is identical (a memo, if any, aside). */
+function sameAuthorization(row: PaymentRow, checked: Checked): boolean {
+  const { authorization: a, signature, token } = checked.payment;
+  return (
+    sameAddress(row.payer, a.from) &&
+    sameAddress(row.pay_to, a.to) &&
+    sameAddress(row.token, token) &&
+    row.amount === BigInt(a.value) &&
+    row.valid_after === BigInt(a.validAfter) &&
+    row.valid_before === BigInt(a.validBefore) &&
+    row.signature === signature.toLowerCase()
+  );
+}
+
+/** `authorization.from` of a payload not yet validated, for the `payer` of an early refusal. */
+function readPayer(payload: Record<string, unknown>): string | undefined {
+  const authorization = payload.authorization;
+  if (authorization === null || typeof authorization !== "object") return undefined;
+  const from = (authorization as Record<string, unknown>).from;
+  return typeof from === "string" && /^0x[0-9a-fA-F]{40}$/.test(from) ? from : undefined;
+}

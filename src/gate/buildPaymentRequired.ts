@@ -1,0 +1,186 @@
+/**
+ * The 402 a gate answers with (DESIGN.md §2.1, §2.7): Tollgate's JSON body with one freshly memoed
+ * option per pricing entry — one-time prices and subscription plans with their terms — plus the x402
+ * v2 `PAYMENT-REQUIRED` header so that a standard x402 client can pay the `exact` options.
+ */
+import type { Address } from "viem";
+import { type Clock, unixSeconds } from "../protocol/clock.ts";
+import type { GateErrorCode } from "../protocol/errors.ts";
+import { encodeJsonHeader, HeaderName } from "../protocol/header.ts";
+import type { Network } from "../protocol/network.ts";
+import type { PaymentOption, PaymentRequired, TollgateExtension } from "../protocol/paymentRequired.ts";
+import { X402_VERSION, type X402PaymentRequired } from "../protocol/x402.ts";
+import { issueMemo, type MemoSecret } from "./memo.ts";
+
+/** One way to pay a route once: the price in the token's smallest unit. */
+export type OneTimeOffer = { scheme: "exact"; amount: bigint };
+
+/** A subscription plan that covers a route: its terms as the chain has them (DESIGN.md §2.1). */
+export type SubscriptionOffer = {
+  scheme: "subscription";
+  planId: string;
+  /** Price per period, smallest unit. */
+  amount: bigint;
+  /** Period in whole seconds. */
+  interval: number;
+  /** The SubscriptionManager running the plan. */
+  manager: Address;
+  /** Metered terms, when the plan includes units or prices overage. */
+  overage?: { unitPrice: bigint; includedUnits: bigint } | undefined;
+  /** Set when the plan is deprecated: the plan new subscribers should take. */
+  successorPlanId?: string | undefined;
+};
+
+export type Offer = OneTimeOffer | SubscriptionOffer;
+
+export type PaymentRequiredParams = {
+  error: GateErrorCode;
+  /** For people: why payment is required or why the proof was refused. */
+  message: string;
+  /** What the memo binds: upper-case method and the path without query. */
+  method: string;
+  path: string;
+  /** Absolute URL of the resource, for x402's `resource.url` and each option's `resource`. */
+  resourceUrl: string;
+  description?: string | undefined;
+  /** Media type of the paid response, for x402's `resource.mimeType` (default `application/json`). */
+  mimeType?: string | undefined;
+  /** One option per offer, in this order. Subscription offers are Tollgate-only (not in the x402 header). */
+  offers: readonly Offer[];
+  payTo: Address;
+  network: Network;
+  token: Address;
+  /** The token's EIP-712 name and version, which x402 clients sign with; no x402 header without it. */
+  tokenEip712?: { name: string; version: string } | undefined;
+  /** Base URL of the facilitator that settles for this gate. */
+  facilitator: string;
+  memoSecret: MemoSecret;
+  /** How long the offer stands: each memo expires this many seconds from now. */
+  memoTtlSeconds: number;
+  clock: Clock;
+  random: (bytes: number) => Uint8Array;
+};
+
+export type BuiltPaymentRequired = {
+  body: PaymentRequired;
+  /** The x402 v2 object of the `PAYMENT-REQUIRED` header, when the token's EIP-712 domain is known. */
+  x402: X402PaymentRequired | undefined;
+  /** Headers of the 402: content type, `Cache-Control: no-store`, and `PAYMENT-REQUIRED`. */
+  headers: Record<string, string>;
+};
+
+/**
+ * Builds the 402 for one request. Every call issues new memos (96 random bits each), so the body is
+ * never reused and `Cache-Control: no-store` keeps intermediaries from serving it twice.
+ *
+ * @example
+ * const built = buildPaymentRequired({ error: "PaymentRequired", message: "pay to read", method: "GET",
+ *   path: "/report", resourceUrl: "https://api.example.com/report", offers: [{ scheme: "exact", amount: 500_000n }],
+ *   payTo, network: "eip155:8453", token: usdc, tokenEip712: { name: "USD Coin", version: "2" },
+ *   facilitator: "https://facilitator.example.com", memoSecret, memoTtlSeconds: 300, clock, random: randomBytes });
+ * return paymentRequiredResponse(built);
+ */
+export function buildPaymentRequired(params: PaymentRequiredParams): BuiltPaymentRequired {
+  const expiresAt = unixSeconds(params.clock) + params.memoTtlSeconds;
+  const firstPlan = params.offers.find((offer) => offer.scheme === "subscription");
+  const accepts: PaymentOption[] = params.offers.map((offer) => {
+    const amount = offer.amount.toString();
+    const memo = issueMemo(
+      params.memoSecret,
+      {
+        m: params.method,
+        p: params.path,
+        a: amount,
+        t: params.payTo,
+        n: params.network,
+        k: params.token,
+        e: expiresAt,
+      },
+      params.random,
+    );
+    return {
+      scheme: offer.scheme,
+      network: params.network,
+      token: params.token,
+      amount,
+      payTo: params.payTo,
+      memo,
+      tollgate:
+        offer.scheme === "subscription"
+          ? subscriptionTerms(offer, params.facilitator)
+          : {
+              ...(firstPlan === undefined ? {} : { planId: firstPlan.planId }),
+              subscriptionScheme: firstPlan !== undefined,
+              facilitator: params.facilitator,
+            },
+      resource: params.resourceUrl,
+      ...(params.description === undefined ? {} : { description: params.description }),
+    };
+  });
+  const body: PaymentRequired = { version: "1", error: params.error, message: params.message, accepts };
+
+  const headers: Record<string, string> = {
+    "content-type": "application/json",
+    "cache-control": "no-store",
+  };
+  let x402: X402PaymentRequired | undefined;
+  const exact = accepts.filter((option) => option.scheme === "exact");
+  if (params.tokenEip712 !== undefined && exact.length > 0) {
+    const extra = { name: params.tokenEip712.name, version: params.tokenEip712.version };
+    x402 = {
+      x402Version: X402_VERSION,
+      error: params.message,
+      resource: {
+        url: params.resourceUrl,
+        description: params.description ?? "",
+        mimeType: params.mimeType ?? "application/json",
+      },
+      accepts: exact.map((option) => ({
+        scheme: "exact",
+        network: option.network,
+        amount: option.amount,
+        asset: option.token,
+        payTo: option.payTo,
+        maxTimeoutSeconds: params.memoTtlSeconds,
+        extra,
+      })),
+    };
+    try {
+      headers[HeaderName.X402PaymentRequired] = encodeJsonHeader(x402);
+    } catch {
+      // Over 8 KiB (a very long resource URL): x402 clients cannot be served; Tollgate clients still can.
+      x402 = undefined;
+    }
+  }
+  return { body, x402, headers };
+}
+
+/** The `tollgate` extension of a subscription option: the plan's terms (DESIGN.md §2.1). */
+function subscriptionTerms(offer: SubscriptionOffer, facilitator: string): TollgateExtension {
+  return {
+    planId: offer.planId,
+    interval: offer.interval,
+    subscriptionScheme: true,
+    facilitator,
+    manager: offer.manager,
+    ...(offer.overage === undefined
+      ? {}
+      : {
+          overage: {
+            unitPrice: offer.overage.unitPrice.toString(),
+            // The wire carries a JSON number; no real plan includes more than 2^53 units.
+            includedUnits: Number(
+              offer.overage.includedUnits > BigInt(Number.MAX_SAFE_INTEGER)
+                ? BigInt(Number.MAX_SAFE_INTEGER)
+                : offer.overage.includedUnits,
+            ),
+          },
+        }),
+    ...(offer.successorPlanId === undefined ? {} : { successorPlanId: offer.successorPlanId }),
+  };
+}
+
+/** The built 402 as a web `Response`. */
+export function paymentRequiredResponse(built: BuiltPaymentRequired): Response {
+  return new Response(JSON.stringify(built.body), { status: 402, headers: built.headers });
+}

@@ -1,0 +1,61 @@
+/** `tollgate/gate`: the resource-server library — `paymentGate`, its adapters and proof checks (DESIGN.md §5). */
+export {
+  type BuiltPaymentRequired,
+  buildPaymentRequired,
+  type OneTimeOffer,
+  type PaymentRequiredParams,
+  paymentRequiredResponse,
+} from "./buildPaymentRequired.ts";
+export { expressPaymentGate } from "./expressPaymentGate.ts";
+export { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
+export { issueMemo, type MemoSecret, memoSecretOf, type OpenedMemo, openMemo, sealMemo } from "./memo.ts";
+export { type NodeGatedHandler, type NodePaymentGateOptions, nodePaymentGate } from "./nodePaymentGate.ts";
+export { type ParsedPaymentProof, parsePaymentProof } from "./parsePaymentProof.ts";
+export {
+  type GatePayment,
+  type GateRequest,
+  type GateResult,
+  type PaymentGate,
+  paymentGate,
+} from "./paymentGate.ts";
+export {
+  type GateLogger,
+  type PaymentGateOptions,
+  PaymentGateOptionsSchema,
+  type Price,
+  type PricingEntry,
+  PricingEntrySchema,
+  type RouteConfig,
+  RouteConfigSchema,
+  type RouteRequest,
+  type RouteResolver,
+} from "./paymentGateOptions.ts";
+export {
+  createJwksResolver,
+  createStaticKeyResolver,
+  type JwksResolverOptions,
+  type ProofKeyResolver,
+} from "./proofKeyResolver.ts";
+export { compileRoutePattern, type RoutePattern } from "./routePattern.ts";
+export {
+  checkSignatureWithFacilitator,
+  checkSignatureWithKeys,
+  type ProofExpectation,
+  type ProofSignatureCheck,
+  type ProofVerdict,
+  type SignatureVerdict,
+  type VerifyPaymentProofContext,
+  verifyPaymentProof,
+} from "./verifyPaymentProof.ts";
+export {
+  type VerifyWebhookOptions,
+  verifyWebhook,
+  type WebhookHeaders,
+  type WebhookRefusal,
+  WebhookVerificationError,
+} from "./verifyWebhook.ts";
+export {
+  createX402Settlement,
+  type X402GatePayment,
+  x402Requirements,
+} from "./x402Settlement.ts";

@@ -1,0 +1,87 @@
+/**
+ * Stateless memos (DESIGN.md §2.2): `base64url(json) + "." + base64url(hmacSha256(secret, json))`.
+ *
+ * The gate issues one with every 402 and stores nothing; on the retry the HMAC proves the gate wrote
+ * the memo and the fields say what was priced. Only consumed memos are stored (the replay guard).
+ */
+import { createHmac, timingSafeEqual } from "node:crypto";
+import { base64UrlDecode, base64UrlEncode, utf8Decode } from "../protocol/base64.ts";
+import { type MemoPayload, MemoPayloadSchema } from "../protocol/memo.ts";
+
+/** The HMAC key a gate signs its memos with. At least 32 bytes: it is the gate's only memo secret. */
+export type MemoSecret = Uint8Array;
+
+const MIN_SECRET_BYTES = 32;
+
+export function assertMemoSecret(secret: Uint8Array): void {
+  if (secret.length < MIN_SECRET_BYTES) {
+    throw new TypeError(`memo secret must be at least ${MIN_SECRET_BYTES} bytes, got ${secret.length}`);
+  }
+}
+
+/**
+ * The secret from configuration: bytes as given, or a string taken as its UTF-8 bytes (so a random
+ * 64-character hex string from an environment variable gives 64 bytes). Throws when under 32 bytes.
+ */
+export function memoSecretOf(input: Uint8Array | string): MemoSecret {
+  const secret =
+    typeof input === "string" ? new Uint8Array(Buffer.from(input, "utf8")) : Uint8Array.from(input);
+  assertMemoSecret(secret);
+  return secret;
+}
+
+function mac(secret: MemoSecret, json: Uint8Array): Uint8Array {
+  return createHmac("sha256", secret).update(json).digest();
+}
+
+/** Writes a memo for the payload. */
+export function sealMemo(secret: MemoSecret, payload: MemoPayload): string {
+  const json = Buffer.from(JSON.stringify(payload), "utf8");
+  return `${base64UrlEncode(json)}.${base64UrlEncode(mac(secret, json))}`;
+}
+
+/** Bytes of randomness in a memo's `r` (DESIGN.md §2.2: 96 bits). */
+const MEMO_RANDOM_BYTES = 12;
+
+/** Writes a fresh memo for one offer: `r` is 96 random bits, so no two offers share a memo (or a nonce). */
+export function issueMemo(
+  secret: MemoSecret,
+  terms: Omit<MemoPayload, "r">,
+  random: (bytes: number) => Uint8Array,
+): string {
+  return sealMemo(secret, { ...terms, r: base64UrlEncode(random(MEMO_RANDOM_BYTES)) });
+}
+
+export type OpenedMemo = { ok: true; payload: MemoPayload } | { ok: false; reason: string };
+
+/**
+ * Checks a memo's HMAC and parses its payload. Never throws: a memo is untrusted input.
+ * The MAC is checked over the exact bytes received before the JSON is parsed, so a forged memo costs
+ * one HMAC and nothing more.
+ */
+export function openMemo(secret: MemoSecret, memo: string): OpenedMemo {
+  if (typeof memo !== "string") return { ok: false, reason: "memo is not a string" };
+  const dot = memo.indexOf(".");
+  if (dot <= 0 || dot !== memo.lastIndexOf(".")) return { ok: false, reason: "memo is not two parts" };
+  let json: Uint8Array;
+  let tag: Uint8Array;
+  try {
+    json = base64UrlDecode(memo.slice(0, dot));
+    tag = base64UrlDecode(memo.slice(dot + 1));
+  } catch {
+    return { ok: false, reason: "memo is not base64url" };
+  }
+  const expected = mac(secret, json);
+  if (tag.length !== expected.length || !timingSafeEqual(tag, expected)) {
+    return { ok: false, reason: "memo was not issued by this gate" };
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(utf8Decode(json));
+  } catch {
+    return { ok: false, reason: "memo payload is not JSON" };
+  }
+  const parsed = MemoPayloadSchema.safeParse(value);
+  if (!parsed.success) return { ok: false, reason: "memo payload has the wrong shape" };
+  return { ok: true, payload: parsed.data };
+}

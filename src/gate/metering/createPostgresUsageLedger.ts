@@ -1,0 +1,283 @@
+/**
+ * A usage ledger shared by every gate instance using one database (PGlite or PostgreSQL; tables of
+ * migration 0050). A use within the included units is one conditional `UPDATE`; any other runs in one
+ * transaction holding the subscription's cycle row lock
+ * (taken by the upsert that also creates it), and the ledger row lock when it charges, always in that
+ * order; claiming a batch skips locked rows instead of waiting (`FOR UPDATE SKIP LOCKED`), so a flush
+ * never blocks requests and instances flushing together split the work.
+ */
+import { randomBytes } from "node:crypto";
+import { z } from "zod";
+import { type Clock, systemClock } from "../../protocol/clock.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { BigintColumnSchema, SafeIntColumnSchema } from "../../store/columnSchemas.ts";
+import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
+import type { Store } from "../../store/store.ts";
+import {
+  applyUsage,
+  type UsageBatchItem,
+  type UsageCycle,
+  type UsageLedger,
+  usageRef,
+} from "./usageLedger.ts";
+
+const CycleRowSchema = z.object({
+  period_start: SafeIntColumnSchema,
+  period_end: SafeIntColumnSchema,
+  units: BigintColumnSchema,
+  overage: BigintColumnSchema,
+  pending: BigintColumnSchema,
+});
+
+const ItemRowSchema = z.object({
+  ref: z.string(),
+  subscription_id: BigintColumnSchema,
+  amount: BigintColumnSchema,
+});
+
+const cycleOf = (row: z.output<typeof CycleRowSchema>): UsageCycle => ({
+  periodStart: row.period_start,
+  periodEnd: row.period_end,
+  units: row.units,
+  overage: row.overage,
+  pending: row.pending,
+});
+
+/**
+ * Opens (creating if needed) the ledger `name` in `store`. Gates that count one API's usage together
+ * share a name; the default suits one API per database.
+ *
+ * @example
+ * const store = await createStore({ databaseUrl: env.DATABASE_URL });
+ * const gate = paymentGate({ …, usageLedger: await createPostgresUsageLedger(store) });
+ */
+export async function createPostgresUsageLedger(
+  store: Store,
+  options: { name?: string; clock?: Clock } = {},
+): Promise<UsageLedger> {
+  const name = options.name ?? "default";
+  const clock = options.clock ?? systemClock;
+  if (name.length === 0 || name.length > 128) {
+    throw new TollgateError("InvalidRequest", "usage ledger name must be 1..128 characters");
+  }
+  await store.query(
+    "INSERT INTO gate_usage_ledgers (name, ledger_id) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+    [name, randomBytes(16).toString("hex")],
+  );
+  const ledgerRow = await queryOneParsed(
+    store,
+    z.object({ ledger_id: z.string() }),
+    "SELECT ledger_id FROM gate_usage_ledgers WHERE name = $1",
+    [name],
+  );
+  if (ledgerRow === undefined) throw new TollgateError("Internal", "usage ledger row vanished");
+  const ledgerId = ledgerRow.ledger_id;
+
+  return {
+    async reserve(request) {
+      // Fast path, one statement and no transaction: a use within the included units of the cycle
+      // already stored for this very period is a conditional increment (what `applyUsage` does then).
+      const units = BigInt(request.units);
+      const fast = await queryParsed(
+        store,
+        z.object({ units: BigintColumnSchema }),
+        `UPDATE gate_usage_cycles SET units = units + $5, updated_at = now()
+         WHERE ledger = $1 AND subscription_id = $2 AND period_start = $3 AND period_end = $4
+           AND units + $5::bigint <= $6::numeric
+         RETURNING units`,
+        [name, request.subscriptionId, request.periodStart, request.periodEnd, units, request.includedUnits],
+      );
+      const counted = fast[0];
+      if (counted !== undefined) return { ok: true, unitsUsed: counted.units, charge: 0n };
+      return store.transaction(async (tx) => {
+        // The upsert creates the row for a first use and, either way, locks it until commit.
+        const row = await queryOneParsed(
+          tx,
+          CycleRowSchema,
+          `INSERT INTO gate_usage_cycles AS c (ledger, subscription_id, period_start, period_end)
+           VALUES ($1, $2, $3, $4)
+           ON CONFLICT (ledger, subscription_id) DO UPDATE SET ledger = c.ledger
+           RETURNING c.period_start, c.period_end, c.units, c.overage, c.pending`,
+          [name, request.subscriptionId, request.periodStart, request.periodEnd],
+        );
+        if (row === undefined) throw new TollgateError("Internal", "usage cycle upsert returned no row");
+        const stored = cycleOf(row);
+        // First without the exposure figure: only a use that charges needs the ledger row (and its lock).
+        let result = applyUsage(stored, 0n, { ...request, maxUnsettled: 2n ** 256n });
+        let unsettled: bigint | undefined;
+        if (result.reservation.ok && result.reservation.charge > 0n) {
+          const ledger = await queryOneParsed(
+            tx,
+            z.object({ unsettled: BigintColumnSchema }),
+            "SELECT unsettled FROM gate_usage_ledgers WHERE name = $1 FOR UPDATE",
+            [name],
+          );
+          unsettled = ledger?.unsettled ?? 0n;
+          result = applyUsage(stored, unsettled, request);
+        }
+        const cycle = result.cycle;
+        if (cycle !== undefined) {
+          await tx.query(
+            `UPDATE gate_usage_cycles SET period_start = $3, period_end = $4, units = $5, overage = $6,
+               pending = $7, updated_at = now()
+             WHERE ledger = $1 AND subscription_id = $2`,
+            [
+              name,
+              request.subscriptionId,
+              cycle.periodStart,
+              cycle.periodEnd,
+              cycle.units,
+              cycle.overage,
+              cycle.pending,
+            ],
+          );
+          if (unsettled !== undefined && result.unsettled !== unsettled) {
+            await tx.query("UPDATE gate_usage_ledgers SET unsettled = $2 WHERE name = $1", [
+              name,
+              result.unsettled,
+            ]);
+          }
+        }
+        return result.reservation;
+      });
+    },
+
+    claimBatch({ maxItems, staleMs }) {
+      const now = clock.now();
+      return store.transaction(async (tx) => {
+        const stale = await queryOneParsed(
+          tx,
+          z.object({ id: SafeIntColumnSchema }),
+          `SELECT id FROM gate_usage_batches
+           WHERE ledger = $1 AND status = 'claimed' AND claimed_at_ms <= $2
+           ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`,
+          [name, now - staleMs],
+        );
+        if (stale !== undefined) {
+          await tx.query("UPDATE gate_usage_batches SET claimed_at_ms = $2 WHERE id = $1", [stale.id, now]);
+          const items = await queryParsed(
+            tx,
+            ItemRowSchema,
+            "SELECT ref, subscription_id, amount FROM gate_usage_items WHERE batch_id = $1 ORDER BY ref",
+            [stale.id],
+          );
+          return { id: String(stale.id), items: items.map(itemOf) };
+        }
+        const picked = await queryParsed(
+          tx,
+          z.object({ subscription_id: BigintColumnSchema, pending: BigintColumnSchema }),
+          `SELECT subscription_id, pending FROM gate_usage_cycles
+           WHERE ledger = $1 AND pending > 0
+           ORDER BY subscription_id LIMIT $2 FOR UPDATE SKIP LOCKED`,
+          [name, maxItems],
+        );
+        if (picked.length === 0) return undefined;
+        const batch = await queryOneParsed(
+          tx,
+          z.object({ id: SafeIntColumnSchema }),
+          "INSERT INTO gate_usage_batches (ledger, claimed_at_ms) VALUES ($1, $2) RETURNING id",
+          [name, now],
+        );
+        if (batch === undefined) throw new TollgateError("Internal", "usage batch insert returned no row");
+        const id = String(batch.id);
+        const items: UsageBatchItem[] = picked.map((row) => ({
+          ref: usageRef(ledgerId, id, row.subscription_id),
+          subscriptionId: row.subscription_id,
+          amount: row.pending,
+        }));
+        await tx.query(
+          `UPDATE gate_usage_cycles SET pending = 0, updated_at = now()
+           WHERE ledger = $1 AND subscription_id = ANY($2::numeric[])`,
+          [name, items.map((item) => item.subscriptionId.toString())],
+        );
+        await tx.query(
+          `INSERT INTO gate_usage_items (ref, ledger, batch_id, subscription_id, amount)
+           SELECT unnest($3::text[]), $1, $2, unnest($4::numeric[]), unnest($5::numeric[])`,
+          [
+            name,
+            batch.id,
+            items.map((item) => item.ref),
+            items.map((item) => item.subscriptionId.toString()),
+            items.map((item) => item.amount.toString()),
+          ],
+        );
+        return { id, items };
+      });
+    },
+
+    async markBatchSent(batchId) {
+      const now = clock.now();
+      await store.transaction(async (tx) => {
+        const rows = await tx.query(
+          "UPDATE gate_usage_batches SET status = 'sent' WHERE id = $1 AND ledger = $2 AND status = 'claimed' RETURNING id",
+          [batchId, name],
+        );
+        if (rows.length === 0) return;
+        await tx.query(
+          "UPDATE gate_usage_items SET status = 'sent', sent_at_ms = $2 WHERE batch_id = $1 AND status = 'claimed'",
+          [batchId, now],
+        );
+      });
+    },
+
+    async resolve(outcomes) {
+      if (outcomes.length === 0) return 0;
+      // One statement: the items resolved now (not before) are subtracted from the exposure, once.
+      const rows = await queryParsed(
+        store,
+        z.object({ n: SafeIntColumnSchema }),
+        `WITH outcome AS (
+           SELECT unnest($2::text[]) AS ref, unnest($3::text[]) AS status
+         ), done AS (
+           UPDATE gate_usage_items i SET status = o.status, resolved_at = now()
+           FROM outcome o
+           WHERE i.ref = o.ref AND i.ledger = $1 AND i.status IN ('claimed', 'sent')
+           RETURNING i.amount
+         ), lowered AS (
+           UPDATE gate_usage_ledgers SET unsettled = unsettled - (SELECT coalesce(sum(amount), 0) FROM done)
+           WHERE name = $1 RETURNING 1
+         )
+         SELECT count(*) AS n FROM done`,
+        [name, outcomes.map((o) => o.ref), outcomes.map((o) => o.outcome)],
+      );
+      return rows[0]?.n ?? 0;
+    },
+
+    async unsettled() {
+      const row = await queryOneParsed(
+        store,
+        z.object({ unsettled: BigintColumnSchema }),
+        "SELECT unsettled FROM gate_usage_ledgers WHERE name = $1",
+        [name],
+      );
+      return row?.unsettled ?? 0n;
+    },
+
+    async unresolved({ olderThanMs, limit }) {
+      const rows = await queryParsed(
+        store,
+        ItemRowSchema,
+        `SELECT ref, subscription_id, amount FROM gate_usage_items
+         WHERE ledger = $1 AND status = 'sent' AND sent_at_ms <= $2
+         ORDER BY sent_at_ms, ref LIMIT $3`,
+        [name, clock.now() - olderThanMs, limit],
+      );
+      return rows.map(itemOf);
+    },
+
+    async cycle(subscriptionId) {
+      const row = await queryOneParsed(
+        store,
+        CycleRowSchema,
+        `SELECT period_start, period_end, units, overage, pending FROM gate_usage_cycles
+         WHERE ledger = $1 AND subscription_id = $2`,
+        [name, subscriptionId],
+      );
+      return row === undefined ? undefined : cycleOf(row);
+    },
+  };
+}
+
+function itemOf(row: z.output<typeof ItemRowSchema>): UsageBatchItem {
+  return { ref: row.ref, subscriptionId: row.subscription_id, amount: row.amount };
+}

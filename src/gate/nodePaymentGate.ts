@@ -1,0 +1,64 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { nodeHeaderReader, writeWebResponse } from "./nodeBridge.ts";
+import type { GatePayment, PaymentGate } from "./paymentGate.ts";
+
+/** A `node:http` handler behind the gate; `payment` is the accepted payment, if any. */
+export type NodeGatedHandler = (
+  req: IncomingMessage,
+  res: ServerResponse,
+  payment: GatePayment | undefined,
+) => void | Promise<void>;
+
+export type NodePaymentGateOptions = {
+  /** Only paths equal to the prefix or under it (`/api`, `/api/…`) go through the gate (default `/`). */
+  prefix?: string;
+  /** Told of an error thrown by the handler or the gate (the client gets a bare 500). */
+  onError?: (error: unknown) => void;
+};
+
+/**
+ * The gate as a `node:http` request listener wrapping `handler`. Requests outside `prefix` go straight
+ * to the handler; others are answered by the gate or reach the handler with the payment as its third
+ * argument and `X-PAYMENT-RESPONSE` already set on `res`. A handler that throws before answering gets
+ * a bare 500 (its error is not sent to the client).
+ *
+ * @example
+ * http.createServer(nodePaymentGate(gate, (req, res, payment) => {
+ *   res.end(JSON.stringify({ paidBy: payment?.payer }));
+ * }, { prefix: "/api" })).listen(8080);
+ */
+export function nodePaymentGate(
+  gate: PaymentGate,
+  handler: NodeGatedHandler,
+  options: NodePaymentGateOptions = {},
+): (req: IncomingMessage, res: ServerResponse) => void {
+  const prefix = (options.prefix ?? "/").replace(/\/+$/, "");
+  if (prefix !== "" && !prefix.startsWith("/")) {
+    throw new TypeError(`nodePaymentGate: prefix must start with /, got ${JSON.stringify(options.prefix)}`);
+  }
+  const covers = (target: string) => {
+    const path = target.split("?", 1)[0] ?? "";
+    return prefix === "" || path === prefix || path.startsWith(`${prefix}/`);
+  };
+
+  return function nodePaymentGate(req, res) {
+    const run = async () => {
+      const target = req.url ?? "/";
+      if (!covers(target)) return handler(req, res, undefined);
+      const scheme = (req.socket as { encrypted?: boolean }).encrypted === true ? "https" : "http";
+      const result = await gate({
+        method: req.method ?? "GET",
+        url: `${scheme}://${req.headers.host ?? "localhost"}${target}`,
+        headers: nodeHeaderReader(req.headers),
+      });
+      if (result.kind === "respond") return writeWebResponse(res, result.response);
+      for (const [name, value] of result.headers) res.setHeader(name, value);
+      return handler(req, res, result.paid);
+    };
+    run().catch((error: unknown) => {
+      options.onError?.(error);
+      if (!res.headersSent) res.writeHead(500, { "content-type": "text/plain" });
+      res.end();
+    });
+  };
+}

@@ -1,0 +1,664 @@
+/**
+ * `paymentGate` (DESIGN.md §5): the framework-free core of a resource server that charges per request.
+ * A function of a web request returning a tagged result; the Hono, Express and `node:http` adapters
+ * translate it.
+ *
+ * Invariants:
+ * - A refused request never reaches the handler: every outcome other than `pass` is a `respond`.
+ * - A proof is accepted at most once: after every check passes, the memo is consumed atomically in the
+ *   replay guard, and only the caller that consumed it passes. A check that could not be carried out
+ *   (facilitator or replay guard down) answers 5xx and leaves the memo unconsumed, so the payer can
+ *   retry the same proof instead of paying again.
+ * - Every 402 is built fresh, with new memos; the gate stores nothing per 402.
+ * - Bad input is a 402 (or a 4xx), never a 500.
+ */
+import { randomBytes } from "node:crypto";
+import type { Address, Hex } from "viem";
+import { createFacilitatorClient, type FacilitatorClient } from "../client/facilitatorClient.ts";
+import { parseUnitsExact, USDC_DECIMALS } from "../protocol/amount.ts";
+import { type Clock, systemClock } from "../protocol/clock.ts";
+import { type ErrorCode, type GateErrorCode, httpStatusOf, TollgateError } from "../protocol/errors.ts";
+import { JwksSchema } from "../protocol/facilitator.ts";
+import { encodeJsonHeader, HeaderName } from "../protocol/header.ts";
+import type { Network } from "../protocol/network.ts";
+import type { PaymentProof } from "../protocol/paymentProof.ts";
+import { createMemoryReplayGuard } from "../store/createMemoryReplayGuard.ts";
+import type { ReplayGuard } from "../store/replayGuard.ts";
+import {
+  buildPaymentRequired,
+  type Offer,
+  type OneTimeOffer,
+  paymentRequiredResponse,
+} from "./buildPaymentRequired.ts";
+import { memoSecretOf } from "./memo.ts";
+import { createMemoryUsageLedger } from "./metering/createMemoryUsageLedger.ts";
+import { createUsageFlusher } from "./metering/createUsageFlusher.ts";
+import { parsePaymentProof } from "./parsePaymentProof.ts";
+import {
+  type GateLogger,
+  type PaymentGateOptions,
+  PaymentGateOptionsSchema,
+  type Price,
+  type PricingEntry,
+  parseGateOptions,
+  type RouteConfig,
+  RouteConfigSchema,
+  type RouteRequest,
+} from "./paymentGateOptions.ts";
+import { createJwksResolver, createStaticKeyResolver, type ProofKeyResolver } from "./proofKeyResolver.ts";
+import { compileRoutePattern } from "./routePattern.ts";
+import { createPlanCatalog, type PlanCatalog } from "./subscriptions/createPlanCatalog.ts";
+import {
+  createSubscriptionGate,
+  type GateSubscription,
+  type SubscriptionGate,
+} from "./subscriptions/createSubscriptionGate.ts";
+import {
+  checkSignatureWithFacilitator,
+  checkSignatureWithKeys,
+  type ProofSignatureCheck,
+  verifyPaymentProof,
+} from "./verifyPaymentProof.ts";
+import {
+  createX402Settlement,
+  settleThroughFacilitator,
+  withX402Reason,
+  type X402GatePayment,
+} from "./x402Settlement.ts";
+
+/** What the gate reads of a request: a web `Request` satisfies it, and adapters build it cheaply. */
+export type GateRequest = {
+  method: string;
+  /** Absolute URL. */
+  url: string;
+  headers: { get(name: string): string | null };
+};
+
+/** A settled one-time payment the gate accepted for this request. */
+export type GatePayment = ProofPayment | X402GatePayment;
+
+/** A one-time payment proven by the facilitator's proof (`X-PAYMENT`). */
+export type ProofPayment = {
+  scheme: "exact";
+  payer: Address;
+  amount: bigint;
+  payTo: Address;
+  network: Network;
+  token: Address;
+  /** Hash of the settling transaction. */
+  transaction: Hex;
+  memo: string;
+  proof: PaymentProof;
+};
+
+/**
+ * `pass`: run the handler, then add `headers` to its response (`X-PAYMENT-RESPONSE` after a payment).
+ * `paid` is the one-time payment, `subscription` the subscription served under (with its metered
+ * units and charge); both are absent for a request no pricing applies to.
+ * `respond`: answer with `response` and do not run the handler.
+ */
+export type GateResult =
+  | { kind: "pass"; paid?: GatePayment; subscription?: GateSubscription; headers: Headers }
+  | { kind: "respond"; response: Response };
+
+export type PaymentGate = (request: GateRequest) => Promise<GateResult>;
+
+/** What a gate that sells subscriptions runs besides requests; harmless on a gate that does not. */
+export type PaymentGateControls = {
+  /**
+   * Reads every plan of the gate's static pricing from the facilitator and checks it is the gate's own;
+   * throws `InvalidRequest` naming the plan otherwise. Optional: plans are read on first use anyway.
+   */
+  ready(): Promise<void>;
+  /** Applies every facilitator event recorded so far: subscription changes, deprecations, settled usage. */
+  syncEvents(): Promise<void>;
+  /** Sends pending metered charges to the facilitator now; resolves with the records sent. */
+  flushUsage(): Promise<number>;
+  /** Stops polling the event feed and flushing on a timer, after a last flush. */
+  close(): Promise<void>;
+};
+
+/** Longest request path a memo can bind (`MemoPayloadSchema.p`). */
+const MAX_PATH_LENGTH = 1024;
+/** How long a failed `/supported` lookup of the token's EIP-712 domain is not repeated. */
+const DOMAIN_LOOKUP_BACKOFF_MS = 30_000;
+
+type CompiledRoute = {
+  /** The one-time offers (what x402 payments are matched against). */
+  offers: readonly OneTimeOffer[];
+  /** Every pricing entry in order: one-time offers and plan ids, for the 402. */
+  slots: readonly (OneTimeOffer | { scheme: "subscription"; planId: string })[];
+  /** Plans whose subscribers this route serves. */
+  plans: readonly string[];
+  units: number | ((request: RouteRequest) => number) | undefined;
+  description: string | undefined;
+  mimeType: string | undefined;
+};
+
+/**
+ * Creates a gate. Options are checked here, once; a misconfiguration throws `InvalidRequest` naming
+ * the option.
+ *
+ * @example
+ * const gate = paymentGate({
+ *   payTo: "0x…", network: "eip155:8453", token: usdc, facilitator: "https://facilitator.example.com",
+ *   memoSecret: env.TOLLGATE_MEMO_SECRET,
+ *   routes: { "GET /reports/:id": { price: "0.50" }, "POST /summarize": { price: 20_000n } },
+ * });
+ * app.use("/api/*", honoPaymentGate(gate));
+ */
+export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentGateControls {
+  const config = parseGateOptions(PaymentGateOptionsSchema, options, "paymentGate options");
+  const clock: Clock = config.clock ?? systemClock;
+  const random = config.random ?? ((bytes: number) => randomBytes(bytes));
+  const logger: GateLogger | undefined = config.logger;
+  let memoSecret: Uint8Array;
+  try {
+    memoSecret = memoSecretOf(config.memoSecret);
+  } catch (cause) {
+    throw new TollgateError("InvalidRequest", `paymentGate options: memoSecret: ${(cause as Error).message}`);
+  }
+  const token = typeof config.token === "string" ? { address: config.token } : config.token;
+  const decimals = token.decimals ?? USDC_DECIMALS;
+  const memoTtlSeconds = config.memoTtlSeconds ?? 300;
+  const facilitator: FacilitatorClient =
+    typeof config.facilitator === "string"
+      ? createFacilitatorClient({ url: config.facilitator, fetch: config.fetch ?? globalThis.fetch })
+      : config.facilitator;
+  const replayGuard: ReplayGuard = config.replayGuard ?? createMemoryReplayGuard({ clock });
+  const checkSignature = signatureCheckOf(config, facilitator, clock);
+  const acceptX402 = createX402Settlement({
+    settle: settleThroughFacilitator(facilitator),
+    replayGuard,
+    clock,
+    payTo: config.payTo,
+    network: config.network,
+    token: token.address,
+    maxTimeoutSeconds: memoTtlSeconds,
+  });
+
+  const toRoute = (route: Exclude<RouteConfig, undefined>, where: string): CompiledRoute => {
+    const parsed = parseGateOptions(RouteConfigSchema, route, where);
+    const pricing: PricingEntry[] = parsed.pricing ?? [{ type: "one-time", amount: parsed.price as Price }];
+    const compiled = compilePricing(pricing, decimals, where, config.publicOrigin);
+    if (parsed.units !== undefined && compiled.plans.length === 0) {
+      throw new TollgateError(
+        "InvalidRequest",
+        `paymentGate options: ${where}: metered \`units\` need subscription pricing on the route`,
+      );
+    }
+    return {
+      ...compiled,
+      units: parsed.units,
+      description: parsed.description ?? config.description,
+      mimeType: parsed.mimeType,
+    };
+  };
+
+  const fallback: CompiledRoute | undefined =
+    config.pricing === undefined
+      ? undefined
+      : {
+          ...compilePricing(config.pricing, decimals, "pricing", config.publicOrigin),
+          units: undefined,
+          description: config.description,
+          mimeType: undefined,
+        };
+  const resolveRoute = routeResolverOf(config.routes, fallback, toRoute);
+
+  // Subscriptions (DESIGN.md §2.5): plans read once from the facilitator; state, tokens and metering
+  // checked by the subscription gate, whose background work starts with its first request.
+  const plans: PlanCatalog = createPlanCatalog({
+    facilitator,
+    payTo: config.payTo,
+    network: config.network,
+    token: token.address,
+    clock,
+    manager: config.subscriptionManager,
+  });
+  let subscriptions: SubscriptionGate | undefined;
+  const subscriptionGate = (): SubscriptionGate => {
+    if (subscriptions !== undefined) return subscriptions;
+    if (config.publicOrigin === undefined) {
+      // compilePricing refuses plans without it; a routes function may still return one.
+      throw misconfigured("subscription pricing needs `publicOrigin`, the audience of sub-auth tokens");
+    }
+    const ledger = config.usageLedger ?? createMemoryUsageLedger({ clock });
+    subscriptions = createSubscriptionGate({
+      facilitator,
+      plans,
+      payTo: config.payTo,
+      audience: config.publicOrigin,
+      clock,
+      decimals,
+      statusTtlMs: config.subscriptionStatusTtlMs ?? 5_000,
+      eventPollMs: config.subscriptionEventPollMs ?? 1_000,
+      metering: {
+        ledger,
+        flusher:
+          config.providerApiKey === undefined
+            ? undefined
+            : createUsageFlusher({
+                ledger,
+                facilitator,
+                apiKey: config.providerApiKey,
+                intervalMs: config.usageFlushIntervalMs ?? 2_000,
+                logger,
+              }),
+        maxUnsettled: toAtomicPrice(config.maxUnsettledUsage ?? "10", decimals, "maxUnsettledUsage"),
+        retryAfterSeconds: Math.max(1, Math.ceil((config.usageFlushIntervalMs ?? 2_000) / 1000) + 1),
+      },
+      logger,
+    });
+    return subscriptions;
+  };
+
+  /** The route's options for the 402: one-time prices as they are, plans with their terms. */
+  const offersFor = (route: CompiledRoute): Promise<Offer[]> =>
+    Promise.all(
+      route.slots.map(async (slot): Promise<Offer> => {
+        if (slot.scheme === "exact") return slot;
+        const plan = await plans.get(slot.planId);
+        const metered = plan.includedUnits > 0n || plan.overageUnitPrice > 0n;
+        return {
+          scheme: "subscription",
+          planId: plan.planId,
+          amount: plan.amount,
+          interval: plan.interval,
+          manager: plan.manager,
+          overage: metered
+            ? { unitPrice: plan.overageUnitPrice, includedUnits: plan.includedUnits }
+            : undefined,
+          successorPlanId: plan.deprecated ? plan.successorPlanId : undefined,
+        };
+      }),
+    );
+
+  let tokenEip712 =
+    token.name !== undefined && token.version !== undefined
+      ? { name: token.name, version: token.version }
+      : undefined;
+  let domainLookup: Promise<void> | undefined;
+  let domainLookupFailedAt = Number.NEGATIVE_INFINITY;
+  /** The token's EIP-712 domain for the x402 header, looked up once from the facilitator if not configured. */
+  const x402Domain = async () => {
+    if (tokenEip712 !== undefined || clock.now() - domainLookupFailedAt < DOMAIN_LOOKUP_BACKOFF_MS) {
+      return tokenEip712;
+    }
+    domainLookup ??= facilitator
+      .supported()
+      .then((supported) => {
+        const found = supported.networks
+          .find((n) => n.network === config.network)
+          ?.tokens.find((t) => t.address.toLowerCase() === token.address.toLowerCase());
+        if (found === undefined) throw new Error("token not listed by the facilitator");
+        tokenEip712 = found.eip712;
+      })
+      .catch((error: unknown) => {
+        domainLookupFailedAt = clock.now();
+        logger?.warn(
+          { err: error },
+          "token EIP-712 domain lookup failed; 402s go out without PAYMENT-REQUIRED",
+        );
+      })
+      .finally(() => {
+        domainLookup = undefined;
+      });
+    await domainLookup;
+    return tokenEip712;
+  };
+
+  const paymentRequired = async (
+    error: GateErrorCode,
+    message: string,
+    request: { method: string; path: string; url: URL },
+    route: CompiledRoute,
+  ): Promise<GateResult> => {
+    const resourceUrl =
+      config.publicOrigin === undefined
+        ? request.url.href
+        : `${config.publicOrigin}${request.url.pathname}${request.url.search}`;
+    let offers: Offer[];
+    try {
+      offers = await offersFor(route);
+    } catch (fault) {
+      return { kind: "respond", response: checkFailure(fault, "the subscription plans could not be read") };
+    }
+    const built = buildPaymentRequired({
+      error,
+      message,
+      method: request.method,
+      path: request.path,
+      resourceUrl,
+      description: route.description,
+      mimeType: route.mimeType,
+      offers,
+      payTo: config.payTo,
+      network: config.network,
+      token: token.address,
+      tokenEip712: await x402Domain(),
+      facilitator: facilitator.url,
+      memoSecret,
+      memoTtlSeconds,
+      clock,
+      random,
+    });
+    return { kind: "respond", response: paymentRequiredResponse(built) };
+  };
+
+  /** Logs a failed check and answers it: a misconfiguration as 500 with its message, a fault as 5xx. */
+  const checkFailure = (fault: unknown, what: string): Response => {
+    if (isMisconfiguration(fault)) {
+      logger?.error({ err: fault }, "paymentGate is misconfigured");
+      return errorResponse("Internal", (fault as TollgateError).message, 500);
+    }
+    logger?.warn({ err: fault }, what);
+    return faultResponse(fault, `${what}; try again later`);
+  };
+
+  /** A request carrying `X-Tollgate-Sub` on a route that accepts subscriptions. */
+  const serveSubscription = async (
+    subscriptionId: string,
+    request: GateRequest,
+    route: CompiledRoute,
+    target: { method: string; path: string; url: URL },
+  ): Promise<GateResult> => {
+    let outcome: Awaited<ReturnType<SubscriptionGate["check"]>>;
+    try {
+      outcome = await subscriptionGate().check({
+        subscriptionId,
+        token: request.headers.get(HeaderName.SubscriptionAuth),
+        route,
+        routeRequest: { method: target.method, path: decodedPath(target.path), url: target.url },
+      });
+    } catch (fault) {
+      return { kind: "respond", response: checkFailure(fault, "a subscription could not be checked") };
+    }
+    if (outcome.kind === "pass")
+      return { kind: "pass", subscription: outcome.subscription, headers: new Headers() };
+    if (outcome.kind === "busy") {
+      return {
+        kind: "respond",
+        response: errorResponse("RateLimited", outcome.message, 429, outcome.retryAfter),
+      };
+    }
+    logger?.debug({ method: target.method, path: target.path, error: outcome.error }, "subscription refused");
+    return paymentRequired(outcome.error, outcome.message, target, route);
+  };
+
+  const gate = async function paymentGate(request: GateRequest): Promise<GateResult> {
+    let url: URL;
+    try {
+      url = new URL(request.url);
+    } catch {
+      return { kind: "respond", response: errorResponse("InvalidRequest", "request URL is invalid", 400) };
+    }
+    const method = request.method.toUpperCase();
+    // The memo binds the path as sent; routes are matched on it decoded, as routers see it.
+    const path = url.pathname;
+    const route = resolveRoute({ method, path: decodedPath(path), url });
+    if (route === undefined) return { kind: "pass", headers: new Headers() };
+    if (path.length > MAX_PATH_LENGTH) {
+      return {
+        kind: "respond",
+        response: errorResponse(
+          "InvalidRequest",
+          `paid paths are at most ${MAX_PATH_LENGTH} characters`,
+          414,
+        ),
+      };
+    }
+    const target = { method, path, url };
+
+    const subscriptionId = request.headers.get(HeaderName.Subscription);
+    if (subscriptionId !== null && route.plans.length > 0) {
+      return serveSubscription(subscriptionId, request, route, target);
+    }
+
+    const header = request.headers.get(HeaderName.Payment);
+    if (header === null) {
+      const x402Header = request.headers.get(HeaderName.X402PaymentSignature);
+      if (x402Header === null) return paymentRequired("PaymentRequired", "payment required", target, route);
+      // x402 v2 (DESIGN.md §2.7): settled through the facilitator before the handler runs, served once.
+      const outcome = await acceptX402(x402Header, { offers: route.offers, tokenEip712: await x402Domain() });
+      if (outcome.kind === "paid") return { kind: "pass", paid: outcome.payment, headers: outcome.headers };
+      if (outcome.kind === "fault") {
+        logger?.warn({ err: outcome.error, method, path }, "x402 payment could not be settled");
+        return { kind: "respond", response: faultResponse(outcome.error) };
+      }
+      logger?.debug({ method, path, reason: outcome.reason }, "x402 payment refused");
+      const refusal = await paymentRequired(
+        "InvalidPaymentProof",
+        `x402 payment refused: ${outcome.message}`,
+        target,
+        route,
+      );
+      if (refusal.kind === "respond") withX402Reason(refusal.response, outcome.reason);
+      return refusal;
+    }
+
+    const refuse = (reason: string) => {
+      logger?.debug({ method, path, reason }, "payment proof refused");
+      return paymentRequired("InvalidPaymentProof", `invalid payment proof: ${reason}`, target, route);
+    };
+    const parsed = parsePaymentProof(header);
+    if (!parsed.ok) return refuse(parsed.reason);
+    const proof = parsed.proof;
+    try {
+      const verdict = await verifyPaymentProof(proof, {
+        memoSecret,
+        clock,
+        expected: { method, path, payTo: config.payTo, network: config.network, token: token.address },
+        checkSignature,
+      });
+      if (!verdict.valid) return refuse(verdict.reason);
+      // Keep the memo until the proof itself expires: no proof for it can be accepted after that.
+      if (!(await replayGuard.consume(proof.memo, proof.exp * 1000))) return refuse("proof was already used");
+    } catch (error) {
+      logger?.warn({ err: error, method, path }, "payment proof could not be checked");
+      return { kind: "respond", response: faultResponse(error) };
+    }
+
+    const paid: GatePayment = {
+      scheme: "exact",
+      payer: proof.payer,
+      amount: BigInt(proof.amount),
+      payTo: proof.payTo,
+      network: proof.network,
+      token: proof.token,
+      transaction: proof.tx,
+      memo: proof.memo,
+      proof,
+    };
+    const headers = new Headers();
+    headers.set(
+      HeaderName.PaymentResponse,
+      encodeJsonHeader({ success: true, transaction: proof.tx, network: proof.network, payer: proof.payer }),
+    );
+    return { kind: "pass", paid, headers };
+  };
+
+  const controls: PaymentGateControls = {
+    async ready() {
+      const planIds = new Set(fallback?.plans ?? []);
+      if (config.routes !== undefined && typeof config.routes !== "function") {
+        for (const [pattern, route] of Object.entries(config.routes)) {
+          for (const planId of toRoute(route, `routes[${JSON.stringify(pattern)}]`).plans)
+            planIds.add(planId);
+        }
+      }
+      await Promise.all([...planIds].map((planId) => plans.get(planId)));
+    },
+    syncEvents: async () => {
+      await subscriptions?.syncEvents();
+    },
+    flushUsage: async () => (subscriptions === undefined ? 0 : subscriptions.flushUsage()),
+    close: async () => {
+      await subscriptions?.close();
+    },
+  };
+  return Object.assign(gate, controls);
+}
+
+/**
+ * A path as routers see it: each run of percent-escapes decoded with `decodeURI` (so reserved
+ * characters such as `%2F` stay escaped), a run that does not decode left as it is, like Hono's router.
+ */
+function decodedPath(path: string): string {
+  if (!path.includes("%")) return path;
+  return path.replace(/(?:%[0-9A-Fa-f]{2})+/g, (run) => {
+    try {
+      return decodeURI(run);
+    } catch {
+      return run;
+    }
+  });
+}
+
+function signatureCheckOf(
+  config: {
+    proofVerification?: "local" | "remote" | undefined;
+    proofKeys?: ProofKeyResolver | { keys: unknown } | undefined;
+  },
+  facilitator: FacilitatorClient,
+  clock: Clock,
+): ProofSignatureCheck {
+  if (config.proofVerification === "remote") {
+    if (config.proofKeys !== undefined) {
+      throw new TollgateError(
+        "InvalidRequest",
+        "paymentGate options: proofKeys is for local proof verification only",
+      );
+    }
+    return checkSignatureWithFacilitator(facilitator);
+  }
+  const keys = config.proofKeys;
+  let resolver: ProofKeyResolver;
+  if (keys === undefined) {
+    resolver = createJwksResolver({ loadJwks: () => facilitator.jwks(), clock });
+  } else if ("resolve" in keys) {
+    resolver = keys;
+  } else {
+    resolver = createStaticKeyResolver(parseGateOptions(JwksSchema, keys, "paymentGate options: proofKeys"));
+  }
+  return checkSignatureWithKeys(resolver);
+}
+
+/** A pricing list as the gate uses it: one-time offers, plan ids, and both in order for the 402. */
+function compilePricing(
+  pricing: readonly PricingEntry[],
+  decimals: number,
+  where: string,
+  publicOrigin: string | undefined,
+): Pick<CompiledRoute, "offers" | "slots" | "plans"> {
+  const slots = pricing.map((entry, index): CompiledRoute["slots"][number] => {
+    if (entry.type === "subscription") {
+      if (publicOrigin === undefined) {
+        throw new TollgateError(
+          "InvalidRequest",
+          `paymentGate options: ${where}[${index}]: subscription pricing needs \`publicOrigin\`, the audience sub-auth tokens must name`,
+        );
+      }
+      const ref = entry.plan;
+      const id = typeof ref === "object" ? ref.planId : ref;
+      return { scheme: "subscription", planId: id.toString() };
+    }
+    const amount = toAtomicPrice(entry.amount, decimals, `${where}[${index}].amount`);
+    return { scheme: "exact", amount };
+  });
+  const offers = slots.filter((slot): slot is OneTimeOffer => slot.scheme === "exact");
+  const plans = slots.flatMap((slot) => (slot.scheme === "subscription" ? [slot.planId] : []));
+  return { offers, slots, plans };
+}
+
+function toAtomicPrice(price: Price, decimals: number, where: string): bigint {
+  let amount: bigint;
+  try {
+    amount = typeof price === "bigint" ? price : parseUnitsExact(price, decimals);
+  } catch (cause) {
+    throw new TollgateError("InvalidRequest", `paymentGate options: ${where}: ${(cause as Error).message}`, {
+      cause,
+    });
+  }
+  if (amount <= 0n)
+    throw new TollgateError("InvalidRequest", `paymentGate options: ${where}: a price must be positive`);
+  if (amount >= 2n ** 256n)
+    throw new TollgateError("InvalidRequest", `paymentGate options: ${where}: above uint256`);
+  return amount;
+}
+
+function misconfigured(message: string): TollgateError {
+  return new TollgateError("InvalidRequest", `paymentGate subscription pricing: ${message}`, {
+    details: { reason: "gate_misconfigured" },
+  });
+}
+
+/** A gate misconfiguration found on first use (a plan that is not the gate's), as opposed to a fault. */
+function isMisconfiguration(error: unknown): boolean {
+  return (
+    error instanceof TollgateError &&
+    error.code === "InvalidRequest" &&
+    error.details?.reason === "gate_misconfigured"
+  );
+}
+
+function routeResolverOf(
+  routes: Record<string, RouteConfig> | ((request: RouteRequest) => RouteConfig | undefined) | undefined,
+  fallback: CompiledRoute | undefined,
+  toRoute: (route: RouteConfig, where: string) => CompiledRoute,
+): (request: RouteRequest) => CompiledRoute | undefined {
+  // CORS preflights carry no payment; pricing them by default would break browsers.
+  const byDefault = (request: RouteRequest) => (request.method === "OPTIONS" ? undefined : fallback);
+  if (routes === undefined) return byDefault;
+  if (typeof routes === "function") {
+    // A resolver usually returns a few constant objects: compile each once.
+    const compiled = new WeakMap<object, CompiledRoute>();
+    return (request) => {
+      const route = routes(request);
+      if (route === undefined) return byDefault(request);
+      let hit = compiled.get(route);
+      if (hit === undefined) {
+        hit = toRoute(route, `routes(${request.method} ${request.path})`);
+        compiled.set(route, hit);
+      }
+      return hit;
+    };
+  }
+  const table = Object.entries(routes).map(([pattern, route]) => {
+    let compiledPattern: ReturnType<typeof compileRoutePattern>;
+    try {
+      compiledPattern = compileRoutePattern(pattern);
+    } catch (cause) {
+      throw new TollgateError("InvalidRequest", `paymentGate options: routes: ${(cause as Error).message}`, {
+        cause,
+      });
+    }
+    return { pattern: compiledPattern, route: toRoute(route, `routes[${JSON.stringify(pattern)}]`) };
+  });
+  return (request) => {
+    for (const entry of table) if (entry.pattern.matches(request.method, request.path)) return entry.route;
+    return byDefault(request);
+  };
+}
+
+/**
+ * A check that could not be carried out. Unavailability and rate limits are passed on with their
+ * `Retry-After` (the payer retries the same proof later); anything else is the gate's own fault,
+ * reported without internals.
+ */
+function faultResponse(
+  error: unknown,
+  internalMessage = "the payment could not be checked; try the same proof again later",
+): Response {
+  if (error instanceof TollgateError && (error.code === "ChainUnavailable" || error.code === "RateLimited")) {
+    return errorResponse(error.code, error.message, httpStatusOf(error.code), error.retryAfter ?? 5);
+  }
+  return errorResponse("Internal", internalMessage, 500);
+}
+
+/** The error body of DESIGN.md §2.6. */
+function errorResponse(code: ErrorCode, message: string, status: number, retryAfter?: number): Response {
+  const headers: Record<string, string> = { "content-type": "application/json", "cache-control": "no-store" };
+  if (retryAfter !== undefined) headers[HeaderName.RetryAfter] = String(retryAfter);
+  return new Response(JSON.stringify({ error: { code, message } }), { status, headers });
+}

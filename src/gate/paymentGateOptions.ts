@@ -1,0 +1,211 @@
+/**
+ * What `paymentGate` is configured with, checked once at construction so that a misconfigured gate
+ * fails at start-up with a message naming the option, never on a request.
+ */
+import { z } from "zod";
+import type { FacilitatorClient, FetchFn } from "../client/facilitatorClient.ts";
+import { AddressSchema } from "../protocol/address.ts";
+import type { Clock } from "../protocol/clock.ts";
+import { TollgateError } from "../protocol/errors.ts";
+import type { Jwks } from "../protocol/facilitator.ts";
+import { NetworkSchema } from "../protocol/network.ts";
+import { HttpUrlSchema, PlanIdSchema } from "../protocol/paymentRequired.ts";
+import { OriginSchema } from "../protocol/subscriptionAuth.ts";
+import type { ReplayGuard } from "../store/replayGuard.ts";
+import type { UsageLedger } from "./metering/usageLedger.ts";
+import type { ProofKeyResolver } from "./proofKeyResolver.ts";
+
+/**
+ * A price: a `bigint` is in the token's smallest unit (`500_000n` = 0.50 USDC); a string is decimal
+ * token text (`"0.50"` = 0.50 USDC), converted exactly with the token's decimals. Never a float.
+ */
+export const PriceSchema = z.union([z.bigint(), z.string()]);
+export type Price = z.input<typeof PriceSchema>;
+
+/** Pay once per request. */
+export const OneTimePricingSchema = z.strictObject({ type: z.literal("one-time"), amount: PriceSchema });
+
+/** An on-chain plan id: decimal text, a bigint, or `{ planId }` (as `GET /plans/:id` returns it). */
+const PlanRefSchema = z.union([PlanIdSchema, z.bigint().nonnegative()]);
+
+/**
+ * A subscription plan of `SubscriptionManager` (DESIGN.md §5): its subscribers are served without a
+ * payment per request. The plan must be sold by the gate's `payTo` in the gate's token; its terms are
+ * read from the facilitator (`GET /plans/:id`) and put into the 402.
+ */
+export const SubscriptionPricingSchema = z.strictObject({
+  type: z.literal("subscription"),
+  plan: z.union([PlanRefSchema, z.looseObject({ planId: PlanRefSchema })]),
+});
+
+export const PricingEntrySchema = z.discriminatedUnion("type", [
+  OneTimePricingSchema,
+  SubscriptionPricingSchema,
+]);
+export type PricingEntry = z.input<typeof PricingEntrySchema>;
+
+/**
+ * What a route-resolver function is given: the upper-case method, the path percent-decoded as routers
+ * see it (so `/r%65ports` is `/reports`), and the full URL.
+ */
+export type RouteRequest = { method: string; path: string; url: URL };
+
+/**
+ * Metered units of one request, counted against a subscription's allowance: a number, or computed from
+ * the request. `0` leaves the route unmetered even under a plan that meters.
+ */
+const UnitsSchema = z.union([
+  z.int().nonnegative(),
+  z.custom<(request: RouteRequest) => number>((value) => typeof value === "function", {
+    error: "expected a positive integer or a function",
+  }),
+]);
+
+/** How one route is priced. `price` is shorthand for `pricing: [{ type: "one-time", amount: price }]`. */
+export const RouteConfigSchema = z
+  .strictObject({
+    pricing: z.array(PricingEntrySchema).min(1).max(32).optional(),
+    price: PriceSchema.optional(),
+    /** Shown to payers in the 402 and in x402's `resource.description`. */
+    description: z.string().max(1024).optional(),
+    /** Media type of the paid response (x402's `resource.mimeType`). */
+    mimeType: z.string().max(255).optional(),
+    /**
+     * Metered units per use, counted against a subscription's included units and overage cap. Default:
+     * 1 when the subscription's plan meters (included units or an overage price), else none.
+     */
+    units: UnitsSchema.optional(),
+  })
+  .refine((route) => (route.pricing === undefined) !== (route.price === undefined), {
+    error: "give exactly one of `pricing` and `price`",
+  });
+export type RouteConfig = z.input<typeof RouteConfigSchema>;
+
+/** Prices a request by code: return `undefined` to leave the request free. */
+export type RouteResolver = (request: RouteRequest) => RouteConfig | undefined;
+
+const isFunction = (value: unknown) => typeof value === "function";
+const hasMethods =
+  (...names: string[]) =>
+  (value: unknown) =>
+    typeof value === "object" &&
+    value !== null &&
+    names.every((name) => typeof (value as Record<string, unknown>)[name] === "function");
+
+export const PaymentGateOptionsSchema = z.strictObject({
+  /** The address paid. */
+  payTo: AddressSchema,
+  /** CAIP-2 network, e.g. `eip155:8453`. */
+  network: NetworkSchema,
+  /**
+   * The token (USDC) address, or the address with its EIP-712 `name`/`version` (for the x402 header;
+   * looked up from the facilitator's `/supported` when absent) and `decimals` (for text prices; 6).
+   */
+  token: z.union([
+    AddressSchema,
+    z.strictObject({
+      address: AddressSchema,
+      name: z.string().min(1).max(128).optional(),
+      version: z.string().min(1).max(32).optional(),
+      decimals: z.int().min(0).max(77).optional(),
+    }),
+  ]),
+  /** The facilitator's base URL, or a client for it. */
+  facilitator: z.union([
+    HttpUrlSchema,
+    z.custom<FacilitatorClient>(hasMethods("authorize", "verify", "jwks", "supported"), {
+      error: "expected an http(s) URL or a facilitator client",
+    }),
+  ]),
+  /** HMAC key for memos, at least 32 bytes; every gate instance serving one API shares it. */
+  memoSecret: z.union([z.instanceof(Uint8Array), z.string()]),
+  /** Pricing of every request through the gate that no entry of `routes` prices. */
+  pricing: z.array(PricingEntrySchema).min(1).max(32).optional(),
+  /** Per-route pricing by `"METHOD /path/:param/*"` pattern (first match wins), or a function. */
+  routes: z
+    .union([
+      z.record(z.string(), RouteConfigSchema),
+      z.custom<RouteResolver>(isFunction, { error: "expected an object of route patterns or a function" }),
+    ])
+    .optional(),
+  /** Default description for the 402 and x402's `resource.description`. */
+  description: z.string().max(1024).optional(),
+  /** Remembers consumed memos. Default: in memory, for one process. */
+  replayGuard: z.custom<ReplayGuard>(hasMethods("consume"), { error: "expected a ReplayGuard" }).optional(),
+  clock: z.custom<Clock>(hasMethods("now"), { error: "expected a Clock" }).optional(),
+  /** The `fetch` the facilitator client uses when `facilitator` is a URL (default: the global one). */
+  fetch: z.custom<FetchFn>(isFunction, { error: "expected a fetch function" }).optional(),
+  /** Random bytes for memos (default `crypto.randomBytes`). */
+  random: z.custom<(bytes: number) => Uint8Array>(isFunction, { error: "expected a function" }).optional(),
+  /**
+   * `local` (default): Ed25519 against the facilitator's JWKS, fetched once and refreshed on an
+   * unknown `kid`. `remote`: ask the facilitator's `POST /verify` for each proof.
+   */
+  proofVerification: z.enum(["local", "remote"]).optional(),
+  /** Proof keys for local verification instead of fetching the JWKS: a JWKS or a resolver. */
+  proofKeys: z
+    .custom<ProofKeyResolver | Jwks>(
+      (value) =>
+        hasMethods("resolve")(value) || (typeof value === "object" && value !== null && "keys" in value),
+      { error: "expected a JWKS or a ProofKeyResolver" },
+    )
+    .optional(),
+  /** How long a 402 offer stands (default 300 s). */
+  memoTtlSeconds: z.int().min(10).max(3600).optional(),
+  /**
+   * The origin clients reach this API at (`https://api.example.com`): `resource.url` in 402s, and the
+   * audience every sub-auth token must name. Required with subscription pricing.
+   */
+  publicOrigin: OriginSchema.optional(),
+  /** The SubscriptionManager (default: the one the facilitator's `/supported` lists for `network`). */
+  subscriptionManager: AddressSchema.optional(),
+  /**
+   * How long a subscription's state read from the chain is trusted (default 5 000 ms; at most 60 s).
+   * Facilitator events drop it sooner (see `subscriptionEventPollMs`).
+   */
+  subscriptionStatusTtlMs: z.int().min(0).max(60_000).optional(),
+  /** How often the facilitator's event feed is polled (default 1 000 ms; 0 = only on `syncEvents()`). */
+  subscriptionEventPollMs: z.int().min(0).max(60_000).optional(),
+  /**
+   * The provider's facilitator API key (`POST /providers`), with which metered charges are sent to
+   * `POST /usage`. Required when a metered plan is sold; keep it secret.
+   */
+  providerApiKey: z.string().min(8).max(256).optional(),
+  /** Counts metered use. Default: in memory, for one process; `createPostgresUsageLedger` for several. */
+  usageLedger: z
+    .custom<UsageLedger>(hasMethods("reserve", "claimBatch", "markBatchSent", "resolve"), {
+      error: "expected a UsageLedger",
+    })
+    .optional(),
+  /**
+   * Most metered charges (all subscriptions together) served but not yet settled on chain: past it,
+   * metered requests that would charge are answered 429 `RateLimited` until settlements catch up.
+   * A bigint in smallest units, or token text (default "10", 10 USDC).
+   */
+  maxUnsettledUsage: PriceSchema.optional(),
+  /** How often metered charges are sent to the facilitator (default 2 000 ms; 0 = only on `flushUsage()`). */
+  usageFlushIntervalMs: z.int().min(0).max(600_000).optional(),
+  logger: z
+    .custom<GateLogger>(hasMethods("debug", "warn", "error"), { error: "expected a logger (pino)" })
+    .optional(),
+});
+export type PaymentGateOptions = z.input<typeof PaymentGateOptionsSchema>;
+export type ParsedPaymentGateOptions = z.output<typeof PaymentGateOptionsSchema>;
+
+/** The narrow logger the gate writes to; a pino logger satisfies it. */
+export type GateLogger = {
+  debug(object: object, message?: string): void;
+  warn(object: object, message?: string): void;
+  error(object: object, message?: string): void;
+};
+
+/** Parses options, turning zod's issues into one `InvalidRequest` that names each bad option. */
+export function parseGateOptions<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
+  const result = schema.safeParse(value);
+  if (result.success) return result.data;
+  const problems = result.error.issues
+    .slice(0, 5)
+    .map((issue) => `${issue.path.map(String).join(".") || "options"}: ${issue.message}`)
+    .join("; ");
+  throw new TollgateError("InvalidRequest", `${what}: ${problems}`, { cause: result.error });
+}

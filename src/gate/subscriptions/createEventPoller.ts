@@ -1,0 +1,145 @@
+/**
+ * Follows the facilitator's event log (`GET /events?after=&types=&provider=`) for one provider, so a
+ * gate learns within one poll that a subscription was paused, cancelled, renewed or went past due, that
+ * a plan was deprecated, and how its metered usage settled on chain.
+ *
+ * Polling runs on a timer (unref'd: it never keeps a process alive) started by `start()`, and on
+ * demand with `pollOnce()`. Polls never overlap. A failed poll is logged and retried on the next tick
+ * from the same cursor, so no event is skipped; handlers are called in event-id order.
+ */
+import type { Address } from "viem";
+import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
+import {
+  type EventFeedResponse,
+  EventFeedResponseSchema,
+  type FeedEvent,
+} from "../../protocol/subscriptions.ts";
+import type { GateLogger } from "../paymentGateOptions.ts";
+
+/** The event types a gate acts on. */
+export const GATE_EVENT_TYPES = [
+  // Created: drops a "no such subscription" cached for an id just before it was taken out.
+  "subscription.created",
+  "subscription.renewed",
+  "subscription.renewal_failed",
+  "subscription.paused",
+  "subscription.resumed",
+  "subscription.cancelled",
+  "plan.deprecated",
+  "allowance.deducted",
+  "allowance.exhausted",
+] as const;
+
+export type EventPoller = {
+  /**
+   * Reads the events not yet seen (up to `maxPagesPerPoll` pages) and hands each to `onEvent`; when it
+   * resolves, every event the facilitator had recorded before the call has been handled (unless the
+   * poll failed, which is logged, not thrown).
+   */
+  pollOnce(): Promise<void>;
+  /** Starts the timer (idempotent). */
+  start(): void;
+  /** Stops the timer and waits for a poll in progress. */
+  stop(): Promise<void>;
+  /** Id of the last event handled. */
+  readonly cursor: number;
+};
+
+export type EventPollerOptions = {
+  facilitator: Pick<FacilitatorClient, "request">;
+  provider: Address;
+  /** Called once per event in id order; a returned promise is awaited before the next event. */
+  onEvent(event: FeedEvent): void | Promise<void>;
+  intervalMs: number;
+  logger?: GateLogger | undefined;
+  /** Events per page (default 500). */
+  pageSize?: number | undefined;
+  maxPagesPerPoll?: number | undefined;
+};
+
+export function createEventPoller(options: EventPollerOptions): EventPoller {
+  const { facilitator, provider, onEvent, intervalMs, logger } = options;
+  const pageSize = options.pageSize ?? 500;
+  const maxPages = options.maxPagesPerPoll ?? 20;
+  const types = GATE_EVENT_TYPES.join(",");
+  let cursor = 0;
+  let polling: Promise<void> | undefined;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let running = false;
+  let failing = false;
+
+  const pollPages = async () => {
+    for (let page = 0; page < maxPages; page++) {
+      const reply: EventFeedResponse = await facilitator.request(
+        "GET",
+        `/events?after=${cursor}&types=${types}&provider=${provider}&limit=${pageSize}`,
+        EventFeedResponseSchema,
+        { timeoutMs: 10_000 },
+      );
+      for (const event of reply.events) {
+        if (event.id <= cursor) continue;
+        try {
+          await onEvent(event);
+        } catch (error) {
+          logger?.warn({ err: error, eventId: event.id }, "a facilitator event could not be applied");
+        }
+        cursor = event.id;
+      }
+      cursor = Math.max(cursor, reply.next);
+      if (reply.events.length < pageSize) return;
+    }
+  };
+
+  let queued: Promise<void> | undefined;
+  const pollOnce = (): Promise<void> => {
+    // A call made while a poll runs gets a poll that starts after it, so it sees every event recorded
+    // before the call; calls made meanwhile share that one.
+    if (polling !== undefined) {
+      queued ??= polling.then(() => {
+        queued = undefined;
+        return pollOnce();
+      });
+      return queued;
+    }
+    polling = pollPages()
+      .then(
+        () => {
+          if (failing) logger?.warn({}, "facilitator event feed reachable again");
+          failing = false;
+        },
+        (error: unknown) => {
+          if (!failing) logger?.warn({ err: error }, "facilitator event feed poll failed; retrying");
+          failing = true;
+        },
+      )
+      .finally(() => {
+        polling = undefined;
+      });
+    return polling;
+  };
+
+  const schedule = () => {
+    if (!running) return;
+    timer = setTimeout(() => {
+      void pollOnce().finally(schedule);
+    }, intervalMs);
+    timer.unref?.();
+  };
+
+  return {
+    get cursor() {
+      return cursor;
+    },
+    pollOnce,
+    start() {
+      if (running || intervalMs <= 0) return;
+      running = true;
+      void pollOnce().finally(schedule);
+    },
+    async stop() {
+      running = false;
+      if (timer !== undefined) clearTimeout(timer);
+      await polling;
+    },
+  };
+}

@@ -1,0 +1,165 @@
+/**
+ * The subscription plans a gate sells (DESIGN.md §2.1, §5), read from the facilitator's `GET /plans/:id`
+ * once and cached. A plan must be the gate's own: sold by its `payTo`, in its token. A plan that is not
+ * is a misconfiguration, reported with a message naming both addresses, and never offered in a 402.
+ *
+ * Invariants:
+ * - A plan's terms (price, interval, token, metering) never change on chain, so they are cached for
+ *   the gate's life; only `deprecated`/`successorPlanId` change, and `invalidate` (driven by the
+ *   facilitator's `plan.deprecated` event) drops the entry so the next use reads it again.
+ * - Concurrent first uses of one plan share one request.
+ * - A transient failure (facilitator unreachable) is not cached: the next use asks again. A
+ *   misconfiguration is remembered for `MISCONFIGURED_RETRY_MS`, so a gate keeps answering with the
+ *   same clear error instead of asking the facilitator on every request.
+ */
+import type { Address } from "viem";
+import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
+import { getPlanInfo } from "../../client/facilitatorSubscriptions.ts";
+import { sameAddress } from "../../protocol/address.ts";
+import type { Clock } from "../../protocol/clock.ts";
+import { isTollgateError, TollgateError } from "../../protocol/errors.ts";
+import type { Network } from "../../protocol/network.ts";
+import type { PlanInfo } from "../../protocol/subscriptions.ts";
+
+/** A plan as the gate sells it: terms in bigint, plus the SubscriptionManager that runs it. */
+export type GatePlan = {
+  planId: string;
+  provider: Address;
+  token: Address;
+  /** Price per period, smallest unit. */
+  amount: bigint;
+  /** Period length in seconds. */
+  interval: number;
+  /** Units per period included in the price (metered routes). */
+  includedUnits: bigint;
+  /** Price of each unit past the included ones, smallest unit; 0 = no overage (a hard limit). */
+  overageUnitPrice: bigint;
+  deprecated: boolean;
+  successorPlanId: string | undefined;
+  manager: Address;
+};
+
+export type PlanCatalog = {
+  /** The plan, read once. Throws `InvalidRequest` for a plan that is not the gate's, or the facilitator's fault. */
+  get(planId: string): Promise<GatePlan>;
+  /** The plan if already cached (hot path, no I/O). */
+  peek(planId: string): GatePlan | undefined;
+  /** Forgets a plan so the next `get` reads it again (after `plan.deprecated`). */
+  invalidate(planId: string): void;
+};
+
+export type PlanCatalogOptions = {
+  facilitator: Pick<FacilitatorClient, "request" | "supported">;
+  payTo: Address;
+  network: Network;
+  token: Address;
+  clock: Clock;
+  /** The SubscriptionManager; read from the facilitator's `/supported` when absent. */
+  manager?: Address | undefined;
+};
+
+/** How long a misconfigured plan is answered from memory before the facilitator is asked again. */
+const MISCONFIGURED_RETRY_MS = 30_000;
+
+export function createPlanCatalog(options: PlanCatalogOptions): PlanCatalog {
+  const { facilitator, payTo, network, token, clock } = options;
+  const plans = new Map<string, GatePlan>();
+  const loading = new Map<string, Promise<GatePlan>>();
+  const misconfigured = new Map<string, { error: TollgateError; at: number }>();
+  let manager: Promise<Address> | undefined =
+    options.manager === undefined ? undefined : Promise.resolve(options.manager);
+
+  const managerAddress = (): Promise<Address> => {
+    manager ??= facilitator.supported().then(
+      (supported) => {
+        const found = supported.networks.find((n) => n.network === network)?.subscriptionManager;
+        if (found === undefined) {
+          throw misconfiguration(
+            `the facilitator offers no SubscriptionManager on ${network}, so this gate cannot sell subscriptions`,
+          );
+        }
+        return found;
+      },
+      (error: unknown) => {
+        manager = undefined;
+        throw error;
+      },
+    );
+    return manager;
+  };
+
+  const load = async (planId: string): Promise<GatePlan> => {
+    let info: PlanInfo;
+    try {
+      info = await getPlanInfo(facilitator, planId);
+    } catch (error) {
+      if (isTollgateError(error, "NotFound")) {
+        throw misconfiguration(`plan ${planId} does not exist on the facilitator's SubscriptionManager`);
+      }
+      throw error;
+    }
+    if (!sameAddress(info.provider, payTo)) {
+      throw misconfiguration(
+        `plan ${planId} is sold by ${info.provider}, not by this gate's payTo ${payTo}: its renewals would not pay this API`,
+      );
+    }
+    if (!sameAddress(info.token, token)) {
+      throw misconfiguration(
+        `plan ${planId} is priced in token ${info.token}, not in this gate's token ${token}`,
+      );
+    }
+    return {
+      planId: info.planId,
+      provider: info.provider,
+      token: info.token,
+      amount: BigInt(info.amount),
+      interval: info.interval,
+      includedUnits: BigInt(info.includedUnits),
+      overageUnitPrice: BigInt(info.overageUnitPrice),
+      deprecated: info.deprecated,
+      successorPlanId: info.successorPlanId ?? undefined,
+      manager: await managerAddress(),
+    };
+  };
+
+  return {
+    peek: (planId) => plans.get(planId),
+    invalidate(planId) {
+      plans.delete(planId);
+      misconfigured.delete(planId);
+    },
+    get(planId) {
+      const cached = plans.get(planId);
+      if (cached !== undefined) return Promise.resolve(cached);
+      const failed = misconfigured.get(planId);
+      if (failed !== undefined && clock.now() - failed.at < MISCONFIGURED_RETRY_MS) {
+        return Promise.reject(failed.error);
+      }
+      let pending = loading.get(planId);
+      if (pending === undefined) {
+        pending = load(planId)
+          .then(
+            (plan) => {
+              plans.set(planId, plan);
+              misconfigured.delete(planId);
+              return plan;
+            },
+            (error: unknown) => {
+              if (isTollgateError(error, "InvalidRequest"))
+                misconfigured.set(planId, { error, at: clock.now() });
+              throw error;
+            },
+          )
+          .finally(() => loading.delete(planId));
+        loading.set(planId, pending);
+      }
+      return pending;
+    },
+  };
+}
+
+function misconfiguration(message: string): TollgateError {
+  return new TollgateError("InvalidRequest", `paymentGate subscription pricing: ${message}`, {
+    details: { reason: "gate_misconfigured" },
+  });
+}

@@ -1,0 +1,295 @@
+/**
+ * The subscription side of `paymentGate` (DESIGN.md §2.5, §5): decides whether a request carrying
+ * `X-Tollgate-Sub` and `X-Tollgate-Sub-Auth` is served under a subscription, and meters it.
+ *
+ * Order of checks, cheapest and most local first:
+ * 1. the id is a canonical decimal and a token is present;
+ * 2. the token (cached by its text until `exp`): well-formed, `aud` = the gate's public origin, issued
+ *    for this id, unexpired, signed — one signature recovery per token, never per request;
+ * 3. the subscription's state (cached, `statusTtlMs`, dropped on facilitator events): it exists, its
+ *    subscriber is the token's signer, its plan is one of this route's plans (all sold by this gate's
+ *    `payTo` in its token), and it is Active;
+ * 4. on a metered route, the use is reserved in the usage ledger against the included units, the
+ *    subscription's overage cap and the gate's bound on unsettled usage.
+ *
+ * Refusals are data (`refuse`, answered with a fresh 402; `busy`, answered 429); faults (facilitator
+ * unreachable, ledger down) are thrown and answered 5xx by the gate, so a subscriber is never told its
+ * subscription is invalid when the gate merely could not check it.
+ */
+import type { Address } from "viem";
+import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
+import { getSubscriptionInfo } from "../../client/facilitatorSubscriptions.ts";
+import { sameAddress } from "../../protocol/address.ts";
+import { formatUnitsExact } from "../../protocol/amount.ts";
+import type { Clock } from "../../protocol/clock.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { SubscriptionIdSchema } from "../../protocol/subscriptionAuth.ts";
+import type { FeedEvent, SubscriptionInfo } from "../../protocol/subscriptions.ts";
+import type { UsageFlusher } from "../metering/createUsageFlusher.ts";
+import type { Reservation, UsageLedger } from "../metering/usageLedger.ts";
+import type { GateLogger, RouteRequest } from "../paymentGateOptions.ts";
+import { createEventPoller, type EventPoller } from "./createEventPoller.ts";
+import type { GatePlan, PlanCatalog } from "./createPlanCatalog.ts";
+import { createSubAuthVerifier, type SubAuthVerifier } from "./createSubAuthVerifier.ts";
+import {
+  createSubscriptionStatusCache,
+  type SubscriptionStatusCache,
+} from "./createSubscriptionStatusCache.ts";
+
+/** A subscription the gate served a request under (`GateResult.subscription`). */
+export type GateSubscription = {
+  subscriptionId: bigint;
+  subscriber: Address;
+  planId: string;
+  /** Metered units this request used (0 on an unmetered route). */
+  units: number;
+  /** Units counted in the current cycle after this request (metered routes). */
+  unitsUsed: bigint | undefined;
+  /** Overage charged for this request past the included units, smallest unit (0 within them). */
+  charge: bigint;
+};
+
+/** What the gate knows of a route that accepts subscriptions. */
+export type SubscriptionRoute = {
+  /** Plan ids (canonical decimal) whose subscriptions this route serves. */
+  plans: readonly string[];
+  /** Metered units per use; `undefined` = 1 when a plan meters, `0` = never metered. */
+  units: number | ((request: RouteRequest) => number) | undefined;
+};
+
+export type SubscriptionOutcome =
+  | { kind: "pass"; subscription: GateSubscription }
+  | {
+      kind: "refuse";
+      error: "SubscriptionAuthInvalid" | "SubscriptionNotActive" | "AllowanceExhausted" | "PaymentRequired";
+      message: string;
+    }
+  | { kind: "busy"; message: string; retryAfter: number };
+
+export type SubscriptionGate = {
+  check(request: {
+    subscriptionId: string;
+    token: string | null;
+    route: SubscriptionRoute;
+    routeRequest: RouteRequest;
+  }): Promise<SubscriptionOutcome>;
+  /** Applies every facilitator event recorded so far (status and plan invalidations, settled usage). */
+  syncEvents(): Promise<void>;
+  /** Sends pending metered charges to the facilitator now, then looks up outcomes of older ones. */
+  flushUsage(): Promise<number>;
+  /** Drops one subscription's cached state. */
+  invalidate(subscriptionId: string): void;
+  /** Stops the background work and sends what is pending. */
+  close(): Promise<void>;
+};
+
+export type SubscriptionGateOptions = {
+  facilitator: Pick<FacilitatorClient, "request">;
+  plans: PlanCatalog;
+  payTo: Address;
+  /** The gate's public origin: the `aud` of every token. */
+  audience: string;
+  clock: Clock;
+  /** Decimals of the gate's token, for amounts in messages. */
+  decimals: number;
+  statusTtlMs: number;
+  /** Event-feed poll interval; 0 = poll only on `syncEvents()`. */
+  eventPollMs: number;
+  metering:
+    | {
+        ledger: UsageLedger;
+        flusher: UsageFlusher | undefined;
+        maxUnsettled: bigint;
+        retryAfterSeconds: number;
+      }
+    | undefined;
+  logger?: GateLogger | undefined;
+  /** For tests: replaces the token verifier. */
+  verifier?: SubAuthVerifier | undefined;
+};
+
+/** A cap reached is re-read from the chain at most this often per subscription before refusing. */
+const EXHAUSTED_REFRESH_MS = 1_000;
+
+export function createSubscriptionGate(options: SubscriptionGateOptions): SubscriptionGate {
+  const { facilitator, plans, payTo, clock, logger, metering } = options;
+  const verifier = options.verifier ?? createSubAuthVerifier({ audience: options.audience, clock });
+  const statuses: SubscriptionStatusCache = createSubscriptionStatusCache({
+    read: (id) => getSubscriptionInfo(facilitator, id, { timeoutMs: 10_000 }),
+    clock,
+    ttlMs: options.statusTtlMs,
+  });
+
+  const onEvent = async (event: FeedEvent): Promise<void> => {
+    const data = event.data;
+    const subscriptionId = typeof data.subscriptionId === "string" ? data.subscriptionId : undefined;
+    if (event.type.startsWith("subscription.") && subscriptionId !== undefined) {
+      statuses.invalidate(subscriptionId);
+    } else if (event.type === "plan.deprecated" && typeof data.planId === "string") {
+      plans.invalidate(data.planId);
+    } else if (event.type === "allowance.deducted" || event.type === "allowance.exhausted") {
+      if (subscriptionId !== undefined) statuses.invalidate(subscriptionId);
+      const ref = typeof data.usageRef === "string" ? data.usageRef : undefined;
+      if (ref !== undefined && metering !== undefined) {
+        const outcome = event.type === "allowance.deducted" ? "settled" : "failed";
+        // Awaited, so `syncEvents()` resolves only once the exposure is lowered. A failure is logged;
+        // the flusher's reconciliation looks the charge up again later.
+        await metering.ledger.resolve([{ ref, outcome }]).catch((error: unknown) => {
+          logger?.warn({ err: error, ref }, "settled usage could not be recorded in the usage ledger");
+        });
+      }
+    }
+  };
+  const poller: EventPoller = createEventPoller({
+    facilitator,
+    provider: payTo,
+    onEvent,
+    intervalMs: options.eventPollMs,
+    logger,
+  });
+  let started = false;
+  const startBackground = () => {
+    if (started) return;
+    started = true;
+    poller.start();
+    metering?.flusher?.start();
+  };
+
+  const refuse = (error: Extract<SubscriptionOutcome, { kind: "refuse" }>["error"], message: string) =>
+    ({ kind: "refuse", error, message }) as const;
+
+  const unitsOf = (route: SubscriptionRoute, plan: GatePlan, request: RouteRequest): number => {
+    if (plan.includedUnits === 0n && plan.overageUnitPrice === 0n) return 0;
+    const units = typeof route.units === "function" ? route.units(request) : (route.units ?? 1);
+    if (!Number.isSafeInteger(units) || units < 0) {
+      throw new TollgateError(
+        "Internal",
+        `the route's units function returned ${String(units)}, not a whole number`,
+      );
+    }
+    return units;
+  };
+
+  const reserve = (
+    info: SubscriptionInfo,
+    plan: GatePlan,
+    units: number,
+    ledger: UsageLedger,
+    maxUnsettled: bigint,
+  ) =>
+    ledger.reserve({
+      subscriptionId: BigInt(info.subscriptionId),
+      periodStart: info.periodStart,
+      periodEnd: info.currentPeriodEnd,
+      units,
+      includedUnits: plan.includedUnits,
+      unitPrice: plan.overageUnitPrice,
+      maxOverage: BigInt(info.maxOverage),
+      overageUsed: BigInt(info.overageUsed),
+      maxUnsettled,
+    });
+
+  return {
+    async check({ subscriptionId, token, route, routeRequest }) {
+      startBackground();
+      if (!SubscriptionIdSchema.safeParse(subscriptionId).success) {
+        return refuse("SubscriptionAuthInvalid", "X-Tollgate-Sub must be a subscription id in decimal");
+      }
+      if (token === null || token === "") {
+        return refuse(
+          "SubscriptionAuthInvalid",
+          "X-Tollgate-Sub-Auth is missing: a subscription id alone is not a credential; sign a sub-auth token",
+        );
+      }
+      const verdict = await verifier.verify(token, subscriptionId);
+      if (!verdict.ok)
+        return refuse("SubscriptionAuthInvalid", `subscription auth refused: ${verdict.reason}`);
+
+      let info = await statuses.get(subscriptionId);
+      if (info === undefined)
+        return refuse("SubscriptionNotActive", `subscription ${subscriptionId} does not exist`);
+      if (!sameAddress(info.subscriber, verdict.signer)) {
+        return refuse(
+          "SubscriptionAuthInvalid",
+          `the token is not signed by subscription ${subscriptionId}'s subscriber`,
+        );
+      }
+      if (!sameAddress(info.provider, payTo) || !route.plans.includes(info.planId)) {
+        return refuse(
+          "PaymentRequired",
+          `subscription ${subscriptionId} is to plan ${info.planId}, which does not cover this resource (plans here: ${route.plans.join(", ")})`,
+        );
+      }
+      // The plan is this route's; reading it through the catalog also proves it is this gate's own.
+      const plan = await plans.get(info.planId);
+      if (info.status !== "Active") {
+        const why = {
+          Paused: "is paused: resume it to use it again",
+          Cancelled: "is cancelled",
+          PastDue: "is past due: its last renewal could not be charged",
+        }[info.status];
+        return refuse("SubscriptionNotActive", `subscription ${subscriptionId} ${why}`);
+      }
+
+      const units = unitsOf(route, plan, routeRequest);
+      if (units > 0 && plan.overageUnitPrice > 0n && metering?.flusher === undefined) {
+        throw new TollgateError(
+          "InvalidRequest",
+          `paymentGate subscription pricing: plan ${plan.planId} charges overage, so the gate needs \`providerApiKey\` to settle it`,
+          { details: { reason: "gate_misconfigured" } },
+        );
+      }
+      const base = {
+        subscriptionId: BigInt(subscriptionId),
+        subscriber: info.subscriber,
+        planId: info.planId,
+        units,
+      };
+      if (units === 0 || metering === undefined) {
+        return { kind: "pass", subscription: { ...base, unitsUsed: undefined, charge: 0n } };
+      }
+      let reservation: Reservation = await reserve(info, plan, units, metering.ledger, metering.maxUnsettled);
+      if (!reservation.ok && reservation.reason === "AllowanceExhausted" && plan.overageUnitPrice > 0n) {
+        // The subscriber may have just raised its cap (or renewed): read the chain again before refusing.
+        const fresh = await statuses.get(subscriptionId, { maxAgeMs: EXHAUSTED_REFRESH_MS });
+        if (fresh !== undefined && fresh !== info && fresh.status === "Active") {
+          info = fresh;
+          reservation = await reserve(info, plan, units, metering.ledger, metering.maxUnsettled);
+        }
+      }
+      if (reservation.ok) {
+        return {
+          kind: "pass",
+          subscription: { ...base, unitsUsed: reservation.unitsUsed, charge: reservation.charge },
+        };
+      }
+      if (reservation.reason === "ExposureLimit") {
+        const flusher = metering.flusher;
+        void flusher?.flush().then(() => flusher.reconcile());
+        return {
+          kind: "busy",
+          message: "this API's metered usage awaiting settlement is at its limit; retry shortly",
+          retryAfter: metering.retryAfterSeconds,
+        };
+      }
+      const message =
+        plan.overageUnitPrice === 0n
+          ? `subscription ${subscriptionId} has used the ${plan.includedUnits} units its plan includes this period, and the plan has no overage: upgrade the plan or wait for the renewal`
+          : `subscription ${subscriptionId} has reached its overage cap of ${formatUnitsExact(BigInt(info.maxOverage), options.decimals)} this period (${reservation.unitsUsed} units used, ${plan.includedUnits} included): raise the cap (payer.setMaxOverage) or upgrade the plan`;
+      return refuse("AllowanceExhausted", message);
+    },
+    syncEvents: () => poller.pollOnce(),
+    async flushUsage() {
+      const flusher = metering?.flusher;
+      if (flusher === undefined) return 0;
+      const sent = await flusher.flush();
+      await flusher.reconcile();
+      return sent;
+    },
+    invalidate: (id) => statuses.invalidate(id),
+    async close() {
+      await poller.stop();
+      await metering?.flusher?.stop();
+    },
+  };
+}

@@ -1,0 +1,92 @@
+import { describe, expect, it } from "vitest";
+import { createFixedClock } from "../../protocol/clock.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import type { SubscriptionInfo } from "../../protocol/subscriptions.ts";
+import { createSubscriptionStatusCache } from "./createSubscriptionStatusCache.ts";
+
+const info = (status: SubscriptionInfo["status"]) => ({ subscriptionId: "1", status }) as SubscriptionInfo;
+
+/** A reader whose answers the test releases one by one. */
+function deferredReader() {
+  const pending: { resolve(value: SubscriptionInfo): void; reject(error: unknown): void }[] = [];
+  let reads = 0;
+  return {
+    get reads() {
+      return reads;
+    },
+    read: () => {
+      reads++;
+      return new Promise<SubscriptionInfo>((resolve, reject) => pending.push({ resolve, reject }));
+    },
+    answer(value: SubscriptionInfo | Error) {
+      const next = pending.shift()!;
+      if (value instanceof Error) next.reject(value);
+      else next.resolve(value);
+    },
+  };
+}
+
+describe("createSubscriptionStatusCache", () => {
+  it("shares one read among concurrent misses and serves it until the TTL passes", async () => {
+    const clock = createFixedClock(0);
+    const reader = deferredReader();
+    const cache = createSubscriptionStatusCache({ read: reader.read, clock, ttlMs: 5_000 });
+    const both = Promise.all([cache.get("1"), cache.get("1")]);
+    reader.answer(info("Active"));
+    expect((await both).map((s) => s?.status)).toEqual(["Active", "Active"]);
+    clock.advance(4_999);
+    expect((await cache.get("1"))?.status).toBe("Active");
+    expect(reader.reads).toBe(1);
+    clock.advance(1);
+    const again = cache.get("1");
+    reader.answer(info("Paused"));
+    expect((await again)?.status).toBe("Paused");
+    expect(reader.reads).toBe(2);
+  });
+
+  it("does not cache a read that was in flight when the id was invalidated", async () => {
+    const clock = createFixedClock(0);
+    const reader = deferredReader();
+    const cache = createSubscriptionStatusCache({ read: reader.read, clock });
+    const stale = cache.get("1");
+    cache.invalidate("1");
+    const fresh = cache.get("1");
+    reader.answer(info("Active")); // read before the change
+    reader.answer(info("Paused")); // read after it
+    expect((await stale)?.status).toBe("Active");
+    expect((await fresh)?.status).toBe("Paused");
+    expect((await cache.get("1"))?.status).toBe("Paused");
+    expect(reader.reads).toBe(2);
+  });
+
+  it("caches an unknown id as undefined, and passes faults on without caching them", async () => {
+    const clock = createFixedClock(0);
+    const reader = deferredReader();
+    const cache = createSubscriptionStatusCache({ read: reader.read, clock });
+    const missing = cache.get("9");
+    reader.answer(new TollgateError("NotFound", "no such subscription"));
+    expect(await missing).toBeUndefined();
+    expect(await cache.get("9")).toBeUndefined();
+    const failing = cache.get("2");
+    reader.answer(new TollgateError("ChainUnavailable", "down"));
+    await expect(failing).rejects.toThrow(/down/);
+    const retried = cache.get("2");
+    reader.answer(info("Active"));
+    expect((await retried)?.status).toBe("Active");
+    expect(reader.reads).toBe(3);
+  });
+
+  it("re-reads an entry older than a tighter maxAgeMs", async () => {
+    const clock = createFixedClock(0);
+    const reader = deferredReader();
+    const cache = createSubscriptionStatusCache({ read: reader.read, clock, ttlMs: 5_000 });
+    const first = cache.get("1");
+    reader.answer(info("Active"));
+    await first;
+    clock.advance(1_000);
+    const tight = cache.get("1", { maxAgeMs: 1_000 });
+    reader.answer(info("Active"));
+    await tight;
+    expect(reader.reads).toBe(2);
+  });
+});

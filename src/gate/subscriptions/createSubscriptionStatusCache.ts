@@ -1,0 +1,99 @@
+/**
+ * Subscription state as the chain has it, read through the facilitator's `GET /subscriptions/:id` and
+ * cached for a short TTL (DESIGN.md §2.5), so a subscriber's requests cost no round trip.
+ *
+ * Staleness bound: an entry is at most `ttlMs` old. An entry is also dropped as soon as the gate
+ * learns from the facilitator's event feed that the subscription changed (`invalidate`), which in
+ * practice ends a paused, cancelled or past-due subscription's access within one poll of the feed.
+ *
+ * Invariants:
+ * - Concurrent misses of one id share one request.
+ * - A read that was in flight when the id was invalidated is not cached: it may predate the change.
+ * - "No such subscription" is cached like a state (for the same TTL), so unknown ids sent repeatedly
+ *   cost the facilitator one request per TTL, not one per request.
+ * - At most `maxEntries` ids are held; the oldest is dropped first.
+ */
+import type { Clock } from "../../protocol/clock.ts";
+import { isTollgateError } from "../../protocol/errors.ts";
+import type { SubscriptionInfo } from "../../protocol/subscriptions.ts";
+
+/** A subscription's state, or `undefined` for an id the chain does not know. */
+export type SubscriptionState = SubscriptionInfo | undefined;
+
+export type SubscriptionStatusCache = {
+  /** The cached state if fresh, else read now. `maxAgeMs` tightens the TTL for this call. */
+  get(subscriptionId: string, options?: { maxAgeMs?: number }): Promise<SubscriptionState>;
+  /** Drops the id (a newer state exists on chain). */
+  invalidate(subscriptionId: string): void;
+  readonly size: number;
+};
+
+export type SubscriptionStatusCacheOptions = {
+  /** Reads a subscription; throws `NotFound` for an unknown id and anything else for a fault. */
+  read(subscriptionId: string): Promise<SubscriptionInfo>;
+  clock: Clock;
+  /** Longest age of a cached state (default 5 000 ms). */
+  ttlMs?: number | undefined;
+  maxEntries?: number | undefined;
+};
+
+type Entry = { state: SubscriptionState; at: number };
+
+export function createSubscriptionStatusCache(
+  options: SubscriptionStatusCacheOptions,
+): SubscriptionStatusCache {
+  const { clock, read } = options;
+  const ttlMs = options.ttlMs ?? 5_000;
+  const maxEntries = options.maxEntries ?? 10_000;
+  const entries = new Map<string, Entry>();
+  const inflight = new Map<string, Promise<SubscriptionState>>();
+
+  const store = (id: string, entry: Entry) => {
+    entries.delete(id);
+    if (entries.size >= maxEntries) {
+      const oldest = entries.keys().next();
+      if (oldest.done !== true) entries.delete(oldest.value);
+    }
+    entries.set(id, entry);
+  };
+
+  const fetchState = (id: string): Promise<SubscriptionState> => {
+    const existing = inflight.get(id);
+    if (existing !== undefined) return existing;
+    const startedAt = clock.now();
+    const pending: Promise<SubscriptionState> = read(id)
+      .then(
+        (info): SubscriptionState => info,
+        (error: unknown): SubscriptionState => {
+          if (isTollgateError(error, "NotFound")) return undefined;
+          throw error;
+        },
+      )
+      .then((state) => {
+        // Cache only if no invalidation replaced this read while it was in flight.
+        if (inflight.get(id) === pending) store(id, { state, at: startedAt });
+        return state;
+      })
+      .finally(() => {
+        if (inflight.get(id) === pending) inflight.delete(id);
+      });
+    inflight.set(id, pending);
+    return pending;
+  };
+
+  return {
+    get size() {
+      return entries.size;
+    },
+    get(id, getOptions = {}) {
+      const maxAge = Math.min(ttlMs, getOptions.maxAgeMs ?? ttlMs);
+      const entry = entries.get(id);
+      if (entry !== undefined && clock.now() - entry.at < maxAge) return Promise.resolve(entry.state);
+      return fetchState(id);
+    },
+    invalidate(id) {
+      entries.delete(id);
+      inflight.delete(id);
+    },
+  };
+}

@@ -1,0 +1,131 @@
+/**
+ * The gate's check of a payment proof (DESIGN.md §2.4), short of consuming its memo.
+ *
+ * Order matters for cost: the cheap field and HMAC checks run before the signature check, so a forged
+ * or mismatched proof is refused without touching the key cache, the Ed25519 code or the network.
+ */
+import { verify } from "node:crypto";
+import type { FacilitatorClient } from "../client/facilitatorClient.ts";
+import { sameAddress } from "../protocol/address.ts";
+import { base64UrlDecode } from "../protocol/base64.ts";
+import { canonicalJson } from "../protocol/canonicalJson.ts";
+import { type Clock, unixSeconds } from "../protocol/clock.ts";
+import type { MemoPayload } from "../protocol/memo.ts";
+import type { PaymentProof } from "../protocol/paymentProof.ts";
+import { type MemoSecret, openMemo } from "./memo.ts";
+import type { ProofKeyResolver } from "./proofKeyResolver.ts";
+
+/** What the request being served requires of a proof. */
+export type ProofExpectation = {
+  method: string;
+  path: string;
+  payTo: string;
+  network: string;
+  token: string;
+};
+
+export type SignatureVerdict = { valid: true } | { valid: false; reason: string };
+
+/**
+ * Checks `sig` (and that the facilitator stands by the proof). May throw `ChainUnavailable` when it
+ * cannot tell; the gate then answers 503 and leaves the memo unconsumed.
+ */
+export type ProofSignatureCheck = (proof: PaymentProof) => Promise<SignatureVerdict>;
+
+export type VerifyPaymentProofContext = {
+  memoSecret: MemoSecret;
+  clock: Clock;
+  expected: ProofExpectation;
+  checkSignature: ProofSignatureCheck;
+  /**
+   * Seconds a proof may have been issued after its memo expired (default 60): settlement confirms a
+   * block after the payer signed, and the facilitator's clock is not the gate's.
+   */
+  graceSeconds?: number;
+};
+
+export type ProofVerdict = { valid: true; memo: MemoPayload } | { valid: false; reason: string };
+
+/**
+ * Every check of DESIGN.md §2.4 except the final consume: not expired, memo issued by this gate and
+ * for this route, proof terms equal to the memo's and the gate's, signature by a trusted key.
+ * Never throws for a bad proof (that is a `{ valid: false, reason }`); throws only when the signature
+ * check cannot be carried out.
+ *
+ * @example
+ * const verdict = await verifyPaymentProof(proof, {
+ *   memoSecret, clock, expected: { method: "GET", path: "/report", payTo, network, token },
+ *   checkSignature: checkSignatureWithKeys(createStaticKeyResolver(jwks)),
+ * });
+ */
+export async function verifyPaymentProof(
+  proof: PaymentProof,
+  context: VerifyPaymentProofContext,
+): Promise<ProofVerdict> {
+  const { expected } = context;
+  const now = unixSeconds(context.clock);
+  if (proof.exp <= now) return { valid: false, reason: "proof has expired" };
+
+  const opened = openMemo(context.memoSecret, proof.memo);
+  if (!opened.ok) return { valid: false, reason: opened.reason };
+  const memo = opened.payload;
+
+  // The memo says what this gate priced; the proof says what the facilitator settled. They must agree
+  // with each other and with the request being served.
+  if (memo.m !== expected.method.toUpperCase() || memo.p !== expected.path) {
+    return { valid: false, reason: "proof was issued for another route" };
+  }
+  if (memo.a !== proof.amount) return { valid: false, reason: "proof amount differs from the memo's" };
+  if (!sameAddress(memo.t, proof.payTo) || !sameAddress(memo.t, expected.payTo)) {
+    return { valid: false, reason: "proof pays another payee" };
+  }
+  if (memo.n !== proof.network || memo.n !== expected.network) {
+    return { valid: false, reason: "proof is for another network" };
+  }
+  if (!sameAddress(memo.k, proof.token) || !sameAddress(memo.k, expected.token)) {
+    return { valid: false, reason: "proof is for another token" };
+  }
+  // An offer stands until its memo expires; a payment settled well after that was made against a
+  // price the gate no longer promised (the payer should have asked for a fresh 402).
+  if (proof.iat > memo.e + (context.graceSeconds ?? 60)) {
+    return { valid: false, reason: "payment was settled after the offer expired" };
+  }
+
+  const signature = await context.checkSignature(proof);
+  if (!signature.valid) return signature;
+  return { valid: true, memo };
+}
+
+/**
+ * Local verification: Ed25519 over the canonical JSON of every field but `sig`, with the key the
+ * facilitator publishes under `kid`.
+ *
+ * Invariant: `proof` came out of `PaymentProofSchema`, so its fields are already normalized and the
+ * canonical JSON of the unsigned fields is exactly `proofSigningInput(proof)`, without parsing twice.
+ */
+export function checkSignatureWithKeys(keys: ProofKeyResolver): ProofSignatureCheck {
+  return async (proof) => {
+    const key = await keys.resolve(proof.kid);
+    if (key === undefined) return { valid: false, reason: "proof is signed by an unknown key" };
+    let signature: Uint8Array;
+    try {
+      signature = base64UrlDecode(proof.sig);
+    } catch {
+      return { valid: false, reason: "proof signature is not base64url" };
+    }
+    const { sig: _sig, ...unsigned } = proof;
+    const ok = verify(null, Buffer.from(canonicalJson(unsigned), "utf8"), key, signature);
+    return ok ? { valid: true } : { valid: false, reason: "proof signature does not verify" };
+  };
+}
+
+/** Remote verification: the facilitator's `POST /verify`. Its faults propagate as typed errors. */
+export function checkSignatureWithFacilitator(
+  facilitator: Pick<FacilitatorClient, "verify">,
+): ProofSignatureCheck {
+  return async (proof) => {
+    const verdict = await facilitator.verify(proof);
+    if (verdict.valid) return { valid: true };
+    return { valid: false, reason: `facilitator refused the proof: ${verdict.reason ?? "invalid"}` };
+  };
+}
