@@ -1,0 +1,593 @@
+/**
+ * The persistent budget ledger of DESIGN.md §7. A spend goes through three steps:
+ * `reserve` (checks every limit and holds the amount) → the payment → `commit` (records what was
+ * actually paid) or `release` (frees the hold when the payment did not happen).
+ *
+ * Concurrency: every read-check-write runs in one store transaction that first takes the agent's row
+ * lock (`SELECT … FROM agent_budgets … FOR UPDATE`). Reservations of one agent are therefore
+ * serialized, and each sees every reservation and commit that came before it, on PGlite (one
+ * connection, transactions in turn) and on PostgreSQL (READ COMMITTED: each statement after the lock
+ * sees the committed work of the transactions that held it before). Agents do not block each other.
+ *
+ * Expiry: a reservation holds budget until `expiresAt`, so a crashed agent frees its holds by itself.
+ * Nothing has to sweep: an expired reservation simply stops counting.
+ */
+import { randomUUID } from "node:crypto";
+import type { Address } from "viem";
+import { getAddress } from "viem";
+import { z } from "zod";
+import { AddressSchema } from "../../protocol/address.ts";
+import { formatUnitsExact } from "../../protocol/amount.ts";
+import type { Clock } from "../../protocol/clock.ts";
+import { ErrorCode, TollgateError } from "../../protocol/errors.ts";
+import { BigintColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
+import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
+import type { Queryable, Store } from "../../store/store.ts";
+import { budgetHeadroom, type Headroom } from "./budgetHeadroom.ts";
+import {
+  type AgentId,
+  AgentIdSchema,
+  type BudgetLimits,
+  type BudgetLimitsInput,
+  BudgetLimitsSchema,
+  type SpendKind,
+  SpendKindSchema,
+} from "./budgetLimits.ts";
+import { type BudgetReport, type BudgetUsage, buildBudgetReport } from "./budgetReport.ts";
+
+const DAY_MS = 86_400_000;
+/** Long enough for a payment's round trips and retries, short enough that a crash frees budget soon. */
+const DEFAULT_RESERVATION_TTL_SECONDS = 900;
+const MAX_RESERVATION_TTL_SECONDS = 7 * 86_400;
+
+/** One spend to reserve. `ref` is required for subscriptions: it names the subscription (or plan). */
+export const ReserveRequestSchema = z
+  .strictObject({
+    amount: z.bigint().positive(),
+    provider: AddressSchema,
+    kind: SpendKindSchema,
+    ref: z.string().min(1).max(512).optional(),
+    /** How long the hold lasts (default: the ledger's `reservationTtlSeconds`). */
+    ttlSeconds: z.int().positive().max(MAX_RESERVATION_TTL_SECONDS).optional(),
+  })
+  .refine((r) => r.kind !== "subscription" || r.ref !== undefined, {
+    error: "a subscription spend needs a ref naming the subscription",
+    path: ["ref"],
+  });
+export type ReserveRequest = z.input<typeof ReserveRequestSchema>;
+
+/** A hold on an agent's budget, returned by `reserve`; pass it (or just `{ id }`) to commit or release. */
+export type Reservation = {
+  id: string;
+  agent: AgentId;
+  provider: Address;
+  kind: SpendKind;
+  ref: string | undefined;
+  amount: bigint;
+  reservedAt: Date;
+  expiresAt: Date;
+};
+
+/** The final state of a reservation after `commit` or `release`. */
+export type SpendOutcome = {
+  id: string;
+  status: "committed" | "released";
+  reserved: bigint;
+  /** What was recorded as spent (0 when released). */
+  committed: bigint;
+  /** Committed after the reservation had expired. */
+  late: boolean;
+};
+
+/** What the approval hook is asked about. */
+export type ApprovalRequest = {
+  agent: AgentId;
+  amount: bigint;
+  provider: Address;
+  kind: SpendKind;
+  ref: string | undefined;
+};
+
+export type BudgetApproval = {
+  /** Spends strictly above this amount need the hook's approval. */
+  threshold: bigint;
+  /** Resolves true to allow the spend. A rejection counts as a denial. */
+  hook: (request: ApprovalRequest) => Promise<boolean>;
+};
+
+/** The narrow logger the ledger writes to; a pino logger satisfies it. */
+export type LedgerLogger = {
+  debug(obj: object, msg: string): void;
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+};
+
+export type BudgetLedgerOptions = {
+  store: Store;
+  clock: Clock;
+  approval?: BudgetApproval | undefined;
+  /** Default lifetime of a reservation in seconds (900). */
+  reservationTtlSeconds?: number | undefined;
+  logger?: LedgerLogger | undefined;
+  /** Source of reservation ids (default: random UUIDs). */
+  createId?: (() => string) | undefined;
+};
+
+export type BudgetLedger = {
+  /** Replaces the agent's limits (creating the agent's budget if new); returns them normalized. */
+  setLimits(agent: string, limits: BudgetLimitsInput): Promise<BudgetLimits>;
+  /** The agent's limits, or `undefined` when no budget was ever set for it. */
+  getLimits(agent: string): Promise<BudgetLimits | undefined>;
+  /**
+   * Holds `amount` of the agent's budget if every limit allows it. Throws `BudgetExceeded` (details
+   * name the limit) when one does not, or when the agent has no budget; `ApprovalDenied` when the
+   * spend is above the approval threshold and the hook says no.
+   */
+  reserve(agent: string, request: ReserveRequest): Promise<Reservation>;
+  /**
+   * Records the spend: `actualAmount` (default: the reserved amount, at most it); the rest is freed.
+   * Idempotent: committing again returns the same outcome. Committing a released reservation throws.
+   */
+  commit(reservation: { id: string }, actualAmount?: bigint): Promise<SpendOutcome>;
+  /** Frees the hold. Idempotent; releasing a committed reservation changes nothing and returns it. */
+  release(reservation: { id: string }): Promise<SpendOutcome>;
+  /** Marks a subscription ended, so its period price no longer counts as committed. False if not active. */
+  endSubscription(agent: string, ref: string): Promise<boolean>;
+  /** Spent, reserved and remaining per limit, per provider and per kind. Throws `NotFound` without a budget. */
+  report(agent: string): Promise<BudgetReport>;
+};
+
+const LimitsRowSchema = z.object({
+  total_limit: BigintColumnSchema.nullable(),
+  daily_limit: BigintColumnSchema.nullable(),
+  per_call_limit: BigintColumnSchema.nullable(),
+  max_subscription_commitment: BigintColumnSchema.nullable(),
+});
+const ProviderLimitRowSchema = z.object({ provider: z.string(), limit_amount: BigintColumnSchema });
+const TallyRowSchema = z.object({ provider: z.string(), kind: SpendKindSchema, spent: BigintColumnSchema });
+const OpenRowSchema = z.object({
+  provider: z.string(),
+  kind: SpendKindSchema,
+  ref: z.string().nullable(),
+  reserved: BigintColumnSchema,
+  reserved_at: TimestampColumnSchema,
+});
+const SubscriptionRowSchema = z.object({ ref: z.string(), provider: z.string(), amount: BigintColumnSchema });
+const SpendRowSchema = z.object({
+  id: z.string(),
+  agent: z.string(),
+  provider: z.string(),
+  kind: SpendKindSchema,
+  ref: z.string().nullable(),
+  reserved: BigintColumnSchema,
+  committed: BigintColumnSchema.nullable(),
+  status: z.enum(["reserved", "committed", "released"]),
+  expires_at: TimestampColumnSchema,
+  late: z.boolean(),
+});
+type SpendRow = z.infer<typeof SpendRowSchema>;
+
+function usdc(amount: bigint): string {
+  return `${formatUnitsExact(amount)} USDC`;
+}
+
+function parseOrThrow<S extends z.ZodType>(schema: S, value: unknown, what: string): z.output<S> {
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) {
+    throw new TollgateError(ErrorCode.InvalidRequest, `invalid ${what}: ${parsed.error.issues[0]?.message}`, {
+      details: { issues: parsed.error.issues.map((i) => ({ path: i.path.join("."), message: i.message })) },
+    });
+  }
+  return parsed.data;
+}
+
+function budgetExceeded(agent: AgentId, amount: bigint, target: ApprovalRequest, failed: Headroom[]) {
+  const first = failed[0]!;
+  const what =
+    first.limit === "perProvider" ? `per-provider limit for ${target.provider}` : `${first.limit} limit`;
+  const message =
+    first.limit === "perCall"
+      ? `${usdc(amount)} is above agent "${agent}"'s per-call limit of ${usdc(first.limitAmount)}`
+      : `${usdc(amount)} would exceed agent "${agent}"'s ${what} of ${usdc(first.limitAmount)} (${usdc(first.used)} already spent or reserved)`;
+  return new TollgateError(ErrorCode.BudgetExceeded, message, {
+    details: {
+      agent,
+      limit: first.limit,
+      limitAmount: first.limitAmount.toString(),
+      used: first.used.toString(),
+      requested: amount.toString(),
+      provider: target.provider,
+      kind: target.kind,
+      exceeded: failed.map((h) => h.limit),
+    },
+  });
+}
+
+function outcomeOf(row: SpendRow): SpendOutcome {
+  return {
+    id: row.id,
+    status: row.status === "committed" ? "committed" : "released",
+    reserved: row.reserved,
+    committed: row.committed ?? 0n,
+    late: row.late,
+  };
+}
+
+/**
+ * Opens the budget ledger over a migrated store.
+ * @example
+ * const ledger = createBudgetLedger({ store, clock: systemClock });
+ * await ledger.setLimits("researcher", { total: 10_000_000n, daily: 2_000_000n, perCall: 50_000n });
+ * const hold = await ledger.reserve("researcher", { amount: 10_000n, provider: payTo, kind: "one-time" });
+ * try {
+ *   await payer.pay(option);
+ *   await ledger.commit(hold);
+ * } finally {
+ *   await ledger.release(hold); // no-op after a commit
+ * }
+ */
+export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
+  const { store, clock, approval, logger } = options;
+  const defaultTtl = options.reservationTtlSeconds ?? DEFAULT_RESERVATION_TTL_SECONDS;
+  if (!Number.isInteger(defaultTtl) || defaultTtl <= 0 || defaultTtl > MAX_RESERVATION_TTL_SECONDS) {
+    throw new TollgateError(
+      ErrorCode.InvalidRequest,
+      "reservationTtlSeconds must be a positive integer (≤ 7 days)",
+    );
+  }
+  if (approval !== undefined && approval.threshold < 0n) {
+    throw new TollgateError(ErrorCode.InvalidRequest, "the approval threshold must not be negative");
+  }
+  const createId = options.createId ?? randomUUID;
+
+  async function readLimits(tx: Queryable, agent: AgentId, lock: "" | "FOR UPDATE" | "FOR SHARE") {
+    const row = await queryOneParsed(
+      tx,
+      LimitsRowSchema,
+      `SELECT total_limit, daily_limit, per_call_limit, max_subscription_commitment
+         FROM agent_budgets WHERE agent = $1 ${lock}`,
+      [agent],
+    );
+    if (row === undefined) return undefined;
+    const providers = await queryParsed(
+      tx,
+      ProviderLimitRowSchema,
+      "SELECT provider, limit_amount FROM agent_provider_limits WHERE agent = $1 ORDER BY provider",
+      [agent],
+    );
+    const limits: BudgetLimits = {};
+    if (row.total_limit !== null) limits.total = row.total_limit;
+    if (row.daily_limit !== null) limits.daily = row.daily_limit;
+    if (row.per_call_limit !== null) limits.perCall = row.per_call_limit;
+    if (providers.length > 0) {
+      limits.perProvider = Object.fromEntries(providers.map((p) => [getAddress(p.provider), p.limit_amount]));
+    }
+    if (row.max_subscription_commitment !== null) {
+      limits.maxSubscriptionCommitment = row.max_subscription_commitment;
+    }
+    return limits;
+  }
+
+  async function readUsage(tx: Queryable, agent: AgentId, now: Date): Promise<BudgetUsage> {
+    const dayStart = new Date(now.getTime() - DAY_MS);
+    const totals = await queryParsed(
+      tx,
+      TallyRowSchema,
+      "SELECT provider, kind, spent FROM agent_spend_totals WHERE agent = $1",
+      [agent],
+    );
+    // The rolling day is (now − 24 h, now]: a spend reserved exactly 24 h ago has left it.
+    const daily = await queryParsed(
+      tx,
+      TallyRowSchema,
+      `SELECT provider, kind, sum(committed) AS spent FROM agent_spends
+        WHERE agent = $1 AND status = 'committed' AND reserved_at > $2
+        GROUP BY provider, kind`,
+      [agent, dayStart],
+    );
+    const open = await queryParsed(
+      tx,
+      OpenRowSchema,
+      `SELECT provider, kind, ref, reserved, reserved_at FROM agent_spends
+        WHERE agent = $1 AND status = 'reserved' AND expires_at > $2`,
+      [agent, now],
+    );
+    const activeSubscriptions = await queryParsed(
+      tx,
+      SubscriptionRowSchema,
+      "SELECT ref, provider, amount FROM agent_subscriptions WHERE agent = $1 AND active ORDER BY ref",
+      [agent],
+    );
+    return {
+      totals,
+      daily,
+      open: open.map((o) => ({
+        provider: o.provider,
+        kind: o.kind,
+        ref: o.ref ?? undefined,
+        amount: o.reserved,
+        inDay: o.reserved_at.getTime() > dayStart.getTime(),
+      })),
+      activeSubscriptions,
+    };
+  }
+
+  /** The agent's report inside `tx`, after taking its row lock; `undefined` if it has no budget. */
+  async function loadReport(tx: Queryable, agent: AgentId, lock: "FOR UPDATE" | "FOR SHARE") {
+    const limits = await readLimits(tx, agent, lock);
+    if (limits === undefined) return undefined;
+    // Read the clock after the lock: the order of "now" then agrees with the order of the holds.
+    const at = new Date(clock.now());
+    return buildBudgetReport({ agent, at, limits, usage: await readUsage(tx, agent, at) });
+  }
+
+  function assertFits(
+    report: BudgetReport | undefined,
+    agent: AgentId,
+    target: ApprovalRequest,
+  ): BudgetReport {
+    if (report === undefined) {
+      throw new TollgateError(ErrorCode.BudgetExceeded, `agent "${agent}" has no budget: set one first`, {
+        details: { agent, limit: "budget", requested: target.amount.toString() },
+      });
+    }
+    const failed = budgetHeadroom(report, target).filter((h) => target.amount > h.room);
+    if (failed.length > 0) {
+      const error = budgetExceeded(agent, target.amount, target, failed);
+      logger?.info({ agent, ...error.details }, "budget: spend refused");
+      throw error;
+    }
+    return report;
+  }
+
+  async function lockSpend(tx: Queryable, id: string): Promise<SpendRow> {
+    const owner = await queryOneParsed(
+      tx,
+      z.object({ agent: z.string() }),
+      "SELECT agent FROM agent_spends WHERE id = $1",
+      [id],
+    );
+    if (owner === undefined) {
+      throw new TollgateError(ErrorCode.NotFound, "no such reservation", { details: { id } });
+    }
+    // The agent's lock first, as reserve takes it: reserve's reads must not see a half-applied commit.
+    await tx.query("SELECT 1 FROM agent_budgets WHERE agent = $1 FOR UPDATE", [owner.agent]);
+    const row = await queryOneParsed(
+      tx,
+      SpendRowSchema,
+      `SELECT id, agent, provider, kind, ref, reserved, committed, status, expires_at, late
+         FROM agent_spends WHERE id = $1`,
+      [id],
+    );
+    return row!;
+  }
+
+  return {
+    async setLimits(agentInput, limitsInput) {
+      const agent = parseOrThrow(AgentIdSchema, agentInput, "agent name");
+      const limits = parseOrThrow(BudgetLimitsSchema, limitsInput, "budget limits");
+      await store.transaction(async (tx) => {
+        await tx.query(
+          `INSERT INTO agent_budgets (agent, total_limit, daily_limit, per_call_limit, max_subscription_commitment)
+           VALUES ($1, $2, $3, $4, $5)
+           ON CONFLICT (agent) DO UPDATE SET total_limit = EXCLUDED.total_limit, daily_limit = EXCLUDED.daily_limit,
+             per_call_limit = EXCLUDED.per_call_limit,
+             max_subscription_commitment = EXCLUDED.max_subscription_commitment, updated_at = now()`,
+          [agent, limits.total, limits.daily, limits.perCall, limits.maxSubscriptionCommitment],
+        );
+        await tx.query("DELETE FROM agent_provider_limits WHERE agent = $1", [agent]);
+        for (const [provider, limit] of Object.entries(limits.perProvider ?? {})) {
+          await tx.query(
+            "INSERT INTO agent_provider_limits (agent, provider, limit_amount) VALUES ($1, $2, $3)",
+            [agent, provider.toLowerCase(), limit],
+          );
+        }
+      });
+      logger?.info({ agent }, "budget: limits set");
+      return limits;
+    },
+
+    async getLimits(agentInput) {
+      const agent = parseOrThrow(AgentIdSchema, agentInput, "agent name");
+      return store.transaction((tx) => readLimits(tx, agent, ""));
+    },
+
+    async reserve(agentInput, requestInput) {
+      const agent = parseOrThrow(AgentIdSchema, agentInput, "agent name");
+      const request = parseOrThrow(ReserveRequestSchema, requestInput, "reservation request");
+      const target: ApprovalRequest = {
+        agent,
+        amount: request.amount,
+        provider: request.provider,
+        kind: request.kind,
+        ref: request.ref,
+      };
+      if (approval !== undefined && request.amount > approval.threshold) {
+        // Do not ask for approval of a spend the limits refuse anyway. The hook runs outside any
+        // transaction (a person may take minutes to answer); the limits are checked again below.
+        await store.transaction(async (tx) =>
+          assertFits(await loadReport(tx, agent, "FOR SHARE"), agent, target),
+        );
+        let approved: boolean;
+        try {
+          approved = (await approval.hook(target)) === true;
+        } catch (cause) {
+          throw new TollgateError(ErrorCode.ApprovalDenied, "the approval hook failed", {
+            details: {
+              agent,
+              requested: request.amount.toString(),
+              threshold: approval.threshold.toString(),
+            },
+            cause,
+          });
+        }
+        if (!approved) {
+          logger?.info(
+            { agent, amount: request.amount.toString(), provider: request.provider },
+            "budget: approval denied",
+          );
+          throw new TollgateError(
+            ErrorCode.ApprovalDenied,
+            `spending ${usdc(request.amount)} needs approval (above ${usdc(approval.threshold)}) and was denied`,
+            {
+              details: {
+                agent,
+                requested: request.amount.toString(),
+                threshold: approval.threshold.toString(),
+                provider: request.provider,
+                kind: request.kind,
+              },
+            },
+          );
+        }
+      }
+      const reservation = await store.transaction(async (tx) => {
+        const report = assertFits(await loadReport(tx, agent, "FOR UPDATE"), agent, target);
+        const reservedAt = report.at;
+        const expiresAt = new Date(reservedAt.getTime() + (request.ttlSeconds ?? defaultTtl) * 1000);
+        const id = createId();
+        await tx.query(
+          `INSERT INTO agent_spends (id, agent, provider, kind, ref, reserved, reserved_at, expires_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+          [
+            id,
+            agent,
+            request.provider.toLowerCase(),
+            request.kind,
+            request.ref,
+            request.amount,
+            reservedAt,
+            expiresAt,
+          ],
+        );
+        return {
+          id,
+          agent,
+          provider: request.provider,
+          kind: request.kind,
+          ref: request.ref,
+          amount: request.amount,
+          reservedAt,
+          expiresAt,
+        } satisfies Reservation;
+      });
+      logger?.debug(
+        { agent, id: reservation.id, amount: request.amount.toString(), kind: request.kind },
+        "budget: reserved",
+      );
+      return reservation;
+    },
+
+    async commit(reservation, actualAmount) {
+      if (actualAmount !== undefined && actualAmount < 0n) {
+        throw new TollgateError(ErrorCode.InvalidRequest, "a committed amount must not be negative");
+      }
+      const outcome = await store.transaction(async (tx) => {
+        const row = await lockSpend(tx, reservation.id);
+        if (row.status === "committed") {
+          if (actualAmount !== undefined && actualAmount !== row.committed) {
+            throw new TollgateError(
+              ErrorCode.InvalidRequest,
+              "reservation already committed with another amount",
+              {
+                details: { id: row.id, committed: String(row.committed), requested: actualAmount.toString() },
+              },
+            );
+          }
+          return outcomeOf(row);
+        }
+        if (row.status === "released") {
+          throw new TollgateError(
+            ErrorCode.InvalidRequest,
+            "reservation was released; it cannot be committed",
+            {
+              details: { id: row.id },
+            },
+          );
+        }
+        const amount = actualAmount ?? row.reserved;
+        if (amount > row.reserved) {
+          throw new TollgateError(
+            ErrorCode.BudgetExceeded,
+            `cannot commit ${usdc(amount)} against a reservation of ${usdc(row.reserved)}`,
+            {
+              details: {
+                id: row.id,
+                limit: "reservation",
+                limitAmount: row.reserved.toString(),
+                requested: amount.toString(),
+              },
+            },
+          );
+        }
+        const now = new Date(clock.now());
+        // An expired hold no longer counted, and its room may have gone to other spends; the money
+        // moved anyway, so the spend is recorded (flagged late) rather than hidden from later checks.
+        const late = row.expires_at.getTime() <= now.getTime();
+        await tx.query(
+          "UPDATE agent_spends SET status = 'committed', committed = $2, settled_at = $3, late = $4 WHERE id = $1",
+          [row.id, amount, now, late],
+        );
+        await tx.query(
+          `INSERT INTO agent_spend_totals (agent, provider, kind, spent) VALUES ($1, $2, $3, $4)
+           ON CONFLICT (agent, provider, kind) DO UPDATE SET spent = agent_spend_totals.spent + EXCLUDED.spent`,
+          [row.agent, row.provider, row.kind, amount],
+        );
+        if (row.kind === "subscription" && row.ref !== null) {
+          await tx.query(
+            `INSERT INTO agent_subscriptions (agent, ref, provider, amount, active, started_at)
+             VALUES ($1, $2, $3, $4, true, $5)
+             ON CONFLICT (agent, ref) DO UPDATE SET provider = EXCLUDED.provider, amount = EXCLUDED.amount,
+               started_at = CASE WHEN agent_subscriptions.active THEN agent_subscriptions.started_at
+                                 ELSE EXCLUDED.started_at END,
+               active = true, ended_at = NULL`,
+            [row.agent, row.ref, row.provider, amount, now],
+          );
+        }
+        if (late) {
+          logger?.warn(
+            { agent: row.agent, id: row.id, amount: amount.toString() },
+            "budget: committed after expiry",
+          );
+        }
+        return { ...outcomeOf(row), status: "committed", committed: amount, late } satisfies SpendOutcome;
+      });
+      logger?.debug({ id: outcome.id, committed: outcome.committed.toString() }, "budget: committed");
+      return outcome;
+    },
+
+    async release(reservation) {
+      return store.transaction(async (tx) => {
+        const row = await lockSpend(tx, reservation.id);
+        if (row.status !== "reserved") return outcomeOf(row);
+        await tx.query("UPDATE agent_spends SET status = 'released', settled_at = $2 WHERE id = $1", [
+          row.id,
+          new Date(clock.now()),
+        ]);
+        logger?.debug({ id: row.id }, "budget: released");
+        return { ...outcomeOf(row), status: "released", committed: 0n } satisfies SpendOutcome;
+      });
+    },
+
+    async endSubscription(agentInput, ref) {
+      const agent = parseOrThrow(AgentIdSchema, agentInput, "agent name");
+      return store.transaction(async (tx) => {
+        await tx.query("SELECT 1 FROM agent_budgets WHERE agent = $1 FOR UPDATE", [agent]);
+        const ended = await tx.query(
+          "UPDATE agent_subscriptions SET active = false, ended_at = $3 WHERE agent = $1 AND ref = $2 AND active RETURNING ref",
+          [agent, ref, new Date(clock.now())],
+        );
+        return ended.length > 0;
+      });
+    },
+
+    async report(agentInput) {
+      const agent = parseOrThrow(AgentIdSchema, agentInput, "agent name");
+      const report = await store.transaction((tx) => loadReport(tx, agent, "FOR SHARE"));
+      if (report === undefined) {
+        throw new TollgateError(ErrorCode.NotFound, `agent "${agent}" has no budget`, { details: { agent } });
+      }
+      return report;
+    },
+  };
+}

@@ -1,0 +1,298 @@
+/**
+ * `createSpecialist` (DESIGN.md §7, Specialist host): serves each capability behind the payment gate,
+ * publishes the signed manifest at `/.well-known/tollgate.json`, and registers it with a market.
+ * A specialist is an ordinary Tollgate seller; it may also hold its own payer and budget and buy from
+ * other specialists inside its handlers (the reseller in agents/ does).
+ */
+import { randomBytes } from "node:crypto";
+import { serve } from "@hono/node-server";
+import { Hono } from "hono";
+import type { Logger } from "pino";
+import type { Address, Hex } from "viem";
+import { z } from "zod";
+import type { FetchFn } from "../client/facilitatorClient.ts";
+import { honoPaymentGate, type PaymentGateEnv } from "../gate/honoPaymentGate.ts";
+import { paymentGate } from "../gate/paymentGate.ts";
+import type { PricingEntry, RouteConfig } from "../gate/paymentGateOptions.ts";
+import { createMarketClient, type MarketClient } from "../market/marketClient.ts";
+import { parseUnitsExact } from "../protocol/amount.ts";
+import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
+import { TollgateError } from "../protocol/errors.ts";
+import {
+  MANIFEST_PATH,
+  type Manifest,
+  type Capability as ManifestCapability,
+  type ManifestPricing,
+  type ManifestSigner,
+  signManifest,
+} from "../protocol/manifest.ts";
+import type { ReplayGuard } from "../store/replayGuard.ts";
+import type { Capability } from "./tools/capability.ts";
+
+export type SpecialistPlan = {
+  planId: string;
+  /** The plan's terms as created on chain (for the manifest); amounts in smallest units. */
+  amount: bigint;
+  interval: number;
+  includedUnits: number;
+  overageUnitPrice: bigint;
+  manager: Address;
+};
+
+export type CreateSpecialistOptions = {
+  name: string;
+  description?: string | undefined;
+  /** The payout account: receives payments and signs the manifest. */
+  account: ManifestSigner;
+  capabilities: readonly Capability[];
+  facilitator: string;
+  network: `eip155:${number}`;
+  token: Address;
+  /** On-chain plans for capabilities priced by subscription, by capability name. */
+  plans?: Readonly<Record<string, SpecialistPlan>> | undefined;
+  /** Provider API key at the facilitator (needed to record metered usage). */
+  providerApiKey?: string | undefined;
+  /** A market to register with on `start()`. */
+  market?: string | MarketClient | undefined;
+  memoSecret?: Uint8Array | undefined;
+  replayGuard?: ReplayGuard | undefined;
+  host?: string | undefined;
+  port?: number | undefined;
+  fetch?: FetchFn | undefined;
+  clock?: Clock | undefined;
+  logger?: Pick<Logger, "info" | "warn" | "error"> | undefined;
+};
+
+export type Specialist = {
+  readonly name: string;
+  readonly payTo: Address;
+  /** Listens, builds and signs the manifest, and registers with the market. */
+  start(): Promise<{ url: string; manifest: Manifest }>;
+  stop(): Promise<void>;
+  /** Sends metered usage recorded by the gate to the facilitator now; resolves with the records sent. */
+  flushUsage(): Promise<number>;
+  readonly url: string | undefined;
+  readonly manifest: Manifest | undefined;
+};
+
+const BodyLimit = 256 * 1024;
+
+function pathOf(capability: Capability): string {
+  return `/${capability.name}`;
+}
+
+/** The manifest's pricing entries for one capability. */
+function manifestPricing(capability: Capability, plan: SpecialistPlan | undefined): ManifestPricing[] {
+  return capability.pricing.map((p): ManifestPricing => {
+    if (p.type === "one-time") return { type: "one-time", amount: parseUnitsExact(p.amount).toString() };
+    if (plan === undefined) {
+      throw new TollgateError(
+        "InvalidRequest",
+        `capability ${capability.name} is priced by subscription but has no plan`,
+        {
+          details: { capability: capability.name },
+        },
+      );
+    }
+    const terms = {
+      planId: plan.planId,
+      amount: plan.amount.toString(),
+      interval: plan.interval,
+      includedUnits: plan.includedUnits,
+      overageUnitPrice: plan.overageUnitPrice.toString(),
+      manager: plan.manager,
+    };
+    return plan.includedUnits > 0 && plan.overageUnitPrice > 0n
+      ? { type: "metered", ...terms, unitsPerCall: 1 }
+      : { type: "subscription", ...terms };
+  });
+}
+
+/** The gate's pricing entries for one capability. */
+function gatePricing(capability: Capability, plan: SpecialistPlan | undefined): RouteConfig {
+  const pricing: PricingEntry[] = capability.pricing.map((p) =>
+    p.type === "one-time"
+      ? { type: "one-time", amount: p.amount }
+      : { type: "subscription", plan: plan!.planId },
+  );
+  const metered = plan !== undefined && plan.includedUnits > 0 && plan.overageUnitPrice > 0n;
+  return {
+    pricing,
+    description: capability.description.slice(0, 1024),
+    mimeType: "application/json",
+    ...(metered ? { units: 1 } : {}),
+  };
+}
+
+/**
+ * @example
+ * const specialist = createSpecialist({ name: "summarizer", account, capabilities: [summarize],
+ *   facilitator, network: "eip155:31337", token: usd, market: "http://127.0.0.1:4030" });
+ * const { url } = await specialist.start();
+ */
+export function createSpecialist(options: CreateSpecialistOptions): Specialist {
+  const clock = options.clock ?? systemClock;
+  const fetch = options.fetch ?? globalThis.fetch;
+  const memoSecret = options.memoSecret ?? randomBytes(32);
+  const names = new Set<string>();
+  for (const c of options.capabilities) {
+    if (names.has(c.name))
+      throw new TollgateError("InvalidRequest", `capability name ${c.name} is used twice`);
+    names.add(c.name);
+    // Fail at construction, not at the first buyer, when a subscription capability has no plan.
+    manifestPricing(c, options.plans?.[c.name]);
+  }
+
+  let url: string | undefined;
+  let manifest: Manifest | undefined;
+  let signedManifest: { manifest: Manifest; signature: Hex } | undefined;
+  let server: ReturnType<typeof serve> | undefined;
+  let gate: ReturnType<typeof paymentGate> | undefined;
+
+  const buildApp = (origin: string) => {
+    const routes: Record<string, RouteConfig> = {};
+    for (const c of options.capabilities)
+      routes[`POST ${pathOf(c)}`] = gatePricing(c, options.plans?.[c.name]);
+    gate = paymentGate({
+      payTo: options.account.address,
+      network: options.network,
+      token: options.token,
+      facilitator: options.facilitator,
+      memoSecret,
+      routes,
+      publicOrigin: origin,
+      fetch,
+      clock,
+      ...(options.replayGuard === undefined ? {} : { replayGuard: options.replayGuard }),
+      ...(options.providerApiKey === undefined ? {} : { providerApiKey: options.providerApiKey }),
+      description: options.description ?? options.name,
+    } as Parameters<typeof paymentGate>[0]);
+    const app = new Hono<PaymentGateEnv>();
+    app.onError((error) => {
+      if (error instanceof TollgateError && error.code !== "Internal") {
+        return new Response(JSON.stringify(error.toBody()), {
+          status: error.status,
+          headers: { "content-type": "application/json" },
+        });
+      }
+      options.logger?.error({ err: error }, "capability failed");
+      return new Response(JSON.stringify({ error: { code: "Internal", message: "the capability failed" } }), {
+        status: 500,
+        headers: { "content-type": "application/json" },
+      });
+    });
+    app.get(MANIFEST_PATH, (c) => {
+      if (signedManifest === undefined)
+        throw new TollgateError("NotFound", "the manifest is not published yet");
+      return c.json(signedManifest);
+    });
+    app.get("/healthz", (c) => c.json({ status: "ok" }));
+    app.use("*", honoPaymentGate(gate));
+    for (const capability of options.capabilities) {
+      app.post(pathOf(capability), async (c) => {
+        const length = Number(c.req.header("content-length") ?? "0");
+        if (length > BodyLimit)
+          throw new TollgateError("PayloadTooLarge", `request body over ${BodyLimit} bytes`);
+        let body: unknown;
+        try {
+          body = await c.req.json();
+        } catch (cause) {
+          throw new TollgateError("InvalidRequest", "request body is not JSON", { cause });
+        }
+        const input = capability.input.safeParse(body);
+        if (!input.success) {
+          throw new TollgateError("InvalidRequest", `input does not match ${capability.name}'s schema`, {
+            details: {
+              issues: input.error.issues
+                .slice(0, 10)
+                .map((i) => ({ path: i.path.join("."), message: i.message })),
+            },
+          });
+        }
+        const output = await capability.handler(input.data, { signal: c.req.raw.signal });
+        return c.json(output as Record<string, unknown>);
+      });
+    }
+    return app;
+  };
+
+  return {
+    name: options.name,
+    payTo: options.account.address,
+    get url() {
+      return url;
+    },
+    get manifest() {
+      return manifest;
+    },
+    async start() {
+      if (url !== undefined && manifest !== undefined) return { url, manifest };
+      const host = options.host ?? "127.0.0.1";
+      // The gate binds sub-auth tokens to the public origin, which is only known once listening.
+      let app: Hono<PaymentGateEnv> | undefined;
+      const listening = await new Promise<{ port: number }>((resolve, reject) => {
+        server = serve(
+          {
+            fetch: (request: Request) =>
+              app === undefined ? new Response("starting", { status: 503 }) : app.fetch(request),
+            port: options.port ?? 0,
+            hostname: host,
+          },
+          (info) => resolve(info),
+        );
+        server.once("error", reject);
+      });
+      url = `http://${host}:${listening.port}`;
+      app = buildApp(url);
+      const capabilities: ManifestCapability[] = options.capabilities.map((c) => ({
+        name: c.name,
+        description: c.description,
+        method: "POST",
+        path: pathOf(c),
+        input: z.toJSONSchema(c.input, {
+          io: "input",
+          unrepresentable: "any",
+        }) as ManifestCapability["input"],
+        output: z.toJSONSchema(c.output, { unrepresentable: "any" }) as ManifestCapability["output"],
+        pricing: manifestPricing(c, options.plans?.[c.name]),
+      }));
+      manifest = {
+        version: "1",
+        name: options.name,
+        description: options.description ?? options.name,
+        seller: { payTo: options.account.address, name: options.name },
+        baseUrl: url,
+        facilitator: options.facilitator,
+        network: options.network,
+        token: options.token,
+        capabilities,
+        issuedAt: unixSeconds(clock),
+      };
+      signedManifest = (await signManifest(options.account, manifest)) as {
+        manifest: Manifest;
+        signature: Hex;
+      };
+      if (options.market !== undefined) {
+        const market =
+          typeof options.market === "string"
+            ? createMarketClient({ url: options.market, fetch })
+            : options.market;
+        await market.register(signedManifest);
+        options.logger?.info({ specialist: options.name, market: market.url }, "registered with the market");
+      }
+      return { url, manifest };
+    },
+    flushUsage: async () => (gate === undefined ? 0 : gate.flushUsage()),
+    async stop() {
+      await gate?.close();
+      gate = undefined;
+      const s = server;
+      server = undefined;
+      if (s === undefined) return;
+      await new Promise<void>((resolve) => {
+        s.close(() => resolve());
+        (s as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
+      });
+    },
+  };
+}

@@ -1,0 +1,39 @@
+/** `tollgate/agent`: budgets, the subscribe-or-pay policy, paid tools, discovery, specialists, orchestrator (DESIGN.md §7). */
+
+export type { BudgetLimits, BudgetLimitsInput } from "./budget/budgetLimits.ts";
+export type { BudgetReport } from "./budget/budgetReport.ts";
+export { type BudgetLedger, createBudgetLedger, type Reservation } from "./budget/createBudgetLedger.ts";
+export {
+  type CreateSpecialistOptions,
+  createSpecialist,
+  type Specialist,
+  type SpecialistPlan,
+} from "./createSpecialist.ts";
+export {
+  type DiscoveredTool,
+  type DiscoverToolsOptions,
+  discoverTools,
+  fetchManifest,
+} from "./discoverTools.ts";
+export {
+  type CreateOrchestratorOptions,
+  createOrchestrator,
+  type Orchestrator,
+  type OrchestratorEvent,
+  type OrchestratorRun,
+} from "./orchestrator/createOrchestrator.ts";
+export { modelFromEnv } from "./orchestrator/modelFromEnv.ts";
+export {
+  createUsageMeter,
+  type PaidToolOptions,
+  type PaidToolReceipt,
+  paidTool,
+  type RemoteCapability,
+} from "./paidTool.ts";
+export { createRulePlanner } from "./planner/createRulePlanner.ts";
+export { createCallCounter } from "./policy/createCallCounter.ts";
+export { decide, type PolicyDecision, type PolicyForecast } from "./policy/decide.ts";
+export { offerFromPaymentRequired } from "./policy/offerFromPaymentRequired.ts";
+export { createSpendCollector, formatSpendReport, type SpendEvent, type SpendReport } from "./spendReport.ts";
+export { type Capability, defineCapability } from "./tools/capability.ts";
+export { capabilityTool } from "./tools/capabilityTool.ts";

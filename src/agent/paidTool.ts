@@ -1,0 +1,403 @@
+/**
+ * `paidTool` (DESIGN.md §7): a gated HTTP capability as a LangChain tool. On a 402 it asks the policy
+ * whether to pay once or subscribe, reserves the spend in the agent's budget, pays through the payer,
+ * retries, and returns the result as content with the receipt as artifact. Failures come back as text
+ * carrying the error code (`BudgetExceeded`, `InsufficientFunds`, `AllowanceExhausted`, …) so a model
+ * can act on them instead of the run crashing.
+ *
+ * Budget invariant: a spend is reserved before anything is signed; it is committed once money moved
+ * (even if the request then failed) and released when nothing was paid.
+ */
+import { type StructuredToolInterface, tool } from "@langchain/core/tools";
+import type { Logger } from "pino";
+import type { z } from "zod";
+import type { Payer } from "../client/createPayer.ts";
+import type { FetchFn } from "../client/facilitatorClient.ts";
+import {
+  type ChooseContext,
+  type FetchWithPaymentOptions,
+  fetchWithPayment,
+} from "../client/fetchWithPayment.ts";
+import { createX402Payment } from "../client/payX402.ts";
+import { formatUnitsExact } from "../protocol/amount.ts";
+import { TollgateError } from "../protocol/errors.ts";
+import { type PaymentOption, planTermsOf } from "../protocol/paymentRequired.ts";
+import type { BudgetLedger, Reservation } from "./budget/createBudgetLedger.ts";
+import type { CallCounter } from "./policy/createCallCounter.ts";
+import { decide, type PolicyDecision, type PolicyForecast } from "./policy/decide.ts";
+import { offerFromPaymentRequired } from "./policy/offerFromPaymentRequired.ts";
+import type { PolicyOffer } from "./policy/policyOffer.ts";
+import type { SpendEvent, SpendMode } from "./spendReport.ts";
+
+/** A remote capability: where it is served and how it is called. */
+export type RemoteCapability = {
+  name: string;
+  description: string;
+  method: "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
+  /** Absolute URL of the capability. */
+  url: string;
+  /** JSON Schema of the input object (as in a manifest) or a zod object schema. */
+  input: Record<string, unknown> | z.ZodObject;
+};
+
+export type PaidToolOptions = {
+  /** The agent whose budget pays. */
+  agent: string;
+  payer: Payer;
+  budget: BudgetLedger;
+  fetch?: FetchFn | undefined;
+  /** Most one payment may cost (USDC text or smallest units); default: the agent's per-call limit, else 1 USDC. */
+  maxPrice?: bigint | string | undefined;
+  /** Expected calls of this tool (from the planner); without it the policy uses the break-even rule. */
+  forecast?: (() => PolicyForecast | undefined) | undefined;
+  /** Calls already paid once, per provider and plan (shared across an agent's tools). */
+  calls?: CallCounter | undefined;
+  onSpend?: ((event: SpendEvent) => void) | undefined;
+  logger?: Pick<Logger, "info" | "warn"> | undefined;
+  /** Counts subscribed calls per plan and cycle, to charge metered overage to the budget (share it). */
+  meter?: UsageMeter | undefined;
+};
+
+/** Plan terms of a subscription the agent holds, as the meter needs them. */
+type MeteredPlan = {
+  planId: string;
+  provider: string;
+  amount: bigint;
+  interval: number;
+  includedUnits: number;
+  overageUnitPrice: bigint;
+};
+
+/**
+ * Counts an agent's subscribed calls per plan within the current period, so calls past the included
+ * units are charged to the budget at the overage price as they happen (the gate deducts the same
+ * amounts on chain). The period is counted from the first call seen; a renewal starts a new count.
+ */
+export type UsageMeter = {
+  planAt(origin: string): MeteredPlan | undefined;
+  remember(origin: string, plan: MeteredPlan): void;
+  /** Counts one call; returns what it costs beyond the included units. */
+  count(plan: MeteredPlan, nowMs: number): bigint;
+};
+
+export function createUsageMeter(): UsageMeter {
+  const plans = new Map<string, MeteredPlan>();
+  const cycles = new Map<string, { since: number; calls: number }>();
+  return {
+    planAt: (origin) => plans.get(origin),
+    remember: (origin, plan) => {
+      plans.set(origin, plan);
+    },
+    count(plan, nowMs) {
+      const key = `${plan.provider.toLowerCase()}:${plan.planId}`;
+      let cycle = cycles.get(key);
+      if (cycle === undefined || nowMs - cycle.since >= plan.interval * 1000) {
+        cycle = { since: nowMs, calls: 0 };
+        cycles.set(key, cycle);
+      }
+      cycle.calls++;
+      return cycle.calls > plan.includedUnits ? plan.overageUnitPrice : 0n;
+    },
+  };
+}
+
+export type PaidToolReceipt = {
+  tool: string;
+  mode: SpendMode;
+  amount: string;
+  provider?: string | undefined;
+  transaction?: string | undefined;
+  subscriptionId?: string | undefined;
+  reason?: string | undefined;
+  /** Set when the call failed: the code a model can act on. */
+  error?: { code: string; message: string } | undefined;
+};
+
+/** The policy's view of a held plan, for the spend report of calls that met no 402. */
+function offerOf(plan: MeteredPlan | undefined): PolicyOffer | undefined {
+  if (plan === undefined) return undefined;
+  return {
+    provider: plan.provider as `0x${string}`,
+    subscription: {
+      planId: plan.planId,
+      amount: plan.amount,
+      interval: plan.interval,
+      includedUnits: plan.includedUnits,
+      overageUnitPrice: plan.overageUnitPrice,
+    },
+  };
+}
+
+const DEFAULT_MAX_PRICE = 1_000_000n;
+
+/**
+ * @example
+ * const summarize = paidTool(
+ *   { name: "summarize", description: "…", method: "POST", url: "http://127.0.0.1:4101/summarize", input: schema },
+ *   { agent: "researcher", payer, budget },
+ * );
+ * const result = await summarize.invoke({ text });
+ */
+export function paidTool(capability: RemoteCapability, options: PaidToolOptions): StructuredToolInterface {
+  const fetch = options.fetch ?? globalThis.fetch;
+  const { agent, payer, budget } = options;
+  const meter = options.meter ?? createUsageMeter();
+  const origin = new URL(capability.url).origin;
+
+  const run = async (args: unknown): Promise<[string, PaidToolReceipt]> => {
+    const reservations: Reservation[] = [];
+    let paidAmount = 0n;
+    let decision: PolicyDecision | undefined;
+    let offer: PolicyOffer | undefined;
+    let chosen: PaymentOption | undefined;
+    let transaction: string | undefined;
+    let provider: string | undefined;
+    let subscriptionId: string | undefined;
+    let x402Paid = false;
+
+    const choose = async (_options: PaymentOption[], context: ChooseContext) => {
+      const view = offerFromPaymentRequired(context.paymentRequired, { network: payer.network });
+      if (view === undefined) return undefined;
+      offer = view.offer;
+      provider = view.offer.provider;
+      const report = await budget.report(agent);
+      const plan = view.offer.subscription;
+      const history =
+        plan === undefined || options.calls === undefined
+          ? undefined
+          : options.calls.count({ agent, provider: view.offer.provider, planId: plan.planId }, plan.interval);
+      decision = decide(
+        {
+          offer: view.offer,
+          budget: report,
+          ...(history === undefined ? {} : { history }),
+          ...(options.forecast?.() === undefined ? {} : { forecast: options.forecast() }),
+        },
+        { logger: options.logger },
+      );
+      if (decision.mode === "refuse") {
+        throw new TollgateError("BudgetExceeded", decision.reason, { details: { tool: capability.name } });
+      }
+      const option = decision.mode === "subscribe" ? view.subscriptionOption : view.oneTimeOption;
+      if (option === undefined) return undefined;
+      if (decision.mode === "subscribe" && plan !== undefined) {
+        // Overage cap: room for the forecast's calls past the included units (twice over), at least
+        // as many again as are included, and never more than the budget has left.
+        const expected = options.forecast?.()?.calls ?? plan.includedUnits * 2;
+        const over = BigInt(Math.max(plan.includedUnits, 2 * Math.max(0, expected - plan.includedUnits), 10));
+        let cap = (plan.overageUnitPrice ?? 0n) * over;
+        const room = report.remaining.total;
+        if (room !== undefined && room !== null && cap > room) cap = room;
+        fetchOptions.subscription = { maxOverage: cap };
+      }
+      const kind = decision.mode === "subscribe" ? "subscription" : "one-time";
+      reservations.push(
+        await budget.reserve(agent, {
+          amount: BigInt(option.amount),
+          provider: view.offer.provider,
+          kind,
+          ...(kind === "subscription" ? { ref: `plan:${plan?.planId ?? "?"}@${view.offer.provider}` } : {}),
+        }),
+      );
+      chosen = option;
+      return option;
+    };
+
+    const limits = await budget.getLimits(agent);
+    const maxPrice = options.maxPrice ?? limits?.perCall ?? DEFAULT_MAX_PRICE;
+    let usedSubscription =
+      meter.planAt(origin) !== undefined && payer.subscriptions?.forOrigin(origin) !== undefined;
+    const fetchOptions: FetchWithPaymentOptions = {
+      maxPrice,
+      choose,
+      // x402-only servers are paid through the budget too (a custom `choose` disables the default).
+      payX402: async (paymentRequired, context) => {
+        if (payer.account === undefined) return undefined;
+        const payment = await createX402Payment(
+          { network: payer.network, account: payer.account, facilitator: payer.facilitator },
+          paymentRequired,
+          { maxPrice: context.maxPrice },
+        );
+        provider = payment.requirements.payTo;
+        reservations.push(
+          await budget.reserve(agent, { amount: payment.amount, provider, kind: "one-time" }),
+        );
+        paidAmount += payment.amount;
+        x402Paid = true;
+        return payment.header;
+      },
+      onPayment: (receipt) => {
+        paidAmount += BigInt(receipt.option.amount);
+        transaction = receipt.settled?.transaction ?? receipt.proof.tx;
+      },
+      onSubscribe: (use) => {
+        usedSubscription = true;
+        subscriptionId = use.subscriptionId.toString();
+        const terms = planTermsOf(use.option);
+        if (terms !== undefined) {
+          meter.remember(origin, {
+            planId: terms.planId,
+            provider: use.option.payTo,
+            amount: BigInt(terms.amount),
+            interval: terms.interval,
+            includedUnits: terms.includedUnits,
+            overageUnitPrice: BigInt(terms.overageUnitPrice),
+          });
+        }
+        if (use.created) paidAmount += BigInt(use.option.amount);
+      },
+    };
+    const paidFetch = fetchWithPayment(fetch, payer, fetchOptions);
+
+    try {
+      const response = await paidFetch(requestFor(capability, args));
+      await settleReservations(budget, reservations, paidAmount);
+      if (decision?.mode === "one-time" && offer?.subscription !== undefined) {
+        options.calls?.record(
+          { agent, provider: offer.provider, planId: offer.subscription.planId },
+          offer.subscription.interval,
+        );
+      }
+      const text = await response.text();
+      if (!response.ok) {
+        const code = errorCodeOf(text) ?? `HTTP${response.status}`;
+        throw new TollgateError(
+          response.status === 402 ? "PaymentRequired" : "InvalidRequest",
+          `${capability.name} answered ${response.status}`,
+          {
+            details: { code, body: text.slice(0, 500) },
+          },
+        );
+      }
+      let mode: SpendMode =
+        chosen?.scheme === "subscription"
+          ? "subscription"
+          : chosen !== undefined || x402Paid
+            ? "one-time"
+            : "free";
+      const metered = usedSubscription && mode !== "one-time" ? meter.planAt(origin) : undefined;
+      if (metered !== undefined) {
+        provider ??= metered.provider;
+        if (mode === "free") mode = "subscription";
+        const overage = meter.count(metered, Date.now());
+        if (overage > 0n) {
+          // Past the included units the gate deducts the overage on chain; the budget pays it here.
+          const r = await budget.reserve(agent, {
+            amount: overage,
+            provider: metered.provider,
+            kind: "metered",
+          });
+          await budget.commit(r, overage);
+          paidAmount += overage;
+          mode = "metered";
+        }
+      }
+      const receipt: PaidToolReceipt = {
+        tool: capability.name,
+        mode,
+        amount: formatUnitsExact(paidAmount),
+        provider,
+        transaction,
+        subscriptionId,
+        reason: decision?.reason,
+      };
+      options.onSpend?.({
+        tool: capability.name,
+        provider: provider ?? new URL(capability.url).origin,
+        mode,
+        amount: paidAmount,
+        reason: decision?.reason,
+        offer: offer ?? offerOf(metered),
+        transaction,
+        subscriptionId,
+        ok: true,
+      });
+      return [text, receipt];
+    } catch (error) {
+      await settleReservations(budget, reservations, paidAmount).catch(() => undefined);
+      const code = error instanceof TollgateError ? error.code : "Internal";
+      const message = error instanceof Error ? error.message : String(error);
+      options.onSpend?.({
+        tool: capability.name,
+        provider: provider ?? new URL(capability.url).origin,
+        mode: chosen?.scheme === "subscription" ? "subscription" : "one-time",
+        amount: paidAmount,
+        reason: decision?.reason,
+        offer,
+        transaction,
+        ok: false,
+        error: code,
+      });
+      options.logger?.warn({ tool: capability.name, code, err: error }, "paid tool call failed");
+      return [
+        `ERROR ${code}: ${message}`,
+        {
+          tool: capability.name,
+          mode: "free",
+          amount: formatUnitsExact(paidAmount),
+          provider,
+          reason: decision?.reason,
+          error: { code, message },
+        },
+      ];
+    }
+  };
+
+  return tool(run, {
+    name: capability.name,
+    description: capability.description,
+    schema: capability.input as Record<string, unknown>,
+    responseFormat: "content_and_artifact",
+  }) as unknown as StructuredToolInterface;
+}
+
+/** Commits what was paid across the reservations made for one call, and releases the rest. */
+async function settleReservations(
+  budget: BudgetLedger,
+  reservations: Reservation[],
+  paid: bigint,
+): Promise<void> {
+  let left = paid;
+  for (const r of reservations) {
+    if (left > 0n) {
+      // The smaller of what is left to commit and what this reservation holds (bigints: no Math.min).
+      let take = r.amount;
+      if (left < take) take = left;
+      await budget.commit(r, take);
+      left -= take;
+    } else {
+      await budget.release(r);
+    }
+  }
+  reservations.length = 0;
+}
+
+function requestFor(capability: RemoteCapability, args: unknown): Request {
+  const input = (args ?? {}) as Record<string, unknown>;
+  if (capability.method === "GET" || capability.method === "DELETE") {
+    const url = new URL(capability.url);
+    for (const [key, value] of Object.entries(input)) {
+      if (value !== undefined)
+        url.searchParams.set(key, typeof value === "string" ? value : JSON.stringify(value));
+    }
+    return new Request(url, { method: capability.method });
+  }
+  return new Request(capability.url, {
+    method: capability.method,
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(input),
+  });
+}
+
+function errorCodeOf(body: string): string | undefined {
+  try {
+    const parsed = JSON.parse(body) as { error?: unknown };
+    if (typeof parsed.error === "string") return parsed.error;
+    if (typeof parsed.error === "object" && parsed.error !== null && "code" in parsed.error) {
+      return String((parsed.error as { code: unknown }).code);
+    }
+  } catch {
+    // not JSON
+  }
+  return undefined;
+}

@@ -1,0 +1,125 @@
+/**
+ * The shape of a capability a specialist sells or an agent runs locally: a named, described, typed
+ * handler with its suggested pricing. `createSpecialist` serves capabilities behind the gate;
+ * `capabilityTool` turns one into a LangChain tool for local use.
+ */
+import { z } from "zod";
+import { parseUnitsExact } from "../../protocol/amount.ts";
+import { CapabilityNameSchema } from "../../protocol/manifest.ts";
+
+/** Decimal USDC text as people write prices (`"0.02"`), at most 6 decimals, converted exactly later. */
+export const UsdcTextSchema = z
+  .string()
+  .max(100)
+  .refine(
+    (text) => {
+      try {
+        parseUnitsExact(text);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    { error: 'expected decimal USDC text such as "0.02" (at most 6 decimals)' },
+  );
+
+/** Pay once per call. */
+export const OneTimeCapabilityPricingSchema = z.strictObject({
+  type: z.literal("one-time"),
+  amount: UsdcTextSchema,
+});
+
+/**
+ * A subscription plan the seller creates on chain: `amount` per `interval` seconds, `includedUnits`
+ * per period, then `overageUnitPrice` per unit. With included units and an overage price it is metered:
+ * each call draws `capability.units(input)` units (1 when the capability does not say).
+ */
+export const SubscriptionCapabilityPricingSchema = z.strictObject({
+  type: z.literal("subscription"),
+  plan: z.strictObject({
+    amount: UsdcTextSchema,
+    interval: z.int().positive(),
+    includedUnits: z.int().nonnegative(),
+    overageUnitPrice: UsdcTextSchema,
+  }),
+});
+
+export const CapabilityPricingSchema = z.discriminatedUnion("type", [
+  OneTimeCapabilityPricingSchema,
+  SubscriptionCapabilityPricingSchema,
+]);
+export type CapabilityPricing = z.infer<typeof CapabilityPricingSchema>;
+
+/** What a handler is given besides its input. */
+export type CapabilityContext = {
+  /** Aborted when the caller gives up (the HTTP request closed, the agent run was cancelled). */
+  signal?: AbortSignal | undefined;
+};
+
+/** Any zod object schema: capability inputs are objects, as LangChain and OpenAI tools require. */
+export type CapabilityInputSchemaType = z.ZodType<Record<string, unknown>>;
+
+/**
+ * A capability: `input` and `output` are zod schemas (the manifest publishes their JSON Schema),
+ * `handler` maps a parsed input to an output, `pricing` is the seller's suggestion.
+ */
+export type Capability<
+  Input extends CapabilityInputSchemaType = CapabilityInputSchemaType,
+  Output extends z.ZodType = z.ZodType,
+> = {
+  /** A tool-safe name (1–64 of `[a-zA-Z0-9_-]`), unique within a specialist. */
+  name: string;
+  /** What it does, written for a model (or the rule planner) choosing tools. */
+  description: string;
+  input: Input;
+  output: Output;
+  pricing: CapabilityPricing[];
+  // Method syntax on purpose: TypeScript checks method parameters bivariantly, so a capability with
+  // specific schemas is assignable to the general `Capability` that hosts and loaders take.
+  /** Metered units one call draws from a subscription's allowance; 1 when absent. */
+  units?(input: z.output<Input>): number;
+  handler(input: z.output<Input>, context: CapabilityContext): Promise<z.output<Output>>;
+};
+
+/**
+ * Checks a capability's static parts once (name, description, pricing) and returns it unchanged, with
+ * its types inferred from the schemas.
+ *
+ * @example
+ * export const echo = defineCapability({
+ *   name: "echo", description: "Returns its text.", input: z.object({ text: z.string() }),
+ *   output: z.object({ text: z.string() }), pricing: [{ type: "one-time", amount: "0.001" }],
+ *   handler: async ({ text }) => ({ text }),
+ * });
+ */
+export function defineCapability<Input extends CapabilityInputSchemaType, Output extends z.ZodType>(
+  capability: Capability<Input, Output>,
+): Capability<Input, Output> {
+  CapabilityNameSchema.parse(capability.name);
+  z.string().min(1).max(2000).parse(capability.description);
+  z.array(CapabilityPricingSchema).min(1).parse(capability.pricing);
+  return capability;
+}
+
+/** Duck-typed, so a capability built with another copy of zod still qualifies. */
+function isSchema(value: unknown): boolean {
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    typeof (value as { safeParse?: unknown }).safeParse === "function"
+  );
+}
+
+/** Whether `value` has the capability shape (used when loading one from a module by name). */
+export function isCapability(value: unknown): value is Capability {
+  if (typeof value !== "object" || value === null) return false;
+  const candidate = value as Record<string, unknown>;
+  return (
+    typeof candidate.name === "string" &&
+    typeof candidate.description === "string" &&
+    isSchema(candidate.input) &&
+    isSchema(candidate.output) &&
+    Array.isArray(candidate.pricing) &&
+    typeof candidate.handler === "function"
+  );
+}

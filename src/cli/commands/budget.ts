@@ -1,0 +1,243 @@
+/**
+ * `tollgate budget set | show`: an agent's spending limits and where it stands against them, in the
+ * agent runtime's store (DATABASE_URL, or PGlite in `<dir>/agents`).
+ */
+import { join, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { z } from "zod";
+import { availableFor } from "../../agent/budget/budgetHeadroom.ts";
+import type { BudgetLimits } from "../../agent/budget/budgetLimits.ts";
+import { SpendKinds } from "../../agent/budget/budgetLimits.ts";
+import type { BudgetReport } from "../../agent/budget/budgetReport.ts";
+import { createBudgetLedger } from "../../agent/budget/createBudgetLedger.ts";
+import { AddressSchema } from "../../protocol/address.ts";
+import { formatUnitsExact, parseUnitsExact } from "../../protocol/amount.ts";
+import { type Clock, systemClock } from "../../protocol/clock.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { parseWire } from "../../protocol/parseWire.ts";
+import { createStore } from "../../store/createStore.ts";
+
+export const summary = "set <agent> --total 10 --daily 2 … | show <agent> — an agent's spending limits";
+
+const BudgetEnvSchema = z.object({
+  TOLLGATE_DIR: z.string().min(1).default(".tollgate"),
+  DATABASE_URL: z.string().optional(),
+});
+
+/** Where the agent runtime keeps its PGlite database under the Tollgate directory. */
+export function agentDataDir(dir: string): string {
+  // Not the facilitator's or the market's directory: one PGlite directory opens in one process only.
+  return join(dir, "agents");
+}
+
+export type CommandOutput = { log(line: string): void; error(line: string): void };
+
+export type BudgetCommandDeps = {
+  env: Record<string, string | undefined>;
+  out: CommandOutput;
+  clock: Clock;
+};
+
+const usage = `usage: tollgate budget set <agent> [--total 10] [--daily 2] [--per-call 0.05]
+                           [--provider <address>=1 …] [--max-subscription 20] [--replace]
+         set limits in USDC; limits not named are kept ("none" removes one, --replace starts afresh)
+       tollgate budget show <agent> [--json]
+         spent, reserved and remaining per limit, per provider and per kind
+options: --dir .tollgate (PGlite in <dir>/agents unless DATABASE_URL is set)
+environment: DATABASE_URL TOLLGATE_DIR`;
+
+/** `"2.5"` → 2 500 000n, `"none"` → null (remove the limit). */
+function parseLimit(flag: string, text: string): bigint | null {
+  if (text === "none") return null;
+  try {
+    return parseUnitsExact(text);
+  } catch (cause) {
+    throw new TollgateError("InvalidRequest", `--${flag}: expected USDC like 2.5 or "none", got "${text}"`, {
+      cause,
+    });
+  }
+}
+
+function applyFlags(
+  current: BudgetLimits,
+  values: Record<string, string | string[] | boolean | undefined>,
+): BudgetLimits {
+  const next: BudgetLimits = { ...current, perProvider: { ...current.perProvider } };
+  const scalar = [
+    ["total", "total"],
+    ["daily", "daily"],
+    ["per-call", "perCall"],
+    ["max-subscription", "maxSubscriptionCommitment"],
+  ] as const;
+  for (const [flag, key] of scalar) {
+    const text = values[flag];
+    if (typeof text !== "string") continue;
+    const limit = parseLimit(flag, text);
+    if (limit === null) delete next[key];
+    else next[key] = limit;
+  }
+  const providers = next.perProvider!;
+  for (const entry of (values.provider as string[] | undefined) ?? []) {
+    const at = entry.lastIndexOf("=");
+    if (at < 0)
+      throw new TollgateError("InvalidRequest", `--provider: expected <address>=<USDC>, got "${entry}"`);
+    const address = parseWire(AddressSchema, entry.slice(0, at), { what: "--provider address" });
+    const limit = parseLimit("provider", entry.slice(at + 1));
+    for (const known of Object.keys(providers)) {
+      if (known.toLowerCase() === address.toLowerCase()) delete providers[known as keyof typeof providers];
+    }
+    if (limit !== null) providers[address] = limit;
+  }
+  if (Object.keys(providers).length === 0) delete next.perProvider;
+  return next;
+}
+
+const usdc = (amount: bigint | undefined, none = "unlimited") =>
+  amount === undefined ? none : formatUnitsExact(amount);
+
+function table(rows: string[][]): string[] {
+  const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)));
+  return rows.map((row) =>
+    row
+      .map((cell, column) => (column === 0 ? cell.padEnd(widths[column]!) : cell.padStart(widths[column]!)))
+      .join("  ")
+      .trimEnd(),
+  );
+}
+
+/** The human view of a report, amounts in USDC. */
+export function formatBudgetReport(report: BudgetReport): string[] {
+  const { limits } = report;
+  const lines = [`agent ${report.agent} at ${report.at.toISOString()} (amounts in USDC)`, ""];
+  lines.push(
+    ...table([
+      ["limit", "limit", "spent", "reserved", "remaining"],
+      [
+        "total",
+        usdc(limits.total),
+        usdc(report.spent.total),
+        usdc(report.reserved.total),
+        usdc(report.remaining.total, "-"),
+      ],
+      [
+        "daily (last 24 h)",
+        usdc(limits.daily),
+        usdc(report.spent.daily),
+        usdc(report.reserved.daily),
+        usdc(report.remaining.daily, "-"),
+      ],
+      ["per call", usdc(limits.perCall), "", "", usdc(report.remaining.perCall, "-")],
+      [
+        "subscription commitment",
+        usdc(limits.maxSubscriptionCommitment),
+        usdc(report.subscriptions.committed),
+        usdc(report.subscriptions.reserved),
+        usdc(report.remaining.maxSubscriptionCommitment, "-"),
+      ],
+    ]),
+  );
+  if (report.perProvider.length > 0) {
+    lines.push("");
+    lines.push(
+      ...table([
+        ["provider", "limit", "spent", "reserved", "remaining", "available now"],
+        ...report.perProvider.map((p) => [
+          p.provider,
+          usdc(p.limit),
+          usdc(p.spent),
+          usdc(p.reserved),
+          usdc(p.remaining, "-"),
+          usdc(availableFor(report, { provider: p.provider, kind: "one-time" })),
+        ]),
+      ]),
+    );
+  }
+  lines.push("");
+  lines.push(
+    ...table([
+      ["kind", "spent", "reserved"],
+      ...SpendKinds.map((kind) => [
+        kind,
+        usdc(report.perKind[kind].spent),
+        usdc(report.perKind[kind].reserved),
+      ]),
+    ]),
+  );
+  if (report.subscriptions.active.length > 0) {
+    lines.push("", "active subscriptions:");
+    for (const s of report.subscriptions.active) {
+      lines.push(`  ${s.ref}  ${s.provider}  ${usdc(s.amount)} per period`);
+    }
+  }
+  return lines;
+}
+
+/** `report` as JSON-safe data: amounts as decimal strings of the smallest unit, as on the wire. */
+function toJson(report: BudgetReport): unknown {
+  return JSON.parse(
+    JSON.stringify(report, (_key, value: unknown) => (typeof value === "bigint" ? value.toString() : value)),
+  );
+}
+
+/** Runs `tollgate budget …`; returns the exit code. */
+export async function budgetCommand(argv: string[], deps: BudgetCommandDeps): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      total: { type: "string" },
+      daily: { type: "string" },
+      "per-call": { type: "string" },
+      provider: { type: "string", multiple: true },
+      "max-subscription": { type: "string" },
+      replace: { type: "boolean", default: false },
+      json: { type: "boolean", default: false },
+      dir: { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  if (values.help === true) {
+    deps.out.log(usage);
+    return 0;
+  }
+  const [command, agent, ...extra] = positionals;
+  if ((command !== "set" && command !== "show") || agent === undefined || extra.length > 0) {
+    deps.out.error(usage);
+    return 2;
+  }
+  const env = parseWire(BudgetEnvSchema, deps.env, { what: "environment" });
+  const dataDir = agentDataDir(resolve(values.dir ?? env.TOLLGATE_DIR));
+  const store = await createStore({ databaseUrl: env.DATABASE_URL, dataDir });
+  try {
+    const ledger = createBudgetLedger({ store, clock: deps.clock });
+    if (command === "set") {
+      const current = values.replace ? {} : ((await ledger.getLimits(agent)) ?? {});
+      const limits = await ledger.setLimits(agent, applyFlags(current, values));
+      deps.out.log(`budget for ${agent} set:`);
+      deps.out.log(
+        `  total ${usdc(limits.total)}, daily ${usdc(limits.daily)}, per call ${usdc(limits.perCall)}`,
+      );
+      deps.out.log(`  subscription commitment ${usdc(limits.maxSubscriptionCommitment)}`);
+      for (const [provider, limit] of Object.entries(limits.perProvider ?? {})) {
+        deps.out.log(`  provider ${provider} ${usdc(limit)}`);
+      }
+      return 0;
+    }
+    if ((await ledger.getLimits(agent)) === undefined) {
+      deps.out.error(
+        `tollgate budget: agent "${agent}" has no budget (set one with \`tollgate budget set ${agent} …\`)`,
+      );
+      return 1;
+    }
+    const report = await ledger.report(agent);
+    if (values.json) deps.out.log(JSON.stringify(toJson(report), null, 2));
+    else for (const line of formatBudgetReport(report)) deps.out.log(line);
+    return 0;
+  } finally {
+    await store.close();
+  }
+}
+
+export function run(argv: string[]): Promise<number> {
+  return budgetCommand(argv, { env: process.env, out: console, clock: systemClock });
+}

@@ -1,0 +1,29 @@
+/**
+ * `tollgate demo` (`npm run demo`): the whole system on an embedded devnet — see agents/demo.ts.
+ * Ctrl-C stops everything the demo started.
+ */
+import { runDemo } from "../../../agents/demo.ts";
+
+export const summary = "run the end-to-end demo: specialists, a budgeted research agent, renewals, webhooks";
+
+export async function run(_argv: string[]): Promise<number> {
+  const controller = new AbortController();
+  const interrupt = () => {
+    console.log("\ninterrupted: stopping everything the demo started…");
+    controller.abort();
+  };
+  process.once("SIGINT", interrupt);
+  process.once("SIGTERM", interrupt);
+  const started = Date.now();
+  try {
+    await runDemo({ env: process.env, signal: controller.signal });
+    console.log(`\nDemo finished in ${((Date.now() - started) / 1000).toFixed(1)} s.`);
+    return 0;
+  } catch (error) {
+    if (controller.signal.aborted) return 130;
+    throw error;
+  } finally {
+    process.off("SIGINT", interrupt);
+    process.off("SIGTERM", interrupt);
+  }
+}

@@ -1,0 +1,292 @@
+/**
+ * `tollgate plan create | deprecate | show | operator`: a provider's subscription plans on the
+ * SubscriptionManager, sent from the provider's own key (plans are paid to whoever creates them).
+ * Defaults (RPC, manager, token, dev keys) come from `.tollgate/devnet.json` after `tollgate devnet up`.
+ */
+import { resolve } from "node:path";
+import { parseArgs } from "node:util";
+import {
+  type Address,
+  type Chain,
+  createPublicClient,
+  createWalletClient,
+  defineChain,
+  type Hash,
+  http,
+  type PublicClient,
+  type Transport,
+} from "viem";
+import { privateKeyToAccount } from "viem/accounts";
+import { z } from "zod";
+import { createPlan } from "../../chain/actions/subscriptions/createPlan.ts";
+import { deprecatePlan } from "../../chain/actions/subscriptions/deprecatePlan.ts";
+import { getPlan } from "../../chain/actions/subscriptions/getPlan.ts";
+import { setOperator } from "../../chain/actions/subscriptions/setOperator.ts";
+import { getTokenDecimals } from "../../chain/actions/usd/getTokenDecimals.ts";
+import { getTokenSymbol } from "../../chain/actions/usd/getTokenSymbol.ts";
+import { type DevnetFile, readDevnetFile } from "../../chain/devnetFile.ts";
+import { getPlanIdFromReceipt } from "../../chain/events/decodeSubscriptionEvents.ts";
+import { devnetChain, getNetworkConfig } from "../../chain/networks.ts";
+import { AddressSchema } from "../../protocol/address.ts";
+import { formatUnitsExact, parseUnitsExact } from "../../protocol/amount.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { parseWire } from "../../protocol/parseWire.ts";
+import { parseDuration } from "../devnet.ts";
+
+export const summary = "create | deprecate | show | operator — a provider's subscription plans on chain";
+
+const PrivateKeySchema = z
+  .string()
+  .regex(/^0x[0-9a-fA-F]{64}$/, { error: "expected a 0x-prefixed 32-byte private key" })
+  .transform((key) => key as `0x${string}`);
+
+const PlanEnvSchema = z.object({
+  TOLLGATE_DIR: z.string().min(1).default(".tollgate"),
+  TOLLGATE_RPC_URL: z.url().optional(),
+  TOLLGATE_SUBSCRIPTION_MANAGER: AddressSchema.optional(),
+  TOLLGATE_TOKEN: AddressSchema.optional(),
+  TOLLGATE_PROVIDER_KEY: PrivateKeySchema.optional(),
+});
+
+type CommandOutput = { log(line: string): void; error(line: string): void };
+
+export type PlanCommandDeps = {
+  env: Record<string, string | undefined>;
+  out: CommandOutput;
+  /** Directory `.tollgate` is found in (default: the process's). */
+  cwd?: string | undefined;
+};
+
+const usage = `usage: tollgate plan <command> [--rpc <url>] [--manager 0x…] [--dir .tollgate] [--json]
+  create --amount <USDC> --interval <30d|12h|seconds> [--included <units>] [--overage <USDC per unit>]
+         [--token 0x…] [--key 0x… | --account <devnet index>]
+                       create a plan paid to the key's address (amounts in token units, e.g. 9 or 0.001)
+  deprecate <id> [--successor <id>] [--key 0x… | --account <devnet index>]
+                       close a plan to new subscribers, pointing them to its successor
+  show <id>            a plan's terms
+  operator <address> [--revoke] [--key 0x… | --account <devnet index>]
+                       let a facilitator (its /supported signer) deduct metered usage on your plans
+RPC, manager and token default to TOLLGATE_RPC_URL, TOLLGATE_SUBSCRIPTION_MANAGER and TOLLGATE_TOKEN,
+then to .tollgate/devnet.json; the key to TOLLGATE_PROVIDER_KEY.`;
+
+/** Runs `tollgate plan …`; returns the exit code. */
+export async function planCommand(argv: string[], deps: PlanCommandDeps): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      amount: { type: "string" },
+      interval: { type: "string" },
+      included: { type: "string", default: "0" },
+      overage: { type: "string", default: "0" },
+      token: { type: "string" },
+      successor: { type: "string" },
+      revoke: { type: "boolean", default: false },
+      key: { type: "string" },
+      account: { type: "string" },
+      rpc: { type: "string" },
+      manager: { type: "string" },
+      dir: { type: "string" },
+      json: { type: "boolean", default: false },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  const [command, target] = positionals;
+  if (values.help === true || command === undefined) {
+    deps.out.log(usage);
+    return values.help === true ? 0 : 2;
+  }
+  const env = parseWire(PlanEnvSchema, deps.env, { what: "environment" });
+  const devnet = readDevnetFile(resolve(deps.cwd ?? process.cwd(), values.dir ?? env.TOLLGATE_DIR));
+  const rpc = values.rpc ?? env.TOLLGATE_RPC_URL ?? devnet?.rpcUrl;
+  const managerText =
+    values.manager ?? env.TOLLGATE_SUBSCRIPTION_MANAGER ?? devnet?.contracts.subscriptionManager;
+  if (rpc === undefined || managerText === undefined) {
+    deps.out.error("tollgate plan: no chain: pass --rpc and --manager, or run `tollgate devnet up` first");
+    return 2;
+  }
+  const manager = parseWire(AddressSchema, managerText, { what: "--manager" });
+  const chain = await chainAt(rpc);
+  const client = createPublicClient({ chain, transport: http(rpc), pollingInterval: 100 }) as PublicClient<
+    Transport,
+    Chain
+  >;
+  const print = (value: unknown, lines: string[]) => {
+    if (values.json) deps.out.log(JSON.stringify(value, null, 2));
+    else for (const line of lines) deps.out.log(line);
+  };
+  const wallet = () => {
+    const key = providerKey(values, env, devnet);
+    return createWalletClient({ chain, transport: http(rpc), account: privateKeyToAccount(key) });
+  };
+  const wait = async (hash: Hash) => {
+    const receipt = await client.waitForTransactionReceipt({ hash });
+    if (receipt.status !== "success")
+      throw new TollgateError("ChainUnavailable", `transaction ${hash} reverted`);
+    return receipt;
+  };
+  const planId = (text: string | undefined, what: string): bigint => {
+    if (text === undefined || !/^[1-9][0-9]{0,30}$/.test(text)) {
+      throw new TollgateError("InvalidRequest", `${what} must be a plan id (a positive integer)`);
+    }
+    return BigInt(text);
+  };
+
+  switch (command) {
+    case "create": {
+      if (values.amount === undefined || values.interval === undefined) {
+        deps.out.error(`tollgate plan create: --amount and --interval are required\n\n${usage}`);
+        return 2;
+      }
+      const tokenText = values.token ?? env.TOLLGATE_TOKEN ?? devnet?.contracts.usd;
+      if (tokenText === undefined) {
+        deps.out.error("tollgate plan create: no token: pass --token");
+        return 2;
+      }
+      const token = parseWire(AddressSchema, tokenText, { what: "--token" });
+      const decimals = await getTokenDecimals(client, { token });
+      const amount = parseUnitsExact(values.amount, decimals);
+      const overage = parseUnitsExact(values.overage, decimals);
+      const included = parseUnitsExact(values.included, 0);
+      let interval: number;
+      try {
+        interval = parseDuration(values.interval);
+      } catch (cause) {
+        throw new TollgateError("InvalidRequest", `--interval: ${(cause as Error).message}`, { cause });
+      }
+      if (interval <= 0) throw new TollgateError("InvalidRequest", "--interval must be above zero");
+      const walletClient = wallet();
+      const hash = await createPlan(walletClient, {
+        manager,
+        token,
+        amount,
+        interval: BigInt(interval),
+        includedUnits: included,
+        overageUnitPrice: overage,
+      });
+      const id = getPlanIdFromReceipt(await wait(hash));
+      const terms = await describe(client, manager, id);
+      print({ ...terms.value, transaction: hash }, [`plan ${id} created (tx ${hash})`, ...terms.lines]);
+      return 0;
+    }
+    case "deprecate": {
+      const id = planId(target, "deprecate <id>");
+      const successor = values.successor === undefined ? 0n : planId(values.successor, "--successor");
+      const hash = await deprecatePlan(wallet(), { manager, planId: id, successorPlanId: successor });
+      await wait(hash);
+      print(
+        {
+          planId: id.toString(),
+          successorPlanId: successor === 0n ? null : successor.toString(),
+          transaction: hash,
+        },
+        [
+          successor === 0n
+            ? `plan ${id} deprecated (tx ${hash})`
+            : `plan ${id} deprecated; new subscribers are pointed to plan ${successor} (tx ${hash})`,
+        ],
+      );
+      return 0;
+    }
+    case "show": {
+      const id = planId(target, "show <id>");
+      const terms = await describe(client, manager, id);
+      print(terms.value, terms.lines);
+      return 0;
+    }
+    case "operator": {
+      const operator = parseWire(AddressSchema, target, { what: "operator <address>" });
+      const hash = await setOperator(wallet(), { manager, operator, allowed: !values.revoke });
+      await wait(hash);
+      print({ operator, allowed: !values.revoke, transaction: hash }, [
+        values.revoke
+          ? `${operator} may no longer deduct usage on your plans (tx ${hash})`
+          : `${operator} may now deduct metered usage on your plans (tx ${hash})`,
+      ]);
+      return 0;
+    }
+    default:
+      deps.out.error(`tollgate plan: unknown command "${command}"\n\n${usage}`);
+      return 2;
+  }
+}
+
+export function run(argv: string[]): Promise<number> {
+  return planCommand(argv, { env: process.env, out: console });
+}
+
+async function chainAt(rpc: string): Promise<Chain> {
+  const id = await createPublicClient({ transport: http(rpc) }).getChainId();
+  return (
+    getNetworkConfig(`eip155:${id}`)?.chain ??
+    defineChain({ ...devnetChain, id, rpcUrls: { default: { http: [rpc] } } })
+  );
+}
+
+function providerKey(
+  values: { key?: string | undefined; account?: string | undefined },
+  env: { TOLLGATE_PROVIDER_KEY?: `0x${string}` | undefined },
+  devnet: DevnetFile | undefined,
+): `0x${string}` {
+  if (values.key !== undefined) return parseWire(PrivateKeySchema, values.key, { what: "--key" });
+  if (values.account !== undefined) {
+    const index = Number(values.account);
+    const entry = Number.isInteger(index) ? devnet?.accounts[index] : undefined;
+    if (entry === undefined) {
+      throw new TollgateError("InvalidRequest", `--account ${values.account}: no such devnet account`);
+    }
+    return parseWire(PrivateKeySchema, entry.privateKey, { what: "devnet account key" });
+  }
+  if (env.TOLLGATE_PROVIDER_KEY !== undefined) return env.TOLLGATE_PROVIDER_KEY;
+  throw new TollgateError(
+    "InvalidRequest",
+    "no provider key: pass --key 0x…, --account <devnet index> or set TOLLGATE_PROVIDER_KEY",
+  );
+}
+
+/** A plan's terms, read from the chain, with amounts in the token's units. */
+async function describe(client: PublicClient<Transport, Chain>, manager: Address, planId: bigint) {
+  const plan = await getPlan(client, { manager, planId });
+  if (/^0x0{40}$/i.test(plan.provider)) throw new TollgateError("NotFound", `no plan ${planId}`);
+  const [decimals, symbol] = await Promise.all([
+    getTokenDecimals(client, { token: plan.token }),
+    getTokenSymbol(client, { token: plan.token }).catch(() => "tokens"),
+  ]);
+  const price = `${formatUnitsExact(plan.amount, decimals)} ${symbol}`;
+  const value = {
+    planId: planId.toString(),
+    provider: plan.provider,
+    token: plan.token,
+    amount: plan.amount.toString(),
+    interval: Number(plan.interval),
+    includedUnits: plan.includedUnits.toString(),
+    overageUnitPrice: plan.overageUnitPrice.toString(),
+    deprecated: plan.deprecated,
+    successorPlanId: plan.successorPlanId === 0n ? null : plan.successorPlanId.toString(),
+  };
+  const lines = [
+    `plan ${planId}: ${price} every ${formatInterval(Number(plan.interval))}, paid to ${plan.provider}`,
+    `  included units per period: ${plan.includedUnits}`,
+    `  overage: ${formatUnitsExact(plan.overageUnitPrice, decimals)} ${symbol} per unit`,
+    ...(plan.deprecated
+      ? [
+          plan.successorPlanId === 0n
+            ? "  deprecated"
+            : `  deprecated; successor plan ${plan.successorPlanId}`,
+        ]
+      : []),
+  ];
+  return { value, lines };
+}
+
+function formatInterval(seconds: number): string {
+  for (const [unit, size] of [
+    ["w", 604_800],
+    ["d", 86_400],
+    ["h", 3_600],
+    ["m", 60],
+  ] as const) {
+    if (seconds % size === 0) return `${seconds / size}${unit}`;
+  }
+  return `${seconds}s`;
+}

@@ -1,0 +1,297 @@
+/**
+ * `tollgate run <task | script.ts>`: runs an orchestrator as a named agent. The agent's budget comes
+ * from the agent runtime's store (the ledger `tollgate budget set` writes), its tools are discovered
+ * in the market and paid through the facilitator, and the spend report is printed at the end.
+ * A `.ts`/`.js` argument runs that script's exported `main(context)` with the same tools instead.
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { basename, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { parseArgs } from "node:util";
+import type { StructuredToolInterface } from "@langchain/core/tools";
+import { privateKeyToAccount } from "viem/accounts";
+import { z } from "zod";
+import type { BudgetReport } from "../../agent/budget/budgetReport.ts";
+import { type BudgetLedger, createBudgetLedger } from "../../agent/budget/createBudgetLedger.ts";
+import { type DiscoveredTool, discoverTools } from "../../agent/discoverTools.ts";
+import { createOrchestrator, type Orchestrator } from "../../agent/orchestrator/createOrchestrator.ts";
+import { modelFromEnv } from "../../agent/orchestrator/modelFromEnv.ts";
+import type { PlannerDocument, PlannerInputs } from "../../agent/planner/plannerInputs.ts";
+import { createCallCounter } from "../../agent/policy/createCallCounter.ts";
+import {
+  createSpendCollector,
+  formatSpendReport,
+  type SpendEvent,
+  type SpendReport,
+} from "../../agent/spendReport.ts";
+import { readDevnetFile } from "../../chain/devnetFile.ts";
+import { createPayer, type Payer } from "../../client/createPayer.ts";
+import { createFacilitatorClient, type FetchFn } from "../../client/facilitatorClient.ts";
+import { DEFAULT_MARKET_URL } from "../../market/marketApi.ts";
+import { formatUnitsExact } from "../../protocol/amount.ts";
+import { type Clock, systemClock } from "../../protocol/clock.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { parseWire } from "../../protocol/parseWire.ts";
+import { createStore } from "../../store/createStore.ts";
+import { DEFAULT_FACILITATOR_URL } from "./analytics.ts";
+import { agentDataDir, type CommandOutput } from "./budget.ts";
+
+export const summary = "<task | script.ts> [--agent researcher] — run an orchestrator on an agent's budget";
+
+const DEFAULT_AGENT = "researcher";
+/** The dev account that plays the research agent in the demo and on `tollgate devnet up`. */
+const DEFAULT_DEVNET_ACCOUNT = 1;
+
+const usage = `usage: tollgate run <task | script.ts> [--agent ${DEFAULT_AGENT}] [--market ${DEFAULT_MARKET_URL}]
+                    [--facilitator ${DEFAULT_FACILITATOR_URL}] [--key 0x… | --account <devnet index>]
+                    [--text "…" | --document <file> …] [--dir .tollgate] [--json]
+  Runs an orchestrator as <agent>: its budget is the one \`tollgate budget set <agent>\` stored, its
+  tools are what the market lists, paid through the facilitator. Prints the answer and the spend report.
+  A .ts/.js argument runs that script's exported \`main(context)\` with the same tools instead.
+key: --key, TOLLGATE_AGENT_KEY, or a devnet account (--account, default ${DEFAULT_DEVNET_ACCOUNT}) from <dir>/devnet.json
+environment: TOLLGATE_DIR DATABASE_URL TOLLGATE_MARKET_URL TOLLGATE_FACILITATOR_URL TOLLGATE_AGENT_KEY
+             OPENAI_API_KEY OPENAI_BASE_URL OPENAI_MODEL TOLLGATE_PLANNER (rules without a key)`;
+
+const PrivateKeySchema = z
+  .string()
+  .regex(/^0x[0-9a-fA-F]{64}$/, { error: "expected a 0x-prefixed 32-byte private key" })
+  .transform((key) => key as `0x${string}`);
+
+const RunEnvSchema = z.object({
+  TOLLGATE_DIR: z.string().min(1).default(".tollgate"),
+  DATABASE_URL: z.string().optional(),
+  TOLLGATE_MARKET_URL: z.url({ protocol: /^https?$/ }).optional(),
+  TOLLGATE_FACILITATOR_URL: z.url({ protocol: /^https?$/ }).optional(),
+  TOLLGATE_AGENT_KEY: PrivateKeySchema.optional(),
+});
+
+const ScriptPattern = /\.(?:ts|mts|js|mjs)$/;
+
+/** What a script's `main` receives: the agent's discovered paid tools and what they spend from. */
+export type RunContext = {
+  agent: string;
+  tools: StructuredToolInterface[];
+  discovered: DiscoveredTool[];
+  /** An orchestrator over the tools, with the model from the environment (or the rule planner). */
+  orchestrator: Orchestrator;
+  budget: BudgetLedger;
+  payer: Payer;
+  /** Where the script's progress lines go. */
+  print: (line: string) => void;
+  signal: AbortSignal | undefined;
+};
+
+/** A script run by `tollgate run script.ts`: whatever text it returns is printed as its answer. */
+export type RunScript = { main(context: RunContext): Promise<unknown> | unknown };
+
+export type RunCommandDeps = {
+  env: Record<string, string | undefined>;
+  out: CommandOutput;
+  fetch: FetchFn;
+  clock: Clock;
+  cwd: string;
+  signal?: AbortSignal | undefined;
+};
+
+/** The outcome `tollgate run --json` prints. */
+export type RunOutcome = {
+  agent: string;
+  planner: string;
+  answer: string;
+  report: SpendReport;
+  budget: BudgetReport;
+};
+
+const usdc = (amount: bigint) => `${formatUnitsExact(amount)} USDC`;
+
+function readInputs(
+  values: { text?: string | undefined; document?: string[] | undefined },
+  cwd: string,
+): PlannerInputs {
+  const documents: PlannerDocument[] = (values.document ?? []).map((path) => {
+    const file = resolve(cwd, path);
+    if (!existsSync(file)) throw new TollgateError("InvalidRequest", `no such document: ${file}`);
+    return { id: basename(file).replace(/\.[^.]+$/, ""), text: readFileSync(file, "utf8") };
+  });
+  return {
+    ...(documents.length > 0 ? { documents } : {}),
+    ...(values.text === undefined ? {} : { text: values.text }),
+  };
+}
+
+/** JSON-safe: amounts as decimal strings of the smallest unit, as on the wire. */
+function toJson(value: unknown): unknown {
+  return JSON.parse(JSON.stringify(value, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v)));
+}
+
+/** Runs `tollgate run …`; returns the exit code. */
+export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      agent: { type: "string", default: DEFAULT_AGENT },
+      market: { type: "string" },
+      facilitator: { type: "string" },
+      key: { type: "string" },
+      account: { type: "string" },
+      network: { type: "string" },
+      text: { type: "string" },
+      document: { type: "string", multiple: true },
+      dir: { type: "string" },
+      json: { type: "boolean", default: false },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  if (values.help === true) {
+    deps.out.log(usage);
+    return 0;
+  }
+  const target = positionals.join(" ").trim();
+  if (target === "") {
+    deps.out.error(usage);
+    return 2;
+  }
+  const env = parseWire(RunEnvSchema, deps.env, { what: "environment" });
+  const dir = resolve(deps.cwd, values.dir ?? env.TOLLGATE_DIR);
+  const agent = values.agent;
+  const print = values.json ? () => undefined : (line: string) => deps.out.log(line);
+
+  const account = (() => {
+    if (values.key !== undefined) {
+      return privateKeyToAccount(parseWire(PrivateKeySchema, values.key, { what: "--key" }));
+    }
+    if (values.account === undefined && env.TOLLGATE_AGENT_KEY !== undefined) {
+      return privateKeyToAccount(env.TOLLGATE_AGENT_KEY);
+    }
+    const devnet = readDevnetFile(dir);
+    if (devnet === undefined) {
+      throw new TollgateError(
+        "InvalidRequest",
+        `no key for agent "${agent}": pass --key, set TOLLGATE_AGENT_KEY, or run \`tollgate devnet up\``,
+      );
+    }
+    const index = values.account === undefined ? DEFAULT_DEVNET_ACCOUNT : Number(values.account);
+    const entry = Number.isInteger(index) ? devnet.accounts[index] : undefined;
+    if (entry === undefined) {
+      throw new TollgateError(
+        "InvalidRequest",
+        `--account must be a devnet account index from 0 to ${devnet.accounts.length - 1}`,
+      );
+    }
+    return privateKeyToAccount(parseWire(PrivateKeySchema, entry.privateKey, { what: "devnet key" }));
+  })();
+
+  const facilitator = createFacilitatorClient({
+    url: values.facilitator ?? env.TOLLGATE_FACILITATOR_URL ?? DEFAULT_FACILITATOR_URL,
+    fetch: deps.fetch,
+  });
+  const network = values.network ?? (await facilitator.supported()).networks[0]?.network;
+  if (network === undefined) {
+    throw new TollgateError("UnsupportedNetwork", "the facilitator supports no network; pass --network");
+  }
+
+  const store = await createStore({ databaseUrl: env.DATABASE_URL, dataDir: agentDataDir(dir) });
+  try {
+    const budget = createBudgetLedger({ store, clock: deps.clock });
+    if ((await budget.getLimits(agent)) === undefined) {
+      deps.out.error(
+        `tollgate run: agent "${agent}" has no budget (set one with \`tollgate budget set ${agent} --total 5 …\`)`,
+      );
+      return 1;
+    }
+    const payer = createPayer({ account, network, facilitator, fetch: deps.fetch, clock: deps.clock });
+    const spend = createSpendCollector();
+    let forecast: Record<string, number> = {};
+    const discovered = await discoverTools({
+      market: values.market ?? env.TOLLGATE_MARKET_URL ?? DEFAULT_MARKET_URL,
+      agent,
+      payer,
+      budget,
+      fetch: deps.fetch,
+      calls: createCallCounter({ clock: deps.clock }),
+      forecast: (tool) =>
+        forecast[tool] === undefined ? undefined : { calls: forecast[tool]!, horizonSeconds: 30 * 86_400 },
+      onSpend: (event: SpendEvent) => {
+        spend.record(event);
+        const how = event.ok
+          ? `${event.mode}${event.amount > 0n ? ` ${usdc(event.amount)}` : ""}`
+          : `failed: ${event.error}`;
+        print(`  bought ${event.tool} → ${how}`);
+      },
+    });
+    const tools = discovered.map((d) => d.tool);
+    print(`agent ${agent} (${account.address}) on ${network}: ${tools.length} paid tool(s) found`);
+    for (const d of discovered) print(`  ${d.tool.name} from ${d.seller}`);
+    const orchestrator = createOrchestrator({ tools, model: modelFromEnv(deps.env) });
+
+    let answer: string;
+    let planner = orchestrator.planner;
+    if (ScriptPattern.test(target)) {
+      const file = resolve(deps.cwd, target);
+      if (!existsSync(file)) throw new TollgateError("InvalidRequest", `no such script: ${file}`);
+      const script = (await import(pathToFileURL(file).href)) as Partial<RunScript>;
+      if (typeof script.main !== "function") {
+        throw new TollgateError("InvalidRequest", `${target} exports no main(context) function`);
+      }
+      print(`running ${target}`);
+      const result = await script.main({
+        agent,
+        tools,
+        discovered,
+        orchestrator,
+        budget,
+        payer,
+        print,
+        signal: deps.signal,
+      });
+      answer =
+        result === undefined ? "" : typeof result === "string" ? result : JSON.stringify(toJson(result));
+      planner = `script ${basename(file)}`;
+    } else {
+      const inputs = readInputs(values, deps.cwd);
+      forecast = orchestrator.forecast(target, inputs);
+      print(
+        `running "${target}" with ${planner === "rules" ? "the rule planner (offline)" : `model ${planner}`}`,
+      );
+      const run = await orchestrator.run(target, inputs, { signal: deps.signal });
+      answer = run.answer;
+    }
+
+    const report = spend.report();
+    const budgetReport = await budget.report(agent);
+    if (values.json) {
+      const outcome: RunOutcome = { agent, planner, answer, report, budget: budgetReport };
+      deps.out.log(JSON.stringify(toJson(outcome), null, 2));
+      return 0;
+    }
+    if (answer !== "") deps.out.log(`\nAnswer (${planner}):\n${answer}`);
+    deps.out.log("\nSpend report");
+    for (const line of formatSpendReport(report).split("\n")) deps.out.log(`  ${line}`);
+    const left = budgetReport.remaining.total;
+    deps.out.log(
+      `  budget of ${agent}: spent ${usdc(budgetReport.spent.total)}${left === undefined ? "" : `, ${usdc(left)} left`}`,
+    );
+    return 0;
+  } finally {
+    await store.close();
+  }
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const controller = new AbortController();
+  const interrupt = () => controller.abort();
+  process.once("SIGINT", interrupt);
+  try {
+    return await runCommand(argv, {
+      env: process.env,
+      out: console,
+      fetch: globalThis.fetch,
+      clock: systemClock,
+      cwd: process.cwd(),
+      signal: controller.signal,
+    });
+  } finally {
+    process.off("SIGINT", interrupt);
+  }
+}

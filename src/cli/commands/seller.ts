@@ -1,0 +1,237 @@
+/**
+ * `tollgate seller register | list | show | remove | refresh`: a seller's side of the market. The
+ * payout key signs; it comes from `--key`, `TOLLGATE_SELLER_KEY`, `--account <devnet index>`, or the
+ * devnet account whose address is the manifest's `seller.payTo`.
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { type PrivateKeyAccount, privateKeyToAccount } from "viem/accounts";
+import { z } from "zod";
+import type { FetchFn } from "../../client/facilitatorClient.ts";
+import { DEFAULT_MARKET_URL, signSellerRemoval } from "../../market/marketApi.ts";
+import { createMarketClient } from "../../market/marketClient.ts";
+import { AddressSchema, sameAddress } from "../../protocol/address.ts";
+import { type Clock, systemClock, unixSeconds } from "../../protocol/clock.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { signManifest } from "../../protocol/manifest.ts";
+import { parseWire } from "../../protocol/parseWire.ts";
+import { DevnetFileSchema } from "../devnet.ts";
+
+export const summary = "register | list | show | remove | refresh — sell capabilities on a market";
+
+const PrivateKeySchema = z
+  .string()
+  .regex(/^0x[0-9a-fA-F]{64}$/, { error: "expected a 0x-prefixed 32-byte private key" })
+  .transform((key) => key as `0x${string}`);
+
+const SellerEnvSchema = z.object({
+  TOLLGATE_DIR: z.string().min(1).default(".tollgate"),
+  TOLLGATE_MARKET_URL: z.url({ protocol: /^https?$/ }).optional(),
+  TOLLGATE_SELLER_KEY: PrivateKeySchema.optional(),
+});
+
+type CommandOutput = { log(line: string): void; error(line: string): void };
+
+export type SellerCommandDeps = {
+  env: Record<string, string | undefined>;
+  out: CommandOutput;
+  fetch: FetchFn;
+  clock: Clock;
+  /** Directory relative paths are read from (default: the process's). */
+  cwd?: string | undefined;
+};
+
+const usage = `usage: tollgate seller <command> [--market ${DEFAULT_MARKET_URL}] [--dir .tollgate]
+  register <manifest.json | url> [--key 0x… | --account <devnet index>]
+              sign the manifest (issuedAt = now) with the payout key and register it; a document
+              that is already signed is sent as it is when no key is given
+  list [--json]              sellers registered on the market
+  show <address>             a seller's manifest, its signature checked
+  remove [<address>] [--key 0x… | --account <devnet index>]
+                             remove your registration (signed by the payout key)
+  refresh <address>          ask the market to re-read the seller's signed manifest from its baseUrl
+The key defaults to TOLLGATE_SELLER_KEY, then to the devnet account (.tollgate/devnet.json) that is seller.payTo.`;
+
+/** Runs `tollgate seller …`; returns the exit code. */
+export async function sellerCommand(argv: string[], deps: SellerCommandDeps): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      market: { type: "string" },
+      dir: { type: "string" },
+      key: { type: "string" },
+      account: { type: "string" },
+      json: { type: "boolean", default: false },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  const [command, target] = positionals;
+  if (values.help === true || command === undefined) {
+    deps.out.log(usage);
+    return values.help === true ? 0 : 2;
+  }
+  const env = parseWire(SellerEnvSchema, deps.env, { what: "environment" });
+  const cwd = deps.cwd ?? process.cwd();
+  const dir = resolve(cwd, values.dir ?? env.TOLLGATE_DIR);
+  const market = createMarketClient({
+    url: values.market ?? env.TOLLGATE_MARKET_URL ?? DEFAULT_MARKET_URL,
+    fetch: deps.fetch,
+  });
+
+  /** The signing key: explicit flags first, then the environment, then a devnet account matching `payTo`. */
+  function account(payTo: string | undefined): PrivateKeyAccount | undefined {
+    if (values.key !== undefined)
+      return privateKeyToAccount(parseWire(PrivateKeySchema, values.key, { what: "--key" }));
+    if (values.account !== undefined) {
+      const accounts = readDevnet(dir).accounts;
+      const index = Number(values.account);
+      const entry = Number.isInteger(index) ? accounts[index] : undefined;
+      if (entry === undefined) {
+        throw new TollgateError(
+          "InvalidRequest",
+          `--account must be a devnet account index from 0 to ${accounts.length - 1}`,
+        );
+      }
+      return privateKeyToAccount(parseWire(PrivateKeySchema, entry.privateKey, { what: "devnet key" }));
+    }
+    if (env.TOLLGATE_SELLER_KEY !== undefined) return privateKeyToAccount(env.TOLLGATE_SELLER_KEY);
+    if (payTo === undefined || !existsSync(join(dir, "devnet.json"))) return undefined;
+    const match = readDevnet(dir).accounts.find((a) => sameAddress(a.address, payTo));
+    return match === undefined
+      ? undefined
+      : privateKeyToAccount(parseWire(PrivateKeySchema, match.privateKey, { what: "devnet key" }));
+  }
+
+  switch (command) {
+    case "register": {
+      if (target === undefined) {
+        deps.out.error("tollgate seller register: give a manifest file or URL");
+        return 2;
+      }
+      const document = await loadDocument(target, cwd, deps.fetch);
+      const isEnvelope = typeof document === "object" && document !== null && "manifest" in document;
+      const raw = (isEnvelope ? (document as { manifest: unknown }).manifest : document) as Record<
+        string,
+        unknown
+      >;
+      if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+        throw new TollgateError("InvalidRequest", `${target} does not hold a manifest (a JSON object)`);
+      }
+      const seller = (raw.seller ?? {}) as Record<string, unknown>;
+      const payTo = typeof seller.payTo === "string" ? seller.payTo : undefined;
+      const signer = account(payTo);
+      let envelope: { manifest: unknown; signature: string };
+      if (signer === undefined) {
+        if (!isEnvelope) {
+          throw new TollgateError(
+            "InvalidRequest",
+            "no payout key to sign with: pass --key or --account, or set TOLLGATE_SELLER_KEY",
+          );
+        }
+        envelope = document as { manifest: unknown; signature: string };
+      } else {
+        // A seller signing now states the manifest now: a file's old issuedAt would be stale.
+        envelope = await signManifest(signer, {
+          ...(raw as object),
+          seller: { ...seller, payTo: payTo ?? signer.address },
+          issuedAt: unixSeconds(deps.clock),
+        } as Parameters<typeof signManifest>[1]);
+      }
+      const result = await market.register(envelope);
+      if (result.status === "superseded") {
+        deps.out.error(
+          `superseded: ${market.url} already holds a registration of ${result.address} issued at ${result.issuedAt}; sign a newer one`,
+        );
+        return 1;
+      }
+      deps.out.log(`${result.status}: ${result.address} on ${market.url} (issuedAt ${result.issuedAt})`);
+      return 0;
+    }
+    case "list": {
+      const { sellers } = await market.list({ limit: 100 });
+      if (values.json) {
+        deps.out.log(JSON.stringify(sellers, null, 2));
+        return 0;
+      }
+      if (sellers.length === 0) deps.out.log("no sellers registered");
+      for (const s of sellers) {
+        deps.out.log(`${s.address}  ${s.name}  ${s.baseUrl}  ${s.network}  [${s.capabilities.join(", ")}]`);
+      }
+      return 0;
+    }
+    case "show": {
+      const address = parseWire(AddressSchema, target, { what: "seller address" });
+      const seller = await market.get(address);
+      if (seller === undefined) {
+        deps.out.error(`no seller ${address} on ${market.url}`);
+        return 1;
+      }
+      deps.out.log(JSON.stringify(seller.envelope, null, 2));
+      return 0;
+    }
+    case "remove": {
+      const signer = account(target);
+      if (signer === undefined) {
+        throw new TollgateError(
+          "InvalidRequest",
+          "no payout key to sign the removal: pass --key or --account",
+        );
+      }
+      const address =
+        target === undefined ? signer.address : parseWire(AddressSchema, target, { what: "seller address" });
+      if (!sameAddress(address, signer.address)) {
+        throw new TollgateError("InvalidRequest", `the key given is not ${address}'s payout key`);
+      }
+      const result = await market.remove(address, await signSellerRemoval(signer, unixSeconds(deps.clock)));
+      deps.out.log(`${result.status}: ${result.address} on ${market.url}`);
+      return result.status === "removed" ? 0 : 1;
+    }
+    case "refresh": {
+      const address = parseWire(AddressSchema, target, { what: "seller address" });
+      const result = await market.refresh(address);
+      deps.out.log(`${result.status}: ${result.address} on ${market.url} (issuedAt ${result.issuedAt})`);
+      return result.status === "superseded" ? 1 : 0;
+    }
+    default:
+      deps.out.error(usage);
+      return 2;
+  }
+}
+
+function readDevnet(dir: string) {
+  const file = join(dir, "devnet.json");
+  if (!existsSync(file)) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `no devnet at ${file}: run \`tollgate devnet up\` or pass --key`,
+    );
+  }
+  return parseWire(DevnetFileSchema, JSON.parse(readFileSync(file, "utf8")), { what: "devnet.json" });
+}
+
+/** A manifest document from a file, or from an http(s) URL (a seller's `/.well-known/tollgate.json`). */
+async function loadDocument(target: string, cwd: string, fetchFn: FetchFn): Promise<unknown> {
+  let text: string;
+  if (/^https?:\/\//i.test(target)) {
+    const response = await fetchFn(target, { headers: { accept: "application/json" } });
+    if (!response.ok) {
+      throw new TollgateError("InvalidRequest", `${target} answered ${response.status}`);
+    }
+    text = await response.text();
+  } else {
+    const file = resolve(cwd, target);
+    if (!existsSync(file)) throw new TollgateError("InvalidRequest", `no such file: ${file}`);
+    text = readFileSync(file, "utf8");
+  }
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (cause) {
+    throw new TollgateError("InvalidRequest", `${target} is not JSON`, { cause });
+  }
+}
+
+export function run(argv: string[]): Promise<number> {
+  return sellerCommand(argv, { env: process.env, out: console, fetch: globalThis.fetch, clock: systemClock });
+}

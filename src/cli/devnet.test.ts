@@ -1,0 +1,75 @@
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { DevnetFileSchema, devnetCommand, parseDuration } from "./devnet.ts";
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      const port = typeof address === "object" && address !== null ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function capture() {
+  const lines: string[] = [];
+  return { lines, out: { log: (l: string) => lines.push(l), error: (l: string) => lines.push(l) } };
+}
+
+describe("parseDuration", () => {
+  it("reads days, hours, minutes and bare seconds", () => {
+    expect(parseDuration("30d")).toBe(2_592_000);
+    expect(parseDuration("12h")).toBe(43_200);
+    expect(parseDuration("90m")).toBe(5_400);
+    expect(parseDuration("3600")).toBe(3_600);
+  });
+
+  it("rejects anything else", () => {
+    expect(() => parseDuration("1.5d")).toThrow(/duration/);
+    expect(() => parseDuration("-3h")).toThrow(/duration/);
+    expect(() => parseDuration("soon")).toThrow(/duration/);
+  });
+});
+
+describe("tollgate devnet", () => {
+  const dir = mkdtempSync(join(tmpdir(), "tollgate-devnet-"));
+  afterAll(async () => {
+    await devnetCommand(["down", "--dir", dir], capture().out);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("up writes devnet.json, advance moves chain time, down stops it", async () => {
+    const port = await freePort();
+    const up = capture();
+    expect(await devnetCommand(["up", "--dir", dir, "--port", String(port), "--accounts", "2"], up.out)).toBe(
+      0,
+    );
+    const file = DevnetFileSchema.parse(JSON.parse(readFileSync(join(dir, "devnet.json"), "utf8")));
+    expect(file.rpcUrl).toBe(`http://127.0.0.1:${port}`);
+    expect(file.accounts).toHaveLength(2);
+    expect(up.lines.join("\n")).toContain(file.contracts.subscriptionManager);
+
+    const again = capture();
+    expect(await devnetCommand(["up", "--dir", dir, "--port", String(port)], again.out)).toBe(1);
+    expect(again.lines.join("\n")).toMatch(/already running/);
+
+    const before = capture();
+    await devnetCommand(["status", "--dir", dir], before.out);
+    const timeBefore = BigInt(/chain time ([0-9]+)/.exec(before.lines[0]!)![1]!);
+    const advanced = capture();
+    expect(await devnetCommand(["advance", "12h", "--dir", dir], advanced.out)).toBe(0);
+    const timeAfter = BigInt(/chain time ([0-9]+)/.exec(advanced.lines[0]!)![1]!);
+    expect(timeAfter - timeBefore).toBeGreaterThanOrEqual(43_200n);
+
+    expect(await devnetCommand(["down", "--dir", dir], capture().out)).toBe(0);
+    expect(existsSync(join(dir, "devnet.json"))).toBe(false);
+    const after = capture();
+    expect(await devnetCommand(["status", "--dir", dir], after.out)).toBe(1);
+  });
+});

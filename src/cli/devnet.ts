@@ -1,0 +1,192 @@
+/**
+ * `tollgate devnet up | advance <30d|12h|3600> | down | status`: a local anvil chain with Tollgate
+ * deployed, left running in the background and described in `.tollgate/devnet.json` so that other
+ * commands, scripts and tests can find it.
+ */
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { createPublicClient, createTestClient, http } from "viem";
+import { type DevnetFile, DevnetFileSchema } from "../chain/devnetFile.ts";
+import { startAnvil } from "../chain/startAnvil.ts";
+import { setUpDevnet } from "../chain/startDevnet.ts";
+import { parseUnitsExact } from "../protocol/amount.ts";
+
+export { type DevnetFile, DevnetFileSchema } from "../chain/devnetFile.ts";
+
+const units: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86_400, w: 604_800 };
+
+/** `"30d"` → 2 592 000, `"12h"` → 43 200, `"3600"` → 3600 (seconds). Throws on anything else. */
+export function parseDuration(text: string): number {
+  const match = /^([0-9]+)([smhdw]?)$/.exec(text.trim());
+  if (match === null) throw new Error(`not a duration: "${text}" (use e.g. 30d, 12h, 90m or seconds)`);
+  return Number(match[1]) * (units[match[2] || "s"] ?? 1);
+}
+
+type Output = { log(line: string): void; error(line: string): void };
+
+const usage = `usage: tollgate devnet <command> [--dir .tollgate]
+  up [--port 8545] [--accounts 10] [--balance 10000] [--block-time <s>]
+                      start anvil in the background, deploy Tollgate, fund the accounts (balance in USDC)
+  advance <30d|12h|seconds>
+                      move chain time forward and mine a block
+  status              show the running devnet
+  down                stop it`;
+
+/** Runs `tollgate devnet …`; returns the process exit code. */
+export async function devnetCommand(argv: string[], out: Output = console): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      dir: { type: "string", default: ".tollgate" },
+      port: { type: "string", default: "8545" },
+      accounts: { type: "string", default: "10" },
+      balance: { type: "string", default: "10000" },
+      "block-time": { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  const [command, arg] = positionals;
+  const dir = resolve(values.dir);
+  const file = join(dir, "devnet.json");
+  if (values.help === true || command === undefined) {
+    out.log(usage);
+    return values.help === true ? 0 : 2;
+  }
+  switch (command) {
+    case "up":
+      return up(dir, file, values, out);
+    case "advance":
+      return advance(file, arg, out);
+    case "status":
+      return status(file, out);
+    case "down":
+      return down(file, out);
+    default:
+      out.error(`tollgate devnet: unknown command "${command}"\n${usage}`);
+      return 2;
+  }
+}
+
+function readDevnetFile(file: string): DevnetFile | undefined {
+  if (!existsSync(file)) return undefined;
+  return DevnetFileSchema.parse(JSON.parse(readFileSync(file, "utf8")));
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function up(
+  dir: string,
+  file: string,
+  flags: { port: string; accounts: string; balance: string; "block-time"?: string | undefined },
+  out: Output,
+): Promise<number> {
+  const running = readDevnetFile(file);
+  if (running !== undefined && isAlive(running.pid)) {
+    out.error(
+      `a devnet is already running at ${running.rpcUrl} (pid ${running.pid}); run \`tollgate devnet down\` first`,
+    );
+    return 1;
+  }
+  const port = Number(flags.port);
+  const count = Number(flags.accounts);
+  if (!Number.isInteger(port) || port < 1 || port > 65_535) throw new Error(`bad --port ${flags.port}`);
+  if (!Number.isInteger(count) || count < 1) throw new Error(`bad --accounts ${flags.accounts}`);
+  const balance = parseUnitsExact(flags.balance);
+  mkdirSync(dir, { recursive: true });
+  const anvil = await startAnvil({
+    port,
+    accounts: count,
+    blockTime: flags["block-time"] === undefined ? undefined : Number(flags["block-time"]),
+    detachedLogFile: join(dir, "anvil.log"),
+  });
+  try {
+    const devnet = await setUpDevnet(anvil.rpcUrl, count, balance, () => anvil.stop());
+    const description: DevnetFile = {
+      rpcUrl: devnet.rpcUrl,
+      chainId: devnet.chain.id,
+      network: devnet.network,
+      pid: anvil.pid,
+      contracts: devnet.contracts,
+      accounts: devnet.accounts.map(({ address, privateKey }) => ({ address, privateKey })),
+    };
+    writeFileSync(file, `${JSON.stringify(description, null, 2)}\n`);
+    out.log(`devnet up: ${devnet.rpcUrl} (chain ${devnet.chain.id}, ${devnet.network}, pid ${anvil.pid})`);
+    out.log(`  TollgateUSD          ${devnet.contracts.usd}`);
+    out.log(`  SubscriptionManager  ${devnet.contracts.subscriptionManager}`);
+    out.log(`  BatchSettler         ${devnet.contracts.batchSettler}`);
+    out.log(`  ${count} accounts with ${flags.balance} USDC each; keys in ${file}`);
+    return 0;
+  } catch (error) {
+    await anvil.stop();
+    throw error;
+  }
+}
+
+function clients(devnet: DevnetFile) {
+  const transport = http(devnet.rpcUrl);
+  return {
+    publicClient: createPublicClient({ transport, cacheTime: 0 }),
+    testClient: createTestClient({ transport, mode: "anvil" }),
+  };
+}
+
+async function advance(file: string, arg: string | undefined, out: Output): Promise<number> {
+  const devnet = readDevnetFile(file);
+  if (devnet === undefined) {
+    out.error("no devnet is running (run `tollgate devnet up`)");
+    return 1;
+  }
+  if (arg === undefined) {
+    out.error("usage: tollgate devnet advance <30d|12h|seconds>");
+    return 2;
+  }
+  const seconds = parseDuration(arg);
+  const { publicClient, testClient } = clients(devnet);
+  await testClient.increaseTime({ seconds });
+  await testClient.mine({ blocks: 1 });
+  const block = await publicClient.getBlock();
+  out.log(
+    `advanced ${seconds} s: block ${block.number}, chain time ${block.timestamp} (${new Date(Number(block.timestamp) * 1000).toISOString()})`,
+  );
+  return 0;
+}
+
+async function status(file: string, out: Output): Promise<number> {
+  const devnet = readDevnetFile(file);
+  if (devnet === undefined || !isAlive(devnet.pid)) {
+    out.log("devnet: not running");
+    return 1;
+  }
+  const block = await clients(devnet).publicClient.getBlock();
+  out.log(
+    `devnet: ${devnet.rpcUrl} (pid ${devnet.pid}), block ${block.number}, chain time ${block.timestamp}`,
+  );
+  out.log(`  TollgateUSD          ${devnet.contracts.usd}`);
+  out.log(`  SubscriptionManager  ${devnet.contracts.subscriptionManager}`);
+  out.log(`  BatchSettler         ${devnet.contracts.batchSettler}`);
+  return 0;
+}
+
+async function down(file: string, out: Output): Promise<number> {
+  const devnet = readDevnetFile(file);
+  if (devnet === undefined) {
+    out.log("devnet: not running");
+    return 0;
+  }
+  if (isAlive(devnet.pid)) {
+    process.kill(devnet.pid, "SIGTERM");
+    for (let i = 0; i < 100 && isAlive(devnet.pid); i++) await new Promise((r) => setTimeout(r, 50));
+  }
+  rmSync(file, { force: true });
+  out.log(`devnet down (pid ${devnet.pid})`);
+  return 0;
+}

@@ -1,0 +1,232 @@
+/**
+ * A typed HTTP client for a market registry (`tollgate market`). Every reply is zod-checked; error
+ * bodies become `TollgateError`s with the market's code (DESIGN.md §2.6), a reply without one the
+ * code of its status, an unreachable market `ChainUnavailable` with `details.reason`
+ * `"market_unreachable"` or `"market_timeout"` (worth retrying), and a malformed 2xx reply `Internal`
+ * with `"market_bad_reply"`.
+ *
+ * Manifests read back are checked against their seller's signature, so a buyer does not have to
+ * trust the market for what a seller offers, only for finding it.
+ */
+import type { Address, Hex } from "viem";
+import type { z } from "zod";
+import { type FetchFn, parseRetryAfter } from "../client/facilitatorClient.ts";
+import { sameAddress } from "../protocol/address.ts";
+import { ErrorBodySchema, type ErrorCode, errorFromBody, TollgateError } from "../protocol/errors.ts";
+import { type Manifest, type ManifestPricingType, verifyManifestSignature } from "../protocol/manifest.ts";
+import type { Network } from "../protocol/network.ts";
+import { summarizeIssues } from "../protocol/parseWire.ts";
+import {
+  type CatalogResult,
+  CatalogResultSchema,
+  type RegistrationResult,
+  RegistrationResultSchema,
+  type RemovalResult,
+  RemovalResultSchema,
+  type SellerList,
+  SellerListSchema,
+  SellerRecordSchema,
+  type SellerRemoval,
+} from "./marketApi.ts";
+import { readBoundedText } from "./readBoundedText.ts";
+
+export type MarketClientOptions = {
+  /** Base URL of the market, e.g. `http://127.0.0.1:4030` (a path prefix is kept). */
+  url: string;
+  fetch: FetchFn;
+  /** Abort a request after this long (default 15 000 ms). */
+  timeoutMs?: number | undefined;
+};
+
+export type MarketSearch = {
+  q?: string | undefined;
+  /** A bigint is the smallest unit; a string is sent as written (`"0.02"`, `"20000"`, `"1usdc"`). */
+  maxPrice?: bigint | string | undefined;
+  scheme?: ManifestPricingType | undefined;
+  network?: Network | undefined;
+  limit?: number | undefined;
+  offset?: number | undefined;
+};
+
+/** A registration read back and checked: the parsed manifest and the envelope exactly as signed. */
+export type VerifiedSeller = {
+  address: Address;
+  manifest: Manifest;
+  envelope: { manifest: unknown; signature: Hex };
+  registeredAt: number;
+  updatedAt: number;
+};
+
+export type MarketClient = {
+  readonly url: string;
+  /** `POST /sellers`: register or update a signed manifest (see `signManifest`). */
+  register(envelope: { manifest: unknown; signature: string }): Promise<RegistrationResult>;
+  /** `GET /catalog`: capabilities matching every word of `q`, best first. */
+  search(query?: MarketSearch): Promise<CatalogResult>;
+  /** `GET /sellers/:address`, signature checked; `undefined` when no such seller is registered. */
+  get(address: string): Promise<VerifiedSeller | undefined>;
+  /** `GET /sellers`. */
+  list(page?: { limit?: number | undefined; offset?: number | undefined }): Promise<SellerList>;
+  /** `DELETE /sellers/:address` with a removal from `signSellerRemoval`. */
+  remove(address: string, removal: SellerRemoval): Promise<RemovalResult>;
+  /** `POST /sellers/refresh`: ask the market to re-read the seller's manifest from its `baseUrl`. */
+  refresh(address: string): Promise<RegistrationResult>;
+};
+
+/** Largest reply read: a seller record holds one manifest (at most 256 KiB by default). */
+const MAX_REPLY_BYTES = 2 * 1024 * 1024;
+
+const codeByStatus: Record<number, ErrorCode> = {
+  400: "InvalidRequest",
+  401: "Unauthorized",
+  404: "NotFound",
+  413: "PayloadTooLarge",
+  422: "InvalidSignature",
+  429: "RateLimited",
+  502: "ChainUnavailable",
+  503: "ChainUnavailable",
+  504: "ChainUnavailable",
+};
+
+/**
+ * A client for one market.
+ *
+ * @example
+ * const market = createMarketClient({ url: "http://127.0.0.1:4030", fetch });
+ * await market.register(await signManifest(account, manifest));
+ * const { results } = await market.search({ q: "weather", maxPrice: "0.05" });
+ */
+export function createMarketClient(options: MarketClientOptions): MarketClient {
+  let base: URL;
+  try {
+    base = new URL(options.url);
+  } catch (cause) {
+    throw new TollgateError("InvalidRequest", `market url is not a URL: ${String(options.url)}`, { cause });
+  }
+  if (base.protocol !== "http:" && base.protocol !== "https:") {
+    throw new TollgateError("InvalidRequest", "market url must be http(s)", {
+      details: { url: options.url },
+    });
+  }
+  if (typeof options.fetch !== "function") {
+    throw new TollgateError("InvalidRequest", "createMarketClient needs a `fetch` function");
+  }
+  const url = base.href.replace(/\/+$/, "");
+  const timeoutMs = options.timeoutMs ?? 15_000;
+  const fetchFn = options.fetch;
+
+  async function request<T>(method: string, path: string, schema: z.ZodType<T>, body?: unknown): Promise<T> {
+    const target = `${url}${path}`;
+    const timeout = AbortSignal.timeout(timeoutMs);
+    const headers: Record<string, string> = { accept: "application/json" };
+    const init: RequestInit = { method, headers, signal: timeout };
+    if (body !== undefined) {
+      headers["content-type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let response: Response;
+    let text: string;
+    try {
+      response = await fetchFn(target, init);
+      text = await readBoundedText(
+        response,
+        MAX_REPLY_BYTES,
+        () =>
+          new TollgateError("Internal", `market reply is over ${MAX_REPLY_BYTES} bytes`, {
+            details: { reason: "market_bad_reply" },
+          }),
+      );
+    } catch (cause) {
+      if (cause instanceof TollgateError) throw cause;
+      const timedOut = timeout.aborted;
+      throw new TollgateError(
+        "ChainUnavailable",
+        timedOut ? `market did not answer within ${timeoutMs} ms` : "market is unreachable",
+        { details: { reason: timedOut ? "market_timeout" : "market_unreachable", url: target }, cause },
+      );
+    }
+    let json: unknown;
+    let isJson = true;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      isJson = false;
+    }
+    if (!response.ok) {
+      const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
+      const errorBody = isJson ? ErrorBodySchema.safeParse(json) : undefined;
+      if (errorBody?.success === true) throw errorFromBody(errorBody.data, { retryAfter });
+      throw new TollgateError(
+        codeByStatus[response.status] ?? "Internal",
+        `market answered ${response.status} ${method} ${path}`,
+        { details: { status: response.status, url: target, body: text.slice(0, 200) }, retryAfter },
+      );
+    }
+    const parsed = isJson ? schema.safeParse(json) : undefined;
+    if (parsed?.success !== true) {
+      throw new TollgateError("Internal", `market sent a malformed reply to ${method} ${path}`, {
+        details: {
+          reason: "market_bad_reply",
+          url: target,
+          ...(parsed === undefined
+            ? { body: text.slice(0, 200) }
+            : { issues: summarizeIssues(parsed.error.issues) }),
+        },
+      });
+    }
+    return parsed.data;
+  }
+
+  const sellerPath = (address: string) => `/sellers/${encodeURIComponent(address)}`;
+
+  return {
+    url,
+    register: (envelope) => request("POST", "/sellers", RegistrationResultSchema, envelope),
+    search(query = {}) {
+      const params = new URLSearchParams();
+      if (query.q !== undefined) params.set("q", query.q);
+      if (query.maxPrice !== undefined) params.set("maxPrice", query.maxPrice.toString());
+      if (query.scheme !== undefined) params.set("scheme", query.scheme);
+      if (query.network !== undefined) params.set("network", query.network);
+      if (query.limit !== undefined) params.set("limit", String(query.limit));
+      if (query.offset !== undefined) params.set("offset", String(query.offset));
+      const search = params.toString();
+      return request("GET", `/catalog${search === "" ? "" : `?${search}`}`, CatalogResultSchema);
+    },
+    async get(address) {
+      let record: z.infer<typeof SellerRecordSchema>;
+      try {
+        record = await request("GET", sellerPath(address), SellerRecordSchema);
+      } catch (error) {
+        if (error instanceof TollgateError && error.code === "NotFound") return undefined;
+        throw error;
+      }
+      const check = await verifyManifestSignature({ manifest: record.manifest, signature: record.signature });
+      if (!check.valid || !sameAddress(check.seller, address)) {
+        throw new TollgateError(
+          "InvalidSignature",
+          "the market returned a manifest its seller did not sign",
+          {
+            details: { reason: check.valid ? "wrong_seller" : check.reason, address },
+          },
+        );
+      }
+      return {
+        address: check.seller,
+        manifest: check.manifest,
+        envelope: { manifest: record.manifest, signature: record.signature },
+        registeredAt: record.registeredAt,
+        updatedAt: record.updatedAt,
+      };
+    },
+    list(page = {}) {
+      const params = new URLSearchParams();
+      if (page.limit !== undefined) params.set("limit", String(page.limit));
+      if (page.offset !== undefined) params.set("offset", String(page.offset));
+      const search = params.toString();
+      return request("GET", `/sellers${search === "" ? "" : `?${search}`}`, SellerListSchema);
+    },
+    remove: (address, removal) => request("DELETE", sellerPath(address), RemovalResultSchema, removal),
+    refresh: (address) => request("POST", "/sellers/refresh", RegistrationResultSchema, { address }),
+  };
+}
