@@ -1,0 +1,102 @@
+/**
+ * Tollgate's one-time stack for the paid-request bench: a facilitator (PGlite in memory, its chain
+ * client counted), a Hono API behind `paymentGate`, and one `fetchWithPayment` per payer.
+ */
+import { randomBytes } from "node:crypto";
+import { Hono } from "hono";
+import { type Address, createPublicClient, http } from "viem";
+import { tollgateUsdDomain } from "../../src/chain/networks.ts";
+import type { Devnet, DevnetAccount } from "../../src/chain/startDevnet.ts";
+import { createPayer } from "../../src/client/createPayer.ts";
+import type { FetchFn } from "../../src/client/facilitatorClient.ts";
+import { fetchWithPayment } from "../../src/client/fetchWithPayment.ts";
+import { createFacilitator, serveApp } from "../../src/facilitator/createFacilitator.ts";
+import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
+import { honoPaymentGate, type PaymentGateEnv } from "../../src/gate/honoPaymentGate.ts";
+import { paymentGate } from "../../src/gate/paymentGate.ts";
+import { createTestStore } from "../../src/store/createTestStore.ts";
+import type { RpcCounter } from "./rpcCounter.ts";
+
+export type PaidStack = {
+  name: string;
+  /** The paid resource. */
+  url: string;
+  /** The account that sends the facilitator's transactions. */
+  gasAddress: Address;
+  /** Counts the JSON-RPC calls of this stack's facilitator. */
+  rpc: RpcCounter;
+  /** A paying `fetch` for payer `index`. */
+  payingFetch(index: number): FetchFn;
+  /** Failures the facilitator saw that the client cannot tell apart, by reason (x402 only). */
+  facilitatorFailures(): Map<string, number>;
+  stop(): Promise<void>;
+};
+
+export async function startTollgateStack(options: {
+  devnet: Devnet;
+  gas: DevnetAccount;
+  payers: readonly DevnetAccount[];
+  payTo: Address;
+  price: bigint;
+  path: string;
+  rpc: RpcCounter;
+  /** PostgreSQL for the facilitator's store (a throwaway schema); in-memory PGlite when absent. */
+  databaseUrl?: string | undefined;
+}): Promise<PaidStack> {
+  const { devnet } = options;
+  const store = await createTestStore({ databaseUrl: options.databaseUrl });
+  // The client createFacilitator would build from an RPC URL on a devnet, with its calls counted.
+  const publicClient = createPublicClient({
+    chain: devnet.chain,
+    transport: http(devnet.rpcUrl, { retryCount: 1, timeout: 10_000, fetchFn: options.rpc.fetchFn }),
+    pollingInterval: 50,
+  });
+  const facilitator = createFacilitator({
+    store,
+    publicClient,
+    network: devnet.network,
+    gasAccount: options.gas.account,
+    proofKeys: [generateProofKey().key],
+    batchSettler: devnet.contracts.batchSettler,
+    subscriptionManager: devnet.contracts.subscriptionManager,
+    tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+  });
+  await facilitator.start();
+  const facilitatorServer = await serveApp(facilitator.app);
+
+  const gate = paymentGate({
+    payTo: options.payTo,
+    network: devnet.network,
+    token: devnet.contracts.usd,
+    facilitator: facilitatorServer.url,
+    fetch,
+    memoSecret: randomBytes(32),
+    routes: { [`GET ${options.path}`]: { price: options.price, description: "one item" } },
+  });
+  const app = new Hono<PaymentGateEnv>();
+  app.use("/api/*", honoPaymentGate(gate));
+  app.get(options.path, (c) => c.json({ item: 1, paidBy: c.get("payment")?.payer }));
+  const api = await serveApp(app);
+
+  const paying = options.payers.map(({ account }) =>
+    fetchWithPayment(
+      fetch,
+      createPayer({ account, network: devnet.network, facilitator: facilitatorServer.url, fetch }),
+      { maxPrice: options.price },
+    ),
+  );
+  return {
+    name: "Tollgate",
+    url: `${api.url}${options.path}`,
+    gasAddress: options.gas.address,
+    rpc: options.rpc,
+    payingFetch: (index) => paying[index]!,
+    facilitatorFailures: () => new Map(),
+    async stop() {
+      await api.close();
+      await facilitatorServer.close();
+      await facilitator.stop();
+      await store.close();
+    },
+  };
+}

@@ -1,0 +1,536 @@
+import {
+  BaseError,
+  ContractFunctionRevertedError,
+  type Hex,
+  keccak256,
+  maxUint256,
+  stringToBytes,
+  type TransactionReceipt,
+} from "viem";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import {
+  approveToken,
+  cancel,
+  cancelFor,
+  collect,
+  collectMany,
+  createPlan,
+  DeductionFailure,
+  type Devnet,
+  type DevnetAccount,
+  decodeSubscriptionEvents,
+  deductAllowance,
+  deductAllowanceMany,
+  deprecatePlan,
+  getIsDue,
+  getPermitNonce,
+  getPlan,
+  getPlanIdFromReceipt,
+  getSubscription,
+  getSubscriptionIdFromReceipt,
+  getSubscriptionNonce,
+  getTokenBalance,
+  pause,
+  pauseFor,
+  permit,
+  resume,
+  resumeFor,
+  SubscriptionStatus,
+  setMaxOverageFor,
+  setOperator,
+  signCancelIntent,
+  signPauseIntent,
+  signPermit,
+  signResumeIntent,
+  signSetMaxOverageIntent,
+  signSubscribeIntent,
+  startDevnet,
+  subscribe,
+  subscribeFor,
+} from "../src/chain/index.ts";
+
+const DAY = 86_400n;
+const INTERVAL = 30n * DAY;
+const PRICE = 9_000_000n;
+const ref = (text: string): Hex => keccak256(stringToBytes(text));
+
+/** The custom error a rejected contract call reverted with. */
+async function revertOf(
+  call: Promise<unknown>,
+): Promise<{ errorName: string | undefined; args: readonly unknown[] }> {
+  try {
+    await call;
+  } catch (error) {
+    if (error instanceof BaseError) {
+      const reverted = error.walk((e) => e instanceof ContractFunctionRevertedError);
+      if (reverted instanceof ContractFunctionRevertedError) {
+        return { errorName: reverted.data?.errorName, args: reverted.data?.args ?? [] };
+      }
+    }
+    throw error;
+  }
+  throw new Error("expected the call to revert");
+}
+
+describe("SubscriptionManager", () => {
+  let devnet: Devnet;
+  let snapshot: Hex;
+  let provider: DevnetAccount;
+  let subscriber: DevnetAccount;
+  let operator: DevnetAccount;
+  let stranger: DevnetAccount;
+
+  beforeAll(async () => {
+    devnet = await startDevnet({ accounts: 6 });
+    [, provider, subscriber, operator, stranger] = devnet.accounts as [DevnetAccount, ...DevnetAccount[]] as [
+      DevnetAccount,
+      DevnetAccount,
+      DevnetAccount,
+      DevnetAccount,
+      DevnetAccount,
+    ];
+  });
+  afterAll(() => devnet.stop());
+  beforeEach(async () => {
+    snapshot = await devnet.snapshot();
+  });
+  afterEach(() => devnet.revert(snapshot));
+
+  const manager = () => devnet.contracts.subscriptionManager;
+  const wallet = (a: DevnetAccount) => devnet.walletClient(a);
+  const wait = (hash: Hex): Promise<TransactionReceipt> =>
+    devnet.publicClient.waitForTransactionReceipt({ hash });
+  const balance = (owner: Hex) =>
+    getTokenBalance(devnet.publicClient, { token: devnet.contracts.usd, owner });
+  const read = (id: bigint) =>
+    getSubscription(devnet.publicClient, { manager: manager(), subscriptionId: id });
+  const blockTime = async (receipt: TransactionReceipt) =>
+    (await devnet.publicClient.getBlock({ blockNumber: receipt.blockNumber })).timestamp;
+
+  async function newPlan(amount = PRICE): Promise<bigint> {
+    const receipt = await wait(
+      await createPlan(wallet(provider), {
+        manager: manager(),
+        token: devnet.contracts.usd,
+        amount,
+        interval: INTERVAL,
+        includedUnits: 1000n,
+        overageUnitPrice: 1000n,
+      }),
+    );
+    return getPlanIdFromReceipt(receipt);
+  }
+
+  async function approve(who: DevnetAccount, amount = maxUint256): Promise<void> {
+    await wait(await approveToken(wallet(who), { token: devnet.contracts.usd, spender: manager(), amount }));
+  }
+
+  async function newSubscription(who: DevnetAccount, planId: bigint, maxOverage = 50_000n) {
+    await approve(who);
+    const receipt = await wait(await subscribe(wallet(who), { manager: manager(), planId, maxOverage }));
+    return { id: getSubscriptionIdFromReceipt(receipt), receipt };
+  }
+
+  it("runs the full lifecycle: subscribe, renew, pause with a frozen clock, resume, metered overage to the cap, cancel", async () => {
+    const planId = await newPlan();
+    expect(await getPlan(devnet.publicClient, { manager: manager(), planId })).toMatchObject({
+      provider: provider.address,
+      token: devnet.contracts.usd,
+      amount: PRICE,
+      interval: INTERVAL,
+      includedUnits: 1000n,
+      overageUnitPrice: 1000n,
+      deprecated: false,
+    });
+
+    // Subscribe: the first period is charged at once.
+    const [subBefore, provBefore] = [await balance(subscriber.address), await balance(provider.address)];
+    const { id, receipt } = await newSubscription(subscriber, planId, 50_000n);
+    expect(await balance(subscriber.address)).toBe(subBefore - PRICE);
+    expect(await balance(provider.address)).toBe(provBefore + PRICE);
+    const start = await blockTime(receipt);
+    let sub = await read(id);
+    expect(sub).toMatchObject({
+      subscriber: subscriber.address,
+      planId,
+      status: SubscriptionStatus.Active,
+      periodStart: start,
+      currentPeriodEnd: start + INTERVAL,
+      maxOverage: 50_000n,
+      overageUsed: 0n,
+    });
+    expect(
+      (await revertOf(collect(wallet(stranger), { manager: manager(), subscriptionId: id }))).errorName,
+    ).toBe("NotDue");
+
+    // Overage in the first cycle, then the renewal resets it.
+    await wait(
+      await deductAllowance(wallet(provider), {
+        manager: manager(),
+        subscriptionId: id,
+        amount: 30_000n,
+        ref: ref("u1"),
+      }),
+    );
+    expect((await read(id)).overageUsed).toBe(30_000n);
+    await devnet.advanceTime(INTERVAL);
+    expect(await getIsDue(devnet.publicClient, { manager: manager(), subscriptionId: id })).toBe(true);
+    const beforeRenewal = await balance(subscriber.address);
+    const renewal = await wait(await collect(wallet(stranger), { manager: manager(), subscriptionId: id }));
+    expect(await balance(subscriber.address)).toBe(beforeRenewal - PRICE);
+    sub = await read(id);
+    expect(sub.periodStart).toBe(start + INTERVAL);
+    expect(sub.currentPeriodEnd).toBe(start + 2n * INTERVAL);
+    expect(sub.overageUsed).toBe(0n);
+    expect(decodeSubscriptionEvents(renewal.logs).map((e) => e.eventName)).toContain("SubscriptionRenewed");
+
+    // Pause 10 days into the period: 20 paid days are frozen while paused, and nothing is charged.
+    await devnet.advanceTime(10n * DAY);
+    const paused = await wait(await pause(wallet(subscriber), { manager: manager(), subscriptionId: id }));
+    const remaining = sub.currentPeriodEnd - (await blockTime(paused));
+    expect((await read(id)).status).toBe(SubscriptionStatus.Paused);
+    await devnet.advanceTime(90n * DAY);
+    const whilePaused = await balance(subscriber.address);
+    expect(await getIsDue(devnet.publicClient, { manager: manager(), subscriptionId: id })).toBe(false);
+    await wait(await collectMany(wallet(stranger), { manager: manager(), subscriptionIds: [id] }));
+    expect(
+      (await revertOf(collect(wallet(stranger), { manager: manager(), subscriptionId: id }))).errorName,
+    ).toBe("InvalidStatus");
+    expect(await balance(subscriber.address)).toBe(whilePaused);
+
+    // Resume: the 20 days continue from now, no charge.
+    const resumed = await wait(await resume(wallet(subscriber), { manager: manager(), subscriptionId: id }));
+    sub = await read(id);
+    expect(sub.status).toBe(SubscriptionStatus.Active);
+    expect(sub.currentPeriodEnd).toBe((await blockTime(resumed)) + remaining);
+    expect(sub.currentPeriodEnd - sub.periodStart).toBe(INTERVAL);
+    expect(await balance(subscriber.address)).toBe(whilePaused);
+
+    // Metered overage up to the cap; one unit more is refused.
+    const provBeforeOverage = await balance(provider.address);
+    await wait(
+      await deductAllowance(wallet(provider), {
+        manager: manager(),
+        subscriptionId: id,
+        amount: 50_000n,
+        ref: ref("u2"),
+      }),
+    );
+    expect(await balance(provider.address)).toBe(provBeforeOverage + 50_000n);
+    const exhausted = await revertOf(
+      deductAllowance(wallet(provider), {
+        manager: manager(),
+        subscriptionId: id,
+        amount: 1n,
+        ref: ref("u3"),
+      }),
+    );
+    expect(exhausted).toEqual({ errorName: "AllowanceExhausted", args: [id, 50_000n, 50_000n, 1n] });
+
+    // Cancel: final; no more renewals or deductions.
+    const cancelled = await wait(
+      await cancel(wallet(subscriber), { manager: manager(), subscriptionId: id }),
+    );
+    expect(decodeSubscriptionEvents(cancelled.logs)[0]).toMatchObject({
+      eventName: "SubscriptionCancelled",
+      args: { subscriptionId: id, by: subscriber.address },
+    });
+    expect((await read(id)).status).toBe(SubscriptionStatus.Cancelled);
+    await devnet.advanceTime(INTERVAL);
+    expect(
+      (await revertOf(collect(wallet(stranger), { manager: manager(), subscriptionId: id }))).errorName,
+    ).toBe("InvalidStatus");
+  });
+
+  it("charges a new period at once when resuming a subscription that was due when paused", async () => {
+    const planId = await newPlan();
+    const { id } = await newSubscription(subscriber, planId);
+    await devnet.advanceTime(INTERVAL + DAY);
+    await wait(await pause(wallet(subscriber), { manager: manager(), subscriptionId: id }));
+    await devnet.advanceTime(5n * DAY);
+    const before = await balance(subscriber.address);
+    const receipt = await wait(await resume(wallet(subscriber), { manager: manager(), subscriptionId: id }));
+    expect(await balance(subscriber.address)).toBe(before - PRICE);
+    const now = await blockTime(receipt);
+    expect(await read(id)).toMatchObject({
+      status: SubscriptionStatus.Active,
+      periodStart: now,
+      currentPeriodEnd: now + INTERVAL,
+    });
+    const resumedEvent = decodeSubscriptionEvents(receipt.logs).find(
+      (e) => e.eventName === "SubscriptionResumed",
+    );
+    expect(resumedEvent?.args).toMatchObject({ subscriptionId: id, charged: true });
+  });
+
+  it("refuses new subscribers on a deprecated plan and names the successor", async () => {
+    const oldPlan = await newPlan();
+    const successor = await newPlan(12_000_000n);
+    await wait(
+      await deprecatePlan(wallet(provider), {
+        manager: manager(),
+        planId: oldPlan,
+        successorPlanId: successor,
+      }),
+    );
+    await approve(subscriber);
+    expect(
+      await revertOf(subscribe(wallet(subscriber), { manager: manager(), planId: oldPlan, maxOverage: 0n })),
+    ).toEqual({
+      errorName: "PlanIsDeprecated",
+      args: [oldPlan, successor],
+    });
+    expect(
+      (
+        await revertOf(
+          deprecatePlan(wallet(stranger), { manager: manager(), planId: successor, successorPlanId: 0n }),
+        )
+      ).errorName,
+    ).toBe("NotPlanProvider");
+  });
+
+  it("marks a subscription PastDue with an event when the renewal pull fails, and recovers on a later collect", async () => {
+    const planId = await newPlan();
+    const { id } = await newSubscription(subscriber, planId);
+    await approve(subscriber, 0n);
+    await devnet.advanceTime(INTERVAL);
+    const failed = await wait(await collect(wallet(stranger), { manager: manager(), subscriptionId: id }));
+    expect(failed.status).toBe("success");
+    const event = decodeSubscriptionEvents(failed.logs).find((e) => e.eventName === "RenewalFailed");
+    expect(event?.args).toMatchObject({ subscriptionId: id, planId, amount: PRICE });
+    expect((await read(id)).status).toBe(SubscriptionStatus.PastDue);
+
+    await devnet.advanceTime(3n * DAY);
+    await approve(subscriber);
+    const recovered = await wait(await collect(wallet(stranger), { manager: manager(), subscriptionId: id }));
+    const now = await blockTime(recovered);
+    // The new period starts at recovery: the days spent PastDue (without service) are not billed.
+    expect(await read(id)).toMatchObject({
+      status: SubscriptionStatus.Active,
+      periodStart: now,
+      currentPeriodEnd: now + INTERVAL,
+    });
+  });
+
+  it("subscribes through a relayer with a signed intent and a permit while the subscriber holds no ETH", async () => {
+    const planId = await newPlan();
+    const account = privateKeyToAccount(generatePrivateKey());
+    await devnet.fund(account.address, { usd: 20_000_000n });
+    expect(await devnet.publicClient.getBalance({ address: account.address })).toBe(0n);
+    const relayer = wallet(operator);
+    const chainId = devnet.chain.id;
+    const deadline = (await devnet.publicClient.getBlock()).timestamp + 600n;
+    const permitSignature = await signPermit(account, {
+      domain: { name: "USD Coin", version: "2", chainId, verifyingContract: devnet.contracts.usd },
+      spender: manager(),
+      value: maxUint256,
+      nonce: await getPermitNonce(devnet.publicClient, {
+        token: devnet.contracts.usd,
+        owner: account.address,
+      }),
+      deadline,
+    });
+    await wait(
+      await permit(relayer, {
+        token: devnet.contracts.usd,
+        owner: account.address,
+        spender: manager(),
+        value: maxUint256,
+        deadline,
+        signature: permitSignature,
+      }),
+    );
+    const nonce = await getSubscriptionNonce(devnet.publicClient, {
+      manager: manager(),
+      subscriber: account.address,
+    });
+    const intent = await signSubscribeIntent(account, {
+      chainId,
+      manager: manager(),
+      planId,
+      maxOverage: 7n,
+      nonce,
+      deadline,
+    });
+    const receipt = await wait(
+      await subscribeFor(relayer, {
+        manager: manager(),
+        subscriber: account.address,
+        planId,
+        maxOverage: 7n,
+        deadline,
+        signature: intent,
+      }),
+    );
+    const id = getSubscriptionIdFromReceipt(receipt);
+    expect(await read(id)).toMatchObject({
+      subscriber: account.address,
+      status: SubscriptionStatus.Active,
+      maxOverage: 7n,
+    });
+    expect(await balance(account.address)).toBe(20_000_000n - PRICE);
+    expect(await devnet.publicClient.getBalance({ address: account.address })).toBe(0n);
+    // The intent's nonce is spent: a replay is refused.
+    expect(
+      (
+        await revertOf(
+          subscribeFor(relayer, {
+            manager: manager(),
+            subscriber: account.address,
+            planId,
+            maxOverage: 7n,
+            deadline,
+            signature: intent,
+          }),
+        )
+      ).errorName,
+    ).toBe("InvalidSignature");
+  });
+
+  it("relays pause, resume, overage cap and cancel intents signed by the subscriber", async () => {
+    const planId = await newPlan();
+    const { id } = await newSubscription(subscriber, planId);
+    const relayer = wallet(operator);
+    const chainId = devnet.chain.id;
+    const deadline = (await devnet.publicClient.getBlock()).timestamp + 3600n;
+    const nonce = () =>
+      getSubscriptionNonce(devnet.publicClient, { manager: manager(), subscriber: subscriber.address });
+    const common = { chainId, manager: manager(), subscriptionId: id, deadline };
+
+    let signature = await signPauseIntent(subscriber.account, { ...common, nonce: await nonce() });
+    await wait(await pauseFor(relayer, { manager: manager(), subscriptionId: id, deadline, signature }));
+    expect((await read(id)).status).toBe(SubscriptionStatus.Paused);
+
+    signature = await signResumeIntent(subscriber.account, { ...common, nonce: await nonce() });
+    await wait(await resumeFor(relayer, { manager: manager(), subscriptionId: id, deadline, signature }));
+    expect((await read(id)).status).toBe(SubscriptionStatus.Active);
+
+    signature = await signSetMaxOverageIntent(subscriber.account, {
+      ...common,
+      maxOverage: 123n,
+      nonce: await nonce(),
+    });
+    await wait(
+      await setMaxOverageFor(relayer, {
+        manager: manager(),
+        subscriptionId: id,
+        maxOverage: 123n,
+        deadline,
+        signature,
+      }),
+    );
+    expect((await read(id)).maxOverage).toBe(123n);
+
+    // An intent signed by someone else is refused.
+    const forged = await stranger.account.signTypedData({
+      domain: { name: "Tollgate SubscriptionManager", version: "1", chainId, verifyingContract: manager() },
+      types: {
+        Cancel: [
+          { name: "subscriptionId", type: "uint256" },
+          { name: "nonce", type: "uint256" },
+          { name: "deadline", type: "uint256" },
+        ],
+      },
+      primaryType: "Cancel",
+      message: { subscriptionId: id, nonce: await nonce(), deadline },
+    });
+    expect(
+      (
+        await revertOf(
+          cancelFor(relayer, { manager: manager(), subscriptionId: id, deadline, signature: forged }),
+        )
+      ).errorName,
+    ).toBe("InvalidSignature");
+    signature = await signCancelIntent(subscriber.account, { ...common, nonce: await nonce() });
+    await wait(await cancelFor(relayer, { manager: manager(), subscriptionId: id, deadline, signature }));
+    expect((await read(id)).status).toBe(SubscriptionStatus.Cancelled);
+  });
+
+  it("lets only the plan's provider or its operator deduct allowance", async () => {
+    const planId = await newPlan();
+    const { id } = await newSubscription(subscriber, planId);
+    const args = { manager: manager(), subscriptionId: id, amount: 1_000n, ref: ref("op") };
+    expect((await revertOf(deductAllowance(wallet(stranger), args))).errorName).toBe("NotProviderOrOperator");
+    expect((await revertOf(deductAllowance(wallet(operator), args))).errorName).toBe("NotProviderOrOperator");
+    await wait(
+      await setOperator(wallet(provider), { manager: manager(), operator: operator.address, allowed: true }),
+    );
+    const receipt = await wait(await deductAllowance(wallet(operator), args));
+    expect(decodeSubscriptionEvents(receipt.logs)[0]).toMatchObject({
+      eventName: "AllowanceDeducted",
+      args: { subscriptionId: id, ref: ref("op"), amount: 1_000n, overageUsed: 1_000n },
+    });
+    await wait(
+      await setOperator(wallet(provider), { manager: manager(), operator: operator.address, allowed: false }),
+    );
+    expect((await revertOf(deductAllowance(wallet(operator), args))).errorName).toBe("NotProviderOrOperator");
+  });
+
+  it("collectMany renews the due, marks a failing pull PastDue and skips the ones not due", async () => {
+    const planId = await newPlan();
+    const payer = await newSubscription(subscriber, planId);
+    const broke = await newSubscription(stranger, planId);
+    await devnet.advanceTime(INTERVAL);
+    const notDue = await newSubscription(operator, planId);
+    await approve(stranger, 0n);
+    const receipt = await wait(
+      await collectMany(wallet(provider), {
+        manager: manager(),
+        subscriptionIds: [payer.id, broke.id, notDue.id],
+      }),
+    );
+    const events = decodeSubscriptionEvents(receipt.logs).map((e) => [
+      e.eventName,
+      (e.args as { subscriptionId?: bigint }).subscriptionId,
+    ]);
+    expect(events).toEqual([
+      ["SubscriptionRenewed", payer.id],
+      ["RenewalFailed", broke.id],
+    ]);
+    expect((await read(payer.id)).status).toBe(SubscriptionStatus.Active);
+    expect((await read(broke.id)).status).toBe(SubscriptionStatus.PastDue);
+    expect((await read(notDue.id)).periodStart).toBe(await blockTime(notDue.receipt));
+  });
+
+  it("deductAllowanceMany reports each item alone: an exhausted one does not stop the others", async () => {
+    const planId = await newPlan();
+    const a = await newSubscription(subscriber, planId, 10_000n);
+    const b = await newSubscription(stranger, planId, 10_000n);
+    const before = await balance(subscriber.address);
+    const receipt = await wait(
+      await deductAllowanceMany(wallet(provider), {
+        manager: manager(),
+        subscriptionIds: [a.id, b.id, a.id],
+        amounts: [4_000n, 20_000n, 6_000n],
+        refs: [ref("a1"), ref("b1"), ref("a2")],
+      }),
+    );
+    const events = decodeSubscriptionEvents(receipt.logs);
+    expect(events.map((e) => e.eventName)).toEqual([
+      "AllowanceDeducted",
+      "DeductionFailed",
+      "AllowanceDeducted",
+    ]);
+    expect(events[1]?.args).toMatchObject({
+      subscriptionId: b.id,
+      reason: DeductionFailure.AllowanceExhausted,
+    });
+    expect((await read(a.id)).overageUsed).toBe(10_000n);
+    expect((await read(b.id)).overageUsed).toBe(0n);
+    expect(await balance(subscriber.address)).toBe(before - 10_000n);
+    // A caller fault (an unknown id) reverts the whole batch.
+    expect(
+      (
+        await revertOf(
+          deductAllowanceMany(wallet(provider), {
+            manager: manager(),
+            subscriptionIds: [a.id, 999n],
+            amounts: [1n, 1n],
+            refs: [ref("x"), ref("y")],
+          }),
+        )
+      ).errorName,
+    ).toBe("SubscriptionNotFound");
+  });
+});

@@ -1,0 +1,41 @@
+/**
+ * The main job, as `npm run demo` runs it: every kind of purchase happens, and the figures the report
+ * prints are the ones the chain and the ledger hold.
+ */
+import { describe, expect, it } from "vitest";
+import { runDemo } from "../agents/demo.ts";
+
+describe("npm run demo", () => {
+  it("buys one-time, subscription, metered and resold results, renews, and its figures match the chain", async () => {
+    const lines: string[] = [];
+    const result = await runDemo({ print: (line) => lines.push(line), env: {} });
+
+    const modes = new Map(result.report.tools.map((t) => [t.tool, t.modes]));
+    expect(modes.get("detect-language")?.["one-time"]).toBeGreaterThan(0);
+    expect(modes.get("summarize")?.subscription).toBeGreaterThan(0);
+    expect(modes.get("sentiment")?.metered).toBeGreaterThan(0);
+    expect(modes.get("brief")?.["one-time"]).toBeGreaterThan(0);
+    expect(result.report.tools.every((t) => t.failed === 0)).toBe(true);
+
+    // The agent's on-chain payments equal what its ledger and its spend report say it spent.
+    expect(result.agentPaidOnChain).toBe(result.ledgerSpent);
+    expect(result.report.total).toBe(result.ledgerSpent);
+
+    // Agent-to-agent: the reseller bought from both of its suppliers while selling briefs.
+    const resold = new Set(result.resellerSpend.filter((e) => e.ok).map((e) => e.tool));
+    expect(resold).toEqual(new Set(["summarize", "sentiment"]));
+
+    expect(result.renewals).toBeGreaterThan(0);
+    const types = new Set(result.webhookEvents.map((e) => e.type));
+    for (const type of [
+      "payment.settled",
+      "subscription.created",
+      "subscription.renewed",
+      "allowance.deducted",
+    ]) {
+      expect(types).toContain(type);
+    }
+    expect(result.planner).toBe("rules");
+    expect(lines.join("\n")).toContain("Spend report");
+  }, 180_000);
+});
