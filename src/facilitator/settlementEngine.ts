@@ -188,6 +188,9 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
           payment.signature,
         ],
         account: options.batchSettler,
+        // The transfer lands in the next block, so simulate there: an idle devnet's latest block can be
+        // older than the authorization's validAfter (EIP-3009: valid strictly after it).
+        blockTag: "pending",
       });
     } catch (error) {
       throw toChainError(error);
