@@ -7,6 +7,7 @@
  */
 import { keccak256, stringToBytes } from "viem";
 import {
+  decodeSettlerEvents,
   type SettlementItem,
   settle,
   signTransferAuthorization,
@@ -61,6 +62,11 @@ try {
   });
   if (singleReceipt.status !== "success" || batchReceipt.status !== "success")
     throw new Error("a settlement failed");
+  // A failed item costs less than a settled one, so the per-item figure counts only if all settled.
+  const outcomes = decodeSettlerEvents(batchReceipt.logs);
+  const settled = outcomes.filter((o) => o.ok).length;
+  if (outcomes.length !== BATCH || settled !== BATCH)
+    throw new Error(`only ${settled} of ${BATCH} batch items settled`);
 
   const perItem = batchReceipt.gasUsed / BigInt(BATCH);
   console.log(`transferWithAuthorization, one per transaction: ${singleReceipt.gasUsed} gas`);
