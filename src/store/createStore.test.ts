@@ -315,7 +315,7 @@ describe("store on a persisted PGlite data directory", () => {
     const migrations = await second.query("SELECT version FROM tollgate_migrations");
     expect(migrations).toHaveLength((await loadMigrations()).length);
     await second.close();
-  });
+  }, 120_000); // opens a disk-backed PGlite twice, migrating it: slow on a busy machine
 });
 
 describe.runIf(databaseUrl)("store schemas on one PostgreSQL database", () => {

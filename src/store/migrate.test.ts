@@ -129,7 +129,7 @@ describe("migrate on PGlite", () => {
     } finally {
       await other.close();
     }
-  });
+  }, 120_000); // starts a PGlite instance of its own: slow on a busy machine
 
   it("warns when the file of an applied migration has changed", async () => {
     const { logger, lines } = capturingLogger();
