@@ -3,12 +3,15 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { transferWithAuthorization } from "../src/chain/actions/usd/transferWithAuthorization.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
+import { generateProofKey } from "../src/facilitator/proofKeys.ts";
 import { createStaticKeyResolver } from "../src/gate/proofKeyResolver.ts";
 import { checkSignatureWithKeys, verifyPaymentProof } from "../src/gate/verifyPaymentProof.ts";
 import { systemClock } from "../src/protocol/clock.ts";
 import { JwksSchema } from "../src/protocol/facilitator.ts";
 import { PaymentProofSchema } from "../src/protocol/paymentProof.ts";
 import type { SignedPayment } from "../src/protocol/signedPayment.ts";
+import { createTestStore } from "../src/store/createTestStore.ts";
+import type { Store } from "../src/store/store.ts";
 import {
   signTestPayment,
   startTestFacilitator,
@@ -24,7 +27,7 @@ let payer: DevnetAccount;
 let payTo: DevnetAccount;
 
 beforeAll(async () => {
-  devnet = await startDevnet({ accounts: 6 });
+  devnet = await startDevnet({ accounts: 7 });
   tf = await startTestFacilitator(devnet);
   payer = devnet.accounts[1]!;
   payTo = devnet.accounts[2]!;
@@ -289,6 +292,87 @@ describe("service endpoints", () => {
   it("answers 404 with a structured body for an unknown endpoint", async () => {
     expect(await errorOf(await fetch(`${tf.url}/nope`))).toEqual({ status: 404, code: "NotFound" });
   });
+});
+
+describe("proof key rotation", () => {
+  // One store across the facilitators started in turn, as across a restart with new keys.
+  let store: Store;
+  beforeAll(async () => {
+    store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
+  });
+  afterAll(async () => {
+    await store?.close();
+  });
+
+  async function jwksAt(url: string) {
+    return JwksSchema.parse(await (await fetch(`${url}/.well-known/jwks.json`)).json());
+  }
+  async function gateAccepts(proof: unknown, jwks: unknown) {
+    return verifyPaymentProof(PaymentProofSchema.parse(proof), {
+      checkSignature: checkSignatureWithKeys(createStaticKeyResolver(JwksSchema.parse(jwks))),
+      memoSecret: testMemoSecret,
+      clock: systemClock,
+      expected: {
+        method: "GET",
+        path: "/paid",
+        payTo: payTo.address,
+        network: devnet.network,
+        token: devnet.contracts.usd,
+      },
+    });
+  }
+  async function verifyAt(url: string, proof: unknown) {
+    const response = await fetch(`${url}/verify`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ proof }),
+    });
+    return response.json();
+  }
+
+  it("signs with a newly added key while proofs of the old key keep verifying until it is retired", async () => {
+    const [oldKey, newKey] = [generateProofKey().key, generateProofKey().key];
+    const gasAccount = devnet.accounts[5]!;
+    // Before the rotation: one key.
+    const before = await startTestFacilitator(devnet, { store, gasAccount, proofKeys: [oldKey] });
+    const first = await signTestPayment(devnet, payer, { payTo: payTo.address, amount: 20_000n });
+    const oldProof = ((await (await authorize(first, before.url)).json()) as { proof: { kid: string } })
+      .proof;
+    expect(oldProof.kid).toBe(oldKey.kid);
+    await before.stop();
+
+    // Rotation: the new key signs, the old one stays published for the proofs it signed.
+    const rotated = await startTestFacilitator(devnet, { store, gasAccount, proofKeys: [newKey, oldKey] });
+    try {
+      const jwks = await jwksAt(rotated.url);
+      expect(jwks.keys.map((k) => k.kid)).toEqual([newKey.kid, oldKey.kid]);
+      const second = await signTestPayment(devnet, payer, { payTo: payTo.address, amount: 20_000n });
+      const newProof = ((await (await authorize(second, rotated.url)).json()) as { proof: { kid: string } })
+        .proof;
+      expect(newProof.kid).toBe(newKey.kid);
+      expect(await gateAccepts(newProof, jwks)).toMatchObject({ valid: true });
+      expect(await gateAccepts(oldProof, jwks)).toMatchObject({ valid: true });
+      expect(await verifyAt(rotated.url, oldProof)).toEqual({ valid: true });
+      expect(await verifyAt(rotated.url, newProof)).toEqual({ valid: true });
+      // The payment settled before the rotation still answers with its original proof.
+      expect(((await (await authorize(first, rotated.url)).json()) as { proof: unknown }).proof).toEqual(
+        oldProof,
+      );
+    } finally {
+      await rotated.stop();
+    }
+
+    // Retired: the old key is gone from the JWKS, and its proofs no longer verify.
+    const retired = await startTestFacilitator(devnet, { store, gasAccount, proofKeys: [newKey] });
+    try {
+      const jwks = await jwksAt(retired.url);
+      expect(jwks.keys.map((k) => k.kid)).toEqual([newKey.kid]);
+      expect(await verifyAt(retired.url, oldProof)).toEqual({ valid: false, reason: "unknown_kid" });
+      expect(await gateAccepts(oldProof, jwks)).toMatchObject({ valid: false });
+    } finally {
+      await retired.stop();
+    }
+  }, 120_000); // three facilitator start-ups in turn
 });
 
 describe("when the chain RPC goes away", () => {

@@ -38,17 +38,20 @@ export async function startTestFacilitator(
   options: Partial<Pick<CreateFacilitatorOptions, "settlement" | "confirmations" | "rpcUrl" | "modules">> & {
     store?: Store;
     gasAccount?: DevnetAccount;
+    /** Proof keys, the first signing (default: one fresh key). */
+    proofKeys?: readonly ProofKey[];
   } = {},
 ): Promise<TestFacilitator> {
   const store = options.store ?? (await createTestStore({ databaseUrl: process.env.DATABASE_URL }));
-  const { key: proofKey } = generateProofKey();
+  const proofKeys = options.proofKeys ?? [generateProofKey().key];
+  const proofKey = proofKeys[0]!;
   const gas = options.gasAccount ?? devnet.accounts[devnet.accounts.length - 1]!;
   const facilitator = createFacilitator({
     store,
     ...(options.rpcUrl === undefined ? { publicClient: devnet.publicClient } : { rpcUrl: options.rpcUrl }),
     network: devnet.network,
     gasAccount: gas.account,
-    proofKeys: [proofKey],
+    proofKeys,
     batchSettler: devnet.contracts.batchSettler,
     subscriptionManager: devnet.contracts.subscriptionManager,
     tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
