@@ -1,6 +1,7 @@
 /**
  * `tollgate facilitator`: runs the facilitator service until interrupted.
- * Configuration comes from the environment (see docs/operations.md); flags override the port and host.
+ * Configuration comes from the environment (see docs/facilitator.md); flags override the settings that are
+ * not secrets.
  */
 import { parseArgs } from "node:util";
 import { privateKeyToAccount } from "viem/accounts";
@@ -11,25 +12,55 @@ import { createStore } from "../../store/createStore.ts";
 
 export const summary = "run the facilitator service (settlement, proofs, subscriptions, webhooks)";
 
-export async function run(argv: string[]): Promise<number> {
+/**
+ * Flags and the environment variable each one overrides. The gas key and the proof keys have no flag:
+ * a secret on the command line is visible to every user of the machine (`ps`), so they come from the
+ * environment only.
+ */
+const flagVariables = {
+  "rpc-url": "TOLLGATE_RPC_URL",
+  network: "TOLLGATE_NETWORK",
+  confirmations: "TOLLGATE_CONFIRMATIONS",
+  "database-url": "DATABASE_URL",
+  dir: "TOLLGATE_DIR",
+  port: "TOLLGATE_PORT",
+  host: "TOLLGATE_HOST",
+} as const;
+
+/** The environment the configuration is parsed from: `environment` with the given flags applied. */
+export function facilitatorEnvironment(
+  argv: string[],
+  environment: Record<string, string | undefined>,
+): { help: boolean; env: Record<string, string | undefined> } {
   const { values } = parseArgs({
     args: argv,
-    options: { port: { type: "string" }, host: { type: "string" }, help: { type: "boolean", short: "h" } },
+    options: {
+      ...Object.fromEntries(Object.keys(flagVariables).map((flag) => [flag, { type: "string" as const }])),
+      help: { type: "boolean", short: "h" },
+    },
   });
-  if (values.help === true) {
+  const env = { ...environment };
+  for (const [flag, variable] of Object.entries(flagVariables)) {
+    const value = (values as Record<string, unknown>)[flag];
+    if (typeof value === "string") env[variable] = value;
+  }
+  return { help: values.help === true, env };
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const { help, env } = facilitatorEnvironment(argv, process.env);
+  if (help) {
     console.log(
-      "usage: tollgate facilitator [--port 4020] [--host 127.0.0.1]\n" +
+      "usage: tollgate facilitator [--port 4020] [--host 127.0.0.1] [--rpc-url URL] [--network eip155:N]\n" +
+        "         [--confirmations N] [--database-url postgres://…] [--dir .tollgate]\n" +
         "environment: TOLLGATE_RPC_URL TOLLGATE_NETWORK TOLLGATE_GAS_KEY TOLLGATE_PROOF_KEYS TOLLGATE_TOKEN\n" +
         "  TOLLGATE_BATCH_SETTLER TOLLGATE_SUBSCRIPTION_MANAGER TOLLGATE_CONFIRMATIONS DATABASE_URL LOG_LEVEL\n" +
-        "  (defaults come from .tollgate/devnet.json after `tollgate devnet up`)",
+        "  (flags override the environment; the keys are read from the environment only;\n" +
+        "  defaults come from .tollgate/devnet.json after `tollgate devnet up`)",
     );
     return 0;
   }
-  const config = loadFacilitatorConfig({
-    ...process.env,
-    ...(values.port === undefined ? {} : { TOLLGATE_PORT: values.port }),
-    ...(values.host === undefined ? {} : { TOLLGATE_HOST: values.host }),
-  });
+  const config = loadFacilitatorConfig(env);
   const logger = createLogger({ level: config.logLevel, name: "facilitator" });
   const store = await createStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, logger });
   const facilitator = createFacilitator({

@@ -1,0 +1,105 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { loadFacilitatorConfig } from "../../facilitator/facilitatorConfig.ts";
+import { proofKeyFromSeed } from "../../facilitator/proofKeys.ts";
+import { isTollgateError } from "../../protocol/errors.ts";
+import { facilitatorEnvironment } from "./facilitator.ts";
+
+// A directory without devnet.json: nothing is defaulted from a local devnet.
+const dir = mkdtempSync(join(tmpdir(), "tollgate-facilitator-config-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const seedA = `0x${"11".repeat(32)}`;
+const seedB = `0x${"22".repeat(32)}`;
+const environment = {
+  TOLLGATE_DIR: dir,
+  TOLLGATE_NETWORK: "eip155:8453",
+  TOLLGATE_RPC_URL: "http://127.0.0.1:1",
+  TOLLGATE_GAS_KEY: `0x${"ab".repeat(32)}`,
+  TOLLGATE_PROOF_KEYS: `${seedA}, ${seedB}`,
+  TOLLGATE_BATCH_SETTLER: "0x9fE46736679d2D9a65F0992F2272dE9f3c7fa6e0",
+};
+
+function configFrom(argv: string[], env: Record<string, string | undefined> = environment) {
+  return loadFacilitatorConfig(facilitatorEnvironment(argv, env).env);
+}
+
+function codeOf(fn: () => unknown): string | undefined {
+  try {
+    fn();
+  } catch (error) {
+    return isTollgateError(error) ? error.code : `not a TollgateError: ${String(error)}`;
+  }
+  return undefined;
+}
+
+describe("tollgate facilitator configuration", () => {
+  it("lets flags override the environment for every setting that is not a secret", () => {
+    const config = configFrom([
+      "--rpc-url",
+      "http://rpc.example:8545",
+      "--network",
+      "eip155:84532",
+      "--confirmations",
+      "3",
+      "--database-url",
+      "postgres://db.example/tollgate",
+      "--port",
+      "4100",
+      "--host",
+      "0.0.0.0",
+    ]);
+    expect(config).toMatchObject({
+      rpcUrl: "http://rpc.example:8545",
+      network: "eip155:84532",
+      confirmations: 3,
+      databaseUrl: "postgres://db.example/tollgate",
+      port: 4100,
+      host: "0.0.0.0",
+    });
+    // Base Sepolia's real USDC and its EIP-712 domain are the defaults on that network.
+    expect(config.token).toMatchObject({
+      address: "0x036CbD53842c5426634e7929541eC2318f3dCF7e",
+      name: "USDC",
+      version: "2",
+    });
+  });
+
+  it("reads the proof keys in order (the first signs, the others stay published) and defaults the rest", () => {
+    const config = configFrom([]);
+    expect(config.token).toMatchObject({
+      address: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+      name: "USD Coin",
+      version: "2",
+    });
+    expect(config.proofKeys.map((k) => k.kid)).toEqual([
+      proofKeyFromSeed(Buffer.from(seedA.slice(2), "hex")).kid,
+      proofKeyFromSeed(Buffer.from(seedB.slice(2), "hex")).kid,
+    ]);
+    expect(config.confirmations).toBe(1);
+    expect(config.databaseUrl).toBeUndefined();
+  });
+
+  it("refuses bad settings with a typed error naming what to fix", () => {
+    // The environment alone is complete, so each refusal below is caused by the one bad setting.
+    expect(codeOf(() => configFrom([]))).toBeUndefined();
+    expect(codeOf(() => configFrom(["--confirmations", "0"]))).toBe("InvalidRequest");
+    expect(codeOf(() => configFrom(["--network", "base"]))).toBe("InvalidRequest");
+    expect(codeOf(() => configFrom(["--rpc-url", "not a url"]))).toBe("InvalidRequest");
+    expect(codeOf(() => configFrom([], { ...environment, TOLLGATE_PROOF_KEYS: "short" }))).toBe(
+      "InvalidRequest",
+    );
+    expect(codeOf(() => configFrom([], { ...environment, TOLLGATE_GAS_KEY: "0x1234" }))).toBe(
+      "InvalidRequest",
+    );
+    const { TOLLGATE_GAS_KEY: _, ...withoutGasKey } = environment;
+    expect(() => configFrom([], withoutGasKey)).toThrow(/TOLLGATE_GAS_KEY/);
+  });
+
+  it("has no flag for the keys", () => {
+    expect(() => facilitatorEnvironment(["--gas-key", environment.TOLLGATE_GAS_KEY], environment)).toThrow();
+    expect(() => facilitatorEnvironment(["--proof-keys", seedA], environment)).toThrow();
+  });
+});
