@@ -34,6 +34,7 @@ import type { Clock } from "../src/protocol/clock.ts";
 import { isTollgateError } from "../src/protocol/errors.ts";
 import { PaymentRequiredSchema } from "../src/protocol/paymentRequired.ts";
 import {
+  type EventFeedResponse,
   EventFeedResponseSchema,
   ProviderChallengeResponseSchema,
   ProviderRegisterResponseSchema,
@@ -223,18 +224,24 @@ async function settle(subscriptionId: bigint, expectedSettled: bigint) {
   throw new Error("usage did not settle");
 }
 
-async function deductions(subscriptionId: bigint) {
+/**
+ * The subscription's `allowance.deducted` events, once they add up to `expected`. The facilitator
+ * marks a usage record settled from the receipt and writes the event when its indexer reads the same
+ * log a moment later, so a settled summary does not mean the event is in the log yet.
+ */
+async function deductions(subscriptionId: bigint, expected: bigint) {
+  let events: EventFeedResponse["events"] = [];
   for (let i = 0; i < 100; i++) {
     const response = await fetch(
       `${tf.url}/events?types=allowance.deducted&provider=${provider.address}&limit=1000`,
     );
-    const events = EventFeedResponseSchema.parse(await response.json()).events.filter(
+    events = EventFeedResponseSchema.parse(await response.json()).events.filter(
       (e) => e.data.subscriptionId === subscriptionId.toString(),
     );
-    if (events.length > 0) return events;
+    if (events.reduce((sum, e) => sum + BigInt(String(e.data.amount)), 0n) >= expected) return events;
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
-  return [];
+  return events;
 }
 
 describe("metered subscriptions", () => {
@@ -280,7 +287,7 @@ describe("metered subscriptions", () => {
     expect(summary.failed.count).toBe(0);
     expect(await balanceOf(address)).toBe(before.payer - total);
     expect(await balanceOf(provider.address)).toBe(before.provider + total);
-    const events = await deductions(subscriptionId);
+    const events = await deductions(subscriptionId, total);
     expect(events.reduce((sum, e) => sum + BigInt(String(e.data.amount)), 0n)).toBe(total);
     const transactions = new Set(events.map((e) => e.data.transaction));
     // 13 requests, 8 of them charged: two deductions, one per flush.
