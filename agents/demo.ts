@@ -55,6 +55,9 @@ export type DemoResult = {
   /** What the agent's ledger says it spent, including metered overage. */
   ledgerSpent: bigint;
   renewals: number;
+  /** What the researcher's renewals cost by the webhook events, and by its on-chain balance. */
+  researcherRenewals: bigint;
+  researcherRenewedOnChain: bigint;
   webhookEvents: { type: string; provider?: string | undefined }[];
   planner: string;
   answer: string;
@@ -108,9 +111,15 @@ async function startWebhookReceiver(
   };
 }
 
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 20_000): Promise<T> {
+async function waitFor<T>(
+  signal: AbortSignal | undefined,
+  what: string,
+  probe: () => Promise<T | undefined>,
+  timeoutMs = 20_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
+    signal?.throwIfAborted();
     const value = await probe();
     if (value !== undefined) return value;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
@@ -123,7 +132,24 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   const env = options.env ?? {};
   const cleanups: (() => Promise<void>)[] = [];
   const usdc = (v: bigint) => `${formatUnitsExact(v)} USDC`;
-  const step = (text: string) => print(`\n▶ ${text}`);
+  const signal = options.signal;
+  // Each step first checks for an interrupt, so Ctrl-C between steps stops at once.
+  const step = (text: string) => {
+    signal?.throwIfAborted();
+    print(`\n▶ ${text}`);
+  };
+  /** Progress lines stop once interrupted: calls cut short by the stop are not purchases to report. */
+  const progress = (line: string) => {
+    if (signal?.aborted !== true) print(line);
+  };
+  /** How one call was paid: the mode and what it cost, or that a subscription already paid covered it. */
+  const how = (event: SpendEvent) => {
+    if (!event.ok) return `failed: ${event.error}`;
+    if (event.amount > 0n) return `${event.mode} ${usdc(event.amount)}`;
+    return event.mode === "subscription" ? "subscription (covered, nothing to pay)" : event.mode;
+  };
+  const names = new Map<string, string>();
+  const nameOf = (address: string) => names.get(address.toLowerCase()) ?? address;
 
   try {
     step("Starting the devnet (anvil), embedded PGlite, the facilitator and the market");
@@ -178,6 +204,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       webhookUrl: receiver.url,
       onWebhookSecret: (secret) => webhookSecrets.push(secret),
       onSeller: (seller) => {
+        names.set(seller.account.address.toLowerCase(), seller.name);
         const prices = Object.entries(seller.plans)
           .map(
             ([cap, plan]) =>
@@ -196,6 +223,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
 
     step("The research agent discovers paid tools in the market");
     const researcher = devnet.accounts[demoAccounts.researcher]!;
+    names.set(researcher.address.toLowerCase(), "researcher");
     const budget = createBudgetLedger({ store, clock: systemClock });
     const limits = {
       total: parseUnitsExact("5"),
@@ -215,6 +243,14 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     const spend = createSpendCollector();
     const documents = (await loadDocuments()).slice(0, options.maxDocuments ?? Number.POSITIVE_INFINITY);
     let forecast: Record<string, number> = {};
+    // The reseller buys from its suppliers while it serves a brief: show those purchases under it.
+    let resellerShown = 0;
+    const showResellerPurchases = () => {
+      for (const event of marketplace.resellerSpend.slice(resellerShown)) {
+        progress(`      ↳ reseller bought ${event.tool} from ${nameOf(event.provider)} → ${how(event)}`);
+      }
+      resellerShown = marketplace.resellerSpend.length;
+    };
     const discovered = await discoverTools({
       market: market.url,
       agent: "researcher",
@@ -225,10 +261,8 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
         forecast[tool] === undefined ? undefined : { calls: forecast[tool]!, horizonSeconds: 30 * 86_400 },
       onSpend: (event) => {
         spend.record(event);
-        const how = event.ok
-          ? `${event.mode}${event.amount > 0n ? ` ${usdc(event.amount)}` : ""}`
-          : `failed: ${event.error}`;
-        print(`    bought ${event.tool} → ${how}`);
+        showResellerPurchases();
+        progress(`    bought ${event.tool} from ${nameOf(event.provider)} → ${how(event)}`);
       },
     });
     for (const d of discovered) print(`  ${d.tool.name.padEnd(16)} from ${d.seller}  ${d.capability.url}`);
@@ -240,7 +274,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       model: model ?? "rules",
       onEvent: (event: OrchestratorEvent) => {
         if (event.type === "tool:start")
-          print(`  → ${event.tool}${event.document ? ` (${event.document})` : ""}`);
+          progress(`  → ${event.tool}${event.document ? ` (${event.document})` : ""}`);
       },
     });
     forecast = orchestrator.forecast(DEMO_TASK, { documents });
@@ -269,7 +303,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     step("Waiting for metered usage to settle on chain");
     for (const seller of marketplace.sellers) await seller.specialist.flushUsage();
     const ledgerSpent = (await budget.report("researcher")).spent.total;
-    const agentPaidOnChain = await waitFor("metered usage to settle", async () => {
+    const agentPaidOnChain = await waitFor(signal, "metered usage to settle", async () => {
       const now = await getTokenBalance(devnet.publicClient, {
         token: devnet.contracts.usd,
         owner: researcher.address,
@@ -301,26 +335,60 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     );
 
     step("A month passes on chain; the facilitator's keeper collects the renewals");
-    const renewedBefore = receiver.events.filter((e) => e.type === "subscription.renewed").length;
-    await devnet.advanceTime(30 * 86_400 + 60);
-    const renewals = await waitFor("the keeper's renewals", async () => {
-      const n = receiver.events.filter((e) => e.type === "subscription.renewed").length - renewedBefore;
-      return n > 0 ? n : undefined;
+    const created = receiver.events.filter((e) => e.type === "subscription.created");
+    const balanceOf = (owner: Address) =>
+      getTokenBalance(devnet.publicClient, { token: devnet.contracts.usd, owner });
+    const beforeRenewal = await balanceOf(researcher.address);
+    const chainTime = await devnet.advanceTime(30 * 86_400 + 60);
+    print(`  chain time is now ${new Date(Number(chainTime) * 1000).toISOString().slice(0, 10)}`);
+    // Every subscription created above comes due; wait until the keeper has collected each of them.
+    const renewed = await waitFor(signal, "the keeper's renewals", async () => {
+      const events = receiver.events.filter((e) => e.type === "subscription.renewed");
+      return events.length >= created.length ? events : undefined;
     });
-    print(`  ${renewals} subscription(s) renewed`);
+    const renewals = renewed.length;
+    let researcherRenewals = 0n;
+    for (const e of renewed) {
+      const amount = BigInt(String(e.data.amount));
+      const subscriber = String(e.data.subscriber);
+      if (subscriber.toLowerCase() === researcher.address.toLowerCase()) researcherRenewals += amount;
+      print(
+        `  subscription #${e.data.subscriptionId} (plan #${e.data.planId}): ${nameOf(subscriber)} paid ${nameOf(String(e.data.provider))} ${usdc(amount)} for the next 30 days`,
+      );
+    }
+    const researcherRenewedOnChain = beforeRenewal - (await balanceOf(researcher.address));
+    print(
+      `  on chain the researcher's balance fell by ${usdc(researcherRenewedOnChain)}; its renewals add up to ${usdc(researcherRenewals)}`,
+    );
 
-    step("Webhook events the providers received (signatures verified)");
-    const counts = new Map<string, number>();
-    for (const e of receiver.events) counts.set(e.type, (counts.get(e.type) ?? 0) + 1);
-    for (const [type, n] of [...counts].sort()) print(`  ${type.padEnd(28)} ${n}`);
+    step("Webhook events the providers received (signatures verified, duplicates dropped)");
+    const counts = new Map<string, Map<string, number>>();
+    for (const e of receiver.events) {
+      const provider = nameOf(String(e.data.provider ?? e.data.payTo ?? "unknown"));
+      const byType = counts.get(provider) ?? new Map<string, number>();
+      byType.set(e.type, (byType.get(e.type) ?? 0) + 1);
+      counts.set(provider, byType);
+    }
+    for (const [provider, byType] of [...counts].sort(([a], [b]) => a.localeCompare(b))) {
+      const listed = [...byType]
+        .sort(([a], [b]) => a.localeCompare(b))
+        .map(([type, n]) => `${type} ×${n}`)
+        .join(", ");
+      print(`  ${provider.padEnd(10)} ${listed}`);
+    }
 
-    print(`\nAnswer (${run.planner}):\n${run.answer.split("\n").slice(0, 12).join("\n")}`);
+    const lines = run.answer.split("\n");
+    const shown = 12;
+    print(`\nAnswer (${run.planner}), first ${Math.min(shown, lines.length)} of ${lines.length} lines:`);
+    print(lines.slice(0, shown).join("\n"));
     return {
       report,
       resellerSpend: marketplace.resellerSpend,
       agentPaidOnChain,
       ledgerSpent,
       renewals,
+      researcherRenewals,
+      researcherRenewedOnChain,
       webhookEvents: receiver.events.map((e) => ({
         type: e.type,
         provider: e.data.provider as Address | undefined,

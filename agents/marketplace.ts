@@ -168,7 +168,7 @@ export async function startMarketplace(options: StartMarketplaceOptions): Promis
 
   const startSeller = async (name: string, accountIndex: number, capabilities: readonly Capability[]) => {
     const account = devnet.accounts[accountIndex]!;
-    const plans = await createPlans(devnet, account, capabilities, options.facilitatorSigner);
+    // Webhooks first, so the provider hears of its own plans being created.
     const { apiKey } = await registerProvider(facilitator, account.account);
     if (options.webhookUrl !== undefined) {
       const endpoint = await facilitator.request("POST", "/webhooks", z.object({ secret: z.string() }), {
@@ -177,6 +177,7 @@ export async function startMarketplace(options: StartMarketplaceOptions): Promis
       });
       options.onWebhookSecret?.(endpoint.secret);
     }
+    const plans = await createPlans(devnet, account, capabilities, options.facilitatorSigner);
     const specialist = createSpecialist({
       name,
       account: account.account,

@@ -26,6 +26,9 @@ describe("npm run demo", () => {
     expect(resold).toEqual(new Set(["summarize", "sentiment"]));
 
     expect(result.renewals).toBeGreaterThan(0);
+    // The researcher's renewals, as the providers' webhooks report them, are what left its wallet.
+    expect(result.researcherRenewals).toBeGreaterThan(0n);
+    expect(result.researcherRenewedOnChain).toBe(result.researcherRenewals);
     const types = new Set(result.webhookEvents.map((e) => e.type));
     for (const type of [
       "payment.settled",

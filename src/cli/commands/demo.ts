@@ -8,15 +8,19 @@ export const summary = "run the end-to-end demo: specialists, a budgeted researc
 
 export async function run(_argv: string[]): Promise<number> {
   const controller = new AbortController();
+  // Kept installed until everything is stopped: Ctrl-C reaches this process both from the terminal
+  // and relayed by tsx, and a signal with no listener left would end the process before the cleanup.
   const interrupt = () => {
+    if (controller.signal.aborted) return;
     console.log("\ninterrupted: stopping everything the demo started…");
     controller.abort();
   };
-  process.once("SIGINT", interrupt);
-  process.once("SIGTERM", interrupt);
+  process.on("SIGINT", interrupt);
+  process.on("SIGTERM", interrupt);
   const started = Date.now();
   try {
     await runDemo({ env: process.env, signal: controller.signal });
+    if (controller.signal.aborted) return 130;
     console.log(`\nDemo finished in ${((Date.now() - started) / 1000).toFixed(1)} s.`);
     return 0;
   } catch (error) {
