@@ -8,7 +8,6 @@ import { verify } from "node:crypto";
 import type { FacilitatorClient } from "../client/facilitatorClient.ts";
 import { sameAddress } from "../protocol/address.ts";
 import { base64UrlDecode } from "../protocol/base64.ts";
-import { canonicalJson } from "../protocol/canonicalJson.ts";
 import { type Clock, unixSeconds } from "../protocol/clock.ts";
 import type { MemoPayload } from "../protocol/memo.ts";
 import type { PaymentProof } from "../protocol/paymentProof.ts";
@@ -113,8 +112,7 @@ export function checkSignatureWithKeys(keys: ProofKeyResolver): ProofSignatureCh
     } catch {
       return { valid: false, reason: "proof signature is not base64url" };
     }
-    const { sig: _sig, ...unsigned } = proof;
-    const ok = verify(null, Buffer.from(canonicalJson(unsigned), "utf8"), key, signature);
+    const ok = verify(null, Buffer.from(proofSignedText(proof), "utf8"), key, signature);
     return ok ? { valid: true } : { valid: false, reason: "proof signature does not verify" };
   };
 }
@@ -128,4 +126,20 @@ export function checkSignatureWithFacilitator(
     if (verdict.valid) return { valid: true };
     return { valid: false, reason: `facilitator refused the proof: ${verdict.reason ?? "invalid"}` };
   };
+}
+
+/**
+ * The text `sig` covers, `canonicalJson` of every field but `sig` (DESIGN.md §2.4), written out for
+ * the gate's hot path. `PaymentProofSchema` is strict and requires every field, so a parsed proof has
+ * exactly these keys; they are listed here in canonical order (UTF-16 code units: `payTo` < `payer`).
+ * A test checks this against `canonicalJson` and the schema's keys, so a new field cannot be missed.
+ */
+export function proofSignedText(proof: PaymentProof): string {
+  const text = JSON.stringify;
+  return (
+    `{"amount":${text(proof.amount)},"exp":${text(proof.exp)},"iat":${text(proof.iat)},` +
+    `"kid":${text(proof.kid)},"memo":${text(proof.memo)},"network":${text(proof.network)},` +
+    `"payTo":${text(proof.payTo)},"payer":${text(proof.payer)},"scheme":${text(proof.scheme)},` +
+    `"token":${text(proof.token)},"tx":${text(proof.tx)},"v":${text(proof.v)}}`
+  );
 }
