@@ -9,6 +9,9 @@ export {
 export { expressPaymentGate } from "./expressPaymentGate.ts";
 export { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
 export { issueMemo, type MemoSecret, memoSecretOf, type OpenedMemo, openMemo, sealMemo } from "./memo.ts";
+export { createMemoryUsageLedger } from "./metering/createMemoryUsageLedger.ts";
+export { createPostgresUsageLedger } from "./metering/createPostgresUsageLedger.ts";
+export type { UsageLedger } from "./metering/usageLedger.ts";
 export { type NodeGatedHandler, type NodePaymentGateOptions, nodePaymentGate } from "./nodePaymentGate.ts";
 export { type ParsedPaymentProof, parsePaymentProof } from "./parsePaymentProof.ts";
 export {
