@@ -2,12 +2,14 @@ import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { transferWithAuthorization } from "../src/chain/actions/usd/transferWithAuthorization.ts";
+import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
+import { createFacilitator } from "../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../src/facilitator/proofKeys.ts";
 import { createStaticKeyResolver } from "../src/gate/proofKeyResolver.ts";
 import { checkSignatureWithKeys, verifyPaymentProof } from "../src/gate/verifyPaymentProof.ts";
 import { systemClock } from "../src/protocol/clock.ts";
-import { JwksSchema } from "../src/protocol/facilitator.ts";
+import { JwksSchema, PaymentRecordSchema } from "../src/protocol/facilitator.ts";
 import { PaymentProofSchema } from "../src/protocol/paymentProof.ts";
 import type { SignedPayment } from "../src/protocol/signedPayment.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
@@ -287,6 +289,59 @@ describe("service endpoints", () => {
       paths: Record<string, unknown>;
     };
     expect(Object.keys(openapi.paths)).toContain("/authorize");
+  });
+
+  it("documents every endpoint of the core service, x402 included, in its OpenAPI document", async () => {
+    // The same service without the subscription, usage, webhook and analytics modules.
+    const core = createFacilitator({
+      store: tf.store,
+      publicClient: devnet.publicClient,
+      network: devnet.network,
+      gasAccount: payer.account,
+      proofKeys: [generateProofKey().key],
+      batchSettler: devnet.contracts.batchSettler,
+      tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+      builtinModules: false,
+    });
+    const served = core.app.routes
+      .filter((r) => r.method !== "ALL")
+      .map((r) => `${r.method.toLowerCase()} ${r.path}`);
+    expect(served).toContain("post /x402/settle");
+    const doc = (await (await fetch(`${tf.url}/openapi.json`)).json()) as {
+      paths: Record<string, Record<string, unknown>>;
+      components: { schemas: Record<string, { properties?: Record<string, unknown> }> };
+    };
+    const documented = Object.entries(doc.paths).flatMap(([path, methods]) =>
+      Object.keys(methods).map((m) => `${m} ${path.replace(/\{(\w+)\}/g, ":$1")}`),
+    );
+    expect(served.filter((r) => !documented.includes(r))).toEqual([]);
+    expect(Object.keys(doc.components.schemas.AuthorizeRequest?.properties ?? {})).toEqual(["signedPayment"]);
+    expect(Object.keys(doc.components.schemas.X402SettleRequest?.properties ?? {})).toContain(
+      "paymentPayload",
+    );
+  });
+
+  it("answers GET /payments/:nonce with the record in its published schema, checksummed", async () => {
+    const payment = await signTestPayment(devnet, payer, { payTo: payTo.address, amount: 15_000n });
+    const { proof } = (await (await authorize(payment)).json()) as { proof: unknown };
+    const response = await fetch(`${tf.url}/payments/${payment.authorization.nonce}`);
+    const record = PaymentRecordSchema.parse(await response.json());
+    expect(record).toMatchObject({
+      status: "settled",
+      payer: payer.address,
+      payTo: payTo.address,
+      token: devnet.contracts.usd,
+      amount: "15000",
+      proof,
+    });
+    expect(await errorOf(await fetch(`${tf.url}/payments/0x1234`))).toEqual({
+      status: 400,
+      code: "InvalidRequest",
+    });
+    expect(await errorOf(await fetch(`${tf.url}/payments/0x${"ab".repeat(32)}`))).toEqual({
+      status: 404,
+      code: "NotFound",
+    });
   });
 
   it("answers 404 with a structured body for an unknown endpoint", async () => {

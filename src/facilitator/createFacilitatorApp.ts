@@ -6,6 +6,7 @@ import { verify } from "node:crypto";
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
+import { getAddress } from "viem";
 import { z } from "zod";
 import { sameAddress } from "../protocol/address.ts";
 import { base64UrlDecode } from "../protocol/base64.ts";
@@ -13,6 +14,7 @@ import { type Clock, unixSeconds } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import {
   type Health,
+  type PaymentRecord,
   type SupportedResponse,
   VerifyRequestSchema,
   type VerifyResponse,
@@ -95,20 +97,22 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
     if (!nonce.success) throw new TollgateError("InvalidRequest", "nonce must be 0x and 64 hex digits");
     const row = await engine.getPayment(nonce.data);
     if (row === undefined) throw new TollgateError("NotFound", "no payment with that nonce");
-    return c.json({
+    const record: PaymentRecord = {
       nonce: row.nonce,
       status: row.status,
-      network: row.network,
-      token: row.token,
-      payer: row.payer,
-      payTo: row.pay_to,
+      network: row.network as PaymentRecord["network"],
+      // DESIGN.md §2: addresses are checksummed on output (the store keeps them lowercase).
+      token: getAddress(row.token),
+      payer: getAddress(row.payer),
+      payTo: getAddress(row.pay_to),
       amount: row.amount.toString(),
       transaction: row.tx_hash,
       ...(row.proof === null ? {} : { proof: row.proof }),
       ...(row.failure_code === null
         ? {}
         : { failure: { code: row.failure_code, message: row.failure_message } }),
-    });
+    };
+    return c.json(record);
   });
 
   app.get("/supported", (c) => c.json(deps.supported));

@@ -8,17 +8,28 @@ import {
   AuthorizeResponseSchema,
   HealthSchema,
   JwksSchema,
+  PaymentRecordSchema,
   SupportedResponseSchema,
   VerifyRequestSchema,
   VerifyResponseSchema,
 } from "../protocol/facilitator.ts";
 import { AuthorizeRequestSchema } from "../protocol/signedPayment.ts";
+import {
+  X402SettleRequestSchema,
+  X402SettleResponseSchema,
+  X402SupportedResponseSchema,
+  X402VerifyRequestSchema,
+  X402VerifyResponseSchema,
+} from "../protocol/x402.ts";
 
 type Operation = {
   summary: string;
   request?: string;
-  response: string;
+  /** A schema name for a JSON reply, or `text` for a plain-text one (Prometheus exposition). */
+  response: string | { text: string };
   errors?: number[];
+  /** Path parameters, by name, with the JSON Schema of each. */
+  parameters?: Record<string, Record<string, unknown>>;
 };
 
 const schemas: Record<string, z.ZodType> = {
@@ -29,6 +40,12 @@ const schemas: Record<string, z.ZodType> = {
   SupportedResponse: SupportedResponseSchema,
   Jwks: JwksSchema,
   Health: HealthSchema,
+  PaymentRecord: PaymentRecordSchema,
+  X402VerifyRequest: X402VerifyRequestSchema,
+  X402VerifyResponse: X402VerifyResponseSchema,
+  X402SettleRequest: X402SettleRequestSchema,
+  X402SettleResponse: X402SettleResponseSchema,
+  X402SupportedResponse: X402SupportedResponseSchema,
   ErrorBody: ErrorBodySchema,
 };
 
@@ -47,8 +64,44 @@ const operations: Record<string, Record<string, Operation>> = {
       summary: "Check a payment proof",
       request: "VerifyRequest",
       response: "VerifyResponse",
-      errors: [400],
+      errors: [400, 413],
     },
+  },
+  "/payments/{nonce}": {
+    get: {
+      summary: "A payment's status, transaction and proof, by its EIP-3009 nonce (= keccak256(memo))",
+      parameters: { nonce: { type: "string", pattern: "^0x[0-9a-fA-F]{64}$" } },
+      response: "PaymentRecord",
+      errors: [400, 404],
+    },
+  },
+  "/x402/verify": {
+    post: {
+      summary: "x402 v2: check an `exact` EVM payment payload against its requirements without settling",
+      request: "X402VerifyRequest",
+      response: "X402VerifyResponse",
+      errors: [400, 413, 503],
+    },
+  },
+  "/x402/settle": {
+    post: {
+      summary: "x402 v2: settle an `exact` EVM payment payload on chain (idempotent on the nonce)",
+      request: "X402SettleRequest",
+      response: "X402SettleResponse",
+      errors: [400, 413, 503],
+    },
+  },
+  "/x402/supported": {
+    get: { summary: "x402 v2: the scheme and network kinds settled here", response: "X402SupportedResponse" },
+  },
+  "/metrics": {
+    get: {
+      summary: "Prometheus metrics: settled count and volume, failures, batch sizes, settlement latency",
+      response: { text: "text/plain; version=0.0.4" },
+    },
+  },
+  "/openapi.json": {
+    get: { summary: "This document", response: { text: "application/json" } },
   },
   "/supported": {
     get: { summary: "Networks, tokens and schemes this facilitator settles", response: "SupportedResponse" },
@@ -75,7 +128,10 @@ export function buildOpenApiDocument(): Record<string, unknown> {
       const responses: Record<string, unknown> = {
         "200": {
           description: "OK",
-          content: { "application/json": { schema: { $ref: `#/components/schemas/${op.response}` } } },
+          content:
+            typeof op.response === "string"
+              ? { "application/json": { schema: { $ref: `#/components/schemas/${op.response}` } } }
+              : { [op.response.text]: { schema: {} } },
         },
       };
       for (const status of op.errors ?? []) {
@@ -86,6 +142,16 @@ export function buildOpenApiDocument(): Record<string, unknown> {
       }
       entry[method] = {
         summary: op.summary,
+        ...(op.parameters === undefined
+          ? {}
+          : {
+              parameters: Object.entries(op.parameters).map(([name, schema]) => ({
+                name,
+                in: "path",
+                required: true,
+                schema,
+              })),
+            }),
         ...(op.request === undefined
           ? {}
           : {

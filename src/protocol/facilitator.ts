@@ -1,6 +1,6 @@
 /**
  * Request and response bodies of the facilitator's HTTP API (DESIGN.md §4) that the protocol pins:
- * `/authorize`, `/verify`, `/supported`, `/.well-known/jwks.json`, `/healthz`. Error replies use
+ * `/authorize`, `/verify`, `/payments/:nonce`, `/supported`, `/.well-known/jwks.json`, `/healthz`. Error replies use
  * `ErrorBodySchema` from `errors.ts`; `POST /authorize`'s request is in `signedPayment.ts`.
  */
 import { z } from "zod";
@@ -40,6 +40,25 @@ export const VerifyResponseSchema = z.object({
   reason: z.string().max(200).optional(),
 });
 export type VerifyResponse = z.infer<typeof VerifyResponseSchema>;
+
+/**
+ * `GET /payments/:nonce` reply: a payment the facilitator knows, by its EIP-3009 nonce
+ * (= keccak256(memo)). `transaction` is null until a batch carrying it was signed; `proof` is present
+ * once a Tollgate payment settled (an x402 payment has none); `failure` once it failed.
+ */
+export const PaymentRecordSchema = z.object({
+  nonce: Hex32Schema,
+  status: z.enum(["pending", "submitted", "settled", "failed"]),
+  network: NetworkSchema,
+  token: AddressSchema,
+  payer: AddressSchema,
+  payTo: AddressSchema,
+  amount: UintStringSchema,
+  transaction: Hex32Schema.nullable(),
+  proof: PaymentProofSchema.optional(),
+  failure: z.object({ code: z.string().max(64), message: z.string().max(500).nullable() }).optional(),
+});
+export type PaymentRecord = z.infer<typeof PaymentRecordSchema>;
 
 /** A token the facilitator settles, with the EIP-712 domain its EIP-3009 signatures use. */
 export const SupportedTokenSchema = z.object({
