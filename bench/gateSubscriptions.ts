@@ -107,7 +107,7 @@ facilitator.get("/subscriptions/:id", (c) => {
   const found = subscription(Number(c.req.param("id")));
   return found === undefined ? c.json({ error: { code: "NotFound", message: "none" } }, 404) : c.json(found);
 });
-facilitator.get("/events", (c) => c.json({ events: [], next: Number(c.req.query("after") ?? "0") }));
+facilitator.get("/events", (c) => c.json({ events: [], next: c.req.query("after") ?? "0.0" }));
 facilitator.post("/usage", async (c) => {
   const { records } = (await c.req.json()) as {
     records: { subscriptionId: string; amount: string; ref: string }[];

@@ -211,10 +211,33 @@ export const FeedEventSchema = z.object({
 });
 export type FeedEvent = z.infer<typeof FeedEventSchema>;
 
+const MAX_XID8 = 2n ** 64n - 1n;
+
+/**
+ * A position in the event log (`GET /events?after=`), opaque to readers: pass a reply's `next` back
+ * as `after`. The facilitator writes `<transaction id>.<event id>`, both decimal with no leading
+ * zeros: the log is read in (transaction, id) order over finished transactions only, because ids are
+ * taken before commit and a lower id may become visible after a higher one (migration 0020).
+ */
+export const EventCursorSchema = z
+  .string()
+  .max(40)
+  .regex(/^(0|[1-9][0-9]{0,19})\.(0|[1-9][0-9]{0,15})$/, {
+    error: "expected a cursor from a previous reply's `next`",
+  })
+  .refine(
+    (text) => {
+      const [tx = "", id = ""] = text.split(".");
+      return BigInt(tx) <= MAX_XID8 && Number(id) <= Number.MAX_SAFE_INTEGER;
+    },
+    { error: "cursor out of range" },
+  );
+export type EventCursor = z.infer<typeof EventCursorSchema>;
+
 /** `GET /events` reply. Pass `next` back as `after` to continue (it equals `after` when nothing is new). */
 export const EventFeedResponseSchema = z.object({
   events: z.array(FeedEventSchema),
-  next: z.int().nonnegative(),
+  next: EventCursorSchema,
 });
 export type EventFeedResponse = z.infer<typeof EventFeedResponseSchema>;
 

@@ -1,7 +1,15 @@
 /**
- * `GET /events?after=<id>&types=<a,b>&provider=<address>&limit=<n>`: the facilitator's event log
+ * `GET /events?after=<cursor>&types=<a,b>&provider=<address>&limit=<n>`: the facilitator's event log
  * (payments, plans, subscriptions, allowances) for pollers. Gates use it to drop cached subscription
- * statuses as soon as a subscription is paused, cancelled or goes PastDue (docs/subscriptions.md).
+ * statuses as soon as a subscription is paused, cancelled or goes PastDue, and to learn how their
+ * metered usage settled (docs/subscriptions.md).
+ *
+ * Reading without skipping: event ids come from a sequence and are taken before commit, so on a
+ * PostgreSQL server a lower id can become visible after a higher one was served. Like the webhook
+ * outbox, the feed therefore serves only events of transactions older than every transaction still
+ * running (`tx < pg_snapshot_xmin(pg_current_snapshot())`), a set that can no longer grow, in
+ * (tx, id) order, and its cursor is that pair (migration 0020). An event becomes readable once its
+ * transaction and every older one have finished.
  *
  * Everything in the log is already public on chain (the memos of payments aside, which name the
  * method, path and price a gate quoted), so the feed needs no key.
@@ -10,17 +18,14 @@ import type { Hono } from "hono";
 import { z } from "zod";
 import { AddressSchema } from "../../protocol/address.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
-import type { EventFeedResponse } from "../../protocol/subscriptions.ts";
+import { type EventCursor, EventCursorSchema, type EventFeedResponse } from "../../protocol/subscriptions.ts";
 import { SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
 import { queryParsed } from "../../store/queryParsed.ts";
-import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
+import type { FacilitatorContext, FacilitatorModule } from "../facilitatorModule.ts";
 
 const QuerySchema = z.object({
-  after: z
-    .string()
-    .regex(/^(0|[1-9][0-9]{0,15})$/)
-    .transform(Number)
-    .default(0),
+  /** Omitted: from the start of the log. */
+  after: EventCursorSchema.optional(),
   types: z
     .string()
     .max(1000)
@@ -38,19 +43,25 @@ const QuerySchema = z.object({
 
 const EventRowSchema = z.object({
   id: SafeIntColumnSchema,
+  tx: z.string().regex(/^(0|[1-9][0-9]*)$/),
   type: z.string(),
   data: z.record(z.string(), z.unknown()),
   created_at: TimestampColumnSchema,
 });
 
+const START: EventCursor = "0.0";
+
 /** The event feed as a facilitator module. */
-export const eventFeedModule: FacilitatorModuleFactory = (ctx) => ({
+export const eventFeedModule = (ctx: Pick<FacilitatorContext, "store">): FacilitatorModule => ({
   name: "event-feed",
   routes(app: Hono) {
     app.get("/events", async (c) => {
       const query = parseWire(QuerySchema, c.req.query(), { what: "query" });
-      const params: unknown[] = [query.after, query.limit];
-      let where = "id > $1";
+      const after = query.after ?? START;
+      const [afterTx, afterId] = after.split(".");
+      const params: unknown[] = [afterTx, afterId, query.limit];
+      // Only finished transactions older than every running one (see the top of this file).
+      let where = "(tx, id) > ($1::xid8, $2::bigint) AND tx < pg_snapshot_xmin(pg_current_snapshot())";
       if (query.types !== undefined && query.types.length > 0) {
         params.push(query.types);
         where += ` AND type = ANY($${params.length}::text[])`;
@@ -62,9 +73,10 @@ export const eventFeedModule: FacilitatorModuleFactory = (ctx) => ({
       const rows = await queryParsed(
         ctx.store,
         EventRowSchema,
-        `SELECT id, type, data, created_at FROM events WHERE ${where} ORDER BY id LIMIT $2`,
+        `SELECT id, tx::text AS tx, type, data, created_at FROM events WHERE ${where} ORDER BY tx, id LIMIT $3`,
         params as never,
       );
+      const last = rows.at(-1);
       const body: EventFeedResponse = {
         events: rows.map((row) => ({
           id: row.id,
@@ -72,7 +84,7 @@ export const eventFeedModule: FacilitatorModuleFactory = (ctx) => ({
           created: Math.floor(row.created_at.getTime() / 1000),
           data: row.data,
         })),
-        next: rows.at(-1)?.id ?? query.after,
+        next: last === undefined ? after : `${last.tx}.${last.id}`,
       };
       return c.json(body);
     });

@@ -6,7 +6,10 @@ import { createEventPoller } from "./createEventPoller.ts";
 
 const PROVIDER = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 
-/** An event feed over `events`, answering `GET /events` pages as the facilitator does. */
+/**
+ * An event feed over `events` (in the order the feed serves them), answering `GET /events` pages as
+ * the facilitator does; its cursor is `0.<events served>`, opaque to the poller.
+ */
 function feed(events: FeedEvent[]) {
   const asked: string[] = [];
   let failNext = false;
@@ -18,10 +21,10 @@ function feed(events: FeedEvent[]) {
         throw new TollgateError("ChainUnavailable", "down");
       }
       const query = new URL(path, "http://f").searchParams;
-      const after = Number(query.get("after"));
+      const served = Number((query.get("after") ?? "0.0").split(".")[1]);
       const limit = Number(query.get("limit"));
-      const page = events.filter((e) => e.id > after).slice(0, limit);
-      return schema.parse({ events: page, next: page.at(-1)?.id ?? after });
+      const page = events.slice(served, served + limit);
+      return schema.parse({ events: page, next: `0.${served + page.length}` });
     },
   };
   return {
@@ -56,12 +59,32 @@ describe("createEventPoller", () => {
     });
     await poller.pollOnce();
     expect(seen).toEqual([1, 2, 3, 4, 5, 6, 7]);
-    expect(poller.cursor).toBe(7);
+    expect(poller.cursor).toBe("0.7");
+    expect(f.asked[0]).not.toMatch(/after=/);
+    expect(f.asked[2]).toMatch(/after=0\.6&/);
     expect(f.asked[0]).toMatch(/provider=0x70997970C51812dc3A010C7d01b50e0d17dc79C8/);
     expect(f.asked[0]).toMatch(/types=subscription\.created,subscription\.renewed/);
     events.push(event(8));
     await poller.pollOnce();
     expect(seen).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+  });
+
+  it("hands over an event served after one with a higher id (a transaction that committed later)", async () => {
+    const events = [event(2)];
+    const f = feed(events);
+    const seen: number[] = [];
+    const poller = createEventPoller({
+      facilitator: f.client,
+      provider: PROVIDER,
+      onEvent: (e) => {
+        seen.push(e.id);
+      },
+      intervalMs: 0,
+    });
+    await poller.pollOnce();
+    events.push(event(1));
+    await poller.pollOnce();
+    expect(seen).toEqual([2, 1]);
   });
 
   it("retries a failed poll from the same cursor, skipping nothing", async () => {

@@ -5,11 +5,13 @@
  *
  * Polling runs on a timer (unref'd: it never keeps a process alive) started by `start()`, and on
  * demand with `pollOnce()`. Polls never overlap. A failed poll is logged and retried on the next tick
- * from the same cursor, so no event is skipped; handlers are called in event-id order.
+ * from the same cursor, so no event is skipped; handlers are called in the feed's order (commit order
+ * of the facilitator's transactions, not always id order). The cursor is the feed's opaque `next`.
  */
 import type { Address } from "viem";
 import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
 import {
+  type EventCursor,
   type EventFeedResponse,
   EventFeedResponseSchema,
   type FeedEvent,
@@ -33,22 +35,23 @@ export const GATE_EVENT_TYPES = [
 export type EventPoller = {
   /**
    * Reads the events not yet seen (up to `maxPagesPerPoll` pages) and hands each to `onEvent`; when it
-   * resolves, every event the facilitator had recorded before the call has been handled (unless the
-   * poll failed, which is logged, not thrown).
+   * resolves, every event the feed served at the time of the call has been handled (unless the poll
+   * failed, which is logged, not thrown). The feed serves an event once its transaction and every
+   * older one on the facilitator's database have finished.
    */
   pollOnce(): Promise<void>;
   /** Starts the timer (idempotent). */
   start(): void;
   /** Stops the timer and waits for a poll in progress. */
   stop(): Promise<void>;
-  /** Id of the last event handled. */
-  readonly cursor: number;
+  /** The feed's cursor past the last page handled (`undefined` before the first). */
+  readonly cursor: EventCursor | undefined;
 };
 
 export type EventPollerOptions = {
   facilitator: Pick<FacilitatorClient, "request">;
   provider: Address;
-  /** Called once per event in id order; a returned promise is awaited before the next event. */
+  /** Called once per event in the feed's order; a returned promise is awaited before the next event. */
   onEvent(event: FeedEvent): void | Promise<void>;
   intervalMs: number;
   logger?: GateLogger | undefined;
@@ -62,7 +65,7 @@ export function createEventPoller(options: EventPollerOptions): EventPoller {
   const pageSize = options.pageSize ?? 500;
   const maxPages = options.maxPagesPerPoll ?? 20;
   const types = GATE_EVENT_TYPES.join(",");
-  let cursor = 0;
+  let cursor: EventCursor | undefined;
   let polling: Promise<void> | undefined;
   let timer: ReturnType<typeof setTimeout> | undefined;
   let running = false;
@@ -70,22 +73,21 @@ export function createEventPoller(options: EventPollerOptions): EventPoller {
 
   const pollPages = async () => {
     for (let page = 0; page < maxPages; page++) {
+      const after = cursor === undefined ? "" : `after=${cursor}&`;
       const reply: EventFeedResponse = await facilitator.request(
         "GET",
-        `/events?after=${cursor}&types=${types}&provider=${provider}&limit=${pageSize}`,
+        `/events?${after}types=${types}&provider=${provider}&limit=${pageSize}`,
         EventFeedResponseSchema,
         { timeoutMs: 10_000 },
       );
       for (const event of reply.events) {
-        if (event.id <= cursor) continue;
         try {
           await onEvent(event);
         } catch (error) {
           logger?.warn({ err: error, eventId: event.id }, "a facilitator event could not be applied");
         }
-        cursor = event.id;
       }
-      cursor = Math.max(cursor, reply.next);
+      cursor = reply.next;
       if (reply.events.length < pageSize) return;
     }
   };

@@ -101,11 +101,12 @@ function createFakeFacilitator(clock: { now(): number }) {
       ? c.json({ error: { code: "NotFound", message: "no such subscription" } }, 404)
       : c.json(found);
   });
+  // Served in the order recorded; the cursor (`0.<events served>`) is opaque to the gate.
   app.get("/events", (c) => {
-    const after = Number(c.req.query("after") ?? "0");
+    const served = Number((c.req.query("after") ?? "0.0").split(".")[1]);
     const limit = Number(c.req.query("limit") ?? "100");
-    const page = events.filter((e) => e.id > after).slice(0, limit);
-    return c.json({ events: page, next: page.at(-1)?.id ?? after });
+    const page = events.slice(served, served + limit);
+    return c.json({ events: page, next: `0.${served + page.length}` });
   });
   app.post("/usage", async (c) => {
     const body = (await c.req.json()) as (typeof usage)[number];
