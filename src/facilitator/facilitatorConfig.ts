@@ -12,7 +12,7 @@ import { getNetworkConfig, tollgateUsdDomain } from "../chain/networks.ts";
 import { AddressSchema } from "../protocol/address.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import { NetworkSchema } from "../protocol/network.ts";
-import { parseWire } from "../protocol/parseWire.ts";
+import { summarizeIssues } from "../protocol/parseWire.ts";
 import type { FacilitatorToken } from "./createFacilitator.ts";
 import { generateProofKey, type ProofKey, parseProofKey } from "./proofKeys.ts";
 
@@ -84,9 +84,21 @@ function loadProofKeys(env: FacilitatorEnv, dir: string, onDevnet: boolean): Pro
   return [parseProofKey(readFileSync(file, "utf8"))];
 }
 
+/** The environment parsed, or an error whose message names each bad variable (an operator reads it). */
+function parseEnvironment(environment: Record<string, string | undefined>): FacilitatorEnv {
+  const parsed = FacilitatorEnvSchema.safeParse(environment);
+  if (parsed.success) return parsed.data;
+  const issues = summarizeIssues(parsed.error.issues);
+  throw new TollgateError(
+    "InvalidRequest",
+    `facilitator configuration: ${issues.map((i) => `${i.path}: ${i.message}`).join("; ")}`,
+    { details: { issues } },
+  );
+}
+
 /** Resolves the configuration from the environment (and the devnet file, when there is one). */
 export function loadFacilitatorConfig(environment: Record<string, string | undefined>): FacilitatorConfig {
-  const env = parseWire(FacilitatorEnvSchema, environment, { what: "facilitator environment" });
+  const env = parseEnvironment(environment);
   const dir = env.TOLLGATE_DIR;
   const devnet = readDevnetFile(dir);
   const network =

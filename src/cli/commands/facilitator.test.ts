@@ -86,6 +86,7 @@ describe("tollgate facilitator configuration", () => {
     // The environment alone is complete, so each refusal below is caused by the one bad setting.
     expect(codeOf(() => configFrom([]))).toBeUndefined();
     expect(codeOf(() => configFrom(["--confirmations", "0"]))).toBe("InvalidRequest");
+    expect(() => configFrom(["--confirmations", "0"])).toThrow(/TOLLGATE_CONFIRMATIONS/);
     expect(codeOf(() => configFrom(["--network", "base"]))).toBe("InvalidRequest");
     expect(codeOf(() => configFrom(["--rpc-url", "not a url"]))).toBe("InvalidRequest");
     expect(codeOf(() => configFrom([], { ...environment, TOLLGATE_PROOF_KEYS: "short" }))).toBe(
