@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { type Capability, defineCapability } from "../src/agent/tools/capability.ts";
+import { TollgateError } from "../src/protocol/errors.ts";
 import { parseWire } from "../src/protocol/parseWire.ts";
 
 /**
@@ -29,9 +30,20 @@ const BoughtSentimentSchema = z.object({
   label: z.enum(["positive", "neutral", "negative"]),
 });
 
-/** A bought result may arrive as the JSON text of a tool's content or as the parsed value. */
-function decode(result: unknown): unknown {
+/**
+ * A bought result may arrive as the JSON text of a tool's content or as the parsed value. A purchase
+ * that failed comes back from a paid tool as `ERROR <code>: <message>`: that is the reseller's own
+ * failure (it could not supply what it sells), reported with the supplier's code, never blamed on the
+ * buyer's input.
+ */
+function decode(capability: string, result: unknown): unknown {
   if (typeof result !== "string") return result;
+  const failed = /^ERROR ([A-Za-z][A-Za-z0-9]*): ?([\s\S]*)$/.exec(result);
+  if (failed !== null) {
+    throw new TollgateError("Internal", `the reseller could not buy ${capability}: ${failed[1]}`, {
+      details: { supplier: capability, code: failed[1], message: failed[2]?.slice(0, 300) },
+    });
+  }
   try {
     return JSON.parse(result);
   } catch {
@@ -65,14 +77,18 @@ export function createBriefReseller(suppliers: {
     handler: async ({ text, sentences }) => {
       const summary = parseWire(
         BoughtSummarySchema,
-        decode(await suppliers.summarize({ text, sentences: sentences ?? 2 })),
+        decode("summarize", await suppliers.summarize({ text, sentences: sentences ?? 2 })),
         {
           what: "summarize result",
         },
       );
-      const sentiment = parseWire(BoughtSentimentSchema, decode(await suppliers.sentiment({ text })), {
-        what: "sentiment result",
-      });
+      const sentiment = parseWire(
+        BoughtSentimentSchema,
+        decode("sentiment", await suppliers.sentiment({ text })),
+        {
+          what: "sentiment result",
+        },
+      );
       return {
         summary: summary.summary,
         mood: sentiment.label,

@@ -143,17 +143,33 @@ describe("budgets under 50 concurrent paid calls", () => {
               0n;
             expect(spent).toBeLessThanOrEqual(l.summarizerCap);
           }
+          let receipted = 0n;
           for (const { content, receipt } of results) {
+            receipted += parseUnitsExact(receipt.amount);
             if (receipt.error === undefined) seen.paid += 1;
             else seen.refused += 1;
             if (receipt.error !== undefined) {
-              // A refused call says why, with a code a model can act on, and costs nothing.
+              // A failed call says why, with a code a model can act on. No seller here fails after
+              // being paid (the reseller raises its own overage cap rather than fail its buyer), so
+              // every failure is a refusal by the buyer's budget before paying, and costs nothing.
               expect(content).toMatch(/^ERROR [A-Za-z]+/);
-              expect(receipt.amount).toBe("0");
+              expect({
+                tool: receipt.tool,
+                code: receipt.error.code,
+                paid: receipt.paid,
+                amount: receipt.amount,
+              }).toEqual({
+                tool: receipt.tool,
+                code: "BudgetExceeded",
+                paid: false,
+                amount: "0",
+              });
             } else if (l.perCall !== undefined && receipt.mode === "one-time") {
               expect(parseUnitsExact(receipt.amount)).toBeLessThanOrEqual(l.perCall);
             }
           }
+          // The receipts account for every unit paid.
+          expect(receipted).toBe(onChain);
           // Paid and refused calls account for all 50.
           expect(results).toHaveLength(50);
         },

@@ -20,6 +20,7 @@ import { createSpendCollector } from "../src/agent/spendReport.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
+import { getSubscriptionInfo } from "../src/client/facilitatorSubscriptions.ts";
 import type { RunningServer } from "../src/facilitator/createFacilitator.ts";
 import { serveMarket } from "../src/market/createMarket.ts";
 import { systemClock } from "../src/protocol/clock.ts";
@@ -237,6 +238,74 @@ describe("budget limits over real payments", () => {
     expect(report.reserved.total).toBe(0n);
     expect(await balanceOf(agent.account.address)).toBe(10_000_000n - 5_000n);
   });
+});
+
+/**
+ * Sends the sentiment seller's recorded usage to the facilitator and waits until the chain holds
+ * `expected` as the subscription's overage this period; returns what it holds at the end.
+ */
+async function overageOnChain(
+  payer: { facilitator: Parameters<typeof getSubscriptionInfo>[0] },
+  id: string,
+  expected: bigint,
+) {
+  await seller("sentiment").specialist.flushUsage();
+  let used = 0n;
+  for (let i = 0; i < 300; i++) {
+    used = BigInt((await getSubscriptionInfo(payer.facilitator, id)).overageUsed);
+    if (used === expected) break;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return used;
+}
+
+describe("metered subscriptions past the agent's own overage cap", () => {
+  // The sentiment plan: 0.05 USDC a month, 5 calls included, then 0.002 a call. Without a forecast a
+  // paid tool subscribes with room for 10 calls of overage (0.02 USDC): call 16 meets the cap.
+  it("raises the cap within the budget when the gate answers AllowanceExhausted, and keeps buying", async () => {
+    const agent = await newAgent("overage-raise", { total: 1_000_000n });
+    const receipts: PaidToolReceipt[] = [];
+    for (let i = 0; i < 18; i++) {
+      const { content, receipt } = await agent.call("sentiment", { text: TEXT });
+      expect(receipt.error).toBeUndefined();
+      expect(JSON.parse(content)).toMatchObject({ label: "positive" });
+      receipts.push(receipt);
+    }
+    expect(receipts.map((r) => `${r.mode} ${r.amount}`)).toEqual([
+      "subscription 0.05",
+      ...Array.from({ length: 4 }, () => "subscription 0"),
+      ...Array.from({ length: 13 }, () => "metered 0.002"),
+    ]);
+    const subscription = await getSubscriptionInfo(agent.payer.facilitator, receipts[0]!.subscriptionId!);
+    expect(BigInt(subscription.maxOverage)).toBeGreaterThan(20_000n);
+    expect((await agent.budget.report(agent.name)).spent.total).toBe(50_000n + 13n * 2_000n);
+    expect(agent.spend.report().total).toBe(50_000n + 13n * 2_000n);
+    // The gate deducted the same overage on chain (settled in batches by the facilitator).
+    expect(await overageOnChain(agent.payer, receipts[0]!.subscriptionId!, 13n * 2_000n)).toBe(13n * 2_000n);
+  }, 120_000);
+
+  it("leaves the cap where it is when the budget has no room for another call: AllowanceExhausted text, nothing paid", async () => {
+    // Room for the plan and the 10 calls of overage of the first cap, and 0.001 more: less than a call.
+    const agent = await newAgent("overage-tight", { total: 50_000n + 20_000n + 1_000n });
+    const first = await agent.call("sentiment", { text: TEXT });
+    expect(first.receipt).toMatchObject({ mode: "subscription", amount: "0.05" });
+    for (let i = 1; i < 15; i++) {
+      expect((await agent.call("sentiment", { text: TEXT })).receipt.error).toBeUndefined();
+    }
+    const refused = await agent.call("sentiment", { text: TEXT });
+    expect(refused.content).toMatch(/^ERROR AllowanceExhausted/);
+    expect(refused.receipt).toMatchObject({
+      amount: "0",
+      paid: false,
+      error: { code: "AllowanceExhausted" },
+    });
+    const report = await agent.budget.report(agent.name);
+    expect(report.spent.total).toBe(70_000n);
+    expect(report.reserved.total).toBe(0n);
+    const id = first.receipt.subscriptionId!;
+    expect(await overageOnChain(agent.payer, id, 20_000n)).toBe(20_000n);
+    expect(BigInt((await getSubscriptionInfo(agent.payer.facilitator, id)).maxOverage)).toBe(20_000n);
+  }, 120_000);
 });
 
 describe("agent-to-agent resale", () => {

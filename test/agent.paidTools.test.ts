@@ -5,18 +5,21 @@
 import pino from "pino";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { z } from "zod";
 import { languageDetector } from "../agents/languageDetector.ts";
 import { summarizer } from "../agents/summarizer.ts";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
 import { createSpecialist, type Specialist } from "../src/agent/createSpecialist.ts";
 import { discoverTools } from "../src/agent/discoverTools.ts";
 import { createSpendCollector } from "../src/agent/spendReport.ts";
+import { defineCapability } from "../src/agent/tools/capability.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import type { RunningServer } from "../src/facilitator/createFacilitator.ts";
 import { serveMarket } from "../src/market/createMarket.ts";
 import { systemClock } from "../src/protocol/clock.ts";
+import { TollgateError } from "../src/protocol/errors.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
@@ -35,6 +38,23 @@ beforeAll(async () => {
   const sellers = [
     { name: "summarizer", account: devnet.accounts[2]!, capabilities: [summarizer] },
     { name: "linguist", account: devnet.accounts[3]!, capabilities: [languageDetector] },
+    // A seller whose handler fails after the gate accepted the payment (its own supply ran out).
+    {
+      name: "broken",
+      account: devnet.accounts[4]!,
+      capabilities: [
+        defineCapability({
+          name: "forecast",
+          description: "Forecast the weather for a city.",
+          input: z.object({ city: z.string() }),
+          output: z.object({ forecast: z.string() }),
+          pricing: [{ type: "one-time", amount: "0.01" }],
+          handler: async () => {
+            throw new TollgateError("Internal", "the weather feed this seller buys from is down");
+          },
+        }),
+      ],
+    },
   ];
   for (const s of sellers) {
     const specialist = createSpecialist({
@@ -83,7 +103,7 @@ describe("discovered paid tools", () => {
       budget,
       onSpend: spend.record,
     });
-    expect(tools.map((t) => t.tool.name).sort()).toEqual(["detect-language", "summarize"].sort());
+    expect(tools.map((t) => t.tool.name).sort()).toEqual(["detect-language", "forecast", "summarize"].sort());
 
     const summarize = tools.find((t) => t.tool.name === "summarize")!.tool;
     const seller = specialists[0]!.payTo;
@@ -118,6 +138,40 @@ describe("discovered paid tools", () => {
     expect(String(message.content)).toMatch(/^ERROR BudgetExceeded/);
     expect(await balanceOf(account.address)).toBe(1_000_000n);
     expect((await budget.report("agent-b")).spent.total).toBe(0n);
+  });
+
+  it("says precisely that a call was paid when the seller fails after the payment, and the ledger holds it", async () => {
+    const { account, payer, budget } = await newAgent(1_000_000n);
+    await budget.setLimits("agent-d", { total: 1_000_000n });
+    const spend = createSpendCollector();
+    const tools = await discoverTools({
+      urls: [specialists[2]!.url!],
+      agent: "agent-d",
+      payer,
+      budget,
+      onSpend: spend.record,
+    });
+    const message = await tools[0]!.tool.invoke({
+      type: "tool_call",
+      id: "call-4",
+      name: "forecast",
+      args: { city: "Lisbon" },
+    });
+    // The model reads the seller's code and that the money is gone, not a blame on its input.
+    expect(String(message.content)).toMatch(
+      /^ERROR Internal: forecast answered 500 Internal after being paid 0\.01 USDC \(transaction 0x[0-9a-f]{64}\): the weather feed this seller buys from is down$/,
+    );
+    expect(message.artifact).toMatchObject({
+      mode: "one-time",
+      amount: "0.01",
+      paid: true,
+      error: { code: "Internal" },
+    });
+    expect(await balanceOf(account.address)).toBe(1_000_000n - 10_000n);
+    const report = await budget.report("agent-d");
+    expect(report.spent.total).toBe(10_000n);
+    expect(report.reserved.total).toBe(0n);
+    expect(spend.report().total).toBe(10_000n);
   });
 
   it("turns a payer without funds into InsufficientFunds text and releases the reservation", async () => {

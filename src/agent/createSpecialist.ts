@@ -169,7 +169,10 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
     } as Parameters<typeof paymentGate>[0]);
     const app = new Hono<PaymentGateEnv>();
     app.onError((error) => {
-      if (error instanceof TollgateError && error.code !== "Internal") {
+      if (error instanceof TollgateError) {
+        // A handler's own failure (code Internal: e.g. a reseller whose supplier failed) is told to the
+        // buyer with its message, which Tollgate code wrote; anything else thrown stays opaque.
+        if (error.code === "Internal") options.logger?.error({ err: error }, "capability failed");
         return new Response(JSON.stringify(error.toBody()), {
           status: error.status,
           headers: { "content-type": "application/json" },

@@ -6,13 +6,20 @@
  * can act on them instead of the run crashing.
  *
  * Budget invariant: a spend is reserved before anything is signed; it is committed once money moved
- * (even if the request then failed) and released when nothing was paid.
+ * (even if the request then failed) and released when nothing was paid. A receipt's `amount` is what
+ * the call paid, on success and on failure alike: a seller that fails after being paid yields an error
+ * receipt with the amount paid (`paid: true`), never one that hides the money.
+ *
+ * Overage cap: a metered subscription is taken out with a cap on overage per period. When the gate
+ * answers `AllowanceExhausted`, the cap is the agent's own limit, not the budget's: the tool raises it
+ * (relayed, through the payer) by as much as the budget still has room for, and retries the call.
  */
 import { type StructuredToolInterface, tool } from "@langchain/core/tools";
 import type { Logger } from "pino";
 import type { z } from "zod";
 import type { Payer } from "../client/createPayer.ts";
 import type { FetchFn } from "../client/facilitatorClient.ts";
+import { getSubscriptionInfo } from "../client/facilitatorSubscriptions.ts";
 import {
   type ChooseContext,
   type FetchWithPaymentOptions,
@@ -20,8 +27,9 @@ import {
 } from "../client/fetchWithPayment.ts";
 import { createX402Payment } from "../client/payX402.ts";
 import { formatUnitsExact } from "../protocol/amount.ts";
-import { TollgateError } from "../protocol/errors.ts";
+import { isTollgateError, TollgateError } from "../protocol/errors.ts";
 import { type PaymentOption, planTermsOf } from "../protocol/paymentRequired.ts";
+import { availableFor } from "./budget/budgetHeadroom.ts";
 import type { BudgetLedger, Reservation } from "./budget/createBudgetLedger.ts";
 import type { CallCounter } from "./policy/createCallCounter.ts";
 import { decide, type PolicyDecision, type PolicyForecast } from "./policy/decide.ts";
@@ -56,7 +64,17 @@ export type PaidToolOptions = {
   logger?: Pick<Logger, "info" | "warn"> | undefined;
   /** Counts subscribed calls per plan and cycle, to charge metered overage to the budget (share it). */
   meter?: UsageMeter | undefined;
+  /**
+   * Waits before retrying a call after raising an overage cap (a gate re-reads a subscription it
+   * refused at most about once a second). Default: a timer.
+   */
+  wait?: ((ms: number) => Promise<void>) | undefined;
 };
+
+/** Retries of a call after its subscription's overage cap was raised. */
+const CAP_RAISE_RETRIES = 3;
+/** A little over the gate's minimum age for re-reading a refused subscription. */
+const CAP_RAISE_RETRY_MS = 1_100;
 
 /** Plan terms of a subscription the agent holds, as the meter needs them. */
 type MeteredPlan = {
@@ -111,6 +129,11 @@ export type PaidToolReceipt = {
   reason?: string | undefined;
   /** Set when the call failed: the code a model can act on. */
   error?: { code: string; message: string } | undefined;
+  /**
+   * On a failed call: true when money moved for it anyway (the seller failed after being paid), so
+   * `amount` was spent; false when the call was refused before anything was paid.
+   */
+  paid?: boolean | undefined;
 };
 
 /** The policy's view of a held plan, for the spend report of calls that met no 402. */
@@ -143,6 +166,45 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
   const { agent, payer, budget } = options;
   const meter = options.meter ?? createUsageMeter();
   const origin = new URL(capability.url).origin;
+  const wait = options.wait ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+  /** Cap raises in flight, by subscription: calls refused together share one raise. */
+  const raising = new Map<string, Promise<boolean>>();
+
+  /**
+   * Raises the overage cap of the subscription held at this origin by what the budget has room for
+   * (at most `max(includedUnits, 10)` units' worth at a time), counting the cap not yet used as spent.
+   * Resolves false when there is nothing to raise or no room: the refusal then stands.
+   */
+  const raiseOverageCap = async (): Promise<boolean> => {
+    const plan = meter.planAt(origin);
+    const held = payer.subscriptions?.forOrigin(origin);
+    if (plan === undefined || held === undefined || plan.overageUnitPrice === 0n) return false;
+    const key = held.subscriptionId.toString();
+    const inFlight = raising.get(key);
+    if (inFlight !== undefined) return inFlight;
+    const raise = (async () => {
+      const info = await getSubscriptionInfo(payer.facilitator, held.subscriptionId);
+      if (info.status !== "Active") return false;
+      const cap = BigInt(info.maxOverage);
+      const used = BigInt(info.overageUsed);
+      const room = availableFor(await budget.report(agent), { provider: plan.provider, kind: "metered" });
+      let step = plan.overageUnitPrice * BigInt(Math.max(plan.includedUnits, 10));
+      if (room !== undefined) {
+        // Cap granted but not yet used may still be charged: it counts against the room.
+        const free = room - (cap > used ? cap - used : 0n);
+        if (free < step) step = free;
+      }
+      if (step < plan.overageUnitPrice) return false;
+      await payer.setMaxOverage(held.subscriptionId, cap + step);
+      options.logger?.info(
+        { tool: capability.name, subscriptionId: key, maxOverage: (cap + step).toString() },
+        "paid tool raised its overage cap",
+      );
+      return true;
+    })().finally(() => raising.delete(key));
+    raising.set(key, raise);
+    return raise;
+  };
 
   const run = async (args: unknown): Promise<[string, PaidToolReceipt]> => {
     const reservations: Reservation[] = [];
@@ -158,6 +220,9 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
     const choose = async (_options: PaymentOption[], context: ChooseContext) => {
       const view = offerFromPaymentRequired(context.paymentRequired, { network: payer.network });
       if (view === undefined) return undefined;
+      // The gate refused the subscription this call carried: only paying once can serve it now; with
+      // no one-time price the refusal is the answer (and an exhausted cap may be raised, see below).
+      if (context.refusal !== undefined && view.oneTimeOption === undefined) return undefined;
       offer = view.offer;
       provider = view.offer.provider;
       const report = await budget.report(agent);
@@ -177,6 +242,14 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       );
       if (decision.mode === "refuse") {
         throw new TollgateError("BudgetExceeded", decision.reason, { details: { tool: capability.name } });
+      }
+      if (context.refusal !== undefined && decision.mode === "subscribe") {
+        // Held already, and refused: subscribing again would not help. Pay once instead.
+        decision = {
+          ...decision,
+          mode: "one-time",
+          reason: `${context.refusal.error}: ${context.refusal.message}; paying once instead`,
+        };
       }
       const option = decision.mode === "subscribe" ? view.subscriptionOption : view.oneTimeOption;
       if (option === undefined) return undefined;
@@ -250,7 +323,19 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
     const paidFetch = fetchWithPayment(fetch, payer, fetchOptions);
 
     try {
-      const response = await paidFetch(requestFor(capability, args));
+      let response: Response | undefined;
+      for (let attempt = 0; response === undefined; attempt++) {
+        try {
+          response = await paidFetch(requestFor(capability, args));
+        } catch (error) {
+          // Refused for the cap the agent set itself: raise it within the budget and try again. The
+          // refusal charged nothing, so a retry cannot pay twice.
+          if (!isTollgateError(error, "AllowanceExhausted") || attempt >= CAP_RAISE_RETRIES) throw error;
+          if (attempt === 0 && !(await raiseOverageCap())) throw error;
+          // The gate may still hold the old cap for a moment: later retries give it time to re-read.
+          if (attempt > 0) await wait(CAP_RAISE_RETRY_MS);
+        }
+      }
       await settleReservations(budget, reservations, paidAmount);
       if (decision?.mode === "one-time" && offer?.subscription !== undefined) {
         options.calls?.record(
@@ -260,13 +345,15 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       }
       const text = await response.text();
       if (!response.ok) {
-        const code = errorCodeOf(text) ?? `HTTP${response.status}`;
-        throw new TollgateError(
-          response.status === 402 ? "PaymentRequired" : "InvalidRequest",
-          `${capability.name} answered ${response.status}`,
-          {
-            details: { code, body: text.slice(0, 500) },
-          },
+        const seller = errorOf(text);
+        const code = seller?.code ?? `HTTP${response.status}`;
+        const paidNote =
+          paidAmount > 0n
+            ? ` after being paid ${formatUnitsExact(paidAmount)} USDC${transaction === undefined ? "" : ` (transaction ${transaction})`}`
+            : "";
+        throw new SellerError(
+          code,
+          `${capability.name} answered ${response.status} ${code}${paidNote}${seller?.message === undefined ? "" : `: ${seller.message}`}`,
         );
       }
       let mode: SpendMode =
@@ -315,7 +402,8 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       return [text, receipt];
     } catch (error) {
       await settleReservations(budget, reservations, paidAmount).catch(() => undefined);
-      const code = error instanceof TollgateError ? error.code : "Internal";
+      const code =
+        error instanceof SellerError ? error.code : error instanceof TollgateError ? error.code : "Internal";
       const message = error instanceof Error ? error.message : String(error);
       options.onSpend?.({
         tool: capability.name,
@@ -329,15 +417,19 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         error: code,
       });
       options.logger?.warn({ tool: capability.name, code, err: error }, "paid tool call failed");
+      const paid = paidAmount > 0n;
       return [
         `ERROR ${code}: ${message}`,
         {
           tool: capability.name,
-          mode: "free",
+          mode: !paid ? "free" : chosen?.scheme === "subscription" ? "subscription" : "one-time",
           amount: formatUnitsExact(paidAmount),
           provider,
+          transaction,
+          subscriptionId,
           reason: decision?.reason,
           error: { code, message },
+          paid,
         },
       ];
     }
@@ -389,12 +481,33 @@ function requestFor(capability: RemoteCapability, args: unknown): Request {
   });
 }
 
-function errorCodeOf(body: string): string | undefined {
+/**
+ * A seller answered the (paid) request with an error. Its code is the seller's, which need not be
+ * one of ours (`HTTP502` when the body names none), so it is not a `TollgateError`.
+ */
+class SellerError extends Error {
+  override readonly name = "SellerError";
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The code and message of an error body (a gate's `{error, message}` or `{error: {code, message}}`). */
+function errorOf(body: string): { code: string; message: string | undefined } | undefined {
   try {
-    const parsed = JSON.parse(body) as { error?: unknown };
-    if (typeof parsed.error === "string") return parsed.error;
-    if (typeof parsed.error === "object" && parsed.error !== null && "code" in parsed.error) {
-      return String((parsed.error as { code: unknown }).code);
+    const parsed = JSON.parse(body) as { error?: unknown; message?: unknown };
+    const text = (value: unknown) => (typeof value === "string" ? value.slice(0, 300) : undefined);
+    if (typeof parsed.error === "string" && /^[A-Za-z][A-Za-z0-9]{0,63}$/.test(parsed.error)) {
+      return { code: parsed.error, message: text(parsed.message) };
+    }
+    if (typeof parsed.error === "object" && parsed.error !== null) {
+      const { code, message } = parsed.error as { code?: unknown; message?: unknown };
+      if (typeof code === "string" && /^[A-Za-z][A-Za-z0-9]{0,63}$/.test(code)) {
+        return { code, message: text(message) };
+      }
     }
   } catch {
     // not JSON
