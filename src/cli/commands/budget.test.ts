@@ -6,7 +6,8 @@ import { createBudgetLedger } from "../../agent/budget/createBudgetLedger.ts";
 import { createFixedClock } from "../../protocol/clock.ts";
 import { isTollgateError } from "../../protocol/errors.ts";
 import { createStore } from "../../store/createStore.ts";
-import { agentDataDir, budgetCommand } from "./budget.ts";
+import { agentDataDir } from "../openAgentStore.ts";
+import { budgetCommand } from "./budget.ts";
 
 const PROVIDER = "0x1111111111111111111111111111111111111111";
 const clock = createFixedClock(Date.UTC(2026, 0, 1));

@@ -2,7 +2,7 @@
  * `tollgate budget set | show`: an agent's spending limits and where it stands against them, in the
  * agent runtime's store (DATABASE_URL, or PGlite in `<dir>/agents`).
  */
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { z } from "zod";
 import { availableFor } from "../../agent/budget/budgetHeadroom.ts";
@@ -15,7 +15,7 @@ import { formatUnitsExact, parseUnitsExact } from "../../protocol/amount.ts";
 import { type Clock, systemClock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
-import { createStore } from "../../store/createStore.ts";
+import { openAgentStore } from "../openAgentStore.ts";
 
 export const summary = "set <agent> --total 10 --daily 2 … | show <agent> — an agent's spending limits";
 
@@ -23,12 +23,6 @@ const BudgetEnvSchema = z.object({
   TOLLGATE_DIR: z.string().min(1).default(".tollgate"),
   DATABASE_URL: z.string().optional(),
 });
-
-/** Where the agent runtime keeps its PGlite database under the Tollgate directory. */
-export function agentDataDir(dir: string): string {
-  // Not the facilitator's or the market's directory: one PGlite directory opens in one process only.
-  return join(dir, "agents");
-}
 
 export type CommandOutput = { log(line: string): void; error(line: string): void };
 
@@ -206,8 +200,10 @@ export async function budgetCommand(argv: string[], deps: BudgetCommandDeps): Pr
     return 2;
   }
   const env = parseWire(BudgetEnvSchema, deps.env, { what: "environment" });
-  const dataDir = agentDataDir(resolve(values.dir ?? env.TOLLGATE_DIR));
-  const store = await createStore({ databaseUrl: env.DATABASE_URL, dataDir });
+  const store = await openAgentStore({
+    databaseUrl: env.DATABASE_URL,
+    dir: resolve(values.dir ?? env.TOLLGATE_DIR),
+  });
   try {
     const ledger = createBudgetLedger({ store, clock: deps.clock });
     if (command === "set") {

@@ -32,9 +32,9 @@ import { formatUnitsExact } from "../../protocol/amount.ts";
 import { type Clock, systemClock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
-import { createStore } from "../../store/createStore.ts";
+import { openAgentStore } from "../openAgentStore.ts";
 import { DEFAULT_FACILITATOR_URL } from "./analytics.ts";
-import { agentDataDir, type CommandOutput } from "./budget.ts";
+import type { CommandOutput } from "./budget.ts";
 
 export const summary = "<task | script.ts> [--agent researcher] — run an orchestrator on an agent's budget";
 
@@ -191,7 +191,8 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
     throw new TollgateError("UnsupportedNetwork", "the facilitator supports no network; pass --network");
   }
 
-  const store = await createStore({ databaseUrl: env.DATABASE_URL, dataDir: agentDataDir(dir) });
+  // Held for the whole run: the ledger is written as tools are bought.
+  const store = await openAgentStore({ databaseUrl: env.DATABASE_URL, dir });
   try {
     const budget = createBudgetLedger({ store, clock: deps.clock });
     if ((await budget.getLimits(agent)) === undefined) {
