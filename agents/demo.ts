@@ -397,6 +397,20 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       answer: run.answer,
     };
   } finally {
-    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
+    // After an interrupt the chain may already be gone (a terminal's Ctrl-C reaches anvil too), so a
+    // service waiting on it is given a few seconds, not its full timeouts: the devnet, stopped last,
+    // must be reached.
+    const patience = signal?.aborted === true ? 3_000 : undefined;
+    for (const cleanup of cleanups.reverse()) await withPatience(cleanup(), patience).catch(() => undefined);
   }
+}
+
+/** Resolves when `work` settles or `ms` have passed, whichever comes first (no limit when undefined). */
+function withPatience(work: Promise<void>, ms: number | undefined): Promise<void> {
+  if (ms === undefined) return work;
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms);
+  });
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
 }

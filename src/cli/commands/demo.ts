@@ -20,11 +20,19 @@ export async function run(_argv: string[]): Promise<number> {
   const started = Date.now();
   try {
     await runDemo({ env: process.env, signal: controller.signal });
-    if (controller.signal.aborted) return 130;
+    if (controller.signal.aborted) {
+      setTimeout(() => process.exit(130), 500).unref();
+      return 130;
+    }
     console.log(`\nDemo finished in ${((Date.now() - started) / 1000).toFixed(1)} s.`);
     return 0;
   } catch (error) {
-    if (controller.signal.aborted) return 130;
+    if (controller.signal.aborted) {
+      // Everything the demo started is stopped; a request cut off mid-way may still hold a socket
+      // open, so do not wait for the event loop to drain.
+      setTimeout(() => process.exit(130), 500).unref();
+      return 130;
+    }
     throw error;
   } finally {
     process.off("SIGINT", interrupt);
