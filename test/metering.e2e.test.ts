@@ -94,9 +94,18 @@ async function registerProvider(account: DevnetAccount): Promise<string> {
   return ProviderRegisterResponseSchema.parse(await response.json()).apiKey;
 }
 
+/** What the gates log at warn or above: printed with a failed exposure check, so a failure explains itself. */
+const gateWarnings: string[] = [];
+const gateLogger = {
+  debug: () => {},
+  warn: (...args: unknown[]) => void gateWarnings.push(`warn ${JSON.stringify(args)}`),
+  error: (...args: unknown[]) => void gateWarnings.push(`error ${JSON.stringify(args)}`),
+};
+
 async function startInstance() {
   const results: GateResult[] = [];
   const gate = paymentGate({
+    logger: gateLogger,
     payTo: provider.address,
     network: devnet.network,
     token: devnet.contracts.usd,
@@ -295,7 +304,13 @@ describe("metered subscriptions", () => {
 
     // Settled charges leave the gates' exposure once the events are applied.
     for (const instance of instances) await instance.gate.syncEvents();
-    expect(await ledger.unsettled()).toBe(0n);
+    expect(
+      await ledger.unsettled(),
+      `gate warnings: ${gateWarnings.join("; ") || "none"}; unresolved: ${JSON.stringify(
+        await ledger.unresolved({ olderThanMs: 0, limit: 20 }),
+        (_key, value) => (typeof value === "bigint" ? value.toString() : value),
+      )}`,
+    ).toBe(0n);
   });
 
   it("starts a new cycle at renewal: the included units are free again", async () => {
