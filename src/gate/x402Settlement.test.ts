@@ -429,6 +429,7 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
         if (failing) throw new Error("database is down");
         return memory.consume(key, expiresAtMs);
       },
+      release: (key) => memory.release(key),
     };
     const kit = setup({ replayGuard: guard });
     const header = await paymentFor(kit);

@@ -19,14 +19,17 @@ export function createMemoryReplayGuard(options: {
   if (!Number.isSafeInteger(maxEntries) || maxEntries < 1) {
     throw new TollgateError(ErrorCode.Internal, `maxEntries must be a positive integer: ${maxEntries}`);
   }
-  // Invariant: `expiries` and `heap` hold the same keys; a key's heap entry carries its map value.
+  // Invariant: every key of `expiries` has a heap entry carrying its map value. A released key leaves
+  // its entry behind until that entry's expiry (re-consuming it adds another), so purging removes a key
+  // only when the entry popped is the key's current one; the heap holds at most the keys consumed
+  // within one memo lifetime.
   const expiries = new Map<string, number>();
   const heap: { key: string; expiresAtMs: number }[] = [];
 
   const purge = (now: number) => {
     for (let top = heap[0]; top !== undefined && top.expiresAtMs <= now; top = heap[0]) {
       popMin(heap);
-      expiries.delete(top.key);
+      if (expiries.get(top.key) === top.expiresAtMs) expiries.delete(top.key);
     }
   };
 
@@ -49,6 +52,9 @@ export function createMemoryReplayGuard(options: {
       expiries.set(key, expiresAtMs);
       push(heap, { key, expiresAtMs });
       return true;
+    },
+    async release(key) {
+      expiries.delete(key);
     },
     async close() {
       expiries.clear();

@@ -67,6 +67,9 @@ export function createPostgresReplayGuard(
       );
       return rows.length === 1;
     },
+    async release(key) {
+      await store.query("DELETE FROM consumed_memos WHERE key_hash = $1", [replayKeyHash(key)]);
+    },
     prune,
     async close() {
       await pruning;

@@ -4,8 +4,9 @@ import { type Clock, systemClock } from "../protocol/clock.ts";
 import { ErrorCode, TollgateError } from "../protocol/errors.ts";
 import { type ReplayGuard, replayKeyHash } from "./replayGuard.ts";
 
-/** The one Redis command the guard needs; a connected client of the `redis` package satisfies it. */
+/** The Redis commands the guard needs; a connected client of the `redis` package satisfies it. */
 export type RedisReplayClient = {
+  del(key: string): Promise<unknown>;
   set(
     key: string,
     value: string,
@@ -58,17 +59,21 @@ export async function createRedisReplayGuard(
     client = options.client;
   }
 
+  const redisKey = (key: string) => `${prefix}${replayKeyHash(key).toString("base64url")}`;
   return {
     async consume(key, expiresAtMs) {
       if (!Number.isSafeInteger(expiresAtMs)) {
         throw new TollgateError(ErrorCode.Internal, `expiresAtMs must be an integer: ${expiresAtMs}`);
       }
       if (expiresAtMs <= clock.now()) return false;
-      const reply = await client.set(`${prefix}${replayKeyHash(key).toString("base64url")}`, "1", {
+      const reply = await client.set(redisKey(key), "1", {
         condition: "NX",
         expiration: { type: "PXAT", value: expiresAtMs + skewToleranceMs },
       });
       return reply === "OK";
+    },
+    async release(key) {
+      await client.del(redisKey(key));
     },
     async close() {
       await owned?.close();

@@ -61,6 +61,35 @@ function contractSuite(setup: () => Promise<Setup>) {
     expect(await s.guards[0].consume(key, s.now())).toBe(false);
   });
 
+  it("lets exactly one later consume succeed after a release, even between two instances", async () => {
+    const key = memo();
+    expect(await s.guards[0].consume(key, s.now() + 60_000)).toBe(true);
+    await s.guards[0].release(key);
+    const again = await Promise.all(
+      [0, 1, 0, 1, 0, 1].map((i) => s.guards[i as 0 | 1].consume(key, s.now() + 60_000)),
+    );
+    expect(again.filter(Boolean)).toHaveLength(1);
+    expect(await s.guards[1].consume(key, s.now() + 60_000)).toBe(false);
+  });
+
+  it("releases only the key it is given", async () => {
+    const [a, b] = [memo(), memo()];
+    expect(await s.guards[0].consume(a, s.now() + 60_000)).toBe(true);
+    expect(await s.guards[0].consume(b, s.now() + 60_000)).toBe(true);
+    await s.guards[1].release(a);
+    expect(await s.guards[1].consume(b, s.now() + 60_000)).toBe(false);
+    expect(await s.guards[1].consume(a, s.now() + 60_000)).toBe(true);
+  });
+
+  it("treats the release of a key it does not hold as a no-op", async () => {
+    const key = memo();
+    await s.guards[0].release(key);
+    await s.guards[0].release(key);
+    expect(await s.guards[0].consume(key, s.now() + 60_000)).toBe(true);
+    await s.guards[1].release(memo());
+    expect(await s.guards[1].consume(key, s.now() + 60_000)).toBe(false);
+  });
+
   it("treats a very long key as itself, not as a prefix", async () => {
     const long = "m".repeat(10_000);
     expect(await s.guards[0].consume(`${long}a`, s.now() + 60_000)).toBe(true);
@@ -100,6 +129,21 @@ describe("memory replay guard", () => {
     expect(await guard.consume("k", T0 + 5_000)).toBe(false);
     clock.set(T0 + 1_000);
     expect(await guard.consume("k", T0 + 5_000)).toBe(true);
+  });
+
+  it("keeps a released and re-consumed key until its new expiry, not the old one", async () => {
+    const clock = createFixedClock(T0);
+    const guard = createMemoryReplayGuard({ clock });
+    expect(await guard.consume("k", T0 + 1_000)).toBe(true);
+    await guard.release("k");
+    expect(guard.size).toBe(0);
+    expect(await guard.consume("k", T0 + 5_000)).toBe(true);
+    // The first consume's expiry passes: the key stays remembered under its new one.
+    clock.set(T0 + 1_000);
+    expect(await guard.consume("k", T0 + 5_000)).toBe(false);
+    expect(guard.size).toBe(1);
+    clock.set(T0 + 5_000);
+    expect(await guard.consume("k", T0 + 9_000)).toBe(true);
   });
 
   it("refuses new keys with RateLimited when full, rather than forgetting unexpired ones", async () => {

@@ -10,10 +10,15 @@ import { createHash } from "node:crypto";
  * - A key is remembered until `expiresAtMs` (the memo's own expiry, ms since the epoch); after that it
  *   may be forgotten, which is safe because the gate refuses an expired memo before asking.
  * - A key whose `expiresAtMs` has already passed is refused (`false`): the guard could not remember it.
+ * - `release(key)` forgets a consumed key, so that exactly one later `consume` of it succeeds again
+ *   (the gate releases a proof whose request was not served). Releasing a key that is not remembered
+ *   (never consumed, already released or expired) is a no-op. Only the caller that consumed a key
+ *   may release it, once; a release racing a consume of the same key leaves at most one winner.
  * - `close()` releases what the guard opened itself (never a store or client it was given).
  */
 export type ReplayGuard = {
   consume(key: string, expiresAtMs: number): Promise<boolean>;
+  release(key: string): Promise<void>;
   close?(): Promise<void>;
 };
 
