@@ -1,6 +1,7 @@
 import { mkdir } from "node:fs/promises";
 import { PGlite, type Transaction } from "@electric-sql/pglite";
 import { assertSchemaName } from "./assertSchemaName.ts";
+import { type LockDataDirOptions, lockDataDir } from "./lockDataDir.ts";
 import type { Queryable, SqlParam, Store } from "./store.ts";
 import { noSchemaError, transactionEndedError } from "./storeErrors.ts";
 import { toSqlParams } from "./toSqlParams.ts";
@@ -12,22 +13,34 @@ const NUMERIC_OID = 1700;
 /**
  * An embedded PGlite database. PGlite is one backend on one connection: it runs one statement at a
  * time and queues a plain query behind an open transaction, so transactions never interleave.
- * Only one process may open a given `dataDir` at a time.
+ * An on-disk `dataDir` is opened once at a time: it is held under a lock file (`lockDataDir`) until
+ * `close()`, and a second opener waits up to `lock.waitMs` and then gets `store_in_use`.
  */
 export async function createPgliteStore(options: {
   dataDir: string;
   schema?: string | undefined;
+  lock?: LockDataDirOptions | undefined;
 }): Promise<Store> {
   const schema = options.schema === undefined ? undefined : assertSchemaName(options.schema);
   const inMemory = options.dataDir.startsWith("memory://");
-  if (!inMemory) await mkdir(options.dataDir, { recursive: true });
-  const db = await PGlite.create({
-    ...(inMemory ? {} : { dataDir: options.dataDir }),
-    // Exact decimal strings for numeric and int8, as the pg driver returns them (see store.ts).
-    parsers: { [INT8_OID]: (value: string) => value, [NUMERIC_OID]: (value: string) => value },
-  });
-  if (schema !== undefined) {
-    await db.exec(`CREATE SCHEMA IF NOT EXISTS ${schema}; SET search_path TO ${schema}`);
+  let unlock = () => {};
+  if (!inMemory) {
+    await mkdir(options.dataDir, { recursive: true });
+    unlock = await lockDataDir(options.dataDir, options.lock);
+  }
+  let db: PGlite;
+  try {
+    db = await PGlite.create({
+      ...(inMemory ? {} : { dataDir: options.dataDir }),
+      // Exact decimal strings for numeric and int8, as the pg driver returns them (see store.ts).
+      parsers: { [INT8_OID]: (value: string) => value, [NUMERIC_OID]: (value: string) => value },
+    });
+    if (schema !== undefined) {
+      await db.exec(`CREATE SCHEMA IF NOT EXISTS ${schema}; SET search_path TO ${schema}`);
+    }
+  } catch (error) {
+    unlock();
+    throw error;
   }
   const scope = createTransactionScope();
 
@@ -68,7 +81,11 @@ export async function createPgliteStore(options: {
       await db.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE; SET search_path TO public`);
     },
     async close() {
-      if (!db.closed) await db.close();
+      try {
+        if (!db.closed) await db.close();
+      } finally {
+        unlock();
+      }
     },
   };
 }

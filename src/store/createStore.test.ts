@@ -1,4 +1,6 @@
+import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -316,6 +318,41 @@ describe("store on a persisted PGlite data directory", () => {
     expect(migrations).toHaveLength((await loadMigrations()).length);
     await second.close();
   }, 120_000); // opens a disk-backed PGlite twice, migrating it: slow on a busy machine
+
+  it("refuses a second open of a directory that is still open, and opens it once the first closes", async () => {
+    const dataDir = join(dir, "held");
+    const first = await createStore({ dataDir, migrate: false });
+    try {
+      await expect(createStore({ dataDir, migrate: false })).rejects.toMatchObject({
+        code: "InvalidRequest",
+        details: { reason: "store_in_use", dataDir, owner: process.pid },
+      });
+    } finally {
+      await first.close();
+    }
+    expect(existsSync(`${dataDir}.lock`)).toBe(false);
+    const second = await createStore({ dataDir, migrate: false });
+    await second.close();
+  }, 120_000);
+
+  it("refuses a directory held by another live process, and takes over one whose process is gone", async () => {
+    const dataDir = join(dir, "other");
+    const holder = spawn(process.execPath, ["-e", "setInterval(() => {}, 1000)"]);
+    try {
+      writeFileSync(`${dataDir}.lock`, `${holder.pid}\n`);
+      await expect(createStore({ dataDir, migrate: false })).rejects.toMatchObject({
+        details: { reason: "store_in_use", owner: holder.pid },
+      });
+    } finally {
+      holder.kill("SIGKILL");
+      await new Promise((resolve) => holder.once("exit", resolve));
+    }
+    // The holder is gone now: its lock is stale and is taken over.
+    const store = await createStore({ dataDir, migrate: false });
+    expect(readFileSync(`${dataDir}.lock`, "utf8").trim()).toBe(String(process.pid));
+    await store.close();
+    expect(existsSync(`${dataDir}.lock`)).toBe(false);
+  }, 120_000);
 });
 
 describe.runIf(databaseUrl)("store schemas on one PostgreSQL database", () => {

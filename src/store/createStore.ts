@@ -23,7 +23,11 @@ export async function createStore(options: StoreOptions = {}): Promise<Store> {
           maxConnections: options.maxConnections,
           logger: options.logger,
         })
-      : await createPgliteStore({ dataDir: options.dataDir ?? defaultDataDir, schema: options.schema });
+      : await createPgliteStore({
+          dataDir: options.dataDir ?? defaultDataDir,
+          schema: options.schema,
+          lock: options.lock,
+        });
   if (options.migrate !== false) {
     try {
       await migrate(store, { logger: options.logger });

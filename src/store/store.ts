@@ -12,6 +12,7 @@
  *   are numbers, `timestamptz` is a `Date`, `json`/`jsonb` are parsed values, `bytea` is a `Uint8Array`.
  */
 import type { Logger } from "pino";
+import type { LockDataDirOptions } from "./lockDataDir.ts";
 
 /** A value that may be bound to a `$n` placeholder. */
 export type SqlParam =
@@ -61,6 +62,8 @@ export type StoreOptions = {
   databaseUrl?: string | undefined;
   /** PGlite data directory (default `.tollgate/pglite`); `"memory://"` keeps the database in memory. */
   dataDir?: string | undefined;
+  /** PGlite on disk: how long to wait for another holder of `dataDir` (default: refuse at once). */
+  lock?: LockDataDirOptions | undefined;
   /** Put every table into this schema (created if missing). Lowercase letters, digits, `_`. */
   schema?: string | undefined;
   /** Apply pending migrations before returning (default true). */
