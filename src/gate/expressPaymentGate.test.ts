@@ -27,7 +27,12 @@ const gate = paymentGate({
   memoSecret: "express-adapter-test-secret-of-32-bytes-or-more",
   clock,
   proofKeys: jwksOf([key]),
-  routes: { "POST /api/echo": { price: "0.25" }, "GET /api/reports/:id": { price: "1" } },
+  routes: {
+    "POST /api/echo": { price: "0.25" },
+    "GET /api/reports/:id": { price: "1" },
+    "GET /api/flaky/:id": { price: "0.01" },
+    "GET /api/status/:code": { price: "0.01" },
+  },
 });
 
 const served: (GatePayment | undefined)[] = [];
@@ -42,9 +47,25 @@ app.get("/api/reports/:id", (req, res) => {
   served.push(res.locals.payment as GatePayment | undefined);
   res.json({ report: req.params.id });
 });
+/** Runs per path of /api/flaky: the first run throws, later ones answer. */
+const flakyRuns = new Map<string, number>();
+app.get("/api/flaky/:id", (req, res) => {
+  const runs = (flakyRuns.get(req.params.id) ?? 0) + 1;
+  flakyRuns.set(req.params.id, runs);
+  if (runs === 1) throw new Error("the handler's upstream is down");
+  res.json({ runs });
+});
+app.get("/api/status/:code", (req, res) => {
+  res.status(Number(req.params.code)).json({ status: Number(req.params.code) });
+});
 app.get("/api/free", (_req, res) => {
   served.push(res.locals.payment as GatePayment | undefined);
   res.json({ free: true });
+});
+
+// Express's own error handler answers a thrown error with a bare 500; keep it off the test output.
+app.use((_error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+  res.status(500).json({ error: { code: "Internal", message: "handler failed" } });
 });
 
 let server: Server;
@@ -112,6 +133,34 @@ describe("expressPaymentGate", () => {
     expect(replay.status).toBe(402);
     expect(PaymentRequiredSchema.parse(await replay.json()).error).toBe("InvalidPaymentProof");
     expect(served).toHaveLength(1);
+  });
+
+  it("accepts the same proof again after the handler threw, and serves it", async () => {
+    const unpaid = await fetch(`${base}/api/flaky/1`);
+    const header = proofHeader(PaymentRequiredSchema.parse(await unpaid.json()));
+    const failed = await fetch(`${base}/api/flaky/1`, { headers: { "x-payment": header } });
+    expect(failed.status).toBe(500);
+    const retry = await fetch(`${base}/api/flaky/1`, { headers: { "x-payment": header } });
+    expect(retry.status).toBe(200);
+    expect(await retry.json()).toEqual({ runs: 2 });
+    const replay = await fetch(`${base}/api/flaky/1`, { headers: { "x-payment": header } });
+    expect(replay.status).toBe(402);
+    expect(flakyRuns.get("1")).toBe(2);
+  });
+
+  it.each([
+    [503, 503],
+    [404, 402],
+    [200, 402],
+  ])("after the handler answered %i, the same proof is answered %i", async (status, next) => {
+    const unpaid = await fetch(`${base}/api/status/${status}`);
+    const header = proofHeader(PaymentRequiredSchema.parse(await unpaid.json()));
+    expect((await fetch(`${base}/api/status/${status}`, { headers: { "x-payment": header } })).status).toBe(
+      status,
+    );
+    expect((await fetch(`${base}/api/status/${status}`, { headers: { "x-payment": header } })).status).toBe(
+      next,
+    );
   });
 
   it("passes requests no route prices to the handler without a payment", async () => {

@@ -7,7 +7,9 @@ export type PaymentGateEnv = { Variables: { payment: GatePayment | undefined } }
 /**
  * The gate as Hono middleware; mount it on the paid path prefix. A refused request is answered by the
  * gate and never reaches the handler; a paid one reaches it with `c.get("payment")` set, and the
- * gate's headers (`X-PAYMENT-RESPONSE`) are added to whatever the handler answers.
+ * gate's headers (`X-PAYMENT-RESPONSE`) are added to whatever the handler answers. The handler's
+ * status is reported to the gate before the response leaves, so a paid request answered 5xx (or whose
+ * handler threw) gives the payer its proof back.
  *
  * @example
  * const app = new Hono<PaymentGateEnv>();
@@ -19,7 +21,14 @@ export function honoPaymentGate(gate: PaymentGate): MiddlewareHandler<PaymentGat
     const result = await gate(c.req.raw);
     if (result.kind === "respond") return result.response;
     c.set("payment", result.paid);
-    await next();
+    try {
+      await next();
+    } catch (error) {
+      // Hono turns a handler's error into a response through `onError`; one rethrown here is a 500.
+      await result.complete(500);
+      throw error;
+    }
+    await result.complete(c.res.status);
     if ([...result.headers.keys()].length === 0) return;
     try {
       for (const [name, value] of result.headers) c.res.headers.set(name, value);

@@ -29,6 +29,8 @@ const gate = paymentGate({
 
 const served: { path: string | undefined; payment: GatePayment | undefined; body: string }[] = [];
 const errors: unknown[] = [];
+/** Runs per path of /api/flaky/…: the first run throws, later ones answer. */
+const flakyRuns = new Map<string, number>();
 let server: Server;
 let base: string;
 
@@ -38,6 +40,13 @@ beforeAll(async () => {
       gate,
       async (req, res, payment) => {
         if (req.url === "/api/boom") throw new Error("handler failed");
+        if (req.url?.startsWith("/api/flaky/")) {
+          const runs = (flakyRuns.get(req.url) ?? 0) + 1;
+          flakyRuns.set(req.url, runs);
+          if (runs === 1) throw new Error("the handler's upstream is down");
+        }
+        const status = /^\/api\/status\/(\d{3})$/.exec(req.url ?? "")?.[1];
+        if (status !== undefined) res.statusCode = Number(status);
         served.push({ path: req.url, payment, body: await text(req) });
         res.setHeader("content-type", "application/json");
         res.end(JSON.stringify({ ok: true }));
@@ -117,6 +126,32 @@ describe("nodePaymentGate", () => {
     expect(paid.status).toBe(500);
     expect(await paid.text()).toBe("");
     expect(errors).toEqual([expect.objectContaining({ message: "handler failed" })]);
+  });
+
+  it("accepts the same proof again after the handler threw, and serves it", async () => {
+    const unpaid = await fetch(`${base}/api/flaky/1`);
+    const header = proofHeader(PaymentRequiredSchema.parse(await unpaid.json()));
+    expect((await fetch(`${base}/api/flaky/1`, { headers: { "x-payment": header } })).status).toBe(500);
+    const retry = await fetch(`${base}/api/flaky/1`, { headers: { "x-payment": header } });
+    expect(retry.status).toBe(200);
+    expect(await retry.json()).toEqual({ ok: true });
+    expect((await fetch(`${base}/api/flaky/1`, { headers: { "x-payment": header } })).status).toBe(402);
+    expect(flakyRuns.get("/api/flaky/1")).toBe(2);
+  });
+
+  it.each([
+    [502, 502],
+    [404, 402],
+    [200, 402],
+  ])("after the handler answered %i, the same proof is answered %i", async (status, next) => {
+    const unpaid = await fetch(`${base}/api/status/${status}`);
+    const header = proofHeader(PaymentRequiredSchema.parse(await unpaid.json()));
+    expect((await fetch(`${base}/api/status/${status}`, { headers: { "x-payment": header } })).status).toBe(
+      status,
+    );
+    expect((await fetch(`${base}/api/status/${status}`, { headers: { "x-payment": header } })).status).toBe(
+      next,
+    );
   });
 
   it("refuses a prefix that is not a path", () => {

@@ -20,7 +20,8 @@ export type NodePaymentGateOptions = {
  * The gate as a `node:http` request listener wrapping `handler`. Requests outside `prefix` go straight
  * to the handler; others are answered by the gate or reach the handler with the payment as its third
  * argument and `X-PAYMENT-RESPONSE` already set on `res`. A handler that throws before answering gets
- * a bare 500 (its error is not sent to the client).
+ * a bare 500 (its error is not sent to the client). The handler's status is reported to the gate (500
+ * when it threw, before that 500 is sent), so a paid request answered 5xx gives the payer its proof back.
  *
  * @example
  * http.createServer(nodePaymentGate(gate, (req, res, payment) => {
@@ -53,7 +54,15 @@ export function nodePaymentGate(
       });
       if (result.kind === "respond") return writeWebResponse(res, result.response);
       for (const [name, value] of result.headers) res.setHeader(name, value);
-      return handler(req, res, result.paid);
+      // `close` follows `finish` and also fires for an aborted response; the gate counts the first.
+      res.once("close", () => void result.complete(res.statusCode));
+      try {
+        return await handler(req, res, result.paid);
+      } catch (error) {
+        // Hand the proof back before the 500 leaves, so an immediate retry finds it released.
+        if (!res.headersSent) await result.complete(500);
+        throw error;
+      }
     };
     run().catch((error: unknown) => {
       options.onError?.(error);

@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { decodePaymentRequiredHeader } from "@x402/core/http";
 import { Hono } from "hono";
+import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { beforeEach, describe, expect, it } from "vitest";
 import type { FetchFn } from "../client/facilitatorClient.ts";
 import { jwksOf, proofKeyFromSeed, signPaymentProof } from "../facilitator/proofKeys.ts";
@@ -61,13 +62,18 @@ function setup(overrides: Partial<PaymentGateOptions> = {}) {
     ...overrides,
   });
   const served: (GatePayment | undefined)[] = [];
+  /** What the handler does on its next runs, in order (then 200): a status to answer, or throw. */
+  const script: (ContentfulStatusCode | "throw")[] = [];
   const app = new Hono<PaymentGateEnv>();
   app.use("/api/*", honoPaymentGate(gate));
   app.all("/api/*", (c) => {
     served.push(c.get("payment"));
-    return c.json({ resource: c.req.path });
+    const next = script.shift() ?? 200;
+    if (next === "throw") throw new Error("the handler's upstream is down");
+    return c.json({ resource: c.req.path }, next);
   });
-  return { clock, gate, app, served };
+  app.onError((_error, c) => c.json({ error: { code: "Internal", message: "handler failed" } }, 500));
+  return { clock, gate, app, served, script };
 }
 
 type Kit = ReturnType<typeof setup>;
@@ -282,6 +288,78 @@ describe("paymentGate: accepting a proof", () => {
   });
 });
 
+describe("paymentGate: a proof is used up only by a request that was served", () => {
+  let kit: Kit;
+  beforeEach(() => {
+    kit = setup();
+  });
+
+  it("accepts the same proof again after the handler answered 500, and runs the handler", async () => {
+    const proof = proofFor(kit, await offer(kit));
+    kit.script.push(500);
+    expect((await pay(kit, proof)).status).toBe(500);
+    const retry = await pay(kit, proof);
+    expect(retry.status).toBe(200);
+    expect(await retry.json()).toEqual({ resource: "/api/reports/1" });
+    expect(kit.served).toHaveLength(2);
+    kit.served.length = 0;
+    await expectRefused(kit, await pay(kit, proof), /already used/);
+  });
+
+  it("accepts the same proof again after the handler threw", async () => {
+    const proof = proofFor(kit, await offer(kit));
+    kit.script.push("throw");
+    expect((await pay(kit, proof)).status).toBe(500);
+    expect((await pay(kit, proof)).status).toBe(200);
+    expect(kit.served).toHaveLength(2);
+  });
+
+  it("keeps handing a proof back while the handler keeps failing, and serves it once it recovers", async () => {
+    const proof = proofFor(kit, await offer(kit));
+    kit.script.push(503, 502, 500);
+    for (const status of [503, 502, 500]) expect((await pay(kit, proof)).status).toBe(status);
+    expect((await pay(kit, proof)).status).toBe(200);
+    kit.served.length = 0;
+    await expectRefused(kit, await pay(kit, proof), /already used/);
+  });
+
+  it.each([200, 201, 400, 404, 422] as const)(
+    "keeps the proof used up after the handler answered %i",
+    async (status) => {
+      const proof = proofFor(kit, await offer(kit));
+      kit.script.push(status);
+      expect((await pay(kit, proof)).status).toBe(status);
+      kit.served.length = 0;
+      await expectRefused(kit, await pay(kit, proof), /already used/);
+    },
+  );
+
+  it("counts only the first report of a request, so a late one cannot free a proof served since", async () => {
+    const proof = proofFor(kit, await offer(kit));
+    const request = () =>
+      new Request("http://gate.test/api/reports/1", { headers: { "X-PAYMENT": encodeJsonHeader(proof) } });
+    const first = await kit.gate(request());
+    if (first.kind !== "pass") throw new Error("expected the proof to pass");
+    await first.complete(500);
+    const second = await kit.gate(request());
+    if (second.kind !== "pass") throw new Error("expected the released proof to pass");
+    await second.complete(200);
+    await first.complete(500);
+    await second.complete(500);
+    expect((await kit.gate(request())).kind).toBe("respond");
+  });
+
+  it("keeps the proof used up when the adapter never reports the handler's status", async () => {
+    const proof = proofFor(kit, await offer(kit));
+    const request = new Request("http://gate.test/api/reports/1", {
+      headers: { "X-PAYMENT": encodeJsonHeader(proof) },
+    });
+    expect((await kit.gate(request)).kind).toBe("pass");
+    const again = await kit.gate(request);
+    expect(again.kind === "respond" && again.response.status).toBe(402);
+  });
+});
+
 describe("paymentGate: attacks are refused with 402 InvalidPaymentProof and the handler never runs", () => {
   let kit: Kit;
   beforeEach(() => {
@@ -455,6 +533,9 @@ describe("paymentGate: faults", () => {
     const kit = setup({
       replayGuard: {
         consume: async () => {
+          throw new Error("connection terminated: secret internals");
+        },
+        release: async () => {
           throw new Error("connection terminated: secret internals");
         },
       },

@@ -9,6 +9,9 @@
  *   replay guard, and only the caller that consumed it passes. A check that could not be carried out
  *   (facilitator or replay guard down) answers 5xx and leaves the memo unconsumed, so the payer can
  *   retry the same proof instead of paying again.
+ * - A proof is used up only by a request that was served: when the adapter reports (`complete`) that
+ *   the handler answered 5xx or threw, the memo is released and the same proof is accepted once more
+ *   until it expires. A 2xx, 3xx or 4xx keeps it consumed, as does an adapter that never reports.
  * - Every 402 is built fresh, with new memos; the gate stores nothing per 402.
  * - Bad input is a 402 (or a 4xx), never a 500.
  */
@@ -92,14 +95,33 @@ export type ProofPayment = {
 };
 
 /**
- * `pass`: run the handler, then add `headers` to its response (`X-PAYMENT-RESPONSE` after a payment).
+ * `pass`: run the handler, then add `headers` to its response (`X-PAYMENT-RESPONSE` after a payment),
+ * and report the handler's status with `complete` (500 when it threw) before the response is sent.
  * `paid` is the one-time payment, `subscription` the subscription served under (with its metered
  * units and charge); both are absent for a request no pricing applies to.
  * `respond`: answer with `response` and do not run the handler.
  */
 export type GateResult =
-  | { kind: "pass"; paid?: GatePayment; subscription?: GateSubscription; headers: Headers }
+  | {
+      kind: "pass";
+      paid?: GatePayment;
+      subscription?: GateSubscription;
+      headers: Headers;
+      complete: CompleteRequest;
+    }
   | { kind: "respond"; response: Response };
+
+/**
+ * Reports how the handler answered a request the gate let through. For a proof payment (`X-PAYMENT`),
+ * a status of 500 or more releases the memo in the replay guard, so the payer can present the same
+ * proof again until it expires instead of paying twice; any other status keeps it consumed. Only the
+ * first call counts; it never rejects (a failed release is logged and the proof stays used), and it
+ * does nothing for other requests. Not calling it at all keeps the proof consumed.
+ */
+export type CompleteRequest = (status: number) => Promise<void>;
+
+/** `complete` of a request whose payment (if any) cannot be handed back: nothing to do. */
+const completeNothing: CompleteRequest = async () => undefined;
 
 export type PaymentGate = (request: GateRequest) => Promise<GateResult>;
 
@@ -374,8 +396,15 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     } catch (fault) {
       return { kind: "respond", response: checkFailure(fault, "a subscription could not be checked") };
     }
+    // A metered charge reserved for a failed request is not handed back: the usage ledger has no
+    // way to undo a reservation that a flush may already have batched (see docs/gate.md).
     if (outcome.kind === "pass")
-      return { kind: "pass", subscription: outcome.subscription, headers: new Headers() };
+      return {
+        kind: "pass",
+        subscription: outcome.subscription,
+        headers: new Headers(),
+        complete: completeNothing,
+      };
     if (outcome.kind === "busy") {
       return {
         kind: "respond",
@@ -397,7 +426,7 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     // The memo binds the path as sent; routes are matched on it decoded, as routers see it.
     const path = url.pathname;
     const route = resolveRoute({ method, path: decodedPath(path), url });
-    if (route === undefined) return { kind: "pass", headers: new Headers() };
+    if (route === undefined) return { kind: "pass", headers: new Headers(), complete: completeNothing };
     if (path.length > MAX_PATH_LENGTH) {
       return {
         kind: "respond",
@@ -419,9 +448,12 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     if (header === null) {
       const x402Header = request.headers.get(HeaderName.X402PaymentSignature);
       if (x402Header === null) return paymentRequired("PaymentRequired", "payment required", target, route);
-      // x402 v2 (DESIGN.md §2.7): settled through the facilitator before the handler runs, served once.
+      // x402 v2 (DESIGN.md §2.7): settled through the facilitator before the handler runs, served once;
+      // a failed handler does not hand the payment back (the x402 client signs a fresh one).
       const outcome = await acceptX402(x402Header, { offers: route.offers, tokenEip712: await x402Domain() });
-      if (outcome.kind === "paid") return { kind: "pass", paid: outcome.payment, headers: outcome.headers };
+      if (outcome.kind === "paid") {
+        return { kind: "pass", paid: outcome.payment, headers: outcome.headers, complete: completeNothing };
+      }
       if (outcome.kind === "fault") {
         logger?.warn({ err: outcome.error, method, path }, "x402 payment could not be settled");
         return { kind: "respond", response: faultResponse(outcome.error) };
@@ -475,7 +507,23 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
       HeaderName.PaymentResponse,
       encodeJsonHeader({ success: true, transaction: proof.tx, network: proof.network, payer: proof.payer }),
     );
-    return { kind: "pass", paid, headers };
+    return { kind: "pass", paid, headers, complete: releaseOnFailure(proof.memo, method, path) };
+  };
+
+  /** `complete` of a proof payment: hands the memo back when the handler failed (status ≥ 500). */
+  const releaseOnFailure = (memo: string, method: string, path: string): CompleteRequest => {
+    let reported = false;
+    return async (status) => {
+      if (reported) return;
+      reported = true;
+      if (!(status >= 500)) return;
+      try {
+        await replayGuard.release(memo);
+        logger?.warn({ method, path, status }, "handler failed; payment proof released for a retry");
+      } catch (error) {
+        logger?.warn({ err: error, method, path, status }, "payment proof could not be released");
+      }
+    };
   };
 
   const controls: PaymentGateControls = {

@@ -131,7 +131,9 @@ export const PaymentGateOptionsSchema = z.strictObject({
   /** Default description for the 402 and x402's `resource.description`. */
   description: z.string().max(1024).optional(),
   /** Remembers consumed memos. Default: in memory, for one process. */
-  replayGuard: z.custom<ReplayGuard>(hasMethods("consume"), { error: "expected a ReplayGuard" }).optional(),
+  replayGuard: z
+    .custom<ReplayGuard>(hasMethods("consume", "release"), { error: "expected a ReplayGuard" })
+    .optional(),
   clock: z.custom<Clock>(hasMethods("now"), { error: "expected a Clock" }).optional(),
   /** The `fetch` the facilitator client uses when `facilitator` is a URL (default: the global one). */
   fetch: z.custom<FetchFn>(isFunction, { error: "expected a fetch function" }).optional(),
