@@ -1,18 +1,8 @@
 #!/usr/bin/env node
-// Runs the TypeScript CLI through tsx so the package needs no build step.
-import { spawnSync } from "node:child_process";
-import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+// Runs the TypeScript CLI in this process through tsx's loader, so the package needs no build step.
+// In-process (not a child) so signals reach the command itself: Ctrl-C or `kill <pid>` stops a
+// `tollgate facilitator` cleanly instead of leaving a child running behind a dead wrapper.
+import { register } from "tsx/esm/api";
 
-const require = createRequire(import.meta.url);
-const here = dirname(fileURLToPath(import.meta.url));
-const tsx = require.resolve("tsx/cli");
-const result = spawnSync(
-  process.execPath,
-  [tsx, join(here, "..", "src", "cli", "main.ts"), ...process.argv.slice(2)],
-  {
-    stdio: "inherit",
-  },
-);
-process.exit(result.status ?? 1);
+register();
+await import(new URL("../src/cli/main.ts", import.meta.url).href);

@@ -51,6 +51,7 @@ main(process.argv.slice(2)).then(
     } else {
       console.error(error instanceof Error ? `tollgate: ${error.message}` : error);
     }
-    process.exitCode = 1;
+    // A command that failed may still hold timers or sockets it could not close: end here.
+    process.exit(1);
   },
 );

@@ -16,6 +16,7 @@ import {
 } from "viem";
 import { devnetChain, getNetworkConfig } from "../chain/networks.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
+import { TollgateError } from "../protocol/errors.ts";
 import type { SupportedResponse } from "../protocol/facilitator.ts";
 import { chainIdOf } from "../protocol/network.ts";
 import type { Store } from "../store/store.ts";
@@ -231,6 +232,15 @@ export function serveApp(
           }),
       });
     });
-    server.once("error", reject);
+    server.once("error", (error: NodeJS.ErrnoException) => {
+      reject(
+        error.code === "EADDRINUSE"
+          ? new TollgateError("InvalidRequest", `port ${options.port} on ${hostname} is already in use`, {
+              details: { reason: "port_in_use", port: options.port, hostname },
+              cause: error,
+            })
+          : error,
+      );
+    });
   });
 }

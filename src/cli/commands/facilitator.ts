@@ -75,8 +75,16 @@ export async function run(argv: string[]): Promise<number> {
     confirmations: config.confirmations,
     logger,
   });
-  await facilitator.start();
-  const server = await serveApp(facilitator.app, { port: config.port, hostname: config.host });
+  let server: Awaited<ReturnType<typeof serveApp>>;
+  try {
+    await facilitator.start();
+    server = await serveApp(facilitator.app, { port: config.port, hostname: config.host });
+  } catch (error) {
+    // Nothing listens (say, the port is taken): stop the workers and release the database.
+    await facilitator.stop();
+    await store.close();
+    throw error;
+  }
   logger.info(
     {
       url: server.url,

@@ -125,6 +125,10 @@ export async function marketCommand(argv: string[], deps: MarketCommandDeps): Pr
     fetch: values["no-refresh"] ? undefined : deps.fetch,
     port,
     hostname: values.host,
+  }).catch(async (error: unknown) => {
+    // Nothing listens (say, the port is taken): release the database so the command can end.
+    await store.close();
+    throw error;
   });
   logger.info({ url: server.url, store: store.kind }, "market listening");
   deps.out.log(
