@@ -66,6 +66,8 @@ describe("tollgate devnet", () => {
     expect(await devnetCommand(["advance", "12h", "--dir", dir], advanced.out)).toBe(0);
     const timeAfter = BigInt(/chain time ([0-9]+)/.exec(advanced.lines[0]!)![1]!);
     expect(timeAfter - timeBefore).toBeGreaterThanOrEqual(43_200n);
+    // The chain clock is now ahead of the wall clock: the command says what that means for payments.
+    expect(advanced.lines[1]).toMatch(/one-time payments are refused as expired/);
 
     expect(await devnetCommand(["down", "--dir", dir], capture().out)).toBe(0);
     expect(existsSync(join(dir, "devnet.json"))).toBe(false);

@@ -157,6 +157,12 @@ async function advance(file: string, arg: string | undefined, out: Output): Prom
   out.log(
     `advanced ${seconds} s: block ${block.number}, chain time ${block.timestamp} (${new Date(Number(block.timestamp) * 1000).toISOString()})`,
   );
+  // EIP-3009 windows are signed against the wall clock (capped by the gate's memo expiry), so a
+  // chain clock far ahead of it refuses every new one-time payment as expired.
+  out.log(
+    "note: chain time now runs ahead of this machine's clock; subscriptions, renewals and metering carry on, " +
+      "but new one-time payments are refused as expired on this devnet until it is restarted (`tollgate devnet down && tollgate devnet up`)",
+  );
   return 0;
 }
 
