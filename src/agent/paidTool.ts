@@ -283,6 +283,7 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
     const fetchOptions: FetchWithPaymentOptions = {
       maxPrice,
       choose,
+      sleep: wait,
       // x402-only servers are paid through the budget too (a custom `choose` disables the default).
       payX402: async (paymentRequired, context) => {
         if (payer.account === undefined) return undefined;
@@ -321,6 +322,19 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       },
     };
     const paidFetch = fetchWithPayment(fetch, payer, fetchOptions);
+    /** The seller answered an error: its code and message, and what it was paid for the call. */
+    const sellerFailure = (status: number, text: string): SellerError => {
+      const seller = errorOf(text);
+      const code = seller?.code ?? `HTTP${status}`;
+      const paidNote =
+        paidAmount > 0n
+          ? ` after being paid ${formatUnitsExact(paidAmount)} USDC${transaction === undefined ? "" : ` (transaction ${transaction})`}`
+          : "";
+      return new SellerError(
+        code,
+        `${capability.name} answered ${status} ${code}${paidNote}${seller?.message === undefined ? "" : `: ${seller.message}`}`,
+      );
+    };
 
     try {
       let response: Response | undefined;
@@ -344,18 +358,7 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         );
       }
       const text = await response.text();
-      if (!response.ok) {
-        const seller = errorOf(text);
-        const code = seller?.code ?? `HTTP${response.status}`;
-        const paidNote =
-          paidAmount > 0n
-            ? ` after being paid ${formatUnitsExact(paidAmount)} USDC${transaction === undefined ? "" : ` (transaction ${transaction})`}`
-            : "";
-        throw new SellerError(
-          code,
-          `${capability.name} answered ${response.status} ${code}${paidNote}${seller?.message === undefined ? "" : `: ${seller.message}`}`,
-        );
-      }
+      if (!response.ok) throw sellerFailure(response.status, text);
       let mode: SpendMode =
         chosen?.scheme === "subscription"
           ? "subscription"
@@ -400,7 +403,12 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         ok: true,
       });
       return [text, receipt];
-    } catch (error) {
+    } catch (thrown) {
+      // The payer re-sent its proof and the seller kept failing: report it as the seller's answer.
+      const error =
+        isTollgateError(thrown, "PaidRequestFailed") && typeof thrown.details?.status === "number"
+          ? sellerFailure(thrown.details.status, String(thrown.details.body ?? ""))
+          : thrown;
       await settleReservations(budget, reservations, paidAmount).catch(() => undefined);
       const code =
         error instanceof SellerError ? error.code : error instanceof TollgateError ? error.code : "Internal";

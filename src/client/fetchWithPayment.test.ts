@@ -43,6 +43,7 @@ function setup() {
         ],
       },
       "GET /pricey": { price: "5" },
+      "GET /flaky": { price: "0.10" },
     },
   });
   const app = new Hono();
@@ -51,6 +52,16 @@ function setup() {
   app.get("/choice", (c) => c.text("chosen"));
   app.get("/pricey", (c) => c.text("pricey"));
   app.get("/free", (c) => c.text("free"));
+  /** What /flaky answers on its next runs, in order (then 200): a 5xx status, with `Retry-After` if given. */
+  const flaky: { status: 500 | 502 | 503; retryAfter?: string }[] = [];
+  let flakyRuns = 0;
+  app.get("/flaky", (c) => {
+    flakyRuns++;
+    const next = flaky.shift();
+    if (next === undefined) return c.text("served");
+    if (next.retryAfter !== undefined) c.header("Retry-After", next.retryAfter);
+    return c.json({ error: { code: "Internal", message: "the upstream is down" } }, next.status);
+  });
   app.get("/x402-only", (c) => {
     const header = encodeJsonHeader({
       x402Version: 2,
@@ -106,10 +117,13 @@ function setup() {
     },
   };
   return {
+    clock,
     fetch,
     sent,
     paid,
     payer,
+    flaky,
+    flakyRuns: () => flakyRuns,
     useStrangerKey() {
       signer = stranger;
     },
@@ -203,6 +217,110 @@ describe("fetchWithPayment", () => {
     expect(kit.paid).toHaveLength(3);
     expect(new Set(kit.paid.map((o) => o.memo)).size).toBe(3);
     expect(kit.sent).toHaveLength(4);
+  });
+
+  describe("a paid request answered 5xx", () => {
+    /** Records each wait instead of sleeping, and moves the gate's clock by it. */
+    const waits: number[] = [];
+    const sleep = async (ms: number) => {
+      waits.push(ms);
+      kit.clock.advance(ms);
+    };
+    beforeEach(() => {
+      waits.length = 0;
+    });
+
+    it("re-sends the same proof and ends in a 200 with one payment", async () => {
+      kit.flaky.push({ status: 500 });
+      const paidFetch = fetchWithPayment(kit.fetch, kit.payer, { maxPrice: "1", sleep, clock: kit.clock });
+      const response = await paidFetch("http://api.test/flaky");
+      expect(response.status).toBe(200);
+      expect(await response.text()).toBe("served");
+      expect(kit.paid).toHaveLength(1);
+      expect(kit.flakyRuns()).toBe(2);
+      const proofs = kit.sent.map((r) => r.headers.get("X-PAYMENT")).filter((h) => h !== null);
+      expect(proofs).toHaveLength(2);
+      expect(proofs[1]).toBe(proofs[0]);
+      expect(waits).toEqual([500]);
+    });
+
+    it("honours Retry-After within the cap", async () => {
+      kit.flaky.push({ status: 503, retryAfter: "3" });
+      const paidFetch = fetchWithPayment(kit.fetch, kit.payer, { maxPrice: "1", sleep, clock: kit.clock });
+      expect((await paidFetch("http://api.test/flaky")).status).toBe(200);
+      expect(waits).toEqual([3_000]);
+      expect(kit.paid).toHaveLength(1);
+    });
+
+    it("throws PaidRequestFailed with the redeemable proof after the retries, never paying again", async () => {
+      kit.flaky.push({ status: 500 }, { status: 502 }, { status: 503 }, { status: 500 });
+      const paidFetch = fetchWithPayment(kit.fetch, kit.payer, {
+        maxPrice: "1",
+        maxServerErrorRetries: 2,
+        sleep,
+        clock: kit.clock,
+      });
+      const error = await refusal(paidFetch("http://api.test/flaky"));
+      expect(error.code).toBe("PaidRequestFailed");
+      expect(kit.paid).toHaveLength(1);
+      expect(kit.flakyRuns()).toBe(3);
+      const proof = kit.sent.at(-1)!.headers.get("X-PAYMENT");
+      expect(error.details).toMatchObject({
+        url: "http://api.test/flaky",
+        status: 503,
+        sends: 3,
+        paid: true,
+        amount: "100000",
+        payer: PAYER,
+        transaction: `0x${"99".repeat(32)}`,
+        proof,
+        redeemableUntil: Math.floor(1_763_800_000_000 / 1000) + 300,
+      });
+      expect(error.message).toMatch(/stays redeemable until/);
+      // The proof is still good: the gate handed it back, and the seller has recovered.
+      kit.flaky.length = 0;
+      const later = await kit.fetch("http://api.test/flaky", { headers: { "X-PAYMENT": proof! } });
+      expect(later.status).toBe(200);
+    });
+
+    it("stops at once when Retry-After asks for longer than the cap", async () => {
+      kit.flaky.push({ status: 503, retryAfter: "60" });
+      const paidFetch = fetchWithPayment(kit.fetch, kit.payer, {
+        maxPrice: "1",
+        maxServerErrorRetryDelayMs: 10_000,
+        sleep,
+        clock: kit.clock,
+      });
+      const error = await refusal(paidFetch("http://api.test/flaky"));
+      expect(error.code).toBe("PaidRequestFailed");
+      expect(error.details).toMatchObject({ status: 503, sends: 1, paid: true });
+      expect(waits).toEqual([]);
+    });
+
+    it("does not wait past the proof's expiry", async () => {
+      kit.flaky.push({ status: 500 });
+      const paidFetch = fetchWithPayment(kit.fetch, kit.payer, {
+        maxPrice: "1",
+        serverErrorRetryDelayMs: 1_000,
+        sleep,
+        clock: { now: () => kit.clock.now() + 299_500 },
+      });
+      const error = await refusal(paidFetch("http://api.test/flaky"));
+      expect(error.details).toMatchObject({ sends: 1 });
+      expect(waits).toEqual([]);
+    });
+
+    it("refuses bad retry options at construction", () => {
+      for (const bad of [
+        { maxServerErrorRetries: -1 },
+        { maxServerErrorRetries: 11 },
+        { sleep, serverErrorRetryDelayMs: 0.5 },
+      ]) {
+        expect(() => fetchWithPayment(kit.fetch, kit.payer, { maxPrice: "1", ...bad })).toThrow(
+          TollgateError,
+        );
+      }
+    });
   });
 
   it("refuses a server that takes only x402 payments unless a payX402 seam is given", async () => {

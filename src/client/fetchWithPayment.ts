@@ -7,14 +7,20 @@
  * `maxProofRetries` times. Each payment is bounded by `maxPrice`, so the most one call can spend is
  * `maxPrice × (1 + maxProofRetries)`.
  *
+ * A paid request answered 5xx is re-sent with the same proof, at most `maxServerErrorRetries` times:
+ * the gate hands a proof back when its handler fails, so a transient failure costs one payment. If it
+ * keeps failing, `PaidRequestFailed` carries the proof, which stays redeemable until it expires; a
+ * fresh 402 is never paid after a 5xx, so a failing seller is paid at most once per call.
+ *
  * The request body is buffered once, so the retry sends the same bytes (a stream cannot be replayed).
  */
+import { type Clock, systemClock } from "../protocol/clock.ts";
 import { type GateErrorCode, TollgateError } from "../protocol/errors.ts";
 import { HeaderName } from "../protocol/header.ts";
 import type { PaymentOption, PaymentRequired } from "../protocol/paymentRequired.ts";
 import type { X402PaymentRequired } from "../protocol/x402.ts";
 import type { OriginSubscription, Payer, PaymentReceipt } from "./createPayer.ts";
-import { type FetchFn, sameFacilitatorUrl } from "./facilitatorClient.ts";
+import { type FetchFn, parseRetryAfter, sameFacilitatorUrl } from "./facilitatorClient.ts";
 import { parsePriceCeiling } from "./parsePriceCeiling.ts";
 import { createPayX402 } from "./payX402.ts";
 import { readPaymentRequired } from "./readPaymentRequired.ts";
@@ -72,6 +78,20 @@ export type FetchWithPaymentOptions = {
   choose?: ChoosePaymentOption;
   /** Fresh 402s paid after the gate refused a proof (default 2). */
   maxProofRetries?: number;
+  /** Times the same proof is re-sent after the paid request is answered 5xx (default 2, at most 10). */
+  maxServerErrorRetries?: number;
+  /**
+   * Wait before re-sending after a 5xx without `Retry-After` (default 500 ms). A gate sharing its
+   * replay guard may hand the proof back a moment after its 5xx leaves, so an immediate re-send could
+   * be refused.
+   */
+  serverErrorRetryDelayMs?: number;
+  /** The longest wait honoured (`Retry-After` included); a longer one ends the call (default 10 s). */
+  maxServerErrorRetryDelayMs?: number;
+  /** Waits between re-sends; default `setTimeout`. */
+  sleep?: (ms: number) => Promise<void>;
+  /** Tells whether a proof would expire before a re-send; default the system clock. */
+  clock?: Clock;
   /**
    * Pays a 402 that carries only x402's `PAYMENT-REQUIRED`. Default: `createPayX402(payer)` (the payer's
    * account signs an EIP-3009 `exact` payment) — unless `choose` is given: a caller that chooses (a
@@ -101,7 +121,9 @@ const SUBSCRIPTION_REFUSALS: ReadonlySet<string> = new Set([
  *
  * Throws `TollgateError`: `PriceCeilingExceeded` when every option costs more than `maxPrice`,
  * `UnsupportedNetwork` when no option is payable by this payer, `InvalidPaymentProof` when the gate
- * still refuses after the retries, and the payer's or facilitator's errors (`InsufficientFunds`, …).
+ * still refuses after the retries, `PaidRequestFailed` when a paid request keeps being answered 5xx
+ * (`details`: `paid`, `amount`, `transaction`, `status`, `body`, and the `proof` header, redeemable
+ * until `redeemableUntil`, unix seconds), and the payer's or facilitator's errors (`InsufficientFunds`, …).
  *
  * @example
  * const paidFetch = fetchWithPayment(fetch, payer, { maxPrice: "0.50" });
@@ -117,6 +139,25 @@ export function fetchWithPayment(
   if (!Number.isSafeInteger(maxProofRetries) || maxProofRetries < 0 || maxProofRetries > 10) {
     throw new TollgateError("InvalidRequest", "fetchWithPayment: maxProofRetries must be an integer 0..10");
   }
+  const maxServerErrorRetries = options.maxServerErrorRetries ?? 2;
+  if (
+    !Number.isSafeInteger(maxServerErrorRetries) ||
+    maxServerErrorRetries < 0 ||
+    maxServerErrorRetries > 10
+  ) {
+    throw new TollgateError(
+      "InvalidRequest",
+      "fetchWithPayment: maxServerErrorRetries must be an integer 0..10",
+    );
+  }
+  const retryDelayMs = delayOption(options.serverErrorRetryDelayMs, 500, "serverErrorRetryDelayMs");
+  const maxRetryDelayMs = delayOption(
+    options.maxServerErrorRetryDelayMs,
+    10_000,
+    "maxServerErrorRetryDelayMs",
+  );
+  const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+  const clock = options.clock ?? systemClock;
   const choose = options.choose ?? ((_options, context) => context.affordable[0]);
   const payX402 =
     options.payX402 ??
@@ -164,7 +205,64 @@ export function fetchWithPayment(
       });
       options.onPayment?.(receipt, original);
       attempt++;
-      return send({ [HeaderName.Payment]: receipt.header });
+      const response = await send({ [HeaderName.Payment]: receipt.header });
+      return response.status >= 500 ? resendProof(receipt, response) : response;
+    };
+
+    /**
+     * The paid request was answered 5xx: the gate gave the proof back (or never took it, for a fault
+     * of its own), so the same proof is re-sent. Never pays again: a 402 to a re-sent proof ends the
+     * call too, since it would mean paying a seller that just failed a second time.
+     */
+    const resendProof = async (receipt: PaymentReceipt, failed: Response): Promise<Response> => {
+      const header = receipt.header;
+      let response = failed;
+      let sends = 1;
+      let refused: string | undefined;
+      for (;;) {
+        const retryAfter = parseRetryAfter(response.headers.get(HeaderName.RetryAfter));
+        const delay = retryAfter === undefined ? retryDelayMs : retryAfter * 1000;
+        if (
+          sends > maxServerErrorRetries ||
+          delay > maxRetryDelayMs ||
+          clock.now() + delay >= receipt.proof.exp * 1000
+        ) {
+          break;
+        }
+        await response.body?.cancel();
+        await sleep(delay);
+        const next = await send({ [HeaderName.Payment]: header });
+        sends++;
+        if (next.status < 500 && next.status !== 402) return next;
+        if (next.status === 402) {
+          const offer = await readPaymentRequired(next);
+          refused = offer?.kind === "tollgate" ? offer.body.message : "402 to the same proof";
+          break;
+        }
+        response = next;
+      }
+      const body = (await response.text()).slice(0, 2_000);
+      const until = new Date(receipt.proof.exp * 1000).toISOString();
+      throw new TollgateError(
+        "PaidRequestFailed",
+        `${original.method} ${original.url} answered ${response.status} after being paid (${sends} ${sends === 1 ? "try" : "tries"}${refused === undefined ? "" : `; then refused: ${refused}`}); the proof stays redeemable until ${until}`,
+        {
+          details: {
+            url: original.url,
+            status: response.status,
+            body,
+            sends,
+            paid: true,
+            amount: receipt.proof.amount,
+            payer: receipt.proof.payer,
+            payTo: receipt.proof.payTo,
+            transaction: receipt.proof.tx,
+            proof: header,
+            redeemableUntil: receipt.proof.exp,
+            ...(refused === undefined ? {} : { refused }),
+          },
+        },
+      );
     };
 
     let response = await send(subscriptionHeaders);
@@ -281,6 +379,14 @@ export function fetchWithPayment(
       response = await send(subscriptionHeaders);
     }
   };
+}
+
+function delayOption(value: number | undefined, fallback: number, name: string): number {
+  const ms = value ?? fallback;
+  if (!Number.isSafeInteger(ms) || ms < 0) {
+    throw new TollgateError("InvalidRequest", `fetchWithPayment: ${name} must be a whole number of ms`);
+  }
+  return ms;
 }
 
 /** `X-Tollgate-Sub` and a sub-auth token for the gate's audience. */

@@ -36,6 +36,7 @@ describe("error catalogue", () => {
         "BudgetExceeded",
         "ApprovalDenied",
         "PriceCeilingExceeded",
+        "PaidRequestFailed",
         "InvalidEncoding",
         "HeaderTooLarge",
         "InvalidAmount",

@@ -31,6 +31,7 @@ export const ErrorCode = {
   BudgetExceeded: "BudgetExceeded",
   ApprovalDenied: "ApprovalDenied",
   PriceCeilingExceeded: "PriceCeilingExceeded",
+  PaidRequestFailed: "PaidRequestFailed",
   // Codec faults: untrusted bytes that are not what they claim to be.
   InvalidEncoding: "InvalidEncoding",
   HeaderTooLarge: "HeaderTooLarge",
@@ -75,6 +76,7 @@ const statusByCode: Record<ErrorCode, number> = {
   BudgetExceeded: 402,
   ApprovalDenied: 403,
   PriceCeilingExceeded: 402,
+  PaidRequestFailed: 502,
   InvalidEncoding: 400,
   HeaderTooLarge: 400,
   InvalidAmount: 400,
