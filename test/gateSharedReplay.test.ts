@@ -104,6 +104,24 @@ function sharedGuardSuite(
     expect(await acceptedCount(gates.slice(1), header, 1)).toBe(0);
   });
 
+  it("accepts a proof again on the other instance after a failed handler, exactly once", async () => {
+    const header = await proofHeader(gates[0]!);
+    const first = await gates[0]!(request(header));
+    if (first.kind !== "pass") throw new Error("expected the proof to pass");
+    await first.complete(500);
+    // Handed back: one of many concurrent re-sends, on either instance, runs the handler.
+    expect(await acceptedCount(gates, header, 10)).toBe(1);
+    expect(await acceptedCount(gates, header, 2)).toBe(0);
+  });
+
+  it("keeps a proof used up across instances after the handler answered 4xx", async () => {
+    const header = await proofHeader(gates[1]!);
+    const first = await gates[1]!(request(header));
+    if (first.kind !== "pass") throw new Error("expected the proof to pass");
+    await first.complete(404);
+    expect(await acceptedCount(gates, header, 4)).toBe(0);
+  });
+
   it("accepts distinct proofs independently on either instance", async () => {
     const headers = await Promise.all([
       proofHeader(gates[0]!),

@@ -34,6 +34,7 @@ const ROUTES = {
   "GET /api/reports/:id": { price: "0.50", description: "one report" },
   "POST /api/summarize": { price: 50_000n },
   "GET /api/expensive": { price: "25" },
+  "GET /api/flaky/:id": { price: "0.25" },
 } satisfies PaymentGateOptions["routes"];
 
 let devnet: Devnet;
@@ -59,7 +60,15 @@ function gateFor(payTo: Address, extra: Partial<PaymentGateOptions> = {}): Payme
 const resource = {
   report: (id: string, payer: string | undefined) => ({ report: id, paidBy: payer }),
   summary: (text: string) => ({ summary: text.slice(0, 5) }),
+  /** Throws on its first run for an id (an upstream outage), and serves every later run. */
+  flaky: (id: string) => {
+    const runs = (flakyRuns.get(id) ?? 0) + 1;
+    flakyRuns.set(id, runs);
+    if (runs === 1) throw new Error("the report store is unreachable");
+    return { flaky: id, runs };
+  },
 };
+const flakyRuns = new Map<string, number>();
 
 async function serveHono(gate: PaymentGate): Promise<string> {
   const app = new Hono<PaymentGateEnv>();
@@ -67,6 +76,10 @@ async function serveHono(gate: PaymentGate): Promise<string> {
   app.get("/api/reports/:id", (c) => c.json(resource.report(c.req.param("id"), c.get("payment")?.payer)));
   app.post("/api/summarize", async (c) => c.json(resource.summary(await c.req.text())));
   app.get("/api/expensive", (c) => c.json({ gold: true }));
+  app.get("/api/flaky/:id", (c) => c.json(resource.flaky(c.req.param("id"))));
+  app.onError((_error, c) =>
+    c.json({ error: { code: "Internal", message: "the report store is unreachable" } }, 500),
+  );
   const server: RunningServer = await serveApp(app);
   servers.push(server);
   return server.url;
@@ -97,6 +110,12 @@ async function serveExpress(gate: PaymentGate): Promise<string> {
   app.get("/api/expensive", (_req, res) => {
     res.json({ gold: true });
   });
+  app.get("/api/flaky/:id", (req, res) => {
+    res.json(resource.flaky(req.params.id));
+  });
+  app.use((_error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+    res.status(500).json({ error: { code: "Internal", message: "the report store is unreachable" } });
+  });
   return listen(createServer(app));
 }
 
@@ -112,6 +131,8 @@ async function serveNode(gate: PaymentGate): Promise<string> {
             const chunks: Buffer[] = [];
             for await (const chunk of req) chunks.push(chunk as Buffer);
             body = resource.summary(Buffer.concat(chunks).toString("utf8"));
+          } else if (path.startsWith("/api/flaky/")) {
+            body = resource.flaky(path.slice("/api/flaky/".length));
           } else if (path.startsWith("/api/reports/")) {
             body = resource.report(path.slice("/api/reports/".length), payment?.payer);
           } else {
@@ -157,7 +178,7 @@ describe.each([
   ["Hono", serveHono],
   ["Express", serveExpress],
   ["node:http", serveNode],
-] as const)("one-time payment through the %s adapter", (_name, serve) => {
+] as const)("one-time payment through the %s adapter", (name, serve) => {
   let base: string;
   let payTo: Address;
   beforeAll(async () => {
@@ -218,6 +239,26 @@ describe.each([
     expect(second.status).toBe(402);
     expect(PaymentRequiredSchema.parse(await second.json()).error).toBe("InvalidPaymentProof");
     expect(await balanceOf(payTo)).toBe(balance);
+  });
+
+  it("serves a request whose handler failed once for one payment, re-sending the same proof", async () => {
+    const id = `${name.replace(/\W/g, "")}-${randomBytes(4).toString("hex")}`;
+    const before = { buyer: await balanceOf(buyer.address), payTo: await balanceOf(payTo) };
+    const payments: string[] = [];
+    const paidFetch = fetchWithPayment(fetch, payer, {
+      maxPrice: "1.00",
+      onPayment: (receipt) => payments.push(receipt.header),
+    });
+    const response = await paidFetch(`${base}/api/flaky/${id}`);
+    expect(response.status).toBe(200);
+    expect(await response.json()).toEqual({ flaky: id, runs: 2 });
+    expect(payments).toHaveLength(1);
+    expect(await balanceOf(buyer.address)).toBe(before.buyer - 250_000n);
+    expect(await balanceOf(payTo)).toBe(before.payTo + 250_000n);
+    // Served now: the proof is used up.
+    const replay = await fetch(`${base}/api/flaky/${id}`, { headers: { "X-PAYMENT": payments[0]! } });
+    expect(replay.status).toBe(402);
+    expect(flakyRuns.get(id)).toBe(2);
   });
 
   it("refuses an expensive route at the price ceiling, paying nothing", async () => {
