@@ -44,9 +44,17 @@ function setup() {
       },
       "GET /pricey": { price: "5" },
       "GET /flaky": { price: "0.10" },
+      "GET /stubborn": { price: "0.10" },
     },
   });
   const app = new Hono();
+  // A server that runs the gate itself and never reports its handler's status: a proof it took stays
+  // used up even though it answers 500.
+  app.get("/stubborn", async (c) => {
+    const result = await gate(c.req.raw);
+    if (result.kind === "respond") return result.response;
+    return c.json({ error: { code: "Internal", message: "down" } }, 500);
+  });
   app.use("*", honoPaymentGate(gate));
   app.post("/echo", async (c) => c.text(`echo:${await c.req.text()}`));
   app.get("/choice", (c) => c.text("chosen"));
@@ -281,6 +289,16 @@ describe("fetchWithPayment", () => {
       kit.flaky.length = 0;
       const later = await kit.fetch("http://api.test/flaky", { headers: { "X-PAYMENT": proof! } });
       expect(later.status).toBe(200);
+    });
+
+    it("never pays a fresh 402 after a 5xx: a refused re-send ends the call with the proof", async () => {
+      const paidFetch = fetchWithPayment(kit.fetch, kit.payer, { maxPrice: "1", sleep, clock: kit.clock });
+      const error = await refusal(paidFetch("http://api.test/stubborn"));
+      expect(error.code).toBe("PaidRequestFailed");
+      expect(error.details).toMatchObject({ status: 500, sends: 2, paid: true });
+      expect(String(error.details?.refused)).toMatch(/already used/);
+      expect(error.details).not.toHaveProperty("redeemableUntil");
+      expect(kit.paid).toHaveLength(1);
     });
 
     it("stops at once when Retry-After asks for longer than the cap", async () => {

@@ -219,6 +219,8 @@ export function fetchWithPayment(
       let response = failed;
       let sends = 1;
       let refused: string | undefined;
+      // Read once per 5xx: the last one's body goes into the error, whatever ends the loop.
+      let body = (await response.text()).slice(0, 2_000);
       for (;;) {
         const retryAfter = parseRetryAfter(response.headers.get(HeaderName.RetryAfter));
         const delay = retryAfter === undefined ? retryDelayMs : retryAfter * 1000;
@@ -229,7 +231,6 @@ export function fetchWithPayment(
         ) {
           break;
         }
-        await response.body?.cancel();
         await sleep(delay);
         const next = await send({ [HeaderName.Payment]: header });
         sends++;
@@ -240,12 +241,15 @@ export function fetchWithPayment(
           break;
         }
         response = next;
+        body = (await response.text()).slice(0, 2_000);
       }
-      const body = (await response.text()).slice(0, 2_000);
       const until = new Date(receipt.proof.exp * 1000).toISOString();
+      const tries = `${sends} ${sends === 1 ? "try" : "tries"}`;
       throw new TollgateError(
         "PaidRequestFailed",
-        `${original.method} ${original.url} answered ${response.status} after being paid (${sends} ${sends === 1 ? "try" : "tries"}${refused === undefined ? "" : `; then refused: ${refused}`}); the proof stays redeemable until ${until}`,
+        refused === undefined
+          ? `${original.method} ${original.url} answered ${response.status} after being paid (${tries}); the proof stays redeemable until ${until}`
+          : `${original.method} ${original.url} answered ${response.status} after being paid, and the gate refused the same proof when re-sent (${refused}): it did not give the payment back`,
         {
           details: {
             url: original.url,
@@ -258,8 +262,7 @@ export function fetchWithPayment(
             payTo: receipt.proof.payTo,
             transaction: receipt.proof.tx,
             proof: header,
-            redeemableUntil: receipt.proof.exp,
-            ...(refused === undefined ? {} : { refused }),
+            ...(refused === undefined ? { redeemableUntil: receipt.proof.exp } : { refused }),
           },
         },
       );
