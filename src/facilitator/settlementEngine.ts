@@ -54,6 +54,7 @@ import {
   requeueFailedPayment,
 } from "./paymentRecords.ts";
 import { type ProofKey, signPaymentProof } from "./proofKeys.ts";
+import { createWakeablePause } from "./wakeablePause.ts";
 
 export type SettlementClient = Pick<
   PublicClient,
@@ -142,7 +143,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
 
   let running = false;
   let stopping: Promise<void> | undefined;
-  let wake: (() => void) | undefined;
+  const sleeper = createWakeablePause();
   let loopDone: Promise<void> | undefined;
   let chainDown = false;
   /** Set by `signal()`; a signal that arrives while the loop is busy is not lost. */
@@ -168,7 +169,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
 
   function signal(): void {
     dirty = true;
-    wake?.();
+    sleeper.wake();
   }
 
   async function simulate(payment: CheckablePayment): Promise<void> {
@@ -675,16 +676,9 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       }
       if (!running) break;
       if (dirty && !held && !chainDown) continue;
-      await new Promise<void>((resolve) => {
-        const pause = chainDown ? reconcileIntervalMs : held ? lingerMs : Math.min(reconcileIntervalMs, 200);
-        const timer = setTimeout(done, pause);
-        function done() {
-          clearTimeout(timer);
-          wake = undefined;
-          resolve();
-        }
-        wake = done;
-      });
+      await sleeper.pause(
+        chainDown ? reconcileIntervalMs : held ? lingerMs : Math.min(reconcileIntervalMs, 200),
+      );
     }
   }
 
@@ -717,7 +711,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     stop() {
       stopping ??= (async () => {
         running = false;
-        wake?.();
+        sleeper.wake();
         await loopDone;
         await Promise.allSettled([...inFlight.values()]);
       })();

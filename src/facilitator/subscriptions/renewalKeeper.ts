@@ -22,6 +22,7 @@ import { BigintColumnSchema, SafeIntColumnSchema } from "../../store/columnSchem
 import { queryParsed } from "../../store/queryParsed.ts";
 import { isChainUnreachable } from "../chainErrors.ts";
 import type { FacilitatorContext } from "../facilitatorModule.ts";
+import { createWakeablePause } from "../wakeablePause.ts";
 import type { SubscriptionIndexer } from "./subscriptionIndexer.ts";
 
 export type RenewalKeeperOptions = {
@@ -85,7 +86,7 @@ export function createRenewalKeeper(
 
   let running = false;
   let loopDone: Promise<void> | undefined;
-  let wake: (() => void) | undefined;
+  const sleeper = createWakeablePause();
   let current: Promise<KeeperRun> | undefined;
 
   async function takeLease(): Promise<boolean> {
@@ -227,15 +228,7 @@ export function createRenewalKeeper(
         else log.error({ err: error }, "renewal run failed");
       }
       if (!running) break;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(done, intervalMs);
-        function done() {
-          clearTimeout(timer);
-          wake = undefined;
-          resolve();
-        }
-        wake = done;
-      });
+      await sleeper.pause(intervalMs);
     }
   }
 
@@ -248,7 +241,7 @@ export function createRenewalKeeper(
     },
     async stop() {
       running = false;
-      wake?.();
+      sleeper.wake();
       await loopDone;
     },
   };

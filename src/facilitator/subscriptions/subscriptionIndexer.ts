@@ -29,6 +29,7 @@ import { queryOneParsed } from "../../store/queryParsed.ts";
 import type { Queryable } from "../../store/store.ts";
 import { isChainUnreachable } from "../chainErrors.ts";
 import type { FacilitatorContext } from "../facilitatorModule.ts";
+import { createWakeablePause } from "../wakeablePause.ts";
 import {
   type ChainPlan,
   type ChainSubscription,
@@ -101,7 +102,7 @@ export function createSubscriptionIndexer(
   let queue: Promise<unknown> = Promise.resolve();
   let running = false;
   let loopDone: Promise<void> | undefined;
-  let wake: (() => void) | undefined;
+  const sleeper = createWakeablePause();
   let poked = false;
 
   function serialized<T>(fn: () => Promise<T>): Promise<T> {
@@ -619,15 +620,7 @@ export function createSubscriptionIndexer(
       }
       if (!running) break;
       if (poked) continue;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(done, pollIntervalMs);
-        function done() {
-          clearTimeout(timer);
-          wake = undefined;
-          resolve();
-        }
-        wake = done;
-      });
+      await sleeper.pause(pollIntervalMs);
     }
   }
 
@@ -635,7 +628,7 @@ export function createSubscriptionIndexer(
     syncOnce: () => serialized(syncOnceUnserialized),
     poke() {
       poked = true;
-      wake?.();
+      sleeper.wake();
     },
     cursor: () => readCursor(),
     async start() {
@@ -645,7 +638,7 @@ export function createSubscriptionIndexer(
     },
     async stop() {
       running = false;
-      wake?.();
+      sleeper.wake();
       await loopDone;
       await queue;
     },

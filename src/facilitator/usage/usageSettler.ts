@@ -36,6 +36,7 @@ import { isChainUnreachable } from "../chainErrors.ts";
 import type { FacilitatorContext } from "../facilitatorModule.ts";
 import { toManagerError } from "../subscriptions/managerErrors.ts";
 import type { SubscriptionIndexer } from "../subscriptions/subscriptionIndexer.ts";
+import { createWakeablePause } from "../wakeablePause.ts";
 import { type UsageBatchRow, UsageBatchRowSchema, type UsageRow, UsageRowSchema } from "./usageRecords.ts";
 
 export type UsageSettlerOptions = {
@@ -111,7 +112,7 @@ export function createUsageSettler(
   let queue: Promise<unknown> = Promise.resolve();
   let running = false;
   let loopDone: Promise<void> | undefined;
-  let wake: (() => void) | undefined;
+  const sleeper = createWakeablePause();
   let dirty = false;
 
   function serialized<T>(fn: () => Promise<T>): Promise<T> {
@@ -501,22 +502,14 @@ export function createUsageSettler(
       }
       if (!running) break;
       if (dirty && !held) continue;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(done, held ? lingerMs : pollIntervalMs);
-        function done() {
-          clearTimeout(timer);
-          wake = undefined;
-          resolve();
-        }
-        wake = done;
-      });
+      await sleeper.pause(held ? lingerMs : pollIntervalMs);
     }
   }
 
   return {
     signal() {
       dirty = true;
-      wake?.();
+      sleeper.wake();
     },
     async runOnce() {
       const { held: _held, ...result } = await serialized(() => tick(true));
@@ -532,7 +525,7 @@ export function createUsageSettler(
     },
     async stop() {
       running = false;
-      wake?.();
+      sleeper.wake();
       await loopDone;
       await queue;
     },

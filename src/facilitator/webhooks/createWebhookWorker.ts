@@ -26,6 +26,7 @@ import { claimRows } from "../../store/claimRows.ts";
 import { SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
 import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
 import type { Store } from "../../store/store.ts";
+import { createWakeablePause } from "../wakeablePause.ts";
 import { webhookEventId } from "./createWebhookRepository.ts";
 import { signWebhookPayload } from "./signWebhookPayload.ts";
 import {
@@ -327,20 +328,8 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
   // Background loop state.
   let running = false;
   let loopDone: Promise<void> | undefined;
-  let wake: (() => void) | undefined;
+  const sleeper = createWakeablePause();
   const inFlight = new Set<Promise<unknown>>();
-
-  function pause(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(done, ms);
-      function done() {
-        clearTimeout(timer);
-        wake = undefined;
-        resolve();
-      }
-      wake = done;
-    });
-  }
 
   async function loop(): Promise<void> {
     let prunedAt = Number.NEGATIVE_INFINITY;
@@ -361,7 +350,7 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
             const task = sendSafely(row, lease).finally(() => {
               inFlight.delete(task);
               // A slot is free: look for more work now rather than after the poll interval.
-              wake?.();
+              sleeper.wake();
             });
             inFlight.add(task);
           }
@@ -370,8 +359,8 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
       } catch (cause) {
         log.error({ err: cause }, "webhook worker round failed");
       }
-      if (running && !busy) await pause(pollIntervalMs);
-      else if (running && inFlight.size >= concurrency) await pause(pollIntervalMs);
+      if (running && !busy) await sleeper.pause(pollIntervalMs);
+      else if (running && inFlight.size >= concurrency) await sleeper.pause(pollIntervalMs);
     }
     await Promise.allSettled([...inFlight]);
   }
@@ -391,7 +380,7 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
     },
     async stop() {
       running = false;
-      wake?.();
+      sleeper.wake();
       await loopDone;
       loopDone = undefined;
     },

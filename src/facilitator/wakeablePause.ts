@@ -1,0 +1,32 @@
+/**
+ * The pause between rounds of a facilitator worker loop (settlement, renewals, usage, indexing,
+ * webhooks): a timer that new work can cut short.
+ *
+ * Invariant: `wake()` ends the pause in progress, if any, and is a no-op otherwise; the loop looks for
+ * work after every pause, so work that arrives while no pause runs is found on the next round anyway.
+ */
+export type WakeablePause = {
+  /** Resolves after `ms`, or as soon as `wake()` is called. */
+  pause(ms: number): Promise<void>;
+  wake(): void;
+};
+
+export function createWakeablePause(): WakeablePause {
+  let wake: (() => void) | undefined;
+  return {
+    pause(ms) {
+      return new Promise<void>((resolve) => {
+        const timer = setTimeout(done, ms);
+        function done() {
+          clearTimeout(timer);
+          wake = undefined;
+          resolve();
+        }
+        wake = done;
+      });
+    },
+    wake() {
+      wake?.();
+    },
+  };
+}
