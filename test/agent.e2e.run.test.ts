@@ -8,19 +8,17 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import pino from "pino";
 import type { Address } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Marketplace, startMarketplace } from "../agents/marketplace.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
+import type { Devnet } from "../src/chain/startDevnet.ts";
 import { budgetCommand } from "../src/cli/commands/budget.ts";
 import { runCommand } from "../src/cli/commands/run.ts";
 import type { RunningServer } from "../src/facilitator/createFacilitator.ts";
-import { serveMarket } from "../src/market/createMarket.ts";
 import { systemClock } from "../src/protocol/clock.ts";
-import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
+import { type AgentStack, startAgentStack } from "./support/agentStack.ts";
+import type { TestFacilitator } from "./support/facilitatorHarness.ts";
 
 const TEXT =
   "The orchard harvest was the best in a decade. Farmers praised the warm spring and gentle rain. " +
@@ -30,28 +28,17 @@ const FUNDS = 3_000_000n;
 let devnet: Devnet;
 let tf: TestFacilitator;
 let market: RunningServer;
-let marketplace: Marketplace;
+let stack: AgentStack | undefined;
 let dir: string;
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "tollgate-run-"));
-  devnet = await startDevnet({ accounts: 10 });
-  tf = await startTestFacilitator(devnet);
-  market = await serveMarket({ store: tf.store, clock: systemClock, logger: pino({ level: "silent" }) });
-  marketplace = await startMarketplace({
-    devnet,
-    facilitatorUrl: tf.url,
-    facilitatorSigner: devnet.accounts[devnet.accounts.length - 1]!.address,
-    marketUrl: market.url,
-    store: tf.store,
-  });
+  stack = await startAgentStack();
+  ({ devnet, tf, market } = stack);
 }, 120_000);
 
 afterAll(async () => {
-  await marketplace?.stop();
-  await market?.close();
-  await tf?.stop();
-  await devnet?.stop();
+  await stack?.stop();
   if (dir !== undefined) await rm(dir, { recursive: true, force: true });
 });
 

@@ -6,11 +6,10 @@
  */
 import type { ToolMessage } from "@langchain/core/messages";
 import type { StructuredToolInterface } from "@langchain/core/tools";
-import pino from "pino";
 import type { Address } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { demoAccounts, type Marketplace, startMarketplace } from "../agents/marketplace.ts";
+import { demoAccounts, type Marketplace } from "../agents/marketplace.ts";
 import type { BudgetLimitsInput } from "../src/agent/budget/budgetLimits.ts";
 import { type BudgetApproval, createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
 import { discoverTools } from "../src/agent/discoverTools.ts";
@@ -18,13 +17,13 @@ import type { PaidToolReceipt } from "../src/agent/paidTool.ts";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
 import { createSpendCollector } from "../src/agent/spendReport.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
+import type { Devnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { getSubscriptionInfo } from "../src/client/facilitatorSubscriptions.ts";
 import type { RunningServer } from "../src/facilitator/createFacilitator.ts";
-import { serveMarket } from "../src/market/createMarket.ts";
 import { systemClock } from "../src/protocol/clock.ts";
-import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
+import { type AgentStack, startAgentStack } from "./support/agentStack.ts";
+import type { TestFacilitator } from "./support/facilitatorHarness.ts";
 
 const MONTH = 30 * 86_400;
 const TEXT =
@@ -35,25 +34,15 @@ let devnet: Devnet;
 let tf: TestFacilitator;
 let market: RunningServer;
 let marketplace: Marketplace;
+let stack: AgentStack | undefined;
 
 beforeAll(async () => {
-  devnet = await startDevnet({ accounts: 10 });
-  tf = await startTestFacilitator(devnet);
-  market = await serveMarket({ store: tf.store, clock: systemClock, logger: pino({ level: "silent" }) });
-  marketplace = await startMarketplace({
-    devnet,
-    facilitatorUrl: tf.url,
-    facilitatorSigner: devnet.accounts[devnet.accounts.length - 1]!.address,
-    marketUrl: market.url,
-    store: tf.store,
-  });
+  stack = await startAgentStack();
+  ({ devnet, tf, market, marketplace } = stack);
 }, 120_000);
 
 afterAll(async () => {
-  await marketplace?.stop();
-  await market?.close();
-  await tf?.stop();
-  await devnet?.stop();
+  await stack?.stop();
 });
 
 const balanceOf = (owner: Address) =>

@@ -5,11 +5,9 @@
  * and its final answer arrives.
  */
 import { ChatOpenAI } from "@langchain/openai";
-import pino from "pino";
 import type { Address } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { type Marketplace, startMarketplace } from "../agents/marketplace.ts";
 import { summarizeText } from "../agents/summarizer.ts";
 import type { BudgetLimitsInput } from "../src/agent/budget/budgetLimits.ts";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
@@ -19,12 +17,12 @@ import type { PaidToolReceipt } from "../src/agent/paidTool.ts";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
 import { createSpendCollector } from "../src/agent/spendReport.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
+import type { Devnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import type { RunningServer } from "../src/facilitator/createFacilitator.ts";
-import { serveMarket } from "../src/market/createMarket.ts";
 import { systemClock } from "../src/protocol/clock.ts";
-import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
+import { type AgentStack, startAgentStack } from "./support/agentStack.ts";
+import type { TestFacilitator } from "./support/facilitatorHarness.ts";
 import { type ChatScript, type OpenAiServer, startOpenAiServer } from "./support/openAiServer.ts";
 
 const TEXT =
@@ -35,20 +33,12 @@ const FUNDS = 2_000_000n;
 let devnet: Devnet;
 let tf: TestFacilitator;
 let market: RunningServer;
-let marketplace: Marketplace;
+let stack: AgentStack | undefined;
 let server: OpenAiServer | undefined;
 
 beforeAll(async () => {
-  devnet = await startDevnet({ accounts: 10 });
-  tf = await startTestFacilitator(devnet);
-  market = await serveMarket({ store: tf.store, clock: systemClock, logger: pino({ level: "silent" }) });
-  marketplace = await startMarketplace({
-    devnet,
-    facilitatorUrl: tf.url,
-    facilitatorSigner: devnet.accounts[devnet.accounts.length - 1]!.address,
-    marketUrl: market.url,
-    store: tf.store,
-  });
+  stack = await startAgentStack();
+  ({ devnet, tf, market } = stack);
 }, 120_000);
 
 afterEach(async () => {
@@ -57,10 +47,7 @@ afterEach(async () => {
 });
 
 afterAll(async () => {
-  await marketplace?.stop();
-  await market?.close();
-  await tf?.stop();
-  await devnet?.stop();
+  await stack?.stop();
 });
 
 const balanceOf = (owner: Address) =>
