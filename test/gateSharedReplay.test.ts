@@ -5,7 +5,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { jwksOf, proofKeyFromSeed, signPaymentProof } from "../src/facilitator/proofKeys.ts";
+import { jwksOf, proofKeyFromSeed } from "../src/facilitator/proofKeys.ts";
 import { type GateRequest, type PaymentGate, paymentGate } from "../src/gate/paymentGate.ts";
 import { systemClock, unixSeconds } from "../src/protocol/clock.ts";
 import { encodeJsonHeader } from "../src/protocol/header.ts";
@@ -16,6 +16,7 @@ import { createStore } from "../src/store/createStore.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { ReplayGuard } from "../src/store/replayGuard.ts";
 import type { Store } from "../src/store/store.ts";
+import { signProofFor } from "./support/signProofFor.ts";
 
 const DATABASE_URL = process.env.DATABASE_URL;
 const REDIS_URL = process.env.REDIS_URL;
@@ -55,22 +56,7 @@ async function proofHeader(gate: PaymentGate): Promise<string> {
   const result = await gate(request());
   if (result.kind !== "respond") throw new Error("expected a 402");
   const option = PaymentRequiredSchema.parse(await result.response.json()).accepts[0]!;
-  const now = unixSeconds(clock);
-  return encodeJsonHeader(
-    signPaymentProof(key, {
-      v: "1",
-      scheme: "exact",
-      network: option.network,
-      token: option.token,
-      amount: option.amount,
-      payer: "0x90F79bf6EB2c4f870365E785982E1f101E93b906",
-      payTo: option.payTo,
-      memo: option.memo,
-      tx: `0x${"34".repeat(32)}`,
-      iat: now,
-      exp: now + 300,
-    }),
-  );
+  return encodeJsonHeader(signProofFor(key, option, unixSeconds(clock)));
 }
 
 /** Sends `header` `times` times to each gate at once and counts the requests that passed. */

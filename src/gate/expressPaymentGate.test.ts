@@ -2,7 +2,8 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import express from "express";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { jwksOf, proofKeyFromSeed, signPaymentProof } from "../facilitator/proofKeys.ts";
+import { signProofFor } from "../../test/support/signProofFor.ts";
+import { jwksOf, proofKeyFromSeed } from "../facilitator/proofKeys.ts";
 import { createFixedClock, unixSeconds } from "../protocol/clock.ts";
 import { decodeJsonHeader, encodeJsonHeader } from "../protocol/header.ts";
 import { PaymentResponseSchema } from "../protocol/paymentProof.ts";
@@ -80,23 +81,7 @@ afterAll(async () => {
 });
 
 function proofHeader(body: PaymentRequired): string {
-  const option = body.accepts[0]!;
-  const now = unixSeconds(clock);
-  return encodeJsonHeader(
-    signPaymentProof(key, {
-      v: "1",
-      scheme: "exact",
-      network: option.network,
-      token: option.token,
-      amount: option.amount,
-      payer: PAYER,
-      payTo: option.payTo,
-      memo: option.memo,
-      tx: TX,
-      iat: now,
-      exp: now + 300,
-    }),
-  );
+  return encodeJsonHeader(signProofFor(key, body.accepts[0]!, unixSeconds(clock), { payer: PAYER, tx: TX }));
 }
 
 describe("expressPaymentGate", () => {

@@ -2,7 +2,8 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { text } from "node:stream/consumers";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { jwksOf, proofKeyFromSeed, signPaymentProof } from "../facilitator/proofKeys.ts";
+import { signProofFor } from "../../test/support/signProofFor.ts";
+import { jwksOf, proofKeyFromSeed } from "../facilitator/proofKeys.ts";
 import { createFixedClock, unixSeconds } from "../protocol/clock.ts";
 import { encodeJsonHeader } from "../protocol/header.ts";
 import { type PaymentRequired, PaymentRequiredSchema } from "../protocol/paymentRequired.ts";
@@ -62,23 +63,7 @@ afterAll(async () => {
 });
 
 function proofHeader(body: PaymentRequired): string {
-  const option = body.accepts[0]!;
-  const now = unixSeconds(clock);
-  return encodeJsonHeader(
-    signPaymentProof(key, {
-      v: "1",
-      scheme: "exact",
-      network: option.network,
-      token: option.token,
-      amount: option.amount,
-      payer: PAYER,
-      payTo: option.payTo,
-      memo: option.memo,
-      tx: `0x${"ef".repeat(32)}` as const,
-      iat: now,
-      exp: now + 300,
-    }),
-  );
+  return encodeJsonHeader(signProofFor(key, body.accepts[0]!, unixSeconds(clock), { payer: PAYER }));
 }
 
 describe("nodePaymentGate", () => {

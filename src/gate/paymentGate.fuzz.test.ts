@@ -1,6 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { jwksOf, proofKeyFromSeed, signPaymentProof } from "../facilitator/proofKeys.ts";
+import { signProofFor } from "../../test/support/signProofFor.ts";
+import { jwksOf, proofKeyFromSeed } from "../facilitator/proofKeys.ts";
 import { base64Encode } from "../protocol/base64.ts";
 import { createFixedClock, unixSeconds } from "../protocol/clock.ts";
 import { encodeJsonHeader } from "../protocol/header.ts";
@@ -37,20 +38,7 @@ async function validProof() {
   const result = await gate(withPayment(""));
   if (result.kind !== "respond") throw new Error("expected a 402");
   const option = PaymentRequiredSchema.parse(await result.response.json()).accepts[0]!;
-  const now = unixSeconds(clock);
-  return signPaymentProof(key, {
-    v: "1",
-    scheme: "exact",
-    network: option.network,
-    token: option.token,
-    amount: option.amount,
-    payer: "0x90F79bf6EB2c4f870365E785982E1f101E93b906",
-    payTo: option.payTo,
-    memo: option.memo,
-    tx: `0x${"12".repeat(32)}`,
-    iat: now,
-    exp: now + 300,
-  });
+  return signProofFor(key, option, unixSeconds(clock));
 }
 
 describe("paymentGate fuzzing", () => {

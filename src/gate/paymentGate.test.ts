@@ -3,8 +3,9 @@ import { decodePaymentRequiredHeader } from "@x402/core/http";
 import { Hono } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { beforeEach, describe, expect, it } from "vitest";
+import { signProofFor } from "../../test/support/signProofFor.ts";
 import type { FetchFn } from "../client/facilitatorClient.ts";
-import { jwksOf, proofKeyFromSeed, signPaymentProof } from "../facilitator/proofKeys.ts";
+import { jwksOf, proofKeyFromSeed } from "../facilitator/proofKeys.ts";
 import { base64Encode, base64UrlDecode, base64UrlEncode } from "../protocol/base64.ts";
 import { createFixedClock, unixSeconds } from "../protocol/clock.ts";
 import type { Jwks } from "../protocol/facilitator.ts";
@@ -24,7 +25,7 @@ const OTHER_TOKEN = "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512";
 const PAY_TO = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 const OTHER_PAY_TO = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
 const PAYER = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
-const TX = `0x${"ab".repeat(32)}`;
+const TX = `0x${"ab".repeat(32)}` as const;
 const SECRET = "a-test-memo-secret-that-is-at-least-32-bytes-long";
 const START_MS = 1_763_800_000_000;
 
@@ -91,29 +92,9 @@ function proofFor(
   overrides: Partial<PaymentProof> = {},
   key = facilitatorKey,
 ): PaymentProof {
-  const option = body.accepts[0]!;
-  const now = unixSeconds(kit.clock);
-  const {
-    sig: _sig,
-    kid: _kid,
-    ...fields
-  } = {
-    v: "1" as const,
-    kid: key.kid,
-    scheme: "exact" as const,
-    network: option.network,
-    token: option.token,
-    amount: option.amount,
-    payer: PAYER,
-    payTo: option.payTo,
-    memo: option.memo,
-    tx: TX,
-    iat: now,
-    exp: now + 300,
-    sig: "",
-    ...overrides,
-  };
-  return signPaymentProof(key, fields as never);
+  // The key's own kid is what a facilitator signs with; a forged `sig` is set after signing, if at all.
+  const { sig: _sig, kid: _kid, ...fields } = overrides;
+  return signProofFor(key, body.accepts[0]!, unixSeconds(kit.clock), { payer: PAYER, tx: TX, ...fields });
 }
 
 async function pay(kit: Kit, proof: PaymentProof | string, path = "/api/reports/1", method = "GET") {

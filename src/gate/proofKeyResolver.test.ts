@@ -1,6 +1,7 @@
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
-import { jwksOf, proofKeyFromSeed, signPaymentProof } from "../facilitator/proofKeys.ts";
+import { signProofFor } from "../../test/support/signProofFor.ts";
+import { jwksOf, proofKeyFromSeed } from "../facilitator/proofKeys.ts";
 import { createFixedClock, unixSeconds } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import type { Jwks } from "../protocol/facilitator.ts";
@@ -128,22 +129,7 @@ describe("paymentGate with the facilitator's JWKS", () => {
       const unpaid = await gate(request());
       if (unpaid.kind !== "respond") throw new Error("expected a 402");
       const option = PaymentRequiredSchema.parse(await unpaid.response.json()).accepts[0]!;
-      const now = unixSeconds(clock);
-      return encodeJsonHeader(
-        signPaymentProof(key, {
-          v: "1",
-          scheme: "exact",
-          network: option.network,
-          token: option.token,
-          amount: option.amount,
-          payer: "0x90F79bf6EB2c4f870365E785982E1f101E93b906",
-          payTo: option.payTo,
-          memo: option.memo,
-          tx: `0x${"ab".repeat(32)}`,
-          iat: now,
-          exp: now + 300,
-        }),
-      );
+      return encodeJsonHeader(signProofFor(key, option, unixSeconds(clock)));
     };
     return { clock, facilitator, gate, request, paidHeader };
   }
