@@ -8,6 +8,7 @@ import {
   type TransactionReceipt,
 } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+import { deployContract, writeContract } from "viem/actions";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import {
   approveToken,
@@ -48,7 +49,9 @@ import {
   startDevnet,
   subscribe,
   subscribeFor,
+  subscriptionManagerAbi,
 } from "../src/chain/index.ts";
+import { compileFixture } from "./support/compileFixtures.ts";
 
 const DAY = 86_400n;
 const INTERVAL = 30n * DAY;
@@ -532,5 +535,187 @@ describe("SubscriptionManager", () => {
         )
       ).errorName,
     ).toBe("SubscriptionNotFound");
+  });
+
+  describe("a plan token cannot stop a batch of other subscriptions", () => {
+    const hostile = compileFixture("HostileTokens.sol");
+
+    async function deployFixture(name: string): Promise<Hex> {
+      const { abi, bytecode } = hostile[name]!;
+      const receipt = await wait(await deployContract(wallet(stranger), { abi, bytecode }));
+      return receipt.contractAddress!;
+    }
+
+    async function arm(token: Hex): Promise<void> {
+      await wait(
+        await writeContract(wallet(stranger), {
+          address: token,
+          abi: hostile.NonBooleanToken!.abi,
+          functionName: "arm",
+        }),
+      );
+    }
+
+    /** A stranger's plan in `token`, subscribed by the stranger while the token still behaves. */
+    async function strangerSubscription(token: Hex): Promise<bigint> {
+      const planReceipt = await wait(
+        await createPlan(wallet(stranger), {
+          manager: manager(),
+          token,
+          amount: PRICE,
+          interval: INTERVAL,
+          includedUnits: 0n,
+          overageUnitPrice: 0n,
+        }),
+      );
+      const planId = getPlanIdFromReceipt(planReceipt);
+      const receipt = await wait(
+        await subscribe(wallet(stranger), { manager: manager(), planId, maxOverage: 0n }),
+      );
+      return getSubscriptionIdFromReceipt(receipt);
+    }
+
+    it.each([
+      ["answers a non-boolean word", "NonBooleanToken"],
+      ["reverts with the largest payload its gas pays for", "HugeRevertToken"],
+      ["burns all the gas it is given", "GasBurnerToken"],
+    ])("collectMany renews every honest subscription beside ones whose plan token %s", async (_, fixture) => {
+      const planId = await newPlan();
+      const honest = [
+        (await newSubscription(subscriber, planId)).id,
+        (await newSubscription(operator, planId)).id,
+        (await newSubscription(subscriber, planId)).id,
+      ];
+      const token = await deployFixture(fixture);
+      const poisoned = [await strangerSubscription(token), await strangerSubscription(token)];
+      await arm(token);
+      await devnet.advanceTime(INTERVAL);
+      const providerBefore = await balance(provider.address);
+
+      // A poisoned item sits first and another between the honest ones, as in a keeper's batch.
+      const ids = [poisoned[0]!, honest[0]!, honest[1]!, poisoned[1]!, honest[2]!];
+      const receipt = await wait(
+        await collectMany(wallet(provider), { manager: manager(), subscriptionIds: ids }),
+      );
+      expect(receipt.status).toBe("success");
+      const events = decodeSubscriptionEvents(receipt.logs);
+      expect(
+        events.map((e) => [e.eventName, (e.args as { subscriptionId?: bigint }).subscriptionId]),
+      ).toEqual([
+        ["RenewalFailed", poisoned[0]],
+        ["SubscriptionRenewed", honest[0]],
+        ["SubscriptionRenewed", honest[1]],
+        ["RenewalFailed", poisoned[1]],
+        ["SubscriptionRenewed", honest[2]],
+      ]);
+      for (const id of honest) expect((await read(id)).status).toBe(SubscriptionStatus.Active);
+      for (const id of poisoned) expect((await read(id)).status).toBe(SubscriptionStatus.PastDue);
+      expect(await balance(provider.address)).toBe(providerBefore + 3n * PRICE);
+      // The revert data kept is bounded, and a hostile item costs its capped call, not the block.
+      for (const event of events) {
+        if (event.eventName !== "RenewalFailed") continue;
+        expect((event.args.reason.length - 2) / 2).toBeLessThanOrEqual(256);
+      }
+      expect(receipt.gasUsed).toBeLessThan(500_000n);
+    });
+
+    it("counts a pull as paid only when the token answers nothing (like USDT) or exactly true", async () => {
+      const { abi, bytecode } = hostile.NoReturnToken!;
+      const token = (await wait(await deployContract(wallet(stranger), { abi, bytecode }))).contractAddress!;
+      const tokenCall = async (
+        functionName: "mint" | "approve",
+        args: readonly [Hex, bigint],
+        who = subscriber,
+      ) => wait(await writeContract(wallet(who), { address: token, abi, functionName, args }));
+      await tokenCall("mint", [subscriber.address, 3n * PRICE]);
+      await tokenCall("approve", [manager(), 2n * PRICE]);
+      const planReceipt = await wait(
+        await createPlan(wallet(provider), {
+          manager: manager(),
+          token,
+          amount: PRICE,
+          interval: INTERVAL,
+          includedUnits: 0n,
+          overageUnitPrice: 0n,
+        }),
+      );
+      const planId = getPlanIdFromReceipt(planReceipt);
+      const id = getSubscriptionIdFromReceipt(
+        await wait(await subscribe(wallet(subscriber), { manager: manager(), planId, maxOverage: 0n })),
+      );
+      await devnet.advanceTime(INTERVAL);
+      await wait(await collect(wallet(stranger), { manager: manager(), subscriptionId: id }));
+      expect((await read(id)).status).toBe(SubscriptionStatus.Active);
+      const balanceOf = (owner: Hex) =>
+        devnet.publicClient.readContract({ address: token, abi, functionName: "balanceOf", args: [owner] });
+      expect(await balanceOf(provider.address)).toBe(2n * PRICE);
+      // The approval is used up: the token reverts, and the renewal fails alone.
+      await devnet.advanceTime(INTERVAL);
+      await wait(await collect(wallet(stranger), { manager: manager(), subscriptionId: id }));
+      expect((await read(id)).status).toBe(SubscriptionStatus.PastDue);
+    });
+
+    it("refuses a collect sent with too little gas for the token call instead of marking the subscriber PastDue", async () => {
+      const planId = await newPlan();
+      const { id } = await newSubscription(subscriber, planId);
+      await devnet.advanceTime(INTERVAL);
+      const refused = await devnet.publicClient
+        .simulateContract({
+          account: stranger.account,
+          address: manager(),
+          abi: subscriptionManagerAbi,
+          functionName: "collect",
+          args: [id],
+          gas: 100_000n,
+        })
+        .then(
+          () => undefined,
+          (error: unknown) => error,
+        );
+      expect(refused).toBeInstanceOf(BaseError);
+      const reverted = (refused as BaseError).walk((e) => e instanceof ContractFunctionRevertedError);
+      expect((reverted as ContractFunctionRevertedError | null)?.data?.errorName).toBe(
+        "InsufficientGasForPull",
+      );
+      expect((await read(id)).status).toBe(SubscriptionStatus.Active);
+    });
+
+    it("deductAllowanceMany reports an amount that would overflow the cap check and applies the other items", async () => {
+      const planId = await newPlan();
+      const a = await newSubscription(subscriber, planId, 10_000n);
+      const b = await newSubscription(stranger, planId, 10_000n);
+      const before = await balance(subscriber.address);
+      const receipt = await wait(
+        await deductAllowanceMany(wallet(provider), {
+          manager: manager(),
+          subscriptionIds: [a.id, a.id, b.id],
+          amounts: [4_000n, maxUint256 - 1_000n, 3_000n],
+          refs: [ref("o1"), ref("o2"), ref("o3")],
+        }),
+      );
+      const events = decodeSubscriptionEvents(receipt.logs);
+      expect(events.map((e) => e.eventName)).toEqual([
+        "AllowanceDeducted",
+        "DeductionFailed",
+        "AllowanceDeducted",
+      ]);
+      expect(events[1]?.args).toMatchObject({
+        subscriptionId: a.id,
+        reason: DeductionFailure.AllowanceExhausted,
+      });
+      expect((await read(a.id)).overageUsed).toBe(4_000n);
+      expect((await read(b.id)).overageUsed).toBe(3_000n);
+      expect(await balance(subscriber.address)).toBe(before - 4_000n);
+      // The single form refuses it with the cap's error, not an arithmetic panic.
+      const single = await revertOf(
+        deductAllowance(wallet(provider), {
+          manager: manager(),
+          subscriptionId: a.id,
+          amount: maxUint256,
+          ref: ref("o4"),
+        }),
+      );
+      expect(single.errorName).toBe("AllowanceExhausted");
+    });
   });
 });

@@ -62,6 +62,18 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
     uint8 public constant FAILURE_ALLOWANCE_EXHAUSTED = 2;
     uint8 public constant FAILURE_TRANSFER_FAILED = 3;
 
+    /// Gas forwarded to the token's `transferFrom` in each pull. A standard ERC-20 (USDC included) needs
+    /// well under half of it even when the payee's balance slot is new; a token that wants more fails
+    /// its own item, and a token that burns everything it is given costs each batch at most this much.
+    uint256 public constant PULL_GAS = 100_000;
+    /// Revert data kept in RenewalFailed.reason: enough for a custom error with three words or an
+    /// Error(string) of a typical message, never more, whatever a token returns.
+    uint256 public constant MAX_REASON_BYTES = 256;
+    /// Gas that must be left before a pull: EIP-150 forwards at most 63/64 of what remains after the
+    /// call's own cost (up to 2 600 for a cold token address), so with this much the token is sure to get
+    /// all of PULL_GAS and a failure is the token's doing, never the caller's choice of gas limit.
+    uint256 private constant PULL_GAS_RESERVE = PULL_GAS + PULL_GAS / 63 + 5_000;
+
     bytes32 public constant SUBSCRIBE_TYPEHASH =
         keccak256("Subscribe(address subscriber,uint256 planId,uint256 maxOverage,uint256 nonce,uint256 deadline)");
     bytes32 public constant PAUSE_TYPEHASH =
@@ -127,6 +139,8 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
     error SignatureExpired(uint256 deadline);
     error InvalidSignature();
     error LengthMismatch();
+    /// The transaction's gas limit left too little for a token call to get PULL_GAS; send more gas.
+    error InsufficientGasForPull(uint256 gasLeft, uint256 needed);
 
     constructor() EIP712("Tollgate SubscriptionManager", "1") {}
 
@@ -383,8 +397,8 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         Plan storage p = _plans[s.planId];
         _checkProviderOrOperator(subscriptionId, p.provider);
         if (s.status != Status.Active) revert InvalidStatus(subscriptionId, s.status);
+        if (!_withinCap(s, amount)) revert AllowanceExhausted(subscriptionId, s.overageUsed, s.maxOverage, amount);
         uint256 used = s.overageUsed + amount;
-        if (used > s.maxOverage) revert AllowanceExhausted(subscriptionId, s.overageUsed, s.maxOverage, amount);
         s.overageUsed = used;
         _pull(p.token, s.subscriber, p.provider, amount);
         emit AllowanceDeducted(subscriptionId, ref, amount, used, s.maxOverage);
@@ -414,8 +428,7 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
             emit DeductionFailed(id, ref, amount, FAILURE_NOT_ACTIVE);
             return false;
         }
-        uint256 used = s.overageUsed + amount;
-        if (used > s.maxOverage) {
+        if (!_withinCap(s, amount)) {
             emit DeductionFailed(id, ref, amount, FAILURE_ALLOWANCE_EXHAUSTED);
             return false;
         }
@@ -424,6 +437,8 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
             emit DeductionFailed(id, ref, amount, FAILURE_TRANSFER_FAILED);
             return false;
         }
+        // Cannot overflow: _withinCap showed overageUsed + amount <= maxOverage.
+        uint256 used = s.overageUsed + amount;
         s.overageUsed = used;
         emit AllowanceDeducted(id, ref, amount, used, s.maxOverage);
         return true;
@@ -439,6 +454,15 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
     function _subscriberOnly(uint256 id) private view returns (Subscription storage s) {
         s = _existing(id);
         if (msg.sender != s.subscriber) revert NotSubscriber(id, msg.sender);
+    }
+
+    /// overageUsed + amount <= maxOverage, written so that no amount can overflow (an overflow would
+    /// revert a whole deductAllowanceMany instead of failing its item). A cap lowered below this cycle's
+    /// use admits nothing.
+    function _withinCap(Subscription storage s, uint256 amount) private view returns (bool) {
+        uint256 used = s.overageUsed;
+        uint256 cap = s.maxOverage;
+        return used <= cap && amount <= cap - used;
     }
 
     function _checkProviderOrOperator(uint256 id, address provider) private view {
@@ -467,16 +491,42 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         if (!ok) revert TransferFailed(token, from, to, amount);
     }
 
-    /// transferFrom as a low-level call, so that a reverting token, a token returning false and a token
-    /// with no code are all reported as a failure instead of reverting the caller (a batch keeps going).
+    /// transferFrom as a low-level call whose outcome is reported, never thrown, so one subscription's
+    /// token cannot stop a batch (collectMany, deductAllowanceMany) of others:
+    /// - the token gets exactly PULL_GAS (the call reverts InsufficientGasForPull up front when the caller
+    ///   left too little, so running out inside the token is always the token's failure);
+    /// - success is a call that did not revert and returned either nothing (tokens such as USDT that
+    ///   predate the standard's return value; the token has code, checked first) or exactly one word
+    ///   equal to 1. `false`, any other word, a short or long answer are failures, never a decode revert;
+    /// - at most MAX_REASON_BYTES of revert data are copied, so a token returning megabytes costs its
+    ///   own gas, not the batch's memory.
+    /// `reason` is the (truncated) revert data on failure, empty on success.
     function _tryPull(address token, address from, address to, uint256 amount)
         private
         returns (bool ok, bytes memory reason)
     {
         if (amount == 0) return (true, "");
         if (token.code.length == 0) return (false, "");
-        (ok, reason) = token.call(abi.encodeCall(IERC20.transferFrom, (from, to, amount)));
-        if (ok && reason.length > 0) ok = reason.length >= 32 && abi.decode(reason, (bool));
-        if (ok) reason = "";
+        bytes memory data = abi.encodeCall(IERC20.transferFrom, (from, to, amount));
+        uint256 left = gasleft();
+        if (left < PULL_GAS_RESERVE) revert InsufficientGasForPull(left, PULL_GAS_RESERVE);
+        bool success;
+        uint256 size;
+        uint256 word;
+        assembly ("memory-safe") {
+            // Return data is not copied by the call (out size 0); only what is read below is.
+            success := call(PULL_GAS, token, 0, add(data, 0x20), mload(data), 0, 0)
+            size := returndatasize()
+            if eq(size, 32) {
+                returndatacopy(0, 0, 32)
+                word := mload(0)
+            }
+        }
+        if (success && (size == 0 || (size == 32 && word == 1))) return (true, "");
+        uint256 kept = size < MAX_REASON_BYTES ? size : MAX_REASON_BYTES;
+        reason = new bytes(kept);
+        assembly ("memory-safe") {
+            returndatacopy(add(reason, 0x20), 0, kept)
+        }
     }
 }
