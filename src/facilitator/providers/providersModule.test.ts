@@ -131,6 +131,35 @@ describe("provider registration", () => {
     expect(response.status).toBe(401);
   });
 
+  it("keeps a provider's challenge valid however many more are requested in its name", async () => {
+    const account = privateKeyToAccount(generatePrivateKey());
+    const { challenge } = await challengeFor(account.address);
+    for (let i = 0; i < 20; i++) await challengeFor(account.address);
+    const signature = await account.signMessage({ message: challenge });
+    const response = await post("/providers", { address: account.address, challenge, signature });
+    expect(response.status).toBe(201);
+  });
+
+  it("refuses a challenge text it did not seal, even one signed by the address", async () => {
+    const account = privateKeyToAccount(generatePrivateKey());
+    const { challenge } = await challengeFor(account.address);
+    const forgeries = [
+      // Another nonce (an unsealed one, or a tag for other fields).
+      challenge.replace(/Nonce: [^.]+/, "Nonce: AAAAAAAAAAAAAAAAAAAAAA"),
+      // A later expiry than the one sealed.
+      challenge.replace(/Expires: .*$/, `Expires: ${new Date(clock.now() + 50_000).toISOString()}`),
+      // Another network.
+      challenge.replace("Network: eip155:31337", "Network: eip155:8453"),
+      `${challenge}\n`,
+    ];
+    for (const forged of forgeries) {
+      expect(forged).not.toBe(challenge);
+      const signature = await account.signMessage({ message: forged });
+      const response = await post("/providers", { address: account.address, challenge: forged, signature });
+      expect(response.status).toBe(401);
+    }
+  });
+
   it("refuses missing, malformed and unknown keys with 401", async () => {
     for (const headers of [
       {},
