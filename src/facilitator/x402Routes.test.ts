@@ -1,12 +1,14 @@
 import { Hono } from "hono";
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { createFixedClock } from "../protocol/clock.ts";
 import { type ErrorCode, TollgateError } from "../protocol/errors.ts";
 import type { SupportedResponse } from "../protocol/facilitator.ts";
-import type { Queryable } from "../store/store.ts";
+import { createTestStore } from "../store/createTestStore.ts";
+import type { Queryable, Store } from "../store/store.ts";
 import type { CheckablePayment } from "./checkSignedPayment.ts";
 import { errorResponse } from "./httpErrors.ts";
 import type { PaymentRow } from "./paymentRecords.ts";
+import { claimX402Request, findX402Request, x402RequestHash } from "./x402RequestRecords.ts";
 import { type X402RoutesDeps, x402Routes, x402Supported } from "./x402Routes.ts";
 
 const NOW = 1_763_800_000;
@@ -87,10 +89,18 @@ function row(fields: Partial<PaymentRow>): PaymentRow {
   };
 }
 
-const noStore: Queryable = {
-  query: async () => [],
-  exec: async () => {},
-};
+// A real store (PGlite, or PostgreSQL when DATABASE_URL is set) for the x402 request owners; the
+// engine is a stand-in, so payment rows come from `rows`.
+let store: Store;
+beforeAll(async () => {
+  store = await createTestStore({ databaseUrl: process.env.DATABASE_URL || undefined });
+});
+afterAll(async () => {
+  await store?.close();
+});
+beforeEach(async () => {
+  await store.exec("DELETE FROM x402_settle_requests");
+});
 
 function appWith(engine: FakeEngine, options: { store?: Queryable; nowMs?: number } = {}) {
   const app = new Hono();
@@ -100,7 +110,7 @@ function appWith(engine: FakeEngine, options: { store?: Queryable; nowMs?: numbe
     x402Routes({
       engine,
       supported,
-      store: options.store ?? noStore,
+      store: options.store ?? store,
       clock: createFixedClock(options.nowMs ?? NOW * 1000),
     }),
   );
@@ -368,8 +378,9 @@ describe("POST /x402/settle", () => {
     expect(engine.settled).toHaveLength(1);
   });
 
-  it("answers a settled authorization with its transaction again, even after its window closed", async () => {
+  it("answers the request that settled an authorization with its transaction again, even after its window closed", async () => {
     const engine = fakeEngine({ rows: new Map([[NONCE, row({ status: "settled", tx_hash: TX })]]) });
+    await claimX402Request(store, NONCE, x402RequestHash(body() as never));
     const later = (NOW + 3600) * 1000;
     const { json } = await post(appWith(engine, { nowMs: later }), "settle", body());
     expect(json).toEqual({ success: true, transaction: TX, network: "eip155:31337", payer: PAYER });
@@ -414,9 +425,9 @@ describe("POST /x402/settle", () => {
   });
 
   it("reports a payment still settling as settlement_pending with its batch transaction", async () => {
-    const store: Queryable = {
+    const batches: Queryable = {
       async query(sql, params) {
-        expect(sql).toContain("settlement_batches");
+        if (!sql.includes("settlement_batches")) return store.query(sql, params);
         expect(params).toEqual([7]);
         return [
           {
@@ -432,7 +443,7 @@ describe("POST /x402/settle", () => {
           },
         ] as never[];
       },
-      exec: async () => {},
+      exec: (sql) => store.exec(sql),
     };
     const rows = new Map<string, PaymentRow>();
     const engine = fakeEngine({
@@ -445,7 +456,7 @@ describe("POST /x402/settle", () => {
         });
       },
     });
-    const { status, json } = await post(appWith(engine, { store }), "settle", body());
+    const { status, json } = await post(appWith(engine, { store: batches }), "settle", body());
     expect(status).toBe(200);
     expect(json).toMatchObject({
       success: false,
@@ -469,5 +480,104 @@ describe("POST /x402/settle", () => {
       network: "eip155:31337",
       error: { code: "ChainUnavailable" },
     });
+  });
+});
+
+describe("one transfer is answered as settled to one x402 request", () => {
+  /** An engine whose settle records the payment as settled, as the real one does. */
+  function settlingEngine(rows = new Map<string, PaymentRow>()) {
+    return fakeEngine({
+      rows,
+      settle: async () => {
+        const settled = rows.get(NONCE) ?? row({ status: "settled", tx_hash: TX });
+        rows.set(NONCE, settled);
+        return settled;
+      },
+    });
+  }
+  const nonceUsed = { success: false, errorReason: "invalid_exact_evm_nonce_already_used", transaction: "" };
+
+  it("refuses, in settle and verify, an authorization that a Tollgate payment used", async () => {
+    const tollgate = row({ source: "tollgate", memo: "a-memo", status: "settled", tx_hash: TX });
+    const engine = settlingEngine(new Map([[NONCE, tollgate]]));
+    const app = appWith(engine);
+    expect((await post(app, "settle", body())).json).toMatchObject({ ...nonceUsed, payer: PAYER });
+    expect((await post(app, "verify", body())).json).toMatchObject({
+      isValid: false,
+      invalidReason: "invalid_exact_evm_nonce_already_used",
+    });
+    // Still being settled through /authorize: refused all the same.
+    const pendingEngine = settlingEngine(new Map([[NONCE, { ...tollgate, status: "pending" as const }]]));
+    expect((await post(appWith(pendingEngine), "settle", body())).json).toMatchObject(nonceUsed);
+    for (const e of [engine, pendingEngine]) {
+      expect(e.settled).toEqual([]);
+      expect(e.preflighted).toEqual([]);
+    }
+    expect(await findX402Request(store, NONCE)).toBeUndefined();
+  });
+
+  it("answers the identical request again, and refuses the same payload in any other request", async () => {
+    const engine = settlingEngine();
+    const app = appWith(engine);
+    const settled = { success: true, transaction: TX, network: "eip155:31337", payer: PAYER };
+    expect((await post(app, "settle", body())).json).toEqual(settled);
+    // The same body, keys in another order: the same request.
+    const { paymentRequirements, paymentPayload, x402Version } = body();
+    expect((await post(app, "settle", { paymentRequirements, paymentPayload, x402Version })).json).toEqual(
+      settled,
+    );
+    expect(engine.settled).toHaveLength(1);
+
+    const others: Record<string, unknown>[] = [
+      // Another resource server's requirements (a Tollgate gate names itself in extra).
+      {
+        ...body(),
+        paymentRequirements: requirements({ extra: { name: "USD Coin", version: "2", tollgateGate: "b" } }),
+      },
+      { ...body(), paymentRequirements: requirements({ maxTimeoutSeconds: 600 }) },
+      {
+        ...body(),
+        paymentPayload: { ...body().paymentPayload, resource: { url: "http://other.test/paid" } },
+      },
+    ];
+    for (const other of others) {
+      expect((await post(app, "settle", other)).json).toMatchObject({ ...nonceUsed, payer: PAYER });
+      expect((await post(app, "verify", other)).json).toMatchObject({
+        isValid: false,
+        invalidReason: "invalid_exact_evm_nonce_already_used",
+      });
+    }
+    expect(engine.settled).toHaveLength(1);
+  });
+
+  it("lets exactly one of two different requests racing for one authorization have it", async () => {
+    const engine = settlingEngine();
+    const app = appWith(engine);
+    const one = body();
+    const two = { ...body(), paymentRequirements: requirements({ maxTimeoutSeconds: 301 }) };
+    const replies = await Promise.all([post(app, "settle", one), post(app, "settle", two)]);
+    const successes = replies.filter((r) => r.json.success === true);
+    expect(successes).toHaveLength(1);
+    const winner = successes[0] === replies[0] ? one : two;
+    const loser = winner === one ? two : one;
+    expect((await post(app, "settle", winner)).json).toMatchObject({ success: true, transaction: TX });
+    expect((await post(app, "settle", loser)).json).toMatchObject(nonceUsed);
+    expect(await findX402Request(store, NONCE)).toBe(x402RequestHash(winner as never));
+  });
+
+  it("answers an x402 payment whose request is unknown to no request", async () => {
+    const engine = settlingEngine(new Map([[NONCE, row({ status: "settled", tx_hash: TX })]]));
+    expect((await post(appWith(engine), "settle", body())).json).toMatchObject(nonceUsed);
+    expect(engine.settled).toEqual([]);
+  });
+
+  it("records no owner for a request the preflight refused", async () => {
+    const engine = fakeEngine({
+      preflight: () => Promise.reject(new TollgateError("InvalidSignature", "not signed by from")),
+    });
+    const { json } = await post(appWith(engine), "settle", body());
+    expect(json).toMatchObject({ success: false, errorReason: "invalid_exact_evm_signature" });
+    expect(engine.settled).toEqual([]);
+    expect(await findX402Request(store, NONCE)).toBeUndefined();
   });
 });

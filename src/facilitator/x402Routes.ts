@@ -9,6 +9,14 @@
  * path, idempotent on the authorization nonce), so an x402 payment is checked and settled exactly like
  * a Tollgate one.
  *
+ * One transfer is answered as settled to one x402 request. An EIP-3009 authorization is public once
+ * settled, so anyone can wrap it in a new x402 request; `/settle` therefore answers success only to the
+ * request that owns the authorization (`x402RequestRecords.ts`): the first request, identified by the
+ * hash of its whole body, that passed the preflight and claimed it. Identical retries of that request
+ * get its answer again; any other request, and any request for an authorization that a Tollgate
+ * payment (`/authorize`) or someone on chain used, gets `invalid_exact_evm_nonce_already_used`.
+ * `/verify` refuses the same authorizations.
+ *
  * Outcomes, as x402 facilitators report them:
  * - a payment that fails a check is 200 with `isValid: false` / `success: false` and a reason
  *   string (x402's own where it has one; mapping in docs/x402.md);
@@ -41,12 +49,16 @@ import type { CheckablePayment } from "./checkSignedPayment.ts";
 import { errorResponse, readJsonBody } from "./httpErrors.ts";
 import { BatchRowSchema, type PaymentRow } from "./paymentRecords.ts";
 import type { SettlementEngine } from "./settlementEngine.ts";
+import { claimX402Request, findX402Request, x402RequestHash } from "./x402RequestRecords.ts";
 
 export type X402RoutesDeps = {
   engine: Pick<SettlementEngine, "preflight" | "settleAuthorization" | "getPayment">;
   /** Tollgate's own `/supported`: the networks, tokens (with EIP-712 domains) and signers served. */
   supported: SupportedResponse;
-  /** Read for the batch transaction of a payment still settling (`settlement_pending`). */
+  /**
+   * Read for the batch transaction of a payment still settling (`settlement_pending`); holds which
+   * request owns each x402 payment (`x402_settle_requests`).
+   */
   store: Queryable;
   clock: Clock;
   logger?: Logger | undefined;
@@ -102,6 +114,10 @@ export function x402Routes(deps: X402RoutesDeps): Hono {
     if (!read.ok) return c.json(verifyRefusal(read.refusal));
     const checked = checkPayment(read.request, tokensByNetwork);
     if ("reason" in checked) return c.json(verifyRefusal(checked));
+    const requestHash = x402RequestHash(read.request);
+    const previous = await engine.getPayment(checked.payment.authorization.nonce);
+    const taken = await takenFrom(checked, requestHash, previous);
+    if (taken !== undefined) return c.json(verifyRefusal(taken));
     const late = checkWindow(checked, unixSeconds(clock));
     if (late !== undefined) return c.json(verifyRefusal(late));
     try {
@@ -124,16 +140,29 @@ export function x402Routes(deps: X402RoutesDeps): Hono {
     const checked = checkPayment(read.request, tokensByNetwork);
     if ("reason" in checked) return c.json(settleRefusal(checked, network));
 
-    // Idempotence first: the same authorization settled before answers with its transaction even
-    // after its validity window has closed (the window only matters for a transfer still to make).
-    const previous = await engine.getPayment(checked.payment.authorization.nonce);
-    if (previous?.status === "settled" && previous.tx_hash !== null && sameAuthorization(previous, checked)) {
+    const nonce = checked.payment.authorization.nonce;
+    const requestHash = x402RequestHash(read.request);
+    const previous = await engine.getPayment(nonce);
+    const taken = await takenFrom(checked, requestHash, previous);
+    if (taken !== undefined) return c.json(settleRefusal(taken, network));
+
+    // Idempotence: this request settled before answers with its transaction even after its validity
+    // window has closed (the window only matters for a transfer still to make).
+    if (previous?.status === "settled" && previous.tx_hash !== null) {
       return c.json(settleSuccess(previous.tx_hash, network, checked.payer));
     }
 
     const late = checkWindow(checked, unixSeconds(clock));
     if (late !== undefined) return c.json(settleRefusal(late, network));
     try {
+      if (previous === undefined) {
+        // Claimed only once the payer's signature and a simulation passed, so that junk requests
+        // record nothing; the claim decides between different requests racing for one authorization.
+        await engine.preflight(checked.payment);
+        if ((await claimX402Request(deps.store, nonce, requestHash)) !== requestHash) {
+          return c.json(settleRefusal(ownedElsewhere(checked.payer), network));
+        }
+      }
       const row = await engine.settleAuthorization(checked.payment);
       if (row.tx_hash === null) throw new TollgateError("Internal", "a settled payment has no transaction");
       return c.json(settleSuccess(row.tx_hash, network, checked.payer));
@@ -158,6 +187,37 @@ export function x402Routes(deps: X402RoutesDeps): Hono {
       return c.json(settleRefusal(refusalOf(error, "settle", checked.payer), network));
     }
   });
+
+  /**
+   * Why this request may not use the authorization, if it may not: a Tollgate payment (`/authorize`)
+   * holds its nonce, another authorization does, or another x402 request owns it. An x402 payment whose
+   * owner is unknown (settled before owners were recorded) belongs to no request.
+   */
+  async function takenFrom(
+    checked: Checked,
+    requestHash: string,
+    previous: PaymentRow | undefined,
+  ): Promise<Refusal | undefined> {
+    if (previous !== undefined && previous.source !== "x402") {
+      return {
+        reason: X402ErrorReason.NonceAlreadyUsed,
+        message: "this authorization was used for a Tollgate payment; it cannot pay for an x402 request",
+        payer: checked.payer,
+      };
+    }
+    if (previous !== undefined && !sameAuthorization(previous, checked)) {
+      return {
+        reason: X402ErrorReason.NonceAlreadyUsed,
+        message: "another payment already used this authorization nonce",
+        payer: checked.payer,
+      };
+    }
+    const owner = await findX402Request(deps.store, checked.payment.authorization.nonce);
+    if (owner === undefined ? previous !== undefined : owner !== requestHash) {
+      return ownedElsewhere(checked.payer);
+    }
+    return undefined;
+  }
 
   /** The batch transaction a not-yet-settled payment rides in, or "" when none was signed yet. */
   async function transactionOf(nonce: string): Promise<string> {
@@ -420,6 +480,14 @@ function unexpected(error: TollgateError, phase: "verify" | "settle", payer: str
     reason:
       phase === "verify" ? X402ErrorReason.UnexpectedVerifyError : X402ErrorReason.UnexpectedSettleError,
     message: error.message,
+    payer,
+  };
+}
+
+function ownedElsewhere(payer: string): Refusal {
+  return {
+    reason: X402ErrorReason.NonceAlreadyUsed,
+    message: "this authorization was settled for another x402 request; a payment pays for one request",
     payer,
   };
 }

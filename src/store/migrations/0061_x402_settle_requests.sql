@@ -1,0 +1,14 @@
+-- Which x402 request an x402 payment was settled for (docs/x402.md "Settling twice", DESIGN.md §2.4):
+-- `/x402/settle` answers success only to the request that settled the authorization, and to identical
+-- retries of it. A request is identified by `request_hash`, the sha256 of the canonical JSON of its
+-- body `{ x402Version, paymentPayload, paymentRequirements }`.
+--
+-- The row is written (first writer wins, on `nonce` as `payments` is) after the facilitator's preflight
+-- accepted the authorization and before the settlement engine records the payment, so that of two
+-- different requests carrying one authorization exactly one can own it. An x402 payment without a row
+-- here (settled before this migration) is answered to no request.
+CREATE TABLE x402_settle_requests (
+  nonce text PRIMARY KEY CHECK (nonce ~ '^0x[0-9a-f]{64}$'),
+  request_hash text NOT NULL CHECK (request_hash ~ '^[0-9a-f]{64}$'),
+  created_at timestamptz NOT NULL DEFAULT now()
+);
