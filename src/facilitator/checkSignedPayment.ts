@@ -19,7 +19,24 @@ import {
 /** secp256k1 group order / 2: EIP-2 and the token contracts refuse an `s` above it. */
 const HALF_ORDER = 0x7fffffffffffffffffffffffffffffff5d576e7357a4501ddfe92f46681b20a0n;
 
-export type SupportedTokenConfig = { address: Address; name: string; version: string; symbol: string };
+export type SupportedTokenConfig = {
+  address: Address;
+  name: string;
+  version: string;
+  symbol: string;
+  /**
+   * The smallest payment settled in this token, smallest unit (DESIGN.md §4, "Abuse"): below it the
+   * gas of settling costs the facilitator more than the payment is worth. Never below 1: a zero-value
+   * transfer moves nothing, needs no balance, and would only spend the facilitator's gas.
+   */
+  minAmount?: bigint | undefined;
+};
+
+/** Every token refuses a zero-value payment, whatever its configured minimum. */
+export function minimumAmountOf(token: Pick<SupportedTokenConfig, "minAmount">): bigint {
+  const configured = token.minAmount ?? 1n;
+  return configured < 1n ? 1n : configured;
+}
 
 export type PaymentCheckContext = {
   network: string;
@@ -66,6 +83,7 @@ export async function checkSignedPayment(
 ): Promise<Address> {
   const token = tokenConfigOf(context, payment);
   const a = payment.authorization;
+  checkMinimumAmount(token, a);
 
   if (payment.memo !== undefined) {
     if (a.nonce !== memoNonce(payment.memo)) {
@@ -73,7 +91,7 @@ export async function checkSignedPayment(
         details: { nonce: a.nonce, expected: memoNonce(payment.memo) },
       });
     }
-    checkMemoTerms(payment.memo, payment, a);
+    checkMemoTerms(payment.memo, payment, a, context);
   }
 
   const validAfter = BigInt(a.validAfter);
@@ -102,6 +120,67 @@ export async function checkSignedPayment(
   if (s > HALF_ORDER) {
     throw new TollgateError("InvalidSignature", "signature has a high s value (EIP-2); sign again", {});
   }
+  const cacheKey = recoveryKey(token, payment);
+  let signer = recoveredSigners.get(cacheKey);
+  if (signer === undefined) signer = await recoverSigner(token, payment, cacheKey);
+  if (!sameAddress(signer, a.from)) {
+    throw new TollgateError("InvalidSignature", "signature was not made by the authorization's `from`", {
+      details: { from: a.from, recovered: signer },
+    });
+  }
+  return signer;
+}
+
+/**
+ * The minimum is a check of its own, shared by `/authorize` and the x402 endpoints (both reach it
+ * through `checkSignedPayment`): a payment below it is refused before any chain read.
+ */
+export function checkMinimumAmount(token: SupportedTokenConfig, a: Pick<Authorization, "value">): void {
+  const minimum = minimumAmountOf(token);
+  if (BigInt(a.value) < minimum) {
+    // AmountMismatch (422): the amount is not one this facilitator settles; x402 maps it to its
+    // invalid-value reason, so both paths refuse it alike.
+    throw new TollgateError(
+      "AmountMismatch",
+      `this facilitator settles payments of at least ${minimum} (smallest unit of ${token.symbol}); the gate must price above it`,
+      {
+        details: { reason: "amount_below_minimum", value: a.value, minimum: minimum.toString(), token: token.address },
+      },
+    );
+  }
+}
+
+/**
+ * Recovered signers of recent payments, by everything the signature covers. Recovery is a pure
+ * function of that key, so a hit is always right; it saves the second recovery when a payment is
+ * checked before admission (rate limits) and again by the settlement engine. Bounded, oldest first out.
+ */
+const recoveredSigners = new Map<string, Address>();
+const MAX_RECOVERED_SIGNERS = 4_096;
+
+function recoveryKey(token: SupportedTokenConfig, payment: CheckablePayment): string {
+  const a = payment.authorization;
+  return [
+    payment.network,
+    token.address.toLowerCase(),
+    token.name,
+    token.version,
+    a.from.toLowerCase(),
+    a.to.toLowerCase(),
+    a.value,
+    a.validAfter,
+    a.validBefore,
+    a.nonce.toLowerCase(),
+    payment.signature.toLowerCase(),
+  ].join("|");
+}
+
+async function recoverSigner(
+  token: SupportedTokenConfig,
+  payment: CheckablePayment,
+  cacheKey: string,
+): Promise<Address> {
+  const a = payment.authorization;
   let signer: Address;
   try {
     signer = await recoverTypedDataAddress({
@@ -119,11 +198,11 @@ export async function checkSignedPayment(
   } catch (cause) {
     throw new TollgateError("InvalidSignature", "signature does not recover to an address", { cause });
   }
-  if (!sameAddress(signer, a.from)) {
-    throw new TollgateError("InvalidSignature", "signature was not made by the authorization's `from`", {
-      details: { from: a.from, recovered: signer },
-    });
+  if (recoveredSigners.size >= MAX_RECOVERED_SIGNERS) {
+    const oldest = recoveredSigners.keys().next();
+    if (oldest.done !== true) recoveredSigners.delete(oldest.value);
   }
+  recoveredSigners.set(cacheKey, signer);
   return signer;
 }
 
@@ -132,7 +211,12 @@ export async function checkSignedPayment(
  * (the gate holds that secret), but it can refuse a transfer that does not pay what the memo priced:
  * such a payment would be refused by the gate after the money had moved.
  */
-function checkMemoTerms(memo: string, payment: CheckablePayment, a: Authorization): void {
+function checkMemoTerms(
+  memo: string,
+  payment: CheckablePayment,
+  a: Authorization,
+  context: Pick<PaymentCheckContext, "nowSeconds" | "minRemainingSeconds">,
+): void {
   let claims: Record<string, unknown>;
   try {
     const parsed: unknown = JSON.parse(utf8Decode(base64UrlDecode(memo.slice(0, memo.indexOf(".")))));
@@ -160,5 +244,26 @@ function checkMemoTerms(memo: string, payment: CheckablePayment, a: Authorizatio
     throw new TollgateError("UnsupportedToken", "the memo was priced in another token", {
       details: { token: payment.token, memoToken: claims.k },
     });
+  }
+  // The gate refuses a proof for a memo past its expiry (`e`), so settling one moves the money and
+  // serves nothing. The same margin as the authorization's window: the memo must outlive settlement.
+  if (typeof claims.e !== "number" || !Number.isSafeInteger(claims.e) || claims.e <= 0) {
+    throw new TollgateError("InvalidRequest", "memo has no expiry (`e`, Unix seconds)", {
+      details: { memoExpiry: claims.e },
+    });
+  }
+  if (claims.e <= context.nowSeconds + context.minRemainingSeconds) {
+    throw new TollgateError(
+      "AuthorizationExpired",
+      "the memo (the gate's offer) has expired or expires before the payment could settle; ask the gate for a fresh 402",
+      {
+        details: {
+          reason: "memo_expired",
+          memoExpiresAt: claims.e,
+          now: context.nowSeconds,
+          minRemaining: context.minRemainingSeconds,
+        },
+      },
+    );
   }
 }

@@ -67,6 +67,8 @@ export const SupportedTokenSchema = z.object({
   decimals: z.int().min(0).max(77),
   /** EIP-712 domain name and version of the token (USDC: "USD Coin", "2"). */
   eip712: z.object({ name: z.string().min(1).max(128), version: z.string().min(1).max(32) }),
+  /** The smallest payment the facilitator settles in this token, smallest unit (a gate prices above it). */
+  minAmount: UintStringSchema.optional(),
 });
 export type SupportedToken = z.infer<typeof SupportedTokenSchema>;
 

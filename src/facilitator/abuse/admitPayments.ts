@@ -1,0 +1,53 @@
+/**
+ * Admission in front of the settlement engine (DESIGN.md §4, "Abuse"): every payment that would cost
+ * a chain read or gas — `/authorize`, `/x402/verify`, `/x402/settle` — first passes the off-chain
+ * checks (minimum amount, memo expiry, window, signature), and only then takes a token of its payer's
+ * rate-limit bucket. The engine checks again (it is also used without this wrapper); the recovered
+ * signer is cached in `checkSignedPayment`, so the second check costs no second recovery.
+ */
+import type { Clock } from "../../protocol/clock.ts";
+import { unixSeconds } from "../../protocol/clock.ts";
+import { type CheckablePayment, checkSignedPayment, type SupportedTokenConfig } from "../checkSignedPayment.ts";
+import type { SettlementEngine } from "../settlementEngine.ts";
+import type { RateLimits } from "./rateLimits.ts";
+
+/** Seconds an authorization and a memo must have left on arrival (the engine's own margin). */
+export const SETTLEMENT_MARGIN_SECONDS = 6;
+
+export function admitPayments(
+  engine: SettlementEngine,
+  options: {
+    network: string;
+    tokens: ReadonlyMap<string, SupportedTokenConfig>;
+    clock: Clock;
+    limits: Pick<RateLimits, "takePayer">;
+  },
+): SettlementEngine {
+  const admit = async (payment: CheckablePayment): Promise<void> => {
+    const payer = await checkSignedPayment(
+      {
+        network: options.network,
+        tokens: options.tokens,
+        nowSeconds: unixSeconds(options.clock),
+        minRemainingSeconds: SETTLEMENT_MARGIN_SECONDS,
+      },
+      payment,
+    );
+    options.limits.takePayer(payer);
+  };
+  return {
+    ...engine,
+    async authorize(payment) {
+      await admit(payment);
+      return engine.authorize(payment);
+    },
+    async settleAuthorization(payment) {
+      await admit(payment);
+      return engine.settleAuthorization(payment);
+    },
+    async preflight(payment) {
+      await admit(payment);
+      return engine.preflight(payment);
+    },
+  };
+}

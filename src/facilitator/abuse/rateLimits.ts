@@ -1,0 +1,147 @@
+/**
+ * The facilitator's rate limits (DESIGN.md §4, "Abuse"; 429 `RateLimited` with `Retry-After`, §2.6):
+ * one bucket per client address for every request to an endpoint that costs chain work (a simulation,
+ * a transaction), and one per payer address for every payment that passed the off-chain checks.
+ *
+ * Why two: a client address limit is taken before anything is parsed, so it bounds what one host can
+ * make the facilitator do; a payer limit bounds one key spread over many hosts. The payer bucket is
+ * taken only after the signature recovered to the payer, so nobody can exhaust another payer's bucket
+ * by sending junk in its name.
+ *
+ * Client address: the TCP peer's address. `X-Forwarded-For` is read only when the peer is one of the
+ * configured `trustedProxies` (the facilitator sits behind them); then the client is the right-most
+ * address of the header that is not itself a trusted proxy, since every proxy appends the address it
+ * saw and only the right-most entries were written by proxies we trust. IPv6 clients are limited per
+ * /64 (one host commonly holds a whole /64), IPv4-mapped IPv6 addresses as IPv4.
+ *
+ * Limits hold per facilitator process: N instances behind a load balancer allow N times the rate.
+ */
+import { isIP } from "node:net";
+import type { MiddlewareHandler } from "hono";
+import type { Clock } from "../../protocol/clock.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { createTokenBuckets, type TokenBucketRule, type TokenBuckets } from "./tokenBucket.ts";
+
+export type RateLimitOptions = {
+  /** Per client address; `false` turns the limit off. Default 60 at once, 10 per second. */
+  perClient?: TokenBucketRule | false | undefined;
+  /** Per payer address; `false` turns the limit off. Default 30 at once, 3 per second. */
+  perPayer?: TokenBucketRule | false | undefined;
+  /**
+   * Addresses of the reverse proxies in front of the facilitator, whose `X-Forwarded-For` is believed.
+   * Empty (the default) believes no header: the TCP peer is the client.
+   */
+  trustedProxies?: readonly string[] | undefined;
+  /** Buckets held per limit (default 100 000; the least recently used is dropped past it). */
+  maxKeys?: number | undefined;
+};
+
+export const defaultClientLimit: TokenBucketRule = { capacity: 60, refillPerSecond: 10 };
+export const defaultPayerLimit: TokenBucketRule = { capacity: 30, refillPerSecond: 3 };
+
+export type RateLimits = {
+  /** Hono middleware: takes the client address's bucket, or answers 429. */
+  clientMiddleware: MiddlewareHandler;
+  /** Takes the client address's bucket for a request (`peer` = TCP peer address, if known). */
+  takeClient(peer: string | undefined, forwardedFor: string | undefined): void;
+  /** Takes the payer's bucket; call only once the payment's signature recovered to `payer`. */
+  takePayer(payer: string): void;
+};
+
+export function createRateLimits(options: RateLimitOptions & { clock: Clock }): RateLimits {
+  const { clock } = options;
+  const buckets = (rule: TokenBucketRule | false | undefined, fallback: TokenBucketRule) =>
+    rule === false ? undefined : createTokenBuckets({ ...(rule ?? fallback), clock, maxKeys: options.maxKeys });
+  const clients: TokenBuckets | undefined = buckets(options.perClient, defaultClientLimit);
+  const payers: TokenBuckets | undefined = buckets(options.perPayer, defaultPayerLimit);
+  const trusted = new Set((options.trustedProxies ?? []).map((a) => normalizeAddress(a) ?? a));
+
+  const refuse = (what: string, retryAfter: number, details: Record<string, unknown>): never => {
+    throw new TollgateError("RateLimited", `too many requests ${what}; retry after ${retryAfter} s`, {
+      retryAfter,
+      details,
+    });
+  };
+
+  const takeClient = (peer: string | undefined, forwardedFor: string | undefined) => {
+    if (clients === undefined) return;
+    const client = clientAddress(peer, forwardedFor, trusted);
+    const taken = clients.take(bucketKey(client));
+    if (!taken.ok) refuse("from this client address", taken.retryAfterSeconds, { limit: "client" });
+  };
+
+  return {
+    takeClient,
+    takePayer(payer) {
+      if (payers === undefined) return;
+      const taken = payers.take(payer.toLowerCase());
+      if (!taken.ok) refuse("for this payer", taken.retryAfterSeconds, { limit: "payer", payer });
+    },
+    clientMiddleware: async (c, next) => {
+      takeClient(peerAddressOf(c.env), c.req.header("x-forwarded-for"));
+      await next();
+    },
+  };
+}
+
+/**
+ * The TCP peer of a request served by `@hono/node-server` (`c.env.incoming` is the Node request).
+ * Undefined when the app is called in process (`app.request()`), which has no peer.
+ */
+function peerAddressOf(env: unknown): string | undefined {
+  const incoming = (env as { incoming?: { socket?: { remoteAddress?: unknown } } } | undefined)?.incoming;
+  const address = incoming?.socket?.remoteAddress;
+  return typeof address === "string" ? address : undefined;
+}
+
+/** An IP address in one spelling: IPv4-mapped IPv6 as IPv4, IPv6 lowercased; undefined if not an IP. */
+export function normalizeAddress(text: string): string | undefined {
+  const trimmed = text.trim().replace(/^\[(.*)\]$/, "$1");
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(trimmed);
+  const address = mapped?.[1] ?? trimmed;
+  const kind = isIP(address);
+  if (kind === 4) return address;
+  if (kind === 6) return address.toLowerCase();
+  return undefined;
+}
+
+/**
+ * The client a request comes from: the peer, unless the peer is a trusted proxy; then the right-most
+ * `X-Forwarded-For` entry that is not a trusted proxy (an entry that is not an IP address stops the
+ * walk: it was written by someone we do not trust, so the last trusted hop's view is used).
+ */
+export function clientAddress(
+  peer: string | undefined,
+  forwardedFor: string | undefined,
+  trustedProxies: ReadonlySet<string>,
+): string {
+  const direct = peer === undefined ? undefined : normalizeAddress(peer);
+  if (direct === undefined) return "unknown";
+  if (!trustedProxies.has(direct) || forwardedFor === undefined) return direct;
+  let client = direct;
+  const hops = forwardedFor.split(",").reverse();
+  for (const hop of hops) {
+    const address = normalizeAddress(hop);
+    if (address === undefined) break;
+    client = address;
+    if (!trustedProxies.has(address)) break;
+  }
+  return client;
+}
+
+/** The bucket of an address: an IPv4 address alone, an IPv6 address by its /64. */
+export function bucketKey(address: string): string {
+  if (isIP(address) !== 6) return address;
+  const expanded = expandIpv6(address);
+  return `${expanded.slice(0, 4).join(":")}::/64`;
+}
+
+function expandIpv6(address: string): string[] {
+  // An embedded IPv4 tail (::1.2.3.4) takes two groups; only the first four groups matter here.
+  const withoutV4 = address.replace(/(\d+\.\d+\.\d+\.\d+)$/, "0:0");
+  const [head = "", tail] = withoutV4.split("::");
+  const headGroups = head === "" ? [] : head.split(":");
+  const tailGroups = tail === undefined || tail === "" ? [] : tail.split(":");
+  const fill = tail === undefined ? [] : Array(8 - headGroups.length - tailGroups.length).fill("0");
+  return [...headGroups, ...fill, ...tailGroups].map((g) => g.replace(/^0+(?=.)/, ""));
+}
