@@ -20,6 +20,9 @@ import { TollgateError } from "../protocol/errors.ts";
 import type { SupportedResponse } from "../protocol/facilitator.ts";
 import { chainIdOf } from "../protocol/network.ts";
 import type { Store } from "../store/store.ts";
+import { admitPayments } from "./abuse/admitPayments.ts";
+import { defaultMinAmount } from "./abuse/minimumAmount.ts";
+import { createRateLimits, type RateLimitOptions } from "./abuse/rateLimits.ts";
 import type { SupportedTokenConfig } from "./checkSignedPayment.ts";
 import { createFacilitatorApp } from "./createFacilitatorApp.ts";
 import type { FacilitatorContext, FacilitatorModule, FacilitatorModuleFactory } from "./facilitatorModule.ts";
@@ -65,6 +68,11 @@ export type CreateFacilitatorOptions = {
       >
     | undefined;
   maxBodyBytes?: number | undefined;
+  /**
+   * Rate limits per client address and per payer on the endpoints that cost chain work (429
+   * `RateLimited`; defaults in abuse/rateLimits.ts). Held in this process: limits are per instance.
+   */
+  rateLimits?: RateLimitOptions | undefined;
   /** Modules beyond the built-in ones (see modules.ts). */
   modules?: readonly FacilitatorModuleFactory[] | undefined;
   /**
@@ -112,10 +120,16 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     throw new TypeError("createFacilitator needs rpcUrl or publicClient");
   }
   const metrics = createFacilitatorMetrics();
-  const tokens = new Map(options.tokens.map((t) => [t.address.toLowerCase(), t]));
+  // A token without its own minimum gets the network's default (abuse/minimumAmount.ts).
+  const tokenConfigs = options.tokens.map((t) => ({
+    ...t,
+    minAmount: t.minAmount ?? defaultMinAmount(options.network, t.decimals),
+  }));
+  const tokens = new Map(tokenConfigs.map((t) => [t.address.toLowerCase(), t]));
+  const rateLimits = createRateLimits({ ...options.rateLimits, clock });
   const proofKeys = options.proofKeys;
   const gas = createGasAccount({ account: options.gasAccount, client: publicClient, chainId, clock, logger });
-  const engine = createSettlementEngine({
+  const settlementEngine = createSettlementEngine({
     store: options.store,
     client: publicClient,
     gas,
@@ -130,17 +144,21 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     confirmations: options.confirmations,
     ...options.settlement,
   });
+  // Everything that reaches the engine from outside passes the off-chain checks and the payer's
+  // rate limit first (abuse/admitPayments.ts).
+  const engine = admitPayments(settlementEngine, { network: options.network, tokens, clock, limits: rateLimits });
   const supported: SupportedResponse = {
     version: "1",
     schemes: options.subscriptionManager === undefined ? ["exact"] : ["exact", "subscription"],
     networks: [
       {
         network: options.network,
-        tokens: options.tokens.map((t) => ({
+        tokens: tokenConfigs.map((t) => ({
           address: t.address,
           symbol: t.symbol,
           decimals: t.decimals,
           eip712: { name: t.name, version: t.version },
+          minAmount: t.minAmount.toString(),
         })),
         batchSettler: options.batchSettler,
         ...(options.subscriptionManager === undefined
@@ -158,7 +176,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     chainId,
     batchSettler: options.batchSettler,
     subscriptionManager: options.subscriptionManager,
-    tokens: options.tokens,
+    tokens: tokenConfigs,
     engine,
     proofKeys: () => proofKeys,
     supported,
@@ -183,6 +201,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     metrics,
     chainHealth: () => publicClient.getBlockNumber({ cacheTime: 0 }),
     maxBodyBytes: options.maxBodyBytes,
+    limitClients: rateLimits.clientMiddleware,
     extend: (a) => {
       for (const m of modules) m.routes?.(a);
     },

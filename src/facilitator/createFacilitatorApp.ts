@@ -3,7 +3,7 @@
  * `app.request()` and `serveFacilitator` binds it to a port.
  */
 import { verify } from "node:crypto";
-import { Hono } from "hono";
+import { Hono, type MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
 import { getAddress } from "viem";
@@ -43,6 +43,11 @@ export type FacilitatorAppDeps = {
   chainHealth: () => Promise<unknown>;
   /** Largest accepted request body, in bytes. */
   maxBodyBytes?: number | undefined;
+  /**
+   * The per-client-address rate limit (abuse/rateLimits.ts), run before the endpoints that cost a
+   * chain read or gas: `/authorize`, the x402 verify and settle, relayed subscription calls.
+   */
+  limitClients?: MiddlewareHandler | undefined;
   /** Extra routes mounted by later modules (x402, subscriptions, webhooks, analytics). */
   extend?: ((app: Hono) => void) | undefined;
 };
@@ -69,6 +74,12 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
         ),
     }),
   );
+
+  if (deps.limitClients !== undefined) {
+    for (const path of ["/authorize", "/x402/verify", "/x402/settle", "/subscriptions", "/subscriptions/*"]) {
+      app.on("POST", path, deps.limitClients);
+    }
+  }
 
   app.post("/authorize", async (c) => {
     const { signedPayment } = await readJsonBody(c, AuthorizeRequestSchema);
