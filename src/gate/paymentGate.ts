@@ -5,12 +5,14 @@
  *
  * Invariants:
  * - A refused request never reaches the handler: every outcome other than `pass` is a `respond`.
- * - A proof is accepted at most once: after every check passes, the memo is consumed atomically in the
- *   replay guard, and only the caller that consumed it passes. A check that could not be carried out
- *   (facilitator or replay guard down) answers 5xx and leaves the memo unconsumed, so the payer can
- *   retry the same proof instead of paying again.
+ * - A payment is accepted at most once: after every check passes, its replay key is consumed atomically
+ *   in the replay guard, and only the caller that consumed it passes. The key is the EIP-3009
+ *   authorization (`paymentReplayKey`), the same for a proof (`X-PAYMENT`) and an x402 payload
+ *   (`PAYMENT-SIGNATURE`) carrying one transfer, so a transfer buys one response under either scheme.
+ *   A check that could not be carried out (facilitator or replay guard down) answers 5xx and leaves
+ *   the key unconsumed, so the payer can retry the same proof instead of paying again.
  * - A proof is used up only by a request that was served: when the adapter reports (`complete`) that
- *   the handler answered 5xx or threw, the memo is released and the same proof is accepted once more
+ *   the handler answered 5xx or threw, the key is released and the same proof is accepted once more
  *   until it expires. A 2xx, 3xx or 4xx keeps it consumed, as does an adapter that never reports.
  * - Every 402 is built fresh, with new memos; the gate stores nothing per 402.
  * - Bad input is a 402 (or a 4xx), never a 500.
@@ -48,6 +50,7 @@ import {
   RouteConfigSchema,
   type RouteRequest,
 } from "./paymentGateOptions.ts";
+import { proofReplayKey } from "./paymentReplayKey.ts";
 import { createJwksResolver, createStaticKeyResolver, type ProofKeyResolver } from "./proofKeyResolver.ts";
 import { compileRoutePattern } from "./routePattern.ts";
 import { createPlanCatalog, type PlanCatalog } from "./subscriptions/createPlanCatalog.ts";
@@ -67,6 +70,7 @@ import {
   settleThroughFacilitator,
   withX402Reason,
   type X402GatePayment,
+  x402GateId,
 } from "./x402Settlement.ts";
 
 /** What the gate reads of a request: a web `Request` satisfies it, and adapters build it cheaply. */
@@ -113,7 +117,7 @@ export type GateResult =
 
 /**
  * Reports how the handler answered a request the gate let through. For a proof payment (`X-PAYMENT`),
- * a status of 500 or more releases the memo in the replay guard, so the payer can present the same
+ * a status of 500 or more releases its key in the replay guard, so the payer can present the same
  * proof again until it expires instead of paying twice; any other status keeps it consumed. Only the
  * first call counts; it never rejects (a failed release is logged and the proof stays used), and it
  * does nothing for other requests. Not calling it at all keeps the proof consumed.
@@ -192,6 +196,7 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
   const acceptX402 = createX402Settlement({
     settle: settleThroughFacilitator(facilitator),
     replayGuard,
+    gateId: x402GateId(memoSecret),
     clock,
     payTo: config.payTo,
     network: config.network,
@@ -476,6 +481,7 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     const parsed = parsePaymentProof(header);
     if (!parsed.ok) return refuse(parsed.reason);
     const proof = parsed.proof;
+    const replayKey = proofReplayKey(proof);
     try {
       const verdict = await verifyPaymentProof(proof, {
         memoSecret,
@@ -484,8 +490,9 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
         checkSignature,
       });
       if (!verdict.valid) return refuse(verdict.reason);
-      // Keep the memo until the proof itself expires: no proof for it can be accepted after that.
-      if (!(await replayGuard.consume(proof.memo, proof.exp * 1000))) return refuse("proof was already used");
+      // Keep the key until the proof itself expires: no proof for it can be accepted after that, and an
+      // x402 payload of the same authorization is refused by the facilitator (docs/x402.md).
+      if (!(await replayGuard.consume(replayKey, proof.exp * 1000))) return refuse("proof was already used");
     } catch (error) {
       logger?.warn({ err: error, method, path }, "payment proof could not be checked");
       return { kind: "respond", response: faultResponse(error) };
@@ -507,18 +514,18 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
       HeaderName.PaymentResponse,
       encodeJsonHeader({ success: true, transaction: proof.tx, network: proof.network, payer: proof.payer }),
     );
-    return { kind: "pass", paid, headers, complete: releaseOnFailure(proof.memo, method, path) };
+    return { kind: "pass", paid, headers, complete: releaseOnFailure(replayKey, method, path) };
   };
 
-  /** `complete` of a proof payment: hands the memo back when the handler failed (status ≥ 500). */
-  const releaseOnFailure = (memo: string, method: string, path: string): CompleteRequest => {
+  /** `complete` of a proof payment: hands its key back when the handler failed (status ≥ 500). */
+  const releaseOnFailure = (replayKey: string, method: string, path: string): CompleteRequest => {
     let reported = false;
     return async (status) => {
       if (reported) return;
       reported = true;
       if (!(status >= 500)) return;
       try {
-        await replayGuard.release(memo);
+        await replayGuard.release(replayKey);
         logger?.warn({ method, path, status }, "handler failed; payment proof released for a retry");
       } catch (error) {
         logger?.warn({ err: error, method, path, status }, "payment proof could not be released");

@@ -24,7 +24,7 @@ import { buildPaymentRequired } from "./buildPaymentRequired.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
 import { type GatePayment, type GateRequest, paymentGate } from "./paymentGate.ts";
 import type { PaymentGateOptions } from "./paymentGateOptions.ts";
-import { RETRY_GRACE_SECONDS, x402Requirements } from "./x402Settlement.ts";
+import { RETRY_GRACE_SECONDS, x402GateId, x402Requirements } from "./x402Settlement.ts";
 
 const NETWORK = "eip155:31337" as const;
 const TOKEN = "0x5FbDB2315678afecb367f032d93F642f64180aa3" as Address;
@@ -33,6 +33,8 @@ const PAY_TO = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8" as Address;
 const OTHER_PAY_TO = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC" as Address;
 const TX = `0x${"ab".repeat(32)}`;
 const SECRET = "a-test-memo-secret-that-is-at-least-32-bytes-long";
+/** This gate's identity in the requirements it settles with. */
+const GATE_ID = x402GateId(new Uint8Array(Buffer.from(SECRET, "utf8")));
 const START_MS = 1_763_800_000_000;
 const payerAccount = privateKeyToAccount(
   "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
@@ -182,7 +184,11 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     expect(kit.facilitator.settles).toHaveLength(1);
     const [settle] = kit.facilitator.settles;
     expect(settle?.x402Version).toBe(2);
-    expect(settle?.paymentRequirements).toEqual(required.accepts[0]);
+    // The offer the client accepted, naming this gate, so its settlement is answered to no other gate.
+    expect(settle?.paymentRequirements).toEqual({
+      ...required.accepts[0],
+      extra: { ...required.accepts[0]?.extra, tollgateGate: GATE_ID },
+    });
     expect(settle?.paymentPayload).toEqual(decodeHeaderJson(header));
 
     expect(kit.served).toHaveLength(1);
@@ -207,7 +213,7 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     expect(kit.served).toHaveLength(1);
   });
 
-  it("serves concurrent replays once, sharing one in-flight settle", async () => {
+  it("serves concurrent replays once, settling once", async () => {
     let release: () => void = () => {};
     const gateOpen = new Promise<void>((resolve) => {
       release = resolve;
@@ -234,9 +240,33 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     const header = await paymentFor(kit);
     const [a, b] = await Promise.all([send(kit, header), send(kit, header, "/api/reports/1", second)]);
     expect([a.status, b.status].sort()).toEqual([200, 402]);
-    // Each instance asked the (idempotent) facilitator; only one consumed the nonce.
-    expect(kit.facilitator.settles).toHaveLength(2);
+    // One instance consumed the key before asking the facilitator; the other was refused without asking.
+    expect(kit.facilitator.settles).toHaveLength(1);
     expect(kit.served).toHaveLength(1);
+  });
+
+  it("names the gate in the requirements it settles with: alike for instances sharing a memo secret, not for another gate", async () => {
+    const kit = setup();
+    const sameApi = kit.appOf(kit.makeGate());
+    const otherSecret = "another-gate-memo-secret-at-least-32-bytes-long";
+    const otherGate = kit.appOf(
+      paymentGate({
+        payTo: PAY_TO,
+        network: NETWORK,
+        token: { address: TOKEN, name: "USD Coin", version: "2" },
+        facilitator: kit.facilitator.client,
+        memoSecret: otherSecret,
+        clock: kit.clock,
+        routes: { "GET /api/reports/:id": { price: "0.50" } },
+      }),
+    );
+    for (const app of [kit.app, sameApi, otherGate]) {
+      expect((await send(kit, await paymentFor(kit), "/api/reports/1", app)).status).toBe(200);
+    }
+    const named = kit.facilitator.settles.map((settle) => settle.paymentRequirements.extra?.tollgateGate);
+    expect(named).toEqual([GATE_ID, GATE_ID, x402GateId(new Uint8Array(Buffer.from(otherSecret, "utf8")))]);
+    expect(named[2]).not.toBe(GATE_ID);
+    expect(GATE_ID).toMatch(/^[0-9a-f]{32}$/);
   });
 
   it("answers 503 when the facilitator is unreachable, and serves the same header once it is back", async () => {
@@ -420,7 +450,7 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     expect(kit.facilitator.settles).toHaveLength(0);
   });
 
-  it("answers a fault, consuming nothing, when the replay guard fails after settling", async () => {
+  it("answers a fault without settling, consuming nothing, when the replay guard fails", async () => {
     let failing = true;
     const clock = createFixedClock(START_MS);
     const memory = createMemoryReplayGuard({ clock });
@@ -436,6 +466,7 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     const response = await send(kit, header);
     expect(response.status).toBe(500);
     expect(JSON.stringify(await response.json())).not.toMatch(/database/);
+    expect(kit.facilitator.settles).toHaveLength(0);
     failing = false;
     expect((await send(kit, header)).status).toBe(200);
     expect(kit.served).toHaveLength(1);
@@ -511,7 +542,7 @@ describe("paymentGate: x402 fuzzing", () => {
         asset: TOKEN,
         payTo: PAY_TO,
         maxTimeoutSeconds: 300,
-        extra: { name: "USD Coin", version: "2" },
+        extra: { name: "USD Coin", version: "2", tollgateGate: GATE_ID },
       });
     }
   });

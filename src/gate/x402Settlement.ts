@@ -9,24 +9,33 @@
  * amount within the route's `maxTimeoutSeconds`, and the facilitator is sent the gate's own
  * requirements, never the client's.
  *
- * Replays. x402 has no memo, so the replay key is the authorization itself:
- * `x402:<network>:<token>:<from>:<nonce>`, the triple the token refuses to use twice (EIP-3009 nonces
- * are per authorizer and token). The order is *settle, then consume*:
- * - the facilitator's settle is idempotent (the same payload answers the same transaction and money
- *   moves once), so settling a replay costs nothing;
- * - the key is consumed atomically in the replay guard only after `success: true`, and only the
- *   caller that consumed it runs the handler. Two concurrent replays — in one process or across
- *   instances sharing a guard — both see the one settlement and exactly one consumes: served once;
- * - a request that could not be settled (facilitator unreachable, settlement still pending, guard
- *   down) consumes nothing and answers 5xx: the client retries **the same header** and is served then,
- *   whether or not the money had already moved. Paying again with a new payload would pay twice;
- * - within one process, concurrent requests with the same payload share one in-flight settle.
+ * Replays. One transfer buys one response, whichever scheme presents it (DESIGN.md §2.4). The EIP-3009
+ * authorization of every settled payment is public on chain, so anyone can wrap it in a
+ * `PAYMENT-SIGNATURE`; two things stop that:
+ * - the replay key is the authorization (`paymentReplayKey`: network, token, `from`, nonce), the same
+ *   key a Tollgate proof of that transfer uses (its nonce is `keccak256(memo)`). The order is
+ *   *consume, then settle*: the key is consumed atomically before the facilitator is asked, so of
+ *   concurrent requests with one authorization — in one process or across instances sharing a guard,
+ *   under either scheme — one goes on and the others are refused without a settle;
+ * - the facilitator answers `success` only to the x402 request that settled the authorization and to
+ *   identical retries of it (docs/x402.md, "Settling twice"). The settle request carries the gate's own
+ *   requirements with the gate's identity in `extra.tollgateGate` (`x402GateId`, derived from the memo
+ *   secret, so every instance of one API sends the same request and another gate cannot): a payload
+ *   settled at one gate, or an authorization settled as a Tollgate payment, is refused at every other
+ *   gate even though its replay guard has never seen the key;
+ * - the key is released whenever the facilitator did not answer `success` for this request: a refusal
+ *   (nothing was settled for it) or a fault (facilitator unreachable, settlement still pending). The
+ *   client retries **the same header** after a 5xx and is served then, whether or not the money had
+ *   already moved; paying again with a new payload would pay twice. Releasing after a refusal also
+ *   keeps a stranger who wraps someone's Tollgate payment in a `PAYMENT-SIGNATURE` from using up the
+ *   key of that payment's proof.
  *
  * How long: a key is kept until `validBefore + RETRY_GRACE_SECONDS`, and the gate refuses a payload
  * after that instant before asking anyone, so a forgotten key can never be served again. The grace
  * lets a retry after a 5xx succeed even once the authorization has expired: the facilitator answers
  * an already settled payload with its transaction, and refuses one that was not settled in time.
  */
+import { createHmac } from "node:crypto";
 import type { Address, Hex } from "viem";
 import { z } from "zod";
 import type { FacilitatorClient } from "../client/facilitatorClient.ts";
@@ -48,6 +57,7 @@ import {
 } from "../protocol/x402.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
 import type { OneTimeOffer } from "./buildPaymentRequired.ts";
+import { paymentReplayKey } from "./paymentReplayKey.ts";
 
 /** An offer of a route as the gate prices it: one-time offers (`OneTimeOffer`) and any other scheme. */
 type PricedOffer = OneTimeOffer | { scheme: string; amount: bigint };
@@ -66,7 +76,7 @@ export type X402GatePayment = {
     /** The EIP-3009 nonce: the payment's key. */
     nonce: Hex;
     payload: X402PaymentPayload;
-    /** The gate's own requirements the payment was settled against. */
+    /** The gate's own requirements the payment was settled against (with `extra.tollgateGate`). */
     requirements: X402ExactRequirements;
   };
 };
@@ -97,6 +107,8 @@ export type X402Settlement = (header: string, terms: X402Terms) => Promise<X402O
 export type X402SettlementOptions = {
   settle: X402Settle;
   replayGuard: ReplayGuard;
+  /** This gate's identity in the requirements it settles with (`x402GateId`). */
+  gateId: string;
   clock: Clock;
   payTo: Address;
   network: Network;
@@ -143,26 +155,27 @@ export function x402Requirements(params: {
 }
 
 /**
+ * A gate's identity towards its facilitator: 128 bits of HMAC-SHA256 of a fixed label under the memo
+ * secret, hex. Instances of one API share the secret (they must, to accept each other's memos) and so
+ * the identity; another gate's differs, and the secret cannot be learnt from it.
+ */
+export function x402GateId(memoSecret: Uint8Array): string {
+  return createHmac("sha256", memoSecret)
+    .update("tollgate x402 gate id v1", "utf8")
+    .digest("hex")
+    .slice(0, 32);
+}
+
+/**
  * Creates the gate's x402 acceptor. Never throws: every outcome, faults included, is data.
  *
  * @example
  * const acceptX402 = createX402Settlement({ settle: settleThroughFacilitator(facilitator), replayGuard,
- *   clock, payTo, network, token, maxTimeoutSeconds: 300 });
+ *   gateId: x402GateId(memoSecret), clock, payTo, network, token, maxTimeoutSeconds: 300 });
  * const outcome = await acceptX402(request.headers.get("PAYMENT-SIGNATURE")!, { offers, tokenEip712 });
  */
 export function createX402Settlement(options: X402SettlementOptions): X402Settlement {
   const { settle, replayGuard, clock } = options;
-  /** One settle per distinct payload in flight in this process. */
-  const inFlight = new Map<string, Promise<SettleResult>>();
-
-  const settleOnce = (identity: string, request: X402SettleRequest): Promise<SettleResult> => {
-    let pending = inFlight.get(identity);
-    if (pending === undefined) {
-      pending = settleResult(settle, request, options.network).finally(() => inFlight.delete(identity));
-      inFlight.set(identity, pending);
-    }
-    return pending;
-  };
 
   return async function acceptX402(header, terms) {
     const refused = (reason: string, message: string): X402Outcome => ({ kind: "refused", reason, message });
@@ -215,7 +228,7 @@ export function createX402Settlement(options: X402SettlementOptions): X402Settle
         "payload must be { authorization: {from, to, value, validAfter, validBefore, nonce}, signature }",
       );
     }
-    const { authorization, signature } = exact.data;
+    const { authorization } = exact.data;
     if (!sameAddress(authorization.to, requirements.payTo)) {
       return refused(X402ErrorReason.RecipientMismatch, "the authorization pays another address");
     }
@@ -238,15 +251,12 @@ export function createX402Settlement(options: X402SettlementOptions): X402Settle
       );
     }
 
-    const key = `x402:${options.network}:${options.token.toLowerCase()}:${authorization.from.toLowerCase()}:${authorization.nonce}`;
-    const identity = `${key}:${signature}:${authorization.to}:${authorization.value}:${authorization.validAfter}:${authorization.validBefore}`;
-    const result = await settleOnce(identity, {
-      x402Version: X402_VERSION,
-      paymentPayload: payload,
-      paymentRequirements: requirements,
+    const key = paymentReplayKey({
+      network: options.network,
+      token: requirements.asset,
+      payer: authorization.from,
+      nonce: authorization.nonce,
     });
-    if (result.kind !== "settled") return result;
-
     try {
       // Bounded by the check above: at most maxTimeoutSeconds + skew + grace from now.
       if (!(await replayGuard.consume(key, Number(keepUntil) * 1000))) {
@@ -254,6 +264,24 @@ export function createX402Settlement(options: X402SettlementOptions): X402Settle
       }
     } catch (error) {
       return { kind: "fault", error };
+    }
+
+    const settled = { ...requirements, extra: { ...requirements.extra, tollgateGate: options.gateId } };
+    const result = await settleResult(
+      settle,
+      { x402Version: X402_VERSION, paymentPayload: payload, paymentRequirements: settled },
+      options.network,
+    );
+    if (result.kind !== "settled") {
+      // Nothing was settled for this request (or it is not known yet): the key goes back, so the same
+      // header can be retried, and a refused stranger's payload does not use up a payer's proof.
+      try {
+        await replayGuard.release(key);
+      } catch (error) {
+        // The key stays used up; the gate logs this fault, and the header is refused from now on.
+        return { kind: "fault", error };
+      }
+      return result;
     }
 
     const payment: X402GatePayment = {
@@ -264,7 +292,7 @@ export function createX402Settlement(options: X402SettlementOptions): X402Settle
       network: options.network,
       token: requirements.asset,
       transaction: result.transaction,
-      x402: { nonce: authorization.nonce, payload, requirements },
+      x402: { nonce: authorization.nonce, payload, requirements: settled },
     };
     const headers = new Headers();
     headers.set(
