@@ -4,6 +4,7 @@
  * read from `.tollgate/devnet.json`, and a proof key is generated once and kept in `.tollgate/`.
  */
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { isIP } from "node:net";
 import { join } from "node:path";
 import type { Address } from "viem";
 import { z } from "zod";
@@ -13,12 +14,27 @@ import { AddressSchema } from "../protocol/address.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import { NetworkSchema } from "../protocol/network.ts";
 import { summarizeIssues } from "../protocol/parseWire.ts";
+import type { RateLimitOptions } from "./abuse/rateLimits.ts";
 import type { FacilitatorToken } from "./createFacilitator.ts";
 import { generateProofKey, type ProofKey, parseProofKey } from "./proofKeys.ts";
 
 const PrivateKeySchema = z.string().regex(/^0x[0-9a-fA-F]{64}$/, {
   error: "expected a 0x-prefixed 32-byte private key",
 }) as z.ZodType<`0x${string}`>;
+
+/** A rate limit as `<requests at once>:<requests per second>` (e.g. `60:10`), or `off`. */
+const RateLimitSchema = z
+  .string()
+  .trim()
+  .regex(/^(off|[1-9]\d{0,6}:\d{1,6}(\.\d{1,6})?)$/, {
+    error: "expected `<burst>:<per second>` (e.g. 60:10) or `off`",
+  })
+  .transform((text) => {
+    if (text === "off") return false as const;
+    const [capacity, refill] = text.split(":");
+    return { capacity: Number(capacity), refillPerSecond: Number(refill) };
+  })
+  .refine((rule) => rule === false || rule.refillPerSecond > 0, { error: "the rate must be positive" });
 
 /** What the environment may say; every field optional so devnet defaults can fill the gaps. */
 export const FacilitatorEnvSchema = z.object({
@@ -37,6 +53,30 @@ export const FacilitatorEnvSchema = z.object({
   TOLLGATE_HOST: z.string().default("127.0.0.1"),
   TOLLGATE_PORT: z.coerce.number().int().min(0).max(65_535).default(4020),
   DATABASE_URL: z.string().optional(),
+  /**
+   * The smallest payment settled, in the token's smallest unit (default 10000 = 0.01 USDC on Base and
+   * Base Sepolia, 1 on a devnet; see abuse/minimumAmount.ts for the arithmetic).
+   */
+  TOLLGATE_MIN_AMOUNT: z
+    .string()
+    .regex(/^[1-9]\d{0,76}$/, { error: "expected a positive integer in the token's smallest unit" })
+    .transform((text) => BigInt(text))
+    .optional(),
+  /** Rate limit per client address on the endpoints that cost chain work (default 60:10). */
+  TOLLGATE_RATE_LIMIT_CLIENT: RateLimitSchema.optional(),
+  /** Rate limit per payer address (default 30:3). */
+  TOLLGATE_RATE_LIMIT_PAYER: RateLimitSchema.optional(),
+  /** Comma-separated addresses of reverse proxies whose X-Forwarded-For is believed (default none). */
+  TOLLGATE_TRUSTED_PROXIES: z
+    .string()
+    .transform((text) =>
+      text
+        .split(",")
+        .map((s) => s.trim())
+        .filter((s) => s !== ""),
+    )
+    .refine((list) => list.every((a) => isIP(a) !== 0), { error: "expected IP addresses, comma-separated" })
+    .optional(),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
 });
 export type FacilitatorEnv = z.infer<typeof FacilitatorEnvSchema>;
@@ -56,6 +96,7 @@ export type FacilitatorConfig = {
   databaseUrl: string | undefined;
   dataDir: string;
   logLevel: FacilitatorEnv["LOG_LEVEL"];
+  rateLimits: RateLimitOptions;
 };
 
 function missing(what: string, variable: string): never {
@@ -138,6 +179,8 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
       version: env.TOLLGATE_TOKEN_VERSION ?? domain.version,
       symbol: "USDC",
       decimals: 6,
+      // Unset: createFacilitator applies the network's default (abuse/minimumAmount.ts).
+      minAmount: env.TOLLGATE_MIN_AMOUNT,
     },
     batchSettler,
     subscriptionManager,
@@ -147,5 +190,10 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
     databaseUrl: env.DATABASE_URL === "" ? undefined : env.DATABASE_URL,
     dataDir: join(dir, "pglite"),
     logLevel: env.LOG_LEVEL,
+    rateLimits: {
+      perClient: env.TOLLGATE_RATE_LIMIT_CLIENT,
+      perPayer: env.TOLLGATE_RATE_LIMIT_PAYER,
+      trustedProxies: env.TOLLGATE_TRUSTED_PROXIES,
+    },
   };
 }

@@ -99,6 +99,39 @@ describe("tollgate facilitator configuration", () => {
     expect(() => configFrom([], withoutGasKey)).toThrow(/TOLLGATE_GAS_KEY/);
   });
 
+  it("reads the minimum amount and the rate limits, and refuses nonsense for them", () => {
+    const config = configFrom(["--min-amount", "50000"], {
+      ...environment,
+      TOLLGATE_RATE_LIMIT_CLIENT: "120:20",
+      TOLLGATE_RATE_LIMIT_PAYER: "off",
+      TOLLGATE_TRUSTED_PROXIES: "10.0.0.1, ::1",
+    });
+    expect(config.token.minAmount).toBe(50_000n);
+    expect(config.rateLimits).toEqual({
+      perClient: { capacity: 120, refillPerSecond: 20 },
+      perPayer: false,
+      trustedProxies: ["10.0.0.1", "::1"],
+    });
+    // Unset, the facilitator applies the network's defaults.
+    expect(configFrom([]).token.minAmount).toBeUndefined();
+    expect(configFrom([]).rateLimits).toEqual({
+      perClient: undefined,
+      perPayer: undefined,
+      trustedProxies: undefined,
+    });
+    for (const bad of ["0", "-1", "0.5", "1e6", "ten"]) {
+      expect(() => configFrom([`--min-amount=${bad}`])).toThrow(/TOLLGATE_MIN_AMOUNT/);
+    }
+    for (const bad of ["60", "60:0", "0:10", "lots"]) {
+      expect(() => configFrom([], { ...environment, TOLLGATE_RATE_LIMIT_CLIENT: bad })).toThrow(
+        /TOLLGATE_RATE_LIMIT_CLIENT/,
+      );
+    }
+    expect(() => configFrom([], { ...environment, TOLLGATE_TRUSTED_PROXIES: "proxy.local" })).toThrow(
+      /TOLLGATE_TRUSTED_PROXIES/,
+    );
+  });
+
   it("has no flag for the keys", () => {
     expect(() => facilitatorEnvironment(["--gas-key", environment.TOLLGATE_GAS_KEY], environment)).toThrow();
     expect(() => facilitatorEnvironment(["--proof-keys", seedA], environment)).toThrow();

@@ -25,6 +25,7 @@ const flagVariables = {
   dir: "TOLLGATE_DIR",
   port: "TOLLGATE_PORT",
   host: "TOLLGATE_HOST",
+  "min-amount": "TOLLGATE_MIN_AMOUNT",
 } as const;
 
 /** The environment the configuration is parsed from: `environment` with the given flags applied. */
@@ -52,9 +53,12 @@ export async function run(argv: string[]): Promise<number> {
   if (help) {
     console.log(
       "usage: tollgate facilitator [--port 4020] [--host 127.0.0.1] [--rpc-url URL] [--network eip155:N]\n" +
-        "         [--confirmations N] [--database-url postgres://…] [--dir .tollgate]\n" +
+        "         [--confirmations N] [--database-url postgres://…] [--dir .tollgate] [--min-amount N]\n" +
         "environment: TOLLGATE_RPC_URL TOLLGATE_NETWORK TOLLGATE_GAS_KEY TOLLGATE_PROOF_KEYS TOLLGATE_TOKEN\n" +
         "  TOLLGATE_BATCH_SETTLER TOLLGATE_SUBSCRIPTION_MANAGER TOLLGATE_CONFIRMATIONS DATABASE_URL LOG_LEVEL\n" +
+        "  TOLLGATE_MIN_AMOUNT (smallest unit; default 10000 on Base, 1 on a devnet)\n" +
+        "  TOLLGATE_RATE_LIMIT_CLIENT TOLLGATE_RATE_LIMIT_PAYER (<burst>:<per second> or off; default 60:10, 30:3)\n" +
+        "  TOLLGATE_TRUSTED_PROXIES (reverse proxies whose X-Forwarded-For is believed; default none)\n" +
         "  (flags override the environment; the keys are read from the environment only;\n" +
         "  defaults come from .tollgate/devnet.json after `tollgate devnet up`)",
     );
@@ -73,6 +77,7 @@ export async function run(argv: string[]): Promise<number> {
     subscriptionManager: config.subscriptionManager,
     tokens: [config.token],
     confirmations: config.confirmations,
+    rateLimits: config.rateLimits,
     logger,
   });
   let server: Awaited<ReturnType<typeof serveApp>>;
