@@ -8,6 +8,7 @@
  * (b) Tollgate's `fetchWithPayment` pays a standard `@x402/express` server whose facilitator client
  *     points at `<facilitator>/x402`.
  */
+import { randomBytes } from "node:crypto";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { x402Client } from "@x402/core/client";
@@ -43,7 +44,8 @@ import { startTcpProxy, type TcpProxy } from "./support/tcpProxy.ts";
 
 const NETWORK = "eip155:31337" as const;
 const PRICE = 10_000n;
-const MEMO_SECRET = new Uint8Array(32).fill(42);
+/** One secret for every gate of this suite: instances of one API. */
+const MEMO_SECRET = randomBytes(32);
 
 let devnet: Devnet;
 let tf: TestFacilitator;
@@ -91,7 +93,7 @@ describe("a standard x402 client paying a Tollgate gate", () => {
 
   /** A Hono app behind `paymentGate`, served on a port; the token's EIP-712 domain is looked up from the facilitator. */
   async function startGate(
-    options: { facilitator?: string; replayGuard?: ReplayGuard } = {},
+    options: { facilitator?: string; replayGuard?: ReplayGuard; fetch?: typeof fetch } = {},
   ): Promise<GateServer> {
     const served: GatePayment[] = [];
     const app = new Hono<PaymentGateEnv>();
@@ -105,6 +107,7 @@ describe("a standard x402 client paying a Tollgate gate", () => {
           facilitator: options.facilitator ?? tf.url,
           memoSecret: MEMO_SECRET,
           ...(options.replayGuard === undefined ? {} : { replayGuard: options.replayGuard }),
+          ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
           routes: { "GET /api/weather": { price: PRICE, description: "today's weather" } },
         }),
       ),
@@ -261,28 +264,43 @@ describe("a standard x402 client paying a Tollgate gate", () => {
   });
 
   it("serves a payment the facilitator settled although the gate never heard back, once", async () => {
+    // The gate's first settle reaches the facilitator and settles, but its reply is lost on the way back.
+    let settled: Response | undefined;
+    const losingFetch: typeof fetch = async (input, init) => {
+      const response = await fetch(input, init);
+      if (settled === undefined && new Request(input, init).url.endsWith("/x402/settle")) {
+        settled = response;
+        throw new TypeError("fetch failed: connection reset");
+      }
+      return response;
+    };
+    const lossy = await startGate({ fetch: losingFetch });
     const payer = await freshPayer(50_000n);
-    const header = await signedHeader(payer, gate.server.url);
-    // As if the settle went through but its reply was lost: the facilitator has settled this payload.
-    const payload = JSON.parse(Buffer.from(header, "base64").toString("utf8")) as PaymentPayload;
-    const direct = await new HTTPFacilitatorClient({ url: `${tf.url}/x402` }).settle(
-      payload,
-      payload.accepted,
-    );
-    expect(direct.success).toBe(true);
+    const header = await signedHeader(payer, lossy.server.url);
     const before = await balanceOf(payTo);
 
-    const served = await fetch(`${gate.server.url}/api/weather`, {
+    const lost = await fetch(`${lossy.server.url}/api/weather`, { headers: { "PAYMENT-SIGNATURE": header } });
+    expect(lost.status).toBeGreaterThanOrEqual(500);
+    const direct = (await settled?.json()) as { success: boolean; transaction: string };
+    expect(direct.success).toBe(true);
+    expect(lossy.served).toHaveLength(0);
+    expect(await balanceOf(payTo)).toBe(before + PRICE);
+
+    // The client retries the same header: the facilitator answers the gate's identical request again.
+    const served = await fetch(`${lossy.server.url}/api/weather`, {
       headers: { "PAYMENT-SIGNATURE": header },
     });
     expect(served.status).toBe(200);
     expect(decodePaymentResponseHeader(served.headers.get("PAYMENT-RESPONSE") ?? "").transaction).toBe(
       direct.transaction,
     );
-    const again = await fetch(`${gate.server.url}/api/weather`, { headers: { "PAYMENT-SIGNATURE": header } });
+    const again = await fetch(`${lossy.server.url}/api/weather`, {
+      headers: { "PAYMENT-SIGNATURE": header },
+    });
     expect(again.status).toBe(402);
+    expect(lossy.served).toHaveLength(1);
     expect(await balanceOf(payer.address)).toBe(50_000n - PRICE);
-    expect(await balanceOf(payTo)).toBe(before);
+    expect(await balanceOf(payTo)).toBe(before + PRICE);
   });
 
   it("refuses a payer without the funds with a fresh 402 naming the reason, moving nothing", async () => {
