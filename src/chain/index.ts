@@ -1,6 +1,13 @@
 /** `tollgate/chain`: networks, contract artifacts, typed contract actions, EIP-712 signers, devnet. */
 
-export { type SettlementItem, type SettleParameters, settle } from "./actions/settler/settle.ts";
+export {
+  SETTLER_ITEM_GAS,
+  SETTLER_ITEM_GAS_REQUIRED,
+  type SettlementItem,
+  type SettleParameters,
+  settle,
+  settleGasLimit,
+} from "./actions/settler/settle.ts";
 export { type CancelParameters, cancel } from "./actions/subscriptions/cancel.ts";
 export { type CancelForParameters, cancelFor } from "./actions/subscriptions/cancelFor.ts";
 export { type CollectParameters, collect } from "./actions/subscriptions/collect.ts";
@@ -96,7 +103,11 @@ export {
 } from "./contracts/artifacts/SubscriptionManager.ts";
 export { tollgateUsdAbi, tollgateUsdBytecode } from "./contracts/artifacts/TollgateUSD.ts";
 export { type DeployTollgateOptions, deployTollgate } from "./deployTollgate.ts";
-export { decodeSettlerEvents, type SettlementOutcome } from "./events/decodeSettlerEvents.ts";
+export {
+  decodeSettlerDeferred,
+  decodeSettlerEvents,
+  type SettlementOutcome,
+} from "./events/decodeSettlerEvents.ts";
 export {
   decodeSubscriptionEvents,
   getPlanIdFromReceipt,

@@ -8,22 +8,39 @@ export type SettlementOutcome = { from: Hex; nonce: Hex } & (
 );
 
 /**
- * The per-item outcomes of a BatchSettler.settle receipt, in item order. A failed item carries the raw
- * revert data and, when the token reverts with TollgateUSD's (or OpenZeppelin ERC-20) errors, the
- * error's name, e.g. `AuthorizationAlreadyUsed` or `ERC20InsufficientBalance`.
+ * The per-item outcomes of a BatchSettler.settle receipt, in item order, for the items it attempted (see
+ * `decodeSettlerDeferred` for the ones it did not). A failed item carries the raw revert data (at most
+ * 256 bytes of it) and, when the token reverts with TollgateUSD's (or OpenZeppelin ERC-20) errors, or the
+ * item ran out of its gas (`ItemOutOfGas`), the error's name, e.g. `AuthorizationAlreadyUsed`.
+ * Pass the logs of one receipt; anyone can make a BatchSettler emit events for a token of their own.
  */
 export function decodeSettlerEvents(logs: Log[]): SettlementOutcome[] {
-  return parseEventLogs({ abi: batchSettlerAbi, logs }).map((event) => {
-    if (event.eventName === "Settled") return { from: event.args.from, nonce: event.args.nonce, ok: true };
-    const { from, nonce, reason } = event.args;
-    const error = revertErrorName(reason);
-    return { from, nonce, ok: false, reason, ...(error === undefined ? {} : { error }) };
-  });
+  const outcomes: SettlementOutcome[] = [];
+  for (const event of parseEventLogs({ abi: batchSettlerAbi, logs })) {
+    if (event.eventName === "Settled") {
+      outcomes.push({ from: event.args.from, nonce: event.args.nonce, ok: true });
+    } else if (event.eventName === "SettleFailed") {
+      const { from, nonce, reason } = event.args;
+      const error = revertErrorName(reason);
+      outcomes.push({ from, nonce, ok: false, reason, ...(error === undefined ? {} : { error }) });
+    }
+  }
+  return outcomes;
 }
+
+/** The items a settle call left unattempted for lack of gas (`Deferred`), or `undefined` when none. */
+export function decodeSettlerDeferred(logs: Log[]): { firstIndex: number; count: number } | undefined {
+  for (const event of parseEventLogs({ abi: batchSettlerAbi, logs, eventName: "Deferred" })) {
+    return { firstIndex: Number(event.args.firstIndex), count: Number(event.args.count) };
+  }
+  return undefined;
+}
+
+const revertAbi = [...tollgateUsdAbi, ...batchSettlerAbi.filter((item) => item.type === "error")];
 
 function revertErrorName(data: Hex): string | undefined {
   try {
-    return decodeErrorResult({ abi: tollgateUsdAbi, data }).errorName;
+    return decodeErrorResult({ abi: revertAbi, data }).errorName;
   } catch {
     return undefined;
   }
