@@ -164,6 +164,9 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     );
     const { builtinModules } = await import("../src/facilitator/modules.ts");
     const { subscriptionsModule } = await import("../src/facilitator/subscriptions/subscriptionsModule.ts");
+    const { createWebhooksModule, webhooksModule } = await import(
+      "../src/facilitator/webhooks/createWebhooksModule.ts"
+    );
     const facilitator = createFacilitator({
       store,
       publicClient: devnet.publicClient,
@@ -176,8 +179,14 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       logger,
       // The keeper looks for due renewals every half second, so the month that passes shows at once.
       builtinModules: false,
+      // The demo's webhook receiver is on this machine: loopback targets are allowed here, explicitly
+      // (a facilitator refuses them by default).
       modules: builtinModules.map((m) =>
-        m === subscriptionsModule ? createSubscriptionsModule({ keeper: { intervalMs: 500 } }) : m,
+        m === subscriptionsModule
+          ? createSubscriptionsModule({ keeper: { intervalMs: 500 } })
+          : m === webhooksModule
+            ? createWebhooksModule({ allowTargets: ["127.0.0.0/8", "::1"] })
+            : m,
       ),
     });
     await facilitator.start();

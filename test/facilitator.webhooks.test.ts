@@ -4,6 +4,7 @@
  * checked there with `verifyWebhook`. The facilitator runs on a fixed clock that only the test moves,
  * so every retry happens when the test says it is due, and the attempt times show the backoff.
  */
+import { lookup } from "node:dns/promises";
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -27,6 +28,17 @@ import type { Store } from "../src/store/store.ts";
 import { signTestPayment } from "./support/facilitatorHarness.ts";
 
 type FixedClock = ReturnType<typeof createFixedClock>;
+
+const webhookSecretKey = new Uint8Array(32).fill(5);
+
+/** DNS for the endpoints API tests: `*.example` (reserved, resolves nowhere) answers a public address. */
+const exampleDns = async (hostname: string) =>
+  hostname.endsWith(".example")
+    ? [{ address: "93.184.215.14", family: 4 as const }]
+    : (await lookup(hostname, { all: true })).map((a) => ({
+        address: a.address,
+        family: a.family === 6 ? (6 as const) : (4 as const),
+      }));
 type RunningFacilitator = { facilitator: Facilitator; url: string; stop(): Promise<void> };
 
 let devnet: Devnet;
@@ -62,6 +74,9 @@ async function startFacilitator(clock: FixedClock, store: Store): Promise<Runnin
     subscriptionManager: devnet.contracts.subscriptionManager,
     tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
     clock,
+    // The receivers below listen on loopback, which webhooks refuse unless allowed; one sealing key
+    // for every facilitator started on this store, as a restart with the configured key would have.
+    webhooks: { allowTargets: ["127.0.0.0/8"], secretKeys: [webhookSecretKey], lookup: exampleDns },
   });
   await facilitator.start();
   const server = await serveApp(facilitator.app);
@@ -294,7 +309,8 @@ describe("webhook delivery over a real facilitator", () => {
       }
       expect(receiver.received).toHaveLength(maxAttempts);
       const [dead] = await deliveries(running.url, apiKey, endpoint.id);
-      expect(dead!.history[0]).toMatchObject({ statusCode: 500, error: "HTTP 500: try later" });
+      // The status line only, never the receiver's body ("try later").
+      expect(dead!.history[0]).toMatchObject({ statusCode: 500, error: "HTTP 500 Internal Server Error" });
 
       // A dead letter stays put however long one waits.
       clock.advance(30 * 86_400_000);

@@ -35,6 +35,11 @@ import {
   type SettlementEngine,
   type SettlementEngineOptions,
 } from "./settlementEngine.ts";
+import {
+  createWebhooksModule,
+  type WebhooksModuleOptions,
+  webhooksModule,
+} from "./webhooks/createWebhooksModule.ts";
 
 export type FacilitatorToken = SupportedTokenConfig & { decimals: number };
 
@@ -73,6 +78,11 @@ export type CreateFacilitatorOptions = {
    * `RateLimited`; defaults in abuse/rateLimits.ts). Held in this process: limits are per instance.
    */
   rateLimits?: RateLimitOptions | undefined;
+  /**
+   * Options of the built-in webhooks module: the non-public targets allowed (none by default), the
+   * keys that seal secrets at rest, … (see webhooks/createWebhooksModule.ts).
+   */
+  webhooks?: WebhooksModuleOptions | undefined;
   /** Modules beyond the built-in ones (see modules.ts). */
   modules?: readonly FacilitatorModuleFactory[] | undefined;
   /**
@@ -188,7 +198,11 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     },
   };
   const modules = [
-    ...(options.builtinModules === false ? [] : builtinModules),
+    ...(options.builtinModules === false
+      ? []
+      : builtinModules.map((m) =>
+          m === webhooksModule && options.webhooks !== undefined ? createWebhooksModule(options.webhooks) : m,
+        )),
     ...(options.modules ?? []),
   ].map((factory) => factory(context));
   const app = createFacilitatorApp({

@@ -35,7 +35,9 @@ export type TestFacilitator = {
 
 export async function startTestFacilitator(
   devnet: Devnet,
-  options: Partial<Pick<CreateFacilitatorOptions, "settlement" | "confirmations" | "rpcUrl" | "modules">> & {
+  options: Partial<
+    Pick<CreateFacilitatorOptions, "settlement" | "confirmations" | "rpcUrl" | "modules" | "webhooks">
+  > & {
     store?: Store;
     gasAccount?: DevnetAccount;
     /** Proof keys, the first signing (default: one fresh key). */
@@ -58,6 +60,8 @@ export async function startTestFacilitator(
     settlement: { reconcileIntervalMs: 200, ...options.settlement },
     confirmations: options.confirmations,
     modules: options.modules,
+    // Suites' webhook receivers listen on loopback, which a facilitator refuses unless allowed.
+    webhooks: options.webhooks ?? { allowTargets: ["127.0.0.0/8", "::1"] },
   });
   await facilitator.start();
   const server = await serveApp(facilitator.app);

@@ -18,11 +18,14 @@ import type {
   WebhookEndpoint,
 } from "./webhookApi.ts";
 import { WebhookDeliveryStatusSchema } from "./webhookApi.ts";
+import type { WebhookSecretBox } from "./webhookSecretBox.ts";
 
 export type WebhookRepositoryOptions = {
   store: Store;
   /** Random bytes for endpoint ids and secrets. */
   randomBytes: (size: number) => Uint8Array;
+  /** Seals secrets before they are written: the store never holds one in plain text. */
+  secrets: WebhookSecretBox;
   /** Endpoints one provider may register (default 20). */
   maxEndpointsPerProvider?: number | undefined;
   /** Attempts shown per delivery (default 10, most recent first). */
@@ -40,6 +43,12 @@ const EndpointRowSchema = z.object({
   previous_secret_expires_at: TimestampColumnSchema.nullable(),
 });
 type EndpointRow = z.infer<typeof EndpointRowSchema>;
+
+const SecretRowSchema = z.object({
+  id: z.string(),
+  secret: z.string(),
+  previous_secret: z.string().nullable(),
+});
 
 const DeliveryRowSchema = z.object({
   id: SafeIntColumnSchema,
@@ -158,11 +167,77 @@ export function createWebhookRepository(options: WebhookRepositoryOptions) {
           `INSERT INTO webhook_endpoints (id, provider, url, events, description, secret)
            VALUES ($1, $2, $3, $4, $5, $6)
            RETURNING id, url, events, description, created_at, previous_secret_expires_at`,
-          [id, owner, request.url, request.events ?? null, request.description ?? null, secret],
+          [
+            id,
+            owner,
+            request.url,
+            request.events ?? null,
+            request.description ?? null,
+            options.secrets.seal(secret, id),
+          ],
         );
       });
       if (row === undefined) throw new TollgateError("Internal", "webhook endpoint insert returned nothing");
       return { ...toEndpoint(row, now), secret };
+    },
+
+    /**
+     * Seals again every stored secret that is in plain text (rows written before migration 0064) or
+     * sealed by a key other than the sealing one (after a key rotation). Returns the rows changed.
+     * A secret sealed by a key that is not configured at all is left as it is (and logged by the worker
+     * when it cannot sign with it).
+     */
+    async resealSecrets(): Promise<number> {
+      const rows = await queryParsed(
+        store,
+        SecretRowSchema,
+        "SELECT id, secret, previous_secret FROM webhook_endpoints ORDER BY id",
+      );
+      let changed = 0;
+      for (const row of rows) {
+        const stale = [row.secret, row.previous_secret].some(
+          (value) => value !== null && options.secrets.needsReseal(value),
+        );
+        if (!stale) continue;
+        let secret: string;
+        let previous: string | null;
+        try {
+          secret = options.secrets.open(row.secret, row.id);
+          previous = row.previous_secret === null ? null : options.secrets.open(row.previous_secret, row.id);
+        } catch {
+          continue;
+        }
+        // Compare-and-set on the values read: a rotation in between wins and is not overwritten.
+        const updated = await store.query(
+          `UPDATE webhook_endpoints SET secret = $2, previous_secret = $3, updated_at = now()
+           WHERE id = $1 AND secret = $4 AND previous_secret IS NOT DISTINCT FROM $5 RETURNING id`,
+          [
+            row.id,
+            options.secrets.seal(secret, row.id),
+            previous === null ? null : options.secrets.seal(previous, row.id),
+            row.secret,
+            row.previous_secret,
+          ],
+        );
+        changed += updated.length;
+      }
+      // Every row is sealed now: make migration 0064's constraint hold for old rows too (once).
+      const [constraint] = await store.query<{ convalidated: boolean }>(
+        `SELECT convalidated FROM pg_constraint
+         WHERE conname = 'webhook_endpoints_secret_sealed' AND conrelid = 'webhook_endpoints'::regclass`,
+      );
+      if (constraint?.convalidated === false) {
+        // A row whose key is not configured keeps its old value and the constraint stays NOT VALID.
+        await store
+          .exec("ALTER TABLE webhook_endpoints VALIDATE CONSTRAINT webhook_endpoints_secret_sealed")
+          .catch(() => {});
+      }
+      if (changed > 0) {
+        // The plaintext still sits in the dead row versions the updates left; reclaim them now rather
+        // than whenever autovacuum comes by. Best effort: it needs the table's owner on PostgreSQL.
+        await store.exec("VACUUM webhook_endpoints").catch(() => {});
+      }
+      return changed;
     },
 
     async list(provider: string, now: Date): Promise<WebhookEndpoint[]> {
@@ -201,7 +276,7 @@ export function createWebhookRepository(options: WebhookRepositoryOptions) {
         `UPDATE webhook_endpoints SET previous_secret = CASE WHEN $4::timestamptz IS NULL THEN NULL ELSE secret END,
            previous_secret_expires_at = $4, secret = $3, updated_at = $5
          WHERE id = $1 AND provider = $2 RETURNING id`,
-        [id, provider.toLowerCase(), secret, until, now],
+        [id, provider.toLowerCase(), options.secrets.seal(secret, id), until, now],
       );
       if (rows.length === 0) throw new TollgateError("NotFound", "no webhook endpoint with that id");
       return { id, secret, previousSecretExpiresAt: until?.toISOString() ?? null };

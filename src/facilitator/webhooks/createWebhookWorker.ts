@@ -17,6 +17,7 @@ import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
 import { z } from "zod";
 import { type Clock, unixSeconds } from "../../protocol/clock.ts";
+import { TollgateError } from "../../protocol/errors.ts";
 import {
   WEBHOOK_SIGNATURE_HEADER,
   type WebhookEvent,
@@ -28,6 +29,7 @@ import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
 import type { Store } from "../../store/store.ts";
 import { createWakeablePause } from "../wakeablePause.ts";
 import { webhookEventId } from "./createWebhookRepository.ts";
+import { sanitizeStatusText, type WebhookFetch } from "./pinnedWebhookFetch.ts";
 import { signWebhookPayload } from "./signWebhookPayload.ts";
 import {
   assertWebhookRetryPolicy,
@@ -35,9 +37,10 @@ import {
   type WebhookRetryPolicy,
   webhookBackoff,
 } from "./webhookBackoff.ts";
+import type { WebhookSecretBox } from "./webhookSecretBox.ts";
+import type { WebhookTargetPolicy } from "./webhookTargets.ts";
 
-/** The `fetch` deliveries are sent with (the global one in production). */
-export type WebhookFetch = (url: string, init: RequestInit) => Promise<Response>;
+export type { WebhookFetch } from "./pinnedWebhookFetch.ts";
 
 export type WebhookDeliveryOutcome = "delivered" | "retry" | "dead";
 
@@ -45,7 +48,15 @@ export type WebhookWorkerOptions = {
   store: Store;
   clock: Clock;
   logger: Logger;
+  /**
+   * Sends a delivery to the target `targets` checked (`pinnedWebhookFetch` in production); it must
+   * connect to `target.address`, not resolve the name again.
+   */
   fetch: WebhookFetch;
+  /** Where deliveries may go; every attempt is checked again (DNS may have changed since registration). */
+  targets: WebhookTargetPolicy;
+  /** Opens the endpoints' sealed secrets to sign with. */
+  secrets: WebhookSecretBox;
   /** A number in [0, 1) for backoff jitter, like `Math.random`. */
   random: () => number;
   retry?: Partial<WebhookRetryPolicy> | undefined;
@@ -87,14 +98,15 @@ export type WebhookWorker = {
 
 const OUTBOX_CURSOR = "outbox";
 const PRUNE_INTERVAL_MS = 3_600_000;
-/** Bytes of a failed response kept for the delivery history. */
-const MAX_ERROR_SNIPPET = 300;
+/** Characters of an attempt's error kept in the delivery history (never a response body). */
+const MAX_ERROR_LENGTH = 200;
 
 const CursorRowSchema = z.object({ tx: z.string(), event_id: SafeIntColumnSchema });
 const EventRowSchema = z.object({ id: SafeIntColumnSchema, tx: z.string() });
 const ClaimedRowSchema = z.object({ id: SafeIntColumnSchema });
 const SendRowSchema = z.object({
   id: SafeIntColumnSchema,
+  endpoint_id: z.string(),
   attempts: z.number().int(),
   event_id: SafeIntColumnSchema,
   event_type: WebhookEventTypeSchema,
@@ -197,7 +209,7 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
       store,
       SendRowSchema,
       `SELECT d.id, d.attempts, e.id AS event_id, e.type AS event_type, e.data AS event_data,
-         e.created_at AS event_created_at, w.url, w.secret, w.previous_secret, w.previous_secret_expires_at
+         e.created_at AS event_created_at, d.endpoint_id, w.url, w.secret, w.previous_secret, w.previous_secret_expires_at
        FROM webhook_deliveries d
        JOIN events e ON e.id = d.event_id
        JOIN webhook_endpoints w ON w.id = d.endpoint_id
@@ -217,32 +229,53 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
       data: row.event_data,
     };
     const body = JSON.stringify(event);
-    const secrets = [row.secret];
-    if (row.previous_secret !== null && (row.previous_secret_expires_at?.getTime() ?? 0) > attemptedAt) {
-      secrets.push(row.previous_secret);
-    }
     let statusCode: number | null = null;
     let error: string | null = null;
+    const secrets: string[] = [];
     try {
-      const response = await options.fetch(row.url, {
-        method: "POST",
-        headers: {
-          "content-type": "application/json",
-          "user-agent": "Tollgate-Webhooks/1",
-          [WEBHOOK_SIGNATURE_HEADER]: signWebhookPayload(secrets, unixSeconds(clock), body),
-        },
-        body,
-        // A redirect is not a delivery: the receiver must give its final URL.
-        redirect: "manual",
-        signal: AbortSignal.timeout(timeoutMs),
-      });
-      statusCode = response.status;
-      const snippet = await readSnippet(response);
-      if (statusCode < 200 || statusCode > 299) {
-        error = `HTTP ${statusCode}${snippet === "" ? "" : `: ${snippet}`}`;
-      }
+      secrets.push(options.secrets.open(row.secret, row.endpoint_id));
     } catch (cause) {
-      error = describeFetchError(cause, timeoutMs);
+      // No key opens it: a failed attempt (retried, so configuring the key or rotating the secret heals it).
+      error = sanitizeError(cause instanceof Error ? cause.message : "cannot open the endpoint's secret");
+    }
+    if (row.previous_secret !== null && (row.previous_secret_expires_at?.getTime() ?? 0) > attemptedAt) {
+      try {
+        secrets.push(options.secrets.open(row.previous_secret, row.endpoint_id));
+      } catch (cause) {
+        log.warn({ err: cause, webhook: row.endpoint_id }, "cannot sign with the rotated-out webhook secret");
+      }
+    }
+    if (error === null) {
+      try {
+        // Checked on every attempt, not only at registration: the name may resolve elsewhere by now.
+        const target = await options.targets.check(row.url);
+        const response = await options.fetch(
+          row.url,
+          {
+            method: "POST",
+            headers: {
+              "content-type": "application/json",
+              "user-agent": "Tollgate-Webhooks/1",
+              [WEBHOOK_SIGNATURE_HEADER]: signWebhookPayload(secrets, unixSeconds(clock), body),
+            },
+            body,
+            // A redirect is not a delivery: the receiver must give its final URL.
+            redirect: "manual",
+            signal: AbortSignal.timeout(timeoutMs),
+          },
+          target,
+        );
+        statusCode = response.status;
+        // Only the status line is kept: the body of whatever answered is not the provider's to read
+        // (it may be an internal service's reply) and never reaches the store or the logs.
+        await response.body?.cancel().catch(() => {});
+        if (statusCode < 200 || statusCode > 299) {
+          const reason = sanitizeStatusText(response.statusText);
+          error = `HTTP ${statusCode}${reason === "" ? "" : ` ${reason}`}`;
+        }
+      } catch (cause) {
+        error = describeFetchError(cause, timeoutMs);
+      }
     }
     const delivered = error === null;
     const dead = !delivered && row.attempts >= retry.maxAttempts;
@@ -393,37 +426,27 @@ function positiveInt(value: number, name: string): number {
   return value;
 }
 
-/** The start of a response body, for the delivery history; the rest is discarded unread. */
-async function readSnippet(response: Response): Promise<string> {
-  if (response.body === null) return "";
-  const reader = response.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  try {
-    while (size < MAX_ERROR_SNIPPET) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      chunks.push(value);
-      size += value.length;
-    }
-  } catch {
-    // A body cut short is no reason to fail the attempt: the status already came back.
-  } finally {
-    await reader.cancel().catch(() => {});
-  }
-  const text = Buffer.concat(chunks).subarray(0, MAX_ERROR_SNIPPET).toString("utf8");
-  return text.replace(/\s+/g, " ").trim();
-}
-
 function describeFetchError(cause: unknown, timeoutMs: number): string {
   if (cause instanceof Error && (cause.name === "TimeoutError" || cause.name === "AbortError")) {
     return `no response within ${timeoutMs} ms`;
   }
+  if (cause instanceof TollgateError) {
+    const reason = (cause.details as { reason?: unknown } | undefined)?.reason;
+    return sanitizeError(`refused: ${typeof reason === "string" ? `${reason}: ` : ""}${cause.message}`);
+  }
   if (cause instanceof Error) {
+    const own = cause as { code?: unknown };
     const inner = cause.cause as { code?: unknown; message?: unknown } | undefined;
-    const detail =
-      typeof inner?.code === "string" ? inner.code : typeof inner?.message === "string" ? inner.message : "";
-    return (detail === "" ? cause.message : `${cause.message}: ${detail}`).slice(0, MAX_ERROR_SNIPPET);
+    const code = typeof own.code === "string" ? own.code : typeof inner?.code === "string" ? inner.code : "";
+    return sanitizeError(code === "" ? cause.message : `${cause.message}: ${code}`);
   }
   return "request failed";
+}
+
+/** What an attempt's `error` may hold: one line of printable ASCII, bounded. */
+function sanitizeError(text: string): string {
+  return text
+    .replace(/[^\x20-\x7e]+/g, " ")
+    .trim()
+    .slice(0, MAX_ERROR_LENGTH);
 }

@@ -25,6 +25,7 @@ import {
   type WebhookFetch,
   type WebhookWorkerOptions,
 } from "./createWebhookWorker.ts";
+import { pinnedWebhookFetch } from "./pinnedWebhookFetch.ts";
 import {
   CreateWebhookRequestSchema,
   type CreateWebhookResponse,
@@ -35,13 +36,34 @@ import {
   type RetryWebhookDeliveryResponse,
   RotateWebhookSecretRequestSchema,
 } from "./webhookApi.ts";
+import { createWebhookSecretBox } from "./webhookSecretBox.ts";
+import { createWebhookTargetPolicy, type WebhookLookup } from "./webhookTargets.ts";
 
 export type WebhooksModuleOptions = Pick<
   WebhookWorkerOptions,
   "retry" | "timeoutMs" | "leaseMs" | "concurrency" | "fanOutBatchSize" | "pollIntervalMs" | "retentionMs"
 > & {
-  /** Sends deliveries (default the global `fetch`). */
+  /**
+   * Sends deliveries (default `pinnedWebhookFetch`). It is handed the checked target and must connect
+   * to its address; targets are checked before it is called, whatever it is.
+   */
   fetch?: WebhookFetch | undefined;
+  /**
+   * Non-public addresses webhooks may go to anyway: CIDRs or addresses (`127.0.0.0/8`, `::1`). Empty by
+   * default, which refuses loopback, link-local, private and reserved targets (SSRF). For development
+   * (`TOLLGATE_WEBHOOK_ALLOW_TARGETS`, `--webhook-allow-targets`) or receivers deliberately on a private
+   * network.
+   */
+  allowTargets?: readonly string[] | undefined;
+  /** DNS for target checks (default `dns.lookup`, every address). */
+  lookup?: WebhookLookup | undefined;
+  /**
+   * Keys that seal webhook secrets at rest (32 bytes each; the first seals, all open). Without them a
+   * key is generated for this process only, and secrets stored by it cannot be used after a restart:
+   * production passes the configured keys (`TOLLGATE_WEBHOOK_KEYS` or the key file, see
+   * loadFacilitatorConfig).
+   */
+  secretKeys?: readonly Uint8Array[] | undefined;
   /** Backoff jitter source in [0, 1) (default `Math.random`). */
   random?: (() => number) | undefined;
   /** Random bytes for endpoint ids and secrets (default node:crypto). */
@@ -60,13 +82,17 @@ const DELIVERY_ID = /^[0-9]{1,15}$/;
 export function createWebhooksModule(options: WebhooksModuleOptions = {}): FacilitatorModuleFactory {
   const random = options.random ?? Math.random;
   const randomBytes = options.randomBytes ?? ((size: number) => new Uint8Array(nodeRandomBytes(size)));
-  const send: WebhookFetch = options.fetch ?? ((url, init) => fetch(url, init));
+  const send: WebhookFetch = options.fetch ?? pinnedWebhookFetch;
   const defaultGrace = options.defaultGraceSeconds ?? 86_400;
+  const targets = createWebhookTargetPolicy({ allowTargets: options.allowTargets, lookup: options.lookup });
 
   return (ctx) => {
+    const ephemeralKey = options.secretKeys === undefined || options.secretKeys.length === 0;
+    const secrets = createWebhookSecretBox(ephemeralKey ? [randomBytes(32)] : options.secretKeys!);
     const repository = createWebhookRepository({
       store: ctx.store,
       randomBytes,
+      secrets,
       maxEndpointsPerProvider: options.maxEndpointsPerProvider,
     });
     const metricName = "tollgate_webhook_attempts_total";
@@ -83,6 +109,8 @@ export function createWebhooksModule(options: WebhooksModuleOptions = {}): Facil
       clock: ctx.clock,
       logger: ctx.logger,
       fetch: send,
+      targets,
+      secrets,
       random,
       retry: options.retry,
       timeoutMs: options.timeoutMs,
@@ -101,6 +129,8 @@ export function createWebhooksModule(options: WebhooksModuleOptions = {}): Facil
       routes(app: Hono) {
         app.post("/webhooks", auth, async (c) => {
           const request = await readJsonBody(c, CreateWebhookRequestSchema);
+          // Refused here with the reason, so a provider learns at once; deliveries check again.
+          await targets.check(request.url);
           const body: CreateWebhookResponse = await repository.create(
             c.get("provider").address,
             request,
@@ -162,6 +192,14 @@ export function createWebhooksModule(options: WebhooksModuleOptions = {}): Facil
         });
       },
       async start() {
+        if (ephemeralKey) {
+          ctx.logger.warn(
+            "webhook secrets are sealed with a key of this process only; configure webhook secret keys to keep endpoints usable across restarts",
+          );
+        }
+        // Plaintext secrets from before migration 0064, or sealed by a rotated-out key: seal them anew.
+        const resealed = await repository.resealSecrets();
+        if (resealed > 0) ctx.logger.info({ resealed }, "sealed stored webhook secrets with the current key");
         if (options.runWorker !== false) worker.start();
       },
       async stop() {
