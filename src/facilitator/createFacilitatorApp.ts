@@ -77,7 +77,7 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
 
   if (deps.limitClients !== undefined) {
     for (const path of ["/authorize", "/x402/verify", "/x402/settle", "/subscriptions", "/subscriptions/*"]) {
-      app.on("POST", path, deps.limitClients);
+      app.use(path, deps.limitClients);
     }
   }
 

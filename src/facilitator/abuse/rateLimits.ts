@@ -40,7 +40,7 @@ export const defaultClientLimit: TokenBucketRule = { capacity: 60, refillPerSeco
 export const defaultPayerLimit: TokenBucketRule = { capacity: 30, refillPerSecond: 3 };
 
 export type RateLimits = {
-  /** Hono middleware: takes the client address's bucket, or answers 429. */
+  /** Hono middleware: takes the client address's bucket for a POST, or answers 429. */
   clientMiddleware: MiddlewareHandler;
   /** Takes the client address's bucket for a request (`peer` = TCP peer address, if known). */
   takeClient(peer: string | undefined, forwardedFor: string | undefined): void;
@@ -78,7 +78,9 @@ export function createRateLimits(options: RateLimitOptions & { clock: Clock }): 
       if (!taken.ok) refuse("for this payer", taken.retryAfterSeconds, { limit: "payer", payer });
     },
     clientMiddleware: async (c, next) => {
-      takeClient(peerAddressOf(c.env), c.req.header("x-forwarded-for"));
+      // The endpoints that cost chain work are POSTs; reads (a gate's subscription lookups) are not
+      // limited here, so a gate serving many subscribers from one address is never refused.
+      if (c.req.method === "POST") takeClient(peerAddressOf(c.env), c.req.header("x-forwarded-for"));
       await next();
     },
   };
