@@ -13,6 +13,13 @@
  *    from the chain's AllowanceDeducted logs for each ref. A record whose deduction is not on chain
  *    goes back to the queue, so no path deducts twice or loses a deduction.
  *
+ * 4. One record cannot hold back the others. A record on a plan whose token the facilitator does not
+ *    serve fails alone before anything is sent (anyone may create a plan in any token), and a batch
+ *    that would revert as a whole is split in halves until the records that revert on their own are
+ *    found: those fail with the decoded reason, the rest are sent. If every record reverts alone the
+ *    cause is likely shared (an operator revoked a moment ago), so they go back to the queue instead,
+ *    a bounded number of times.
+ *
  * The `allowance.deducted` / `allowance.exhausted` events are written by the subscription indexer from
  * the same logs (so deductions made by providers themselves appear too); this worker asks the indexer
  * to catch up after each batch.
@@ -34,6 +41,7 @@ import { type ErrorCode, TollgateError } from "../../protocol/errors.ts";
 import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
 import { isChainUnreachable } from "../chainErrors.ts";
 import type { FacilitatorContext } from "../facilitatorModule.ts";
+import { isChainRefusal } from "../subscriptions/chainRefusal.ts";
 import { toManagerError } from "../subscriptions/managerErrors.ts";
 import type { SubscriptionIndexer } from "../subscriptions/subscriptionIndexer.ts";
 import { createWakeablePause } from "../wakeablePause.ts";
@@ -71,7 +79,7 @@ export type UsageSettler = {
 
 type SettlerContext = Pick<
   FacilitatorContext,
-  "store" | "publicClient" | "gas" | "chainId" | "subscriptionManager" | "logger"
+  "store" | "publicClient" | "gas" | "chainId" | "subscriptionManager" | "logger" | "tokens"
 >;
 
 /** Attempts for a record whose whole batch transaction reverted before it fails. */
@@ -107,6 +115,7 @@ export function createUsageSettler(
   const pollIntervalMs = options.pollIntervalMs ?? 1_000;
   const confirmations = options.confirmations ?? 1;
   const sender = gas.address.toLowerCase();
+  const knownTokens = new Set(ctx.tokens.map((token) => token.address.toLowerCase()));
   const log: Logger = ctx.logger.child({ component: "usage-settler" });
 
   let queue: Promise<unknown> = Promise.resolve();
@@ -226,6 +235,89 @@ export function createUsageSettler(
     return rows.filter((r) => allowed.has(r.provider));
   }
 
+  /** The plan token of each subscription: from the index, else read from the chain. */
+  async function tokensOf(ids: readonly bigint[]): Promise<Map<string, string>> {
+    const found = new Map<string, string>();
+    const rows = await store.query<{ subscription_id: string; token: string }>(
+      `SELECT s.subscription_id::text AS subscription_id, p.token FROM subscriptions s
+       JOIN plans p ON p.chain_id = s.chain_id AND p.manager = s.manager AND p.plan_id = s.plan_id
+       WHERE s.chain_id = $1 AND s.manager = $2 AND s.subscription_id = ANY($3::numeric[])`,
+      [ctx.chainId, managerText, ids.map(String)],
+    );
+    for (const row of rows) found.set(String(row.subscription_id), row.token.toLowerCase());
+    for (const id of ids) {
+      if (found.has(id.toString())) continue;
+      const sub = await client.readContract({
+        address: manager,
+        abi: subscriptionManagerAbi,
+        functionName: "subscriptions",
+        args: [id],
+      });
+      const plan = await client.readContract({
+        address: manager,
+        abi: subscriptionManagerAbi,
+        functionName: "plans",
+        args: [sub.planId],
+      });
+      found.set(id.toString(), plan.token.toLowerCase());
+    }
+    return found;
+  }
+
+  /** Records on plans in a token this facilitator does not serve fail here, alone, unsent. */
+  async function dropUnknownTokens(rows: UsageRow[]): Promise<UsageRow[]> {
+    if (rows.length === 0) return rows;
+    const tokens = await tokensOf([...new Set(rows.map((r) => r.subscription_id))]);
+    const known = (r: UsageRow) => knownTokens.has(tokens.get(r.subscription_id.toString()) ?? "");
+    await fail(
+      rows.filter((r) => !known(r)).map((r) => r.id),
+      "InvalidRequest",
+      "the subscription's plan is in a token this facilitator does not settle",
+    );
+    return rows.filter(known);
+  }
+
+  /** The gas `deductAllowanceMany(rows)` needs, or undefined when the chain refuses it. */
+  async function estimate(rows: readonly UsageRow[]): Promise<bigint | undefined> {
+    try {
+      return await client.estimateGas({ account: gas.address, to: manager, data: calldata(rows) });
+    } catch (error) {
+      if (isChainRefusal(error)) return undefined;
+      throw error;
+    }
+  }
+
+  /** The records among `rows` (a batch known to revert) that revert on their own, found by halving. */
+  async function revertingAlone(rows: readonly UsageRow[]): Promise<UsageRow[]> {
+    if (rows.length === 1) return [...rows];
+    const half = Math.ceil(rows.length / 2);
+    const out: UsageRow[] = [];
+    for (const part of [rows.slice(0, half), rows.slice(half)]) {
+      if ((await estimate(part)) === undefined) out.push(...(await revertingAlone(part)));
+    }
+    return out;
+  }
+
+  /** Fails records that revert alone, each with the reason its own simulation gives. */
+  async function failReverting(rows: readonly UsageRow[]): Promise<void> {
+    for (const row of rows) {
+      const refusal = await client
+        .simulateContract({
+          address: manager,
+          abi: subscriptionManagerAbi,
+          functionName: "deductAllowanceMany",
+          args: [[row.subscription_id], [row.amount], [row.chain_ref]],
+          account: gas.address,
+        })
+        .then(
+          () => new TollgateError("InvalidRequest", "the deduction reverts on chain"),
+          (error: unknown) => toManagerError(error),
+        );
+      await fail([row.id], refusal.code, `the deduction reverts on chain on its own: ${refusal.message}`);
+      log.warn({ record: row.id, code: refusal.code }, "usage record reverts alone; failed without the rest");
+    }
+  }
+
   async function broadcast(raw: Hex): Promise<"sent" | "known" | "nonce-used"> {
     try {
       await client.sendRawTransaction({ serializedTransaction: raw });
@@ -243,7 +335,16 @@ export function createUsageSettler(
 
   /** Signs, records and broadcasts one batch, then records its outcome. */
   async function send(batch: UsageBatchRow, claimed: UsageRow[]): Promise<UsageRunResult> {
-    const rows = await dropNonOperators(claimed);
+    let rows = await dropUnknownTokens(await dropNonOperators(claimed));
+    let gasLimit = rows.length === 0 ? undefined : await estimate(rows);
+    if (gasLimit === undefined && rows.length > 1) {
+      const reverting = await revertingAlone(rows);
+      if (reverting.length > 0 && reverting.length < rows.length) {
+        await failReverting(reverting);
+        rows = rows.filter((r) => !reverting.includes(r));
+        gasLimit = await estimate(rows);
+      }
+    }
     const dropped = claimed.length - rows.length;
     if (rows.length === 0) {
       await store.query("UPDATE usage_batches SET status = 'failed', updated_at = now() WHERE id = $1", [
@@ -252,13 +353,11 @@ export function createUsageSettler(
       return { batches: 0, settled: 0, failed: dropped };
     }
     const data = calldata(rows);
-    let gasLimit: bigint;
-    try {
-      gasLimit = await client.estimateGas({ account: gas.address, to: manager, data });
-    } catch (error) {
-      if (isChainUnreachable(error)) throw error;
-      // The whole call would revert (a caller fault such as an operator revoked a moment ago): decode
-      // why, and retry the records a bounded number of times.
+    if (gasLimit === undefined) {
+      // The whole call would revert and no record is to blame alone (a caller fault such as an
+      // operator revoked a moment ago, or records that revert only together): decode why, and retry
+      // the records a bounded number of times.
+      const error = new Error("the deduction batch would revert");
       const refusal = await client
         .simulateContract({
           address: manager,
