@@ -18,6 +18,7 @@ import { PaymentProofSchema } from "../src/protocol/paymentProof.ts";
 import type { SignedPayment } from "../src/protocol/signedPayment.ts";
 import { createStore } from "../src/store/createStore.ts";
 import { signTestPayment } from "./support/facilitatorHarness.ts";
+import { readPaymentAsPayer } from "./support/readPayment.ts";
 
 const tsx = createRequire(import.meta.url).resolve("tsx/cli");
 const fixture = new URL("./fixtures/facilitatorProcess.ts", import.meta.url).pathname;
@@ -115,11 +116,16 @@ async function freshPayers(count: number, usd: bigint): Promise<DevnetAccount[]>
  * Polls `/payments/:nonce` until every payment the store knows of has an outcome; returns their
  * statuses. Payments the crashed process never recorded are absent (404) and left out.
  */
-async function settleOnTheirOwn(url: string, payments: SignedPayment[]): Promise<string[]> {
+async function settleOnTheirOwn(
+  url: string,
+  payments: SignedPayment[],
+  payers: DevnetAccount[],
+): Promise<string[]> {
   for (let attempt = 0; ; attempt++) {
     const statuses: string[] = [];
-    for (const p of payments) {
-      const response = await fetch(`${url}/payments/${p.authorization.nonce}`);
+    for (const [i, p] of payments.entries()) {
+      // A payment is readable by its payer only (or its payee): each read is signed by the payer.
+      const response = await readPaymentAsPayer(url, p.authorization.nonce, payers[i]!.account);
       if (response.status === 404) continue;
       statuses.push(((await response.json()) as { status: string }).status);
     }
@@ -163,7 +169,7 @@ async function runCrashScenario(options: { automine: boolean }) {
     const second = await startFacilitatorProcess({ ...base, crashAfterBroadcast: false });
     // Before anyone asks again, the restarted engine finishes on its own what the first one recorded:
     // at least the broadcast batch, and any payment that was queued behind it.
-    const recorded = await settleOnTheirOwn(second.url, payments);
+    const recorded = await settleOnTheirOwn(second.url, payments, payers);
     expect(recorded.length).toBeGreaterThan(0);
     expect(recorded.every((status) => status === "settled")).toBe(true);
     const responses = await Promise.all(payments.map((p) => authorize(second.url, p)));
@@ -176,7 +182,7 @@ async function runCrashScenario(options: { automine: boolean }) {
       const again = (await (await authorize(second.url, payments[i]!)).json()) as { proof: unknown };
       expect(again.proof).toEqual(body.proof);
       const record = (await (
-        await fetch(`${second.url}/payments/${payments[i]!.authorization.nonce}`)
+        await readPaymentAsPayer(second.url, payments[i]!.authorization.nonce, payers[i]!.account)
       ).json()) as {
         status: string;
       };

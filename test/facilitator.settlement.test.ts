@@ -21,6 +21,7 @@ import {
   testMemo,
   testMemoSecret,
 } from "./support/facilitatorHarness.ts";
+import { readPaymentAsPayer } from "./support/readPayment.ts";
 import { startTcpProxy, type TcpProxy } from "./support/tcpProxy.ts";
 
 let devnet: Devnet;
@@ -321,10 +322,10 @@ describe("service endpoints", () => {
     );
   });
 
-  it("answers GET /payments/:nonce with the record in its published schema, checksummed", async () => {
+  it("answers GET /payments/:nonce to the payer with the record in its published schema, checksummed", async () => {
     const payment = await signTestPayment(devnet, payer, { payTo: payTo.address, amount: 15_000n });
     const { proof } = (await (await authorize(payment)).json()) as { proof: unknown };
-    const response = await fetch(`${tf.url}/payments/${payment.authorization.nonce}`);
+    const response = await readPaymentAsPayer(tf.url, payment.authorization.nonce, payer.account);
     const record = PaymentRecordSchema.parse(await response.json());
     expect(record).toMatchObject({
       status: "settled",
@@ -338,7 +339,7 @@ describe("service endpoints", () => {
       status: 400,
       code: "InvalidRequest",
     });
-    expect(await errorOf(await fetch(`${tf.url}/payments/0x${"ab".repeat(32)}`))).toEqual({
+    expect(await errorOf(await readPaymentAsPayer(tf.url, `0x${"ab".repeat(32)}`, payer.account))).toEqual({
       status: 404,
       code: "NotFound",
     });

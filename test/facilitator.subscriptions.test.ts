@@ -23,6 +23,7 @@ import {
   signSubscriptionActionRequest,
   subscribeThroughFacilitator,
 } from "../src/client/facilitatorSubscriptions.ts";
+import { registerProvider } from "../src/client/registerProvider.ts";
 import { createRenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
 import { createSubscriptionIndexer } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
 import { createSubscriptionService } from "../src/facilitator/subscriptions/subscriptionService.ts";
@@ -39,6 +40,8 @@ let devnet: Devnet;
 let tf: TestFacilitator;
 let client: FacilitatorClient;
 let provider: DevnetAccount;
+/** The provider's API key: the event feed is per provider and needs it. */
+let providerAuth: Record<string, string>;
 let planId: bigint;
 
 beforeAll(async () => {
@@ -46,6 +49,8 @@ beforeAll(async () => {
   tf = await startTestFacilitator(devnet);
   client = createFacilitatorClient({ url: tf.url, fetch });
   provider = devnet.accounts[1]!;
+  const { apiKey } = await registerProvider(client, provider.account);
+  providerAuth = { authorization: `Bearer ${apiKey}` };
   planId = await newPlan();
 });
 
@@ -87,7 +92,7 @@ async function refusal(promise: Promise<unknown>): Promise<TollgateError> {
 }
 
 async function events(query: string): Promise<FeedEvent[]> {
-  const response = await fetch(`${tf.url}/events?${query}`);
+  const response = await fetch(`${tf.url}/events?${query}`, { headers: providerAuth });
   expect(response.status).toBe(200);
   return EventFeedResponseSchema.parse(await response.json()).events;
 }
@@ -491,17 +496,23 @@ describe("indexer", () => {
     const ids = all.map((e) => e.id);
     expect(new Set(ids).size).toBe(ids.length);
     const page = async (query: string) =>
-      EventFeedResponseSchema.parse(await (await fetch(`${tf.url}/events?${query}`)).json());
+      EventFeedResponseSchema.parse(
+        await (await fetch(`${tf.url}/events?${query}`, { headers: providerAuth })).json(),
+      );
     const first = await page("limit=3");
     expect(first.events.map((e) => e.id)).toEqual(ids.slice(0, 3));
     const second = await page(`after=${first.next}&limit=2`);
     expect(second.events.map((e) => e.id)).toEqual(ids.slice(3, 5));
     expect(second.next).not.toBe(first.next);
+    expect(await events(`provider=${provider.address}`)).toEqual(all);
+    // The feed is the key's provider's: naming another one, or sending no key, is refused.
     const stranger = privateKeyToAccount(generatePrivateKey()).address;
-    expect(await events(`provider=${stranger}`)).toEqual([]);
-    expect((await fetch(`${tf.url}/events?after=-1`)).status).toBe(400);
-    expect((await fetch(`${tf.url}/events?after=${ids[2]}`)).status).toBe(400);
-    expect((await fetch(`${tf.url}/events?provider=0x12`)).status).toBe(400);
+    const feed = (query: string, headers = providerAuth) => fetch(`${tf.url}/events?${query}`, { headers });
+    expect((await feed(`provider=${stranger}`)).status).toBe(401);
+    expect((await feed("limit=10", {})).status).toBe(401);
+    expect((await feed("after=-1")).status).toBe(400);
+    expect((await feed(`after=${ids[2]}`)).status).toBe(400);
+    expect((await feed("provider=0x12")).status).toBe(400);
   });
 
   // Last: it rewinds the devnet.

@@ -125,7 +125,9 @@ async function settled(refs: string[]): Promise<UsageRecord[]> {
 }
 
 async function events(type: string) {
-  const response = await fetch(`${tf.url}/events?types=${type}&provider=${provider.address}&limit=1000`);
+  const response = await fetch(`${tf.url}/events?types=${type}&provider=${provider.address}&limit=1000`, {
+    headers: auth(),
+  });
   return EventFeedResponseSchema.parse(await response.json()).events;
 }
 

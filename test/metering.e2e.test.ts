@@ -243,6 +243,7 @@ async function deductions(subscriptionId: bigint, expected: bigint) {
   for (let i = 0; i < 100; i++) {
     const response = await fetch(
       `${tf.url}/events?types=allowance.deducted&provider=${provider.address}&limit=1000`,
+      { headers: { authorization: `Bearer ${apiKey}` } },
     );
     events = EventFeedResponseSchema.parse(await response.json()).events.filter(
       (e) => e.data.subscriptionId === subscriptionId.toString(),

@@ -20,6 +20,7 @@ import { createPayer, type Payer } from "../src/client/createPayer.ts";
 import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
 import { getSubscriptionInfo } from "../src/client/facilitatorSubscriptions.ts";
 import { fetchWithPayment, type SubscriptionUse } from "../src/client/fetchWithPayment.ts";
+import { registerProvider } from "../src/client/registerProvider.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { createRenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
 import { createSubscriptionIndexer } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
@@ -89,6 +90,8 @@ beforeAll(async () => {
     fetch,
     memoSecret: randomBytes(32),
     publicOrigin: api.url,
+    // The facilitator's event feed is per provider and needs the provider's key.
+    providerApiKey: (await registerProvider(client, provider.account)).apiKey,
     subscriptionEventPollMs: 0,
     routes: {
       "GET /api/report": {

@@ -10,14 +10,14 @@
  *   once, whatever retries happen; its `validBefore` never outlasts the offer, so the facilitator
  *   cannot settle it after the gate stopped honouring the memo.
  */
-import type { Address } from "viem";
+import type { Address, Hex } from "viem";
 import type { WriteClient } from "../chain/clientTypes.ts";
 import { signTransferAuthorization } from "../chain/signers/signTransferAuthorization.ts";
 import type { TypedDataSigner } from "../chain/signers/typedDataSigner.ts";
 import { sameAddress } from "../protocol/address.ts";
 import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
-import type { AuthorizeResponse, SupportedResponse } from "../protocol/facilitator.ts";
+import type { AuthorizeResponse, PaymentRecord, SupportedResponse } from "../protocol/facilitator.ts";
 import { encodeJsonHeader } from "../protocol/header.ts";
 import { memoNonce, splitMemo } from "../protocol/memo.ts";
 import { chainIdOf, isNetwork, type Network } from "../protocol/network.ts";
@@ -31,7 +31,9 @@ import {
   sameFacilitatorUrl,
 } from "./facilitatorClient.ts";
 import { changeSubscriptionThroughFacilitator } from "./facilitatorSubscriptions.ts";
+import { getPayment, paymentPath } from "./getPayment.ts";
 import { parsePriceCeiling } from "./parsePriceCeiling.ts";
+import { payerReadHeaders } from "./payerReadHeaders.ts";
 import { parseTokenAmount, type SubscribeToPlanOptions, subscribeToPlan } from "./subscribeToPlan.ts";
 import { createSubscriptionAuth, type SubAuthSigner, type SubscriptionAuth } from "./subscriptionAuth.ts";
 
@@ -147,6 +149,12 @@ export type Payer = {
   cancel(subscriptionId: bigint | string): Promise<SubscriptionInfo>;
   /** Sets the most overage deducted per period (bigint smallest units or token text), relayed. */
   setMaxOverage(subscriptionId: bigint | string, maxOverage: bigint | string): Promise<SubscriptionInfo>;
+  /**
+   * Reads one of this payer's payments back from the facilitator (`GET /payments/:nonce`, signed with
+   * `X-Tollgate-Payer-Auth`): its status and, once settled, its proof. `nonce` is the EIP-3009 nonce,
+   * keccak256 of the memo (`memoNonce(memo)`). The account needs `signMessage` (EIP-191).
+   */
+  payment(nonce: Hex): Promise<PaymentRecord>;
   readonly subscriptions: PayerSubscriptions;
 };
 
@@ -282,6 +290,18 @@ export function createPayer(options: CreatePayerOptions): Payer {
     },
     setMaxOverage: (subscriptionId, maxOverage) =>
       change(subscriptionId, { action: "overage", maxOverage: parseTokenAmount(maxOverage, "maxOverage") }),
+    async payment(nonce) {
+      const { signMessage } = account;
+      if (signMessage === undefined) {
+        throw new TollgateError(
+          "InvalidRequest",
+          "reading a payment back needs an account that can signMessage",
+        );
+      }
+      const signer = { signMessage: (args: { message: string }) => signMessage.call(account, args) };
+      const headers = await payerReadHeaders(signer, { method: "GET", path: paymentPath(nonce) }, clock);
+      return getPayment(facilitator, nonce, { headers });
+    },
     async pay(option, payOptions) {
       const ceiling = parsePriceCeiling(payOptions.maxAmount);
       assertPayable(option, { network, facilitator: facilitator.url });

@@ -23,7 +23,9 @@ export {
   fetchWithPayment,
   type PayX402,
 } from "./fetchWithPayment.ts";
+export { getPayment, paymentPath } from "./getPayment.ts";
 export { parsePriceCeiling } from "./parsePriceCeiling.ts";
+export { payerReadHeaders } from "./payerReadHeaders.ts";
 export { createPayX402, createX402Payment } from "./payX402.ts";
 export { type PaymentRequiredOffer, readPaymentRequired } from "./readPaymentRequired.ts";
 export { type ProviderSigner, registerProvider } from "./registerProvider.ts";

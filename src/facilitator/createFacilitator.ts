@@ -28,6 +28,7 @@ import { createFacilitatorApp } from "./createFacilitatorApp.ts";
 import type { FacilitatorContext, FacilitatorModule, FacilitatorModuleFactory } from "./facilitatorModule.ts";
 import { createGasAccount } from "./gasAccount.ts";
 import { createFacilitatorMetrics, type FacilitatorMetrics } from "./metrics.ts";
+import type { MetricsAccess } from "./metricsAccess.ts";
 import { builtinModules } from "./modules.ts";
 import type { ProofKey } from "./proofKeys.ts";
 import {
@@ -78,6 +79,8 @@ export type CreateFacilitatorOptions = {
    * `RateLimited`; defaults in abuse/rateLimits.ts). Held in this process: limits are per instance.
    */
   rateLimits?: RateLimitOptions | undefined;
+  /** Who may read `/metrics` (default: loopback peers only; see metricsAccess.ts). */
+  metricsAccess?: MetricsAccess | undefined;
   /**
    * Options of the built-in webhooks module: the non-public targets allowed (none by default), the
    * keys that seal secrets at rest, … (see webhooks/createWebhooksModule.ts).
@@ -156,7 +159,12 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
   });
   // Everything that reaches the engine from outside passes the off-chain checks and the payer's
   // rate limit first (abuse/admitPayments.ts).
-  const engine = admitPayments(settlementEngine, { network: options.network, tokens, clock, limits: rateLimits });
+  const engine = admitPayments(settlementEngine, {
+    network: options.network,
+    tokens,
+    clock,
+    limits: rateLimits,
+  });
   const supported: SupportedResponse = {
     version: "1",
     schemes: options.subscriptionManager === undefined ? ["exact"] : ["exact", "subscription"],
@@ -216,6 +224,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     chainHealth: () => publicClient.getBlockNumber({ cacheTime: 0 }),
     maxBodyBytes: options.maxBodyBytes,
     limitClients: rateLimits.clientMiddleware,
+    metricsAccess: options.metricsAccess,
     extend: (a) => {
       for (const m of modules) m.routes?.(a);
     },

@@ -6,15 +6,12 @@ import { verify } from "node:crypto";
 import { Hono, type MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
-import { getAddress } from "viem";
-import { z } from "zod";
 import { sameAddress } from "../protocol/address.ts";
 import { base64UrlDecode } from "../protocol/base64.ts";
 import { type Clock, unixSeconds } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import {
   type Health,
-  type PaymentRecord,
   type SupportedResponse,
   VerifyRequestSchema,
   type VerifyResponse,
@@ -25,7 +22,9 @@ import { AuthorizeRequestSchema } from "../protocol/signedPayment.ts";
 import type { Store } from "../store/store.ts";
 import { errorResponse, readJsonBody } from "./httpErrors.ts";
 import type { FacilitatorMetrics } from "./metrics.ts";
+import { assertMetricsReader, type MetricsAccess } from "./metricsAccess.ts";
 import { buildOpenApiDocument } from "./openApi.ts";
+import { mountPaymentReadBack } from "./paymentReadBack.ts";
 import { jwksOf, type ProofKey } from "./proofKeys.ts";
 import type { SettlementEngine } from "./settlementEngine.ts";
 import { x402Routes } from "./x402Routes.ts";
@@ -43,6 +42,8 @@ export type FacilitatorAppDeps = {
   chainHealth: () => Promise<unknown>;
   /** Largest accepted request body, in bytes. */
   maxBodyBytes?: number | undefined;
+  /** Who may read `/metrics` (default: loopback peers only; see metricsAccess.ts). */
+  metricsAccess?: MetricsAccess | undefined;
   /**
    * The per-client-address rate limit (abuse/rateLimits.ts), run before the endpoints that cost a
    * chain read or gas: `/authorize`, the x402 verify and settle, relayed subscription calls.
@@ -99,32 +100,7 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
     return c.json(await verifyOwnProof(proof));
   });
 
-  /** A settled payment's status and proof, by EIP-3009 nonce (= keccak256(memo)). */
-  app.get("/payments/:nonce", async (c) => {
-    const nonce = z
-      .string()
-      .regex(/^0x[0-9a-fA-F]{64}$/)
-      .safeParse(c.req.param("nonce"));
-    if (!nonce.success) throw new TollgateError("InvalidRequest", "nonce must be 0x and 64 hex digits");
-    const row = await engine.getPayment(nonce.data);
-    if (row === undefined) throw new TollgateError("NotFound", "no payment with that nonce");
-    const record: PaymentRecord = {
-      nonce: row.nonce,
-      status: row.status,
-      network: row.network as PaymentRecord["network"],
-      // DESIGN.md §2: addresses are checksummed on output (the store keeps them lowercase).
-      token: getAddress(row.token),
-      payer: getAddress(row.payer),
-      payTo: getAddress(row.pay_to),
-      amount: row.amount.toString(),
-      transaction: row.tx_hash,
-      ...(row.proof === null ? {} : { proof: row.proof }),
-      ...(row.failure_code === null
-        ? {}
-        : { failure: { code: row.failure_code, message: row.failure_message } }),
-    };
-    return c.json(record);
-  });
+  mountPaymentReadBack(app, { engine, store, clock });
 
   app.get("/supported", (c) => c.json(deps.supported));
   app.route("/x402", x402Routes({ engine, supported: deps.supported, store, clock, logger }));
@@ -144,6 +120,7 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
   });
 
   app.get("/metrics", async (c) => {
+    assertMetricsReader(c, deps.metricsAccess ?? {});
     c.header("content-type", metrics.registry.contentType);
     return c.body(await metrics.registry.metrics());
   });

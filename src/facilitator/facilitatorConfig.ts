@@ -17,6 +17,7 @@ import { summarizeIssues } from "../protocol/parseWire.ts";
 import type { RateLimitOptions } from "./abuse/rateLimits.ts";
 import type { FacilitatorToken } from "./createFacilitator.ts";
 import { generateProofKey, type ProofKey, parseProofKey } from "./proofKeys.ts";
+import { loadWebhookConfig, type WebhookConfig, WebhookEnvSchema } from "./webhooks/webhookConfig.ts";
 
 const PrivateKeySchema = z.string().regex(/^0x[0-9a-fA-F]{64}$/, {
   error: "expected a 0x-prefixed 32-byte private key",
@@ -77,7 +78,11 @@ export const FacilitatorEnvSchema = z.object({
     )
     .refine((list) => list.every((a) => isIP(a) !== 0), { error: "expected IP addresses, comma-separated" })
     .optional(),
+  /** Bearer token for `GET /metrics`; unset, metrics are served to loopback peers only. */
+  TOLLGATE_METRICS_TOKEN: z.string().min(16, { error: "use at least 16 characters" }).optional(),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+  // TOLLGATE_WEBHOOK_KEYS, TOLLGATE_WEBHOOK_ALLOW_TARGETS (webhooks/webhookConfig.ts).
+  ...WebhookEnvSchema.shape,
 });
 export type FacilitatorEnv = z.infer<typeof FacilitatorEnvSchema>;
 
@@ -97,6 +102,9 @@ export type FacilitatorConfig = {
   dataDir: string;
   logLevel: FacilitatorEnv["LOG_LEVEL"];
   rateLimits: RateLimitOptions;
+  /** Sealing keys of webhook secrets and the non-public targets allowed (webhooks/webhookConfig.ts). */
+  webhooks: WebhookConfig;
+  metricsToken: string | undefined;
 };
 
 function missing(what: string, variable: string): never {
@@ -118,7 +126,7 @@ function loadProofKeys(env: FacilitatorEnv, dir: string, onDevnet: boolean): Pro
   if (!onDevnet) return missing("the proof-signing key", "TOLLGATE_PROOF_KEYS");
   const file = join(dir, "facilitator-proof-key");
   if (!existsSync(file)) {
-    mkdirSync(dir, { recursive: true });
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
     writeFileSync(file, `${generateProofKey().seed}\n`, { mode: 0o600 });
     chmodSync(file, 0o600);
   }
@@ -190,10 +198,12 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
     databaseUrl: env.DATABASE_URL === "" ? undefined : env.DATABASE_URL,
     dataDir: join(dir, "pglite"),
     logLevel: env.LOG_LEVEL,
+    webhooks: loadWebhookConfig(env, dir),
     rateLimits: {
       perClient: env.TOLLGATE_RATE_LIMIT_CLIENT,
       perPayer: env.TOLLGATE_RATE_LIMIT_PAYER,
       trustedProxies: env.TOLLGATE_TRUSTED_PROXIES,
     },
+    metricsToken: env.TOLLGATE_METRICS_TOKEN === "" ? undefined : env.TOLLGATE_METRICS_TOKEN,
   };
 }

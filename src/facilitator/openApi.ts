@@ -30,7 +30,30 @@ type Operation = {
   errors?: number[];
   /** Path parameters, by name, with the JSON Schema of each. */
   parameters?: Record<string, Record<string, unknown>>;
+  /** Credentials accepted (any one of them), by security scheme name; absent = public. */
+  security?: (keyof typeof securitySchemes)[];
 };
+
+/** The credentials of docs/facilitator.md, "Who may read what". */
+const securitySchemes = {
+  providerKey: {
+    type: "http",
+    scheme: "bearer",
+    description: "A provider API key (`POST /providers`): the payee of the payment read",
+  },
+  payerAuth: {
+    type: "apiKey",
+    in: "header",
+    name: "X-Tollgate-Payer-Auth",
+    description:
+      "`<unix seconds>.<EIP-191 signature>` by the payer over `Tollgate payer read\\n<METHOD> <path>\\nTime: <t>`, at most 60 s old",
+  },
+  metricsToken: {
+    type: "http",
+    scheme: "bearer",
+    description: "TOLLGATE_METRICS_TOKEN; without one configured, only loopback peers are answered",
+  },
+} as const;
 
 const schemas: Record<string, z.ZodType> = {
   AuthorizeRequest: AuthorizeRequestSchema,
@@ -69,10 +92,12 @@ const operations: Record<string, Record<string, Operation>> = {
   },
   "/payments/{nonce}": {
     get: {
-      summary: "A payment's status, transaction and proof, by its EIP-3009 nonce (= keccak256(memo))",
+      summary:
+        "A payment's status, transaction and proof, by its EIP-3009 nonce (= keccak256(memo)), for its payer or payee only",
       parameters: { nonce: { type: "string", pattern: "^0x[0-9a-fA-F]{64}$" } },
       response: "PaymentRecord",
-      errors: [400, 404],
+      errors: [400, 401, 404],
+      security: ["providerKey", "payerAuth"],
     },
   },
   "/x402/verify": {
@@ -96,8 +121,11 @@ const operations: Record<string, Record<string, Operation>> = {
   },
   "/metrics": {
     get: {
-      summary: "Prometheus metrics: settled count and volume, failures, batch sizes, settlement latency",
+      summary:
+        "Prometheus metrics: settled count and volume, failures, batch sizes, settlement latency (loopback peers or the metrics token)",
       response: { text: "text/plain; version=0.0.4" },
+      errors: [401],
+      security: ["metricsToken"],
     },
   },
   "/openapi.json": {
@@ -160,6 +188,7 @@ export function buildOpenApiDocument(): Record<string, unknown> {
                 content: { "application/json": { schema: { $ref: `#/components/schemas/${op.request}` } } },
               },
             }),
+        ...(op.security === undefined ? {} : { security: op.security.map((name) => ({ [name]: [] })) }),
         responses,
       };
     }
@@ -171,6 +200,7 @@ export function buildOpenApiDocument(): Record<string, unknown> {
     paths,
     components: {
       schemas: Object.fromEntries(Object.entries(schemas).map(([name, s]) => [name, jsonSchema(s)])),
+      securitySchemes,
     },
   };
   return cached;

@@ -16,6 +16,11 @@
  *   until it expires. A 2xx, 3xx or 4xx keeps it consumed, as does an adapter that never reports.
  * - Every 402 is built fresh, with new memos; the gate stores nothing per 402.
  * - Bad input is a 402 (or a 4xx), never a 500.
+ * - The gate reads a request's path and query from its target (`normalizeRequestTarget`), never its
+ *   `Host`: the route priced, the memo's path and the 402's `resource.url` (on `publicOrigin`) come
+ *   from the target alone.
+ * - A proof pays for the request it is shown on: its memo binds method, path and query, and its amount
+ *   covers the cheapest one-time price of that request's route now.
  */
 import { randomBytes } from "node:crypto";
 import type { Address, Hex } from "viem";
@@ -36,6 +41,7 @@ import {
   paymentRequiredResponse,
 } from "./buildPaymentRequired.ts";
 import { memoSecretOf } from "./memo.ts";
+import { type NormalizedTarget, normalizeRequestTarget } from "./normalizeRequestTarget.ts";
 import { createMemoryUsageLedger } from "./metering/createMemoryUsageLedger.ts";
 import { createUsageFlusher } from "./metering/createUsageFlusher.ts";
 import { parsePaymentProof } from "./parsePaymentProof.ts";
@@ -76,7 +82,10 @@ import {
 /** What the gate reads of a request: a web `Request` satisfies it, and adapters build it cheaply. */
 export type GateRequest = {
   method: string;
-  /** Absolute URL. */
+  /**
+   * The request target: origin-form (`/api/x?q`, what the adapters pass) or an absolute URL, whose
+   * scheme and authority are ignored. Only its path and query are read (`normalizeRequestTarget`).
+   */
   url: string;
   headers: { get(name: string): string | null };
 };
@@ -179,11 +188,22 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
   const random = config.random ?? ((bytes: number) => randomBytes(bytes));
   const logger: GateLogger | undefined = config.logger;
   let memoSecret: Uint8Array;
-  try {
-    memoSecret = memoSecretOf(config.memoSecret);
-  } catch (cause) {
-    throw new TollgateError("InvalidRequest", `paymentGate options: memoSecret: ${(cause as Error).message}`);
+  if (config.memoSecret === undefined) {
+    // Not `random`: that one is injectable for memos and may be deterministic in tests.
+    memoSecret = randomBytes(32);
+    const note =
+      "paymentGate: no memoSecret given, so this process uses a random one. Several instances serving one API must share one secret (e.g. TOLLGATE_MEMO_SECRET), or each refuses the others' memos.";
+    if (logger === undefined) process.emitWarning(note, { code: "TOLLGATE_MEMO_SECRET_GENERATED" });
+    else logger.warn({}, note);
+  } else {
+    try {
+      memoSecret = memoSecretOf(config.memoSecret);
+    } catch (cause) {
+      throw new TollgateError("InvalidRequest", `paymentGate options: memoSecret: ${(cause as Error).message}`);
+    }
   }
+  /** The origin of the URL routes functions are given; never the request's `Host`. */
+  const routeOrigin = config.publicOrigin ?? "http://localhost";
   const token = typeof config.token === "string" ? { address: config.token } : config.token;
   const decimals = token.decimals ?? USDC_DECIMALS;
   const memoTtlSeconds = config.memoTtlSeconds ?? 300;
@@ -260,6 +280,7 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
       decimals,
       statusTtlMs: config.subscriptionStatusTtlMs ?? 5_000,
       eventPollMs: config.subscriptionEventPollMs ?? 1_000,
+      providerApiKey: config.providerApiKey,
       metering: {
         ledger,
         flusher:
@@ -338,13 +359,12 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
   const paymentRequired = async (
     error: GateErrorCode,
     message: string,
-    request: { method: string; path: string; url: URL },
+    request: GateTarget,
     route: CompiledRoute,
   ): Promise<GateResult> => {
-    const resourceUrl =
-      config.publicOrigin === undefined
-        ? request.url.href
-        : `${config.publicOrigin}${request.url.pathname}${request.url.search}`;
+    // The configured origin, never `Host`; without one, the path alone (clients resolve it against
+    // the URL they asked).
+    const resourceUrl = `${config.publicOrigin ?? ""}${request.target}`;
     let offers: Offer[];
     try {
       offers = await offersFor(route);
@@ -356,6 +376,7 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
       message,
       method: request.method,
       path: request.path,
+      query: request.query,
       resourceUrl,
       description: route.description,
       mimeType: route.mimeType,
@@ -388,7 +409,7 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     subscriptionId: string,
     request: GateRequest,
     route: CompiledRoute,
-    target: { method: string; path: string; url: URL },
+    target: GateTarget,
   ): Promise<GateResult> => {
     let outcome: Awaited<ReturnType<SubscriptionGate["check"]>>;
     try {
@@ -396,7 +417,7 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
         subscriptionId,
         token: request.headers.get(HeaderName.SubscriptionAuth),
         route,
-        routeRequest: { method: target.method, path: decodedPath(target.path), url: target.url },
+        routeRequest: { method: target.method, path: target.routePath, url: target.url },
       });
     } catch (fault) {
       return { kind: "respond", response: checkFailure(fault, "a subscription could not be checked") };
@@ -421,16 +442,16 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
   };
 
   const gate = async function paymentGate(request: GateRequest): Promise<GateResult> {
-    let url: URL;
-    try {
-      url = new URL(request.url);
-    } catch {
-      return { kind: "respond", response: errorResponse("InvalidRequest", "request URL is invalid", 400) };
+    const reading = normalizeRequestTarget(request.url);
+    if (!reading.ok) {
+      return { kind: "respond", response: errorResponse("InvalidRequest", reading.reason, 400) };
     }
     const method = request.method.toUpperCase();
-    // The memo binds the path as sent; routes are matched on it decoded, as routers see it.
-    const path = url.pathname;
-    const route = resolveRoute({ method, path: decodedPath(path), url });
+    // The memo binds the normalized path and the query; routes are matched on the path decoded once,
+    // as routers see it.
+    const path = reading.path;
+    const url = new URL(reading.target, routeOrigin);
+    const route = resolveRoute({ method, path: reading.routePath, url });
     if (route === undefined) return { kind: "pass", headers: new Headers(), complete: completeNothing };
     if (path.length > MAX_PATH_LENGTH) {
       return {
@@ -442,7 +463,7 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
         ),
       };
     }
-    const target = { method, path, url };
+    const target: GateTarget = { ...reading, method, url };
 
     const subscriptionId = request.headers.get(HeaderName.Subscription);
     if (subscriptionId !== null && route.plans.length > 0) {
@@ -481,12 +502,24 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     const parsed = parsePaymentProof(header);
     if (!parsed.ok) return refuse(parsed.reason);
     const proof = parsed.proof;
+    const minimumAmount = cheapestOneTime(route);
+    if (minimumAmount === undefined) return refuse("this request is not sold for a one-time payment");
     const replayKey = proofReplayKey(proof);
     try {
       const verdict = await verifyPaymentProof(proof, {
         memoSecret,
         clock,
-        expected: { method, path, payTo: config.payTo, network: config.network, token: token.address },
+        expected: {
+          method,
+          path,
+          query: reading.query,
+          // A proof pays for this request only if it covers this request's price (a route priced by a
+          // function may price another query of the same path higher).
+          minimumAmount,
+          payTo: config.payTo,
+          network: config.network,
+          token: token.address,
+        },
         checkSignature,
       });
       if (!verdict.valid) return refuse(verdict.reason);
@@ -555,19 +588,19 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
   return Object.assign(gate, controls);
 }
 
+/** A request as the gate prices it: method, normalized target, and the URL routes functions see. */
+type GateTarget = NormalizedTarget & { method: string; url: URL };
+
 /**
- * A path as routers see it: each run of percent-escapes decoded with `decodeURI` (so reserved
- * characters such as `%2F` stay escaped), a run that does not decode left as it is, like Hono's router.
+ * The least a one-time payment for this route must be now: its cheapest one-time offer, or `undefined`
+ * when the route sells no one-time payment (no proof pays for it).
  */
-function decodedPath(path: string): string {
-  if (!path.includes("%")) return path;
-  return path.replace(/(?:%[0-9A-Fa-f]{2})+/g, (run) => {
-    try {
-      return decodeURI(run);
-    } catch {
-      return run;
-    }
-  });
+function cheapestOneTime(route: CompiledRoute): bigint | undefined {
+  let cheapest: bigint | undefined;
+  for (const offer of route.offers) {
+    if (cheapest === undefined || offer.amount < cheapest) cheapest = offer.amount;
+  }
+  return cheapest;
 }
 
 function signatureCheckOf(

@@ -45,8 +45,10 @@ export const PricingEntrySchema = z.discriminatedUnion("type", [
 export type PricingEntry = z.input<typeof PricingEntrySchema>;
 
 /**
- * What a route-resolver function is given: the upper-case method, the path percent-decoded as routers
- * see it (so `/r%65ports` is `/reports`), and the full URL.
+ * What a route-resolver function is given: the upper-case method, the path percent-decoded once as
+ * routers see it (so `/r%65ports` is `/reports`; dot segments removed), and the URL: that path and the
+ * query as sent, on `publicOrigin` (`http://localhost` when it is not configured). The request's `Host`
+ * never appears in it. The memo binds method, path and query, so a price may depend on all three.
  */
 export type RouteRequest = { method: string; path: string; url: URL };
 
@@ -117,8 +119,13 @@ export const PaymentGateOptionsSchema = z.strictObject({
       error: "expected an http(s) URL or a facilitator client",
     }),
   ]),
-  /** HMAC key for memos, at least 32 bytes; every gate instance serving one API shares it. */
-  memoSecret: z.union([z.instanceof(Uint8Array), z.string()]),
+  /**
+   * HMAC key for memos: at least 32 random bytes (a string counts as its UTF-8 bytes), never one
+   * printed anywhere; every gate instance serving one API shares it. Read it from the environment.
+   * Absent: a random secret for this process, with a warning, which is right for one instance only
+   * (another instance refuses its memos). Weak or published secrets throw (`memoSecretWeakness`).
+   */
+  memoSecret: z.union([z.instanceof(Uint8Array), z.string()]).optional(),
   /** Pricing of every request through the gate that no entry of `routes` prices. */
   pricing: z.array(PricingEntrySchema).min(1).max(32).optional(),
   /** Per-route pricing by `"METHOD /path/:param/*"` pattern (first match wins), or a function. */
@@ -155,8 +162,10 @@ export const PaymentGateOptionsSchema = z.strictObject({
   /** How long a 402 offer stands (default 300 s). */
   memoTtlSeconds: z.int().min(10).max(3600).optional(),
   /**
-   * The origin clients reach this API at (`https://api.example.com`): `resource.url` in 402s, and the
-   * audience every sub-auth token must name. Required with subscription pricing.
+   * The origin clients reach this API at (`https://api.example.com`): the origin of `resource.url` in
+   * 402s, and the audience every sub-auth token must name. Required with subscription pricing. The
+   * request's `Host` is never used: without this option, `resource.url` is the path alone (`/api/x?q`),
+   * which clients resolve against the URL they asked.
    */
   publicOrigin: OriginSchema.optional(),
   /** The SubscriptionManager (default: the one the facilitator's `/supported` lists for `network`). */
@@ -166,11 +175,15 @@ export const PaymentGateOptionsSchema = z.strictObject({
    * Facilitator events drop it sooner (see `subscriptionEventPollMs`).
    */
   subscriptionStatusTtlMs: z.int().min(0).max(60_000).optional(),
-  /** How often the facilitator's event feed is polled (default 1 000 ms; 0 = only on `syncEvents()`). */
+  /**
+   * How often the facilitator's event feed is polled (default 1 000 ms; 0 = only on `syncEvents()`).
+   * The feed needs `providerApiKey`; without it no events are read and statuses live out their TTL.
+   */
   subscriptionEventPollMs: z.int().min(0).max(60_000).optional(),
   /**
    * The provider's facilitator API key (`POST /providers`), with which metered charges are sent to
-   * `POST /usage`. Required when a metered plan is sold; keep it secret.
+   * `POST /usage` and the facilitator's event feed is read (`GET /events`, to drop a paused or
+   * cancelled subscription at once). Required when a metered plan is sold; keep it secret.
    */
   providerApiKey: z.string().min(8).max(256).optional(),
   /** Counts metered use. Default: in memory, for one process; `createPostgresUsageLedger` for several. */

@@ -25,6 +25,7 @@ const flagVariables = {
   dir: "TOLLGATE_DIR",
   port: "TOLLGATE_PORT",
   host: "TOLLGATE_HOST",
+  "webhook-allow-targets": "TOLLGATE_WEBHOOK_ALLOW_TARGETS",
   "min-amount": "TOLLGATE_MIN_AMOUNT",
 } as const;
 
@@ -59,6 +60,10 @@ export async function run(argv: string[]): Promise<number> {
         "  TOLLGATE_MIN_AMOUNT (smallest unit; default 10000 on Base, 1 on a devnet)\n" +
         "  TOLLGATE_RATE_LIMIT_CLIENT TOLLGATE_RATE_LIMIT_PAYER (<burst>:<per second> or off; default 60:10, 30:3)\n" +
         "  TOLLGATE_TRUSTED_PROXIES (reverse proxies whose X-Forwarded-For is believed; default none)\n" +
+        "  TOLLGATE_METRICS_TOKEN (unset: /metrics answers loopback peers only)\n" +
+        "  TOLLGATE_WEBHOOK_KEYS (keys sealing webhook secrets; default: generated into <dir>/webhook-secret-key)\n" +
+        "  TOLLGATE_WEBHOOK_ALLOW_TARGETS, --webhook-allow-targets (non-public webhook targets allowed, e.g.\n" +
+        "  127.0.0.0/8,::1 for local development; default none)\n" +
         "  (flags override the environment; the keys are read from the environment only;\n" +
         "  defaults come from .tollgate/devnet.json after `tollgate devnet up`)",
     );
@@ -78,6 +83,8 @@ export async function run(argv: string[]): Promise<number> {
     tokens: [config.token],
     confirmations: config.confirmations,
     rateLimits: config.rateLimits,
+    webhooks: { secretKeys: config.webhooks.secretKeys, allowTargets: config.webhooks.allowTargets },
+    metricsAccess: { token: config.metricsToken },
     logger,
   });
   let server: Awaited<ReturnType<typeof serveApp>>;

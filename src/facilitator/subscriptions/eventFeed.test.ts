@@ -4,16 +4,35 @@ import { EventFeedResponseSchema } from "../../protocol/subscriptions.ts";
 import { createTestStore } from "../../store/createTestStore.ts";
 import type { Store } from "../../store/store.ts";
 import { errorResponse } from "../httpErrors.ts";
+import { hashApiKey } from "../providers/requireProvider.ts";
 import { eventFeedModule } from "./eventFeed.ts";
 
 let store: Store;
 let app: Hono;
+
+/** The provider whose feed these tests read, and another one. */
+const PROVIDER = "0x70997970c51812dc3a010c7d01b50e0d17dc79c8";
+const OTHER = "0x3c44cdddb6a900fa2b585dd299e03d12fa4293bc";
+const API_KEY = `tg_${"k".repeat(32)}`;
+const OTHER_KEY = `tg_${"o".repeat(32)}`;
+const auth = (key = API_KEY) => ({ authorization: `Bearer ${key}` });
 
 beforeAll(async () => {
   store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
   app = new Hono();
   app.onError((error) => errorResponse(error));
   eventFeedModule({ store }).routes?.(app);
+  for (const [address, key] of [
+    [PROVIDER, API_KEY],
+    [OTHER, OTHER_KEY],
+  ] as const) {
+    await store.query("INSERT INTO providers (address) VALUES ($1) ON CONFLICT DO NOTHING", [address]);
+    await store.query("INSERT INTO provider_api_keys (provider, key_hash, prefix) VALUES ($1, $2, $3)", [
+      address,
+      hashApiKey(key),
+      key.slice(0, 8),
+    ]);
+  }
 }, 120_000); // may open and migrate a PGlite of its own: slow on a busy machine
 
 afterAll(async () => {
@@ -24,7 +43,7 @@ afterAll(async () => {
 async function poll(after?: string, limit = 1000) {
   const query = new URLSearchParams({ limit: String(limit) });
   if (after !== undefined) query.set("after", after);
-  const response = await app.request(`/events?${query}`);
+  const response = await app.request(`/events?${query}`, { headers: auth() });
   expect(response.status).toBe(200);
   return EventFeedResponseSchema.parse(await response.json());
 }
@@ -45,10 +64,14 @@ async function follow(cursor: string | undefined, count: number) {
   return { ids, next };
 }
 
-async function insertEvent(db: Pick<Store, "query">, subscriptionId: string): Promise<number> {
+async function insertEvent(
+  db: Pick<Store, "query">,
+  subscriptionId: string,
+  provider: string = PROVIDER,
+): Promise<number> {
   const [row] = await db.query<{ id: string }>(
     "INSERT INTO events (type, data) VALUES ('subscription.paused', $1) RETURNING id",
-    [{ subscriptionId }],
+    [{ subscriptionId, provider }],
   );
   return Number(row!.id);
 }
@@ -98,7 +121,7 @@ describe("GET /events", () => {
     expect(first.events.map((e) => e.id)).toEqual(ids.slice(0, 2));
     expect(first.events[0]).toMatchObject({
       type: "subscription.paused",
-      data: { subscriptionId: "page-0" },
+      data: { subscriptionId: "page-0", provider: PROVIDER },
     });
     const second = await poll(first.next, 2);
     expect(second.events.map((e) => e.id)).toEqual(ids.slice(2, 4));
@@ -121,9 +144,29 @@ describe("GET /events", () => {
     ["an event id past 2^53", "1.9007199254740993"],
     ["an empty cursor", ""],
   ])("answers 400 InvalidRequest to a cursor with %s", async (_what, after) => {
-    const response = await app.request(`/events?after=${encodeURIComponent(after)}`);
+    const response = await app.request(`/events?after=${encodeURIComponent(after)}`, { headers: auth() });
     expect(response.status).toBe(400);
     expect(await response.json()).toMatchObject({ error: { code: "InvalidRequest" } });
+  });
+
+  it("serves a key only its own provider's events, and refuses a request without a key", async () => {
+    const start = (await follow(undefined, 0)).next;
+    const theirs = await insertEvent(store, "theirs", OTHER);
+    const mine = await insertEvent(store, "mine");
+    const { ids } = await follow(start, 1);
+    expect(ids).toEqual([mine]);
+    const other = await app.request(`/events?after=${start}`, { headers: auth(OTHER_KEY) });
+    expect((await other.json()).events.map((e: { id: number }) => e.id)).toEqual([theirs]);
+
+    for (const headers of [{}, { authorization: `Bearer tg_${"x".repeat(32)}` }]) {
+      const response = await app.request("/events", { headers });
+      expect(response.status).toBe(401);
+      expect(await response.json()).toMatchObject({ error: { code: "Unauthorized" } });
+    }
+    const foreign = await app.request(`/events?provider=${OTHER}`, { headers: auth() });
+    expect(foreign.status).toBe(401);
+    const own = await app.request(`/events?provider=${PROVIDER}`, { headers: auth() });
+    expect(own.status).toBe(200);
   });
 
   it("accepts the largest cursor and serves nothing past it", async () => {

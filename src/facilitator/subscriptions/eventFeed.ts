@@ -1,5 +1,5 @@
 /**
- * `GET /events?after=<cursor>&types=<a,b>&provider=<address>&limit=<n>`: the facilitator's event log
+ * `GET /events?after=<cursor>&types=<a,b>&provider=<address>&limit=<n>`: a provider's events
  * (payments, plans, subscriptions, allowances) for pollers. Gates use it to drop cached subscription
  * statuses as soon as a subscription is paused, cancelled or goes PastDue, and to learn how their
  * metered usage settled (docs/subscriptions.md).
@@ -11,17 +11,23 @@
  * (tx, id) order, and its cursor is that pair (migration 0020). An event becomes readable once its
  * transaction and every older one have finished.
  *
- * Everything in the log is already public on chain (the memos of payments aside, which name the
- * method, path and price a gate quoted), so the feed needs no key.
+ * Per provider, with its key (DESIGN.md §4): `Authorization: Bearer <provider API key>`, and the feed
+ * holds only events naming that provider (`provider` or `payTo`). Most of the log is public on chain,
+ * but a payment's memo is not: it names the method and path a payer bought, and together with the
+ * signed authorization (public once settled) it is all `POST /authorize` needs to hand out the
+ * payment's proof again. So no one but the payee reads a memo here. `provider=` may be given for
+ * clarity; naming another provider than the key's is refused.
  */
 import type { Hono } from "hono";
 import { z } from "zod";
 import { AddressSchema } from "../../protocol/address.ts";
+import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import { type EventCursor, EventCursorSchema, type EventFeedResponse } from "../../protocol/subscriptions.ts";
 import { SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
 import { queryParsed } from "../../store/queryParsed.ts";
 import type { FacilitatorContext, FacilitatorModule } from "../facilitatorModule.ts";
+import { requireProvider } from "../providers/requireProvider.ts";
 
 const QuerySchema = z.object({
   /** Omitted: from the start of the log. */
@@ -55,8 +61,14 @@ const START: EventCursor = "0.0";
 export const eventFeedModule = (ctx: Pick<FacilitatorContext, "store">): FacilitatorModule => ({
   name: "event-feed",
   routes(app: Hono) {
-    app.get("/events", async (c) => {
+    app.get("/events", requireProvider(ctx), async (c) => {
+      const provider = c.get("provider").address;
       const query = parseWire(QuerySchema, c.req.query(), { what: "query" });
+      if (query.provider !== undefined && query.provider !== provider) {
+        throw new TollgateError("Unauthorized", "this API key reads its own provider's events only", {
+          details: { provider },
+        });
+      }
       const after = query.after ?? START;
       const [afterTx, afterId] = after.split(".");
       const params: unknown[] = [afterTx, afterId, query.limit];
@@ -66,10 +78,8 @@ export const eventFeedModule = (ctx: Pick<FacilitatorContext, "store">): Facilit
         params.push(query.types);
         where += ` AND type = ANY($${params.length}::text[])`;
       }
-      if (query.provider !== undefined) {
-        params.push(query.provider.toLowerCase());
-        where += ` AND (lower(data ->> 'provider') = $${params.length} OR lower(data ->> 'payTo') = $${params.length})`;
-      }
+      params.push(provider.toLowerCase());
+      where += ` AND (lower(data ->> 'provider') = $${params.length} OR lower(data ->> 'payTo') = $${params.length})`;
       const rows = await queryParsed(
         ctx.store,
         EventRowSchema,

@@ -5,6 +5,7 @@ import type { FeedEvent } from "../../protocol/subscriptions.ts";
 import { createEventPoller } from "./createEventPoller.ts";
 
 const PROVIDER = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+const API_KEY = `tg_${"k".repeat(32)}`;
 
 /**
  * An event feed over `events` (in the order the feed serves them), answering `GET /events` pages as
@@ -12,10 +13,12 @@ const PROVIDER = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
  */
 function feed(events: FeedEvent[]) {
   const asked: string[] = [];
+  const authorizations: (string | undefined)[] = [];
   let failNext = false;
   const client: Pick<FacilitatorClient, "request"> = {
-    async request(_method, path, schema) {
+    async request(_method, path, schema, options) {
       asked.push(path);
+      authorizations.push(options?.headers?.authorization);
       if (failNext) {
         failNext = false;
         throw new TollgateError("ChainUnavailable", "down");
@@ -30,6 +33,7 @@ function feed(events: FeedEvent[]) {
   return {
     client,
     asked,
+    authorizations,
     failOnce() {
       failNext = true;
     },
@@ -51,6 +55,7 @@ describe("createEventPoller", () => {
     const poller = createEventPoller({
       facilitator: f.client,
       provider: PROVIDER,
+      apiKey: API_KEY,
       onEvent: (e) => {
         seen.push(e.id);
       },
@@ -64,6 +69,8 @@ describe("createEventPoller", () => {
     expect(f.asked[2]).toMatch(/after=0\.6&/);
     expect(f.asked[0]).toMatch(/provider=0x70997970C51812dc3A010C7d01b50e0d17dc79C8/);
     expect(f.asked[0]).toMatch(/types=subscription\.created,subscription\.renewed/);
+    // The feed is per provider and needs the provider's key.
+    expect(new Set(f.authorizations)).toEqual(new Set([`Bearer ${API_KEY}`]));
     events.push(event(8));
     await poller.pollOnce();
     expect(seen).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
@@ -76,6 +83,7 @@ describe("createEventPoller", () => {
     const poller = createEventPoller({
       facilitator: f.client,
       provider: PROVIDER,
+      apiKey: API_KEY,
       onEvent: (e) => {
         seen.push(e.id);
       },
@@ -94,6 +102,7 @@ describe("createEventPoller", () => {
     const poller = createEventPoller({
       facilitator: f.client,
       provider: PROVIDER,
+      apiKey: API_KEY,
       onEvent: (e) => {
         seen.push(e.id);
       },
@@ -115,6 +124,7 @@ describe("createEventPoller", () => {
     const poller = createEventPoller({
       facilitator: f.client,
       provider: PROVIDER,
+      apiKey: API_KEY,
       onEvent: (e) => {
         seen.push(e.id);
       },
@@ -135,6 +145,7 @@ describe("createEventPoller", () => {
     const poller = createEventPoller({
       facilitator: f.client,
       provider: PROVIDER,
+      apiKey: API_KEY,
       onEvent: (e) => {
         if (e.id === 1) throw new Error("bad event");
         seen.push(e.id);
@@ -152,6 +163,7 @@ describe("createEventPoller", () => {
     const poller = createEventPoller({
       facilitator: f.client,
       provider: PROVIDER,
+      apiKey: API_KEY,
       onEvent: async (e) => {
         log.push(`start ${e.id}`);
         await new Promise((resolve) => setTimeout(resolve, 5));

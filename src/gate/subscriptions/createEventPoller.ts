@@ -1,5 +1,6 @@
 /**
- * Follows the facilitator's event log (`GET /events?after=&types=&provider=`) for one provider, so a
+ * Follows the facilitator's event log (`GET /events?after=&types=&provider=`, with the provider's API
+ * key: the feed is per provider) for one provider, so a
  * gate learns within one poll that a subscription was paused, cancelled, renewed or went past due, that
  * a plan was deprecated, and how its metered usage settled on chain.
  *
@@ -51,6 +52,8 @@ export type EventPoller = {
 export type EventPollerOptions = {
   facilitator: Pick<FacilitatorClient, "request">;
   provider: Address;
+  /** The provider's API key: the feed is per provider and needs it (docs/facilitator.md). */
+  apiKey: string;
   /** Called once per event in the feed's order; a returned promise is awaited before the next event. */
   onEvent(event: FeedEvent): void | Promise<void>;
   intervalMs: number;
@@ -62,6 +65,7 @@ export type EventPollerOptions = {
 
 export function createEventPoller(options: EventPollerOptions): EventPoller {
   const { facilitator, provider, onEvent, intervalMs, logger } = options;
+  const headers = { authorization: `Bearer ${options.apiKey}` };
   const pageSize = options.pageSize ?? 500;
   const maxPages = options.maxPagesPerPoll ?? 20;
   const types = GATE_EVENT_TYPES.join(",");
@@ -78,7 +82,7 @@ export function createEventPoller(options: EventPollerOptions): EventPoller {
         "GET",
         `/events?${after}types=${types}&provider=${provider}&limit=${pageSize}`,
         EventFeedResponseSchema,
-        { timeoutMs: 10_000 },
+        { timeoutMs: 10_000, headers },
       );
       for (const event of reply.events) {
         try {

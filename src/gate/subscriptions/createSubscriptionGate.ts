@@ -95,6 +95,11 @@ export type SubscriptionGateOptions = {
   statusTtlMs: number;
   /** Event-feed poll interval; 0 = poll only on `syncEvents()`. */
   eventPollMs: number;
+  /**
+   * The provider's API key, which the facilitator's event feed requires. Without one no events are
+   * read: cached statuses then live out `statusTtlMs`, and `syncEvents()` does nothing.
+   */
+  providerApiKey?: string | undefined;
   metering:
     | {
         ledger: UsageLedger;
@@ -106,6 +111,14 @@ export type SubscriptionGateOptions = {
   logger?: GateLogger | undefined;
   /** For tests: replaces the token verifier. */
   verifier?: SubAuthVerifier | undefined;
+};
+
+/** The poller of a gate without a provider API key: the event feed would refuse it. */
+const idlePoller: EventPoller = {
+  cursor: undefined,
+  pollOnce: () => Promise.resolve(),
+  start() {},
+  stop: () => Promise.resolve(),
 };
 
 /** A cap reached is re-read from the chain at most this often per subscription before refusing. */
@@ -140,13 +153,17 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
       }
     }
   };
-  const poller: EventPoller = createEventPoller({
-    facilitator,
-    provider: payTo,
-    onEvent,
-    intervalMs: options.eventPollMs,
-    logger,
-  });
+  const poller: EventPoller =
+    options.providerApiKey === undefined
+      ? idlePoller
+      : createEventPoller({
+          facilitator,
+          provider: payTo,
+          apiKey: options.providerApiKey,
+          onEvent,
+          intervalMs: options.eventPollMs,
+          logger,
+        });
   let started = false;
   const startBackground = () => {
     if (started) return;

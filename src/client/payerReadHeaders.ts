@@ -1,0 +1,23 @@
+/**
+ * The payer's credential for reading its own payments back from the facilitator
+ * (`X-Tollgate-Payer-Auth`, src/protocol/payerReadAuth.ts): an EIP-191 signature over the method, the
+ * facilitator-relative path and the current time, good for one minute and for that one read.
+ */
+import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
+import { formatPayerAuth, PAYER_AUTH_HEADER, payerReadMessage } from "../protocol/payerReadAuth.ts";
+import type { SubAuthSigner } from "./subscriptionAuth.ts";
+
+/**
+ * @example
+ * const headers = await payerReadHeaders(account, { method: "GET", path: paymentPath(nonce) });
+ * const record = await getPayment(facilitator, nonce, { headers });
+ */
+export async function payerReadHeaders(
+  signer: Pick<SubAuthSigner, "signMessage">,
+  request: { method: string; path: string },
+  clock: Clock = systemClock,
+): Promise<Record<string, string>> {
+  const t = unixSeconds(clock);
+  const signature = await signer.signMessage({ message: payerReadMessage({ ...request, t }) });
+  return { [PAYER_AUTH_HEADER]: formatPayerAuth(t, signature) };
+}
