@@ -4,7 +4,8 @@
  * Invariant: an authorization is owned by at most one request identity, the first one recorded, for
  * good. `/x402/settle` answers success only to its owner, so one transfer is answered as settled to one
  * x402 request (and its identical retries), never to a replay of the same authorization inside another
- * request.
+ * request. For a standard x402 resource server, which keeps no replay guard of its own, `answered_at`
+ * makes that success answered once.
  */
 import { createHash } from "node:crypto";
 import { z } from "zod";
@@ -64,4 +65,17 @@ export async function findX402Request(db: Queryable, nonce: string): Promise<str
     [nonce.toLowerCase()],
   );
   return row?.request_hash;
+}
+
+/**
+ * Records that `success` was answered to the owner of `nonce`, once: resolves `true` for the first call
+ * (of any number racing), `false` after that or when `requestHash` is not the owner.
+ */
+export async function markX402Answered(db: Queryable, nonce: string, requestHash: string): Promise<boolean> {
+  const rows = await db.query(
+    `UPDATE x402_settle_requests SET answered_at = now()
+     WHERE nonce = $1 AND request_hash = $2 AND answered_at IS NULL RETURNING 1 AS marked`,
+    [nonce.toLowerCase(), requestHash],
+  );
+  return rows.length === 1;
 }

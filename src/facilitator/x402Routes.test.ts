@@ -516,27 +516,32 @@ describe("one transfer is answered as settled to one x402 request", () => {
     expect(await findX402Request(store, NONCE)).toBeUndefined();
   });
 
-  it("answers the identical request again, and refuses the same payload in any other request", async () => {
+  /** A body as a Tollgate gate sends it: its own requirements, naming the gate. */
+  const fromGate = (gate = "a") => {
+    const req = requirements({ extra: { name: "USD Coin", version: "2", tollgateGate: gate } });
+    return { ...body(), paymentRequirements: req };
+  };
+
+  it("answers a gate's identical request again, and refuses the same payload in any other request", async () => {
     const engine = settlingEngine();
     const app = appWith(engine);
     const settled = { success: true, transaction: TX, network: "eip155:31337", payer: PAYER };
-    expect((await post(app, "settle", body())).json).toEqual(settled);
-    // The same body, keys in another order: the same request.
-    const { paymentRequirements, paymentPayload, x402Version } = body();
-    expect((await post(app, "settle", { paymentRequirements, paymentPayload, x402Version })).json).toEqual(
-      settled,
-    );
+    expect((await post(app, "settle", fromGate())).json).toEqual(settled);
+    // The same body, keys in another order: the same request, answered again (a gate's retry).
+    const { paymentRequirements, paymentPayload, x402Version } = fromGate();
+    for (let i = 0; i < 2; i++) {
+      expect((await post(app, "settle", { paymentRequirements, paymentPayload, x402Version })).json).toEqual(
+        settled,
+      );
+    }
     expect(engine.settled).toHaveLength(1);
 
     const others: Record<string, unknown>[] = [
-      // Another resource server's requirements (a Tollgate gate names itself in extra).
+      fromGate("b"),
+      body(),
+      { ...fromGate(), paymentRequirements: { ...fromGate().paymentRequirements, maxTimeoutSeconds: 600 } },
       {
-        ...body(),
-        paymentRequirements: requirements({ extra: { name: "USD Coin", version: "2", tollgateGate: "b" } }),
-      },
-      { ...body(), paymentRequirements: requirements({ maxTimeoutSeconds: 600 }) },
-      {
-        ...body(),
+        ...fromGate(),
         paymentPayload: { ...body().paymentPayload, resource: { url: "http://other.test/paid" } },
       },
     ];
@@ -550,11 +555,48 @@ describe("one transfer is answered as settled to one x402 request", () => {
     expect(engine.settled).toHaveLength(1);
   });
 
+  it("answers a standard resource server's request success once, even to concurrent copies", async () => {
+    const engine = settlingEngine();
+    const app = appWith(engine);
+    const replies = await Promise.all([post(app, "settle", body()), post(app, "settle", body())]);
+    expect(replies.map((r) => r.json.success).sort()).toEqual([false, true]);
+    expect(replies.find((r) => r.json.success === false)?.json).toMatchObject(nonceUsed);
+    // A replay later (x402's upfront flow settles without verifying): refused.
+    expect((await post(app, "settle", body())).json).toMatchObject(nonceUsed);
+  });
+
+  it("answers a standard resource server's retry after settlement_pending", async () => {
+    const rows = new Map<string, PaymentRow>();
+    let confirmed = false;
+    const engine = fakeEngine({
+      rows,
+      settle: async () => {
+        if (!confirmed) {
+          rows.set(NONCE, row({ status: "submitted", tx_hash: null }));
+          throw new TollgateError("ChainUnavailable", "settlement is taking longer than expected", {
+            retryAfter: 5,
+            details: { nonce: NONCE, status: "submitted" },
+          });
+        }
+        rows.set(NONCE, row({ status: "settled", tx_hash: TX }));
+        return rows.get(NONCE) as PaymentRow;
+      },
+    });
+    const app = appWith(engine);
+    expect((await post(app, "settle", body())).json).toMatchObject({
+      success: false,
+      errorReason: "settlement_pending",
+    });
+    confirmed = true;
+    expect((await post(app, "settle", body())).json).toMatchObject({ success: true, transaction: TX });
+    expect((await post(app, "settle", body())).json).toMatchObject(nonceUsed);
+  });
+
   it("lets exactly one of two different requests racing for one authorization have it", async () => {
     const engine = settlingEngine();
     const app = appWith(engine);
-    const one = body();
-    const two = { ...body(), paymentRequirements: requirements({ maxTimeoutSeconds: 301 }) };
+    const one = fromGate("a");
+    const two = fromGate("b");
     const replies = await Promise.all([post(app, "settle", one), post(app, "settle", two)]);
     const successes = replies.filter((r) => r.json.success === true);
     expect(successes).toHaveLength(1);

@@ -13,9 +13,10 @@
  * settled, so anyone can wrap it in a new x402 request; `/settle` therefore answers success only to the
  * request that owns the authorization (`x402RequestRecords.ts`): the first request, identified by the
  * hash of its whole body, that passed the preflight and claimed it. Identical retries of that request
- * get its answer again; any other request, and any request for an authorization that a Tollgate
- * payment (`/authorize`) or someone on chain used, gets `invalid_exact_evm_nonce_already_used`.
- * `/verify` refuses the same authorizations.
+ * from a Tollgate gate get its answer again (the gate keeps its own replay guard); a standard x402
+ * resource server's request is answered `success` once. Any other request, and any request for an
+ * authorization that a Tollgate payment (`/authorize`) or someone on chain used, gets
+ * `invalid_exact_evm_nonce_already_used`. `/verify` refuses the same authorizations.
  *
  * Outcomes, as x402 facilitators report them:
  * - a payment that fails a check is 200 with `isValid: false` / `success: false` and a reason
@@ -49,7 +50,12 @@ import type { CheckablePayment } from "./checkSignedPayment.ts";
 import { errorResponse, readJsonBody } from "./httpErrors.ts";
 import { BatchRowSchema, type PaymentRow } from "./paymentRecords.ts";
 import type { SettlementEngine } from "./settlementEngine.ts";
-import { claimX402Request, findX402Request, x402RequestHash } from "./x402RequestRecords.ts";
+import {
+  claimX402Request,
+  findX402Request,
+  markX402Answered,
+  x402RequestHash,
+} from "./x402RequestRecords.ts";
 
 export type X402RoutesDeps = {
   engine: Pick<SettlementEngine, "preflight" | "settleAuthorization" | "getPayment">;
@@ -146,11 +152,34 @@ export function x402Routes(deps: X402RoutesDeps): Hono {
     const taken = await takenFrom(checked, requestHash, previous);
     if (taken !== undefined) return c.json(settleRefusal(taken, network));
 
+    /**
+     * `success` to the owner. A Tollgate gate names itself in `extra.tollgateGate` and consumes the
+     * payment in its own replay guard before settling, so it may ask again after a lost reply. A
+     * standard x402 resource server keeps no replay guard (its `upfront` flow settles without a
+     * verify), so its request is answered `success` once; a replay of the same request is refused,
+     * while a retry after `settlement_pending` or a fault still gets the answer.
+     */
+    const answerSettled = async (transaction: string) => {
+      const fromGate = typeof read.request.paymentRequirements.extra?.tollgateGate === "string";
+      if (!fromGate && !(await markX402Answered(deps.store, nonce, requestHash))) {
+        return c.json(
+          settleRefusal(
+            {
+              reason: X402ErrorReason.NonceAlreadyUsed,
+              message:
+                "this payment was already answered as settled to this request; it pays for one response",
+              payer: checked.payer,
+            },
+            network,
+          ),
+        );
+      }
+      return c.json(settleSuccess(transaction, network, checked.payer));
+    };
+
     // Idempotence: this request settled before answers with its transaction even after its validity
     // window has closed (the window only matters for a transfer still to make).
-    if (previous?.status === "settled" && previous.tx_hash !== null) {
-      return c.json(settleSuccess(previous.tx_hash, network, checked.payer));
-    }
+    if (previous?.status === "settled" && previous.tx_hash !== null) return answerSettled(previous.tx_hash);
 
     const late = checkWindow(checked, unixSeconds(clock));
     if (late !== undefined) return c.json(settleRefusal(late, network));
@@ -165,7 +194,7 @@ export function x402Routes(deps: X402RoutesDeps): Hono {
       }
       const row = await engine.settleAuthorization(checked.payment);
       if (row.tx_hash === null) throw new TollgateError("Internal", "a settled payment has no transaction");
-      return c.json(settleSuccess(row.tx_hash, network, checked.payer));
+      return answerSettled(row.tx_hash);
     } catch (error) {
       if (!(error instanceof TollgateError)) throw error;
       if (error.code === "ChainUnavailable") {
