@@ -1,6 +1,7 @@
 /**
- * The facilitator's payment and batch rows (migrations 0001 and 0003), read through zod.
- * Addresses and hashes are stored lowercase; amounts as numeric.
+ * The facilitator's payment and batch rows (migrations 0001, 0003 and 0066), read through zod.
+ * Addresses and hashes are stored lowercase; amounts as numeric. `payments.batch_cap` (0066) is read
+ * only by the settlement engine's claim query and is left out of the row schema.
  */
 import { z } from "zod";
 import { PaymentProofSchema } from "../protocol/paymentProof.ts";
@@ -113,7 +114,7 @@ export function findPaymentsByNonce(db: Queryable, nonces: readonly string[]): P
 export async function requeueFailedPayment(db: Queryable, id: number): Promise<boolean> {
   const rows = await db.query(
     `UPDATE payments SET status = 'pending', failure_code = NULL, failure_message = NULL, batch_id = NULL,
-       updated_at = now() WHERE id = $1 AND status = 'failed' RETURNING id`,
+       batch_cap = NULL, updated_at = now() WHERE id = $1 AND status = 'failed' RETURNING id`,
     [id],
   );
   return rows.length === 1;

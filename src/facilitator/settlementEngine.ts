@@ -12,11 +12,20 @@
  * 3. Outcomes are recorded only from a receipt (or, when the recorded transaction was displaced, from
  *    the token's own `authorizationState`). The token refuses a second use of an authorization nonce,
  *    so no path can pay twice; every path ends with each row `settled` or `failed` or back in the queue.
+ * 4. One payer cannot sink a batch. BatchSettler gives each item at most `SETTLER_ITEM_GAS` and defers
+ *    (never fails) the items it cannot give that much; a whole batch that reverts anyway (an older
+ *    settler, a token that reverts outside the item) is split: every item is checked again on chain and
+ *    the good ones go back to the queue capped at half the batch's size, so a poisonous item ends alone.
+ * 5. A payment is `settled` only by a transfer that matches it: its own batch's `Settled`, or a
+ *    transaction that used its nonce *and* moved exactly the signed (from, to, value) of its token (a
+ *    third party may submit a signed authorization before the batch does; the payee was paid, so the
+ *    proof is issued). A nonce used for anything else fails the payment.
  */
 
 import type { Logger } from "pino";
 import {
   type Address,
+  BaseError,
   encodeFunctionData,
   getAbiItem,
   type Hash,
@@ -26,6 +35,7 @@ import {
   parseEventLogs,
   type TransactionReceipt,
 } from "viem";
+import { SETTLER_ITEM_GAS, settleGasLimit } from "../chain/actions/settler/settle.ts";
 import { batchSettlerAbi } from "../chain/contracts/artifacts/BatchSettler.ts";
 import { tollgateUsdAbi } from "../chain/contracts/artifacts/TollgateUSD.ts";
 import { type Clock, unixSeconds } from "../protocol/clock.ts";
@@ -121,13 +131,29 @@ export type SettlementEngine = {
 };
 
 const MIN_REMAINING_SECONDS = 6;
-/** Attempts for a payment whose whole batch transaction reverted (out of gas, say) before it fails. */
+/**
+ * Attempts for a payment whose batch transaction reverted while it was alone in it (after the splits
+ * that isolate it), before it fails.
+ */
 const MAX_ATTEMPTS = 3;
+/** A bound on attempts whatever the batch size, so no payment cycles for ever. */
+const MAX_TOTAL_ATTEMPTS = 16;
+/**
+ * Gas a simulation may use: the settler's per-item cap plus the transaction's own intrinsic and calldata
+ * cost. A payer whose wallet needs more could never settle in a batch, so it is refused up front.
+ */
+const SIMULATION_GAS = SETTLER_ITEM_GAS + 40_000n;
+/**
+ * Blocks searched backwards for the transaction that used an authorization's nonce. A payment waits in
+ * the queue for seconds; a day of Base blocks is ample and within what RPC providers serve.
+ */
+const AUTHORIZATION_LOG_LOOKBACK = 50_000n;
 
-/** Gas for a BatchSettler call: a fixed part and a generous per-item part (see bench/gas.ts). */
-function batchGasLimit(items: number): bigint {
-  return 80_000n + 110_000n * BigInt(items);
-}
+/** How an authorization's nonce stands on chain. */
+type OnChainUse =
+  | { kind: "unused" }
+  | { kind: "matched"; hash: Hash; blockNumber: bigint }
+  | { kind: "other" };
 
 export function createSettlementEngine(options: SettlementEngineOptions): SettlementEngine {
   const { store, client, gas, network, clock, logger } = options;
@@ -192,9 +218,114 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
         // The transfer lands in the next block, so simulate there: an idle devnet's latest block can be
         // older than the authorization's validAfter (EIP-3009: valid strictly after it).
         blockTag: "pending",
+        gas: SIMULATION_GAS,
       });
     } catch (error) {
+      if (!isChainUnreachable(error) && isOutOfGas(error)) {
+        throw new TollgateError(
+          "InvalidSignature",
+          "the payer's wallet needs more gas to check its signature than a settlement allows",
+          { cause: error, details: { gasLimit: SETTLER_ITEM_GAS.toString() } },
+        );
+      }
       throw toChainError(error);
+    }
+  }
+
+  function checkableOf(row: PaymentRow): CheckablePayment {
+    return {
+      network: row.network,
+      token: row.token,
+      memo: row.memo ?? undefined,
+      authorization: {
+        from: row.payer,
+        to: row.pay_to,
+        value: row.amount.toString(),
+        validAfter: row.valid_after.toString(),
+        validBefore: row.valid_before.toString(),
+        nonce: row.nonce,
+      },
+      signature: row.signature,
+    };
+  }
+
+  /**
+   * Reads how the row's authorization nonce was used: `matched` names the transaction that moved exactly
+   * this payment (the token's `AuthorizationUsed` for (payer, nonce) followed, in the same transaction,
+   * by its `Transfer` of (payer, payTo, amount)); `other` means the nonce went to something else (another
+   * authorization the payer signed with the same nonce, a cancellation) or its log is out of reach.
+   */
+  async function onChainUse(row: PaymentRow): Promise<OnChainUse> {
+    const token = row.token as Address;
+    const used = await client.readContract({
+      address: token,
+      abi: tollgateUsdAbi,
+      functionName: "authorizationState",
+      args: [row.payer, row.nonce],
+    });
+    if (!used) return { kind: "unused" };
+    const latest = await client.getBlockNumber();
+    const logs = await client.getLogs({
+      address: token,
+      event: getAbiItem({ abi: tollgateUsdAbi, name: "AuthorizationUsed" }),
+      args: { authorizer: row.payer, nonce: row.nonce },
+      fromBlock: latest > AUTHORIZATION_LOG_LOOKBACK ? latest - AUTHORIZATION_LOG_LOOKBACK : 0n,
+      toBlock: latest,
+    });
+    const used0 = logs[0];
+    if (used0 === undefined || used0.transactionHash === null || used0.blockNumber === null) {
+      return { kind: "other" };
+    }
+    const receipt = await client.getTransactionReceipt({ hash: used0.transactionHash });
+    const transfer = parseEventLogs({ abi: tollgateUsdAbi, logs: receipt.logs, eventName: "Transfer" }).find(
+      (log) => log.address.toLowerCase() === row.token && (log.logIndex ?? 0) > (used0.logIndex ?? 0),
+    );
+    const matches =
+      transfer !== undefined &&
+      transfer.args.from.toLowerCase() === row.payer &&
+      transfer.args.to.toLowerCase() === row.pay_to &&
+      transfer.args.value === row.amount;
+    return matches
+      ? { kind: "matched", hash: receipt.transactionHash, blockNumber: receipt.blockNumber }
+      : { kind: "other" };
+  }
+
+  /**
+   * Checks a row again before it is retried: its nonce on chain, its window, and a fresh simulation (the
+   * payer's balance, signature and wallet may have changed since the first one). Throws only when the
+   * chain cannot be reached.
+   */
+  async function recheck(
+    row: PaymentRow,
+  ): Promise<
+    | { kind: "ok" }
+    | { kind: "settled"; hash: Hash; blockNumber: bigint }
+    | { kind: "failed"; error: TollgateError }
+  > {
+    const use = await onChainUse(row);
+    if (use.kind === "matched") return { kind: "settled", hash: use.hash, blockNumber: use.blockNumber };
+    if (use.kind === "other") {
+      return {
+        kind: "failed",
+        error: new TollgateError("NonceAlreadyUsed", "this authorization's nonce was already used on chain"),
+      };
+    }
+    if (row.valid_before <= BigInt(unixSeconds(clock) + MIN_REMAINING_SECONDS)) {
+      return {
+        kind: "failed",
+        error: new TollgateError(
+          "AuthorizationExpired",
+          "the authorization expired before it could be settled",
+        ),
+      };
+    }
+    try {
+      await simulate(checkableOf(row));
+      return { kind: "ok" };
+    } catch (error) {
+      if (error instanceof TollgateError && error.code !== "ChainUnavailable")
+        return { kind: "failed", error };
+      throw error;
     }
   }
 
@@ -258,7 +389,19 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       });
     }
     if (row.status !== "failed") return row;
-    await simulate(payment);
+    try {
+      await simulate(payment);
+    } catch (error) {
+      // The row was queued once, so its nonce was unused then: if it has since been used for exactly
+      // this transfer (by a third party), the payee was paid and the payment is settled.
+      if (!(error instanceof TollgateError) || error.code !== "NonceAlreadyUsed") throw error;
+      const use = await onChainUse(row);
+      if (use.kind !== "matched") throw error;
+      await store.transaction((tx) =>
+        markSettled(tx, row, use.hash, use.blockNumber, unixSeconds(clock), "failed"),
+      );
+      return (await findPaymentByNonce(store, row.nonce)) ?? row;
+    }
     if (await requeueFailedPayment(store, row.id)) signal();
     return (await findPaymentByNonce(store, row.nonce)) ?? row;
   }
@@ -335,6 +478,14 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       // in flight, arrivals gather into the next one until it is full or its oldest item has lingered
       // `lingerMs`; under load this turns many payments into one transaction.
       if (inFlight.size > 0 && Number(first.waiting) < maxBatchSize && first.age_ms < lingerMs) return "held";
+      // Items of a batch that reverted carry a cap (half that batch's size): the batch they join is no
+      // larger, so repeated splits isolate the item that makes batches revert.
+      const capped = await tx.query<{ cap: number | null }>(
+        `SELECT min(batch_cap) AS cap FROM (SELECT batch_cap FROM payments
+           WHERE status = 'pending' AND network = $1 AND token = $2 ORDER BY id LIMIT $3) AS head`,
+        [network, token, maxBatchSize],
+      );
+      const limit = Math.min(maxBatchSize, capped[0]?.cap ?? maxBatchSize);
       const batch = await queryOneParsed(
         tx,
         BatchRowSchema,
@@ -347,7 +498,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
          WHERE id IN (SELECT id FROM payments WHERE status = 'pending' AND network = $2 AND token = $3
                       ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED)
          RETURNING *`,
-        [batch.id, network, token, maxBatchSize],
+        [batch.id, network, token, limit],
       );
       const parsed = rows.map((r) => PaymentRowSchema.parse(r)).sort((x, y) => x.id - y.id);
       if (parsed.length === 0) {
@@ -387,7 +538,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     const raw = await gas.sign({
       to: options.batchSettler,
       data: settleCalldata(batch.token as Address, rows),
-      gas: batchGasLimit(rows.length),
+      gas: settleGasLimit(rows.length),
       nonce,
     });
     const hash = keccak256(raw);
@@ -414,66 +565,58 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     }
   }
 
-  /** Records a batch's receipt: each item settled or failed, per the contract's events. */
+  /** Records a batch's receipt: each item settled, failed or deferred, per the contract's events. */
   async function recordReceipt(batch: BatchRow, receipt: TransactionReceipt): Promise<void> {
     const rows = await batchPayments(store, batch.id);
-    if (receipt.status !== "success") {
-      // The whole transaction reverted: nothing moved. Items go back to the queue (bounded attempts).
-      await store.transaction(async (tx) => {
-        await tx.query(
-          `UPDATE payments SET status = CASE WHEN attempts >= $2 THEN 'failed' ELSE 'pending' END,
-             failure_code = CASE WHEN attempts >= $2 THEN 'ChainUnavailable' END,
-             failure_message = CASE WHEN attempts >= $2 THEN 'the settlement transaction kept reverting' END,
-             batch_id = CASE WHEN attempts >= $2 THEN batch_id END, updated_at = now()
-           WHERE batch_id = $1 AND status = 'submitted'`,
-          [batch.id, MAX_ATTEMPTS],
-        );
-        await tx.query("UPDATE settlement_batches SET status = 'failed', updated_at = now() WHERE id = $1", [
-          batch.id,
-        ]);
-      });
-      log.warn(
-        { batch: batch.id, tx: receipt.transactionHash },
-        "settlement transaction reverted; items requeued",
-      );
-      for (const r of rows) notify(r.nonce);
-      signal();
-      return;
-    }
+    if (receipt.status !== "success") return splitReverted(batch, rows, receipt.transactionHash);
     const outcomes = new Map<string, { ok: true } | { ok: false; reason: Hex }>();
     for (const event of parseEventLogs({ abi: batchSettlerAbi, logs: receipt.logs })) {
       if (event.address.toLowerCase() !== options.batchSettler.toLowerCase()) continue;
-      if (event.eventName === "Settled") outcomes.set(event.args.nonce.toLowerCase(), { ok: true });
-      if (event.eventName === "SettleFailed") {
-        outcomes.set(event.args.nonce.toLowerCase(), { ok: false, reason: event.args.reason });
-      }
+      if (event.eventName === "Deferred") continue;
+      // Our transaction settles one token; an event naming another did not come from our call.
+      if (event.args.token.toLowerCase() !== batch.token) continue;
+      const key = `${event.args.from.toLowerCase()}:${event.args.nonce.toLowerCase()}`;
+      if (event.eventName === "Settled") outcomes.set(key, { ok: true });
+      if (event.eventName === "SettleFailed") outcomes.set(key, { ok: false, reason: event.args.reason });
+    }
+    // An item refused for a used nonce may have been submitted by someone else first: if that transfer
+    // is exactly this payment, the payee was paid and the payment is settled (invariant 5).
+    const elsewhere = new Map<string, { hash: Hash; blockNumber: bigint }>();
+    for (const row of rows) {
+      const outcome = outcomes.get(`${row.payer}:${row.nonce}`);
+      if (row.status !== "submitted" || outcome === undefined || outcome.ok) continue;
+      if (refusalFromRevert(outcome.reason).code !== "NonceAlreadyUsed") continue;
+      const use = await onChainUse(row);
+      if (use.kind === "matched") elsewhere.set(row.nonce, use);
     }
     const now = unixSeconds(clock);
     let settledCount = 0;
     let settledVolume = 0n;
+    let deferred = 0;
     await store.transaction(async (tx) => {
       for (const row of rows) {
         if (row.status !== "submitted") continue;
-        const outcome = outcomes.get(row.nonce);
-        if (outcome?.ok === true) {
+        const outcome = outcomes.get(`${row.payer}:${row.nonce}`);
+        const paidElsewhere = elsewhere.get(row.nonce);
+        if (outcome === undefined) {
+          // Deferred by the settler (not attempted, too little gas left): not the item's fault, and
+          // not an attempt.
+          deferred++;
+          await tx.query(
+            `UPDATE payments SET status = 'pending', batch_id = NULL, attempts = greatest(attempts - 1, 0),
+               updated_at = now() WHERE id = $1 AND status = 'submitted'`,
+            [row.id],
+          );
+        } else if (outcome.ok || paidElsewhere !== undefined) {
           settledCount++;
           settledVolume += row.amount;
-          await markSettled(tx, row, receipt.transactionHash, receipt.blockNumber, now);
+          if (paidElsewhere === undefined) {
+            await markSettled(tx, row, receipt.transactionHash, receipt.blockNumber, now);
+          } else {
+            await markSettled(tx, row, paidElsewhere.hash, paidElsewhere.blockNumber, now);
+          }
         } else {
-          const refusal = refusalFromRevert(outcome?.reason);
-          await tx.query(
-            `UPDATE payments SET status = 'failed', failure_code = $2, failure_message = $3, tx_hash = $4,
-               updated_at = now() WHERE id = $1`,
-            [row.id, refusal.code, refusal.message, receipt.transactionHash],
-          );
-          await tx.query("INSERT INTO events (type, data) VALUES ('payment.failed', $1)", [
-            eventData(row, {
-              code: refusal.code,
-              message: refusal.message,
-              transaction: receipt.transactionHash,
-            }),
-          ]);
-          options.metrics?.onFailed(refusal.code);
+          await markFailed(tx, row, refusalFromRevert(outcome.reason), receipt.transactionHash);
         }
       }
       await tx.query(
@@ -481,19 +624,94 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
         [batch.id, receipt.blockNumber],
       );
     });
+    if (deferred > 0) log.info({ batch: batch.id, deferred }, "settler deferred items; they are requeued");
     if (settledCount > 0) options.metrics?.onSettled(settledCount, settledVolume, batch.token ?? "");
     for (const r of rows) {
       options.metrics?.onLatency((clock.now() - r.created_at.getTime()) / 1000);
       notify(r.nonce);
     }
+    if (deferred > 0) signal();
   }
 
+  /**
+   * A batch transaction reverted as a whole: nothing moved. Each item is checked again (invariant 4);
+   * an item that fails the check fails now, an item already paid by another transaction is settled, and
+   * the rest go back to the queue capped at half this batch's size. An item that keeps reverting when it
+   * is alone fails after MAX_ATTEMPTS.
+   */
+  async function splitReverted(batch: BatchRow, rows: PaymentRow[], txHash: Hash): Promise<void> {
+    const open = rows.filter((r) => r.status === "submitted");
+    const cap = Math.max(1, Math.ceil(open.length / 2));
+    const verdicts = new Map<number, Awaited<ReturnType<typeof recheck>>>();
+    for (const row of open) verdicts.set(row.id, await recheck(row));
+    const now = unixSeconds(clock);
+    await store.transaction(async (tx) => {
+      for (const row of open) {
+        const verdict = verdicts.get(row.id)!;
+        if (verdict.kind === "settled") {
+          await markSettled(tx, row, verdict.hash, verdict.blockNumber, now);
+        } else if (verdict.kind === "failed") {
+          await markFailed(tx, row, verdict.error, txHash);
+        } else if (
+          (open.length === 1 && row.attempts >= MAX_ATTEMPTS) ||
+          row.attempts >= MAX_TOTAL_ATTEMPTS
+        ) {
+          await markFailed(
+            tx,
+            row,
+            new TollgateError("ChainUnavailable", "the settlement transaction kept reverting"),
+            txHash,
+          );
+        } else {
+          await tx.query(
+            `UPDATE payments SET status = 'pending', batch_id = NULL, batch_cap = $2, updated_at = now()
+             WHERE id = $1 AND status = 'submitted'`,
+            [row.id, cap],
+          );
+        }
+      }
+      await tx.query("UPDATE settlement_batches SET status = 'failed', updated_at = now() WHERE id = $1", [
+        batch.id,
+      ]);
+    });
+    log.warn(
+      { batch: batch.id, tx: txHash, items: open.length, cap },
+      "settlement transaction reverted; items checked again and split",
+    );
+    for (const r of rows) notify(r.nonce);
+    signal();
+  }
+
+  async function markFailed(
+    tx: Pick<Store, "query">,
+    row: PaymentRow,
+    refusal: TollgateError,
+    txHash: Hash | null,
+  ): Promise<void> {
+    const updated = await tx.query(
+      `UPDATE payments SET status = 'failed', failure_code = $2, failure_message = $3, tx_hash = $4,
+         updated_at = now() WHERE id = $1 AND status = 'submitted' RETURNING id`,
+      [row.id, refusal.code, refusal.message, txHash],
+    );
+    if (updated.length === 0) return;
+    await tx.query("INSERT INTO events (type, data) VALUES ('payment.failed', $1)", [
+      eventData(row, {
+        code: refusal.code,
+        message: refusal.message,
+        ...(txHash === null ? {} : { transaction: txHash }),
+      }),
+    ]);
+    options.metrics?.onFailed(refusal.code);
+  }
+
+  /** Marks a row settled by `txHash` and signs its proof; a no-op unless the row is in `from`. */
   async function markSettled(
     tx: Pick<Store, "query">,
     row: PaymentRow,
     txHash: Hash,
     blockNumber: bigint,
     now: number,
+    from: "submitted" | "failed" = "submitted",
   ): Promise<void> {
     const proof =
       row.memo === null
@@ -511,11 +729,13 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
             iat: now,
             exp: now + proofTtl,
           });
-    await tx.query(
+    const updated = await tx.query(
       `UPDATE payments SET status = 'settled', tx_hash = $2, block_number = $3, proof = $4, settled_at = now(),
-         failure_code = NULL, failure_message = NULL, updated_at = now() WHERE id = $1`,
-      [row.id, txHash, blockNumber, proof],
+         failure_code = NULL, failure_message = NULL, batch_cap = NULL, updated_at = now()
+       WHERE id = $1 AND status = $5 RETURNING id`,
+      [row.id, txHash, blockNumber, proof, from],
     );
+    if (updated.length === 0) return;
     await tx.query("INSERT INTO events (type, data) VALUES ('payment.settled', $1)", [
       eventData(row, { transaction: txHash, blockNumber: blockNumber.toString() }),
     ]);
@@ -529,26 +749,18 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     const rows = await batchPayments(store, batch.id);
     for (const row of rows) {
       if (row.status !== "submitted") continue;
-      const used = await client.readContract({
-        address: row.token,
-        abi: tollgateUsdAbi,
-        functionName: "authorizationState",
-        args: [row.payer, row.nonce],
-      });
-      if (used) {
-        const logs = await client.getLogs({
-          address: row.token,
-          event: getAbiItem({ abi: tollgateUsdAbi, name: "AuthorizationUsed" }),
-          args: { authorizer: row.payer, nonce: row.nonce },
-          fromBlock: 0n,
-        });
-        const found = logs[0];
-        if (found !== undefined) {
-          const { transactionHash, blockNumber } = found;
-          await store.transaction((tx) =>
-            markSettled(tx, row, transactionHash, blockNumber, unixSeconds(clock)),
-          );
-        }
+      const use = await onChainUse(row);
+      if (use.kind === "matched") {
+        await store.transaction((tx) => markSettled(tx, row, use.hash, use.blockNumber, unixSeconds(clock)));
+      } else if (use.kind === "other") {
+        await store.transaction((tx) =>
+          markFailed(
+            tx,
+            row,
+            new TollgateError("NonceAlreadyUsed", "this authorization's nonce was already used on chain"),
+            null,
+          ),
+        );
       } else {
         await store.query(
           "UPDATE payments SET status = 'pending', batch_id = NULL, updated_at = now() WHERE id = $1 AND status = 'submitted'",
@@ -718,6 +930,17 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       return stopping;
     },
   };
+}
+
+/** True when a call or simulation ran out of gas (a wallet that burns what it is given, say). */
+function isOutOfGas(error: unknown): boolean {
+  if (!(error instanceof BaseError)) return false;
+  let text = "";
+  error.walk((e) => {
+    text += ` ${(e as Error).message} ${String((e as { details?: unknown }).details ?? "")}`;
+    return false;
+  });
+  return /out of gas|OutOfGas|gas required exceeds|gas uint64 overflow/i.test(text);
 }
 
 function eventData(row: PaymentRow, extra: Record<string, unknown>): Record<string, unknown> {

@@ -40,6 +40,8 @@ export async function startTestFacilitator(
   > & {
     store?: Store;
     gasAccount?: DevnetAccount;
+    /** Another BatchSettler deployment (default: the devnet's). */
+    batchSettler?: Address;
     /** Proof keys, the first signing (default: one fresh key). */
     proofKeys?: readonly ProofKey[];
   } = {},
@@ -54,7 +56,7 @@ export async function startTestFacilitator(
     network: devnet.network,
     gasAccount: gas.account,
     proofKeys,
-    batchSettler: devnet.contracts.batchSettler,
+    batchSettler: options.batchSettler ?? devnet.contracts.batchSettler,
     subscriptionManager: devnet.contracts.subscriptionManager,
     tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
     settlement: { reconcileIntervalMs: 200, ...options.settlement },
