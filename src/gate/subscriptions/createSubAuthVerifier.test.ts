@@ -76,4 +76,37 @@ describe("createSubAuthVerifier", () => {
     expect((await verifier.verify(token, "7")).ok).toBe(true);
     expect(await verifier.verify(token, "8")).toMatchObject({ ok: false });
   });
+
+  it("refuses a token failing a free check (audience, subject, expiry, issue time) without a recovery", async () => {
+    const clock = createFixedClock(1_763_800_000_000);
+    const recovery = counting();
+    const verifier = createSubAuthVerifier({ audience: ORIGIN, clock, recover: recovery.recover });
+    const now = unixSeconds(clock);
+    const sign = async (claims: { sub: string; aud: string; iat: number; exp: number }) => {
+      const payload = encodeSubAuthPayload(claims);
+      return formatSubAuthToken(payload, await account.signMessage({ message: subAuthMessage(payload) }));
+    };
+    const refused = [
+      await verifier.verify(await sign({ sub: "7", aud: "https://other.example", iat: now, exp: now + 60 }), "7"),
+      await verifier.verify(await sign({ sub: "8", aud: ORIGIN, iat: now, exp: now + 60 }), "7"),
+      await verifier.verify(await sign({ sub: "7", aud: ORIGIN, iat: now - 120, exp: now - 60 }), "7"),
+      await verifier.verify(await sign({ sub: "7", aud: ORIGIN, iat: now + 600, exp: now + 900 }), "7"),
+      await verifier.verify("e30.0x00", "7"),
+    ];
+    expect(refused.map((v) => v.ok)).toEqual([false, false, false, false, false]);
+    expect(recovery.calls).toBe(0);
+    expect(verifier.size).toBe(0);
+  });
+
+  it("forgets a token on request, so a stranger's token for a made-up id holds no cache slot", async () => {
+    const clock = createFixedClock(1_763_800_000_000);
+    const recovery = counting();
+    const verifier = createSubAuthVerifier({ audience: ORIGIN, clock, recover: recovery.recover });
+    const token = await mint("7", unixSeconds(clock));
+    expect((await verifier.verify(token, "7")).ok).toBe(true);
+    verifier.forget(token);
+    expect(verifier.size).toBe(0);
+    expect((await verifier.verify(token, "7")).ok).toBe(true);
+    expect(recovery.calls).toBe(2);
+  });
 });

@@ -1,19 +1,27 @@
 /**
  * Checks sub-auth tokens (DESIGN.md §2.5) for one gate: well-formed, `aud` equal to the gate's public
  * origin, issued for the subscription id the request names, not expired, not issued in the future,
- * and signed (EIP-191) by someone — whose address the caller then compares with the subscription's
- * subscriber.
+ * at most an hour long, and signed (EIP-191) by someone — whose address the caller then compares with
+ * the subscription's subscriber.
  *
- * The signature recovery (a secp256k1 public-key recovery, the costly step) runs once per token: the
- * recovered signer, or the refusal, is cached by the token text until the token expires, so a client
- * that reuses its token (as the payer library does) costs one map lookup per request. The cache holds
- * at most `maxEntries` tokens; when full, the oldest entry is dropped (a dropped token is simply
- * recovered again on its next use).
+ * Cost (issue 10, finding 11): a request that carries a token costs nothing before the free checks
+ * pass. Every claim is checked before the signature recovery (the one costly step), so a token for
+ * another gate, another id, an expired one or a malformed one is refused for a base64 decode and a
+ * JSON parse. Only recovered signers are cached, by token text until `exp`: a subscriber reusing its
+ * token (as the payer library does) costs one map lookup per request. Refusals are never cached, so
+ * junk cannot push good tokens out; and the caller `forget`s a token whose subscription check failed
+ * (a stranger's self-signed token for a made-up id), so such tokens do not hold cache slots either.
+ * The cache holds at most `maxEntries` tokens; past it the oldest entry is dropped (a dropped token
+ * is simply recovered again on its next use).
  */
 import { type Address, type Hex, recoverMessageAddress } from "viem";
 import type { Clock } from "../../protocol/clock.ts";
 import { isTollgateError } from "../../protocol/errors.ts";
-import { splitSubAuthToken, subAuthMessage } from "../../protocol/subscriptionAuth.ts";
+import {
+  MAX_SUB_AUTH_LIFETIME,
+  splitSubAuthToken,
+  subAuthMessage,
+} from "../../protocol/subscriptionAuth.ts";
 
 /** A checked token: who signed it, or why it is refused (a message for the 402). */
 export type SubAuthVerdict = { ok: true; signer: Address } | { ok: false; reason: string };
@@ -21,6 +29,8 @@ export type SubAuthVerdict = { ok: true; signer: Address } | { ok: false; reason
 export type SubAuthVerifier = {
   /** Checks `token` for a request naming `subscriptionId` (canonical decimal). */
   verify(token: string, subscriptionId: string): Promise<SubAuthVerdict>;
+  /** Drops a token from the cache: its signer turned out not to hold the subscription it names. */
+  forget(token: string): void;
   readonly size: number;
 };
 
@@ -42,10 +52,10 @@ type Entry = {
   iat: number;
   sub: string;
   aud: string;
-  signer: Address | undefined;
-  /** Why the token itself is refused (malformed, bad signature), independent of the request. */
-  refusal: string | undefined;
+  signer: Address;
 };
+
+type Claims = Pick<Entry, "exp" | "iat" | "sub" | "aud">;
 
 export function createSubAuthVerifier(options: SubAuthVerifierOptions): SubAuthVerifier {
   const { audience, clock } = options;
@@ -64,61 +74,57 @@ export function createSubAuthVerifier(options: SubAuthVerifierOptions): SubAuthV
     entries.set(token, entry);
   };
 
-  const inspect = async (token: string, now: number): Promise<Entry> => {
-    let split: ReturnType<typeof splitSubAuthToken>;
-    try {
-      split = splitSubAuthToken(token);
-    } catch (error) {
-      const reason = isTollgateError(error) ? error.message : "subscription auth token is malformed";
-      // Malformed tokens are not cached: they are cheap to refuse and caching them would let junk evict good tokens.
-      return { exp: now + 60, iat: 0, sub: "", aud: "", signer: undefined, refusal: reason };
+  /** The free checks: everything but the signature. Returns why the claims are refused, if they are. */
+  const refusalOf = (claims: Claims, subscriptionId: string, now: number): string | undefined => {
+    if (claims.sub !== subscriptionId) {
+      return `the token was issued for subscription ${claims.sub}, not ${subscriptionId}`;
     }
-    const { claims, payload, signature } = split;
-    let signer: Address | undefined;
-    let refusal: string | undefined;
-    try {
-      signer = await recover(subAuthMessage(payload), signature);
-    } catch {
-      refusal = "subscription auth token signature does not recover an address";
+    if (claims.aud !== audience) return `the token is for ${claims.aud}, not for this API (${audience})`;
+    if (claims.exp <= now) return "the subscription auth token has expired; mint a new one";
+    if (claims.iat > now + skew) return "the subscription auth token is issued in the future; check the clock";
+    // The schema also bounds the lifetime; checked here too so a cached entry can never outlive it.
+    if (claims.exp - claims.iat > MAX_SUB_AUTH_LIFETIME) {
+      return `the token's lifetime is over ${MAX_SUB_AUTH_LIFETIME} seconds`;
     }
-    const entry: Entry = {
-      exp: claims.exp,
-      iat: claims.iat,
-      sub: claims.sub,
-      aud: claims.aud,
-      signer,
-      refusal,
-    };
-    if (claims.exp > now) remember(token, entry);
-    return entry;
+    return undefined;
   };
 
   return {
     get size() {
       return entries.size;
     },
+    forget(token) {
+      entries.delete(token);
+    },
     async verify(token, subscriptionId) {
       const now = Math.floor(clock.now() / 1000);
-      const entry = entries.get(token) ?? (await inspect(token, now));
-      if (entry.refusal !== undefined) return { ok: false, reason: entry.refusal };
-      if (entry.sub !== subscriptionId) {
+      const cached = entries.get(token);
+      if (cached !== undefined) {
+        const refusal = refusalOf(cached, subscriptionId, now);
+        if (refusal === undefined) return { ok: true, signer: cached.signer };
+        if (cached.exp <= now) entries.delete(token);
+        return { ok: false, reason: refusal };
+      }
+      let split: ReturnType<typeof splitSubAuthToken>;
+      try {
+        split = splitSubAuthToken(token);
+      } catch (error) {
         return {
           ok: false,
-          reason: `the token was issued for subscription ${entry.sub}, not ${subscriptionId}`,
+          reason: isTollgateError(error) ? error.message : "subscription auth token is malformed",
         };
       }
-      if (entry.aud !== audience) {
-        return { ok: false, reason: `the token is for ${entry.aud}, not for this API (${audience})` };
+      const { claims, payload, signature } = split;
+      const refusal = refusalOf(claims, subscriptionId, now);
+      if (refusal !== undefined) return { ok: false, reason: refusal };
+      let signer: Address;
+      try {
+        signer = await recover(subAuthMessage(payload), signature);
+      } catch {
+        return { ok: false, reason: "subscription auth token signature does not recover an address" };
       }
-      if (entry.exp <= now) {
-        entries.delete(token);
-        return { ok: false, reason: "the subscription auth token has expired; mint a new one" };
-      }
-      if (entry.iat > now + skew) {
-        return { ok: false, reason: "the subscription auth token is issued in the future; check the clock" };
-      }
-      if (entry.signer === undefined) return { ok: false, reason: "subscription auth token is not signed" };
-      return { ok: true, signer: entry.signer };
+      remember(token, { exp: claims.exp, iat: claims.iat, sub: claims.sub, aud: claims.aud, signer });
+      return { ok: true, signer };
     },
   };
 }

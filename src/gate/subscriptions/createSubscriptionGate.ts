@@ -5,7 +5,8 @@
  * Order of checks, cheapest and most local first:
  * 1. the id is a canonical decimal and a token is present;
  * 2. the token (cached by its text until `exp`): well-formed, `aud` = the gate's public origin, issued
- *    for this id, unexpired, signed — one signature recovery per token, never per request;
+ *    for this id, unexpired, at most an hour long — all before its signature is recovered, once per
+ *    token, never per request;
  * 3. the subscription's state (cached, `statusTtlMs`, dropped on facilitator events): it exists, its
  *    subscriber is the token's signer, its plan is one of this route's plans (all sold by this gate's
  *    `payTo` in its token), and it is Active;
@@ -223,9 +224,13 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
         return refuse("SubscriptionAuthInvalid", `subscription auth refused: ${verdict.reason}`);
 
       let info = await statuses.get(subscriptionId);
-      if (info === undefined)
+      if (info === undefined) {
+        // A token for an id that does not exist is a stranger's: it keeps no slot in the token cache.
+        verifier.forget(token);
         return refuse("SubscriptionNotActive", `subscription ${subscriptionId} does not exist`);
+      }
       if (!sameAddress(info.subscriber, verdict.signer)) {
+        verifier.forget(token);
         return refuse(
           "SubscriptionAuthInvalid",
           `the token is not signed by subscription ${subscriptionId}'s subscriber`,

@@ -89,4 +89,29 @@ describe("createSubscriptionStatusCache", () => {
     await tight;
     expect(reader.reads).toBe(2);
   });
+
+  it("keeps Active states apart from unknown ids, so a flood of made-up ids cannot evict them", async () => {
+    const clock = createFixedClock(0);
+    let reads = 0;
+    const cache = createSubscriptionStatusCache({
+      read: async (id) => {
+        reads++;
+        if (id === "1") return info("Active");
+        if (id === "2") return info("Cancelled");
+        throw new TollgateError("NotFound", "no such subscription");
+      },
+      clock,
+      maxEntries: 2,
+      maxNegativeEntries: 3,
+    });
+    await cache.get("1");
+    for (let i = 0; i < 50; i++) expect(await cache.get(String(1_000 + i))).toBeUndefined();
+    expect(cache.size).toBe(1 + 3);
+    const before = reads;
+    expect((await cache.get("1"))?.status).toBe("Active");
+    expect(reads).toBe(before);
+    // An inactive subscription counts as a negative: it is bounded with them.
+    await cache.get("2");
+    expect(cache.size).toBe(1 + 3);
+  });
 });

@@ -11,7 +11,10 @@
  * - A read that was in flight when the id was invalidated is not cached: it may predate the change.
  * - "No such subscription" is cached like a state (for the same TTL), so unknown ids sent repeatedly
  *   cost the facilitator one request per TTL, not one per request.
- * - At most `maxEntries` ids are held; the oldest is dropped first.
+ * - Negatives (unknown ids, and subscriptions that are not Active) are held apart from Active ones,
+ *   each side bounded on its own (`maxEntries`, `maxNegativeEntries`; oldest dropped first). Anyone can
+ *   name made-up ids, and a flood of them only ever displaces other negatives: it cannot push an
+ *   Active subscriber's state out and make its requests cost a lookup again (issue 10, finding 11).
  */
 import type { Clock } from "../../protocol/clock.ts";
 import { isTollgateError } from "../../protocol/errors.ts";
@@ -34,7 +37,10 @@ export type SubscriptionStatusCacheOptions = {
   clock: Clock;
   /** Longest age of a cached state (default 5 000 ms). */
   ttlMs?: number | undefined;
+  /** Active subscriptions held (default 10 000). */
   maxEntries?: number | undefined;
+  /** Unknown ids and inactive subscriptions held (default 10 000). */
+  maxNegativeEntries?: number | undefined;
 };
 
 type Entry = { state: SubscriptionState; at: number };
@@ -45,16 +51,22 @@ export function createSubscriptionStatusCache(
   const { clock, read } = options;
   const ttlMs = options.ttlMs ?? 5_000;
   const maxEntries = options.maxEntries ?? 10_000;
-  const entries = new Map<string, Entry>();
+  const maxNegativeEntries = options.maxNegativeEntries ?? 10_000;
+  // Insertion-ordered: the first key of each map is its oldest entry.
+  const active = new Map<string, Entry>();
+  const negative = new Map<string, Entry>();
   const inflight = new Map<string, Promise<SubscriptionState>>();
 
   const store = (id: string, entry: Entry) => {
-    entries.delete(id);
-    if (entries.size >= maxEntries) {
-      const oldest = entries.keys().next();
-      if (oldest.done !== true) entries.delete(oldest.value);
+    active.delete(id);
+    negative.delete(id);
+    const [map, bound] =
+      entry.state?.status === "Active" ? [active, maxEntries] : [negative, maxNegativeEntries];
+    if (map.size >= bound) {
+      const oldest = map.keys().next();
+      if (oldest.done !== true) map.delete(oldest.value);
     }
-    entries.set(id, entry);
+    map.set(id, entry);
   };
 
   const fetchState = (id: string): Promise<SubscriptionState> => {
@@ -83,16 +95,17 @@ export function createSubscriptionStatusCache(
 
   return {
     get size() {
-      return entries.size;
+      return active.size + negative.size;
     },
     get(id, getOptions = {}) {
       const maxAge = Math.min(ttlMs, getOptions.maxAgeMs ?? ttlMs);
-      const entry = entries.get(id);
+      const entry = active.get(id) ?? negative.get(id);
       if (entry !== undefined && clock.now() - entry.at < maxAge) return Promise.resolve(entry.state);
       return fetchState(id);
     },
     invalidate(id) {
-      entries.delete(id);
+      active.delete(id);
+      negative.delete(id);
       inflight.delete(id);
     },
   };
