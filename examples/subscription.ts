@@ -6,9 +6,10 @@
  *
  *   npx tsx examples/subscription.ts
  */
+import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
 import { createPlan, getPlanIdFromReceipt, getTokenBalance } from "tollgate/chain";
-import { createPayer, fetchWithPayment } from "tollgate/client";
+import { createFacilitatorClient, createPayer, fetchWithPayment, registerProvider } from "tollgate/client";
 import { serveApp } from "tollgate/facilitator";
 import { honoPaymentGate, type PaymentGateEnv, paymentGate } from "tollgate/gate";
 import { formatUnitsExact, isTollgateError, parseUnitsExact } from "tollgate/protocol";
@@ -52,7 +53,14 @@ export async function main(options: ExampleOptions = {}): Promise<SubscriptionRe
     const planId = getPlanIdFromReceipt(await devnet.publicClient.waitForTransactionReceipt({ hash }));
     print(`plan #${planId}: ${formatUnitsExact(planPrice)} USDC per 30 days, paid to ${provider.address}`);
 
-    // 2. The gate sells the plan beside a one-time price. Subscribers sign tokens for the API's public
+    // 2. The provider's API key (its payout key signs a challenge): the gate reads the facilitator's
+    //    event feed with it, which is per provider and private.
+    const { apiKey } = await registerProvider(
+      createFacilitatorClient({ url: facilitatorUrl, fetch }),
+      provider.account,
+    );
+
+    // 3. The gate sells the plan beside a one-time price. Subscribers sign tokens for the API's public
     //    origin, so the server listens first and the gate is told where.
     const api = new Hono<PaymentGateEnv>();
     const server = await serveApp(api);
@@ -62,8 +70,9 @@ export async function main(options: ExampleOptions = {}): Promise<SubscriptionRe
       network: devnet.network,
       token: devnet.contracts.usd,
       facilitator: facilitatorUrl,
-      memoSecret: "a secret of at least thirty-two bytes, shared by the API's instances",
+      memoSecret: randomBytes(32), // one process; several instances share one from the environment
       publicOrigin: server.url,
+      providerApiKey: apiKey,
       pricing: [
         { type: "one-time", amount: "0.50" },
         { type: "subscription", plan: planId },
@@ -73,7 +82,7 @@ export async function main(options: ExampleOptions = {}): Promise<SubscriptionRe
     api.use("/api/*", honoPaymentGate(gate));
     api.get("/api/report", (c) => c.json({ report: "quarterly" }));
 
-    // 3. A client with test USDC and no ETH: subscribing is relayed by the facilitator (permit + intent).
+    // 4. A client with test USDC and no ETH: subscribing is relayed by the facilitator (permit + intent).
     const account = privateKeyToAccount(generatePrivateKey());
     await devnet.fund(account.address, { usd: parseUnitsExact("20") });
     const payer = createPayer({ account, network: devnet.network, facilitator: facilitatorUrl });
@@ -106,7 +115,7 @@ export async function main(options: ExampleOptions = {}): Promise<SubscriptionRe
     print(`three more calls → ${subscribedStatuses.join(", ")} (headers sent up front: no 402, no payment)`);
     if (subscriptionId === undefined) throw new Error("the client did not subscribe");
 
-    // 4. Pause: the gate learns of it from the facilitator's event feed (polled every second by
+    // 5. Pause: the gate learns of it from the facilitator's event feed (polled every second by
     //    default; `syncEvents()` applies it now).
     await payer.pause(subscriptionId);
     await gate.syncEvents();
