@@ -63,9 +63,9 @@ export const FacilitatorEnvSchema = z.object({
     .regex(/^[1-9]\d{0,76}$/, { error: "expected a positive integer in the token's smallest unit" })
     .transform((text) => BigInt(text))
     .optional(),
-  /** Rate limit per client address on the endpoints that cost chain work (default 60:10). */
+  /** Rate limit per client address on the endpoints that cost chain work (default 120:20). */
   TOLLGATE_RATE_LIMIT_CLIENT: RateLimitSchema.optional(),
-  /** Rate limit per payer address (default 30:3). */
+  /** Rate limit per payer address (default 60:10). */
   TOLLGATE_RATE_LIMIT_PAYER: RateLimitSchema.optional(),
   /** Comma-separated addresses of reverse proxies whose X-Forwarded-For is believed (default none). */
   TOLLGATE_TRUSTED_PROXIES: z

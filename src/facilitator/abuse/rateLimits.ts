@@ -23,9 +23,9 @@ import { TollgateError } from "../../protocol/errors.ts";
 import { createTokenBuckets, type TokenBucketRule, type TokenBuckets } from "./tokenBucket.ts";
 
 export type RateLimitOptions = {
-  /** Per client address; `false` turns the limit off. Default 60 at once, 10 per second. */
+  /** Per client address; `false` turns the limit off. Default 120 at once, 20 per second. */
   perClient?: TokenBucketRule | false | undefined;
-  /** Per payer address; `false` turns the limit off. Default 30 at once, 3 per second. */
+  /** Per payer address; `false` turns the limit off. Default 60 at once, 10 per second. */
   perPayer?: TokenBucketRule | false | undefined;
   /**
    * Addresses of the reverse proxies in front of the facilitator, whose `X-Forwarded-For` is believed.
@@ -36,8 +36,8 @@ export type RateLimitOptions = {
   maxKeys?: number | undefined;
 };
 
-export const defaultClientLimit: TokenBucketRule = { capacity: 60, refillPerSecond: 10 };
-export const defaultPayerLimit: TokenBucketRule = { capacity: 30, refillPerSecond: 3 };
+export const defaultClientLimit: TokenBucketRule = { capacity: 120, refillPerSecond: 20 };
+export const defaultPayerLimit: TokenBucketRule = { capacity: 60, refillPerSecond: 10 };
 
 export type RateLimits = {
   /** Hono middleware: takes the client address's bucket for a POST, or answers 429. */
