@@ -1,5 +1,6 @@
 import { type Address, getAddress, type Hash, type PublicClient } from "viem";
 import { deployContract } from "viem/actions";
+import { TollgateError } from "../protocol/errors.ts";
 import { networkOf } from "../protocol/network.ts";
 import type { TollgateContracts, WriteClient } from "./clientTypes.ts";
 import { batchSettlerAbi, batchSettlerBytecode } from "./contracts/artifacts/BatchSettler.ts";
@@ -8,16 +9,27 @@ import {
   subscriptionManagerBytecode,
 } from "./contracts/artifacts/SubscriptionManager.ts";
 import { tollgateUsdAbi, tollgateUsdBytecode } from "./contracts/artifacts/TollgateUSD.ts";
-import { getNetworkConfig } from "./networks.ts";
+import { devnetChainId, getNetworkConfig } from "./networks.ts";
 
 export type DeployTollgateOptions = {
-  /** The settlement token. Default: the network's USDC, or a fresh TollgateUSD (owned by the deployer) when the network has none. */
+  /**
+   * The settlement token. Default: the network's USDC; on the devnet (chain id 31337), or with
+   * `allowTestToken`, a fresh TollgateUSD owned by the deployer.
+   */
   usd?: Address | undefined;
+  /**
+   * Deploy TollgateUSD on a chain other than the devnet when no token is given or known. TollgateUSD is
+   * an owner-mintable "USD Coin" with USDC's EIP-712 domain: on a shared chain its owner can mint
+   * lookalike dollars at will, so it is never deployed there by default.
+   */
+  allowTestToken?: boolean | undefined;
 };
 
 /**
  * Deploys what a network needs: SubscriptionManager and BatchSettler everywhere, TollgateUSD only where
- * no token is given or known (a devnet). Transactions are sent back to back and awaited together.
+ * no token is given or known and the chain is the devnet (or `allowTestToken` says so). On any other
+ * chain without a known USDC, `usd` is required: the call throws `InvalidRequest` before sending
+ * anything. Transactions are sent back to back and awaited together.
  *
  * @example
  * const contracts = await deployTollgate(walletClient, publicClient);
@@ -29,6 +41,17 @@ export async function deployTollgate(
 ): Promise<TollgateContracts> {
   const known = getNetworkConfig(networkOf(walletClient.chain.id))?.usdc;
   const usdAddress = options.usd ?? known;
+  if (
+    usdAddress === undefined &&
+    walletClient.chain.id !== devnetChainId &&
+    options.allowTestToken !== true
+  ) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `chain ${walletClient.chain.id} has no known USDC: pass the settlement token as \`usd\`, or \`allowTestToken: true\` to deploy an owner-mintable test token there`,
+      { details: { chainId: walletClient.chain.id } },
+    );
+  }
   const hashes: Hash[] = [];
   if (usdAddress === undefined) {
     hashes.push(

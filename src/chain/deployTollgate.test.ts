@@ -1,0 +1,59 @@
+import { createWalletClient, defineChain, http } from "viem";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { getTokenOwner } from "./actions/usd/getTokenOwner.ts";
+import { deployTollgate } from "./deployTollgate.ts";
+import { type Devnet, startDevnet } from "./startDevnet.ts";
+
+/** A chain Tollgate knows nothing about (no USDC address), served by the same anvil. */
+const unknownChain = defineChain({
+  id: 4242,
+  name: "unknown",
+  nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
+  rpcUrls: { default: { http: ["http://127.0.0.1:8545"] } },
+});
+
+describe("deployTollgate", () => {
+  let devnet: Devnet;
+  beforeAll(async () => {
+    devnet = await startDevnet({ accounts: 2 });
+  });
+  afterAll(() => devnet.stop());
+
+  it("deploys the mintable test USD on the devnet", async () => {
+    const contracts = await deployTollgate(devnet.walletClient(devnet.deployer), devnet.publicClient);
+    expect(await devnet.publicClient.getCode({ address: contracts.usd })).toMatch(/^0x6080/);
+  });
+
+  describe("on a chain it does not know", () => {
+    beforeAll(async () => {
+      await devnet.testClient.request({ method: "anvil_setChainId", params: [unknownChain.id] });
+    });
+    afterAll(async () => {
+      await devnet.testClient.request({ method: "anvil_setChainId", params: [devnet.chain.id] });
+    });
+
+    const wallet = () =>
+      createWalletClient({
+        account: devnet.deployer.account,
+        chain: unknownChain,
+        transport: http(devnet.rpcUrl),
+      });
+
+    it("refuses to deploy an owner-mintable USD Coin without a token or an explicit flag, and sends nothing", async () => {
+      const nonce = await devnet.publicClient.getTransactionCount({ address: devnet.deployer.address });
+      await expect(deployTollgate(wallet(), devnet.publicClient)).rejects.toMatchObject({
+        code: "InvalidRequest",
+        message: expect.stringMatching(/no known USDC.*`usd`.*allowTestToken/),
+      });
+      expect(await devnet.publicClient.getTransactionCount({ address: devnet.deployer.address })).toBe(nonce);
+    });
+
+    it("uses the given token, and deploys the test token only with allowTestToken", async () => {
+      const given = await deployTollgate(wallet(), devnet.publicClient, { usd: devnet.contracts.usd });
+      expect(given.usd).toBe(devnet.contracts.usd);
+      const test = await deployTollgate(wallet(), devnet.publicClient, { allowTestToken: true });
+      expect(test.usd).not.toBe(devnet.contracts.usd);
+      expect(await getTokenOwner(devnet.publicClient, { token: test.usd })).toBe(devnet.deployer.address);
+    });
+  });
+});
