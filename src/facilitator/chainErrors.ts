@@ -15,6 +15,7 @@ import {
   RpcRequestError,
   TimeoutError,
 } from "viem";
+import { batchSettlerAbi } from "../chain/contracts/artifacts/BatchSettler.ts";
 import { tollgateUsdAbi } from "../chain/contracts/artifacts/TollgateUSD.ts";
 import { type ErrorCode, TollgateError } from "../protocol/errors.ts";
 
@@ -30,7 +31,12 @@ const byErrorName: Record<string, ErrorCode> = {
   ECDSAInvalidSignatureLength: "InvalidSignature",
   AuthorizationExpired: "AuthorizationExpired",
   AuthorizationNotYetValid: "AuthorizationExpired",
+  // BatchSettler: the item used all of its per-item gas (a payer's wallet that burns gas, say).
+  ItemOutOfGas: "InvalidSignature",
 };
+
+/** The token's errors and BatchSettler's, which it reports for an item in place of the token's revert. */
+const revertAbi = [...tollgateUsdAbi, ...batchSettlerAbi.filter((item) => item.type === "error")];
 
 // FiatTokenV2 (USDC) revert strings.
 const byMessage: [RegExp, ErrorCode][] = [
@@ -52,7 +58,7 @@ export function decodeRevert(data: Hex | undefined): { code: ErrorCode; reason: 
   if (data === undefined || data === "0x") return undefined;
   try {
     // viem adds Solidity's built-in `Error(string)` and `Panic(uint256)` to the ABI it decodes with.
-    const decoded = decodeErrorResult({ abi: tollgateUsdAbi, data });
+    const decoded = decodeErrorResult({ abi: revertAbi, data });
     const name: string = decoded.errorName;
     const args = decoded.args as readonly unknown[] | undefined;
     const code = byErrorName[name];
