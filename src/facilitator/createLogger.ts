@@ -1,6 +1,8 @@
 /**
  * The pino logger Tollgate's services use: payment headers, signatures and keys are redacted, so a log
- * shipped to a third party never carries a usable proof or credential.
+ * shipped to a third party never carries a usable proof or credential. Memos and proofs too: a proof
+ * is a bearer credential until a gate consumes it, and a memo with the (public) authorization is
+ * enough to have `/authorize` hand the proof out again (docs/facilitator.md, "Who may read what").
  */
 import pino, { type Logger } from "pino";
 
@@ -15,6 +17,10 @@ export const redactedPaths = [
   "*.apiKey",
   "*.secret",
   "signedPayment.signature",
+  "memo",
+  "*.memo",
+  "proof",
+  "*.proof",
 ];
 
 export function createLogger(options: { level?: string; name?: string } = {}): Logger {
