@@ -168,6 +168,17 @@ describe("queryAnalyticsSummary", () => {
     expect(summary.schemes.metered).toEqual({ volume: "0", count: 0, uniquePayers: 0 });
   });
 
+  it("does not count a settled zero-value transfer, nor pending or failed payments, as a charge", async () => {
+    const victim = "0x00000000000000000000000000000000000000f2";
+    for (let i = 0; i < 5; i++) {
+      await payment({ payer: carol, payTo: victim, amount: 0n, at: "2026-11-22T10:00:00Z" });
+    }
+    await payment({ payer: carol, payTo: victim, amount: 7n, at: "2026-11-22T10:00:00Z", status: "failed" });
+    await payment({ payer: carol, payTo: victim, amount: 7n, at: "2026-11-22T10:00:00Z", status: "pending" });
+    const summary = await queryAnalyticsSummary(store, { ...range, provider: victim });
+    expect(summary).toMatchObject({ volume: "0", count: 0, uniquePayers: 0 });
+  });
+
   it("keeps amounts beyond 2^53 exact", async () => {
     const big = 2n ** 70n + 1n;
     const whale = "0x00000000000000000000000000000000000000f1";

@@ -46,11 +46,18 @@ const GroupRowSchema = z.object({
 });
 type GroupRow = z.infer<typeof GroupRowSchema>;
 
-/** Every charge to the provider in [$2, $3): time, scheme, plan, payer, amount. */
+/**
+ * Every charge to the provider in [$2, $3): time, scheme, plan, payer, amount.
+ *
+ * One-time payments count only once settled on chain, which they reach only after every check of the
+ * facilitator (minimum amount, memo terms and expiry, signature, balance, simulation): a stranger's
+ * refused junk never has a row here. A settled zero-value row (one a facilitator before the minimum
+ * could leave behind) moved no money and is not a charge.
+ */
 const CHARGES = `
   SELECT settled_at AS at, 'one-time' AS scheme, NULL::text AS plan_id, payer, amount::numeric AS amount
   FROM payments
-  WHERE status = 'settled' AND pay_to = $1 AND settled_at >= $2 AND settled_at < $3
+  WHERE status = 'settled' AND pay_to = $1 AND settled_at >= $2 AND settled_at < $3 AND amount > 0
     AND ($4::text IS NULL OR token = $4)
   UNION ALL
   SELECT created_at,
