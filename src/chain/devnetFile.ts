@@ -1,10 +1,13 @@
 /**
  * `.tollgate/devnet.json`: how `tollgate devnet up` describes the chain it started, so that other
- * commands (the facilitator, plans, sellers, the demo) find it without flags.
+ * commands (the facilitator, plans, sellers, the demo) find it without flags. It holds the accounts'
+ * private keys (and the facilitator's gas key is one of them), so it is its owner's only: 0600 in a
+ * 0700 directory, tightened when read if an older version left it readable.
  */
 import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { z } from "zod";
+import { ensurePrivateDir, tightenPrivateFile, writePrivateFile } from "../store/privateFiles.ts";
 
 const HexSchema = z.string().regex(/^0x[0-9a-fA-F]*$/);
 const AddressSchema = z.string().regex(/^0x[0-9a-fA-F]{40}$/);
@@ -28,5 +31,12 @@ export type DevnetFile = z.infer<typeof DevnetFileSchema>;
 export function readDevnetFile(dir = ".tollgate"): DevnetFile | undefined {
   const file = join(dir, "devnet.json");
   if (!existsSync(file)) return undefined;
+  tightenPrivateFile(file);
   return DevnetFileSchema.parse(JSON.parse(readFileSync(file, "utf8")));
+}
+
+/** Writes `file` (`<dir>/devnet.json`) 0600, creating its directory 0700. */
+export function writeDevnetFile(file: string, description: DevnetFile): void {
+  ensurePrivateDir(dirname(file));
+  writePrivateFile(file, `${JSON.stringify(description, null, 2)}\n`);
 }

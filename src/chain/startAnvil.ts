@@ -3,9 +3,10 @@
  * package), or `anvil` on PATH on other platforms.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, existsSync, openSync } from "node:fs";
+import { closeSync, existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
+import { openPrivateAppend } from "../store/privateFiles.ts";
 
 export type AnvilLogger = { debug(message: string): void };
 
@@ -130,7 +131,8 @@ function createHandle(child: ChildProcess, port: number, detached: boolean): Anv
 async function startDetached(options: StartAnvilOptions, logFile: string): Promise<Anvil> {
   const port = options.port;
   if (port === undefined || port === 0) throw new Error("a detached anvil needs an explicit port");
-  const fd = openSync(logFile, "a");
+  // Private like the rest of the Tollgate directory (src/store/privateFiles.ts).
+  const fd = openPrivateAppend(logFile);
   const child = spawn(resolveAnvilBinary(), anvilArgs(options), {
     stdio: ["ignore", fd, fd],
     detached: true,

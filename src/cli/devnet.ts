@@ -3,14 +3,15 @@
  * deployed, left running in the background and described in `.tollgate/devnet.json` so that other
  * commands, scripts and tests can find it.
  */
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { createPublicClient, createTestClient, http } from "viem";
-import { type DevnetFile, DevnetFileSchema } from "../chain/devnetFile.ts";
+import { type DevnetFile, DevnetFileSchema, writeDevnetFile } from "../chain/devnetFile.ts";
 import { startAnvil } from "../chain/startAnvil.ts";
 import { setUpDevnet } from "../chain/startDevnet.ts";
 import { parseUnitsExact } from "../protocol/amount.ts";
+import { ensurePrivateDir, tightenPrivateFile } from "../store/privateFiles.ts";
 
 export { type DevnetFile, DevnetFileSchema } from "../chain/devnetFile.ts";
 
@@ -71,6 +72,8 @@ export async function devnetCommand(argv: string[], out: Output = console): Prom
 
 function readDevnetFile(file: string): DevnetFile | undefined {
   if (!existsSync(file)) return undefined;
+  // It holds the accounts' keys: an older version may have left it readable by others.
+  tightenPrivateFile(file);
   return DevnetFileSchema.parse(JSON.parse(readFileSync(file, "utf8")));
 }
 
@@ -101,7 +104,8 @@ async function up(
   if (!Number.isInteger(port) || port < 1 || port > 65_535) throw new Error(`bad --port ${flags.port}`);
   if (!Number.isInteger(count) || count < 1) throw new Error(`bad --accounts ${flags.accounts}`);
   const balance = parseUnitsExact(flags.balance);
-  mkdirSync(dir, { recursive: true });
+  // The Tollgate directory holds the devnet's keys and the stores: its owner's only.
+  ensurePrivateDir(dir);
   const anvil = await startAnvil({
     port,
     accounts: count,
@@ -118,7 +122,7 @@ async function up(
       contracts: devnet.contracts,
       accounts: devnet.accounts.map(({ address, privateKey }) => ({ address, privateKey })),
     };
-    writeFileSync(file, `${JSON.stringify(description, null, 2)}\n`);
+    writeDevnetFile(file, description);
     out.log(`devnet up: ${devnet.rpcUrl} (chain ${devnet.chain.id}, ${devnet.network}, pid ${anvil.pid})`);
     out.log(`  TollgateUSD          ${devnet.contracts.usd}`);
     out.log(`  SubscriptionManager  ${devnet.contracts.subscriptionManager}`);

@@ -8,6 +8,7 @@
  */
 import { join } from "node:path";
 import { createStore } from "../store/createStore.ts";
+import { ensurePrivateDir } from "../store/privateFiles.ts";
 import type { Store } from "../store/store.ts";
 
 /** Where the agent runtime keeps its PGlite database under the Tollgate directory. */
@@ -37,6 +38,9 @@ export async function openAgentStore(options: OpenAgentStoreOptions): Promise<St
   if (options.databaseUrl !== undefined && options.databaseUrl !== "") {
     return createStore({ databaseUrl: options.databaseUrl });
   }
+  // The budgets and spends are the operator's business only: the Tollgate directory and the store in
+  // it are 0700, its files 0600 (src/store/privateFiles.ts).
+  ensurePrivateDir(options.dir);
   return createStore({
     dataDir: agentDataDir(options.dir),
     lock: { waitMs: options.waitMs ?? 30_000, sleep: options.sleep },

@@ -1,7 +1,7 @@
-import { mkdir } from "node:fs/promises";
 import { PGlite, type Transaction } from "@electric-sql/pglite";
 import { assertSchemaName } from "./assertSchemaName.ts";
 import { type LockDataDirOptions, lockDataDir } from "./lockDataDir.ts";
+import { ensurePrivateDir, tightenTree } from "./privateFiles.ts";
 import type { Queryable, SqlParam, Store } from "./store.ts";
 import { noSchemaError, transactionEndedError } from "./storeErrors.ts";
 import { toSqlParams } from "./toSqlParams.ts";
@@ -15,6 +15,10 @@ const NUMERIC_OID = 1700;
  * time and queues a plain query behind an open transaction, so transactions never interleave.
  * An on-disk `dataDir` is opened once at a time: it is held under a lock file (`lockDataDir`) until
  * `close()`, and a second opener waits up to `lock.waitMs` and then gets `store_in_use`.
+ *
+ * The directory is its owner's only (privateFiles.ts): created or tightened to 0700 before PGlite
+ * touches it, and its files set to 0600 after PGlite opens it and again after it closes (PGlite gives
+ * every file it creates mode 0666; inside a 0700 directory those are out of other users' reach).
  */
 export async function createPgliteStore(options: {
   dataDir: string;
@@ -25,7 +29,7 @@ export async function createPgliteStore(options: {
   const inMemory = options.dataDir.startsWith("memory://");
   let unlock = () => {};
   if (!inMemory) {
-    await mkdir(options.dataDir, { recursive: true });
+    ensurePrivateDir(options.dataDir);
     unlock = await lockDataDir(options.dataDir, options.lock);
   }
   let db: PGlite;
@@ -38,6 +42,8 @@ export async function createPgliteStore(options: {
     if (schema !== undefined) {
       await db.exec(`CREATE SCHEMA IF NOT EXISTS ${schema}; SET search_path TO ${schema}`);
     }
+    // Files of earlier runs and the ones initdb just wrote.
+    if (!inMemory) tightenTree(options.dataDir);
   } catch (error) {
     unlock();
     throw error;
@@ -83,6 +89,8 @@ export async function createPgliteStore(options: {
     async close() {
       try {
         if (!db.closed) await db.close();
+        // Files PGlite created while open (WAL segments, new relations) are 0666 until now.
+        if (!inMemory) tightenTree(options.dataDir);
       } finally {
         unlock();
       }

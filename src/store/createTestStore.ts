@@ -10,16 +10,22 @@ import type { Store } from "./store.ts";
  * `createTestStore({ databaseUrl: process.env.DATABASE_URL })`.
  */
 export async function createTestStore(
-  options: { databaseUrl?: string | undefined; logger?: Logger | undefined } = {},
+  options: {
+    databaseUrl?: string | undefined;
+    logger?: Logger | undefined;
+    /** Apply the migrations (default true); `false` for tests of the migrations themselves. */
+    migrate?: boolean | undefined;
+  } = {},
 ): Promise<Store> {
   if (options.databaseUrl === undefined || options.databaseUrl === "") {
-    return createStore({ dataDir: "memory://", logger: options.logger });
+    return createStore({ dataDir: "memory://", logger: options.logger, migrate: options.migrate });
   }
   const store = await createStore({
     databaseUrl: options.databaseUrl,
     schema: `test_${randomBytes(6).toString("hex")}`,
     maxConnections: 4,
     logger: options.logger,
+    migrate: options.migrate,
   });
   return {
     ...store,

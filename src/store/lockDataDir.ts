@@ -49,7 +49,8 @@ function lockOwner(path: string): number | undefined {
 /** Creates the lock file if no live process holds it; returns the holder's pid when one does. */
 function tryLock(path: string): { locked: true } | { locked: false; owner: number | undefined } {
   try {
-    const fd = openSync(path, "wx");
+    // 0600 like every file of the store (privateFiles.ts).
+    const fd = openSync(path, "wx", 0o600);
     try {
       writeSync(fd, `${process.pid}\n`);
     } finally {
@@ -78,7 +79,8 @@ function tryLock(path: string): { locked: true } | { locked: false; owner: numbe
  */
 export async function lockDataDir(dataDir: string, options: LockDataDirOptions = {}): Promise<() => void> {
   const path = `${dataDir}.lock`;
-  await mkdir(dirname(path), { recursive: true });
+  // Parents created here are private; an existing parent is the operator's and left as it is.
+  await mkdir(dirname(path), { recursive: true, mode: 0o700 });
   const waitMs = options.waitMs ?? 0;
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   for (let waited = 0; ; waited += POLL_MS) {
