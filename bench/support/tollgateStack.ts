@@ -60,6 +60,9 @@ export async function startTollgateStack(options: {
     batchSettler: devnet.contracts.batchSettler,
     subscriptionManager: devnet.contracts.subscriptionManager,
     tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+    // Every simulated payer and gate connects from loopback: the per-client limit would measure
+    // itself, not the stack. The per-payer limit stays (each bench payer is its own key).
+    rateLimits: { perClient: false },
   });
   await facilitator.start();
   const facilitatorServer = await serveApp(facilitator.app);
