@@ -60,9 +60,9 @@ export async function startTollgateStack(options: {
     batchSettler: devnet.contracts.batchSettler,
     subscriptionManager: devnet.contracts.subscriptionManager,
     tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
-    // Every simulated payer and gate connects from loopback: the per-client limit would measure
-    // itself, not the stack. The per-payer limit stays (each bench payer is its own key).
-    rateLimits: { perClient: false },
+    // The bench drives the stack as fast as it goes, every client from loopback and each payer in a
+    // tight loop: rate limits would measure themselves, not the stack (docs/facilitator.md, "Abuse").
+    rateLimits: { perClient: false, perPayer: false },
   });
   await facilitator.start();
   const facilitatorServer = await serveApp(facilitator.app);
