@@ -92,7 +92,8 @@ describe("expressPaymentGate", () => {
     expect(response.headers.get("cache-control")).toBe("no-store");
     const body = PaymentRequiredSchema.parse(await response.json());
     expect(body.accepts[0]?.amount).toBe("1000000");
-    expect(body.accepts[0]?.resource).toBe(`${base}/api/reports/9`);
+    // No publicOrigin configured: the path alone, never an origin taken from the request's Host.
+    expect(body.accepts[0]?.resource).toBe("/api/reports/9");
   });
 
   it("lets a paid POST through with its body intact, the payment in res.locals and X-PAYMENT-RESPONSE", async () => {

@@ -1,5 +1,6 @@
 import type { RequestHandler } from "express";
 import { nodeHeaderReader, writeWebResponse } from "./nodeBridge.ts";
+import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { PaymentGate } from "./paymentGate.ts";
 
 /**
@@ -11,15 +12,26 @@ import type { PaymentGate } from "./paymentGate.ts";
  * request answered 5xx gives the payer its proof back. Express is not a runtime dependency: only its
  * types are used.
  *
+ * The route is priced from the request target's path, which is what Express routes on; `Host` plays
+ * no part. Express does not remove dot segments (`/api/reports/..` reaches `/api/reports/:id`), so a
+ * target with dot segments, or one Express would read differently, is answered 400.
+ *
  * @example
  * app.use("/api", expressPaymentGate(gate));
  * app.get("/api/reports/:id", (req, res) => res.json({ paidBy: res.locals.payment?.payer }));
  */
 export function expressPaymentGate(gate: PaymentGate): RequestHandler {
   return function expressPaymentGate(req, res, next) {
-    // `req.protocol` honours Express's "trust proxy" setting; the host header is what the client used.
-    const url = `${req.protocol}://${req.headers.host ?? "localhost"}${req.originalUrl}`;
-    gate({ method: req.method, url, headers: nodeHeaderReader(req.headers) })
+    // Express routes on the path of the target as sent (an absolute-form target reduced to its path,
+    // dot segments kept as they are): price exactly that path, never one built from `Host`. A target
+    // the gate would have to normalize, or that Express reads differently, is refused rather than
+    // priced as something else.
+    const reading = normalizeRequestTarget(req.originalUrl);
+    if (!reading.ok || reading.dotSegments || !isRoutedPath(`${req.baseUrl}${req.path}`, reading.path)) {
+      writeWebResponse(res, targetRefusal(reading)).catch(next);
+      return;
+    }
+    gate({ method: req.method, url: reading.target, headers: nodeHeaderReader(req.headers) })
       .then(async (result) => {
         if (result.kind === "respond") return writeWebResponse(res, result.response);
         res.locals.payment = result.paid;
@@ -30,4 +42,12 @@ export function expressPaymentGate(gate: PaymentGate): RequestHandler {
       })
       .catch(next);
   };
+}
+
+/**
+ * Whether Express's own view of the path (mount path and the rest, `req.baseUrl + req.path`) is the
+ * path the gate read. Express adds a "/" to a request for exactly the mount path (`/api` → `/api/`).
+ */
+function isRoutedPath(routed: string, path: string): boolean {
+  return routed === path || routed === `${path}/`;
 }

@@ -1,4 +1,5 @@
 import type { MiddlewareHandler } from "hono";
+import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { GatePayment, PaymentGate } from "./paymentGate.ts";
 
 /** Hono `Env` of routes behind the gate: `c.get("payment")` is the accepted payment, if any. */
@@ -11,6 +12,10 @@ export type PaymentGateEnv = { Variables: { payment: GatePayment | undefined } }
  * status is reported to the gate before the response leaves, so a paid request answered 5xx (or whose
  * handler threw) gives the payer its proof back.
  *
+ * The gate prices the path Hono routes on (its default `getPath`): the request URL's path, read as
+ * Hono reads it, so `Host` plays no part. A path that would need normalizing (dot segments, which
+ * Hono's router does not remove) or that frameworks read differently is answered 400.
+ *
  * @example
  * const app = new Hono<PaymentGateEnv>();
  * app.use("/api/*", honoPaymentGate(gate));
@@ -18,7 +23,10 @@ export type PaymentGateEnv = { Variables: { payment: GatePayment | undefined } }
  */
 export function honoPaymentGate(gate: PaymentGate): MiddlewareHandler<PaymentGateEnv> {
   return async function honoPaymentGate(c, next) {
-    const result = await gate(c.req.raw);
+    const target = pathAndQueryOf(c.req.raw.url);
+    const reading = normalizeRequestTarget(target);
+    if (!reading.ok || reading.dotSegments) return targetRefusal(reading);
+    const result = await gate({ method: c.req.raw.method, url: reading.target, headers: c.req.raw.headers });
     if (result.kind === "respond") return result.response;
     c.set("payment", result.paid);
     try {
@@ -39,4 +47,14 @@ export function honoPaymentGate(gate: PaymentGate): MiddlewareHandler<PaymentGat
       c.res = response;
     }
   };
+}
+
+/**
+ * Everything after the authority of a request URL, found as Hono's `getPath` finds the path: from the
+ * first `/` after `scheme://`. Hono's Node server may hand over the URL unparsed, so it is read as a
+ * string, exactly as the router reads it.
+ */
+function pathAndQueryOf(url: string): string {
+  const start = url.indexOf("/", url.indexOf(":") + 4);
+  return start === -1 ? "/" : url.slice(start);
 }

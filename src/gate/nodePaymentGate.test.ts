@@ -68,7 +68,8 @@ function proofHeader(body: PaymentRequired): string {
 
 describe("nodePaymentGate", () => {
   it("gates paths under the prefix: 402, then the handler with the payment and the request body", async () => {
-    const unpaid = await fetch(`${base}/api/data`, { method: "PUT", body: "abc" });
+    // The memo binds the query, so the 402 is asked for the very request that is then paid.
+    const unpaid = await fetch(`${base}/api/data?x=1`, { method: "PUT", body: "abc" });
     expect(unpaid.status).toBe(402);
     expect(unpaid.headers.get("payment-required")).not.toBeNull();
     const offer = PaymentRequiredSchema.parse(await unpaid.json());

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { nodeHeaderReader, writeWebResponse } from "./nodeBridge.ts";
+import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { GatePayment, PaymentGate } from "./paymentGate.ts";
 
 /** A `node:http` handler behind the gate; `payment` is the accepted payment, if any. */
@@ -10,7 +11,11 @@ export type NodeGatedHandler = (
 ) => void | Promise<void>;
 
 export type NodePaymentGateOptions = {
-  /** Only paths equal to the prefix or under it (`/api`, `/api/…`) go through the gate (default `/`). */
+  /**
+   * Only paths equal to the prefix or under it (`/api`, `/api/…`) go through the gate (default `/`),
+   * compared ignoring letter case, on the path as sent and decoded once (so `/API/x` and `/%61pi/x`
+   * are gated too).
+   */
   prefix?: string;
   /** Told of an error thrown by the handler or the gate (the client gets a bare 500). */
   onError?: (error: unknown) => void;
@@ -22,6 +27,11 @@ export type NodePaymentGateOptions = {
  * argument and `X-PAYMENT-RESPONSE` already set on `res`. A handler that throws before answering gets
  * a bare 500 (its error is not sent to the client). The handler's status is reported to the gate (500
  * when it threw, before that 500 is sent), so a paid request answered 5xx gives the payer its proof back.
+ *
+ * Every request's target is read once (`normalizeRequestTarget`) and `req.url` is set to the result
+ * before the handler runs: origin-form (an absolute-form target reduced to its path), dot segments
+ * removed. The handler therefore routes on the very path the gate priced. A target that cannot be read
+ * safely (a fragment, a backslash, an encoded slash, `*`) is answered 400 and reaches no handler.
  *
  * @example
  * http.createServer(nodePaymentGate(gate, (req, res, payment) => {
@@ -37,19 +47,26 @@ export function nodePaymentGate(
   if (prefix !== "" && !prefix.startsWith("/")) {
     throw new TypeError(`nodePaymentGate: prefix must start with /, got ${JSON.stringify(options.prefix)}`);
   }
-  const covers = (target: string) => {
-    const path = target.split("?", 1)[0] ?? "";
-    return prefix === "" || path === prefix || path.startsWith(`${prefix}/`);
-  };
+  const lowerPrefix = prefix.toLowerCase();
+  /** Whether a path is the prefix or under it, in any letter case, as sent or decoded: errs on charging. */
+  const covers = (...paths: string[]) =>
+    lowerPrefix === "" ||
+    paths.some((path) => {
+      const lower = path.toLowerCase();
+      return lower === lowerPrefix || lower.startsWith(`${lowerPrefix}/`);
+    });
 
   return function nodePaymentGate(req, res) {
     const run = async () => {
-      const target = req.url ?? "/";
-      if (!covers(target)) return handler(req, res, undefined);
-      const scheme = (req.socket as { encrypted?: boolean }).encrypted === true ? "https" : "http";
+      const reading = normalizeRequestTarget(req.url ?? "/");
+      if (!reading.ok) return writeWebResponse(res, targetRefusal(reading));
+      // The handler sees the target the gate read (origin-form, dot segments removed), so the two
+      // cannot route one request differently; `Host` is never read.
+      req.url = reading.target;
+      if (!covers(reading.path, reading.routePath)) return handler(req, res, undefined);
       const result = await gate({
         method: req.method ?? "GET",
-        url: `${scheme}://${req.headers.host ?? "localhost"}${target}`,
+        url: reading.target,
         headers: nodeHeaderReader(req.headers),
       });
       if (result.kind === "respond") return writeWebResponse(res, result.response);
