@@ -7,6 +7,7 @@ import type { Address } from "viem";
 import { type Clock, unixSeconds } from "../protocol/clock.ts";
 import type { GateErrorCode } from "../protocol/errors.ts";
 import { encodeJsonHeader, HeaderName } from "../protocol/header.ts";
+import { memoQueryHash } from "../protocol/memo.ts";
 import type { Network } from "../protocol/network.ts";
 import type { PaymentOption, PaymentRequired, TollgateExtension } from "../protocol/paymentRequired.ts";
 import { X402_VERSION, type X402PaymentRequired } from "../protocol/x402.ts";
@@ -37,10 +38,15 @@ export type PaymentRequiredParams = {
   error: GateErrorCode;
   /** For people: why payment is required or why the proof was refused. */
   message: string;
-  /** What the memo binds: upper-case method and the path without query. */
+  /** What the memo binds: upper-case method, the normalized path without query, and the query. */
   method: string;
   path: string;
-  /** Absolute URL of the resource, for x402's `resource.url` and each option's `resource`. */
+  /** The query without `?`, as sent (`""` or absent for none); the memo binds its hash (`q`). */
+  query?: string | undefined;
+  /**
+   * URL of the resource, for x402's `resource.url` and each option's `resource`: absolute on the
+   * gate's configured public origin, or the path alone when there is none (never built from `Host`).
+   */
   resourceUrl: string;
   description?: string | undefined;
   /** Media type of the paid response, for x402's `resource.mimeType` (default `application/json`). */
@@ -83,6 +89,7 @@ export type BuiltPaymentRequired = {
 export function buildPaymentRequired(params: PaymentRequiredParams): BuiltPaymentRequired {
   const expiresAt = unixSeconds(params.clock) + params.memoTtlSeconds;
   const firstPlan = params.offers.find((offer) => offer.scheme === "subscription");
+  const q = memoQueryHash(params.query ?? "");
   const accepts: PaymentOption[] = params.offers.map((offer) => {
     const amount = offer.amount.toString();
     const memo = issueMemo(
@@ -90,6 +97,7 @@ export function buildPaymentRequired(params: PaymentRequiredParams): BuiltPaymen
       {
         m: params.method,
         p: params.path,
+        ...(q === undefined ? {} : { q }),
         a: amount,
         t: params.payTo,
         n: params.network,

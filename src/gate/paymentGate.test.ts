@@ -10,6 +10,7 @@ import { base64Encode, base64UrlDecode, base64UrlEncode } from "../protocol/base
 import { createFixedClock, unixSeconds } from "../protocol/clock.ts";
 import type { Jwks } from "../protocol/facilitator.ts";
 import { decodeJsonHeader, encodeJsonHeader } from "../protocol/header.ts";
+import { memoQueryHash } from "../protocol/memo.ts";
 import { type PaymentProof, PaymentResponseSchema } from "../protocol/paymentProof.ts";
 import { type PaymentRequired, PaymentRequiredSchema } from "../protocol/paymentRequired.ts";
 import { createMemoryReplayGuard } from "../store/createMemoryReplayGuard.ts";
@@ -137,12 +138,13 @@ describe("paymentGate: the 402", () => {
     expect(kit.served).toHaveLength(0);
   });
 
-  it("binds each memo to method, path, amount, payee, network, token and a 300 s expiry", async () => {
+  it("binds each memo to method, path, query, amount, payee, network, token and a 300 s expiry", async () => {
     const body = await offer(kit, "/api/reports/7?format=pdf");
     const [payload] = body.accepts[0]!.memo.split(".");
     expect(JSON.parse(Buffer.from(base64UrlDecode(payload!)).toString("utf8"))).toEqual({
       m: "GET",
       p: "/api/reports/7",
+      q: memoQueryHash("format=pdf"),
       a: "500000",
       t: PAY_TO,
       n: NETWORK,
@@ -168,7 +170,8 @@ describe("paymentGate: the 402", () => {
     expect(decoded).toEqual({
       x402Version: 2,
       error: "payment required",
-      resource: { url: "http://api.test/api/summarize", description: "", mimeType: "application/json" },
+      // No publicOrigin: the path alone, never the request's Host.
+      resource: { url: "/api/summarize", description: "", mimeType: "application/json" },
       accepts: [
         {
           scheme: "exact",
@@ -205,12 +208,23 @@ describe("paymentGate: the 402", () => {
     ["HEAD", "/api/reports/1"],
     ["GET", "/API/Reports/1"],
     ["GET", "/api/r%65ports/1"],
-    ["GET", "/api/r%65ports/%ZZ"],
     ["POST", "/api/summarize/"],
+    ["GET", "/api/x/../reports/1"],
   ])("prices %s %s, which a router would send to a paid handler", async (method, path) => {
     const result = await kit.gate(new Request(`http://api.test${path}`, { method }));
     expect(result.kind).toBe("respond");
     expect(result.kind === "respond" && result.response.status).toBe(402);
+  });
+
+  it("answers 400 for a target it cannot read safely (a malformed escape), without running the handler", async () => {
+    const result = await kit.gate({ method: "GET", url: "/api/r%65ports/%ZZ", headers: new Headers() });
+    expect(result.kind === "respond" && result.response.status).toBe(400);
+    const response = await kit.app.request("/api/reports/%ZZ");
+    expect(response.status).toBe(400);
+    expect(await response.json()).toEqual({
+      error: { code: "InvalidRequest", message: "the request path has a malformed percent-escape" },
+    });
+    expect(kit.served).toHaveLength(0);
   });
 
   it("binds the memo to the path as sent, so a differently spelled path cannot reuse it", async () => {
@@ -255,9 +269,13 @@ describe("paymentGate: accepting a proof", () => {
     ]);
   });
 
-  it("accepts a proof for a memo with a query string on the retry, since memos bind the path only", async () => {
+  it("accepts a proof on the retry of the same query, and refuses it for another query of the path", async () => {
+    // Memos bind the query (a route priced by a function may price by it), so each query is paid for.
+    const other = proofFor(kit, await offer(kit, "/api/reports/3?page=1"));
+    await expectRefused(kit, await pay(kit, other, "/api/reports/3?page=2"), /another query/);
+    await expectRefused(kit, await pay(kit, other, "/api/reports/3"), /another query/);
     const proof = proofFor(kit, await offer(kit, "/api/reports/3?page=1"));
-    expect((await pay(kit, proof, "/api/reports/3?page=2")).status).toBe(200);
+    expect((await pay(kit, proof, "/api/reports/3?page=1")).status).toBe(200);
   });
 
   it("accepts a proof for any of several offered prices", async () => {

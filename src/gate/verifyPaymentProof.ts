@@ -9,7 +9,7 @@ import type { FacilitatorClient } from "../client/facilitatorClient.ts";
 import { sameAddress } from "../protocol/address.ts";
 import { base64UrlDecode } from "../protocol/base64.ts";
 import { type Clock, unixSeconds } from "../protocol/clock.ts";
-import type { MemoPayload } from "../protocol/memo.ts";
+import { type MemoPayload, memoQueryHash } from "../protocol/memo.ts";
 import type { PaymentProof } from "../protocol/paymentProof.ts";
 import { type MemoSecret, openMemo } from "./memo.ts";
 import type { ProofKeyResolver } from "./proofKeyResolver.ts";
@@ -17,7 +17,15 @@ import type { ProofKeyResolver } from "./proofKeyResolver.ts";
 /** What the request being served requires of a proof. */
 export type ProofExpectation = {
   method: string;
+  /** The request's normalized path (`normalizeRequestTarget`). */
   path: string;
+  /** The request's query without `?` (default `""`): the memo's `q` must be its hash, or absent for none. */
+  query?: string;
+  /**
+   * The least the request costs now (its route's cheapest one-time price); a proof for less is refused
+   * even when its memo names this request. Absent: no floor (for checks outside a gate).
+   */
+  minimumAmount?: bigint;
   payTo: string;
   network: string;
   token: string;
@@ -47,7 +55,8 @@ export type ProofVerdict = { valid: true; memo: MemoPayload } | { valid: false; 
 
 /**
  * Every check of DESIGN.md §2.4 except the final consume: not expired, memo issued by this gate and
- * for this route, proof terms equal to the memo's and the gate's, signature by a trusted key.
+ * for this request (method, path, query), proof terms equal to the memo's and the gate's, an amount
+ * covering the request's price, signature by a trusted key.
  * Never throws for a bad proof (that is a `{ valid: false, reason }`); throws only when the signature
  * check cannot be carried out.
  *
@@ -74,7 +83,16 @@ export async function verifyPaymentProof(
   if (memo.m !== expected.method.toUpperCase() || memo.p !== expected.path) {
     return { valid: false, reason: "proof was issued for another route" };
   }
+  if (memo.q !== memoQueryHash(expected.query ?? "")) {
+    return { valid: false, reason: "proof was issued for another query" };
+  }
   if (memo.a !== proof.amount) return { valid: false, reason: "proof amount differs from the memo's" };
+  if (expected.minimumAmount !== undefined && BigInt(proof.amount) < expected.minimumAmount) {
+    return {
+      valid: false,
+      reason: `proof pays ${proof.amount}, less than this request's price ${expected.minimumAmount}`,
+    };
+  }
   if (!sameAddress(memo.t, proof.payTo) || !sameAddress(memo.t, expected.payTo)) {
     return { valid: false, reason: "proof pays another payee" };
   }

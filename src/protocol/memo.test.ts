@@ -11,6 +11,7 @@ import {
   MemoPayloadSchema,
   MemoSchema,
   memoNonce,
+  memoQueryHash,
   splitMemo,
 } from "./memo.ts";
 
@@ -72,12 +73,23 @@ describe("memo", () => {
       ...payload,
       m: "M".repeat(16),
       p: `/${"~".repeat(1023)}`,
+      q: memoQueryHash("size=large"),
       a: (2n ** 256n - 1n).toString(),
       n: `eip155:${Number.MAX_SAFE_INTEGER}`,
       e: Number.MAX_SAFE_INTEGER,
     };
     expect(issue(largest).length).toBeLessThanOrEqual(MAX_MEMO_LENGTH);
     expect(MemoPayloadSchema.safeParse({ ...largest, p: `${largest.p}x` }).success).toBe(false);
+  });
+
+  it("binds a query by a 22-character hash, and no query by no field", () => {
+    const q = memoQueryHash("size=large");
+    expect(q).toMatch(/^[A-Za-z0-9_-]{22}$/);
+    expect(memoQueryHash("size=small")).not.toBe(q);
+    expect(memoQueryHash("")).toBeUndefined();
+    const memo = issue({ ...payload, q });
+    expect(splitMemo(memo).payload.q).toBe(q);
+    expect(MemoPayloadSchema.safeParse({ ...payload, q: "size=large" }).success).toBe(false);
   });
 
   it("refuses paths JSON would escape or a URL would have percent-encoded", () => {

@@ -6,7 +6,7 @@
  * secret. The MAC input is the UTF-8 bytes of `json`, which are exactly the bytes the first part
  * decodes to, so a verifier never re-serializes anything.
  */
-import { type Hex, keccak256 } from "viem";
+import { type Hex, hexToBytes, keccak256, sha256 } from "viem";
 import { z } from "zod";
 import { AddressSchema } from "./address.ts";
 import { AtomicAmountSchema } from "./amount.ts";
@@ -33,7 +33,19 @@ export const MemoRandomSchema = z.string().regex(/^[A-Za-z0-9_-]{16}$/, {
   error: "expected 12 random bytes as 16 base64url characters",
 });
 
-/** The claims a memo binds (DESIGN.md §2.2). Single letters because the memo travels in every header. */
+/**
+ * `q`: the first 16 bytes of SHA-256 over the request's query text (without `?`, exactly as sent) as
+ * unpadded base64url, 22 characters. A hash keeps the memo short whatever the query's length.
+ */
+export const MemoQuerySchema = z.string().regex(/^[A-Za-z0-9_-]{22}$/, {
+  error: "expected 16 bytes of a query hash as 22 base64url characters",
+});
+
+/**
+ * The claims a memo binds (DESIGN.md §2.2). Single letters because the memo travels in every header.
+ * `q` is present exactly when the request had a query: a route priced by a function may price by it,
+ * so a proof bought for one query does not pay for another (docs/protocol.md).
+ */
 export const MemoPayloadSchema = z.strictObject({
   /** HTTP method, upper case. */
   m: z.string().regex(/^[A-Z]{1,16}$/, { error: "expected an upper-case HTTP method" }),
@@ -45,6 +57,8 @@ export const MemoPayloadSchema = z.strictObject({
     .string()
     .max(1024)
     .regex(/^\/[\x21\x23-\x5b\x5d-\x7e]*$/, { error: "expected a percent-encoded absolute path" }),
+  /** Hash of the query (`memoQueryHash`); absent for a request without one. */
+  q: MemoQuerySchema.optional(),
   /** Amount in the token's smallest unit. */
   a: AtomicAmountSchema,
   /** payTo address. */
@@ -66,6 +80,15 @@ export const MemoSchema = z
   .max(MAX_MEMO_LENGTH)
   .regex(/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{43}$/, { error: "expected a memo `<base64url>.<base64url MAC>`" });
 export type Memo = z.infer<typeof MemoSchema>;
+
+/**
+ * A memo's `q` for a request's query text (without the `?`, as sent): `undefined` for no query or an
+ * empty one, else `base64url(sha256(utf8(query))[0..16])`.
+ */
+export function memoQueryHash(query: string): string | undefined {
+  if (query === "") return undefined;
+  return base64UrlEncode(hexToBytes(sha256(utf8Encode(query))).subarray(0, 16));
+}
 
 /**
  * The EIP-3009 nonce that binds a transfer to a memo (DESIGN.md §2.3): `keccak256(utf8(memo))`.
