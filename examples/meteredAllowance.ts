@@ -7,6 +7,7 @@
  *
  *   npx tsx examples/meteredAllowance.ts
  */
+import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
 import { createPlan, getPlanIdFromReceipt, getTokenBalance, setOperator } from "tollgate/chain";
 import { createFacilitatorClient, createPayer, registerProvider } from "tollgate/client";
@@ -76,7 +77,7 @@ export async function main(options: ExampleOptions = {}): Promise<MeteredAllowan
       network: devnet.network,
       token: devnet.contracts.usd,
       facilitator: facilitatorUrl,
-      memoSecret: "a secret of at least thirty-two bytes, shared by the API's instances",
+      memoSecret: randomBytes(32), // one process; several instances share one from the environment
       publicOrigin: server.url,
       providerApiKey: apiKey,
       routes: { "GET /api/search": { pricing: [{ type: "subscription", plan: planId }], units: 1 } },

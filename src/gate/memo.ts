@@ -12,16 +12,89 @@ import { type MemoPayload, MemoPayloadSchema } from "../protocol/memo.ts";
 export type MemoSecret = Uint8Array;
 
 const MIN_SECRET_BYTES = 32;
+/** Least entropy a secret must show by its byte frequencies (random 32 bytes show ≥ 139 bits). */
+const MIN_ESTIMATED_BITS = 80;
 
-export function assertMemoSecret(secret: Uint8Array): void {
+/**
+ * Secrets the project once printed in its README, examples or docs. Anyone who read them could forge
+ * memos for a gate using one (a memo for 1 micro-USDC bought a 0.50 USDC report), so they are refused
+ * for good. `test/security/memoSecret.test.ts` keeps literal secrets out of README, docs and examples.
+ */
+export const PUBLISHED_MEMO_SECRETS: readonly string[] = [
+  "a secret of at least thirty-two bytes, shared by the API's instances",
+];
+
+/**
+ * Why a memo secret is unfit, or `undefined` when it is fit. Refused: under 32 bytes; one of
+ * `PUBLISHED_MEMO_SECRETS` (compared ignoring case and surrounding space); low entropy — fewer than 80
+ * bits by a byte-frequency estimate, mostly a repetition of a shorter pattern (`abcabc…`), or mostly a
+ * run with a constant step (`aaaa…`, `abcd…`, `0123…`). These are floors against mistakes and copied
+ * placeholders, not a proof of randomness: generate the secret (`openssl rand -hex 32`).
+ */
+export function memoSecretWeakness(secret: Uint8Array): string | undefined {
   if (secret.length < MIN_SECRET_BYTES) {
-    throw new TypeError(`memo secret must be at least ${MIN_SECRET_BYTES} bytes, got ${secret.length}`);
+    return `memo secret must be at least ${MIN_SECRET_BYTES} bytes, got ${secret.length}`;
   }
+  const text = Buffer.from(secret).toString("utf8").trim().toLowerCase();
+  if (PUBLISHED_MEMO_SECRETS.some((published) => published.toLowerCase() === text)) {
+    return "memo secret is one published in Tollgate's documentation, so anyone can forge memos with it; generate one (openssl rand -hex 32)";
+  }
+  if (
+    estimatedBits(secret) < MIN_ESTIMATED_BITS ||
+    isMostlyPeriodic(secret) ||
+    isMostlyConstantStep(secret)
+  ) {
+    return "memo secret has too little entropy (a repeated or sequential pattern); generate one (openssl rand -hex 32)";
+  }
+  return undefined;
+}
+
+/** Throws a `TypeError` saying why, for a secret `memoSecretWeakness` refuses. */
+export function assertMemoSecret(secret: Uint8Array): void {
+  const weakness = memoSecretWeakness(secret);
+  if (weakness !== undefined) throw new TypeError(weakness);
+}
+
+/** Shannon entropy of the byte frequencies times the length: an upper bound, only good at catching little. */
+function estimatedBits(bytes: Uint8Array): number {
+  const counts = new Map<number, number>();
+  for (const byte of bytes) counts.set(byte, (counts.get(byte) ?? 0) + 1);
+  let bitsPerByte = 0;
+  for (const count of counts.values()) {
+    const p = count / bytes.length;
+    bitsPerByte -= p * Math.log2(p);
+  }
+  return bitsPerByte * bytes.length;
+}
+
+/** Whether, for some period up to half the length, at least 3/4 of the bytes equal the one a period back. */
+function isMostlyPeriodic(bytes: Uint8Array): boolean {
+  for (let period = 1; period <= bytes.length / 2; period++) {
+    let same = 0;
+    for (let i = period; i < bytes.length; i++) if (bytes[i] === bytes[i - period]) same++;
+    if (same >= ((bytes.length - period) * 3) / 4) return true;
+  }
+  return false;
+}
+
+/** Whether at least half the byte triples step by the same amount twice (`aaa`, `abc`, `975`). */
+function isMostlyConstantStep(bytes: Uint8Array): boolean {
+  let constant = 0;
+  for (let i = 2; i < bytes.length; i++) {
+    if (
+      (bytes[i] as number) - (bytes[i - 1] as number) ===
+      (bytes[i - 1] as number) - (bytes[i - 2] as number)
+    ) {
+      constant++;
+    }
+  }
+  return constant >= (bytes.length - 2) / 2;
 }
 
 /**
  * The secret from configuration: bytes as given, or a string taken as its UTF-8 bytes (so a random
- * 64-character hex string from an environment variable gives 64 bytes). Throws when under 32 bytes.
+ * 64-character hex string from an environment variable gives 64 bytes). Throws a `TypeError` saying why
+ * for a secret `memoSecretWeakness` refuses.
  */
 export function memoSecretOf(input: Uint8Array | string): MemoSecret {
   const secret =

@@ -22,7 +22,8 @@ import type { SignedPayment } from "../../src/protocol/signedPayment.ts";
 import { createTestStore } from "../../src/store/createTestStore.ts";
 import type { Store } from "../../src/store/store.ts";
 
-export const testMemoSecret = new Uint8Array(32).fill(7);
+/** A random secret per test process: gates refuse low-entropy ones such as `fill(7)`. */
+export const testMemoSecret: Uint8Array = randomBytes(32);
 
 export type TestFacilitator = {
   facilitator: Facilitator;
