@@ -279,6 +279,7 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
       clock,
       decimals,
       statusTtlMs: config.subscriptionStatusTtlMs ?? 5_000,
+      renewalGraceSeconds: config.subscriptionRenewalGraceSeconds ?? 300,
       eventPollMs: config.subscriptionEventPollMs ?? 1_000,
       providerApiKey: config.providerApiKey,
       metering: {

@@ -176,6 +176,13 @@ export const PaymentGateOptionsSchema = z.strictObject({
    */
   subscriptionStatusTtlMs: z.int().min(0).max(60_000).optional(),
   /**
+   * Chain seconds an Active subscription is still served after its paid period ended while the renewal
+   * has not been collected (default 300; at most a day). Past it the subscription is refused with
+   * `SubscriptionNotActive` ("renewal is overdue") until a collect starts the next period, so stalled
+   * renewals (keeper down) are not served free. Keep it above your keeper's interval and run time.
+   */
+  subscriptionRenewalGraceSeconds: z.int().min(0).max(86_400).optional(),
+  /**
    * How often the facilitator's event feed is polled (default 1 000 ms; 0 = only on `syncEvents()`).
    * The feed needs `providerApiKey`; without it no events are read and statuses live out their TTL.
    */

@@ -586,3 +586,60 @@ describe("paymentGate with subscription pricing: metering", () => {
     );
   });
 });
+
+describe("paymentGate with subscription pricing: renewals that do not come", () => {
+  /**
+   * The facilitator now reports chain time `late` seconds past the end of the period the subscription
+   * started at `start`; the gate's cached state expires (5 s TTL).
+   */
+  const lateBy = (kit: Kit, id: string, start: number, late: number) => {
+    kit.facilitator.update(id, { chainTime: start + 30 * DAY + late });
+    kit.clock.advance(5_000);
+  };
+
+  it("serves a subscription whose renewal is due but within the grace period, and refuses it once the renewal is overdue", async () => {
+    const kit = setup();
+    const id = kit.facilitator.subscribe("3");
+    const start = unixSeconds(kit.clock);
+    lateBy(kit, id, start, 300);
+    expect((await kit.subscribed("/api/report", id)).status).toBe(200);
+    lateBy(kit, id, start, 301);
+    const body = await refusal(await kit.subscribed("/api/report", id));
+    expect(body.error).toBe("SubscriptionNotActive");
+    expect(body.message).toMatch(/renewal is overdue/);
+    expect(body.accepts.map((o) => o.scheme)).toEqual(["exact", "subscription"]);
+  });
+
+  it("judges overdue by the chain time the facilitator reports, not the gate's clock", async () => {
+    const kit = setup();
+    const id = kit.facilitator.subscribe("3");
+    // The gate's clock is far past the period's end; the chain (an idle devnet, say) is not.
+    kit.clock.advance(60 * DAY * 1000);
+    expect((await kit.subscribed("/api/report", id)).status).toBe(200);
+  });
+
+  it("serves it again once the renewal is collected", async () => {
+    const kit = setup();
+    const id = kit.facilitator.subscribe("3");
+    const start = unixSeconds(kit.clock);
+    lateBy(kit, id, start, 3_600);
+    expect((await refusal(await kit.subscribed("/api/report", id))).error).toBe("SubscriptionNotActive");
+    kit.facilitator.update(
+      id,
+      { periodStart: start + 30 * DAY + 3_600, currentPeriodEnd: start + 60 * DAY + 3_600 },
+      "subscription.renewed",
+    );
+    await kit.gate.syncEvents();
+    expect((await kit.subscribed("/api/report", id)).status).toBe(200);
+  });
+
+  it("takes its grace period from subscriptionRenewalGraceSeconds", async () => {
+    const kit = setup({ subscriptionRenewalGraceSeconds: 0 });
+    const id = kit.facilitator.subscribe("3");
+    const start = unixSeconds(kit.clock);
+    lateBy(kit, id, start, 0);
+    expect((await kit.subscribed("/api/report", id)).status).toBe(200);
+    lateBy(kit, id, start, 1);
+    expect((await refusal(await kit.subscribed("/api/report", id))).message).toMatch(/overdue/);
+  });
+});

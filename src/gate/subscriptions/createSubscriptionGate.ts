@@ -9,7 +9,7 @@
  *    token, never per request;
  * 3. the subscription's state (cached, `statusTtlMs`, dropped on facilitator events): it exists, its
  *    subscriber is the token's signer, its plan is one of this route's plans (all sold by this gate's
- *    `payTo` in its token), and it is Active;
+ *    `payTo` in its token), and it is Active with its renewal not overdue (`renewalGraceSeconds`);
  * 4. on a metered route, the use is reserved in the usage ledger against the included units, the
  *    subscription's overage cap and the gate's bound on unsettled usage.
  *
@@ -34,6 +34,8 @@ import type { GatePlan, PlanCatalog } from "./createPlanCatalog.ts";
 import { createSubAuthVerifier, type SubAuthVerifier } from "./createSubAuthVerifier.ts";
 import {
   createSubscriptionStatusCache,
+  isRenewalOverdue,
+  renewalOverdueMessage,
   type SubscriptionStatusCache,
 } from "./createSubscriptionStatusCache.ts";
 
@@ -94,6 +96,11 @@ export type SubscriptionGateOptions = {
   /** Decimals of the gate's token, for amounts in messages. */
   decimals: number;
   statusTtlMs: number;
+  /**
+   * Chain seconds an Active subscription is still served after its paid period ended while its
+   * renewal is not collected (see `isRenewalOverdue`).
+   */
+  renewalGraceSeconds: number;
   /** Event-feed poll interval; 0 = poll only on `syncEvents()`. */
   eventPollMs: number;
   /**
@@ -252,6 +259,9 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
         }[info.status];
         return refuse("SubscriptionNotActive", `subscription ${subscriptionId} ${why}`);
       }
+      if (isRenewalOverdue(info, options.renewalGraceSeconds)) {
+        return refuse("SubscriptionNotActive", renewalOverdueMessage(info));
+      }
 
       const units = unitsOf(route, plan, routeRequest);
       if (units > 0 && plan.overageUnitPrice > 0n && metering?.flusher === undefined) {
@@ -274,7 +284,12 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
       if (!reservation.ok && reservation.reason === "AllowanceExhausted" && plan.overageUnitPrice > 0n) {
         // The subscriber may have just raised its cap (or renewed): read the chain again before refusing.
         const fresh = await statuses.get(subscriptionId, { maxAgeMs: EXHAUSTED_REFRESH_MS });
-        if (fresh !== undefined && fresh !== info && fresh.status === "Active") {
+        if (
+          fresh !== undefined &&
+          fresh !== info &&
+          fresh.status === "Active" &&
+          !isRenewalOverdue(fresh, options.renewalGraceSeconds)
+        ) {
           info = fresh;
           reservation = await reserve(info, plan, units, metering.ledger, metering.maxUnsettled);
         }

@@ -20,6 +20,30 @@ import type { Clock } from "../../protocol/clock.ts";
 import { isTollgateError } from "../../protocol/errors.ts";
 import type { SubscriptionInfo } from "../../protocol/subscriptions.ts";
 
+/**
+ * Whether an Active subscription's renewal is overdue: its paid period ended more than
+ * `graceSeconds` ago and no renewal has been collected since. The contract keeps such a subscription
+ * `Active` until someone calls `collect` (that is what moves it on, or to PastDue), so if renewals
+ * stall — the keeper down, or a batch it cannot send — an Active status alone would serve a period
+ * nobody paid for (issue 10, finding 9).
+ *
+ * Both sides of the comparison are chain time from one facilitator answer: `currentPeriodEnd` and
+ * `chainTime`, the latest block's timestamp when the subscription was read. Never the gate's clock:
+ * a devnet's chain time can run days ahead of it (`tollgate devnet advance`) or stand still between
+ * blocks, and the keeper judges due-ness by the same latest block, so a renewal the keeper could not
+ * yet see as due is never called overdue here.
+ */
+export function isRenewalOverdue(info: SubscriptionInfo, graceSeconds: number): boolean {
+  return info.status === "Active" && info.chainTime > info.currentPeriodEnd + graceSeconds;
+}
+
+/** The refusal message for an overdue renewal (see `isRenewalOverdue`). */
+export function renewalOverdueMessage(info: SubscriptionInfo): string {
+  const ended = new Date(info.currentPeriodEnd * 1000).toISOString().replace(".000Z", "Z");
+  const late = info.chainTime - info.currentPeriodEnd;
+  return `subscription ${info.subscriptionId}'s renewal is overdue: its paid period ended at ${ended} (chain time, ${late} s ago) and the next period has not been charged yet; it is served again once the renewal is collected`;
+}
+
 /** A subscription's state, or `undefined` for an id the chain does not know. */
 export type SubscriptionState = SubscriptionInfo | undefined;
 
