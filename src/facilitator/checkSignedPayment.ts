@@ -144,7 +144,12 @@ export function checkMinimumAmount(token: SupportedTokenConfig, a: Pick<Authoriz
       "AmountMismatch",
       `this facilitator settles payments of at least ${minimum} (smallest unit of ${token.symbol}); the gate must price above it`,
       {
-        details: { reason: "amount_below_minimum", value: a.value, minimum: minimum.toString(), token: token.address },
+        details: {
+          reason: "amount_below_minimum",
+          value: a.value,
+          minimum: minimum.toString(),
+          token: token.address,
+        },
       },
     );
   }

@@ -4,8 +4,8 @@
  * Over a real devnet and a real facilitator served on a loopback port.
  */
 import { randomBytes } from "node:crypto";
-import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
 import { x402Client } from "@x402/core/client";
+import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
 import { ExactEvmScheme as ExactEvmClientScheme } from "@x402/evm/exact/client";
 import type { Address, PrivateKeyAccount } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
@@ -100,7 +100,9 @@ async function paymentsTo(store: Store, payTo: Address): Promise<number> {
 }
 
 async function analyticsCount(url: string, apiKey: string): Promise<number> {
-  const response = await fetch(`${url}/analytics/summary`, { headers: { authorization: `Bearer ${apiKey}` } });
+  const response = await fetch(`${url}/analytics/summary`, {
+    headers: { authorization: `Bearer ${apiKey}` },
+  });
   expect(response.status).toBe(200);
   return ((await response.json()) as { count: number }).count;
 }
@@ -196,7 +198,11 @@ describe("junk payments (finding 5)", () => {
       paymentRequirements: offer,
     });
     expect(settle.body).toMatchObject({ success: false });
-    const verify = await post(`${f.url}/x402/verify`, { x402Version: 2, paymentPayload, paymentRequirements: offer });
+    const verify = await post(`${f.url}/x402/verify`, {
+      x402Version: 2,
+      paymentPayload,
+      paymentRequirements: offer,
+    });
     expect(verify.body).toMatchObject({ isValid: false });
     expect(await paymentsTo(f.store, payee.address)).toBe(1);
   });
@@ -256,10 +262,14 @@ describe("rate limits (finding 5)", () => {
     const second = await post(`${direct.url}/authorize`, "{}", { "x-forwarded-for": "198.51.100.2" });
     expect([first.status, second.status]).toEqual([400, 429]);
 
-    const proxied = await startFacilitator({ rateLimits: { perClient: rule, trustedProxies: ["127.0.0.1"] } });
+    const proxied = await startFacilitator({
+      rateLimits: { perClient: rule, trustedProxies: ["127.0.0.1"] },
+    });
     const a = await post(`${proxied.url}/authorize`, "{}", { "x-forwarded-for": "198.51.100.1" });
     const b = await post(`${proxied.url}/authorize`, "{}", { "x-forwarded-for": "198.51.100.2" });
-    const again = await post(`${proxied.url}/authorize`, "{}", { "x-forwarded-for": "9.9.9.9, 198.51.100.1" });
+    const again = await post(`${proxied.url}/authorize`, "{}", {
+      "x-forwarded-for": "9.9.9.9, 198.51.100.1",
+    });
     expect([a.status, b.status, again.status]).toEqual([400, 400, 429]);
   });
 });
@@ -274,7 +284,11 @@ describe("memo expiry (finding 11)", () => {
     for (const expiresAt of [now - 120, now + 2]) {
       const memo = testMemo({ payTo: payee.address, amount: 5_000n, token: devnet.contracts.usd, expiresAt });
       // The authorization itself is valid for ten more minutes: only the gate's offer has run out.
-      const signedPayment = await signTestPayment(devnet, payer, { payTo: payee.address, amount: 5_000n, memo });
+      const signedPayment = await signTestPayment(devnet, payer, {
+        payTo: payee.address,
+        amount: 5_000n,
+        memo,
+      });
       const answer = await post(`${f.url}/authorize`, { signedPayment });
       expect(answer.status).toBe(422);
       expect(answer.body.error).toMatchObject({
@@ -285,8 +299,17 @@ describe("memo expiry (finding 11)", () => {
     expect(await gasNonce()).toBe(nonceBefore);
     expect(await paymentsTo(f.store, payee.address)).toBe(0);
 
-    const fresh = testMemo({ payTo: payee.address, amount: 5_000n, token: devnet.contracts.usd, expiresAt: now + 60 });
-    const signedPayment = await signTestPayment(devnet, payer, { payTo: payee.address, amount: 5_000n, memo: fresh });
+    const fresh = testMemo({
+      payTo: payee.address,
+      amount: 5_000n,
+      token: devnet.contracts.usd,
+      expiresAt: now + 60,
+    });
+    const signedPayment = await signTestPayment(devnet, payer, {
+      payTo: payee.address,
+      amount: 5_000n,
+      memo: fresh,
+    });
     expect((await post(`${f.url}/authorize`, { signedPayment })).status).toBe(200);
   });
 });
@@ -309,7 +332,11 @@ async function x402Payload(account: PrivateKeyAccount, offer: PaymentRequirement
     .setSpendControls({ allowedAssets: [{ network: devnet.network, asset: offer.asset }] });
   return client.createPaymentPayload({
     x402Version: 2,
-    resource: { url: `http://127.0.0.1/${randomBytes(4).toString("hex")}`, description: "x", mimeType: "text/plain" },
+    resource: {
+      url: `http://127.0.0.1/${randomBytes(4).toString("hex")}`,
+      description: "x",
+      mimeType: "text/plain",
+    },
     accepts: [offer],
   });
 }

@@ -78,7 +78,9 @@ async function token(
   // Built by hand when the claims break a rule `encodeSubAuthPayload` enforces (a forger is not bound by it).
   const payload =
     fields.exp - fields.iat > 3600
-      ? base64UrlEncode(JSON.stringify({ aud: fields.aud, exp: fields.exp, iat: fields.iat, sub: fields.sub }))
+      ? base64UrlEncode(
+          JSON.stringify({ aud: fields.aud, exp: fields.exp, iat: fields.iat, sub: fields.sub }),
+        )
       : encodeSubAuthPayload(fields);
   return formatSubAuthToken(payload, await signer.signMessage({ message: payload }));
 }
@@ -125,7 +127,14 @@ beforeAll(async () => {
     providerApiKey: (await registerProvider(client, provider.account)).apiKey,
     subscriptionEventPollMs: 0,
     subscriptionStatusTtlMs: TTL_MS,
-    routes: { "GET /api/report": { pricing: [{ type: "one-time", amount: 10_000n }, { type: "subscription", plan: planId }] } },
+    routes: {
+      "GET /api/report": {
+        pricing: [
+          { type: "one-time", amount: 10_000n },
+          { type: "subscription", plan: planId },
+        ],
+      },
+    },
   });
   await gate.ready();
 });
@@ -148,7 +157,10 @@ describe("sub-auth tokens for subscriptions that do not exist", () => {
       await request("7002", await token(stranger, { sub: "7099" })),
       await request("7003", await token(stranger, { sub: "7003", iat: now - 3000, exp: now - 10 })),
       await request("7004", await token(stranger, { sub: "7004", iat: now + 600, exp: now + 1200 })),
-      await request("7005", await token(stranger, { sub: "7005", iat: now - 30, exp: now + 10 * 365 * 86_400 })),
+      await request(
+        "7005",
+        await token(stranger, { sub: "7005", iat: now - 30, exp: now + 10 * 365 * 86_400 }),
+      ),
       await request("7006", "not-a-token"),
     ];
     expect(refused).toEqual([402, 402, 402, 402, 402, 402]);

@@ -7,7 +7,11 @@
  */
 import type { Clock } from "../../protocol/clock.ts";
 import { unixSeconds } from "../../protocol/clock.ts";
-import { type CheckablePayment, checkSignedPayment, type SupportedTokenConfig } from "../checkSignedPayment.ts";
+import {
+  type CheckablePayment,
+  checkSignedPayment,
+  type SupportedTokenConfig,
+} from "../checkSignedPayment.ts";
 import type { SettlementEngine } from "../settlementEngine.ts";
 import type { RateLimits } from "./rateLimits.ts";
 

@@ -51,7 +51,9 @@ export type RateLimits = {
 export function createRateLimits(options: RateLimitOptions & { clock: Clock }): RateLimits {
   const { clock } = options;
   const buckets = (rule: TokenBucketRule | false | undefined, fallback: TokenBucketRule) =>
-    rule === false ? undefined : createTokenBuckets({ ...(rule ?? fallback), clock, maxKeys: options.maxKeys });
+    rule === false
+      ? undefined
+      : createTokenBuckets({ ...(rule ?? fallback), clock, maxKeys: options.maxKeys });
   const clients: TokenBuckets | undefined = buckets(options.perClient, defaultClientLimit);
   const payers: TokenBuckets | undefined = buckets(options.perPayer, defaultPayerLimit);
   const trusted = new Set((options.trustedProxies ?? []).map((a) => normalizeAddress(a) ?? a));

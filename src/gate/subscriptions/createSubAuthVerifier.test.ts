@@ -87,7 +87,10 @@ describe("createSubAuthVerifier", () => {
       return formatSubAuthToken(payload, await account.signMessage({ message: subAuthMessage(payload) }));
     };
     const refused = [
-      await verifier.verify(await sign({ sub: "7", aud: "https://other.example", iat: now, exp: now + 60 }), "7"),
+      await verifier.verify(
+        await sign({ sub: "7", aud: "https://other.example", iat: now, exp: now + 60 }),
+        "7",
+      ),
       await verifier.verify(await sign({ sub: "8", aud: ORIGIN, iat: now, exp: now + 60 }), "7"),
       await verifier.verify(await sign({ sub: "7", aud: ORIGIN, iat: now - 120, exp: now - 60 }), "7"),
       await verifier.verify(await sign({ sub: "7", aud: ORIGIN, iat: now + 600, exp: now + 900 }), "7"),
