@@ -86,7 +86,7 @@ afterAll(async () => {
 
 /** A paid API at 0.50 to `payTo`; another gate unless it is given this one's secret and replay guard. */
 async function startGate(
-  options: { memoSecret?: Uint8Array; replayGuard?: ReplayGuard } = {},
+  options: { memoSecret?: Uint8Array<ArrayBuffer>; replayGuard?: ReplayGuard } = {},
 ): Promise<Gate> {
   const runs: string[] = [];
   const app = new Hono<PaymentGateEnv>();
