@@ -17,11 +17,7 @@
 import { type Address, type Hex, recoverMessageAddress } from "viem";
 import type { Clock } from "../../protocol/clock.ts";
 import { isTollgateError } from "../../protocol/errors.ts";
-import {
-  MAX_SUB_AUTH_LIFETIME,
-  splitSubAuthToken,
-  subAuthMessage,
-} from "../../protocol/subscriptionAuth.ts";
+import { MAX_SUB_AUTH_LIFETIME, splitSubAuthToken, subAuthMessage } from "../../protocol/subscriptionAuth.ts";
 
 /** A checked token: who signed it, or why it is refused (a message for the 402). */
 export type SubAuthVerdict = { ok: true; signer: Address } | { ok: false; reason: string };
@@ -81,7 +77,9 @@ export function createSubAuthVerifier(options: SubAuthVerifierOptions): SubAuthV
     }
     if (claims.aud !== audience) return `the token is for ${claims.aud}, not for this API (${audience})`;
     if (claims.exp <= now) return "the subscription auth token has expired; mint a new one";
-    if (claims.iat > now + skew) return "the subscription auth token is issued in the future; check the clock";
+    if (claims.iat > now + skew) {
+      return "the subscription auth token is issued in the future; check the clock";
+    }
     // The schema also bounds the lifetime; checked here too so a cached entry can never outlive it.
     if (claims.exp - claims.iat > MAX_SUB_AUTH_LIFETIME) {
       return `the token's lifetime is over ${MAX_SUB_AUTH_LIFETIME} seconds`;
