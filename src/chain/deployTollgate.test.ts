@@ -26,11 +26,19 @@ describe("deployTollgate", () => {
 
   describe("on a chain it does not know", () => {
     beforeAll(async () => {
-      await devnet.testClient.request({ method: "anvil_setChainId", params: [unknownChain.id] });
+      await setChainId(unknownChain.id);
     });
     afterAll(async () => {
-      await devnet.testClient.request({ method: "anvil_setChainId", params: [devnet.chain.id] });
+      await setChainId(devnet.chain.id);
     });
+
+    /** anvil_setChainId (not in viem's test actions): the same node now answers as another chain. */
+    const setChainId = (id: number) =>
+      fetch(devnet.rpcUrl, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "anvil_setChainId", params: [id] }),
+      });
 
     const wallet = () =>
       createWalletClient({
