@@ -7,16 +7,24 @@
  * Now only the payer (a signed read) and the payee (its provider API key) read a payment, and the event
  * feed is per provider, behind its key. Over a real facilitator on a real devnet.
  */
+import { randomBytes } from "node:crypto";
+import { Hono } from "hono";
 import type { Hex } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { getTokenBalance } from "../../src/chain/actions/usd/getTokenBalance.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
 import { createPayer } from "../../src/client/createPayer.ts";
 import { createFacilitatorClient } from "../../src/client/facilitatorClient.ts";
+import { fetchWithPayment } from "../../src/client/fetchWithPayment.ts";
 import { paymentPath } from "../../src/client/getPayment.ts";
 import { payerReadHeaders } from "../../src/client/payerReadHeaders.ts";
 import { registerProvider } from "../../src/client/registerProvider.ts";
+import { serveApp } from "../../src/facilitator/createFacilitator.ts";
+import { honoPaymentGate, type PaymentGateEnv } from "../../src/gate/honoPaymentGate.ts";
+import { paymentGate } from "../../src/gate/paymentGate.ts";
 import { PaymentRecordSchema } from "../../src/protocol/facilitator.ts";
+import { decodeJsonHeader } from "../../src/protocol/header.ts";
 import { memoNonce } from "../../src/protocol/memo.ts";
 import { type PaymentProof, PaymentProofSchema } from "../../src/protocol/paymentProof.ts";
 import type { SignedPayment } from "../../src/protocol/signedPayment.ts";
@@ -183,5 +191,70 @@ describe("what an observer of the chain has", () => {
     });
     expect(response.status).toBe(400);
     expect(await response.text()).not.toContain(proof.sig);
+  });
+});
+
+describe("the race an observer ran against payers", () => {
+  it("leaves an observer nothing to redeem at the gate, so the payer is served and pays once", async () => {
+    const gate = paymentGate({
+      payTo: payee.address,
+      network: devnet.network,
+      token: devnet.contracts.usd,
+      facilitator: tf.url,
+      fetch,
+      memoSecret: randomBytes(32),
+      routes: { "GET /api/report": { price: 40_000n } },
+    });
+    const api = new Hono<PaymentGateEnv>();
+    api.use("/api/*", honoPaymentGate(gate));
+    api.get("/api/report", (c) => c.json({ report: "quarterly", paidBy: c.get("payment")?.payer }));
+    const server = await serveApp(api);
+    const victim = privateKeyToAccount(generatePrivateKey());
+    await devnet.fund(victim.address, { usd: 1_000_000n });
+    const balance = () =>
+      getTokenBalance(devnet.publicClient, { token: devnet.contracts.usd, owner: victim.address });
+    const before = await balance();
+    const observed: { events: number; payment: number; gate?: number } = { events: 0, payment: 0 };
+    try {
+      // Between the payer's /authorize and its paid request, the observer does what the review did:
+      // read the feed and the payment (the nonce is public on chain once settled), and present the
+      // proof at the gate first.
+      const racingFetch: typeof fetch = async (input, init) => {
+        const headers = new Headers(init?.headers ?? (input instanceof Request ? input.headers : undefined));
+        const header = headers.get("X-PAYMENT");
+        if (header !== null && observed.gate === undefined) {
+          const { memo } = decodeJsonHeader(header, PaymentProofSchema);
+          observed.events = (await fetch(`${tf.url}/events?types=payment.settled&limit=1000`)).status;
+          const record = await fetch(`${tf.url}${paymentPath(memoNonce(memo))}`);
+          observed.payment = record.status;
+          const stolen = record.ok ? PaymentRecordSchema.parse(await record.json()).proof : undefined;
+          observed.gate = 0;
+          if (stolen !== undefined) {
+            const raced = await fetch(`${server.url}/api/report`, {
+              headers: { "X-PAYMENT": Buffer.from(JSON.stringify(stolen)).toString("base64") },
+            });
+            observed.gate = raced.status;
+          }
+        }
+        return fetch(input, init);
+      };
+      const payments: unknown[] = [];
+      const asVictim = createPayer({ account: victim, network: devnet.network, facilitator: tf.url, fetch });
+      const paid = fetchWithPayment(racingFetch, asVictim, {
+        maxPrice: "0.10",
+        onPayment: (receipt) => {
+          payments.push(receipt);
+        },
+      });
+      const response = await paid(`${server.url}/api/report`);
+      expect(response.status).toBe(200);
+      expect(await response.json()).toEqual({ report: "quarterly", paidBy: victim.address });
+      expect(observed).toEqual({ events: 401, payment: 401, gate: 0 });
+      expect(payments).toHaveLength(1);
+      expect(before - (await balance())).toBe(40_000n);
+    } finally {
+      await server.close();
+      await gate.close();
+    }
   });
 });
