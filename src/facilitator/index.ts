@@ -10,6 +10,7 @@ export {
 export { createLogger } from "./createLogger.ts";
 export { loadFacilitatorConfig } from "./facilitatorConfig.ts";
 export type { FacilitatorContext, FacilitatorModule, FacilitatorModuleFactory } from "./facilitatorModule.ts";
+export type { MetricsAccess } from "./metricsAccess.ts";
 export { builtinModules } from "./modules.ts";
 export {
   generateProofKey,
