@@ -14,6 +14,7 @@ export * from "./manifest.ts";
 export * from "./memo.ts";
 export * from "./network.ts";
 export * from "./parseWire.ts";
+export * from "./payerReadAuth.ts";
 export * from "./paymentProof.ts";
 export * from "./paymentRequired.ts";
 export * from "./signedPayment.ts";
