@@ -8,11 +8,26 @@ export {
 } from "./buildPaymentRequired.ts";
 export { expressPaymentGate } from "./expressPaymentGate.ts";
 export { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
-export { issueMemo, type MemoSecret, memoSecretOf, type OpenedMemo, openMemo, sealMemo } from "./memo.ts";
+export {
+  issueMemo,
+  type MemoSecret,
+  memoSecretOf,
+  memoSecretWeakness,
+  type OpenedMemo,
+  openMemo,
+  PUBLISHED_MEMO_SECRETS,
+  sealMemo,
+} from "./memo.ts";
 export { createMemoryUsageLedger } from "./metering/createMemoryUsageLedger.ts";
 export { createPostgresUsageLedger } from "./metering/createPostgresUsageLedger.ts";
 export type { UsageLedger } from "./metering/usageLedger.ts";
 export { type NodeGatedHandler, type NodePaymentGateOptions, nodePaymentGate } from "./nodePaymentGate.ts";
+export {
+  type NormalizedTarget,
+  normalizeRequestTarget,
+  type RequestTargetReading,
+  targetRefusal,
+} from "./normalizeRequestTarget.ts";
 export { type ParsedPaymentProof, parsePaymentProof } from "./parsePaymentProof.ts";
 export {
   type GatePayment,
