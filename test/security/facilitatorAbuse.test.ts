@@ -130,7 +130,7 @@ afterAll(async () => {
   await devnet?.stop();
 });
 
-describe("junk payments (finding 5)", () => {
+describe("junk payments (finding 5)", { timeout: 120_000 }, () => {
   it("refuses forty zero-value payments from a key with no ETH or USD: no gas spent, nothing attributed to the payee", async () => {
     const f = await startFacilitator();
     const victim = devnet.accounts[2]!;
@@ -197,18 +197,24 @@ describe("junk payments (finding 5)", () => {
       paymentPayload,
       paymentRequirements: offer,
     });
-    expect(settle.body).toMatchObject({ success: false });
+    expect(settle.body).toMatchObject({
+      success: false,
+      errorReason: "invalid_exact_evm_payload_authorization_value_mismatch",
+    });
     const verify = await post(`${f.url}/x402/verify`, {
       x402Version: 2,
       paymentPayload,
       paymentRequirements: offer,
     });
-    expect(verify.body).toMatchObject({ isValid: false });
+    expect(verify.body).toMatchObject({
+      isValid: false,
+      invalidReason: "invalid_exact_evm_payload_authorization_value_mismatch",
+    });
     expect(await paymentsTo(f.store, payee.address)).toBe(1);
   });
 });
 
-describe("rate limits (finding 5)", () => {
+describe("rate limits (finding 5)", { timeout: 120_000 }, () => {
   it("answers 429 RateLimited with Retry-After once a payer has spent its bucket, from any address", async () => {
     const f = await startFacilitator({ rateLimits: { perPayer: { capacity: 3, refillPerSecond: 0.01 } } });
     const payer = devnet.accounts[5]!;
@@ -274,7 +280,7 @@ describe("rate limits (finding 5)", () => {
   });
 });
 
-describe("memo expiry (finding 11)", () => {
+describe("memo expiry (finding 11)", { timeout: 120_000 }, () => {
   it("refuses a payment whose memo has expired or expires before it could settle, and moves no money", async () => {
     const f = await startFacilitator();
     const payer = devnet.accounts[1]!;

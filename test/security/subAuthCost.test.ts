@@ -146,7 +146,7 @@ afterAll(async () => {
   await devnet?.stop();
 });
 
-describe("sub-auth tokens for subscriptions that do not exist", () => {
+describe("sub-auth tokens for subscriptions that do not exist", { timeout: 120_000 }, () => {
   it("costs no lookup and no signature recovery for a token that fails a free check (audience, subject, expiry, issue time, lifetime)", async () => {
     const stranger = privateKeyToAccount(generatePrivateKey());
     const now = Math.floor(clock.now() / 1000);
