@@ -4,7 +4,10 @@
  * the reads a payer needs (plans, subscriptions, its own nonces).
  *
  * Every relayed call is simulated with the manager's ABI before it is sent, so a refusal comes back
- * as a precise code (DESIGN.md §2.6) and costs no gas. Relays are idempotent on the signed request:
+ * as a precise code (DESIGN.md §2.6) and costs no gas. Only plans in a token this facilitator serves
+ * are relayed (422 `UnsupportedToken` otherwise, before anything is sent): anyone may create a plan in
+ * any token, and the keeper never renews those (issue 10, finding 9), so their gas would be spent on
+ * subscriptions nobody collects. Relays are idempotent on the signed request:
  * a retry (say, after a timeout) gets the first attempt's result rather than an `InvalidSignature`
  * for the intent nonce the first attempt used.
  */
@@ -67,7 +70,7 @@ export type SubscriptionService = {
 
 type ServiceContext = Pick<
   FacilitatorContext,
-  "store" | "publicClient" | "gas" | "chainId" | "subscriptionManager" | "logger" | "clock"
+  "store" | "publicClient" | "gas" | "chainId" | "subscriptionManager" | "logger" | "clock" | "tokens"
 >;
 
 /** A relay that has sat `pending` this long without a transaction was abandoned (a crash): redo it. */
@@ -101,6 +104,17 @@ export function createSubscriptionService(
   const client = ctx.publicClient;
   const log = ctx.logger.child({ component: "subscriptions" });
   const maxRelaysPerHour = deps.maxRelaysPerHour ?? 30;
+  const servedTokens = new Set(ctx.tokens.map((token) => token.address.toLowerCase()));
+
+  /** Refuses to pay gas for a plan in a token this facilitator does not serve (the keeper's list). */
+  function assertServedToken(plan: PlanRow): void {
+    if (servedTokens.has(plan.token.toLowerCase())) return;
+    throw new TollgateError(
+      "UnsupportedToken",
+      "this facilitator does not relay subscriptions to plans in that token (see GET /supported)",
+      { details: { planId: plan.plan_id.toString(), token: getAddress(plan.token) } },
+    );
+  }
 
   async function read<T>(call: () => Promise<unknown>): Promise<T> {
     try {
@@ -324,6 +338,7 @@ export function createSubscriptionService(
     return relay<SubscribeResponse, { permitTransaction?: Hash }>("subscribe", subscriber, request, {
       async prepare() {
         const plan = await readPlan(planId);
+        assertServedToken(plan);
         if (plan.deprecated) {
           const successor =
             plan.successor_plan_id === null || plan.successor_plan_id === 0n
@@ -457,6 +472,7 @@ export function createSubscriptionService(
       { subscriptionId: subscriptionId.toString(), request },
       {
         async prepare() {
+          assertServedToken(await readPlan(sub.planId));
           const now = await chainTime();
           if (deadline <= BigInt(now)) {
             throw new TollgateError("AuthorizationExpired", "the intent's deadline has passed on chain", {
