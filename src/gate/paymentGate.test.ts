@@ -285,6 +285,35 @@ describe("paymentGate: accepting a proof", () => {
     expect(response.status).toBe(200);
     expect(kit.served[0]?.amount).toBe(50_000n);
   });
+
+  it("refuses a proof whose memo names the request but pays less than the request costs now", async () => {
+    let price = "0.01";
+    const priced = setup({ routes: ({ path }) => (path === "/api/image" ? { price } : undefined) });
+    const proof = proofFor(priced, await offer(priced, "/api/image"));
+    price = "0.05";
+    await expectRefused(
+      priced,
+      await pay(priced, proof, "/api/image"),
+      /pays 10000, less than this request's price 50000/,
+    );
+    price = "0.01";
+    expect((await pay(priced, proof, "/api/image")).status).toBe(200);
+  });
+
+  it("refuses any proof on a request sold only by subscription", async () => {
+    let subscriptionOnly = false;
+    const priced = setup({
+      publicOrigin: "https://api.example.com",
+      routes: () =>
+        subscriptionOnly ? { pricing: [{ type: "subscription", plan: "3" }] } : { price: "0.01" },
+    });
+    const proof = proofFor(priced, await offer(priced, "/api/image"));
+    subscriptionOnly = true;
+    const response = await pay(priced, proof, "/api/image");
+    // The plan cannot be read (no facilitator here): the gate says so rather than take the proof.
+    expect(response.status).not.toBe(200);
+    expect(priced.served).toHaveLength(0);
+  });
 });
 
 describe("paymentGate: a proof is used up only by a request that was served", () => {
