@@ -34,6 +34,7 @@ import { type ErrorCode, TollgateError } from "../protocol/errors.ts";
 import type { SupportedResponse } from "../protocol/facilitator.ts";
 import { parseWire } from "../protocol/parseWire.ts";
 import {
+  X402_GATE_EXTRA,
   X402_VERSION,
   X402ErrorReason,
   X402ExactEip3009PayloadSchema,
@@ -160,7 +161,7 @@ export function x402Routes(deps: X402RoutesDeps): Hono {
      * while a retry after `settlement_pending` or a fault still gets the answer.
      */
     const answerSettled = async (transaction: string) => {
-      const fromGate = typeof read.request.paymentRequirements.extra?.tollgateGate === "string";
+      const fromGate = typeof read.request.paymentRequirements.extra?.[X402_GATE_EXTRA] === "string";
       if (!fromGate && !(await markX402Answered(deps.store, nonce, requestHash))) {
         return c.json(
           settleRefusal(

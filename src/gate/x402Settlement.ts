@@ -11,14 +11,14 @@
  *
  * Replays. One transfer buys one response, whichever scheme presents it (DESIGN.md §2.4). The EIP-3009
  * authorization of every settled payment is public on chain, so anyone can wrap it in a
- * `PAYMENT-SIGNATURE`; two things stop that:
+ * `PAYMENT-SIGNATURE`; three rules stop that:
  * - the replay key is the authorization (`paymentReplayKey`: network, token, `from`, nonce), the same
  *   key a Tollgate proof of that transfer uses (its nonce is `keccak256(memo)`). The order is
  *   *consume, then settle*: the key is consumed atomically before the facilitator is asked, so of
  *   concurrent requests with one authorization — in one process or across instances sharing a guard,
  *   under either scheme — one goes on and the others are refused without a settle;
  * - the facilitator answers `success` only to the x402 request that settled the authorization and to
- *   identical retries of it (docs/x402.md, "Settling twice"). The settle request carries the gate's own
+ *   identical retries of it (docs/x402.md, "Replays"). The settle request carries the gate's own
  *   requirements with the gate's identity in `extra.tollgateGate` (`x402GateId`, derived from the memo
  *   secret, so every instance of one API sends the same request and another gate cannot): a payload
  *   settled at one gate, or an authorization settled as a Tollgate payment, is refused at every other
@@ -33,7 +33,8 @@
  * How long: a key is kept until `validBefore + RETRY_GRACE_SECONDS`, and the gate refuses a payload
  * after that instant before asking anyone, so a forgotten key can never be served again. The grace
  * lets a retry after a 5xx succeed even once the authorization has expired: the facilitator answers
- * an already settled payload with its transaction, and refuses one that was not settled in time.
+ * the gate's identical request for a settled payload with its transaction, and refuses one that was
+ * not settled in time.
  */
 import { createHmac } from "node:crypto";
 import type { Address, Hex } from "viem";
@@ -45,6 +46,7 @@ import { TollgateError } from "../protocol/errors.ts";
 import { decodeJsonHeader, encodeJsonHeader, HeaderName, safeDecodeJsonHeader } from "../protocol/header.ts";
 import type { Network } from "../protocol/network.ts";
 import {
+  X402_GATE_EXTRA,
   X402_VERSION,
   X402ErrorReason,
   X402ExactEip3009PayloadSchema,
@@ -94,8 +96,9 @@ export type X402Terms = {
 
 /**
  * `paid`: run the handler and add `headers` (`PAYMENT-RESPONSE`). `refused`: answer a fresh 402 with
- * the x402 `reason` and a `message` for people; nothing was consumed and no money moved for this
- * request. `fault`: answer 5xx from `error`; nothing was consumed, and the same header may be retried.
+ * the x402 `reason` and a `message` for people; no money moved for this request and its key is not
+ * held. `fault`: answer 5xx from `error`; the key was given back, and the same header may be retried
+ * (unless giving it back is what failed).
  */
 export type X402Outcome =
   | { kind: "paid"; payment: X402GatePayment; headers: Headers }
@@ -266,7 +269,7 @@ export function createX402Settlement(options: X402SettlementOptions): X402Settle
       return { kind: "fault", error };
     }
 
-    const settled = { ...requirements, extra: { ...requirements.extra, tollgateGate: options.gateId } };
+    const settled = { ...requirements, extra: { ...requirements.extra, [X402_GATE_EXTRA]: options.gateId } };
     const result = await settleResult(
       settle,
       { x402Version: X402_VERSION, paymentPayload: payload, paymentRequirements: settled },

@@ -23,6 +23,14 @@ import { AuthorizationSchema } from "./signedPayment.ts";
 
 export const X402_VERSION = 2;
 
+/**
+ * The key of `paymentRequirements.extra` where a Tollgate gate names itself when it settles an x402
+ * payment (`x402GateId`). The facilitator answers such a request `success` again on an identical
+ * retry, because the gate keeps a replay guard; a standard x402 resource server sends no such key and
+ * is answered `success` once (docs/x402.md, "Replays").
+ */
+export const X402_GATE_EXTRA = "tollgateGate";
+
 const NonEmpty = z.string().min(1);
 const AnyRecord = z.record(z.string(), z.unknown());
 /** x402 CAIP-2 check: at least three characters with a colon (any chain family). */
