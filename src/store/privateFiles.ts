@@ -22,7 +22,7 @@ import {
   mkdirSync,
   openSync,
   readdirSync,
-  writeSync,
+  writeFileSync,
 } from "node:fs";
 import { join } from "node:path";
 
@@ -62,7 +62,7 @@ export function writePrivateFile(path: string, data: string | Uint8Array): void 
   const fd = openSync(path, "w", FILE_MODE);
   try {
     fchmodSync(fd, FILE_MODE);
-    writeSync(fd, data);
+    writeFileSync(fd, data);
   } finally {
     closeSync(fd);
   }
