@@ -42,7 +42,7 @@ const VISIBLE_ASCII = /^[\x21-\x7e]*$/;
 /**
  * What a path may hold: visible ASCII except the characters WHATWG URL serialization never leaves raw in
  * a path (`"`, `<`, `>`, `` ` ``, `{`, `}`), the delimiters `?` and `#`, and `\` (which URL parsers read
- * as `/`). `%` is checked separately.
+ * as `/`). `%` is allowed here and its escapes are checked separately.
  */
 const PATH_CHARACTERS = /^[\x21\x24-\x3b\x3d\x40-\x5b\x5d-\x5f\x61-\x7a\x7c\x7e]*$/;
 const PERCENT_ESCAPE = /%(?![0-9A-Fa-f]{2})/;
@@ -84,7 +84,7 @@ export function normalizeRequestTarget(target: string): RequestTargetReading {
   const rawPath = queryAt === -1 ? rest : rest.slice(0, queryAt);
   const query = queryAt === -1 ? "" : rest.slice(queryAt + 1);
 
-  if (!PATH_CHARACTERS.test(rawPath.replaceAll("%", "!"))) {
+  if (!PATH_CHARACTERS.test(rawPath)) {
     return refuse("the request path holds a character a URL path may not hold unescaped");
   }
   if (PERCENT_ESCAPE.test(rawPath)) return refuse("the request path has a malformed percent-escape");
