@@ -12,6 +12,11 @@
  *    failure, retried with exponential backoff and jitter until the delivery becomes a dead letter. A
  *    worker that dies mid-send leaves a lease that expires, and another worker sends again: at least
  *    once, never silently dropped. Receivers de-duplicate on the event id.
+ *
+ * Every attempt first checks its target again (webhookTargets.ts: DNS may have changed since the
+ * endpoint was registered) and connects to the checked address only. An attempt records its status
+ * code and a bounded, sanitised status line, never the response body (SSRF: whatever answered may be
+ * an internal service whose reply the provider must not read).
  */
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
