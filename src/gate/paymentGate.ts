@@ -41,9 +41,9 @@ import {
   paymentRequiredResponse,
 } from "./buildPaymentRequired.ts";
 import { memoSecretOf } from "./memo.ts";
-import { type NormalizedTarget, normalizeRequestTarget } from "./normalizeRequestTarget.ts";
 import { createMemoryUsageLedger } from "./metering/createMemoryUsageLedger.ts";
 import { createUsageFlusher } from "./metering/createUsageFlusher.ts";
+import { type NormalizedTarget, normalizeRequestTarget } from "./normalizeRequestTarget.ts";
 import { parsePaymentProof } from "./parsePaymentProof.ts";
 import {
   type GateLogger,
@@ -199,7 +199,10 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     try {
       memoSecret = memoSecretOf(config.memoSecret);
     } catch (cause) {
-      throw new TollgateError("InvalidRequest", `paymentGate options: memoSecret: ${(cause as Error).message}`);
+      throw new TollgateError(
+        "InvalidRequest",
+        `paymentGate options: memoSecret: ${(cause as Error).message}`,
+      );
     }
   }
   /** The origin of the URL routes functions are given; never the request's `Host`. */
