@@ -63,9 +63,9 @@ export const FacilitatorEnvSchema = z.object({
     .regex(/^[1-9]\d{0,76}$/, { error: "expected a positive integer in the token's smallest unit" })
     .transform((text) => BigInt(text))
     .optional(),
-  /** Rate limit per client address on the endpoints that cost chain work (default 60:10). */
+  /** Rate limit per client address on the endpoints that cost chain work (default 120:20). */
   TOLLGATE_RATE_LIMIT_CLIENT: RateLimitSchema.optional(),
-  /** Rate limit per payer address (default 30:3). */
+  /** Rate limit per payer address (default 60:10). */
   TOLLGATE_RATE_LIMIT_PAYER: RateLimitSchema.optional(),
   /** Comma-separated addresses of reverse proxies whose X-Forwarded-For is believed (default none). */
   TOLLGATE_TRUSTED_PROXIES: z
@@ -78,6 +78,8 @@ export const FacilitatorEnvSchema = z.object({
     )
     .refine((list) => list.every((a) => isIP(a) !== 0), { error: "expected IP addresses, comma-separated" })
     .optional(),
+  /** Bearer token for `GET /metrics`; unset, metrics are served to loopback peers only. */
+  TOLLGATE_METRICS_TOKEN: z.string().min(16, { error: "use at least 16 characters" }).optional(),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   // TOLLGATE_WEBHOOK_KEYS, TOLLGATE_WEBHOOK_ALLOW_TARGETS (webhooks/webhookConfig.ts).
   ...WebhookEnvSchema.shape,
@@ -102,6 +104,7 @@ export type FacilitatorConfig = {
   rateLimits: RateLimitOptions;
   /** Sealing keys of webhook secrets and the non-public targets allowed (webhooks/webhookConfig.ts). */
   webhooks: WebhookConfig;
+  metricsToken: string | undefined;
 };
 
 function missing(what: string, variable: string): never {
@@ -201,5 +204,6 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
       perPayer: env.TOLLGATE_RATE_LIMIT_PAYER,
       trustedProxies: env.TOLLGATE_TRUSTED_PROXIES,
     },
+    metricsToken: env.TOLLGATE_METRICS_TOKEN === "" ? undefined : env.TOLLGATE_METRICS_TOKEN,
   };
 }

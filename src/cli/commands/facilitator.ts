@@ -58,8 +58,9 @@ export async function run(argv: string[]): Promise<number> {
         "environment: TOLLGATE_RPC_URL TOLLGATE_NETWORK TOLLGATE_GAS_KEY TOLLGATE_PROOF_KEYS TOLLGATE_TOKEN\n" +
         "  TOLLGATE_BATCH_SETTLER TOLLGATE_SUBSCRIPTION_MANAGER TOLLGATE_CONFIRMATIONS DATABASE_URL LOG_LEVEL\n" +
         "  TOLLGATE_MIN_AMOUNT (smallest unit; default 10000 on Base, 1 on a devnet)\n" +
-        "  TOLLGATE_RATE_LIMIT_CLIENT TOLLGATE_RATE_LIMIT_PAYER (<burst>:<per second> or off; default 60:10, 30:3)\n" +
+        "  TOLLGATE_RATE_LIMIT_CLIENT TOLLGATE_RATE_LIMIT_PAYER (<burst>:<per second> or off; default 120:20, 60:10)\n" +
         "  TOLLGATE_TRUSTED_PROXIES (reverse proxies whose X-Forwarded-For is believed; default none)\n" +
+        "  TOLLGATE_METRICS_TOKEN (unset: /metrics answers loopback peers only)\n" +
         "  TOLLGATE_WEBHOOK_KEYS (keys sealing webhook secrets; default: generated into <dir>/webhook-secret-key)\n" +
         "  TOLLGATE_WEBHOOK_ALLOW_TARGETS, --webhook-allow-targets (non-public webhook targets allowed, e.g.\n" +
         "  127.0.0.0/8,::1 for local development; default none)\n" +
@@ -83,6 +84,7 @@ export async function run(argv: string[]): Promise<number> {
     confirmations: config.confirmations,
     rateLimits: config.rateLimits,
     webhooks: { secretKeys: config.webhooks.secretKeys, allowTargets: config.webhooks.allowTargets },
+    metricsAccess: { token: config.metricsToken },
     logger,
   });
   let server: Awaited<ReturnType<typeof serveApp>>;
