@@ -13,7 +13,7 @@ import { generateProofKey } from "../src/facilitator/proofKeys.ts";
 import type { Clock } from "../src/protocol/clock.ts";
 import { createStore } from "../src/store/createStore.ts";
 import type { Store } from "../src/store/store.ts";
-import { signTestPayment } from "./support/facilitatorHarness.ts";
+import { signTestPayment, testMemo } from "./support/facilitatorHarness.ts";
 
 const IDLE_SECONDS = 600;
 /** The world ten minutes after the chain's last block. */
@@ -58,9 +58,18 @@ describe("a payment on a chain that has been idle", () => {
     const latest = await devnet.publicClient.getBlock({ blockTag: "latest" });
     const now = BigInt(Math.floor(later.now() / 1000));
     const [payer, payTo] = [devnet.accounts[1]!, devnet.accounts[2]!];
+    // The gate that quoted this payment lives in the same world as the facilitator: its memo expires
+    // five minutes after `later`, not after the wall clock.
+    const memo = testMemo({
+      payTo: payTo.address,
+      amount: 250_000n,
+      token: devnet.contracts.usd,
+      expiresAt: Number(now) + 300,
+    });
     const signedPayment = await signTestPayment(devnet, payer, {
       payTo: payTo.address,
       amount: 250_000n,
+      memo,
       validAfter: now - 60n,
       validBefore: now + 600n,
     });
