@@ -15,6 +15,7 @@ import { TollgateError } from "../protocol/errors.ts";
 import { NetworkSchema } from "../protocol/network.ts";
 import { summarizeIssues } from "../protocol/parseWire.ts";
 import type { RateLimitOptions } from "./abuse/rateLimits.ts";
+import { CommaListSchema } from "./commaListSchema.ts";
 import type { FacilitatorToken } from "./createFacilitator.ts";
 import { generateProofKey, type ProofKey, parseProofKey } from "./proofKeys.ts";
 import { loadWebhookConfig, type WebhookConfig, WebhookEnvSchema } from "./webhooks/webhookConfig.ts";
@@ -68,16 +69,9 @@ export const FacilitatorEnvSchema = z.object({
   /** Rate limit per payer address (default 60:10). */
   TOLLGATE_RATE_LIMIT_PAYER: RateLimitSchema.optional(),
   /** Comma-separated addresses of reverse proxies whose X-Forwarded-For is believed (default none). */
-  TOLLGATE_TRUSTED_PROXIES: z
-    .string()
-    .transform((text) =>
-      text
-        .split(",")
-        .map((s) => s.trim())
-        .filter((s) => s !== ""),
-    )
-    .refine((list) => list.every((a) => isIP(a) !== 0), { error: "expected IP addresses, comma-separated" })
-    .optional(),
+  TOLLGATE_TRUSTED_PROXIES: CommaListSchema.refine((list) => list.every((a) => isIP(a) !== 0), {
+    error: "expected IP addresses, comma-separated",
+  }).optional(),
   /** Bearer token for `GET /metrics`; unset, metrics are served to loopback peers only. */
   TOLLGATE_METRICS_TOKEN: z.string().min(16, { error: "use at least 16 characters" }).optional(),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),

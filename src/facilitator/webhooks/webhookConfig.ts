@@ -13,32 +13,24 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
 import { ensurePrivateDir, tightenPrivateFile, writePrivateFile } from "../../store/privateFiles.ts";
+import { CommaListSchema } from "../commaListSchema.ts";
 import { generateWebhookSecretKey, parseWebhookSecretKey } from "./webhookSecretBox.ts";
 import { createWebhookTargetPolicy } from "./webhookTargets.ts";
 
 /** The environment variables, as part of the facilitator's environment schema. */
 export const WebhookEnvSchema = z.object({
   TOLLGATE_WEBHOOK_KEYS: z.string().optional(),
-  TOLLGATE_WEBHOOK_ALLOW_TARGETS: z
-    .string()
-    .transform((text) =>
-      text
-        .split(",")
-        .map((s) => s.trim())
-        .filter((s) => s !== ""),
-    )
-    .refine(
-      (entries) => {
-        try {
-          createWebhookTargetPolicy({ allowTargets: entries });
-          return true;
-        } catch {
-          return false;
-        }
-      },
-      { error: "expected IP addresses or CIDRs, comma-separated (e.g. 127.0.0.0/8,::1)" },
-    )
-    .optional(),
+  TOLLGATE_WEBHOOK_ALLOW_TARGETS: CommaListSchema.refine(
+    (entries) => {
+      try {
+        createWebhookTargetPolicy({ allowTargets: entries });
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    { error: "expected IP addresses or CIDRs, comma-separated (e.g. 127.0.0.0/8,::1)" },
+  ).optional(),
 });
 export type WebhookEnv = z.infer<typeof WebhookEnvSchema>;
 
