@@ -35,6 +35,7 @@ import type { CallCounter } from "./policy/createCallCounter.ts";
 import { decide, type PolicyDecision, type PolicyForecast } from "./policy/decide.ts";
 import { offerFromPaymentRequired } from "./policy/offerFromPaymentRequired.ts";
 import type { PolicyOffer } from "./policy/policyOffer.ts";
+import { reachSeller } from "./sellerUnreachable.ts";
 import type { SpendEvent, SpendMode } from "./spendReport.ts";
 
 /** A remote capability: where it is served and how it is called. */
@@ -321,7 +322,8 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         if (use.created) paidAmount += BigInt(use.option.amount);
       },
     };
-    const paidFetch = fetchWithPayment(fetch, payer, fetchOptions);
+    // A seller that does not answer is `SellerUnreachable`, not a bare `fetch failed` (Internal).
+    const paidFetch = fetchWithPayment(reachSeller(fetch), payer, fetchOptions);
     /** The seller answered an error: its code and message, and what it was paid for the call. */
     const sellerFailure = (status: number, text: string): SellerError => {
       const seller = errorOf(text);

@@ -37,6 +37,7 @@ describe("error catalogue", () => {
         "ApprovalDenied",
         "PriceCeilingExceeded",
         "PaidRequestFailed",
+        "SellerUnreachable",
         "InvalidEncoding",
         "HeaderTooLarge",
         "InvalidAmount",

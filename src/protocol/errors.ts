@@ -32,6 +32,8 @@ export const ErrorCode = {
   ApprovalDenied: "ApprovalDenied",
   PriceCeilingExceeded: "PriceCeilingExceeded",
   PaidRequestFailed: "PaidRequestFailed",
+  /** A seller's server did not answer (connection refused, DNS, timeout): nothing it sold was served. */
+  SellerUnreachable: "SellerUnreachable",
   // Codec faults: untrusted bytes that are not what they claim to be.
   InvalidEncoding: "InvalidEncoding",
   HeaderTooLarge: "HeaderTooLarge",
@@ -77,6 +79,7 @@ const statusByCode: Record<ErrorCode, number> = {
   ApprovalDenied: 403,
   PriceCeilingExceeded: 402,
   PaidRequestFailed: 502,
+  SellerUnreachable: 502,
   InvalidEncoding: 400,
   HeaderTooLarge: 400,
   InvalidAmount: 400,
