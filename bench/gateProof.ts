@@ -59,7 +59,7 @@ const gate = paymentGate({
   },
   proofKeys: jwksOf([key]),
   memoSecret,
-  routes: { [`GET ${GATED_PATH}`]: { price: PRICE } },
+  routes: { [`GET ${GATED_PATH}`]: { amount: PRICE } },
   // Room for every proof of the run: the default guard holds 100 000 live memos.
   replayGuard: createMemoryReplayGuard({ clock: systemClock, maxEntries: 5_000_000 }),
 });

@@ -74,7 +74,7 @@ export async function main(options: ExampleOptions = {}): Promise<SubscriptionRe
       publicOrigin: server.url,
       providerApiKey: apiKey,
       pricing: [
-        { type: "one-time", amount: "0.50" },
+        { type: "one-time", price: "0.50" },
         { type: "subscription", plan: planId },
       ],
     });

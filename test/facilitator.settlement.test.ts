@@ -7,7 +7,7 @@ import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/start
 import { createFacilitator } from "../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../src/facilitator/proofKeys.ts";
 import { createStaticKeyResolver } from "../src/gate/proofKeyResolver.ts";
-import { checkSignatureWithKeys, verifyPaymentProof } from "../src/gate/verifyPaymentProof.ts";
+import { checkPaymentProof, checkSignatureWithKeys } from "../src/gate/checkPaymentProof.ts";
 import { systemClock } from "../src/protocol/clock.ts";
 import { JwksSchema, PaymentRecordSchema } from "../src/protocol/facilitator.ts";
 import { PaymentProofSchema } from "../src/protocol/paymentProof.ts";
@@ -79,7 +79,7 @@ describe("POST /authorize", () => {
     expect(proof.tx).toBe(body.settled.transaction);
 
     const jwks = JwksSchema.parse(await (await fetch(`${tf.url}/.well-known/jwks.json`)).json());
-    const verdict = await verifyPaymentProof(proof, {
+    const verdict = await checkPaymentProof(proof, {
       checkSignature: checkSignatureWithKeys(createStaticKeyResolver(jwks)),
       memoSecret: testMemoSecret,
       clock: systemClock,
@@ -364,7 +364,7 @@ describe("proof key rotation", () => {
     return JwksSchema.parse(await (await fetch(`${url}/.well-known/jwks.json`)).json());
   }
   async function gateAccepts(proof: unknown, jwks: unknown) {
-    return verifyPaymentProof(PaymentProofSchema.parse(proof), {
+    return checkPaymentProof(PaymentProofSchema.parse(proof), {
       checkSignature: checkSignatureWithKeys(createStaticKeyResolver(JwksSchema.parse(jwks))),
       memoSecret: testMemoSecret,
       clock: systemClock,

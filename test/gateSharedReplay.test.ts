@@ -39,7 +39,7 @@ function gateWith(replayGuard: ReplayGuard): PaymentGate {
     clock,
     proofKeys: jwksOf([key]),
     replayGuard,
-    pricing: [{ type: "one-time", amount: "0.01" }],
+    pricing: [{ type: "one-time", price: "0.01" }],
   });
 }
 

@@ -32,7 +32,7 @@ import { startTestFacilitator, type TestFacilitator } from "./support/facilitato
 
 const ROUTES = {
   "GET /api/reports/:id": { price: "0.50", description: "one report" },
-  "POST /api/summarize": { price: 50_000n },
+  "POST /api/summarize": { amount: 50_000n },
   "GET /api/expensive": { price: "25" },
   "GET /api/flaky/:id": { price: "0.25" },
 } satisfies PaymentGateOptions["routes"];

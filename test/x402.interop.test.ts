@@ -108,7 +108,7 @@ describe("a standard x402 client paying a Tollgate gate", () => {
           memoSecret: MEMO_SECRET,
           ...(options.replayGuard === undefined ? {} : { replayGuard: options.replayGuard }),
           ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
-          routes: { "GET /api/weather": { price: PRICE, description: "today's weather" } },
+          routes: { "GET /api/weather": { amount: PRICE, description: "today's weather" } },
         }),
       ),
     );

@@ -74,7 +74,7 @@ export async function startTollgateStack(options: {
     facilitator: facilitatorServer.url,
     fetch,
     memoSecret: randomBytes(32),
-    routes: { [`GET ${options.path}`]: { price: options.price, description: "one item" } },
+    routes: { [`GET ${options.path}`]: { amount: options.price, description: "one item" } },
   });
   const app = new Hono<PaymentGateEnv>();
   app.use("/api/*", honoPaymentGate(gate));

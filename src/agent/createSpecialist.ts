@@ -112,7 +112,7 @@ function manifestPricing(capability: Capability, plan: SpecialistPlan | undefine
 function gatePricing(capability: Capability, plan: SpecialistPlan | undefined): RouteConfig {
   const pricing: PricingEntry[] = capability.pricing.map((p) =>
     p.type === "one-time"
-      ? { type: "one-time", amount: p.amount }
+      ? { type: "one-time", price: p.amount } // a capability's amount is USDC text: the gate's `price`
       : { type: "subscription", plan: plan!.planId },
   );
   const metered = plan !== undefined && plan.includedUnits > 0 && plan.overageUnitPrice > 0n;

@@ -38,8 +38,8 @@ function setup() {
       "POST /echo": { price: "0.10" },
       "GET /choice": {
         pricing: [
-          { type: "one-time", amount: "0.30" },
-          { type: "one-time", amount: "0.20" },
+          { type: "one-time", price: "0.30" },
+          { type: "one-time", price: "0.20" },
         ],
       },
       "GET /pricey": { price: "5" },

@@ -6,7 +6,7 @@ import {
   proofSigningInput,
   UnsignedPaymentProofSchema,
 } from "../protocol/paymentProof.ts";
-import { proofSignedText } from "./verifyPaymentProof.ts";
+import { proofSignedText } from "./checkPaymentProof.ts";
 
 const hex = (bytes: number) =>
   fc.uint8Array({ minLength: bytes, maxLength: bytes }).map((b) => `0x${Buffer.from(b).toString("hex")}`);

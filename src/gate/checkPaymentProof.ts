@@ -39,7 +39,7 @@ export type SignatureVerdict = { valid: true } | { valid: false; reason: string 
  */
 export type ProofSignatureCheck = (proof: PaymentProof) => Promise<SignatureVerdict>;
 
-export type VerifyPaymentProofContext = {
+export type CheckPaymentProofContext = {
   memoSecret: MemoSecret;
   clock: Clock;
   expected: ProofExpectation;
@@ -54,6 +54,8 @@ export type VerifyPaymentProofContext = {
 export type ProofVerdict = { valid: true; memo: MemoPayload } | { valid: false; reason: string };
 
 /**
+ * The gate's fast path (its hot-path check, named apart from the specification's standalone
+ * `verifyPaymentProof(proof)`, which answers a boolean and needs no memo secret).
  * Every check of DESIGN.md §2.4 except the final consume: not expired, memo issued by this gate and
  * for this request (method, path, query), proof terms equal to the memo's and the gate's, an amount
  * covering the request's price, signature by a trusted key.
@@ -61,14 +63,14 @@ export type ProofVerdict = { valid: true; memo: MemoPayload } | { valid: false; 
  * check cannot be carried out.
  *
  * @example
- * const verdict = await verifyPaymentProof(proof, {
+ * const verdict = await checkPaymentProof(proof, {
  *   memoSecret, clock, expected: { method: "GET", path: "/report", payTo, network, token },
  *   checkSignature: checkSignatureWithKeys(createStaticKeyResolver(jwks)),
  * });
  */
-export async function verifyPaymentProof(
+export async function checkPaymentProof(
   proof: PaymentProof,
-  context: VerifyPaymentProofContext,
+  context: CheckPaymentProofContext,
 ): Promise<ProofVerdict> {
   const { expected } = context;
   const now = unixSeconds(context.clock);

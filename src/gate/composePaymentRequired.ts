@@ -76,17 +76,18 @@ export type BuiltPaymentRequired = {
 };
 
 /**
- * Builds the 402 for one request. Every call issues new memos (96 random bits each), so the body is
+ * Composes the 402 for one request from resolved offers (the gate's own builder; the specification's
+ * `buildPaymentRequired({ plan })` reads the offers from a configured gate). Every call issues new memos (96 random bits each), so the body is
  * never reused and `Cache-Control: no-store` keeps intermediaries from serving it twice.
  *
  * @example
- * const built = buildPaymentRequired({ error: "PaymentRequired", message: "pay to read", method: "GET",
+ * const built = composePaymentRequired({ error: "PaymentRequired", message: "pay to read", method: "GET",
  *   path: "/report", resourceUrl: "https://api.example.com/report", offers: [{ scheme: "exact", amount: 500_000n }],
  *   payTo, network: "eip155:8453", token: usdc, tokenEip712: { name: "USD Coin", version: "2" },
  *   facilitator: "https://facilitator.example.com", memoSecret, memoTtlSeconds: 300, clock, random: randomBytes });
  * return paymentRequiredResponse(built);
  */
-export function buildPaymentRequired(params: PaymentRequiredParams): BuiltPaymentRequired {
+export function composePaymentRequired(params: PaymentRequiredParams): BuiltPaymentRequired {
   const expiresAt = unixSeconds(params.clock) + params.memoTtlSeconds;
   const firstPlan = params.offers.find((offer) => offer.scheme === "subscription");
   const q = memoQueryHash(params.query ?? "");

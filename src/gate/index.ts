@@ -1,11 +1,22 @@
 /** `tollgate/gate`: the resource-server library — `paymentGate`, its adapters and proof checks (DESIGN.md §5). */
+export { buildPaymentRequired } from "./buildPaymentRequired.ts";
+export {
+  type CheckPaymentProofContext,
+  checkPaymentProof,
+  checkSignatureWithFacilitator,
+  checkSignatureWithKeys,
+  type ProofExpectation,
+  type ProofSignatureCheck,
+  type ProofVerdict,
+  type SignatureVerdict,
+} from "./checkPaymentProof.ts";
 export {
   type BuiltPaymentRequired,
-  buildPaymentRequired,
+  composePaymentRequired,
   type OneTimeOffer,
   type PaymentRequiredParams,
   paymentRequiredResponse,
-} from "./buildPaymentRequired.ts";
+} from "./composePaymentRequired.ts";
 export { expressPaymentGate } from "./expressPaymentGate.ts";
 export { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
 export {
@@ -28,19 +39,25 @@ export {
   type RequestTargetReading,
   targetRefusal,
 } from "./normalizeRequestTarget.ts";
-export { type ParsedPaymentProof, parsePaymentProof } from "./parsePaymentProof.ts";
+export { type ParsedPaymentProof, parsePaymentProof, safeParsePaymentProof } from "./parsePaymentProof.ts";
 export {
   type GatePayment,
   type GateRequest,
   type GateResult,
   type PaymentGate,
+  type PaymentGateControls,
+  type PaymentRequiredRequest,
+  PaymentRequiredRequestSchema,
   paymentGate,
 } from "./paymentGate.ts";
 export {
+  type Amount,
+  AmountSchema,
   type GateLogger,
   type PaymentGateOptions,
   PaymentGateOptionsSchema,
   type Price,
+  PriceTextSchema,
   type PricingEntry,
   PricingEntrySchema,
   type RouteConfig,
@@ -56,13 +73,11 @@ export {
 } from "./proofKeyResolver.ts";
 export { compileRoutePattern, type RoutePattern } from "./routePattern.ts";
 export {
-  checkSignatureWithFacilitator,
-  checkSignatureWithKeys,
-  type ProofExpectation,
-  type ProofSignatureCheck,
-  type ProofVerdict,
-  type SignatureVerdict,
-  type VerifyPaymentProofContext,
+  createProofVerifier,
+  type ProofChainClient,
+  type ProofCheck,
+  type ProofVerifier,
+  type ProofVerifierOptions,
   verifyPaymentProof,
 } from "./verifyPaymentProof.ts";
 export {

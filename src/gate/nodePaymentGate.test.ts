@@ -25,7 +25,7 @@ const gate = paymentGate({
   memoSecret: "node-adapter-test-secret-of-at-least-32-bytes",
   clock,
   proofKeys: jwksOf([key]),
-  pricing: [{ type: "one-time", amount: "0.10" }],
+  pricing: [{ type: "one-time", price: "0.10" }],
 });
 
 const served: { path: string | undefined; payment: GatePayment | undefined; body: string }[] = [];

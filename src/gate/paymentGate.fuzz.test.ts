@@ -22,7 +22,7 @@ const gate = paymentGate({
   memoSecret: "fuzz-test-memo-secret-at-least-thirty-two-bytes",
   clock,
   proofKeys: jwksOf([key]),
-  pricing: [{ type: "one-time", amount: "0.05" }],
+  pricing: [{ type: "one-time", price: "0.05" }],
 });
 
 /** The gate core with an `X-PAYMENT` of any text: no `Headers` object to refuse odd characters first. */

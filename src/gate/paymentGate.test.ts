@@ -52,12 +52,12 @@ function setup(overrides: Partial<PaymentGateOptions> = {}) {
     proofKeys: jwks,
     routes: {
       "GET /api/reports/:id": { price: "0.50", description: "one report" },
-      "POST /api/summarize": { price: 20_000n },
-      "/api/any/*": { pricing: [{ type: "one-time", amount: "0.01" }] },
+      "POST /api/summarize": { amount: 20_000n },
+      "/api/any/*": { pricing: [{ type: "one-time", price: "0.01" }] },
       "GET /api/cheap-or-fast": {
         pricing: [
-          { type: "one-time", amount: "0.02" },
-          { type: "one-time", amount: "0.05" },
+          { type: "one-time", price: "0.02" },
+          { type: "one-time", price: "0.05" },
         ],
       },
     },
@@ -611,7 +611,7 @@ describe("paymentGate: options are checked once, at construction", () => {
     facilitator: "http://facilitator.test",
     fetch: noNetwork,
     memoSecret: SECRET,
-    pricing: [{ type: "one-time" as const, amount: "0.10" }],
+    pricing: [{ type: "one-time" as const, price: "0.10" }],
   };
 
   it.each([
@@ -619,7 +619,7 @@ describe("paymentGate: options are checked once, at construction", () => {
     [{ network: "base" }, /network/],
     [{ facilitator: "ftp://x" }, /facilitator/],
     [{ memoSecret: "short" }, /memoSecret: memo secret must be at least 32 bytes/],
-    [{ pricing: [{ type: "one-time", amount: "0.1234567" }] }, /pricing\[0\]\.amount.*more than 6 decimals/],
+    [{ pricing: [{ type: "one-time", price: "0.1234567" }] }, /pricing\[0\]\.price.*more than 6 decimals/],
     [{ pricing: [{ type: "one-time", amount: 0n }] }, /positive/],
     [{ pricing: [{ type: "one-time", amount: 0.5 }] }, /pricing/],
     [{ pricing: [{ type: "subscription", plan: "3" }] }, /subscription pricing needs `publicOrigin`/],

@@ -24,37 +24,56 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Address, Hex } from "viem";
+import { z } from "zod";
 import { createFacilitatorClient, type FacilitatorClient } from "../client/facilitatorClient.ts";
+import { sameAddress } from "../protocol/address.ts";
 import { parseUnitsExact, USDC_DECIMALS } from "../protocol/amount.ts";
-import { type Clock, systemClock } from "../protocol/clock.ts";
-import { type ErrorCode, type GateErrorCode, httpStatusOf, TollgateError } from "../protocol/errors.ts";
+import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
+import {
+  type ErrorCode,
+  type GateErrorCode,
+  GateErrorCodeSchema,
+  httpStatusOf,
+  TollgateError,
+} from "../protocol/errors.ts";
 import { JwksSchema } from "../protocol/facilitator.ts";
 import { encodeJsonHeader, HeaderName } from "../protocol/header.ts";
 import type { Network } from "../protocol/network.ts";
 import type { PaymentProof } from "../protocol/paymentProof.ts";
+import type { PaymentRequired } from "../protocol/paymentRequired.ts";
 import { createMemoryReplayGuard } from "../store/createMemoryReplayGuard.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
 import {
-  buildPaymentRequired,
+  checkPaymentProof,
+  checkSignatureWithFacilitator,
+  checkSignatureWithKeys,
+  type ProofSignatureCheck,
+} from "./checkPaymentProof.ts";
+import {
+  composePaymentRequired,
   type Offer,
   type OneTimeOffer,
   paymentRequiredResponse,
-} from "./buildPaymentRequired.ts";
-import { memoSecretOf } from "./memo.ts";
+} from "./composePaymentRequired.ts";
+import { memoSecretOf, openMemo } from "./memo.ts";
 import { createMemoryUsageLedger } from "./metering/createMemoryUsageLedger.ts";
 import { createUsageFlusher } from "./metering/createUsageFlusher.ts";
 import { type NormalizedTarget, normalizeRequestTarget } from "./normalizeRequestTarget.ts";
-import { parsePaymentProof } from "./parsePaymentProof.ts";
+import { safeParsePaymentProof } from "./parsePaymentProof.ts";
 import {
+  type Amount,
+  amountProblem,
   type GateLogger,
   type PaymentGateOptions,
   PaymentGateOptionsSchema,
   type Price,
   type PricingEntry,
+  PricingEntrySchema,
   parseGateOptions,
   type RouteConfig,
   RouteConfigSchema,
   type RouteRequest,
+  SubscriptionPricingSchema,
 } from "./paymentGateOptions.ts";
 import { proofReplayKey } from "./paymentReplayKey.ts";
 import { createJwksResolver, createStaticKeyResolver, type ProofKeyResolver } from "./proofKeyResolver.ts";
@@ -65,12 +84,7 @@ import {
   type GateSubscription,
   type SubscriptionGate,
 } from "./subscriptions/createSubscriptionGate.ts";
-import {
-  checkSignatureWithFacilitator,
-  checkSignatureWithKeys,
-  type ProofSignatureCheck,
-  verifyPaymentProof,
-} from "./verifyPaymentProof.ts";
+import { toPaymentProof } from "./verifyPaymentProof.ts";
 import {
   createX402Settlement,
   settleThroughFacilitator,
@@ -151,7 +165,41 @@ export type PaymentGateControls = {
   flushUsage(): Promise<number>;
   /** Stops polling the event feed and flushing on a timer, after a last flush. */
   close(): Promise<void>;
+  /**
+   * The specification's `buildPaymentRequired({ plan: planId })`: a complete 402 body (fresh memos)
+   * for that plan — its terms read from the facilitator's `GET /plans/:id` — and any `pricing` given,
+   * or, with neither, for the route `method` + `path` (default `GET /`) as this gate prices it.
+   * Throws `InvalidRequest` for a plan that is not this gate's, `ChainUnavailable` when the
+   * facilitator cannot be read. Answer it with `Response.json(body, { status: 402 })`.
+   */
+  buildPaymentRequired(request?: PaymentRequiredRequest): Promise<PaymentRequired>;
+  /**
+   * The specification's `verifyPaymentProof(proof)` for this gate: `true` when the proof (object or
+   * `X-PAYMENT` text) is unexpired, signed by this gate's facilitator (its `proofVerification`), and
+   * pays one of this gate's own offers (memo issued by this gate, terms equal to the memo's and the
+   * gate's). It consumes nothing and checks no route: use the gate itself to serve a request.
+   * Throws `ChainUnavailable` when the facilitator's keys cannot be read.
+   */
+  verifyPaymentProof(proof: unknown): Promise<boolean>;
 };
+
+/** What `buildPaymentRequired` builds a 402 for (all optional; see `PaymentGateControls`). */
+export const PaymentRequiredRequestSchema = z.strictObject({
+  /** A plan id (decimal text, bigint or `{ planId }`): a subscription option first in `accepts`. */
+  plan: SubscriptionPricingSchema.shape.plan.optional(),
+  /** More options, as in the gate's `pricing`. */
+  pricing: z.array(PricingEntrySchema).max(32).optional(),
+  /** What the memos bind (default `GET` and `/`); the route priced when neither plan nor pricing is given. */
+  method: z
+    .string()
+    .regex(/^[A-Za-z]{1,16}$/)
+    .optional(),
+  path: z.string().max(1024).optional(),
+  error: GateErrorCodeSchema.optional(),
+  message: z.string().max(1024).optional(),
+  description: z.string().max(1024).optional(),
+});
+export type PaymentRequiredRequest = z.input<typeof PaymentRequiredRequestSchema>;
 
 /** Longest request path a memo can bind (`MemoPayloadSchema.p`). */
 const MAX_PATH_LENGTH = 1024;
@@ -178,7 +226,7 @@ type CompiledRoute = {
  * const gate = paymentGate({
  *   payTo: "0x…", network: "eip155:8453", token: usdc, facilitator: "https://facilitator.example.com",
  *   memoSecret: env.TOLLGATE_MEMO_SECRET,
- *   routes: { "GET /reports/:id": { price: "0.50" }, "POST /summarize": { price: 20_000n } },
+ *   routes: { "GET /reports/:id": { price: "0.50" }, "POST /summarize": { amount: 20_000n } },
  * });
  * app.use("/api/*", honoPaymentGate(gate));
  */
@@ -229,7 +277,11 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
 
   const toRoute = (route: Exclude<RouteConfig, undefined>, where: string): CompiledRoute => {
     const parsed = parseGateOptions(RouteConfigSchema, route, where);
-    const pricing: PricingEntry[] = parsed.pricing ?? [{ type: "one-time", amount: parsed.price as Price }];
+    const pricing: PricingEntry[] =
+      parsed.pricing ??
+      (parsed.amount !== undefined
+        ? [{ type: "one-time", amount: parsed.amount }]
+        : [{ type: "one-time", price: parsed.price as string }]);
     const compiled = compilePricing(pricing, decimals, where, config.publicOrigin);
     if (parsed.units !== undefined && compiled.plans.length === 0) {
       throw new TollgateError(
@@ -366,16 +418,27 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     request: GateTarget,
     route: CompiledRoute,
   ): Promise<GateResult> => {
-    // The configured origin, never `Host`; without one, the path alone (clients resolve it against
-    // the URL they asked).
-    const resourceUrl = `${config.publicOrigin ?? ""}${request.target}`;
     let offers: Offer[];
     try {
       offers = await offersFor(route);
     } catch (fault) {
       return { kind: "respond", response: checkFailure(fault, "the subscription plans could not be read") };
     }
-    const built = buildPaymentRequired({
+    const built = await compose(error, message, request, route, offers);
+    return { kind: "respond", response: paymentRequiredResponse(built) };
+  };
+
+  const compose = async (
+    error: GateErrorCode,
+    message: string,
+    request: GateTarget,
+    route: CompiledRoute,
+    offers: Offer[],
+  ) => {
+    // The configured origin, never `Host`; without one, the path alone (clients resolve it against
+    // the URL they asked).
+    const resourceUrl = `${config.publicOrigin ?? ""}${request.target}`;
+    return composePaymentRequired({
       error,
       message,
       method: request.method,
@@ -395,7 +458,6 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
       clock,
       random,
     });
-    return { kind: "respond", response: paymentRequiredResponse(built) };
   };
 
   /** Logs a failed check and answers it: a misconfiguration as 500 with its message, a fault as 5xx. */
@@ -503,14 +565,14 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
       logger?.debug({ method, path, reason }, "payment proof refused");
       return paymentRequired("InvalidPaymentProof", `invalid payment proof: ${reason}`, target, route);
     };
-    const parsed = parsePaymentProof(header);
+    const parsed = safeParsePaymentProof(header);
     if (!parsed.ok) return refuse(parsed.reason);
     const proof = parsed.proof;
     const minimumAmount = cheapestOneTime(route);
     if (minimumAmount === undefined) return refuse("this request is not sold for a one-time payment");
     const replayKey = proofReplayKey(proof);
     try {
-      const verdict = await verifyPaymentProof(proof, {
+      const verdict = await checkPaymentProof(proof, {
         memoSecret,
         clock,
         expected: {
@@ -570,7 +632,68 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     };
   };
 
+  /** The specification's `buildPaymentRequired({ plan })`, on this gate's configuration. */
+  const buildPaymentRequired = async (request: PaymentRequiredRequest = {}): Promise<PaymentRequired> => {
+    const input = parseGateOptions(PaymentRequiredRequestSchema, request ?? {}, "buildPaymentRequired");
+    const method = (input.method ?? "GET").toUpperCase();
+    const reading = normalizeRequestTarget(input.path ?? "/");
+    if (!reading.ok)
+      throw new TollgateError("InvalidRequest", `buildPaymentRequired: path: ${reading.reason}`);
+    const url = new URL(reading.target, routeOrigin);
+    const pricing: PricingEntry[] = [
+      ...(input.plan === undefined ? [] : [{ type: "subscription" as const, plan: input.plan }]),
+      ...(input.pricing ?? []),
+    ];
+    let route: CompiledRoute | undefined;
+    if (pricing.length > 0) {
+      route = {
+        ...compilePricing(pricing, decimals, "buildPaymentRequired", config.publicOrigin),
+        units: undefined,
+        description: input.description ?? config.description,
+        mimeType: undefined,
+      };
+    } else {
+      route = resolveRoute({ method, path: reading.routePath, url });
+    }
+    if (route === undefined) {
+      throw new TollgateError(
+        "InvalidRequest",
+        `buildPaymentRequired: nothing to sell: give { plan } or { pricing }, or the path of a priced route (${method} ${reading.path} is free)`,
+      );
+    }
+    const offers = await offersFor(route);
+    const built = await compose(
+      input.error ?? "PaymentRequired",
+      input.message ?? "payment required",
+      { ...reading, method, url },
+      route,
+      offers,
+    );
+    return built.body;
+  };
+
+  /** The specification's `verifyPaymentProof(proof)` for a proof of this gate's offers. */
+  const verifyProof = async (value: unknown): Promise<boolean> => {
+    const proof = toPaymentProof(value);
+    if (proof === undefined || proof.exp <= unixSeconds(clock)) return false;
+    const opened = openMemo(memoSecret, proof.memo);
+    if (!opened.ok) return false;
+    const memo = opened.payload;
+    const sameTerms =
+      memo.a === proof.amount &&
+      sameAddress(memo.t, proof.payTo) &&
+      sameAddress(memo.t, config.payTo) &&
+      memo.n === proof.network &&
+      memo.n === config.network &&
+      sameAddress(memo.k, proof.token) &&
+      sameAddress(memo.k, token.address);
+    if (!sameTerms) return false;
+    return (await checkSignature(proof)).valid;
+  };
+
   const controls: PaymentGateControls = {
+    buildPaymentRequired,
+    verifyPaymentProof: verifyProof,
     async ready() {
       const planIds = new Set(fallback?.plans ?? []);
       if (config.routes !== undefined && typeof config.routes !== "function") {
@@ -655,12 +778,23 @@ function compilePricing(
       const id = typeof ref === "object" ? ref.planId : ref;
       return { scheme: "subscription", planId: id.toString() };
     }
-    const amount = toAtomicPrice(entry.amount, decimals, `${where}[${index}].amount`);
+    const amount =
+      entry.amount !== undefined
+        ? toAtomicAmount(entry.amount, `${where}[${index}].amount`)
+        : toAtomicPrice(entry.price as string, decimals, `${where}[${index}].price`);
     return { scheme: "exact", amount };
   });
   const offers = slots.filter((slot): slot is OneTimeOffer => slot.scheme === "exact");
   const plans = slots.flatMap((slot) => (slot.scheme === "subscription" ? [slot.planId] : []));
   return { offers, slots, plans };
+}
+
+/** An `amount` in smallest units (already checked by `AmountSchema`) as a positive uint256. */
+function toAtomicAmount(value: Amount, where: string): bigint {
+  const problem = amountProblem(value);
+  if (problem !== undefined)
+    throw new TollgateError("InvalidRequest", `paymentGate options: ${where}: ${problem}`);
+  return positiveUint256(BigInt(value), where);
 }
 
 function toAtomicPrice(price: Price, decimals: number, where: string): bigint {
@@ -672,6 +806,10 @@ function toAtomicPrice(price: Price, decimals: number, where: string): bigint {
       cause,
     });
   }
+  return positiveUint256(amount, where);
+}
+
+function positiveUint256(amount: bigint, where: string): bigint {
   if (amount <= 0n)
     throw new TollgateError("InvalidRequest", `paymentGate options: ${where}: a price must be positive`);
   if (amount >= 2n ** 256n)

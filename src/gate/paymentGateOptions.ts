@@ -16,14 +16,86 @@ import type { UsageLedger } from "./metering/usageLedger.ts";
 import type { ProofKeyResolver } from "./proofKeyResolver.ts";
 
 /**
- * A price: a `bigint` is in the token's smallest unit (`500_000n` = 0.50 USDC); a string is decimal
- * token text (`"0.50"` = 0.50 USDC), converted exactly with the token's decimals. Never a float.
+ * A bound given as a `bigint` in the token's smallest unit or as decimal token text (`"10"` = 10 USDC),
+ * converted exactly with the token's decimals (`maxUnsettledUsage`). Never a float.
  */
 export const PriceSchema = z.union([z.bigint(), z.string()]);
 export type Price = z.input<typeof PriceSchema>;
 
-/** Pay once per request. */
-export const OneTimePricingSchema = z.strictObject({ type: z.literal("one-time"), amount: PriceSchema });
+/**
+ * An amount in the token's smallest unit, as on the wire (DESIGN.md §2, §5): a safe integer
+ * (`500000`), a bigint (`500_000n`) or an integer string (`"500000"`), all 0.50 USDC. Decimal text
+ * under `amount` is refused with a message naming both readings, never read as token text.
+ */
+export const AmountSchema = z
+  .custom<number | bigint | string>(
+    (value) => typeof value === "number" || typeof value === "bigint" || typeof value === "string",
+    { error: "expected an amount in smallest units: a safe integer, a bigint or an integer string" },
+  )
+  .superRefine((value, ctx) => {
+    const problem = amountProblem(value);
+    if (problem !== undefined) ctx.addIssue({ code: "custom", message: problem });
+  });
+export type Amount = z.input<typeof AmountSchema>;
+
+/** Decimal token text (`"0.50"` = 0.50 USDC), converted exactly with the token's decimals. */
+export const PriceTextSchema = z
+  .custom<string>((value) => ["string", "bigint", "number"].includes(typeof value), {
+    error: 'expected decimal token text such as "0.50"',
+  })
+  .superRefine((value, ctx) => {
+    const problem = priceProblem(value);
+    if (problem !== undefined) ctx.addIssue({ code: "custom", message: problem });
+  });
+
+/** Why a value cannot be an `amount` in smallest units, naming what the writer probably meant. */
+export function amountProblem(value: unknown): string | undefined {
+  if (typeof value === "bigint") return undefined;
+  if (typeof value === "number") {
+    if (Number.isSafeInteger(value)) return undefined;
+    if (Number.isFinite(value) && !Number.isInteger(value)) {
+      return `amount ${value} is not an integer number of smallest units; for ${value} USDC write price: "${value}"`;
+    }
+    return `amount ${value} is not a safe integer (JavaScript rounds it); write it as a bigint or an integer string of smallest units`;
+  }
+  if (typeof value === "string") {
+    if (/^[0-9]{1,78}$/.test(value)) return undefined;
+    if (/^[0-9]*\.[0-9]+$|^[0-9]+\.$/.test(value.trim())) {
+      return `amount "${value}" is not an integer number of smallest units; for ${value.trim()} USDC write price: "${value.trim()}"`;
+    }
+    return `amount ${JSON.stringify(value.slice(0, 40))} is not an integer number of smallest units (e.g. 500000 for 0.50 USDC)`;
+  }
+  return "expected an amount in smallest units: a safe integer, a bigint or an integer string";
+}
+
+/** Why a value cannot be a `price` in token text, naming what the writer probably meant. */
+export function priceProblem(value: unknown): string | undefined {
+  if (typeof value === "string") return undefined;
+  if (typeof value === "bigint") {
+    return `price ${value}n is a bigint, but price is decimal token text ("0.50"); for ${value} smallest units write amount: ${value}n`;
+  }
+  if (typeof value === "number") {
+    return `price ${value} is a number, but prices are never floats: write price: "${value}" for ${value} USDC, or amount: <integer> for smallest units`;
+  }
+  return 'expected decimal token text such as "0.50"';
+}
+
+const oneOfAmountAndPrice = (entry: { amount?: unknown; price?: unknown }) =>
+  (entry.amount === undefined) !== (entry.price === undefined);
+const amountAndPriceError =
+  'give exactly one of `amount` (smallest units: 500000) and `price` (token text: "0.50"), which are two readings of one price';
+
+/**
+ * Pay once per request: `amount` in smallest units (`500000`, `500_000n`, `"500000"`) or `price` in
+ * token text (`"0.50"`), exactly one of them.
+ */
+export const OneTimePricingSchema = z
+  .strictObject({
+    type: z.literal("one-time"),
+    amount: AmountSchema.optional(),
+    price: PriceTextSchema.optional(),
+  })
+  .refine(oneOfAmountAndPrice, { error: amountAndPriceError });
 
 /** An on-chain plan id: decimal text, a bigint, or `{ planId }` (as `GET /plans/:id` returns it). */
 const PlanRefSchema = z.union([PlanIdSchema, z.bigint().nonnegative()]);
@@ -63,11 +135,17 @@ const UnitsSchema = z.union([
   }),
 ]);
 
-/** How one route is priced. `price` is shorthand for `pricing: [{ type: "one-time", amount: price }]`. */
+/**
+ * How one route is priced: `pricing`, or the shorthand `amount` (smallest units) / `price` (token text)
+ * for `pricing: [{ type: "one-time", amount | price }]` — exactly one of the three.
+ */
 export const RouteConfigSchema = z
   .strictObject({
     pricing: z.array(PricingEntrySchema).min(1).max(32).optional(),
-    price: PriceSchema.optional(),
+    /** Smallest units, as on the wire: `500000`, `500_000n` or `"500000"` (0.50 USDC). */
+    amount: AmountSchema.optional(),
+    /** Decimal token text: `"0.50"` (0.50 USDC). */
+    price: PriceTextSchema.optional(),
     /** Shown to payers in the 402 and in x402's `resource.description`. */
     description: z.string().max(1024).optional(),
     /** Media type of the paid response (x402's `resource.mimeType`). */
@@ -78,9 +156,13 @@ export const RouteConfigSchema = z
      */
     units: UnitsSchema.optional(),
   })
-  .refine((route) => (route.pricing === undefined) !== (route.price === undefined), {
-    error: "give exactly one of `pricing` and `price`",
-  });
+  .refine(
+    (route) => [route.pricing, route.amount, route.price].filter((given) => given !== undefined).length === 1,
+    {
+      error:
+        'give exactly one of `pricing`, `amount` (smallest units: 500000) and `price` (token text: "0.50")',
+    },
+  );
 export type RouteConfig = z.input<typeof RouteConfigSchema>;
 
 /** Prices a request by code: return `undefined` to leave the request free. */

@@ -118,7 +118,7 @@ describe("paymentGate with the facilitator's JWKS", () => {
       fetch: async (input, init) => app.fetch(new Request(input, init)),
       memoSecret: "a-test-memo-secret-that-is-at-least-32-bytes-long",
       clock,
-      pricing: [{ type: "one-time", amount: "0.01" }],
+      pricing: [{ type: "one-time", price: "0.01" }],
     });
     const request = (header?: string) => ({
       method: "GET",

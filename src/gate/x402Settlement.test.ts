@@ -20,7 +20,7 @@ import {
 } from "../protocol/x402.ts";
 import { createMemoryReplayGuard } from "../store/createMemoryReplayGuard.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
-import { buildPaymentRequired } from "./buildPaymentRequired.ts";
+import { composePaymentRequired } from "./composePaymentRequired.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
 import { type GatePayment, type GateRequest, paymentGate } from "./paymentGate.ts";
 import type { PaymentGateOptions } from "./paymentGateOptions.ts";
@@ -106,8 +106,8 @@ function setup(
         "GET /api/reports/:id": { price: "0.50", description: "one report" },
         "GET /api/choice": {
           pricing: [
-            { type: "one-time", amount: "0.02" },
-            { type: "one-time", amount: "0.05" },
+            { type: "one-time", price: "0.02" },
+            { type: "one-time", price: "0.05" },
           ],
         },
       },
@@ -555,7 +555,7 @@ describe("x402Requirements", () => {
       { scheme: "exact" as const, amount: 20_000n },
       { scheme: "exact" as const, amount: 50_000n },
     ];
-    const built = buildPaymentRequired({
+    const built = composePaymentRequired({
       error: "PaymentRequired",
       message: "pay",
       method: "GET",

@@ -58,7 +58,7 @@ import {
   X402SettleResponseSchema,
 } from "../protocol/x402.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
-import type { OneTimeOffer } from "./buildPaymentRequired.ts";
+import type { OneTimeOffer } from "./composePaymentRequired.ts";
 import { paymentReplayKey } from "./paymentReplayKey.ts";
 
 /** An offer of a route as the gate prices it: one-time offers (`OneTimeOffer`) and any other scheme. */
@@ -135,7 +135,7 @@ type SettleResult =
 
 /**
  * The x402 requirements a gate offers for a route: one `exact` option per one-time offer, identical to
- * the `accepts` of its `PAYMENT-REQUIRED` header (`buildPaymentRequired`).
+ * the `accepts` of its `PAYMENT-REQUIRED` header (`composePaymentRequired`).
  */
 export function x402Requirements(params: {
   offers: readonly PricedOffer[];

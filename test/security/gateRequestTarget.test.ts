@@ -49,8 +49,8 @@ function newGate() {
     clock,
     proofKeys: jwksOf([key]),
     routes: {
-      "GET /api/reports/:id": { price: PRICES.report },
-      "GET /api/cheap": { price: PRICES.cheap },
+      "GET /api/reports/:id": { amount: PRICES.report },
+      "GET /api/cheap": { amount: PRICES.cheap },
     },
   });
 }

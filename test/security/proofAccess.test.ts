@@ -203,7 +203,7 @@ describe("the race an observer ran against payers", () => {
       facilitator: tf.url,
       fetch,
       memoSecret: randomBytes(32),
-      routes: { "GET /api/report": { price: 40_000n } },
+      routes: { "GET /api/report": { amount: 40_000n } },
     });
     const api = new Hono<PaymentGateEnv>();
     api.use("/api/*", honoPaymentGate(gate));

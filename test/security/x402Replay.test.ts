@@ -100,7 +100,7 @@ async function startGate(
         facilitator: tf.url,
         memoSecret: options.memoSecret ?? randomBytes(32),
         ...(options.replayGuard === undefined ? {} : { replayGuard: options.replayGuard }),
-        routes: { "GET /api/report": { price: PRICE, description: "one report" } },
+        routes: { "GET /api/report": { amount: PRICE, description: "one report" } },
       }),
     ),
   );

@@ -220,7 +220,7 @@ function setup(overrides: Partial<PaymentGateOptions> = {}) {
     routes: {
       "GET /api/report": {
         pricing: [
-          { type: "one-time", amount: "0.10" },
+          { type: "one-time", price: "0.10" },
           { type: "subscription", plan: "3" },
         ],
       },
