@@ -3,7 +3,7 @@
  * package), or `anvil` on PATH on other platforms.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, existsSync } from "node:fs";
+import { closeSync, existsSync, fstatSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { openPrivateAppend } from "../store/privateFiles.ts";
@@ -133,6 +133,8 @@ async function startDetached(options: StartAnvilOptions, logFile: string): Promi
   if (port === undefined || port === 0) throw new Error("a detached anvil needs an explicit port");
   // Private like the rest of the Tollgate directory (src/store/privateFiles.ts).
   const fd = openPrivateAppend(logFile);
+  // This start's output begins here: the log is appended to across starts.
+  const offset = fstatSync(fd).size;
   const child = spawn(resolveAnvilBinary(), anvilArgs(options), {
     stdio: ["ignore", fd, fd],
     detached: true,
@@ -144,12 +146,22 @@ async function startDetached(options: StartAnvilOptions, logFile: string): Promi
   child.once("exit", () => {
     exited = true;
   });
+  const output = () => readFileSync(logFile).subarray(offset).toString("utf8");
   for (let i = 0; i < attempts && !exited; i++) {
-    if (await answers(rpcUrl)) return createHandle(child, port, true);
+    // Ready only when this child said it listens and is still alive: another node on the port also
+    // answers RPC, while this anvil is dying with "Address already in use".
+    if (listening.test(output()) && (await answers(rpcUrl)) && !exited) {
+      return createHandle(child, port, true);
+    }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   child.kill("SIGKILL");
-  throw new Error(`anvil did not start on port ${port} (see ${logFile})`);
+  const tail = output().trim().split("\n").slice(-3).join(" | ");
+  throw new Error(
+    exited
+      ? `anvil exited during start-up on port ${port}${tail === "" ? "" : `: ${tail}`} (see ${logFile})`
+      : `anvil did not start on port ${port} (see ${logFile})`,
+  );
 }
 
 async function answers(rpcUrl: string): Promise<boolean> {

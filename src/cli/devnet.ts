@@ -4,6 +4,7 @@
  * commands, scripts and tests can find it.
  */
 import { existsSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { createPublicClient, createTestClient, http } from "viem";
@@ -28,19 +29,25 @@ type Output = { log(line: string): void; error(line: string): void };
 
 const usage = `usage: tollgate devnet <command> [--dir .tollgate]
   up [--port 8545] [--accounts 10] [--balance 10000] [--block-time <s>]
-                      start anvil in the background, deploy Tollgate, fund the accounts (balance in USDC)
+                      start anvil in the background, deploy Tollgate, fund the accounts (balance in USDC);
+                      refuses a port something else already listens on
   advance <30d|12h|seconds>
                       move chain time forward and mine a block
   status              show the running devnet
-  down                stop it`;
+  down                stop it
+The devnet is described in <dir>/devnet.json; <dir> is --dir, else TOLLGATE_DIR, else .tollgate.`;
 
 /** Runs `tollgate devnet …`; returns the process exit code. */
-export async function devnetCommand(argv: string[], out: Output = console): Promise<number> {
+export async function devnetCommand(
+  argv: string[],
+  out: Output = console,
+  env: Record<string, string | undefined> = process.env,
+): Promise<number> {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
     options: {
-      dir: { type: "string", default: ".tollgate" },
+      dir: { type: "string" },
       port: { type: "string", default: "8545" },
       accounts: { type: "string", default: "10" },
       balance: { type: "string", default: "10000" },
@@ -49,7 +56,8 @@ export async function devnetCommand(argv: string[], out: Output = console): Prom
     },
   });
   const [command, arg] = positionals;
-  const dir = resolve(values.dir);
+  // Like every other command: the flag, then TOLLGATE_DIR, then .tollgate.
+  const dir = resolve(values.dir ?? (env.TOLLGATE_DIR || ".tollgate"));
   const file = join(dir, "devnet.json");
   if (values.help === true || command === undefined) {
     out.log(usage);
@@ -104,6 +112,22 @@ async function up(
   if (!Number.isInteger(port) || port < 1 || port > 65_535) throw new Error(`bad --port ${flags.port}`);
   if (!Number.isInteger(count) || count < 1) throw new Error(`bad --accounts ${flags.accounts}`);
   const balance = parseUnitsExact(flags.balance);
+  if (running !== undefined) {
+    // The devnet it describes is gone: other commands would read its RPC URL and reach whatever
+    // listens there now, so it goes whether or not this start succeeds.
+    rmSync(file, { force: true });
+    out.log(`removed ${file}: its devnet (pid ${running.pid}) is no longer running`);
+  }
+  // Before anything is started or written: a node already on the port would answer for the anvil
+  // started here (which dies with "Address already in use"), and Tollgate would be deployed onto it.
+  const occupant = await portOccupant(port);
+  if (occupant !== undefined) {
+    out.error(
+      `tollgate devnet: port ${port} is in use${occupant === "" ? "" : ` (${occupant})`}; ` +
+        `stop what listens there, or start the devnet on another port with --port`,
+    );
+    return 1;
+  }
   // The Tollgate directory holds the devnet's keys and the stores: its owner's only.
   ensurePrivateDir(dir);
   const anvil = await startAnvil({
@@ -132,6 +156,33 @@ async function up(
   } catch (error) {
     await anvil.stop();
     throw error;
+  }
+}
+
+/**
+ * `undefined` when 127.0.0.1:`port` is free; otherwise what listens there, as far as it says
+ * (`"an Ethereum node, chain id 31337"`, or `""` when it does not speak JSON-RPC).
+ */
+async function portOccupant(port: number): Promise<string | undefined> {
+  const free = await new Promise<boolean>((done) => {
+    const probe = createServer();
+    probe.once("error", () => done(false));
+    probe.listen({ port, host: "127.0.0.1", exclusive: true }, () => probe.close(() => done(true)));
+  });
+  if (free) return undefined;
+  try {
+    const response = await fetch(`http://127.0.0.1:${port}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_chainId", params: [] }),
+      signal: AbortSignal.timeout(2_000),
+    });
+    const body = (await response.json()) as { result?: unknown };
+    return typeof body.result === "string"
+      ? `an Ethereum node answers there, chain id ${Number(body.result)}`
+      : "";
+  } catch {
+    return "";
   }
 }
 
