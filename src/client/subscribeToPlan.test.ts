@@ -44,9 +44,12 @@ describe("parseTokenAmount", () => {
     expect(parseTokenAmount(7n, "maxOverage")).toBe(7n);
   });
 
-  it.each([["1.0000001"], [-1n], ["-1"], ["1e3"], [0.5 as unknown as string]])("refuses %s", (value) => {
-    expect(() => parseTokenAmount(value, "maxOverage")).toThrow(TollgateError);
-  });
+  it.each([["1.0000001"], [-1n], ["-1"], ["1e3"], [0.0000005], [null as unknown as string]])(
+    "refuses %s",
+    (value) => {
+      expect(() => parseTokenAmount(value, "maxOverage")).toThrow(TollgateError);
+    },
+  );
 });
 
 describe("subscribeToPlan", () => {

@@ -18,7 +18,6 @@ import { getTokenAllowance } from "../chain/actions/usd/getTokenAllowance.ts";
 import type { WriteClient } from "../chain/clientTypes.ts";
 import { getSubscriptionIdFromReceipt } from "../chain/events/decodeSubscriptionEvents.ts";
 import type { TypedDataSigner } from "../chain/signers/typedDataSigner.ts";
-import { parseUnitsExact, USDC_DECIMALS } from "../protocol/amount.ts";
 import { type ErrorCode, TollgateError } from "../protocol/errors.ts";
 import { chainIdOf, type Network } from "../protocol/network.ts";
 import type { PlanInfo } from "../protocol/subscriptions.ts";
@@ -28,19 +27,32 @@ import {
   getPlanInfo,
   subscribeThroughFacilitator,
 } from "./facilitatorSubscriptions.ts";
+import { parsePriceCeiling } from "./parsePriceCeiling.ts";
+import { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
+
+/** Kept here too: callers imported it from this module before it had its own. */
+export { parseTokenAmount } from "./parseTokenAmount.ts";
 
 export type SubscribeToPlanOptions = {
-  planId: bigint | string;
+  /** The plan's on-chain id: a bigint, decimal text or an integer number. */
+  planId: bigint | string | number;
   /**
-   * Most overage the provider may deduct per period: a bigint of smallest units, or token text
-   * (`"2.50"`), converted exactly. Default 0 (no overage).
+   * Most overage the provider may deduct per period, in token units as the specification writes it:
+   * a number (`2` = 2 USDC) or text (`"2.50"`), converted exactly; or a bigint of smallest units.
+   * Default 0 (no overage).
    */
-  maxOverage?: bigint | string | undefined;
+  maxOverage?: TokenAmountInput | undefined;
   /**
-   * What the SubscriptionManager may pull over time, when an approval (or permit) is needed: a bigint
-   * or token text. Default 12 × (price + maxOverage), a year of monthly renewals.
+   * What the SubscriptionManager may pull over time, when an approval (or permit) is needed: token
+   * units (number or text) or a bigint of smallest units. Default 12 × (price + maxOverage), a year
+   * of monthly renewals.
    */
-  approval?: bigint | string | undefined;
+  approval?: TokenAmountInput | undefined;
+  /**
+   * The most one period may cost (bigint smallest units or USDC text): checked against the plan the
+   * facilitator reads from the chain, before anything is signed (`PriceCeilingExceeded`).
+   */
+  maxPrice?: bigint | string | undefined;
   /** Send `approve` + `subscribe` from the payer's wallet client instead of the gasless relay. */
   direct?: boolean | undefined;
   signal?: AbortSignal | undefined;
@@ -73,10 +85,19 @@ export async function subscribeToPlan(
   context: SubscribeContext,
   options: SubscribeToPlanOptions,
 ): Promise<SubscribeResult> {
+  if (typeof options !== "object" || options === null) {
+    throw new TollgateError("InvalidRequest", "subscribe: pass { planId, maxOverage? }", {
+      details: { type: options === null ? "null" : typeof options },
+    });
+  }
+  if (options.direct !== undefined && typeof options.direct !== "boolean") {
+    throw new TollgateError("InvalidRequest", "subscribe: direct is true or false");
+  }
   const planId = parsePlanId(options.planId);
   const maxOverage = parseTokenAmount(options.maxOverage ?? 0n, "maxOverage");
   const approvalOption =
     options.approval === undefined ? undefined : parseTokenAmount(options.approval, "approval");
+  const maxPrice = options.maxPrice === undefined ? undefined : parsePriceCeiling(options.maxPrice);
   const requestOptions: RequestOptions = { signal: options.signal };
   const plan = await getPlanInfo(context.facilitator, planId, requestOptions);
   if (plan.deprecated) {
@@ -85,6 +106,15 @@ export async function subscribeToPlan(
       `plan ${plan.planId} is deprecated and takes no new subscribers`,
       {
         details: { planId: plan.planId, successorPlanId: plan.successorPlanId },
+      },
+    );
+  }
+  if (maxPrice !== undefined && BigInt(plan.amount) > maxPrice) {
+    throw new TollgateError(
+      "PriceCeilingExceeded",
+      `plan ${plan.planId} costs more per period than allowed`,
+      {
+        details: { planId: plan.planId, amount: plan.amount, maxPrice: maxPrice.toString() },
       },
     );
   }
@@ -210,35 +240,16 @@ function toSubscribeError(error: unknown): TollgateError {
   });
 }
 
-function parsePlanId(planId: bigint | string): bigint {
-  const text = String(planId);
+/** A plan id as a bigint, decimal text or a safe integer number (`planId: 3`). */
+function parsePlanId(planId: bigint | string | number): bigint {
+  const text =
+    typeof planId === "bigint" || typeof planId === "string" || Number.isSafeInteger(planId)
+      ? String(planId)
+      : "";
   if (!/^(0|[1-9][0-9]{0,77})$/.test(text)) {
     throw new TollgateError("InvalidRequest", "a plan id is a decimal integer", {
-      details: { planId: text },
+      details: { planId: typeof planId === "string" ? planId.slice(0, 100) : String(typeof planId) },
     });
   }
   return BigInt(text);
-}
-
-/**
- * A token amount from a bigint of smallest units or token text (`"2.50"`), converted exactly; never a
- * float. Throws `InvalidAmount`.
- */
-export function parseTokenAmount(
-  value: bigint | string,
-  what: string,
-  decimals: number = USDC_DECIMALS,
-): bigint {
-  if (typeof value === "bigint") {
-    if (value < 0n) throw new TollgateError("InvalidAmount", `${what} cannot be negative`);
-    return value;
-  }
-  if (typeof value === "string") return parseUnitsExact(value, decimals);
-  throw new TollgateError(
-    "InvalidAmount",
-    `${what} is a bigint of smallest units or token text like "2.50"`,
-    {
-      details: { type: typeof value },
-    },
-  );
 }
