@@ -14,6 +14,7 @@ import {
   parseDiscoveryDocument,
   verifyManifestSignature,
 } from "../protocol/manifest.ts";
+import { createPayeePins, listingOf, type OfferListing } from "./offerCheck.ts";
 import { type PaidToolOptions, paidTool, type RemoteCapability } from "./paidTool.ts";
 
 export type DiscoverToolsOptions = Omit<PaidToolOptions, "fetch" | "forecast"> & {
@@ -44,7 +45,14 @@ export type DiscoveredTool = {
 export async function discoverTools(options: DiscoverToolsOptions): Promise<DiscoveredTool[]> {
   const fetch = options.fetch ?? globalThis.fetch;
   const network = options.network ?? options.payer.network;
-  const found: { seller: string; sellerName: string; capability: Capability; url: string }[] = [];
+  const found: {
+    seller: string;
+    sellerName: string;
+    capability: Capability;
+    url: string;
+    /** What the seller listed: each 402 is held to it (src/agent/offerCheck.ts). */
+    listing: OfferListing;
+  }[] = [];
 
   if (options.market !== undefined) {
     const market =
@@ -62,6 +70,12 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
         sellerName: entry.seller.name,
         capability: entry.capability,
         url: entry.url,
+        // The catalog's seller address is the key that signed the registration, and the payee.
+        listing: listingOf(
+          { seller: { payTo: entry.seller.address }, network: entry.network, token: entry.token },
+          entry.capability.pricing,
+          "market",
+        ),
       });
     }
   }
@@ -74,6 +88,7 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
         sellerName: manifest.name,
         capability,
         url: capabilityUrl(manifest, capability),
+        listing: listingOf(manifest, capability.pricing, "manifest"),
       });
     }
   }
@@ -82,6 +97,7 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
   const counts = new Map<string, number>();
   for (const f of found) counts.set(f.capability.name, (counts.get(f.capability.name) ?? 0) + 1);
   const seen = new Set<string>();
+  const payees = options.payees ?? createPayeePins();
   const tools: DiscoveredTool[] = [];
   for (const f of found) {
     const key = `${f.seller.toLowerCase()}:${f.capability.name}`;
@@ -102,6 +118,8 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
       tool: paidTool(capability, {
         ...options,
         fetch,
+        listing: f.listing,
+        payees,
         forecast: options.forecast === undefined ? undefined : () => options.forecast?.(name),
       }),
       capability,

@@ -31,6 +31,14 @@ import { isTollgateError, TollgateError } from "../protocol/errors.ts";
 import { type PaymentOption, planTermsOf } from "../protocol/paymentRequired.ts";
 import { availableFor } from "./budget/budgetHeadroom.ts";
 import type { BudgetLedger, Reservation } from "./budget/createBudgetLedger.ts";
+import {
+  checkPaymentRequired,
+  checkPinnedPayee,
+  checkX402PaymentRequired,
+  createPayeePins,
+  type OfferListing,
+  type PayeePins,
+} from "./offerCheck.ts";
 import type { CallCounter } from "./policy/createCallCounter.ts";
 import { decide, type PolicyDecision, type PolicyForecast } from "./policy/decide.ts";
 import { offerFromPaymentRequired } from "./policy/offerFromPaymentRequired.ts";
@@ -59,6 +67,15 @@ export type PaidToolOptions = {
   maxPrice?: bigint | string | undefined;
   /** Expected calls of this tool (from the planner); without it the policy uses the break-even rule. */
   forecast?: (() => PolicyForecast | undefined) | undefined;
+  /**
+   * What the seller listed for this capability (its market catalog entry or manifest): every 402 is
+   * held to it (price, plan terms, payTo, network, token) and spends are keyed by its `seller`
+   * (docs/budgets.md, "Offers are checked against listings"). Without one, the first payee an origin
+   * names is pinned in `payees`.
+   */
+  listing?: OfferListing | undefined;
+  /** Payees pinned per origin for tools without a listing (share one across an agent's tools). */
+  payees?: PayeePins | undefined;
   /** Calls already paid once, per provider and plan (shared across an agent's tools). */
   calls?: CallCounter | undefined;
   onSpend?: ((event: SpendEvent) => void) | undefined;
@@ -167,6 +184,8 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
   const { agent, payer, budget } = options;
   const meter = options.meter ?? createUsageMeter();
   const origin = new URL(capability.url).origin;
+  const { listing } = options;
+  const payees = options.payees ?? createPayeePins();
   const wait = options.wait ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   /** Cap raises in flight, by subscription: calls refused together share one raise. */
   const raising = new Map<string, Promise<boolean>>();
@@ -219,13 +238,28 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
     let x402Paid = false;
 
     const choose = async (_options: PaymentOption[], context: ChooseContext) => {
-      const view = offerFromPaymentRequired(context.paymentRequired, { network: payer.network });
+      // Held to the listing before the policy weighs anything: a mismatch throws `OfferMismatch`.
+      const checked =
+        listing === undefined
+          ? context.paymentRequired
+          : checkPaymentRequired(context.paymentRequired, listing, capability.name);
+      const view = offerFromPaymentRequired(checked, { network: payer.network });
       if (view === undefined) return undefined;
+      // The seller's identity keys its spends: the listing's signer, else the payee pinned for the origin.
+      const seller =
+        listing?.seller ??
+        checkPinnedPayee(
+          checked.accepts.filter((o) => o.network === payer.network).map((o) => o.payTo),
+          payees,
+          origin,
+          capability.name,
+        ) ??
+        view.offer.provider;
       // The gate refused the subscription this call carried: only paying once can serve it now; with
       // no one-time price the refusal is the answer (and an exhausted cap may be raised, see below).
       if (context.refusal !== undefined && view.oneTimeOption === undefined) return undefined;
       offer = view.offer;
-      provider = view.offer.provider;
+      provider = seller;
       const report = await budget.report(agent);
       const plan = view.offer.subscription;
       const history =
@@ -268,9 +302,9 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       reservations.push(
         await budget.reserve(agent, {
           amount: BigInt(option.amount),
-          provider: view.offer.provider,
+          provider: seller,
           kind,
-          ...(kind === "subscription" ? { ref: `plan:${plan?.planId ?? "?"}@${view.offer.provider}` } : {}),
+          ...(kind === "subscription" ? { ref: `plan:${plan?.planId ?? "?"}@${seller}` } : {}),
         }),
       );
       chosen = option;
@@ -288,12 +322,26 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       // x402-only servers are paid through the budget too (a custom `choose` disables the default).
       payX402: async (paymentRequired, context) => {
         if (payer.account === undefined) return undefined;
+        // Checked before signing: a mismatch throws `OfferMismatch` with nothing signed.
+        const checked =
+          listing === undefined
+            ? paymentRequired
+            : checkX402PaymentRequired(paymentRequired, listing, capability.name);
+        const pinned =
+          listing === undefined
+            ? checkPinnedPayee(
+                checked.accepts.filter((o) => o.network === payer.network).map((o) => o.payTo),
+                payees,
+                origin,
+                capability.name,
+              )
+            : undefined;
         const payment = await createX402Payment(
           { network: payer.network, account: payer.account, facilitator: payer.facilitator },
-          paymentRequired,
+          checked,
           { maxPrice: context.maxPrice },
         );
-        provider = payment.requirements.payTo;
+        provider = listing?.seller ?? pinned ?? payment.requirements.payTo;
         reservations.push(
           await budget.reserve(agent, { amount: payment.amount, provider, kind: "one-time" }),
         );

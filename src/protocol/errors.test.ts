@@ -38,6 +38,7 @@ describe("error catalogue", () => {
         "PriceCeilingExceeded",
         "PaidRequestFailed",
         "SellerUnreachable",
+        "OfferMismatch",
         "InvalidEncoding",
         "HeaderTooLarge",
         "InvalidAmount",

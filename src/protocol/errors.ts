@@ -34,6 +34,11 @@ export const ErrorCode = {
   PaidRequestFailed: "PaidRequestFailed",
   /** A seller's server did not answer (connection refused, DNS, timeout): nothing it sold was served. */
   SellerUnreachable: "SellerUnreachable",
+  /**
+   * A seller's 402 asks for something other than what it listed (a higher price, other plan terms,
+   * another payee, network or token): refused before anything is signed (docs/budgets.md).
+   */
+  OfferMismatch: "OfferMismatch",
   // Codec faults: untrusted bytes that are not what they claim to be.
   InvalidEncoding: "InvalidEncoding",
   HeaderTooLarge: "HeaderTooLarge",
@@ -80,6 +85,7 @@ const statusByCode: Record<ErrorCode, number> = {
   PriceCeilingExceeded: 402,
   PaidRequestFailed: 502,
   SellerUnreachable: 502,
+  OfferMismatch: 502,
   InvalidEncoding: 400,
   HeaderTooLarge: 400,
   InvalidAmount: 400,
