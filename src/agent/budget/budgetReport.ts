@@ -30,6 +30,13 @@ export type BudgetReport = {
     reserved: bigint;
     active: { ref: string; provider: Address; amount: bigint }[];
     pending: { ref: string | undefined; amount: bigint }[];
+    /**
+     * Standing holds: what the agent's subscriptions may still pull on chain (overage caps, the next
+     * renewal). Counted as reserved against the total, daily and per-provider limits until charged
+     * or released; they do not expire.
+     */
+    held: bigint;
+    holds: { ref: string; provider: Address; held: bigint }[];
   };
   /** Every provider the agent has a limit for or has spent with, ordered by address. */
   perProvider: {
@@ -51,6 +58,8 @@ export type BudgetUsage = {
   /** Unexpired reservations; `inDay` when reserved within the rolling day. */
   open: { provider: string; kind: SpendKind; ref: string | undefined; amount: bigint; inDay: boolean }[];
   activeSubscriptions: { ref: string; provider: string; amount: bigint }[];
+  /** Standing holds with something left (`agent_holds.held > 0`). */
+  holds?: { ref: string; provider: string; held: bigint }[] | undefined;
 };
 
 function remainingOf(limit: bigint | undefined, used: bigint): bigint | undefined {
@@ -72,8 +81,16 @@ export function buildBudgetReport(input: {
   const { limits, usage } = input;
   const spentTotal = sum(usage.totals.map((t) => t.spent));
   const spentDaily = sum(usage.daily.map((t) => t.spent));
-  const reservedTotal = sum(usage.open.map((o) => o.amount));
-  const reservedDaily = sum(usage.open.filter((o) => o.inDay).map((o) => o.amount));
+  const holds = (usage.holds ?? []).map((h) => ({
+    ref: h.ref,
+    provider: getAddress(h.provider),
+    held: h.held,
+  }));
+  const held = sum(holds.map((h) => h.held));
+  // A standing hold may be pulled at any moment, so it counts in the rolling day whenever it was made:
+  // otherwise a renewal charged today against a hold made last week could pass today's limit.
+  const reservedTotal = sum(usage.open.map((o) => o.amount)) + held;
+  const reservedDaily = sum(usage.open.filter((o) => o.inDay).map((o) => o.amount)) + held;
 
   const perKind = Object.fromEntries(SpendKinds.map((k) => [k, { spent: 0n, reserved: 0n }])) as Record<
     SpendKind,
@@ -81,6 +98,7 @@ export function buildBudgetReport(input: {
   >;
   for (const t of usage.totals) perKind[t.kind].spent += t.spent;
   for (const o of usage.open) perKind[o.kind].reserved += o.amount;
+  perKind.subscription.reserved += held;
 
   const providers = new Map<string, SpendTally>();
   const tallyOf = (provider: string): SpendTally => {
@@ -95,6 +113,7 @@ export function buildBudgetReport(input: {
   for (const provider of Object.keys(limits.perProvider ?? {})) tallyOf(provider);
   for (const t of usage.totals) tallyOf(t.provider).spent += t.spent;
   for (const o of usage.open) tallyOf(o.provider).reserved += o.amount;
+  for (const h of holds) tallyOf(h.provider).reserved += h.held;
   const providerLimits = new Map(
     Object.entries(limits.perProvider ?? {}).map(([provider, limit]) => [provider.toLowerCase(), limit]),
   );
@@ -137,7 +156,14 @@ export function buildBudgetReport(input: {
         subscriptionsCommitted + subscriptionsReserved,
       ),
     },
-    subscriptions: { committed: subscriptionsCommitted, reserved: subscriptionsReserved, active, pending },
+    subscriptions: {
+      committed: subscriptionsCommitted,
+      reserved: subscriptionsReserved,
+      active,
+      pending,
+      held,
+      holds,
+    },
     perProvider,
     perKind,
   };

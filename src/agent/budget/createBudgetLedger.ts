@@ -113,7 +113,37 @@ export type BudgetLedgerOptions = {
   createId?: (() => string) | undefined;
 };
 
+/** A standing hold to place or grow: what a subscription may still pull on chain. */
+export const HoldRequestSchema = z.strictObject({
+  ref: z.string().min(1).max(512),
+  provider: AddressSchema,
+  /** 0 only opens the ref's hold (so later charges know their provider). */
+  amount: z.bigint().nonnegative(),
+});
+export type HoldRequest = z.input<typeof HoldRequestSchema>;
+
+/**
+ * Money that moved under a standing hold: `amount` more, or everything charged under `ref` now being
+ * `total` (only what exceeds the ref's `charged` so far is new, so a watcher may repeat itself).
+ */
+export const ChargeRequestSchema = z.union([
+  z.strictObject({ ref: z.string().min(1).max(512), kind: SpendKindSchema, amount: z.bigint().positive() }),
+  z.strictObject({ ref: z.string().min(1).max(512), kind: SpendKindSchema, total: z.bigint().nonnegative() }),
+]);
+export type ChargeRequest = z.input<typeof ChargeRequestSchema>;
+
+/** What a charge recorded: `amount` spent, of which `beyondHold` was not covered by the hold. */
+export type ChargeOutcome = {
+  ref: string;
+  amount: bigint;
+  beyondHold: bigint;
+  held: bigint;
+  charged: bigint;
+};
+
 export type BudgetLedger = {
+  /** The store the ledger writes to (the agent's subscriptions are kept beside it). */
+  readonly store: Store;
   /** Replaces the agent's limits (creating the agent's budget if new); returns them normalized. */
   setLimits(agent: string, limits: BudgetLimitsInput): Promise<BudgetLimits>;
   /** The agent's limits, or `undefined` when no budget was ever set for it. */
@@ -135,6 +165,25 @@ export type BudgetLedger = {
   endSubscription(agent: string, ref: string): Promise<boolean>;
   /** Spent, reserved and remaining per limit, per provider and per kind. Throws `NotFound` without a budget. */
   report(agent: string): Promise<BudgetReport>;
+  /**
+   * Places (or grows) a standing hold: `amount` more that the subscription `ref` may pull on chain.
+   * Checked like a reservation against the per-provider, daily and total limits (not per call), and the
+   * approval hook; unlike one it never expires. Throws `BudgetExceeded` / `ApprovalDenied`.
+   */
+  hold(agent: string, request: HoldRequest): Promise<bigint>;
+  /**
+   * Records money a subscription moved (a renewal, an overage deduction) as spent, taking it from the
+   * ref's hold. Never refused, since the money already moved: what the hold did not cover is returned as
+   * `beyondHold` (a seller took more than was reserved) and is spent all the same.
+   */
+  charge(agent: string, request: ChargeRequest): Promise<ChargeOutcome>;
+  /** Ends a standing hold (the subscription ended): what was left stops counting. Returns it. */
+  releaseHold(agent: string, ref: string): Promise<bigint>;
+  /** The ref's standing hold and what was charged under it, or undefined if it never had one. */
+  getHold(
+    agent: string,
+    ref: string,
+  ): Promise<{ provider: Address; held: bigint; charged: bigint } | undefined>;
 };
 
 const LimitsRowSchema = z.object({
@@ -153,6 +202,12 @@ const OpenRowSchema = z.object({
   reserved_at: TimestampColumnSchema,
 });
 const SubscriptionRowSchema = z.object({ ref: z.string(), provider: z.string(), amount: BigintColumnSchema });
+const HoldRowSchema = z.object({
+  ref: z.string(),
+  provider: z.string(),
+  held: BigintColumnSchema,
+  charged: BigintColumnSchema,
+});
 const SpendRowSchema = z.object({
   id: z.string(),
   agent: z.string(),
@@ -298,9 +353,16 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
       "SELECT ref, provider, amount FROM agent_subscriptions WHERE agent = $1 AND active ORDER BY ref",
       [agent],
     );
+    const holds = await queryParsed(
+      tx,
+      HoldRowSchema,
+      "SELECT ref, provider, held, charged FROM agent_holds WHERE agent = $1 AND held > 0 ORDER BY ref",
+      [agent],
+    );
     return {
       totals,
       daily,
+      holds,
       open: open.map((o) => ({
         provider: o.provider,
         kind: o.kind,
@@ -340,6 +402,65 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
     return report;
   }
 
+  /**
+   * Asks the approval hook about a spend above the threshold. Do not ask about a spend the limits
+   * refuse anyway: `precheck` runs first. The hook runs outside any transaction (a person may take
+   * minutes to answer); the caller checks the limits again, atomically, afterwards.
+   */
+  async function askApproval(
+    target: ApprovalRequest,
+    precheck: (report: BudgetReport | undefined) => unknown,
+  ): Promise<void> {
+    if (approval === undefined || target.amount <= approval.threshold) return;
+    const { agent } = target;
+    await store.transaction(async (tx) => precheck(await loadReport(tx, agent, "FOR SHARE")));
+    let approved: boolean;
+    try {
+      approved = (await approval.hook(target)) === true;
+    } catch (cause) {
+      throw new TollgateError(ErrorCode.ApprovalDenied, "the approval hook failed", {
+        details: { agent, requested: target.amount.toString(), threshold: approval.threshold.toString() },
+        cause,
+      });
+    }
+    if (!approved) {
+      logger?.info(
+        { agent, amount: target.amount.toString(), provider: target.provider },
+        "budget: approval denied",
+      );
+      throw new TollgateError(
+        ErrorCode.ApprovalDenied,
+        `spending ${usdc(target.amount)} needs approval (above ${usdc(approval.threshold)}) and was denied`,
+        {
+          details: {
+            agent,
+            requested: target.amount.toString(),
+            threshold: approval.threshold.toString(),
+            provider: target.provider,
+            kind: target.kind,
+          },
+        },
+      );
+    }
+  }
+
+  /**
+   * The limits a standing hold is checked against: per provider, daily and total (a hold is not one
+   * call, and the subscription commitment ceiling is checked on the period price when subscribing).
+   */
+  function assertHoldFits(report: BudgetReport | undefined, agent: AgentId, target: ApprovalRequest) {
+    if (report === undefined) return assertFits(report, agent, target);
+    const failed = budgetHeadroom(report, { provider: target.provider, kind: "metered" })
+      .filter((h) => h.limit !== "perCall")
+      .filter((h) => target.amount > h.room);
+    if (failed.length > 0) {
+      const error = budgetExceeded(agent, target.amount, target, failed);
+      logger?.info({ agent, ...error.details }, "budget: hold refused");
+      throw error;
+    }
+    return report;
+  }
+
   async function lockSpend(tx: Queryable, id: string): Promise<SpendRow> {
     const owner = await queryOneParsed(
       tx,
@@ -363,6 +484,7 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
   }
 
   return {
+    store,
     async setLimits(agentInput, limitsInput) {
       const agent = parseOrThrow(AgentIdSchema, agentInput, "agent name");
       const limits = parseOrThrow(BudgetLimitsSchema, limitsInput, "budget limits");
@@ -402,45 +524,7 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
         kind: request.kind,
         ref: request.ref,
       };
-      if (approval !== undefined && request.amount > approval.threshold) {
-        // Do not ask for approval of a spend the limits refuse anyway. The hook runs outside any
-        // transaction (a person may take minutes to answer); the limits are checked again below.
-        await store.transaction(async (tx) =>
-          assertFits(await loadReport(tx, agent, "FOR SHARE"), agent, target),
-        );
-        let approved: boolean;
-        try {
-          approved = (await approval.hook(target)) === true;
-        } catch (cause) {
-          throw new TollgateError(ErrorCode.ApprovalDenied, "the approval hook failed", {
-            details: {
-              agent,
-              requested: request.amount.toString(),
-              threshold: approval.threshold.toString(),
-            },
-            cause,
-          });
-        }
-        if (!approved) {
-          logger?.info(
-            { agent, amount: request.amount.toString(), provider: request.provider },
-            "budget: approval denied",
-          );
-          throw new TollgateError(
-            ErrorCode.ApprovalDenied,
-            `spending ${usdc(request.amount)} needs approval (above ${usdc(approval.threshold)}) and was denied`,
-            {
-              details: {
-                agent,
-                requested: request.amount.toString(),
-                threshold: approval.threshold.toString(),
-                provider: request.provider,
-                kind: request.kind,
-              },
-            },
-          );
-        }
-      }
+      await askApproval(target, (report) => assertFits(report, agent, target));
       const reservation = await store.transaction(async (tx) => {
         const report = assertFits(await loadReport(tx, agent, "FOR UPDATE"), agent, target);
         const reservedAt = report.at;
@@ -579,6 +663,125 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
         );
         return ended.length > 0;
       });
+    },
+
+    async hold(agentInput, requestInput) {
+      const agent = parseOrThrow(AgentIdSchema, agentInput, "agent name");
+      const request = parseOrThrow(HoldRequestSchema, requestInput, "hold request");
+      const target: ApprovalRequest = {
+        agent,
+        amount: request.amount,
+        provider: request.provider,
+        kind: "subscription",
+        ref: request.ref,
+      };
+      await askApproval(target, (report) => assertHoldFits(report, agent, target));
+      const held = await store.transaction(async (tx) => {
+        const report = assertHoldFits(await loadReport(tx, agent, "FOR UPDATE"), agent, target);
+        const rows = await queryParsed(
+          tx,
+          z.object({ held: BigintColumnSchema }),
+          `INSERT INTO agent_holds (agent, ref, provider, held, charged, updated_at) VALUES ($1, $2, $3, $4, 0, $5)
+           ON CONFLICT (agent, ref) DO UPDATE SET held = agent_holds.held + EXCLUDED.held, updated_at = EXCLUDED.updated_at
+           RETURNING held`,
+          [agent, request.ref, request.provider.toLowerCase(), request.amount, report.at],
+        );
+        return rows[0]!.held;
+      });
+      logger?.debug({ agent, ref: request.ref, amount: request.amount.toString() }, "budget: held");
+      return held;
+    },
+
+    async charge(agentInput, requestInput) {
+      const agent = parseOrThrow(AgentIdSchema, agentInput, "agent name");
+      const request = parseOrThrow(ChargeRequestSchema, requestInput, "charge request");
+      return store.transaction(async (tx) => {
+        await tx.query("SELECT 1 FROM agent_budgets WHERE agent = $1 FOR UPDATE", [agent]);
+        const row = await queryOneParsed(
+          tx,
+          HoldRowSchema,
+          "SELECT ref, provider, held, charged FROM agent_holds WHERE agent = $1 AND ref = $2 FOR UPDATE",
+          [agent, request.ref],
+        );
+        if (row === undefined) {
+          throw new TollgateError(ErrorCode.NotFound, `agent "${agent}" has no hold ${request.ref}`, {
+            details: { agent, ref: request.ref },
+          });
+        }
+        const amount =
+          "amount" in request
+            ? request.amount
+            : request.total > row.charged
+              ? request.total - row.charged
+              : 0n;
+        if (amount === 0n) {
+          return { ref: row.ref, amount, beyondHold: 0n, held: row.held, charged: row.charged };
+        }
+        const take = amount < row.held ? amount : row.held;
+        const beyondHold = amount - take;
+        const now = new Date(clock.now());
+        // A spend that already happened: recorded committed at once (its hold was checked when placed).
+        await tx.query(
+          `INSERT INTO agent_spends (id, agent, provider, kind, ref, reserved, committed, status, reserved_at, expires_at, settled_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $6, 'committed', $7, $8, $7)`,
+          [
+            createId(),
+            agent,
+            row.provider,
+            request.kind,
+            request.ref,
+            amount,
+            now,
+            new Date(now.getTime() + 1000),
+          ],
+        );
+        await tx.query(
+          `INSERT INTO agent_spend_totals (agent, provider, kind, spent) VALUES ($1, $2, $3, $4)
+           ON CONFLICT (agent, provider, kind) DO UPDATE SET spent = agent_spend_totals.spent + EXCLUDED.spent`,
+          [agent, row.provider, request.kind, amount],
+        );
+        const held = row.held - take;
+        const charged = row.charged + amount;
+        await tx.query(
+          "UPDATE agent_holds SET held = $3, charged = $4, updated_at = $5 WHERE agent = $1 AND ref = $2",
+          [agent, row.ref, held, charged, now],
+        );
+        if (beyondHold > 0n) {
+          logger?.warn(
+            { agent, ref: row.ref, amount: amount.toString(), beyondHold: beyondHold.toString() },
+            "budget: a subscription took more than its hold",
+          );
+        }
+        return { ref: row.ref, amount, beyondHold, held, charged };
+      });
+    },
+
+    async releaseHold(agentInput, ref) {
+      const agent = parseOrThrow(AgentIdSchema, agentInput, "agent name");
+      return store.transaction(async (tx) => {
+        await tx.query("SELECT 1 FROM agent_budgets WHERE agent = $1 FOR UPDATE", [agent]);
+        const rows = await queryParsed(
+          tx,
+          z.object({ held: BigintColumnSchema }),
+          `UPDATE agent_holds h SET held = 0, updated_at = $3 FROM (SELECT held FROM agent_holds WHERE agent = $1 AND ref = $2) old
+            WHERE h.agent = $1 AND h.ref = $2 RETURNING old.held`,
+          [agent, ref, new Date(clock.now())],
+        );
+        return rows[0]?.held ?? 0n;
+      });
+    },
+
+    async getHold(agentInput, ref) {
+      const agent = parseOrThrow(AgentIdSchema, agentInput, "agent name");
+      const row = await queryOneParsed(
+        store,
+        HoldRowSchema,
+        "SELECT ref, provider, held, charged FROM agent_holds WHERE agent = $1 AND ref = $2",
+        [agent, ref],
+      );
+      return row === undefined
+        ? undefined
+        : { provider: getAddress(row.provider), held: row.held, charged: row.charged };
     },
 
     async report(agentInput) {
