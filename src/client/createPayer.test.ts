@@ -1,16 +1,19 @@
+import { Hono } from "hono";
 import { type Address, verifyTypedData } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { describe, expect, it } from "vitest";
 import { transferWithAuthorizationTypes } from "../chain/signers/eip712Types.ts";
 import { jwksOf, proofKeyFromSeed, signPaymentProof } from "../facilitator/proofKeys.ts";
+import { honoPaymentGate } from "../gate/honoPaymentGate.ts";
 import { sealMemo } from "../gate/memo.ts";
+import { paymentGate } from "../gate/paymentGate.ts";
 import { createFixedClock, unixSeconds } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import type { SupportedResponse } from "../protocol/facilitator.ts";
 import { decodeJsonHeader } from "../protocol/header.ts";
 import { memoNonce } from "../protocol/memo.ts";
 import { PaymentProofSchema } from "../protocol/paymentProof.ts";
-import type { PaymentOption } from "../protocol/paymentRequired.ts";
+import type { PaymentOption, PaymentRequired } from "../protocol/paymentRequired.ts";
 import type { SignedPayment } from "../protocol/signedPayment.ts";
 import { createPayer } from "./createPayer.ts";
 import type { FacilitatorClient } from "./facilitatorClient.ts";
@@ -253,5 +256,175 @@ describe("createPayer().pay", () => {
     expect(() =>
       createPayer({ account, network: "eip155:1", facilitator: client, validForSeconds: 99_999 }),
     ).toThrow(/validForSeconds/);
+  });
+});
+
+/** The specification's `agent.pay(terms)`: `agent` is the payer, terms one 402's offer. */
+describe("agent.pay(terms)", () => {
+  const network = "eip155:31337";
+  const bodyOf = (accepts: PaymentOption[]): PaymentRequired => ({
+    version: "1",
+    error: "PaymentRequired",
+    message: "payment required",
+    accepts,
+  });
+
+  it("pays one accepts entry called exactly so, with no options (the price it states)", async () => {
+    const clock = createFixedClock(START_MS);
+    const { client, sent } = recordingFacilitator();
+    const agent = createPayer({ account, network, facilitator: client, clock });
+    const terms = optionFor(clock);
+    const receipt = await agent.pay(terms);
+    expect(receipt.proof).toMatchObject({ amount: "500000", payTo: PAY_TO, memo: terms.memo });
+    expect(receipt.header).toMatch(/^[A-Za-z0-9+/]+=*$/);
+    expect(sent).toHaveLength(1);
+  });
+
+  it("pays the cheapest option it can pay once of a whole 402 body, within maxAmount when given", async () => {
+    const clock = createFixedClock(START_MS);
+    const { client, sent } = recordingFacilitator();
+    const agent = createPayer({ account, network, facilitator: client, clock });
+    const cheap = optionFor(clock, { amount: "200000" });
+    const dear = optionFor(clock, { amount: "900000" });
+    const elsewhere = optionFor(clock, { amount: "1", network: "eip155:8453" });
+    const plan: PaymentOption = {
+      ...optionFor(clock, { amount: "100" }),
+      scheme: "subscription",
+      tollgate: {
+        planId: "1",
+        interval: 60,
+        subscriptionScheme: true,
+        facilitator: FACILITATOR,
+        manager: TOKEN,
+      },
+    };
+    const receipt = await agent.pay(bodyOf([dear, plan, elsewhere, cheap]));
+    expect(receipt.option.memo).toBe(cheap.memo);
+    expect(sent.map((s) => s.authorization.value)).toEqual(["200000"]);
+
+    const ceiling = await refusal(agent.pay(bodyOf([dear]), { maxAmount: "0.50" }));
+    expect(ceiling.code).toBe("PriceCeilingExceeded");
+    const foreign = await refusal(agent.pay(bodyOf([elsewhere, plan])));
+    expect(foreign.code).toBe("UnsupportedNetwork");
+    expect(sent).toHaveLength(1);
+  });
+
+  it("pays the 402 Response itself and leaves its body readable", async () => {
+    const clock = createFixedClock(START_MS);
+    const { client } = recordingFacilitator();
+    const agent = createPayer({ account, network, facilitator: client, clock });
+    const terms = optionFor(clock);
+    const response = new Response(JSON.stringify(bodyOf([terms])), {
+      status: 402,
+      headers: { "content-type": "application/json" },
+    });
+    const receipt = await agent.pay(response);
+    expect(receipt.option.memo).toBe(terms.memo);
+    expect(((await response.json()) as PaymentRequired).accepts).toHaveLength(1);
+  });
+
+  it.each([
+    ["nothing", undefined, "InvalidRequest", /accepts/],
+    ["null", null, "InvalidRequest", /accepts/],
+    ["a number", 42, "InvalidRequest", /accepts/],
+    ["text that is not a URL", "pay me", "InvalidRequest", /accepts/],
+    ["an unrelated object", { price: "0.50" }, "InvalidRequest", /accepts/],
+    ["an option without its fields", { scheme: "exact" }, "InvalidRequest", /not a valid 402 option/],
+    ["a 402 body without options", { version: "1", accepts: [] }, "InvalidRequest", /not a valid 402 body/],
+    ["a 200 response", new Response("ok"), "InvalidRequest", /200 response/],
+    ["a 402 without terms", new Response("pay", { status: 402 }), "InvalidRequest", /no payment terms/],
+  ])("refuses %s with a typed error, signing nothing", async (_name, terms, code, message) => {
+    const clock = createFixedClock(START_MS);
+    const { client, sent } = recordingFacilitator();
+    const agent = createPayer({ account, network, facilitator: client, clock });
+    const error = await refusal(agent.pay(terms as never));
+    expect(error.code).toBe(code);
+    expect(error.message).toMatch(message);
+    expect(sent).toHaveLength(0);
+  });
+
+  it("refuses options that are not options, and a negative or float ceiling", async () => {
+    const clock = createFixedClock(START_MS);
+    const { client, sent } = recordingFacilitator();
+    const agent = createPayer({ account, network, facilitator: client, clock });
+    const terms = optionFor(clock);
+    expect((await refusal(agent.pay(terms, "0.50" as never))).code).toBe("InvalidRequest");
+    expect((await refusal(agent.pay(terms, { maxAmount: -1n }))).code).toBe("InvalidAmount");
+    expect((await refusal(agent.pay(terms, { maxAmount: 0.5 as never }))).code).toBe("InvalidAmount");
+    expect((await refusal(agent.pay(terms, { signal: "stop" as never }))).code).toBe("InvalidRequest");
+    expect(sent).toHaveLength(0);
+  });
+
+  it("given a URL, requests it, pays its 402 and returns the paid answer with the receipt", async () => {
+    const clock = createFixedClock(START_MS);
+    const { client, sent } = recordingFacilitator();
+    const gate = paymentGate({
+      payTo: PAY_TO,
+      network,
+      token: { address: TOKEN, name: "USD Coin", version: "2" },
+      facilitator: FACILITATOR,
+      fetch: async () => {
+        throw new Error("no network in unit tests");
+      },
+      memoSecret: "agent-pay-terms-test-secret-at-least-32-bytes",
+      clock,
+      proofKeys: jwksOf([proofKey]),
+      routes: { "GET /report": { price: "0.50" } },
+    });
+    const app = new Hono();
+    app.use("*", honoPaymentGate(gate));
+    app.get("/report", (c) => c.json({ report: "quarterly" }));
+    const agent = createPayer({
+      account,
+      network,
+      facilitator: client,
+      clock,
+      fetch: async (input, init) => app.fetch(new Request(input, init)),
+    });
+
+    const { response, receipt } = await agent.pay("http://api.test/report", { maxAmount: "0.50" });
+    expect(response.status).toBe(200);
+    expect(await response.json()).toEqual({ report: "quarterly" });
+    expect(receipt?.proof.amount).toBe("500000");
+    expect(sent).toHaveLength(1);
+
+    // The price comes from the server: without a ceiling nothing is requested or paid.
+    const unbounded = await refusal(agent.pay("http://api.test/report" as never));
+    expect(unbounded.message).toMatch(/maxAmount/);
+    const tooDear = await refusal(agent.pay(new URL("http://api.test/report"), { maxAmount: "0.10" }));
+    expect(tooDear.code).toBe("PriceCeilingExceeded");
+    expect(sent).toHaveLength(1);
+  });
+});
+
+describe("the payer's inputs", () => {
+  it("are refused with typed errors, never a TypeError", async () => {
+    const { client } = recordingFacilitator();
+    const invalid = (run: () => unknown) => {
+      try {
+        run();
+      } catch (error) {
+        return error instanceof TollgateError ? error.code : `untyped: ${String(error)}`;
+      }
+      return "accepted";
+    };
+    expect(invalid(() => createPayer(undefined as never))).toBe("InvalidRequest");
+    expect(invalid(() => createPayer({ account, network: "eip155:1", facilitator: 7 as never }))).toBe(
+      "InvalidRequest",
+    );
+    expect(
+      invalid(() => createPayer({ account, network: "eip155:1", facilitator: client, fetch: "x" as never })),
+    ).toBe("InvalidRequest");
+    const payer = createPayer({ account, network: "eip155:31337", facilitator: client });
+    expect((await refusal(payer.subscribe(undefined as never))).code).toBe("InvalidRequest");
+    expect((await refusal(payer.subscribe({ planId: "three" }))).code).toBe("InvalidRequest");
+    expect((await refusal(payer.subscribe({ planId: 1.5 }))).code).toBe("InvalidRequest");
+    expect((await refusal(payer.subscribe({ planId: 3, maxOverage: Number.NaN }))).code).toBe(
+      "InvalidAmount",
+    );
+    expect((await refusal(payer.subscribe({ planId: 3, maxOverage: 0.1 + 0.2 }))).code).toBe("InvalidAmount");
+    expect((await refusal(payer.subscribe({ planId: 3, maxOverage: -2 }))).code).toBe("InvalidAmount");
+    expect((await refusal(payer.setMaxOverage(1n, Number.POSITIVE_INFINITY))).code).toBe("InvalidAmount");
+    expect((await refusal(payer.pause("1; DROP"))).code).toBe("InvalidRequest");
   });
 });

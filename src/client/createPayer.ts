@@ -31,10 +31,13 @@ import {
   sameFacilitatorUrl,
 } from "./facilitatorClient.ts";
 import { changeSubscriptionThroughFacilitator } from "./facilitatorSubscriptions.ts";
+import { fetchWithPayment } from "./fetchWithPayment.ts";
 import { getPayment, paymentPath } from "./getPayment.ts";
 import { parsePriceCeiling } from "./parsePriceCeiling.ts";
+import { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
 import { payerReadHeaders } from "./payerReadHeaders.ts";
-import { parseTokenAmount, type SubscribeToPlanOptions, subscribeToPlan } from "./subscribeToPlan.ts";
+import { type PaymentTerms, paymentOptionOf } from "./paymentTerms.ts";
+import { type SubscribeToPlanOptions, subscribeToPlan } from "./subscribeToPlan.ts";
 import { createSubscriptionAuth, type SubAuthSigner, type SubscriptionAuth } from "./subscriptionAuth.ts";
 
 /**
@@ -102,7 +105,20 @@ export type OriginSubscription = { subscriptionId: bigint; planId: string; audie
 export type PayOptions = {
   /** The most this payment may cost: a bigint of smallest units or USDC text (`"0.50"`). */
   maxAmount: bigint | string;
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
+};
+
+/**
+ * Options of `pay(terms)`. Without `maxAmount` the price the terms state is paid: the caller holds
+ * the terms it asks to pay (a URL or Request, whose price comes from the server, needs `maxAmount`).
+ */
+export type PayTermsOptions = Partial<PayOptions>;
+
+/** `pay(url | request)`: the server's answer to the paid retry, and the payment that bought it. */
+export type PaidResponse = {
+  response: Response;
+  /** The last payment made (a refused proof is paid again with a fresh 402); none for a free answer. */
+  receipt: PaymentReceipt | undefined;
 };
 
 /** A settled payment: the proof, ready-made as the `X-PAYMENT` header value. */
@@ -122,11 +138,20 @@ export type Payer = {
   /** The signing account, for paying x402 servers directly (`createPayX402`); `createPayer` sets it. */
   readonly account?: PayerSigner;
   /**
-   * Pays one `exact` option. Throws `TollgateError`: `PriceCeilingExceeded`, `UnsupportedNetwork`,
-   * `UnsupportedToken`, `InvalidRequest` (an option this payer cannot pay), `AuthorizationExpired`
-   * (the offer expired: ask for a fresh 402), or the facilitator's code (`InsufficientFunds`, …).
+   * The one-time flow (the specification's `agent.pay(terms)`): signs the EIP-3009 authorization,
+   * has the facilitator settle it (`/authorize`) and returns the checked proof with its `X-PAYMENT`
+   * value. `terms` is one 402 option, the 402 body or the 402 `Response` (its cheapest option this
+   * payer can pay once). Throws `TollgateError`: `PriceCeilingExceeded`, `UnsupportedNetwork`,
+   * `UnsupportedToken`, `InvalidRequest` (not terms, or terms this payer cannot pay),
+   * `AuthorizationExpired` (the offer expired: ask for a fresh 402), or the facilitator's code
+   * (`InsufficientFunds`, …).
    */
-  pay(option: PaymentOption, options: PayOptions): Promise<PaymentReceipt>;
+  pay(terms: PaymentTerms, options?: PayTermsOptions): Promise<PaymentReceipt>;
+  /**
+   * The whole flow for a resource: requests it, pays its 402 once within `maxAmount` (required: the
+   * price comes from the server), and retries with the proof; returns the answer and the receipt.
+   */
+  pay(request: Request | URL | string, options: PayOptions): Promise<PaidResponse>;
   /**
    * Subscribes to a plan — gasless through the facilitator, or `{ direct: true }` from `walletClient` —
    * and returns the subscription id. The first period is charged at once. Throws `TollgateError`:
@@ -147,8 +172,8 @@ export type Payer = {
   resume(subscriptionId: bigint | string): Promise<SubscriptionInfo>;
   /** Cancels a subscription (relayed; final, no refund). */
   cancel(subscriptionId: bigint | string): Promise<SubscriptionInfo>;
-  /** Sets the most overage deducted per period (bigint smallest units or token text), relayed. */
-  setMaxOverage(subscriptionId: bigint | string, maxOverage: bigint | string): Promise<SubscriptionInfo>;
+  /** Sets the most overage deducted per period (token units as a number or text, or a bigint of smallest units), relayed. */
+  setMaxOverage(subscriptionId: bigint | string, maxOverage: TokenAmountInput): Promise<SubscriptionInfo>;
   /**
    * Reads one of this payer's payments back from the facilitator (`GET /payments/:nonce`, signed with
    * `X-Tollgate-Payer-Auth`): its status and, once settled, its proof. `nonce` is the EIP-3009 nonce,
@@ -174,6 +199,9 @@ const MAX_VALID_FOR_SECONDS = 3600;
  * await fetch(url, { headers: { "X-PAYMENT": header } });
  */
 export function createPayer(options: CreatePayerOptions): Payer {
+  if (typeof options !== "object" || options === null) {
+    throw new TollgateError("InvalidRequest", "createPayer: pass { account, network, facilitator }");
+  }
   const { account } = options;
   if (typeof account?.signTypedData !== "function" || typeof account.address !== "string") {
     throw new TollgateError("InvalidRequest", "createPayer: account must have an address and signTypedData");
@@ -197,10 +225,20 @@ export function createPayer(options: CreatePayerOptions): Payer {
       `createPayer: validForSeconds must be 30..${MAX_VALID_FOR_SECONDS}`,
     );
   }
+  if (options.fetch !== undefined && typeof options.fetch !== "function") {
+    throw new TollgateError("InvalidRequest", "createPayer: fetch must be a function");
+  }
+  const fetchFn = options.fetch ?? globalThis.fetch;
   const facilitator =
     typeof options.facilitator === "string"
-      ? createFacilitatorClient({ url: options.facilitator, fetch: options.fetch ?? globalThis.fetch })
+      ? createFacilitatorClient({ url: options.facilitator, fetch: fetchFn })
       : options.facilitator;
+  if (typeof facilitator !== "object" || facilitator === null || typeof facilitator.url !== "string") {
+    throw new TollgateError(
+      "InvalidRequest",
+      "createPayer: facilitator is the facilitator's base URL or a FacilitatorClient",
+    );
+  }
   const overrides = new Map(
     Object.entries(options.tokens ?? {}).map(([address, domain]) => [address.toLowerCase(), domain]),
   );
@@ -265,6 +303,118 @@ export function createPayer(options: CreatePayerOptions): Payer {
     return reply.subscription;
   };
 
+  /** Pays one `exact` option, checked against the ceiling when there is one. */
+  const payOption = async (
+    option: PaymentOption,
+    ceiling: bigint | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<PaymentReceipt> => {
+    assertPayable(option, { network, facilitator: facilitator.url });
+    const amount = BigInt(option.amount);
+    if (ceiling !== undefined && amount > ceiling) {
+      throw new TollgateError("PriceCeilingExceeded", "the price is above the payer's ceiling", {
+        details: { amount: option.amount, maxAmount: ceiling.toString() },
+      });
+    }
+    const now = unixSeconds(clock);
+    const expiresAt = offerExpiry(option);
+    if (expiresAt - now < MIN_OFFER_REMAINING_SECONDS) {
+      throw new TollgateError("AuthorizationExpired", "the offer has expired; request the resource again", {
+        details: { expiresAt, now },
+      });
+    }
+    const domain = await tokenDomainOf(option.token);
+    const authorization = {
+      from: account.address,
+      to: option.payTo,
+      value: amount,
+      validAfter: BigInt(Math.max(0, now - VALID_AFTER_SKEW_SECONDS)),
+      validBefore: BigInt(Math.min(now + validForSeconds, expiresAt)),
+      nonce: memoNonce(option.memo),
+    };
+    const signature = await signTransferAuthorization(account, {
+      domain: { ...domain, chainId, verifyingContract: option.token },
+      authorization,
+    });
+    const reply = await facilitator.authorize(
+      {
+        scheme: "exact",
+        network,
+        token: option.token,
+        memo: option.memo,
+        authorization: {
+          from: authorization.from,
+          to: authorization.to,
+          value: option.amount,
+          validAfter: authorization.validAfter.toString(),
+          validBefore: authorization.validBefore.toString(),
+          nonce: authorization.nonce,
+        },
+        signature,
+      },
+      { signal },
+    );
+    assertProofMatches(reply.proof, option, account.address);
+    return { option, proof: reply.proof, header: encodeJsonHeader(reply.proof), settled: reply.settled };
+  };
+
+  /** `pay(url | request, { maxAmount })`: the request, its 402 paid once, and the paid retry. */
+  const payForRequest = async (
+    target: Request | URL | string,
+    ceiling: bigint,
+    signal: AbortSignal | undefined,
+  ): Promise<PaidResponse> => {
+    let receipt: PaymentReceipt | undefined;
+    const paidFetch = fetchWithPayment(
+      fetchFn,
+      // No subscriptions: `pay` pays once, whatever this payer holds for the origin.
+      {
+        address: account.address,
+        network,
+        facilitator,
+        account,
+        pay: (option, p) => payOption(option, parsePriceCeiling(p.maxAmount), p.signal),
+      },
+      {
+        maxPrice: ceiling,
+        clock,
+        onPayment: (paid) => {
+          receipt = paid;
+        },
+        payX402: async () => {
+          throw new TollgateError(
+            "InvalidRequest",
+            "this server takes only x402 payments (PAYMENT-SIGNATURE): use fetchWithPayment, which pays them",
+          );
+        },
+      },
+    );
+    const response = await paidFetch(
+      target instanceof URL ? target.href : target,
+      signal === undefined ? undefined : { signal },
+    );
+    return { response, receipt };
+  };
+
+  const pay = (async (terms: unknown, payOptions?: unknown) => {
+    const { maxAmount, signal } = parsePayOptions(payOptions);
+    if (
+      terms instanceof Request ||
+      terms instanceof URL ||
+      (typeof terms === "string" && /^https?:\/\//i.test(terms))
+    ) {
+      if (maxAmount === undefined) {
+        throw new TollgateError(
+          "InvalidRequest",
+          "pay(url or request) needs { maxAmount }: the price comes from the server",
+        );
+      }
+      return payForRequest(terms, maxAmount, signal);
+    }
+    const option = await paymentOptionOf(terms, { network, facilitator }, maxAmount);
+    return payOption(option, maxAmount, signal);
+  }) as Payer["pay"];
+
   return {
     address: account.address,
     network,
@@ -279,7 +429,8 @@ export function createPayer(options: CreatePayerOptions): Payer {
       subscriptions.remember({ planId: result.planId, subscriptionId: result.subscriptionId });
       return result.subscriptionId;
     },
-    subscriptionHeaders: (subscriptionId, audienceOrigin) =>
+    // Async throughout, so a bad argument is a rejected promise like every other failure.
+    subscriptionHeaders: async (subscriptionId, audienceOrigin) =>
       subscriptionAuth().headers(idOf(subscriptionId), audienceOrigin),
     pause: (subscriptionId) => change(subscriptionId, { action: "pause" }),
     resume: (subscriptionId) => change(subscriptionId, { action: "resume" }),
@@ -288,7 +439,7 @@ export function createPayer(options: CreatePayerOptions): Payer {
       subscriptions.forget(idOf(subscriptionId));
       return info;
     },
-    setMaxOverage: (subscriptionId, maxOverage) =>
+    setMaxOverage: async (subscriptionId, maxOverage) =>
       change(subscriptionId, { action: "overage", maxOverage: parseTokenAmount(maxOverage, "maxOverage") }),
     async payment(nonce) {
       const { signMessage } = account;
@@ -302,56 +453,23 @@ export function createPayer(options: CreatePayerOptions): Payer {
       const headers = await payerReadHeaders(signer, { method: "GET", path: paymentPath(nonce) }, clock);
       return getPayment(facilitator, nonce, { headers });
     },
-    async pay(option, payOptions) {
-      const ceiling = parsePriceCeiling(payOptions.maxAmount);
-      assertPayable(option, { network, facilitator: facilitator.url });
-      const amount = BigInt(option.amount);
-      if (amount > ceiling) {
-        throw new TollgateError("PriceCeilingExceeded", "the price is above the payer's ceiling", {
-          details: { amount: option.amount, maxAmount: ceiling.toString() },
-        });
-      }
-      const now = unixSeconds(clock);
-      const expiresAt = offerExpiry(option);
-      if (expiresAt - now < MIN_OFFER_REMAINING_SECONDS) {
-        throw new TollgateError("AuthorizationExpired", "the offer has expired; request the resource again", {
-          details: { expiresAt, now },
-        });
-      }
-      const domain = await tokenDomainOf(option.token);
-      const authorization = {
-        from: account.address,
-        to: option.payTo,
-        value: amount,
-        validAfter: BigInt(Math.max(0, now - VALID_AFTER_SKEW_SECONDS)),
-        validBefore: BigInt(Math.min(now + validForSeconds, expiresAt)),
-        nonce: memoNonce(option.memo),
-      };
-      const signature = await signTransferAuthorization(account, {
-        domain: { ...domain, chainId, verifyingContract: option.token },
-        authorization,
-      });
-      const reply = await facilitator.authorize(
-        {
-          scheme: "exact",
-          network,
-          token: option.token,
-          memo: option.memo,
-          authorization: {
-            from: authorization.from,
-            to: authorization.to,
-            value: option.amount,
-            validAfter: authorization.validAfter.toString(),
-            validBefore: authorization.validBefore.toString(),
-            nonce: authorization.nonce,
-          },
-          signature,
-        },
-        { signal: payOptions.signal },
-      );
-      assertProofMatches(reply.proof, option, account.address);
-      return { option, proof: reply.proof, header: encodeJsonHeader(reply.proof), settled: reply.settled };
-    },
+    pay,
+  };
+}
+
+/** `pay`'s second argument: optional, and refused with a typed error when it is not options. */
+function parsePayOptions(value: unknown): { maxAmount: bigint | undefined; signal: AbortSignal | undefined } {
+  if (value === undefined) return { maxAmount: undefined, signal: undefined };
+  if (typeof value !== "object" || value === null) {
+    throw new TollgateError("InvalidRequest", "pay(terms, options?): options is { maxAmount?, signal? }");
+  }
+  const { maxAmount, signal } = value as { maxAmount?: unknown; signal?: unknown };
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw new TollgateError("InvalidRequest", "pay(): signal must be an AbortSignal");
+  }
+  return {
+    maxAmount: maxAmount === undefined ? undefined : parsePriceCeiling(maxAmount as bigint | string),
+    signal,
   };
 }
 

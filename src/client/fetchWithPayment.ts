@@ -13,17 +13,26 @@
  * fresh 402 is never paid after a 5xx, so a failing seller is paid at most once per call.
  *
  * The request body is buffered once, so the retry sends the same bytes (a stream cannot be replayed).
+ *
+ * Subscriptions: the default chooser subscribes to a plan the gate flags with `subscriptionScheme`
+ * (§2.1) only when the caller allowed it (`subscription.maxPrice`); otherwise it pays once. A
+ * subscription held for the origin that the gate refuses as not active (paused, past due, renewal
+ * overdue) is never replaced by one-time payments unless the caller allowed that
+ * (`onSubscriptionInactive: "pay-once"`, or a custom `choose` handed the refusal).
  */
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { type GateErrorCode, TollgateError } from "../protocol/errors.ts";
 import { HeaderName } from "../protocol/header.ts";
 import type { PaymentOption, PaymentRequired } from "../protocol/paymentRequired.ts";
 import type { X402PaymentRequired } from "../protocol/x402.ts";
-import type { OriginSubscription, Payer, PaymentReceipt } from "./createPayer.ts";
+import type { OriginSubscription, Payer, PaymentReceipt, PayOptions } from "./createPayer.ts";
 import { type FetchFn, parseRetryAfter, sameFacilitatorUrl } from "./facilitatorClient.ts";
 import { parsePriceCeiling } from "./parsePriceCeiling.ts";
+import { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
+import { affordableOptions, noAffordableOption, subscribableOptions } from "./payableOptions.ts";
 import { createPayX402 } from "./payX402.ts";
 import { readPaymentRequired } from "./readPaymentRequired.ts";
+import { inactiveStateOf, SubscriptionNotActiveError } from "./subscriptionNotActiveError.ts";
 
 export type ChooseContext = {
   request: Request;
@@ -40,9 +49,10 @@ export type ChooseContext = {
   refusal?: { error: GateErrorCode; message: string; subscriptionId: bigint };
 };
 
-/** What `fetchWithPayment` needs of a payer: paying once, and optionally subscribing. */
-export type FetchPayer = Pick<Payer, "address" | "network" | "facilitator" | "pay" | "account"> &
-  Partial<Pick<Payer, "subscribe" | "subscriptionHeaders" | "subscriptions">>;
+/** What `fetchWithPayment` needs of a payer: paying one option once, and optionally subscribing. */
+export type FetchPayer = Pick<Payer, "address" | "network" | "facilitator" | "account"> & {
+  pay(option: PaymentOption, options: PayOptions): Promise<PaymentReceipt>;
+} & Partial<Pick<Payer, "subscribe" | "subscriptionHeaders" | "subscriptions">>;
 
 /** A subscription `fetchWithPayment` took out or started using for a request. */
 export type SubscriptionUse = {
@@ -101,10 +111,26 @@ export type FetchWithPaymentOptions = {
   /** Told of each settled payment (for ledgers and logs). */
   onPayment?: (receipt: PaymentReceipt, request: Request) => void;
   /**
-   * Terms of subscriptions taken out when `choose` picks a `subscription` option: the most overage per
-   * period (default 0: included units only) and the approval for renewals (default 12 periods).
+   * Subscribing. `maxPrice` (a bigint of smallest units or USDC text) allows the default chooser to
+   * subscribe to a plan the gate flags with `subscriptionScheme: true`, priced at most that per
+   * period, instead of paying once; without it the default chooser only pays once. `maxOverage`
+   * (default 0: included units only) and `approval` (default 12 periods) are the terms of
+   * subscriptions taken out, by the default chooser or when a custom `choose` picks a plan: token
+   * units as a number or text (`2`, `"2.50"`), or a bigint of smallest units.
    */
-  subscription?: { maxOverage?: bigint | string; approval?: bigint | string };
+  subscription?: {
+    maxPrice?: bigint | string | undefined;
+    maxOverage?: TokenAmountInput | undefined;
+    approval?: TokenAmountInput | undefined;
+  };
+  /**
+   * What to do when the gate refuses the subscription held for its origin as not active (paused,
+   * past due, renewal overdue): `"error"` throws `SubscriptionNotActiveError` (the default chooser's
+   * default); `"pay-once"` pays that call once instead (within `maxPrice`, through `choose` when one is
+   * given) and keeps the subscription for later calls. With a custom `choose` and no setting, `choose`
+   * decides from `context.refusal`.
+   */
+  onSubscriptionInactive?: "error" | "pay-once";
   /** Told when a request starts using a subscription (and whether it was just taken out). */
   onSubscribe?: (use: SubscriptionUse, request: Request) => void;
 };
@@ -134,7 +160,50 @@ export function fetchWithPayment(
   payer: FetchPayer,
   options: FetchWithPaymentOptions,
 ): FetchFn {
+  if (typeof fetch !== "function") {
+    throw new TollgateError(
+      "InvalidRequest",
+      "fetchWithPayment(fetch, payer, options): fetch must be a function",
+    );
+  }
+  if (
+    typeof payer !== "object" ||
+    payer === null ||
+    typeof payer.pay !== "function" ||
+    typeof payer.network !== "string" ||
+    typeof payer.facilitator?.url !== "string"
+  ) {
+    throw new TollgateError(
+      "InvalidRequest",
+      "fetchWithPayment(fetch, payer, options): payer is what createPayer returns",
+    );
+  }
+  if (typeof options !== "object" || options === null) {
+    throw new TollgateError(
+      "InvalidRequest",
+      'fetchWithPayment(fetch, payer, options): options need maxPrice, e.g. { maxPrice: "0.50" }',
+    );
+  }
   const maxPrice = parsePriceCeiling(options.maxPrice);
+  const terms = options.subscription;
+  if (terms !== undefined && (typeof terms !== "object" || terms === null)) {
+    throw new TollgateError(
+      "InvalidRequest",
+      "fetchWithPayment: subscription is { maxPrice?, maxOverage?, approval? }",
+    );
+  }
+  // Checked now so a mistake surfaces at construction, not at the first 402; read again at use,
+  // since a caller's `choose` may set the terms for the plan it picks.
+  if (terms?.maxOverage !== undefined) parseTokenAmount(terms.maxOverage, "subscription.maxOverage");
+  if (terms?.approval !== undefined) parseTokenAmount(terms.approval, "subscription.approval");
+  const subscriptionMaxPrice = terms?.maxPrice === undefined ? undefined : parsePriceCeiling(terms.maxPrice);
+  const onInactive = options.onSubscriptionInactive;
+  if (onInactive !== undefined && onInactive !== "error" && onInactive !== "pay-once") {
+    throw new TollgateError(
+      "InvalidRequest",
+      'fetchWithPayment: onSubscriptionInactive is "error" or "pay-once"',
+    );
+  }
   const maxProofRetries = options.maxProofRetries ?? 2;
   if (!Number.isSafeInteger(maxProofRetries) || maxProofRetries < 0 || maxProofRetries > 10) {
     throw new TollgateError("InvalidRequest", "fetchWithPayment: maxProofRetries must be an integer 0..10");
@@ -158,7 +227,27 @@ export function fetchWithPayment(
   );
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   const clock = options.clock ?? systemClock;
-  const choose = options.choose ?? ((_options, context) => context.affordable[0]);
+  if (options.choose !== undefined && typeof options.choose !== "function") {
+    throw new TollgateError("InvalidRequest", "fetchWithPayment: choose must be a function");
+  }
+  const canSubscribe =
+    subscriptionMaxPrice !== undefined &&
+    payer.subscribe !== undefined &&
+    payer.subscriptions !== undefined &&
+    payer.subscriptionHeaders !== undefined;
+  /**
+   * The default chooser. §2.1: `subscriptionScheme: true` tells clients the gate prefers subscribers,
+   * so with the caller's leave (`subscription.maxPrice`) it takes the cheapest flagged plan within that
+   * price per period; otherwise, or with no such plan, the cheapest option payable once.
+   */
+  const defaultChoose: ChoosePaymentOption = (offered, context) => {
+    if (canSubscribe && context.refusal === undefined) {
+      const plan = subscribableOptions(offered, payer, subscriptionMaxPrice)[0];
+      if (plan !== undefined) return plan;
+    }
+    return context.affordable[0];
+  };
+  const choose = options.choose ?? defaultChoose;
   const payX402 =
     options.payX402 ??
     (options.choose === undefined && payer.account !== undefined
@@ -195,6 +284,18 @@ export function fetchWithPayment(
     let subscription: OriginSubscription | undefined = payer.subscriptions?.forOrigin(origin);
     let subscriptionHeaders = subscription === undefined ? undefined : await headersFor(payer, subscription);
     let audienceRetried = false;
+
+    /**
+     * The error for a subscription the gate says is not active, with its state read from the chain.
+     * A cancelled or unknown subscription can never serve again: it is forgotten, so the next call
+     * meets the gate's terms afresh. A paused or overdue one stays bound: resuming or renewing it is
+     * enough to be served again, and until then every call says why instead of paying.
+     */
+    const notActive = async (subscriptionId: bigint, message: string) => {
+      const state = await inactiveStateOf(payer.facilitator, subscriptionId, original.signal);
+      if (state === "Cancelled" || state === "NotFound") payer.subscriptions?.forget(subscriptionId);
+      return new SubscriptionNotActiveError({ subscriptionId, state, url: original.url, message });
+    };
     let subscribed = false;
     let attempt = 0;
 
@@ -287,27 +388,33 @@ export function fetchWithPayment(
           continue;
         }
         if (SUBSCRIPTION_REFUSALS.has(error)) {
-          if (error === "SubscriptionNotActive") payer.subscriptions?.unbind(origin);
-          const refusal = { error, message, subscriptionId: subscription.subscriptionId };
-          const fallback =
-            options.choose === undefined
-              ? undefined
-              : await options.choose(offer.body.accepts, {
-                  request: original,
-                  paymentRequired: offer.body,
-                  maxPrice,
-                  affordable: affordableOptions(offer.body.accepts, payer, maxPrice),
-                  refusal,
-                });
-          if (fallback?.scheme !== "exact") {
-            throw new TollgateError(
-              error,
-              `the gate refused subscription ${subscription.subscriptionId}: ${message}`,
-              {
-                details: { url: original.url, subscriptionId: subscription.subscriptionId.toString() },
-              },
-            );
+          const { subscriptionId } = subscription;
+          const refusal = { error, message, subscriptionId };
+          const inactive = error === "SubscriptionNotActive";
+          const affordable = affordableOptions(offer.body.accepts, payer, maxPrice);
+          let fallback: PaymentOption | undefined;
+          if (inactive && onInactive === "error") {
+            fallback = undefined;
+          } else if (options.choose !== undefined) {
+            fallback = await options.choose(offer.body.accepts, {
+              request: original,
+              paymentRequired: offer.body,
+              maxPrice,
+              affordable,
+              refusal,
+            });
+          } else if (inactive && onInactive === "pay-once") {
+            fallback = affordable[0];
+            if (fallback === undefined) throw noAffordableOption(offer.body.accepts, payer, maxPrice);
           }
+          if (fallback?.scheme !== "exact") {
+            if (inactive) throw await notActive(subscriptionId, message);
+            throw new TollgateError(error, `the gate refused subscription ${subscriptionId}: ${message}`, {
+              details: { url: original.url, subscriptionId: subscriptionId.toString() },
+            });
+          }
+          // Paying once for this call only: the subscription stays bound to the origin, so the calls
+          // after it are served by it again as soon as it is active (resumed, renewed).
           subscription = undefined;
           subscriptionHeaders = undefined;
           response = await payOnce(fallback);
@@ -370,7 +477,7 @@ export function fetchWithPayment(
         );
       }
       subscribed = true;
-      const use = await useSubscription(payer, chosen, options.subscription);
+      const use = await useSubscription(payer, chosen, options.subscription, subscriptionMaxPrice);
       options.onSubscribe?.(use, original);
       subscription = {
         subscriptionId: use.subscriptionId,
@@ -418,6 +525,7 @@ async function useSubscription(
   payer: FetchPayer,
   option: PaymentOption,
   terms: FetchWithPaymentOptions["subscription"],
+  maxPrice: bigint | undefined,
 ): Promise<SubscriptionUse> {
   const planId = option.tollgate?.planId;
   if (planId === undefined || option.tollgate?.manager === undefined) {
@@ -448,53 +556,10 @@ async function useSubscription(
       planId,
       ...(terms?.maxOverage === undefined ? {} : { maxOverage: terms.maxOverage }),
       ...(terms?.approval === undefined ? {} : { approval: terms.approval }),
+      // The plan's price is read again from the facilitator before signing: a gate's 402 cannot
+      // make a dearer plan pass for one within the caller's price.
+      ...(maxPrice === undefined ? {} : { maxPrice }),
     }),
   );
   return { planId, subscriptionId, created, option };
-}
-
-/** Options the payer can pay once within the ceiling, cheapest first. */
-function affordableOptions(options: PaymentOption[], payer: FetchPayer, maxPrice: bigint): PaymentOption[] {
-  const affordable = payableOptions(options, payer).filter((o) => BigInt(o.amount) <= maxPrice);
-  affordable.sort((a, b) =>
-    BigInt(a.amount) < BigInt(b.amount) ? -1 : BigInt(a.amount) > BigInt(b.amount) ? 1 : 0,
-  );
-  return affordable;
-}
-
-/** Options the payer could pay: `exact`, on its network, through its facilitator. */
-function payableOptions(options: PaymentOption[], payer: FetchPayer): PaymentOption[] {
-  return options.filter(
-    (o) =>
-      o.scheme === "exact" &&
-      o.network === payer.network &&
-      (o.tollgate?.facilitator === undefined ||
-        sameFacilitatorUrl(o.tollgate.facilitator, payer.facilitator.url)),
-  );
-}
-
-function noAffordableOption(options: PaymentOption[], payer: FetchPayer, maxPrice: bigint): TollgateError {
-  const payable = payableOptions(options, payer);
-  if (payable.length === 0) {
-    return new TollgateError(
-      "UnsupportedNetwork",
-      `no option of this 402 is payable on ${payer.network} through this payer's facilitator`,
-      {
-        details: {
-          offered: options.map((o) => ({
-            scheme: o.scheme,
-            network: o.network,
-            facilitator: o.tollgate?.facilitator,
-          })),
-        },
-      },
-    );
-  }
-  const cheapest = payable.reduce(
-    (min, o) => (BigInt(o.amount) < min ? BigInt(o.amount) : min),
-    BigInt(payable[0]!.amount),
-  );
-  return new TollgateError("PriceCeilingExceeded", "every option costs more than the price ceiling", {
-    details: { cheapest: cheapest.toString(), maxPrice: maxPrice.toString() },
-  });
 }

@@ -2,10 +2,12 @@
 export {
   type CreatePayerOptions,
   createPayer,
+  type PaidResponse,
   type Payer,
   type PayerSigner,
   type PaymentReceipt,
   type PayOptions,
+  type PayTermsOptions,
 } from "./createPayer.ts";
 export {
   createFacilitatorClient,
@@ -25,8 +27,11 @@ export {
 } from "./fetchWithPayment.ts";
 export { getPayment, paymentPath } from "./getPayment.ts";
 export { parsePriceCeiling } from "./parsePriceCeiling.ts";
+export { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
 export { payerReadHeaders } from "./payerReadHeaders.ts";
+export type { PaymentTerms } from "./paymentTerms.ts";
 export { createPayX402, createX402Payment } from "./payX402.ts";
 export { type PaymentRequiredOffer, readPaymentRequired } from "./readPaymentRequired.ts";
 export { type ProviderSigner, registerProvider } from "./registerProvider.ts";
 export { subscribeToPlan } from "./subscribeToPlan.ts";
+export { type InactiveSubscriptionState, SubscriptionNotActiveError } from "./subscriptionNotActiveError.ts";
