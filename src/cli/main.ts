@@ -28,8 +28,15 @@ async function usage(): Promise<string> {
   return ["usage: tollgate <command> [options]", "", "commands:", ...lines].join("\n");
 }
 
+/** What `node:util` `parseArgs` throws for a flag it does not know or a value it lacks. */
+function isArgumentError(error: unknown): error is Error {
+  return error instanceof Error && /^ERR_PARSE_ARGS_/.test(String((error as { code?: unknown }).code));
+}
+
 async function main(argv: string[]): Promise<number> {
-  const [name, ...rest] = argv;
+  const [first, ...after] = argv;
+  // `tollgate help <command>` is `tollgate <command> --help`.
+  const [name, ...rest] = first === "help" && after[0] !== undefined ? [after[0], "--help"] : argv;
   if (name === undefined || name === "help" || name === "--help" || name === "-h") {
     console.log(await usage());
     return name === undefined ? 1 : 0;
@@ -38,7 +45,13 @@ async function main(argv: string[]): Promise<number> {
     console.error(`tollgate: unknown command "${name}"\n\n${await usage()}`);
     return 2;
   }
-  return (await load(name)).run(rest);
+  try {
+    return await (await load(name)).run(rest);
+  } catch (error) {
+    if (!isArgumentError(error)) throw error;
+    console.error(`tollgate ${name}: ${error.message}\n(\`tollgate ${name} --help\` shows the options)`);
+    return 2;
+  }
 }
 
 main(process.argv.slice(2)).then(

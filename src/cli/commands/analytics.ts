@@ -2,6 +2,7 @@
  * `tollgate analytics`: a provider's revenue from the facilitator's analytics endpoints, as a table of
  * hours or days with totals by scheme and plan. Authenticates with the provider's API key.
  */
+import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { z } from "zod";
 import { createFacilitatorClient, type FetchFn } from "../../client/facilitatorClient.ts";
@@ -14,6 +15,7 @@ import {
 import { formatUnitsExact } from "../../protocol/amount.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
+import { loadProviderKey } from "../providerKeys.ts";
 
 export const summary = "a provider's volume, payments and payers by hour or day, scheme and plan";
 
@@ -23,6 +25,7 @@ export const DEFAULT_FACILITATOR_URL = "http://127.0.0.1:4020";
 export const ProviderCliEnvSchema = z.object({
   TOLLGATE_FACILITATOR_URL: z.url({ protocol: /^https?$/ }).optional(),
   TOLLGATE_API_KEY: z.string().min(1).optional(),
+  TOLLGATE_DIR: z.string().min(1).default(".tollgate"),
 });
 
 type CommandOutput = { log(line: string): void; error(line: string): void };
@@ -34,10 +37,11 @@ export type AnalyticsCommandDeps = {
 };
 
 const usage = `usage: tollgate analytics [--bucket day|hour] [--from <time>] [--to <time>] [--token 0x…]
-                          [--facilitator ${DEFAULT_FACILITATOR_URL}] [--api-key tg_…] [--json]
+                          [--facilitator ${DEFAULT_FACILITATOR_URL}] [--api-key tg_…] [--dir .tollgate] [--json]
   Times are ISO 8601 (2026-11-22, 2026-11-22T10:00:00Z) or Unix seconds. Defaults: the last 30 days
   by day, the last 24 hours by hour. Amounts are shown in USDC (6 decimals).
-  The facilitator and API key default to TOLLGATE_FACILITATOR_URL and TOLLGATE_API_KEY.`;
+  The facilitator defaults to TOLLGATE_FACILITATOR_URL; the API key to TOLLGATE_API_KEY, then to the
+  key \`tollgate provider register --save\` saved in <dir> for that facilitator.`;
 
 /** Runs `tollgate analytics …`; returns the exit code. */
 export async function analyticsCommand(argv: string[], deps: AnalyticsCommandDeps): Promise<number> {
@@ -51,6 +55,7 @@ export async function analyticsCommand(argv: string[], deps: AnalyticsCommandDep
       token: { type: "string" },
       facilitator: { type: "string" },
       "api-key": { type: "string" },
+      dir: { type: "string" },
       json: { type: "boolean", default: false },
       help: { type: "boolean", short: "h" },
     },
@@ -118,24 +123,27 @@ export async function analyticsCommand(argv: string[], deps: AnalyticsCommandDep
   return 0;
 }
 
-/** A facilitator client authenticated as the provider, from flags or the environment. */
+/**
+ * A facilitator client authenticated as the provider. The key is `--api-key`, else TOLLGATE_API_KEY,
+ * else the one `tollgate provider register --save` saved for this very facilitator (a saved key is
+ * never sent to another one).
+ */
 export function providerClient(
-  values: { facilitator?: string | undefined; "api-key"?: string | undefined },
-  deps: { env: Record<string, string | undefined>; fetch: FetchFn },
+  values: { facilitator?: string | undefined; "api-key"?: string | undefined; dir?: string | undefined },
+  deps: { env: Record<string, string | undefined>; fetch: FetchFn; cwd?: string | undefined },
 ) {
   const env = parseWire(ProviderCliEnvSchema, deps.env, { what: "environment" });
-  const apiKey = values["api-key"] ?? env.TOLLGATE_API_KEY;
+  const url = values.facilitator ?? env.TOLLGATE_FACILITATOR_URL ?? DEFAULT_FACILITATOR_URL;
+  const dir = resolve(deps.cwd ?? process.cwd(), values.dir ?? env.TOLLGATE_DIR);
+  const apiKey = values["api-key"] ?? env.TOLLGATE_API_KEY ?? loadProviderKey(dir, url)?.apiKey;
   if (apiKey === undefined) {
     throw new TollgateError(
       "Unauthorized",
-      "a provider API key is needed: pass --api-key or set TOLLGATE_API_KEY (issued by POST /providers)",
+      `a provider API key for ${url} is needed: run \`tollgate provider register --save\` ` +
+        "(with --account <n> on a devnet, TOLLGATE_PROVIDER_KEY elsewhere), or pass --api-key or set TOLLGATE_API_KEY",
     );
   }
-  return createFacilitatorClient({
-    url: values.facilitator ?? env.TOLLGATE_FACILITATOR_URL ?? DEFAULT_FACILITATOR_URL,
-    fetch: deps.fetch,
-    headers: { authorization: `Bearer ${apiKey}` },
-  });
+  return createFacilitatorClient({ url, fetch: deps.fetch, headers: { authorization: `Bearer ${apiKey}` } });
 }
 
 function usdc(atomic: string): string {

@@ -2,11 +2,34 @@
  * `tollgate demo` (`npm run demo`): the whole system on an embedded devnet — see agents/demo.ts.
  * Ctrl-C stops everything the demo started.
  */
-import { runDemo } from "../../../agents/demo.ts";
+import { parseArgs } from "node:util";
 
 export const summary = "run the end-to-end demo: specialists, a budgeted research agent, renewals, webhooks";
 
-export async function run(_argv: string[]): Promise<number> {
+const usage = `usage: tollgate demo
+  Runs the whole system on an embedded devnet, in this process, and stops it all at the end (about a
+  minute): a facilitator, a market and five specialist sellers, and a research agent that buys their
+  paid tools under a budget (one-time, subscription, metered, and from a reseller), then a month of
+  chain time with renewals and the providers' webhooks. It keeps everything in memory and writes no files.
+environment: OPENAI_API_KEY OPENAI_BASE_URL OPENAI_MODEL TOLLGATE_PLANNER (the rule planner, offline, without
+             a key) LOG_LEVEL (default silent)`;
+
+export async function run(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: { help: { type: "boolean", short: "h" } },
+  });
+  if (values.help === true) {
+    console.log(usage);
+    return 0;
+  }
+  if (positionals.length > 0) {
+    console.error(`tollgate demo: takes no arguments\n${usage}`);
+    return 2;
+  }
+  // Loaded only to run it: the demo pulls in LangChain and every service.
+  const { runDemo } = await import("../../../agents/demo.ts");
   const controller = new AbortController();
   // Kept installed until everything is stopped: Ctrl-C reaches this process both from the terminal
   // and relayed by tsx, and a signal with no listener left would end the process before the cleanup.

@@ -29,7 +29,7 @@ export type WebhooksCommandDeps = {
   fetch: FetchFn;
 };
 
-const usage = `usage: tollgate webhooks <command> [--facilitator ${DEFAULT_FACILITATOR_URL}] [--api-key tg_…] [--json]
+const usage = `usage: tollgate webhooks <command> [--facilitator ${DEFAULT_FACILITATOR_URL}] [--api-key tg_…] [--dir .tollgate] [--json]
   add <url> [--events payment.settled,subscription.created,…] [--description text]
                          register an endpoint (all event types unless --events); prints its secret once
   list                   your endpoints
@@ -41,7 +41,8 @@ const usage = `usage: tollgate webhooks <command> [--facilitator ${DEFAULT_FACIL
   rotate-secret <id> [--grace 1d]
                          issue a new secret; the old one keeps signing for the grace period
 Event types: ${WebhookEventTypeSchema.options.join(", ")}.
-The facilitator and API key default to TOLLGATE_FACILITATOR_URL and TOLLGATE_API_KEY.`;
+The facilitator defaults to TOLLGATE_FACILITATOR_URL; the API key to TOLLGATE_API_KEY, then to the key
+\`tollgate provider register --save\` saved in <dir> for that facilitator.`;
 
 /** Runs `tollgate webhooks …`; returns the exit code. */
 export async function webhooksCommand(argv: string[], deps: WebhooksCommandDeps): Promise<number> {
@@ -56,6 +57,7 @@ export async function webhooksCommand(argv: string[], deps: WebhooksCommandDeps)
       grace: { type: "string" },
       facilitator: { type: "string" },
       "api-key": { type: "string" },
+      dir: { type: "string" },
       json: { type: "boolean", default: false },
       help: { type: "boolean", short: "h" },
     },
