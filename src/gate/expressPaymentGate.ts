@@ -1,4 +1,5 @@
 import type { RequestHandler } from "express";
+import { runInGateContext } from "./deductAllowance.ts";
 import { nodeHeaderReader, writeWebResponse } from "./nodeBridge.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { PaymentGate } from "./paymentGate.ts";
@@ -6,7 +7,9 @@ import type { PaymentGate } from "./paymentGate.ts";
 /**
  * The gate as Express middleware; mount it on the paid path prefix. Routes are matched against the
  * full path (`req.originalUrl`), so `app.use("/api", expressPaymentGate(gate))` prices
- * `"GET /api/reports/:id"`. A paid request reaches the next handler with `res.locals.payment` set and
+ * `"GET /api/reports/:id"`. A paid request reaches the next handler with `res.locals.payment` set (a
+ * subscribed one with `res.locals.subscription`: id, plan, subscriber, units and overage charged,
+ * `deductAllowance(amount)`) and
  * `X-PAYMENT-RESPONSE` already on the response. The status the response ends with (500 for a handler
  * that threw, through Express's error handling) is reported to the gate when it is sent, so a paid
  * request answered 5xx gives the payer its proof back. Express is not a runtime dependency: only its
@@ -35,10 +38,14 @@ export function expressPaymentGate(gate: PaymentGate): RequestHandler {
       .then(async (result) => {
         if (result.kind === "respond") return writeWebResponse(res, result.response);
         res.locals.payment = result.paid;
+        res.locals.subscription = result.subscription;
         for (const [name, value] of result.headers) res.setHeader(name, value);
         // `close` follows `finish` and also fires for an aborted response; the gate counts the first.
         res.once("close", () => void result.complete(res.statusCode));
-        next();
+        const subscription = result.subscription;
+        // The handler's context carries the subscription for a bare `deductAllowance(amount)`.
+        if (subscription === undefined) next();
+        else runInGateContext({ subscription }, next);
       })
       .catch(next);
   };

@@ -1,9 +1,16 @@
 import type { MiddlewareHandler } from "hono";
+import { runInGateContext, type ServedSubscription } from "./deductAllowance.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { GatePayment, PaymentGate } from "./paymentGate.ts";
 
-/** Hono `Env` of routes behind the gate: `c.get("payment")` is the accepted payment, if any. */
-export type PaymentGateEnv = { Variables: { payment: GatePayment | undefined } };
+/**
+ * Hono `Env` of routes behind the gate: `c.get("payment")` is the accepted one-time payment, if any;
+ * `c.get("subscription")` the subscription the request was served under (id, plan, subscriber, units
+ * and overage charged, and `deductAllowance(amount)`), if any.
+ */
+export type PaymentGateEnv = {
+  Variables: { payment: GatePayment | undefined; subscription: ServedSubscription | undefined };
+};
 
 /**
  * The gate as Hono middleware; mount it on the paid path prefix. A refused request is answered by the
@@ -20,6 +27,7 @@ export type PaymentGateEnv = { Variables: { payment: GatePayment | undefined } }
  * const app = new Hono<PaymentGateEnv>();
  * app.use("/api/*", honoPaymentGate(gate));
  * app.get("/api/reports/:id", (c) => c.json({ report: c.req.param("id"), paidBy: c.get("payment")?.payer }));
+ * app.get("/api/search", (c) => c.json({ subscriber: c.get("subscription")?.subscriber }));
  */
 export function honoPaymentGate(gate: PaymentGate): MiddlewareHandler<PaymentGateEnv> {
   return async function honoPaymentGate(c, next) {
@@ -29,8 +37,11 @@ export function honoPaymentGate(gate: PaymentGate): MiddlewareHandler<PaymentGat
     const result = await gate({ method: c.req.raw.method, url: reading.target, headers: c.req.raw.headers });
     if (result.kind === "respond") return result.response;
     c.set("payment", result.paid);
+    c.set("subscription", result.subscription);
+    const subscription = result.subscription;
     try {
-      await next();
+      // The handler's context carries the subscription for a bare `deductAllowance(amount)`.
+      await (subscription === undefined ? next() : runInGateContext({ subscription }, next));
     } catch (error) {
       // Hono turns a handler's error into a response through `onError`; one rethrown here is a 500.
       await result.complete(500);

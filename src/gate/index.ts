@@ -17,6 +17,12 @@ export {
   type PaymentRequiredParams,
   paymentRequiredResponse,
 } from "./composePaymentRequired.ts";
+export {
+  deductAllowance,
+  type GateContext,
+  runInGateContext,
+  type ServedSubscription,
+} from "./deductAllowance.ts";
 export { expressPaymentGate } from "./expressPaymentGate.ts";
 export { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
 export {
@@ -72,6 +78,7 @@ export {
   type ProofKeyResolver,
 } from "./proofKeyResolver.ts";
 export { compileRoutePattern, type RoutePattern } from "./routePattern.ts";
+export type { AllowanceDeduction, GateSubscription } from "./subscriptions/createSubscriptionGate.ts";
 export {
   createProofVerifier,
   type ProofChainClient,

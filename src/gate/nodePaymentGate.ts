@@ -1,13 +1,19 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { runInGateContext, type ServedSubscription } from "./deductAllowance.ts";
 import { nodeHeaderReader, writeWebResponse } from "./nodeBridge.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { GatePayment, PaymentGate } from "./paymentGate.ts";
 
-/** A `node:http` handler behind the gate; `payment` is the accepted payment, if any. */
+/**
+ * A `node:http` handler behind the gate: `payment` is the accepted one-time payment, if any;
+ * `subscription` the subscription the request was served under (id, plan, subscriber, units and
+ * overage charged, `deductAllowance(amount)`), if any.
+ */
 export type NodeGatedHandler = (
   req: IncomingMessage,
   res: ServerResponse,
   payment: GatePayment | undefined,
+  subscription: ServedSubscription | undefined,
 ) => void | Promise<void>;
 
 export type NodePaymentGateOptions = {
@@ -24,7 +30,7 @@ export type NodePaymentGateOptions = {
 /**
  * The gate as a `node:http` request listener wrapping `handler`. Requests outside `prefix` go straight
  * to the handler; others are answered by the gate or reach the handler with the payment as its third
- * argument and `X-PAYMENT-RESPONSE` already set on `res`. A handler that throws before answering gets
+ * argument, the subscription as its fourth, and `X-PAYMENT-RESPONSE` already set on `res`. A handler that throws before answering gets
  * a bare 500 (its error is not sent to the client). The handler's status is reported to the gate (500
  * when it threw, before that 500 is sent), so a paid request answered 5xx gives the payer its proof back.
  *
@@ -63,7 +69,7 @@ export function nodePaymentGate(
       // The handler sees the target the gate read (origin-form, dot segments removed), so the two
       // cannot route one request differently; `Host` is never read.
       req.url = reading.target;
-      if (!covers(reading.path, reading.routePath)) return handler(req, res, undefined);
+      if (!covers(reading.path, reading.routePath)) return handler(req, res, undefined, undefined);
       const result = await gate({
         method: req.method ?? "GET",
         url: reading.target,
@@ -74,7 +80,11 @@ export function nodePaymentGate(
       // `close` follows `finish` and also fires for an aborted response; the gate counts the first.
       res.once("close", () => void result.complete(res.statusCode));
       try {
-        return await handler(req, res, result.paid);
+        const subscription = result.subscription;
+        // The handler's context carries the subscription for a bare `deductAllowance(amount)`.
+        return await (subscription === undefined
+          ? handler(req, res, result.paid, undefined)
+          : runInGateContext({ subscription }, () => handler(req, res, result.paid, subscription)));
       } catch (error) {
         // Hand the proof back before the 500 leaves, so an immediate retry finds it released.
         if (!res.headersSent) await result.complete(500);

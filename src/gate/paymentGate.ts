@@ -55,6 +55,7 @@ import {
   type OneTimeOffer,
   paymentRequiredResponse,
 } from "./composePaymentRequired.ts";
+import { deductionAmount, type ServedSubscription } from "./deductAllowance.ts";
 import { memoSecretOf, openMemo } from "./memo.ts";
 import { createMemoryUsageLedger } from "./metering/createMemoryUsageLedger.ts";
 import { createUsageFlusher } from "./metering/createUsageFlusher.ts";
@@ -132,7 +133,7 @@ export type GateResult =
   | {
       kind: "pass";
       paid?: GatePayment;
-      subscription?: GateSubscription;
+      subscription?: ServedSubscription;
       headers: Headers;
       complete: CompleteRequest;
     }
@@ -470,6 +471,13 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     return faultResponse(fault, `${what}; try again later`);
   };
 
+  /** The subscription as handlers read it, with `deductAllowance` bound to it. */
+  const served = (subscription: GateSubscription): ServedSubscription => ({
+    ...subscription,
+    deductAllowance: async (amount) =>
+      subscriptionGate().deduct(subscription.subscriptionId, deductionAmount(amount)),
+  });
+
   /** A request carrying `X-Tollgate-Sub` on a route that accepts subscriptions. */
   const serveSubscription = async (
     subscriptionId: string,
@@ -493,7 +501,7 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     if (outcome.kind === "pass")
       return {
         kind: "pass",
-        subscription: outcome.subscription,
+        subscription: served(outcome.subscription),
         headers: new Headers(),
         complete: completeNothing,
       };

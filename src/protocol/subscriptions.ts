@@ -263,6 +263,20 @@ export const UsageRequestSchema = z.strictObject({
 });
 export type UsageRequest = z.infer<typeof UsageRequestSchema>;
 
+/**
+ * `POST /usage/exhausted` (provider-authenticated): a gate refused a metered call of one of the
+ * provider's subscriptions at its overage cap. `amount` is the charge that did not fit (smallest unit).
+ */
+export const UsageExhaustedRequestSchema = z.strictObject({
+  subscriptionId: UintStringSchema,
+  amount: AtomicAmountSchema.optional(),
+});
+export type UsageExhaustedRequest = z.infer<typeof UsageExhaustedRequestSchema>;
+
+/** `recorded`: this report emitted `allowance.exhausted`; false when this cycle's event was already emitted. */
+export const UsageExhaustedResponseSchema = z.object({ recorded: z.boolean() });
+export type UsageExhaustedResponse = z.infer<typeof UsageExhaustedResponseSchema>;
+
 export const UsageRecordStatusSchema = z.enum(["pending", "submitted", "settled", "failed"]);
 export type UsageRecordStatus = z.infer<typeof UsageRecordStatusSchema>;
 

@@ -10,6 +10,8 @@ import { UintStringSchema } from "../../protocol/amount.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import {
+  UsageExhaustedRequestSchema,
+  type UsageExhaustedResponse,
   type UsageRecordsResponse,
   UsageRefSchema,
   UsageRequestSchema,
@@ -20,10 +22,13 @@ import type { FacilitatorContext } from "../facilitatorModule.ts";
 import { readJsonBody } from "../httpErrors.ts";
 import { requireProvider } from "../providers/requireProvider.ts";
 import { toManagerError } from "../subscriptions/managerErrors.ts";
-import { findSubscription, type IndexScope } from "../subscriptions/subscriptionRecords.ts";
+import { findPlan, findSubscription, type IndexScope } from "../subscriptions/subscriptionRecords.ts";
 import { findUsageByRefs, recordUsage, usageTotals, usageToWire } from "./usageRecords.ts";
 
-type UsageContext = Pick<FacilitatorContext, "store" | "publicClient" | "gas" | "chainId" | "clock"> & {
+type UsageContext = Pick<
+  FacilitatorContext,
+  "store" | "publicClient" | "gas" | "chainId" | "clock" | "recordEvent"
+> & {
   subscriptionManager: Address;
 };
 
@@ -120,6 +125,66 @@ export function mountUsageRoutes(app: Hono, ctx: UsageContext, deps: { onRecorde
       accepted: stored.map(({ row, duplicate }) => ({ ...usageToWire(row), duplicate })),
     };
     return c.json(body, 202);
+  });
+
+  /**
+   * A gate refused a metered call of this provider's subscription at its cap. The first report of a
+   * cycle (the subscription's indexed period) records `allowance.exhausted`, with `source: "gate"`;
+   * later ones of the same cycle record nothing, so a flood of refused calls is one event (and one
+   * webhook). Only the provider of the subscription's plan may report it. Nothing is read from the
+   * chain and no gas is spent: the event says what the gate saw, beside the index's cap figures.
+   */
+  app.post("/usage/exhausted", requireProvider(ctx), async (c) => {
+    const provider = c.get("provider").address;
+    const body = await readJsonBody(c, UsageExhaustedRequestSchema);
+    const subscriptionId = BigInt(body.subscriptionId);
+    const sub = await findSubscription(ctx.store, scope, subscriptionId);
+    if (sub === undefined) {
+      throw new TollgateError("NotFound", `no subscription ${body.subscriptionId} is indexed`, {
+        details: { subscriptionId: body.subscriptionId },
+      });
+    }
+    if (getAddress(sub.provider) !== provider) {
+      throw new TollgateError(
+        "InvalidRequest",
+        `subscription ${body.subscriptionId} is not on one of your plans`,
+        {
+          details: { reason: "not_your_subscription", subscriptionId: body.subscriptionId },
+        },
+      );
+    }
+    const plan = await findPlan(ctx.store, scope, sub.plan_id);
+    const recorded = await ctx.store.transaction(async (tx) => {
+      const claimed = await tx.query(
+        `INSERT INTO usage_exhaustion_reports (chain_id, manager, subscription_id, period_start, provider)
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING subscription_id`,
+        [
+          scope.chainId,
+          scope.manager.toLowerCase(),
+          subscriptionId,
+          sub.period_start,
+          provider.toLowerCase(),
+        ],
+      );
+      if (claimed.length === 0) return false;
+      await ctx.recordEvent(tx, "allowance.exhausted", {
+        subscriptionId: body.subscriptionId,
+        planId: sub.plan_id.toString(),
+        subscriber: getAddress(sub.subscriber),
+        provider,
+        payTo: provider,
+        ...(plan === undefined ? {} : { token: getAddress(plan.token) }),
+        source: "gate",
+        ...(body.amount === undefined ? {} : { amount: body.amount }),
+        overageUsed: sub.overage_used.toString(),
+        maxOverage: sub.max_overage.toString(),
+        periodStart: sub.period_start,
+        periodEnd: sub.current_period_end,
+      });
+      return true;
+    });
+    const reply: UsageExhaustedResponse = { recorded };
+    return c.json(reply, 202);
   });
 
   app.get("/usage", requireProvider(ctx), async (c) => {

@@ -78,15 +78,26 @@ export async function createPostgresUsageLedger(
       // Fast path, one statement and no transaction: a use within the included units of the cycle
       // already stored for this very period is a conditional increment (what `applyUsage` does then).
       const units = BigInt(request.units);
-      const fast = await queryParsed(
-        store,
-        z.object({ units: BigintColumnSchema }),
-        `UPDATE gate_usage_cycles SET units = units + $5, updated_at = now()
+      // A direct charge (deductAllowance) always takes the locked path below.
+      const fast =
+        (request.charge ?? 0n) > 0n
+          ? []
+          : await queryParsed(
+              store,
+              z.object({ units: BigintColumnSchema }),
+              `UPDATE gate_usage_cycles SET units = units + $5, updated_at = now()
          WHERE ledger = $1 AND subscription_id = $2 AND period_start = $3 AND period_end = $4
            AND units + $5::bigint <= $6::numeric
          RETURNING units`,
-        [name, request.subscriptionId, request.periodStart, request.periodEnd, units, request.includedUnits],
-      );
+              [
+                name,
+                request.subscriptionId,
+                request.periodStart,
+                request.periodEnd,
+                units,
+                request.includedUnits,
+              ],
+            );
       const counted = fast[0];
       if (counted !== undefined) return { ok: true, unitsUsed: counted.units, charge: 0n };
       return store.transaction(async (tx) => {

@@ -15,7 +15,7 @@
 import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
 import type { UsageRecordStatus } from "../../protocol/subscriptions.ts";
 import type { GateLogger } from "../paymentGateOptions.ts";
-import { deductAllowance, getUsageRecords } from "./deductAllowance.ts";
+import { getUsageRecords, postUsage } from "./postUsage.ts";
 import type { UsageLedger, UsageOutcome } from "./usageLedger.ts";
 
 export type UsageFlusher = {
@@ -68,7 +68,7 @@ export function createUsageFlusher(options: UsageFlusherOptions): UsageFlusher {
       for (let i = 0; i < MAX_BATCHES_PER_FLUSH; i++) {
         const batch = await ledger.claimBatch({ maxItems: batchSize, staleMs });
         if (batch === undefined) break;
-        const accepted = await deductAllowance(facilitator, { apiKey, records: batch.items });
+        const accepted = await postUsage(facilitator, { apiKey, records: batch.items });
         await ledger.markBatchSent(batch.id);
         // A batch sent again may find its records already settled (or failed) on chain.
         const done = accepted.flatMap((record) => {

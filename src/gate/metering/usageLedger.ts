@@ -21,8 +21,13 @@ export type UsageRequest = {
   /** The chain's current period of the subscription, unix seconds. */
   periodStart: number;
   periodEnd: number;
-  /** Units this request uses (≥ 1). */
+  /** Units this request uses (≥ 0). */
   units: number;
+  /**
+   * An amount charged directly against the overage cap (smallest unit), beside the units' overage:
+   * a handler's `deductAllowance(amount)`. Absent or 0 for a plain metered use.
+   */
+  charge?: bigint | undefined;
   /** Units per cycle included in the plan's price. */
   includedUnits: bigint;
   /** Price per unit past the included ones; 0 means the plan has no overage. */
@@ -145,11 +150,11 @@ export function applyUsage(
   const after = before + units;
   const over = (n: bigint) => (n > request.includedUnits ? n - request.includedUnits : 0n);
   const billable = over(after) - over(before);
-  const charge = billable * request.unitPrice;
-  if (billable > 0n) {
+  const charge = billable * request.unitPrice + (request.charge ?? 0n);
+  if (charge > 0n || billable > 0n) {
     const used = larger(request.overageUsed, cycle.overage);
     const available = request.maxOverage > used ? request.maxOverage - used : 0n;
-    if (request.unitPrice === 0n || charge > available) {
+    if ((billable > 0n && request.unitPrice === 0n) || charge > available) {
       return {
         unsettled,
         reservation: { ok: false, reason: "AllowanceExhausted", unitsUsed: before, charge, available },

@@ -344,6 +344,7 @@ describe("paymentGate with subscription pricing: subscription requests", () => {
       units: 0,
       unitsUsed: undefined,
       charge: 0n,
+      deductAllowance: expect.any(Function),
     });
   });
 

@@ -27,6 +27,7 @@ import { TollgateError } from "../../protocol/errors.ts";
 import { SubscriptionIdSchema } from "../../protocol/subscriptionAuth.ts";
 import type { FeedEvent, SubscriptionInfo } from "../../protocol/subscriptions.ts";
 import type { UsageFlusher } from "../metering/createUsageFlusher.ts";
+import { reportAllowanceExhausted } from "../metering/postUsage.ts";
 import type { Reservation, UsageLedger } from "../metering/usageLedger.ts";
 import type { GateLogger, RouteRequest } from "../paymentGateOptions.ts";
 import { createEventPoller, type EventPoller } from "./createEventPoller.ts";
@@ -51,6 +52,9 @@ export type GateSubscription = {
   /** Overage charged for this request past the included units, smallest unit (0 within them). */
   charge: bigint;
 };
+
+/** A handler's charge against a subscription's allowance, as accepted (settled later, in a batch). */
+export type AllowanceDeduction = { subscriptionId: bigint; amount: bigint };
 
 /** What the gate knows of a route that accepts subscriptions. */
 export type SubscriptionRoute = {
@@ -80,6 +84,13 @@ export type SubscriptionGate = {
   syncEvents(): Promise<void>;
   /** Sends pending metered charges to the facilitator now, then looks up outcomes of older ones. */
   flushUsage(): Promise<number>;
+  /**
+   * Charges `amount` (smallest unit) against the subscription's overage cap this cycle, through the
+   * usage ledger (settled on chain in batches, like metered use): `deductAllowance` of a handler.
+   * Throws `AllowanceExhausted` when it does not fit the cap, `RateLimited` past the gate's unsettled
+   * bound, `SubscriptionNotActive` for a subscription no longer active.
+   */
+  deduct(subscriptionId: bigint, amount: bigint): Promise<AllowanceDeduction>;
   /** Drops one subscription's cached state. */
   invalidate(subscriptionId: string): void;
   /** Stops the background work and sends what is pending. */
@@ -128,6 +139,9 @@ const idlePoller: EventPoller = {
   start() {},
   stop: () => Promise.resolve(),
 };
+
+/** Cycles whose exhaustion this gate remembers having reported (oldest forgotten first). */
+const MAX_EXHAUSTION_REPORTS = 10_000;
 
 /** A cap reached is re-read from the chain at most this often per subscription before refusing. */
 const EXHAUSTED_REFRESH_MS = 1_000;
@@ -195,14 +209,51 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
     return units;
   };
 
+  /**
+   * Tells the facilitator (`POST /usage/exhausted`) that a call was refused at the cap, so that it
+   * emits `allowance.exhausted`: once per subscription and cycle from this gate (the facilitator
+   * de-duplicates across instances too), in the background, never delaying the refusal. A report that
+   * fails is forgotten, so a later refusal tries again. Needs the provider API key.
+   */
+  const reported = new Set<string>();
+  const reportExhausted = (info: SubscriptionInfo, amount: bigint) => {
+    const apiKey = options.providerApiKey;
+    if (apiKey === undefined) return;
+    const key = `${info.subscriptionId}:${info.periodStart}`;
+    if (reported.has(key)) return;
+    if (reported.size >= MAX_EXHAUSTION_REPORTS) reported.delete(reported.values().next().value as string);
+    reported.add(key);
+    reportAllowanceExhausted(
+      facilitator,
+      { apiKey, subscriptionId: BigInt(info.subscriptionId), amount },
+      { timeoutMs: 10_000 },
+    ).catch((error: unknown) => {
+      reported.delete(key);
+      logger?.warn(
+        { err: error, subscriptionId: info.subscriptionId },
+        "allowance exhaustion could not be reported",
+      );
+    });
+  };
+
+  /** The refusal of a use at the cap; reports it to the facilitator on the way. */
+  const exhausted = (info: SubscriptionInfo, plan: GatePlan, unitsUsed: bigint, charge: bigint) => {
+    reportExhausted(info, charge);
+    return plan.overageUnitPrice === 0n && charge === 0n
+      ? `subscription ${info.subscriptionId} has used the ${plan.includedUnits} units its plan includes this period, and the plan has no overage: upgrade the plan or wait for the renewal`
+      : `subscription ${info.subscriptionId} has reached its overage cap of ${formatUnitsExact(BigInt(info.maxOverage), options.decimals)} this period (${unitsUsed} units used, ${plan.includedUnits} included): raise the cap (payer.setMaxOverage) or upgrade the plan`;
+  };
+
   const reserve = (
     info: SubscriptionInfo,
     plan: GatePlan,
     units: number,
     ledger: UsageLedger,
     maxUnsettled: bigint,
+    charge?: bigint,
   ) =>
     ledger.reserve({
+      charge,
       subscriptionId: BigInt(info.subscriptionId),
       periodStart: info.periodStart,
       periodEnd: info.currentPeriodEnd,
@@ -309,11 +360,55 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
           retryAfter: metering.retryAfterSeconds,
         };
       }
-      const message =
-        plan.overageUnitPrice === 0n
-          ? `subscription ${subscriptionId} has used the ${plan.includedUnits} units its plan includes this period, and the plan has no overage: upgrade the plan or wait for the renewal`
-          : `subscription ${subscriptionId} has reached its overage cap of ${formatUnitsExact(BigInt(info.maxOverage), options.decimals)} this period (${reservation.unitsUsed} units used, ${plan.includedUnits} included): raise the cap (payer.setMaxOverage) or upgrade the plan`;
-      return refuse("AllowanceExhausted", message);
+      return refuse("AllowanceExhausted", exhausted(info, plan, reservation.unitsUsed, reservation.charge));
+    },
+    async deduct(subscriptionId, amount) {
+      if (metering?.flusher === undefined) {
+        throw new TollgateError(
+          "InvalidRequest",
+          "paymentGate subscription pricing: deductAllowance needs `providerApiKey`, with which charges are settled",
+          { details: { reason: "gate_misconfigured" } },
+        );
+      }
+      const id = subscriptionId.toString();
+      let info = await statuses.get(id);
+      if (
+        info === undefined ||
+        info.status !== "Active" ||
+        isRenewalOverdue(info, options.renewalGraceSeconds)
+      ) {
+        throw new TollgateError("SubscriptionNotActive", `subscription ${id} is not active`, {
+          details: { subscriptionId: id },
+        });
+      }
+      const plan = await plans.get(info.planId);
+      const { ledger, maxUnsettled } = metering;
+      let reservation = await reserve(info, plan, 0, ledger, maxUnsettled, amount);
+      if (!reservation.ok && reservation.reason === "AllowanceExhausted") {
+        // As for metered use: the cap may have just been raised; read the chain again before refusing.
+        const fresh = await statuses.get(id, { maxAgeMs: EXHAUSTED_REFRESH_MS });
+        if (fresh !== undefined && fresh !== info && fresh.status === "Active") {
+          info = fresh;
+          reservation = await reserve(info, plan, 0, ledger, maxUnsettled, amount);
+        }
+      }
+      if (reservation.ok) return { subscriptionId, amount };
+      if (reservation.reason === "ExposureLimit") {
+        const flusher = metering.flusher;
+        void flusher.flush().then(() => flusher.reconcile());
+        throw new TollgateError(
+          "RateLimited",
+          "this API's metered usage awaiting settlement is at its limit; retry shortly",
+          { retryAfter: metering.retryAfterSeconds },
+        );
+      }
+      throw new TollgateError("AllowanceExhausted", exhausted(info, plan, reservation.unitsUsed, amount), {
+        details: {
+          subscriptionId: id,
+          amount: amount.toString(),
+          available: reservation.available.toString(),
+        },
+      });
     },
     syncEvents: () => poller.pollOnce(),
     async flushUsage() {

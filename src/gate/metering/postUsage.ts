@@ -1,5 +1,5 @@
 /**
- * `deductAllowance` (DESIGN.md §5): hands metered charges to the facilitator's `POST /usage`, which
+ * `postUsage` (DESIGN.md §5): hands metered charges to the facilitator's `POST /usage`, which
  * records them durably (idempotent on each record's `ref`, per provider) and settles them on chain in
  * batches with `SubscriptionManager.deductAllowanceMany`. Authenticated with the provider's API key
  * (`POST /providers`, docs/subscriptions.md).
@@ -7,6 +7,7 @@
 import type { FacilitatorClient, RequestOptions } from "../../client/facilitatorClient.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import {
+  UsageExhaustedResponseSchema,
   type UsageRecord,
   type UsageRecordsResponse,
   UsageRecordsResponseSchema,
@@ -30,10 +31,10 @@ export const MAX_USAGE_REFS_PER_LOOKUP = 100;
  * idempotent on `ref`, so the caller retries the same records after any failure.
  *
  * @example
- * await deductAllowance(facilitator, { apiKey: env.TOLLGATE_PROVIDER_KEY,
+ * await postUsage(facilitator, { apiKey: env.TOLLGATE_PROVIDER_KEY,
  *   records: [{ subscriptionId: 7n, amount: 3_000n, ref: "order-1234" }] });
  */
-export async function deductAllowance(
+export async function postUsage(
   client: Pick<FacilitatorClient, "request">,
   params: { apiKey: string; records: readonly UsageRecordInput[] },
   options: RequestOptions = {},
@@ -60,6 +61,27 @@ export async function deductAllowance(
     accepted.push(...reply.accepted);
   }
   return accepted;
+}
+
+/**
+ * `POST /usage/exhausted`: tells the facilitator that the gate refused a metered call of this
+ * subscription at its cap, so that it emits `allowance.exhausted` (once per subscription per cycle).
+ * Resolves with whether this report was the cycle's first.
+ */
+export async function reportAllowanceExhausted(
+  client: Pick<FacilitatorClient, "request">,
+  params: { apiKey: string; subscriptionId: bigint; amount?: bigint | undefined },
+  options: RequestOptions = {},
+): Promise<boolean> {
+  const reply = await client.request("POST", "/usage/exhausted", UsageExhaustedResponseSchema, {
+    ...options,
+    headers: { ...options.headers, authorization: `Bearer ${params.apiKey}` },
+    body: {
+      subscriptionId: params.subscriptionId.toString(),
+      ...(params.amount === undefined || params.amount <= 0n ? {} : { amount: params.amount.toString() }),
+    },
+  });
+  return reply.recorded;
 }
 
 /** `GET /usage?refs=…`: the provider's records with these refs as the facilitator holds them now. */
