@@ -14,6 +14,7 @@ import { marketCommand } from "../src/cli/commands/market.ts";
 import { sellerCommand } from "../src/cli/commands/seller.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { serveMarket } from "../src/market/createMarket.ts";
+import { pinnedSellerFetch } from "../src/market/fetchSellerDocument.ts";
 import type { CatalogEntry } from "../src/market/marketApi.ts";
 import { createMarketClient } from "../src/market/marketClient.ts";
 import { testCapability, testManifest, testSellers } from "../src/market/testManifests.ts";
@@ -62,7 +63,15 @@ function endToEnd(databaseUrl: string | undefined) {
 
   beforeAll(async () => {
     store = await createTestStore({ databaseUrl, logger });
-    market = await serveMarket({ store, clock, logger, fetch });
+    // The seller's server is on this machine: allowed here, as `--allow-targets 127.0.0.0/8` does.
+    market = await serveMarket({
+      store,
+      clock,
+      logger,
+      fetch: pinnedSellerFetch,
+      sellerTargets: { allowTargets: ["127.0.0.0/8"] },
+      liveness: { sweepSeconds: 0 },
+    });
     // bob's own server: publishes his signed manifest where buyers and markets look for it.
     const app = new Hono();
     let published: unknown;

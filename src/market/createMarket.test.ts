@@ -13,8 +13,9 @@ import {
 } from "../protocol/manifest.ts";
 import { createTestStore } from "../store/createTestStore.ts";
 import type { Store } from "../store/store.ts";
-import { createMarket } from "./createMarket.ts";
+import { createMarket, createMarketService } from "./createMarket.ts";
 import { type CatalogResult, signSellerRemoval } from "./marketApi.ts";
+import type { SellerLiveness } from "./sellerLiveness.ts";
 import { testCapability, testManifest, testSellers } from "./testManifests.ts";
 
 const [alice, bob, carol, dave] = testSellers as [
@@ -34,8 +35,11 @@ function marketSuite(databaseUrl: string | undefined) {
   let store: Store;
   let clock: ReturnType<typeof createFixedClock>;
   let app: Hono;
+  let liveness: SellerLiveness;
   /** What the refresh endpoint's `fetch` reaches: sellers' own servers, by base URL. */
   const sellerSites = new Map<string, Hono>();
+  /** Every URL the market fetched. */
+  const fetched: string[] = [];
 
   const now = () => unixSeconds(clock);
 
@@ -69,14 +73,32 @@ function marketSuite(databaseUrl: string | undefined) {
     await store.exec("TRUNCATE market_sellers CASCADE");
     clock = createFixedClock(1_763_800_000_000);
     sellerSites.clear();
-    const fetchSeller = async (input: Request | string | URL, init?: RequestInit) => {
-      const url = new URL(input instanceof Request ? input.url : input);
-      const site = sellerSites.get(url.origin);
-      if (site === undefined) throw new TypeError("fetch failed: connection refused");
-      return site.request(url.pathname, init);
-    };
-    app = createMarket({ store, clock, logger, fetch: fetchSeller });
+    fetched.length = 0;
+    const service = createMarketService({
+      store,
+      clock,
+      logger,
+      fetch: fetchSeller,
+      // The test sellers live on loopback and 10/8: allowed here as on a devnet, refused by default.
+      sellerTargets: { allowTargets: ["127.0.0.0/8", "10.0.0.0/8"] },
+    });
+    app = service.app;
+    liveness = service.liveness!;
   });
+
+  async function fetchSeller(input: Request | string | URL, init?: RequestInit) {
+    const url = new URL(input instanceof Request ? input.url : input);
+    fetched.push(url.href);
+    const site = sellerSites.get(url.origin);
+    if (site === undefined) throw new TypeError("fetch failed: connection refused");
+    return site.request(url.pathname, init);
+  }
+
+  function serveSeller(origin: string, document: () => unknown) {
+    const site = new Hono();
+    site.get("/.well-known/tollgate.json", (c) => c.json(document() as object));
+    sellerSites.set(origin, site);
+  }
 
   describe("registration", () => {
     it("stores a signed manifest and returns it exactly as signed", async () => {
@@ -474,12 +496,6 @@ function marketSuite(databaseUrl: string | undefined) {
   });
 
   describe("refresh", () => {
-    function serveSeller(origin: string, document: () => unknown) {
-      const site = new Hono();
-      site.get("/.well-known/tollgate.json", (c) => c.json(document() as object));
-      sellerSites.set(origin, site);
-    }
-
     it("re-reads the seller's signed manifest from its baseUrl, without the freshness window", async () => {
       await register(testManifest(alice, now(), [testCapability("old", "Old.")]));
       clock.advance(3_600_000);
@@ -537,6 +553,165 @@ function marketSuite(databaseUrl: string | undefined) {
         headers: { "content-type": "application/json" },
       });
       expect(reply.status).toBe(404);
+    });
+  });
+
+  describe("liveness", () => {
+    const names = async () => (await search("")).results.map((r) => r.capability.name);
+
+    it("stops offering a seller after two failed checks and offers it again once it answers", async () => {
+      const signed = await signManifest(alice, testManifest(alice, now(), [testCapability("x", "X.")]));
+      expect((await call("POST", "/sellers", signed)).status).toBe(201);
+      serveSeller("http://127.0.0.1:5100", () => signed);
+      expect(await liveness.sweep()).toEqual([
+        { address: alice.address.toLowerCase(), reachable: true, failures: 0, checkedAt: now() },
+      ]);
+      expect(await liveness.sweep()).toEqual([]); // next check in 300 s
+
+      sellerSites.delete("http://127.0.0.1:5100");
+      clock.advance(300_000);
+      expect(await liveness.sweep()).toMatchObject([
+        { reachable: true, failures: 1, lastError: "unreachable" },
+      ]);
+      expect(await names()).toEqual(["x"]); // one failure is a blip, not a departure
+
+      clock.advance(30_000);
+      const down = now();
+      expect(await liveness.sweep()).toMatchObject([
+        { reachable: false, failures: 2, unreachableSince: down },
+      ]);
+      expect(await names()).toEqual([]);
+      // Still registered, and marked as such.
+      const listed = await call("GET", "/sellers");
+      expect(listed.body.sellers[0].liveness).toEqual({
+        reachable: false,
+        failures: 2,
+        checkedAt: down,
+        unreachableSince: down,
+        lastError: "unreachable",
+      });
+      expect((await call("GET", `/sellers/${alice.address}`)).body.liveness.reachable).toBe(false);
+
+      clock.advance(59_000);
+      expect(await liveness.sweep()).toEqual([]); // back-off: 60 s after the second failure
+      serveSeller("http://127.0.0.1:5100", () => signed);
+      clock.advance(1_000);
+      expect(await liveness.sweep()).toMatchObject([{ reachable: true, failures: 0 }]);
+      expect(await names()).toEqual(["x"]);
+    });
+
+    it("checks a reported seller at once, at most once per 30 s, and never delists on a report alone", async () => {
+      const signed = await signManifest(alice, testManifest(alice, now(), [testCapability("x", "X.")]));
+      await call("POST", "/sellers", signed);
+      serveSeller("http://127.0.0.1:5100", () => signed);
+      const answered = await call("POST", "/sellers/report", { address: alice.address });
+      expect(answered.status).toBe(200);
+      expect(answered.body).toMatchObject({
+        address: alice.address,
+        checked: true,
+        reachable: true,
+        failures: 0,
+      });
+
+      sellerSites.clear();
+      const early = await call("POST", "/sellers/report", { address: alice.address });
+      expect(early.body).toMatchObject({ checked: false, reachable: true });
+      expect(fetched).toHaveLength(1);
+
+      clock.advance(30_000);
+      expect((await call("POST", "/sellers/report", { address: alice.address })).body).toMatchObject({
+        checked: true,
+        reachable: true,
+        failures: 1,
+      });
+      clock.advance(30_000);
+      expect((await call("POST", "/sellers/report", { address: alice.address })).body).toMatchObject({
+        checked: true,
+        reachable: false,
+        failures: 2,
+      });
+      expect(await names()).toEqual([]);
+
+      expect((await call("POST", "/sellers/report", { address: bob.address })).status).toBe(404);
+      expect((await call("POST", "/sellers/report", { address: "nobody" })).status).toBe(400);
+    });
+
+    it("does not count a server answering for another seller", async () => {
+      await register(testManifest(alice, now(), [testCapability("x", "X.")]));
+      const bobs = await signManifest(bob, testManifest(bob, now(), [testCapability("y", "Y.")]));
+      serveSeller("http://127.0.0.1:5100", () => bobs);
+      expect(await liveness.sweep()).toMatchObject([{ failures: 1, lastError: "wrong_seller" }]);
+    });
+
+    it("starts afresh when the seller registers a new manifest", async () => {
+      await register(testManifest(alice, now(), [testCapability("x", "X.")]));
+      await liveness.sweep();
+      clock.advance(30_000);
+      await call("POST", "/sellers/report", { address: alice.address });
+      expect(await names()).toEqual([]);
+      await register(testManifest(alice, now(), [testCapability("z", "Z.")], { baseUrl: "http://10.1.1.1" }));
+      expect(await names()).toEqual(["z"]);
+      expect((await call("GET", `/sellers/${alice.address}`)).body.liveness).toEqual({
+        reachable: true,
+        failures: 0,
+        checkedAt: now(),
+      });
+    });
+
+    it("never fetches loopback, link-local or private sellers unless allowed", async () => {
+      const service = createMarketService({
+        store,
+        clock,
+        logger,
+        fetch: fetchSeller,
+        sellerTargets: {
+          lookup: async (host) => [
+            { address: host === "metadata.internal" ? "169.254.169.254" : "10.0.0.7", family: 4 },
+          ],
+        },
+      });
+      await register(testManifest(alice, now(), [testCapability("x", "X.")])); // 127.0.0.1
+      await register(
+        testManifest(bob, now(), [testCapability("y", "Y.")], { baseUrl: "http://metadata.internal" }),
+        bob,
+      );
+      await register(
+        testManifest(carol, now(), [testCapability("z", "Z.")], { baseUrl: "http://[::ffff:10.0.0.1]:8080" }),
+        carol,
+      );
+      serveSeller("http://127.0.0.1:5100", () => ({}));
+      const results = await service.liveness!.sweep();
+      expect(results).toHaveLength(3);
+      for (const result of results)
+        expect(result).toMatchObject({ failures: 1, lastError: "refused_target" });
+      expect(fetched).toEqual([]);
+
+      const refresh = await service.app.request("/sellers/refresh", {
+        method: "POST",
+        body: JSON.stringify({ address: bob.address }),
+        headers: { "content-type": "application/json" },
+      });
+      expect(refresh.status).toBe(400);
+      expect((await refresh.json()).error.details).toMatchObject({
+        reason: "refused_target",
+        target: "private_address",
+      });
+      expect(fetched).toEqual([]);
+    });
+
+    it("has no report endpoint on a market that does not fetch sellers", async () => {
+      await register(testManifest(alice, now(), [testCapability("x", "X.")]));
+      const plain = createMarket({ store, clock, logger });
+      const reply = await plain.request("/sellers/report", {
+        method: "POST",
+        body: JSON.stringify({ address: alice.address }),
+        headers: { "content-type": "application/json" },
+      });
+      expect(reply.status).toBe(404);
+      expect((await call("GET", `/sellers/${alice.address}`)).body.liveness).toEqual({
+        reachable: true,
+        failures: 0,
+      });
     });
   });
 

@@ -8,6 +8,8 @@
  * - `GET /sellers?limit=&offset=`, `GET /sellers/:address`
  * - `DELETE /sellers/:address` `{ issuedAt, signature }` (signed by the seller)
  * - `POST /sellers/refresh` `{ address }` (only when the market was given a `fetch`)
+ * - `POST /sellers/report` `{ address }`: a buyer's calls fail; the market checks the seller (only
+ *   with a `fetch`; see sellerLiveness.ts)
  * - `GET /catalog?q=&maxPrice=&scheme=&network=&limit=&offset=`
  * - `GET /healthz`
  */
@@ -21,20 +23,39 @@ import { AddressSchema } from "../protocol/address.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import { NetworkSchema } from "../protocol/network.ts";
 import { parseWire } from "../protocol/parseWire.ts";
+import { createSellerDocumentFetcher } from "./fetchSellerDocument.ts";
 import {
   type CatalogResult,
   CatalogSchemeSchema,
   RefreshRequestSchema,
   type SellerList,
+  SellerReportSchema,
 } from "./marketApi.ts";
 import { createMarketRegistry, type MarketRegistryOptions } from "./marketRegistry.ts";
 import { parsePriceCeiling } from "./parsePriceCeiling.ts";
+import {
+  createSellerLiveness,
+  type SellerLiveness,
+  type SellerLivenessOptions,
+  startLivenessSweeps,
+} from "./sellerLiveness.ts";
 
 export type CreateMarketOptions = MarketRegistryOptions & {
   logger: Logger;
   /** Largest request body, in bytes (default: the registry's `maxManifestBytes` plus room for the envelope). */
   maxBodyBytes?: number | undefined;
+  /**
+   * Liveness checks of sellers (only with `fetch`): their schedule, back-off and reports. `sweepSeconds`
+   * (default 15) is how often `serveMarket` looks for due checks; 0 turns the schedule off (reports
+   * still check).
+   */
+  liveness?:
+    | (SellerLivenessOptions & { sweepSeconds?: number | undefined; timeoutMs?: number | undefined })
+    | undefined;
 };
+
+/** The market app and, when it may fetch sellers, its liveness checker (for `serveMarket`'s schedule). */
+export type MarketService = { app: Hono; liveness: SellerLiveness | undefined };
 
 const IntParamSchema = z
   .string()
@@ -66,8 +87,25 @@ function parseAddressParam(value: string): `0x${string}` {
  * const server = await serveApp(app, { port: 4030 });
  */
 export function createMarket(options: CreateMarketOptions): Hono {
+  return createMarketService(options).app;
+}
+
+/** `createMarket` with its liveness checker exposed (undefined without `fetch`). */
+export function createMarketService(options: CreateMarketOptions): MarketService {
   const { logger, store } = options;
   const registry = createMarketRegistry(options);
+  const liveness =
+    options.fetch === undefined
+      ? undefined
+      : createSellerLiveness({
+          ...options.liveness,
+          store,
+          clock: options.clock,
+          fetchDocument: createSellerDocumentFetcher(options.fetch, options.sellerTargets ?? {}, {
+            timeoutMs: options.liveness?.timeoutMs ?? 5_000,
+            maxBytes: options.maxManifestBytes ?? 256 * 1024,
+          }),
+        });
   const maxBodyBytes = options.maxBodyBytes ?? (options.maxManifestBytes ?? 256 * 1024) + 4096;
   const app = new Hono();
 
@@ -108,6 +146,22 @@ export function createMarket(options: CreateMarketOptions): Hono {
     const result = await registry.refresh(address);
     logger.info({ seller: result.address, status: result.status }, "seller refreshed");
     return c.json(result, result.status === "created" ? 201 : 200);
+  });
+
+  app.post("/sellers/report", async (c) => {
+    if (liveness === undefined) throw new TollgateError("NotFound", "this market does not check sellers");
+    const { address } = await readJsonBody(c, SellerReportSchema);
+    const result = await liveness.report(address);
+    logger.info(
+      {
+        seller: result.address,
+        checked: result.checked,
+        reachable: result.reachable,
+        error: result.lastError,
+      },
+      "seller reported unreachable",
+    );
+    return c.json({ ...result, address });
   });
 
   app.get("/sellers/:address", async (c) => {
@@ -151,7 +205,7 @@ export function createMarket(options: CreateMarketOptions): Hono {
     }
   });
 
-  return app;
+  return { app, liveness };
 }
 
 /**
@@ -164,10 +218,22 @@ export function createMarket(options: CreateMarketOptions): Hono {
 export async function serveMarket(
   options: CreateMarketOptions & { port?: number | undefined; hostname?: string | undefined },
 ): Promise<RunningServer & { app: Hono }> {
-  const app = createMarket(options);
+  const { app, liveness } = createMarketService(options);
   const server = await serveApp(app, {
     ...(options.port === undefined ? {} : { port: options.port }),
     ...(options.hostname === undefined ? {} : { hostname: options.hostname }),
   });
-  return { ...server, app };
+  const sweepSeconds = options.liveness?.sweepSeconds ?? 15;
+  const sweeps =
+    liveness === undefined || sweepSeconds === 0
+      ? undefined
+      : startLivenessSweeps(liveness, { everyMs: sweepSeconds * 1000, logger: options.logger });
+  return {
+    ...server,
+    app,
+    async close() {
+      await sweeps?.stop();
+      await server.close();
+    },
+  };
 }

@@ -21,6 +21,25 @@ export const DEFAULT_MARKET_URL = `http://127.0.0.1:${DEFAULT_MARKET_PORT}`;
 const UnixSecondsSchema = z.int().nonnegative().max(Number.MAX_SAFE_INTEGER);
 
 /**
+ * What the market's liveness checks know of a seller (docs/market.md, "Liveness"). A seller that is
+ * not `reachable` is left out of catalog searches until a check succeeds again. A market that does
+ * not check (started without seller access) reports every seller reachable with no `checkedAt`.
+ */
+export const SellerLivenessSchema = z.object({
+  reachable: z.boolean(),
+  /** Consecutive failed checks. */
+  failures: z.int().nonnegative(),
+  checkedAt: UnixSecondsSchema.optional(),
+  unreachableSince: UnixSecondsSchema.optional(),
+  /** Why the last check failed: `unreachable`, `timeout`, `http_503`, `refused_target`, `wrong_seller`, … */
+  lastError: z.string().max(64).optional(),
+});
+export type SellerLiveness = z.infer<typeof SellerLivenessSchema>;
+
+/** An older market sends no liveness: its sellers count as reachable. */
+const LivenessFieldSchema = SellerLivenessSchema.default({ reachable: true, failures: 0 });
+
+/**
  * A stored registration, as `GET /sellers/:address` returns it. `manifest` is exactly what the seller
  * signed (canonical JSON parsed back), so anyone can check `signature` without trusting the market.
  */
@@ -30,6 +49,7 @@ export const SellerRecordSchema = z.object({
   signature: SignatureSchema,
   registeredAt: UnixSecondsSchema,
   updatedAt: UnixSecondsSchema,
+  liveness: LivenessFieldSchema,
 });
 export type SellerRecord = z.infer<typeof SellerRecordSchema>;
 
@@ -44,6 +64,7 @@ export const SellerSummarySchema = z.object({
   issuedAt: UnixSecondsSchema,
   registeredAt: UnixSecondsSchema,
   updatedAt: UnixSecondsSchema,
+  liveness: LivenessFieldSchema,
 });
 export type SellerSummary = z.infer<typeof SellerSummarySchema>;
 
@@ -72,6 +93,16 @@ export type RegistrationResult = z.infer<typeof RegistrationResultSchema>;
 
 /** `POST /sellers/refresh`: fetch the seller's signed manifest from its registered `baseUrl`. */
 export const RefreshRequestSchema = z.object({ address: AddressSchema });
+
+/** `POST /sellers/report`: a buyer's calls to this seller fail; the market checks it (rate-limited). */
+export const SellerReportSchema = z.object({ address: AddressSchema });
+
+/** The reply to a report: the seller's liveness, and whether the report caused a check. */
+export const SellerReportResultSchema = SellerLivenessSchema.extend({
+  address: AddressSchema,
+  checked: z.boolean(),
+});
+export type SellerReportResult = z.infer<typeof SellerReportResultSchema>;
 
 /** The message a seller signs (EIP-191) to remove its registration: canonical JSON of these fields. */
 export const SellerRemovalClaimsSchema = z.strictObject({

@@ -25,8 +25,11 @@ import {
   RemovalResultSchema,
   type SellerList,
   SellerListSchema,
+  type SellerLiveness,
   SellerRecordSchema,
   type SellerRemoval,
+  type SellerReportResult,
+  SellerReportResultSchema,
 } from "./marketApi.ts";
 import { readBoundedText } from "./readBoundedText.ts";
 
@@ -55,6 +58,8 @@ export type VerifiedSeller = {
   envelope: { manifest: unknown; signature: Hex };
   registeredAt: number;
   updatedAt: number;
+  /** What the market's liveness checks know of the seller. */
+  liveness: SellerLiveness;
 };
 
 export type MarketClient = {
@@ -71,6 +76,12 @@ export type MarketClient = {
   remove(address: string, removal: SellerRemoval): Promise<RemovalResult>;
   /** `POST /sellers/refresh`: ask the market to re-read the seller's manifest from its `baseUrl`. */
   refresh(address: string): Promise<RegistrationResult>;
+  /**
+   * `POST /sellers/report`: tell the market that calls to this seller fail. The market checks the
+   * seller itself (at most once per seller every 30 s by default) and stops offering it if it does
+   * not answer; a report alone never delists anyone.
+   */
+  report(address: string): Promise<SellerReportResult>;
 };
 
 /** Largest reply read: a seller record holds one manifest (at most 256 KiB by default). */
@@ -217,6 +228,7 @@ export function createMarketClient(options: MarketClientOptions): MarketClient {
         envelope: { manifest: record.manifest, signature: record.signature },
         registeredAt: record.registeredAt,
         updatedAt: record.updatedAt,
+        liveness: record.liveness,
       };
     },
     list(page = {}) {
@@ -228,5 +240,6 @@ export function createMarketClient(options: MarketClientOptions): MarketClient {
     },
     remove: (address, removal) => request("DELETE", sellerPath(address), RemovalResultSchema, removal),
     refresh: (address) => request("POST", "/sellers/refresh", RegistrationResultSchema, { address }),
+    report: (address) => request("POST", "/sellers/report", SellerReportResultSchema, { address }),
   };
 }

@@ -33,6 +33,11 @@ import { BigintColumnSchema, SafeIntColumnSchema, TimestampColumnSchema } from "
 import { queryOneParsed, queryParsed } from "../store/queryParsed.ts";
 import type { Queryable, SqlParam, Store } from "../store/store.ts";
 import {
+  createSellerDocumentFetcher,
+  type SellerDocumentFetcher,
+  type SellerTargetOptions,
+} from "./fetchSellerDocument.ts";
+import {
   type CatalogEntry,
   type RegistrationResult,
   type RemovalResult,
@@ -41,7 +46,7 @@ import {
   type SellerSummary,
   sellerRemovalMessage,
 } from "./marketApi.ts";
-import { readBoundedText } from "./readBoundedText.ts";
+import { type LivenessColumns, livenessStatusOf, type SellerLivenessStatus } from "./sellerLiveness.ts";
 
 export type MarketRegistryOptions = {
   store: Store;
@@ -52,8 +57,14 @@ export type MarketRegistryOptions = {
   maxFutureSkewSeconds?: number | undefined;
   /** Largest manifest (canonical JSON bytes) stored (default 256 KiB). */
   maxManifestBytes?: number | undefined;
-  /** Enables `refresh`: the market fetches `<baseUrl>/.well-known/tollgate.json` with this. */
+  /**
+   * Enables `refresh` and liveness checks: the market fetches `<baseUrl>/.well-known/tollgate.json`
+   * with this, after checking the target (see `sellerTargets`). `pinnedSellerFetch` connects to the
+   * checked address itself; another `fetch` gets it in `init.target` and may resolve the name again.
+   */
   fetch?: FetchFn | undefined;
+  /** Which seller addresses the market may fetch (default: public addresses only). */
+  sellerTargets?: SellerTargetOptions | undefined;
   /** Shortest time between two refreshes of one seller, in seconds (default 60). */
   refreshIntervalSeconds?: number | undefined;
   /** How long a refresh waits for the seller (default 10 000 ms). */
@@ -111,6 +122,10 @@ const SellerRowSchema = z.object({
   updated_at: TimestampColumnSchema,
   refreshed_at: TimestampColumnSchema.nullable(),
   removed_at: TimestampColumnSchema.nullable(),
+  check_failures: SafeIntColumnSchema,
+  checked_at: TimestampColumnSchema.nullable(),
+  unreachable_since: TimestampColumnSchema.nullable(),
+  last_check_error: z.string().nullable(),
 });
 type SellerRow = z.infer<typeof SellerRowSchema>;
 
@@ -124,6 +139,10 @@ const SummaryRowSchema = z.object({
   registered_at: TimestampColumnSchema,
   updated_at: TimestampColumnSchema,
   capabilities: z.array(z.string()).nullable(),
+  check_failures: SafeIntColumnSchema,
+  checked_at: TimestampColumnSchema.nullable(),
+  unreachable_since: TimestampColumnSchema.nullable(),
+  last_check_error: z.string().nullable(),
 });
 
 const CatalogRowSchema = z.object({
@@ -178,6 +197,13 @@ export function createMarketRegistry(options: MarketRegistryOptions): MarketRegi
     "refreshTimeoutMs",
   );
   const fetchFn = options.fetch;
+  const fetchDocument: SellerDocumentFetcher | undefined =
+    fetchFn === undefined
+      ? undefined
+      : createSellerDocumentFetcher(fetchFn, options.sellerTargets ?? {}, {
+          timeoutMs: refreshTimeoutMs,
+          maxBytes,
+        });
 
   /** Refuses an `issuedAt` outside [now − maxAge, now + maxSkew]. */
   function checkFresh(issuedAt: number, what: string): void {
@@ -255,7 +281,7 @@ export function createMarketRegistry(options: MarketRegistryOptions): MarketRegi
       db,
       SellerRowSchema,
       `SELECT address, issued_at, manifest, signature, base_url, registered_at, updated_at, refreshed_at,
-              removed_at
+              removed_at, check_failures, checked_at, unreachable_since, last_check_error
          FROM market_sellers WHERE address = $1${lock ? " FOR UPDATE" : ""}`,
       [address],
     );
@@ -282,8 +308,8 @@ export function createMarketRegistry(options: MarketRegistryOptions): MarketRegi
       if (existing === undefined) {
         const inserted = await tx.query(
           `INSERT INTO market_sellers (address, issued_at, manifest, signature, name, description, base_url,
-                                       facilitator, network, token, registered_at, updated_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)
+                                       facilitator, network, token, registered_at, updated_at, next_check_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11)
            ON CONFLICT (address) DO NOTHING RETURNING address`,
           sellerParams,
         );
@@ -307,7 +333,9 @@ export function createMarketRegistry(options: MarketRegistryOptions): MarketRegi
         `UPDATE market_sellers
             SET issued_at = $2, manifest = $3, signature = $4, name = $5, description = $6, base_url = $7,
                 facilitator = $8, network = $9, token = $10, updated_at = $11, removed_at = NULL,
-                registered_at = CASE WHEN removed_at IS NULL THEN registered_at ELSE $11 END
+                registered_at = CASE WHEN removed_at IS NULL THEN registered_at ELSE $11 END,
+                -- A newly signed manifest starts liveness afresh, checked on the next sweep.
+                next_check_at = $11, check_failures = 0, unreachable_since = NULL, last_check_error = NULL
           WHERE address = $1`,
         sellerParams,
       );
@@ -356,7 +384,7 @@ export function createMarketRegistry(options: MarketRegistryOptions): MarketRegi
   }
 
   async function refresh(address: Address): Promise<RegistrationResult> {
-    if (fetchFn === undefined) {
+    if (fetchDocument === undefined) {
       throw new TollgateError("NotFound", "this market does not refresh manifests itself");
     }
     const key = address.toLowerCase();
@@ -383,7 +411,7 @@ export function createMarketRegistry(options: MarketRegistryOptions): MarketRegi
     if (claimed === undefined) throw new TollgateError("NotFound", "no seller registered at that address");
 
     const url = `${claimed.replace(/\/+$/, "")}${MANIFEST_PATH}`;
-    const document = await fetchDocument(fetchFn, url, refreshTimeoutMs, maxBytes);
+    const document = await fetchDocument(url);
     const { manifest, text, signature } = await checkEnvelope(document);
     if (!sameAddress(manifest.seller.payTo, address)) {
       throw new TollgateError(
@@ -458,6 +486,7 @@ export function createMarketRegistry(options: MarketRegistryOptions): MarketRegi
       signature: SignatureSchema.parse(row.signature),
       registeredAt: seconds(row.registered_at),
       updatedAt: seconds(row.updated_at),
+      liveness: livenessOf(row),
     };
   }
 
@@ -466,7 +495,8 @@ export function createMarketRegistry(options: MarketRegistryOptions): MarketRegi
       store,
       SummaryRowSchema,
       `SELECT s.address, s.name, s.description, s.base_url, s.network, s.issued_at, s.registered_at,
-              s.updated_at,
+              s.updated_at, s.check_failures, s.checked_at,
+              s.unreachable_since, s.last_check_error,
               (SELECT array_agg(c.name ORDER BY c.position) FROM market_capabilities c
                 WHERE c.seller = s.address) AS capabilities
          FROM market_sellers s
@@ -486,6 +516,7 @@ export function createMarketRegistry(options: MarketRegistryOptions): MarketRegi
         issuedAt: row.issued_at,
         registeredAt: seconds(row.registered_at),
         updatedAt: seconds(row.updated_at),
+        liveness: livenessOf(row),
       }),
     );
   }
@@ -501,7 +532,8 @@ export function createMarketRegistry(options: MarketRegistryOptions): MarketRegi
       params.push(value);
       return `$${params.length}`;
     };
-    const where = ["s.removed_at IS NULL"];
+    // Sellers whose liveness checks fail are not offered until they answer again (sellerLiveness.ts).
+    const where = ["s.removed_at IS NULL", "s.unreachable_since IS NULL"];
     let score = "0::float8";
     let from = "market_capabilities c JOIN market_sellers s ON s.address = c.seller";
     if (words.length > 0) {
@@ -582,50 +614,8 @@ export function searchWords(q: string): string[] {
   return [...new Set(words)].slice(0, MAX_QUERY_WORDS);
 }
 
-/** Fetches a seller's discovery document, bounded in time and size, without following redirects. */
-async function fetchDocument(
-  fetchFn: FetchFn,
-  url: string,
-  timeoutMs: number,
-  maxBytes: number,
-): Promise<unknown> {
-  const unreachable = (reason: string, cause?: unknown) =>
-    new TollgateError("ChainUnavailable", `could not read the seller's manifest at ${url}: ${reason}`, {
-      details: { reason: "seller_unreachable", url },
-      cause,
-      retryAfter: 60,
-    });
-  let response: Response;
-  let text: string;
-  try {
-    response = await fetchFn(url, {
-      method: "GET",
-      headers: { accept: "application/json" },
-      redirect: "manual",
-      signal: AbortSignal.timeout(timeoutMs),
-    });
-    if (!response.ok) {
-      await response.body?.cancel();
-      throw unreachable(`HTTP ${response.status}`);
-    }
-    text = await readBoundedText(
-      response,
-      maxBytes,
-      () =>
-        new TollgateError("PayloadTooLarge", `the seller's manifest document is over ${maxBytes} bytes`, {
-          details: { reason: "document_too_large", url, maxBytes },
-        }),
-    );
-  } catch (cause) {
-    if (cause instanceof TollgateError) throw cause;
-    throw unreachable("no answer", cause);
-  }
-  try {
-    return JSON.parse(text) as unknown;
-  } catch (cause) {
-    throw new TollgateError("InvalidRequest", "the seller's manifest document is not JSON", {
-      details: { reason: "malformed_document", url },
-      cause,
-    });
-  }
+/** The wire form of a seller's liveness (`GET /sellers`, `GET /sellers/:address`). */
+function livenessOf(row: LivenessColumns): Omit<SellerLivenessStatus, "address"> {
+  const { address: _address, ...status } = livenessStatusOf(row);
+  return status;
 }

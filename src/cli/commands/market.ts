@@ -7,7 +7,10 @@ import { parseArgs } from "node:util";
 import pino from "pino";
 import { z } from "zod";
 import type { FetchFn } from "../../client/facilitatorClient.ts";
+import { CommaListSchema } from "../../facilitator/commaListSchema.ts";
+import { createWebhookTargetPolicy } from "../../facilitator/webhooks/webhookTargets.ts";
 import { serveMarket } from "../../market/createMarket.ts";
+import { pinnedSellerFetch } from "../../market/fetchSellerDocument.ts";
 import { CatalogSchemeSchema, DEFAULT_MARKET_PORT, DEFAULT_MARKET_URL } from "../../market/marketApi.ts";
 import { createMarketClient } from "../../market/marketClient.ts";
 import { formatUnitsExact } from "../../protocol/amount.ts";
@@ -23,6 +26,8 @@ const MarketEnvSchema = z.object({
   TOLLGATE_MARKET_URL: z.url({ protocol: /^https?$/ }).optional(),
   TOLLGATE_MARKET_PORT: z.coerce.number().int().min(0).max(65_535).optional(),
   DATABASE_URL: z.string().optional(),
+  /** Non-public seller addresses the market may fetch (refresh, liveness): `127.0.0.0/8,::1` on a devnet. */
+  TOLLGATE_MARKET_ALLOW_TARGETS: CommaListSchema.optional(),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
 });
 
@@ -38,11 +43,16 @@ export type MarketCommandDeps = {
 };
 
 const usage = `usage: tollgate market [serve] [--port 4030] [--host 127.0.0.1] [--dir .tollgate] [--no-refresh]
-         run the market registry; its database is DATABASE_URL, or PGlite in <dir>/market
+                             [--allow-targets 127.0.0.0/8,::1]
+         run the market registry; its database is DATABASE_URL, or PGlite in <dir>/market.
+         It reads sellers' /.well-known/tollgate.json (refresh, liveness checks every few minutes) at
+         public addresses only, unless --allow-targets names others (default with a loopback --host:
+         127.0.0.0/8,::1, for sellers on this machine); --no-refresh: never fetch sellers' URLs
        tollgate market search [words…] [--max-price 0.05|50000] [--scheme one-time|subscription|metered]
                              [--network eip155:8453] [--limit 20] [--market ${DEFAULT_MARKET_URL}] [--json]
          search the catalog; --max-price with a decimal point or "usdc" is USDC, digits alone are atomic units
-environment: DATABASE_URL TOLLGATE_DIR TOLLGATE_MARKET_PORT TOLLGATE_MARKET_URL LOG_LEVEL`;
+environment: DATABASE_URL TOLLGATE_DIR TOLLGATE_MARKET_PORT TOLLGATE_MARKET_URL TOLLGATE_MARKET_ALLOW_TARGETS
+             LOG_LEVEL`;
 
 /** Runs `tollgate market …`; returns the exit code. */
 export async function marketCommand(argv: string[], deps: MarketCommandDeps): Promise<number> {
@@ -54,6 +64,7 @@ export async function marketCommand(argv: string[], deps: MarketCommandDeps): Pr
       host: { type: "string", default: "127.0.0.1" },
       dir: { type: "string" },
       "no-refresh": { type: "boolean", default: false },
+      "allow-targets": { type: "string" },
       market: { type: "string" },
       "max-price": { type: "string" },
       scheme: { type: "string" },
@@ -114,6 +125,19 @@ export async function marketCommand(argv: string[], deps: MarketCommandDeps): Pr
     deps.out.error(`tollgate market: --port must be 0-65535, got ${values.port}`);
     return 2;
   }
+  // A market that listens on loopback only is a local one, whose sellers run on this machine too: it
+  // may fetch loopback sellers unless told otherwise. A market others can reach fetches public ones.
+  const localDefault = isLoopbackHost(values.host) ? ["127.0.0.0/8", "::1"] : [];
+  const allowTargets =
+    values["allow-targets"] === undefined
+      ? (env.TOLLGATE_MARKET_ALLOW_TARGETS ?? localDefault)
+      : CommaListSchema.parse(values["allow-targets"]);
+  try {
+    createWebhookTargetPolicy({ allowTargets });
+  } catch (error) {
+    deps.out.error(`tollgate market: --allow-targets: ${(error as Error).message}`);
+    return 2;
+  }
   const dir = resolve(values.dir ?? env.TOLLGATE_DIR);
   const logger = pino({ name: "market", level: env.LOG_LEVEL });
   // Not the facilitator's PGlite directory: one PGlite directory can be open in one process only.
@@ -122,7 +146,9 @@ export async function marketCommand(argv: string[], deps: MarketCommandDeps): Pr
     store,
     clock: deps.clock,
     logger,
-    fetch: values["no-refresh"] ? undefined : deps.fetch,
+    // Connects to the address the target check approved, never to a second DNS answer.
+    fetch: values["no-refresh"] ? undefined : pinnedSellerFetch,
+    sellerTargets: { allowTargets },
     port,
     hostname: values.host,
   }).catch(async (error: unknown) => {
@@ -138,6 +164,10 @@ export async function marketCommand(argv: string[], deps: MarketCommandDeps): Pr
   await server.close();
   await store.close();
   return 0;
+}
+
+function isLoopbackHost(host: string): boolean {
+  return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
 }
 
 function untilSignal(): Promise<void> {
