@@ -4,7 +4,7 @@
  * chain: each generated workload is a stream of call times for one agent and one provider, priced by
  * one one-time price and one plan (period price, included units, overage price).
  *
- *   npx tsx bench/policy.ts [--workloads 240] [--seed 402]
+ *   npx tsx bench/policy.ts [--workloads 240] [--seed 402] [--patterns steady,bursty,…]
  *
  * Strategies, each replaying the same calls:
  * - hindsight optimum: the least any schedule of one-time payments and subscription periods could have
@@ -13,19 +13,32 @@
  * - always pay once; always subscribe (subscribe on a call when no period is active);
  * - policy, break-even: `decide()` without a forecast, `history` from `createCallCounter` counting
  *   every call (the recommended use), and counting only calls paid once (the literal reading);
- * - policy, forecast: `decide()` given the calls the generator expects in the next period, exactly
- *   and with the forecast off by a random factor of up to 2 either way.
+ * - policy, forecast: `decide()` given the calls the generator expects in the next period, exactly,
+ *   off by a random factor of up to 2 either way, and off by ×4 and ÷4 throughout;
+ * - learning: the agent's learning policy (`runningForecast` + `decide()` at each call that finds no
+ *   period, subscriptions renewing by themselves unless `reviewSubscription` cancels them in the
+ *   window before renewal), with the same forecasts as priors and with none.
+ * Workloads: steady, bursty, ramp-up, ramp-down, on-off, and shift (demand changes tenfold, up or
+ * down, at a random moment inside a period).
  * Under a subscription, calls beyond the included units pay the overage price.
  */
 import { parseArgs } from "node:util";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
 import { decide, type PolicyForecast } from "../src/agent/policy/decide.ts";
+import { type DemandState, demandModelFor, recordDemand } from "../src/agent/policy/demandEstimate.ts";
 import type { PolicyOfferInput } from "../src/agent/policy/policyOffer.ts";
+import { cancelLeadSeconds, reviewSubscription } from "../src/agent/policy/reviewSubscription.ts";
+import { runningForecast } from "../src/agent/policy/runningForecast.ts";
 import { formatUnitsExact } from "../src/protocol/amount.ts";
 import { createFixedClock } from "../src/protocol/clock.ts";
 
 const { values } = parseArgs({
-  options: { workloads: { type: "string", default: "240" }, seed: { type: "string", default: "402" } },
+  options: {
+    workloads: { type: "string", default: "240" },
+    seed: { type: "string", default: "402" },
+    /** Comma-separated; `steady,bursty,ramp-up,ramp-down,on-off` replays the workloads of the first bench. */
+    patterns: { type: "string" },
+  },
 });
 const WORKLOADS = Number(values.workloads);
 const SEED = Number(values.seed);
@@ -49,8 +62,15 @@ const logUniform = (lo: number, hi: number) =>
   Math.exp(Math.log(lo) + random() * (Math.log(hi) - Math.log(lo)));
 
 const DAY = 86_400;
-const PATTERNS = ["steady", "bursty", "ramp-up", "ramp-down", "on-off"] as const;
+const PATTERNS = ["steady", "bursty", "ramp-up", "ramp-down", "on-off", "shift"] as const;
 type Pattern = (typeof PATTERNS)[number];
+const DRAWN: readonly Pattern[] =
+  values.patterns === undefined
+    ? PATTERNS
+    : values.patterns.split(",").map((name) => {
+        if (!(PATTERNS as readonly string[]).includes(name)) throw new Error(`unknown pattern ${name}`);
+        return name as Pattern;
+      });
 
 type Workload = {
   pattern: Pattern;
@@ -77,7 +97,7 @@ function generate(): Workload {
     includedUnits: metered ? Math.round(breakEven * logUniform(0.5, 4)) : 0,
     overageUnitPrice: metered ? BigInt(Math.round(Number(price) * logUniform(0.1, 1.5))) : 0n,
   };
-  const pattern = pick(PATTERNS);
+  const pattern = pick(DRAWN);
   // Calls per period around the break-even point, from a tenth of it to ten times it.
   const busy = (breakEven * logUniform(0.1, 10)) / interval;
   const segments: { from: number; to: number; rate: number }[] = [];
@@ -95,6 +115,14 @@ function generate(): Workload {
       segment(0, duration / 2, busy);
       segment(duration / 2, duration, busy / 10);
       break;
+    case "shift": {
+      // Demand changes tenfold, up or down, at a random moment inside a period (not at its start).
+      const at = Math.min(duration, (Math.floor(random() * periods) + 0.2 + 0.6 * random()) * interval);
+      const factor = random() < 0.5 ? 10 : 0.1;
+      segment(0, at, busy);
+      segment(at, duration, busy * factor);
+      break;
+    }
     case "on-off": {
       const step = interval * logUniform(0.3, 2);
       for (let t = 0, on = true; t < duration; t += step, on = !on)
@@ -292,6 +320,92 @@ function policyForecast(w: Workload, noise: () => number): bigint {
   });
 }
 
+/**
+ * The learning policy as the agent runs it: every call is recorded in the demand estimate; a call
+ * that finds no active period asks `decide()` with the running forecast (the planner's forecast as
+ * prior, corrected by the calls made); a subscription renews by itself at the end of each period
+ * unless `reviewSubscription()`, asked once the cancel window before the renewal opens, says the next
+ * period will not pay for itself: it is then cancelled at once (calls left in the period pay once).
+ * `prior(t)` is the planner's forecast of calls in the next interval at time t (undefined: none).
+ */
+function policyLearning(
+  w: Workload,
+  prior: (t: number) => number | undefined,
+  model = demandModelFor(w.plan.interval),
+): bigint {
+  const choose = memoDecide(w);
+  const interval = w.plan.interval;
+  const lead = cancelLeadSeconds(interval);
+  const priorAt = (t: number): PolicyForecast | undefined => {
+    const p = prior(t);
+    return p === undefined ? undefined : { calls: Math.max(0, Math.round(p)), horizonSeconds: interval };
+  };
+  let state: DemandState | undefined;
+  let spent = 0n;
+  let periodEnd = Number.NEGATIVE_INFINITY;
+  let reviewed = false;
+  let inPeriod = 0;
+  for (const t of w.calls) {
+    for (;;) {
+      if (periodEnd === Number.NEGATIVE_INFINITY) break;
+      if (!reviewed && periodEnd - lead <= t) {
+        const checkAt = periodEnd - lead;
+        reviewed = true;
+        const review = reviewSubscription({
+          subscription: {
+            subscriptionId: "1",
+            planId: "1",
+            provider: PROVIDER,
+            status: "Active",
+            amount: w.plan.amount,
+            interval,
+            includedUnits: w.plan.includedUnits,
+            overageUnitPrice: w.plan.overageUnitPrice,
+            nextChargeAt: periodEnd,
+          },
+          demand: state === undefined ? undefined : { state, oneTimePrice: w.price },
+          prior: priorAt(checkAt),
+          nowMs: checkAt * 1000,
+          chainTime: checkAt,
+          model,
+        });
+        if (review.action === "cancel") {
+          periodEnd = Number.NEGATIVE_INFINITY;
+          break;
+        }
+      }
+      if (periodEnd > t) break;
+      // Renewed by the keeper: a new period starts where the last one ended.
+      spent += w.plan.amount;
+      periodEnd += interval;
+      reviewed = false;
+      inPeriod = 0;
+    }
+    state = recordDemand(state, t * 1000, model);
+    if (t < periodEnd) {
+      inPeriod += 1;
+      spent += overage(w, inPeriod) - overage(w, inPeriod - 1);
+      continue;
+    }
+    const { forecast } = runningForecast({
+      state,
+      nowMs: t * 1000,
+      intervalSeconds: interval,
+      model,
+      prior: priorAt(t),
+    });
+    if (choose({ forecast }) === "subscribe") {
+      spent += w.plan.amount + overage(w, 1);
+      periodEnd = t + interval;
+      reviewed = false;
+      inPeriod = 1;
+    } else {
+      spent += w.price;
+    }
+  }
+  return spent;
+}
+
 type Row = { pattern: Pattern; calls: number; costs: Record<string, bigint> };
 const STRATEGIES = [
   "hindsight optimum",
@@ -302,6 +416,13 @@ const STRATEGIES = [
   "policy: break-even, paid-once history",
   "policy: exact forecast",
   "policy: forecast ×/÷ 2",
+  "policy: forecast ×4",
+  "policy: forecast ÷4",
+  "learning: exact forecast",
+  "learning: forecast ×/÷ 2",
+  "learning: forecast ×4",
+  "learning: forecast ÷4",
+  "learning: no forecast",
 ] as const;
 
 const started = performance.now();
@@ -331,6 +452,16 @@ for (let i = 0; i < WORKLOADS; i += 1) {
       "policy: break-even, paid-once history": policyBreakEven(w, false),
       "policy: exact forecast": policyForecast(w, () => 1),
       "policy: forecast ×/÷ 2": policyForecast(w, () => 2 ** (2 * noiseRandom() - 1)),
+      "policy: forecast ×4": policyForecast(w, () => 4),
+      "policy: forecast ÷4": policyForecast(w, () => 0.25),
+      "learning: exact forecast": policyLearning(w, (t) => w.expected(t, w.plan.interval)),
+      "learning: forecast ×/÷ 2": policyLearning(
+        w,
+        (t) => w.expected(t, w.plan.interval) * 2 ** (2 * noiseRandom() - 1),
+      ),
+      "learning: forecast ×4": policyLearning(w, (t) => w.expected(t, w.plan.interval) * 4),
+      "learning: forecast ÷4": policyLearning(w, (t) => w.expected(t, w.plan.interval) / 4),
+      "learning: no forecast": policyLearning(w, () => undefined),
     },
   });
 }
@@ -366,6 +497,14 @@ for (const name of STRATEGIES) {
   );
 }
 
+const wrong = ["learning: forecast ×4", "learning: forecast ÷4", "learning: no forecast"];
+const wrongMean = wrong.reduce((sum, name) => sum + ratio(total(name), total("hindsight optimum")), 0) / 3;
+console.log(
+  `\nlearning policy, forecasts off by ×4 and ÷4 and no forecast, aggregate averaged: ${fmt(wrongMean)} ` +
+    `(target ≤ 1.10; worst of the three ${fmt(Math.max(...wrong.map((n) => ratio(total(n), total("hindsight optimum")))))}); ` +
+    `break-even ${fmt(ratio(total("policy: break-even"), total("hindsight optimum")))}, ` +
+    `best fixed choice ${fmt(ratio(total("best fixed choice"), total("hindsight optimum")))}`,
+);
 console.log("\npolicy (break-even) against the simple strategies:");
 for (const other of ["always pay once", "always subscribe", "best fixed choice"]) {
   const wins = rows.filter((r) => r.costs["policy: break-even"]! < r.costs[other]!).length;

@@ -1,0 +1,64 @@
+/**
+ * The running forecast: a plan's expected calls per period at the learned rate, in the form `decide()`
+ * takes. The planner's forecast (or none) is the prior; the calls actually made correct it
+ * (demandEstimate.ts has the model).
+ */
+import type { PolicyForecast } from "./decide.ts";
+import {
+  type DemandEstimate,
+  type DemandModel,
+  type DemandState,
+  demandModelFor,
+  estimateDemand,
+} from "./demandEstimate.ts";
+
+/** Forecasts are expressed over this many periods so that a fractional rate survives `calls: int`. */
+const SCALE = 1000;
+
+export type RunningForecast = {
+  /** For `decide({ forecast })`: `callsPerPeriod` calls per plan interval (in thousandths). */
+  forecast: PolicyForecast;
+  /** Expected calls in one plan interval at the running rate. */
+  callsPerPeriod: number;
+  estimate: DemandEstimate;
+};
+
+/**
+ * The rate a forecast states, calls per second. Like `decide()`, a horizon shorter than the plan's
+ * interval says nothing about the rest of the period: its calls are taken as the period's.
+ */
+export function forecastRate(forecast: PolicyForecast, intervalSeconds: number): number {
+  return forecast.calls / Math.max(forecast.horizonSeconds, intervalSeconds);
+}
+
+/**
+ * Expected calls per plan interval from the evidence (`state`) and the prior (`prior`, a planner's
+ * forecast, optional), at `nowMs`.
+ * @example
+ * const { forecast } = runningForecast({ state: await demand.get(key), nowMs: clock.now(), intervalSeconds: plan.interval, prior });
+ * const decision = decide({ offer, forecast, budget });
+ */
+export function runningForecast(input: {
+  state: DemandState | undefined;
+  nowMs: number;
+  intervalSeconds: number;
+  prior?: PolicyForecast | undefined;
+  model?: DemandModel | undefined;
+}): RunningForecast {
+  const { intervalSeconds } = input;
+  if (!Number.isSafeInteger(intervalSeconds) || intervalSeconds <= 0) {
+    throw new RangeError("intervalSeconds must be a positive integer");
+  }
+  const model = input.model ?? demandModelFor(intervalSeconds);
+  const priorRate = input.prior === undefined ? undefined : forecastRate(input.prior, intervalSeconds);
+  const estimate = estimateDemand(input.state, input.nowMs, model, priorRate);
+  const callsPerPeriod = estimate.rate * intervalSeconds;
+  return {
+    forecast: {
+      calls: Math.min(Number.MAX_SAFE_INTEGER, Math.round(callsPerPeriod * SCALE)),
+      horizonSeconds: intervalSeconds * SCALE,
+    },
+    callsPerPeriod,
+    estimate,
+  };
+}
