@@ -36,7 +36,7 @@ import { getPayment, paymentPath } from "./getPayment.ts";
 import { parsePriceCeiling } from "./parsePriceCeiling.ts";
 import { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
 import { payerReadHeaders } from "./payerReadHeaders.ts";
-import { type PaymentTerms, paymentOptionOf } from "./paymentTerms.ts";
+import { isRequestLike, type PaymentTerms, paymentOptionOf } from "./paymentTerms.ts";
 import { type SubscribeToPlanOptions, subscribeToPlan } from "./subscribeToPlan.ts";
 import { createSubscriptionAuth, type SubAuthSigner, type SubscriptionAuth } from "./subscriptionAuth.ts";
 
@@ -399,7 +399,7 @@ export function createPayer(options: CreatePayerOptions): Payer {
   const pay = (async (terms: unknown, payOptions?: unknown) => {
     const { maxAmount, signal } = parsePayOptions(payOptions);
     if (
-      terms instanceof Request ||
+      isRequestLike(terms) ||
       terms instanceof URL ||
       (typeof terms === "string" && /^https?:\/\//i.test(terms))
     ) {

@@ -34,7 +34,7 @@ export async function paymentOptionOf(
   payer: PayerView,
   maxAmount: bigint | undefined,
 ): Promise<PaymentOption> {
-  if (terms instanceof Response) return optionOfBody(await bodyOf(terms), payer, maxAmount);
+  if (isResponseLike(terms)) return optionOfBody(await bodyOf(terms), payer, maxAmount);
   if (typeof terms !== "object" || terms === null) {
     throw new TollgateError("InvalidRequest", EXPECTED, { details: { type: typeOf(terms) } });
   }
@@ -88,6 +88,34 @@ function malformed(what: string, issues: readonly { path: PropertyKey[]; message
         .map((issue) => ({ path: issue.path.map(String).join("."), message: issue.message })),
     },
   });
+}
+
+/**
+ * A fetch `Response`, by shape: `instanceof Response` fails across implementations (undici's,
+ * `@hono/node-server`'s replacement of the global, a polyfill), and a caller's response may come
+ * from any of them.
+ */
+export function isResponseLike(value: unknown): value is Response {
+  if (typeof value !== "object" || value === null) return false;
+  const candidate = value as Partial<Response>;
+  return (
+    typeof candidate.status === "number" &&
+    typeof candidate.clone === "function" &&
+    typeof candidate.text === "function" &&
+    typeof candidate.headers?.get === "function"
+  );
+}
+
+/** A fetch `Request`, by shape (see `isResponseLike`). */
+export function isRequestLike(value: unknown): value is Request {
+  if (typeof value !== "object" || value === null) return false;
+  const candidate = value as Partial<Request>;
+  return (
+    typeof candidate.url === "string" &&
+    typeof candidate.method === "string" &&
+    typeof candidate.clone === "function" &&
+    typeof candidate.headers?.get === "function"
+  );
 }
 
 function typeOf(value: unknown): string {
