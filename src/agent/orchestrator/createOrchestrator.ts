@@ -1,17 +1,16 @@
+import type { Callbacks } from "@langchain/core/callbacks/manager";
 import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
-import {
-  type AIMessage,
-  type AIMessageChunk,
-  type BaseMessage,
-  HumanMessage,
-  SystemMessage,
-} from "@langchain/core/messages";
 import type { StructuredToolInterface } from "@langchain/core/tools";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
+import type { BudgetLedger } from "../budget/createBudgetLedger.ts";
 import { createRulePlanner, type Plan, type RulePlanner } from "../planner/createRulePlanner.ts";
 import { type PlannerInputs, PlannerInputsSchema } from "../planner/plannerInputs.ts";
-import { contentText, type OrchestratorStep, runToolCall } from "./runToolCall.ts";
+import type { MarketToolFinder } from "./marketSearchTool.ts";
+import { runModelAgent } from "./runModelAgent.ts";
+import { type OrchestratorStep, runToolCall } from "./runToolCall.ts";
+import type { SpendApprovalRequest, SpendApprover } from "./spendApproval.ts";
+import { createToolQueue, type ToolQueue, type ToolQueueOptions } from "./toolQueue.ts";
 
 export type { OrchestratorStep } from "./runToolCall.ts";
 
@@ -28,6 +27,8 @@ export type OrchestratorEvent =
       document?: string | undefined;
     }
   | { type: "tool:end"; step: OrchestratorStep }
+  /** A spend-approval question was answered (model path; see `approve`). */
+  | { type: "approval"; request: SpendApprovalRequest; approved: boolean }
   | { type: "answer"; planner: string; answer: string };
 
 /** The narrow logger the orchestrator writes to; a pino logger satisfies it. */
@@ -49,6 +50,26 @@ export type CreateOrchestratorOptions = {
   systemPrompt?: string | undefined;
   /** The rule planner to use (default: `createRulePlanner()`). */
   planner?: RulePlanner | undefined;
+  /**
+   * The budget the paid tools spend from (model path): a paid call it cannot cover at the cheapest
+   * listed price is refused before any request is made.
+   */
+  budget?: { ledger: BudgetLedger; agent: string } | undefined;
+  /**
+   * Paid calls whose largest listed price is above this (smallest unit) pause the run for `approve`
+   * (a human-in-the-loop interrupt on the model path). Usually the agent's stored threshold.
+   */
+  approveAbove?: bigint | undefined;
+  /** Answers spend-approval questions; without it every call above `approveAbove` is refused. */
+  approve?: SpendApprover | undefined;
+  /** How the calls of one model turn run at once: a queue, or its limits (`createToolQueue`). */
+  queue?: ToolQueue | ToolQueueOptions | undefined;
+  /** Offers the model the market search tool (`search_market`), which adds found tools to the run. */
+  findTools?: MarketToolFinder | undefined;
+  /** LangChain callbacks for the model path: a user's tracing sees every call with its receipt. */
+  callbacks?: Callbacks | undefined;
+  /** Each token of a streaming model's replies, as it arrives. */
+  onToken?: ((text: string) => void) | undefined;
 };
 
 export type OrchestratorRun = {
@@ -83,9 +104,11 @@ export const defaultSystemPrompt = [
 const noopLogger: OrchestratorLogger = { info() {}, warn() {} };
 
 /**
- * An agent that completes a task with tools: through a LangChain tool-calling chat model when one is
- * given, otherwise through the deterministic rule planner. Tool calls run one at a time, in order, so
- * that budgets and ledgers see a reproducible sequence.
+ * An agent that completes a task with tools: through LangChain's `createAgent` over a tool-calling
+ * chat model when one is given (Tollgate's middleware checks the budget, asks for approval and runs a
+ * turn's calls in parallel through p-queue; see tollgateMiddleware.ts), otherwise through the
+ * deterministic rule planner, whose calls run one at a time, in order, so that an offline run spends
+ * in a reproducible sequence.
  *
  * @example
  * const orchestrator = createOrchestrator({ tools, model: modelFromEnv(process.env) });
@@ -148,41 +171,38 @@ export function createOrchestrator(options: CreateOrchestratorOptions): Orchestr
     return { answer: planner.answer(plan, steps), steps, planner: "rules", plan };
   }
 
-  async function runModel(
+  const queue =
+    options.queue !== undefined && "run" in options.queue
+      ? options.queue
+      : createToolQueue(options.queue as ToolQueueOptions | undefined);
+
+  const runModel = (
     chat: BaseChatModel,
     task: string,
     inputs: PlannerInputs,
     signal: AbortSignal | undefined,
-  ) {
-    // Checked at construction: a model without bindTools is refused.
-    const bound = chat.bindTools!([...tools]);
-    const messages: BaseMessage[] = [
-      new SystemMessage(options.systemPrompt ?? defaultSystemPrompt),
-      new HumanMessage(userMessage(task, inputs)),
-    ];
-    const steps: OrchestratorStep[] = [];
-    for (let turn = 1; turn <= maxTurns; turn++) {
-      const reply = await ask(chat, bound, messages, signal);
-      messages.push(reply);
-      const calls = reply.tool_calls ?? [];
-      await emit({ type: "model", planner: plannerName, turn, toolCalls: calls.length });
-      if (calls.length === 0) return { answer: contentText(reply.content), steps, planner: plannerName };
-      for (const call of calls) {
-        const outcome = await callTool(
-          steps,
-          { callId: call.id ?? `call_${steps.length + 1}`, tool: call.name, args: call.args ?? {} },
-          signal,
-        );
-        messages.push(outcome.message);
-      }
-    }
-    logger.warn({ planner: plannerName, maxTurns }, "model turns exhausted without a final answer");
-    return {
-      answer: `Stopped after ${maxTurns} model turns without a final answer.`,
-      steps,
-      planner: plannerName,
-    };
-  }
+  ) =>
+    runModelAgent(
+      {
+        chat,
+        tools,
+        systemPrompt: options.systemPrompt ?? defaultSystemPrompt,
+        maxTurns,
+        planner: plannerName,
+        queue,
+        emit,
+        logger,
+        budget: options.budget,
+        approveAbove: options.approveAbove,
+        approve: options.approve,
+        findTools: options.findTools,
+        callbacks: options.callbacks,
+        onToken: options.onToken,
+      },
+      task,
+      inputs,
+      signal,
+    );
 
   return {
     planner: plannerName,
@@ -198,37 +218,6 @@ export function createOrchestrator(options: CreateOrchestratorOptions): Orchestr
     },
     forecast: (task, inputs = {}) => planner.forecast(task, tools, inputs),
   };
-}
-
-type BoundModel = ReturnType<NonNullable<BaseChatModel["bindTools"]>>;
-
-/**
- * One model turn. A model configured to stream (`streaming: true`) is read through `stream()` and its
- * chunks joined: its `invoke()` would, after the stream, estimate token counts with a tokenizer that
- * LangChain downloads, which offline retries for minutes.
- */
-async function ask(
-  chat: BaseChatModel,
-  bound: BoundModel,
-  messages: BaseMessage[],
-  signal: AbortSignal | undefined,
-): Promise<AIMessage | AIMessageChunk> {
-  const config = signal === undefined ? {} : { signal };
-  if ((chat as { streaming?: unknown }).streaming !== true)
-    return (await bound.invoke(messages, config)) as AIMessage;
-  let joined: AIMessageChunk | undefined;
-  for await (const chunk of await bound.stream(messages, config)) {
-    const piece = chunk as AIMessageChunk;
-    joined = joined === undefined ? piece : joined.concat(piece);
-  }
-  if (joined === undefined) throw new TollgateError("Internal", "the model's stream ended without a message");
-  return joined;
-}
-
-/** The task, then its inputs as JSON for the model to read arguments from. */
-function userMessage(task: string, inputs: PlannerInputs): string {
-  if (Object.keys(inputs).length === 0) return task;
-  return `${task}\n\nInputs (JSON):\n${JSON.stringify(inputs, null, 2)}`;
 }
 
 /** `model` of OpenAI-style chat models (`gpt-4o-mini`), else LangChain's class name. */

@@ -18,6 +18,11 @@ export type OrchestratorStep = {
   error?: string | undefined;
   /** The document the call worked on, when the rule planner fanned out. */
   document?: string | undefined;
+  /**
+   * Set when the model made the same call (same tool, same arguments) earlier in the same turn: this
+   * step shares that call's result and was not paid again; the receipt stays on the first step.
+   */
+  duplicateOf?: string | undefined;
 };
 
 export type ToolCallRequest = {
@@ -40,33 +45,68 @@ export async function runToolCall(
   request: ToolCallRequest,
   signal: AbortSignal | undefined,
 ): Promise<{ step: OrchestratorStep; message: ToolMessage }> {
-  const base = {
-    index: request.index,
-    callId: request.callId,
-    tool: request.tool,
-    args: request.args,
-    ...(request.document === undefined ? {} : { document: request.document }),
-  };
-  const failed = (error: string, artifact?: unknown) => ({
-    step: { ...base, result: `Error: ${error}`, error, ...(artifact === undefined ? {} : { artifact }) },
+  if (tool === undefined) return toolNotFound(request);
+  return settleToolCall(
+    request,
+    () =>
+      tool.invoke(
+        { id: request.callId, name: request.tool, args: request.args, type: "tool_call" },
+        signal === undefined ? {} : { signal },
+      ),
+    signal,
+  );
+}
+
+function failedCall(request: ToolCallRequest, error: string, artifact?: unknown) {
+  return {
+    step: {
+      ...stepBase(request),
+      result: `Error: ${error}`,
+      error,
+      ...(artifact === undefined ? {} : { artifact }),
+    },
     message: new ToolMessage({
       content: `Error: ${error}`,
       tool_call_id: request.callId,
       name: request.tool,
       status: "error",
     }),
-  });
-  if (tool === undefined) return failed(`NotFound: there is no tool named ${JSON.stringify(request.tool)}`);
+  };
+}
+
+function stepBase(request: ToolCallRequest) {
+  return {
+    index: request.index,
+    callId: request.callId,
+    tool: request.tool,
+    args: request.args,
+    ...(request.document === undefined ? {} : { document: request.document }),
+  };
+}
+
+/** The outcome of a call to a tool that does not exist (a name the model invented). */
+export function toolNotFound(request: ToolCallRequest): { step: OrchestratorStep; message: ToolMessage } {
+  return failedCall(request, `NotFound: there is no tool named ${JSON.stringify(request.tool)}`);
+}
+
+/**
+ * Turns what running a tool gave (`invoke` resolves with the tool's output, or rejects) into the step
+ * and the message a model sees. A paid call's receipt stays the artifact and is summarised after the
+ * content, so the model knows what each call cost (see `summarizeReceipt`).
+ */
+export async function settleToolCall(
+  request: ToolCallRequest,
+  invoke: () => Promise<unknown>,
+  signal: AbortSignal | undefined,
+): Promise<{ step: OrchestratorStep; message: ToolMessage }> {
   let output: unknown;
   try {
-    output = await tool.invoke(
-      { id: request.callId, name: request.tool, args: request.args, type: "tool_call" },
-      signal === undefined ? {} : { signal },
-    );
+    output = await invoke();
   } catch (error) {
     if (signal?.aborted === true) throw signal.reason ?? error;
-    return failed(describeError(error));
+    return failedCall(request, describeError(error));
   }
+  const base = stepBase(request);
   if (!ToolMessage.isInstance(output)) {
     const result = contentText(output);
     return {
@@ -77,11 +117,44 @@ export async function runToolCall(
   const result = contentText(output.content);
   const error =
     output.status === "error" ? result : (errorOfArtifact(output.artifact) ?? errorOfText(result));
-  if (error !== undefined) return failed(error, output.artifact);
+  if (error !== undefined) return failedCall(request, error, output.artifact);
+  const summary = summarizeReceipt(output.artifact);
   return {
     step: { ...base, result, ...(output.artifact === undefined ? {} : { artifact: output.artifact }) },
-    message: output,
+    message:
+      summary === undefined
+        ? output
+        : new ToolMessage({
+            content: `${result}\n\n${summary}`,
+            artifact: output.artifact,
+            tool_call_id: request.callId,
+            name: request.tool,
+          }),
   };
+}
+
+/**
+ * One line a model reads after a paid call's result: `Receipt: paid 0.02 USDC (one-time) to 0x…,
+ * transaction 0x….` or `Receipt: covered by subscription 3, nothing more charged.` Only for a paid
+ * tool's receipt (`{ tool, mode, amount }`); anything else gives `undefined`.
+ */
+export function summarizeReceipt(artifact: unknown): string | undefined {
+  if (typeof artifact !== "object" || artifact === null) return undefined;
+  const r = artifact as Partial<
+    Record<"tool" | "mode" | "amount" | "provider" | "transaction" | "subscriptionId", unknown>
+  >;
+  if (typeof r.tool !== "string" || typeof r.mode !== "string" || typeof r.amount !== "string")
+    return undefined;
+  const free = /^0(\.0*)?$/.test(r.amount);
+  if (free) {
+    return typeof r.subscriptionId === "string"
+      ? `Receipt: covered by subscription ${r.subscriptionId}, nothing more charged.`
+      : "Receipt: nothing charged.";
+  }
+  const to = typeof r.provider === "string" ? ` to ${r.provider}` : "";
+  const tx = typeof r.transaction === "string" ? `, transaction ${r.transaction}` : "";
+  const plan = typeof r.subscriptionId === "string" ? `, subscription ${r.subscriptionId}` : "";
+  return `Receipt: paid ${r.amount} USDC (${r.mode})${to}${tx}${plan}.`;
 }
 
 /** `"<code>: <message>"` for a Tollgate error, `"<name>: <message>"` otherwise. */
