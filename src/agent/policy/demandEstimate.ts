@@ -96,6 +96,7 @@ export function recordDemand(
   count = 1,
 ): DemandState {
   if (!(count >= 0) || !Number.isFinite(count)) throw new RangeError("count must be a non-negative number");
+  assertModel(model);
   const base =
     state === undefined
       ? { calls: 0, exposure: 0, at: nowMs, since: nowMs }
