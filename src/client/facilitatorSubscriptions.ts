@@ -206,6 +206,8 @@ export async function subscribeThroughFacilitator(
     planId: bigint;
     maxOverage: bigint;
     approval?: bigint | undefined;
+    /** Permit exactly `approval` whenever the allowance differs from it, not only when it is short. */
+    exactApproval?: boolean | undefined;
     /** Lifetime of the signed intent and permit, in chain seconds (default 600). */
     deadlineSeconds?: number | undefined;
   },
@@ -218,7 +220,8 @@ export async function subscribeThroughFacilitator(
   const price = BigInt(plan.amount);
   const allowance = BigInt(info.token?.allowance ?? "0");
   let permit: { domain: TokenDomain; value: bigint; nonce: bigint; deadline: bigint } | undefined;
-  if (allowance < price + p.maxOverage) {
+  const approval = p.approval ?? (price + p.maxOverage) * DEFAULT_APPROVAL_CYCLES;
+  if (allowance < price + p.maxOverage || (p.exactApproval === true && allowance !== approval)) {
     const token = supported.networks.flatMap((n) => n.tokens).find((t) => sameAddress(t.address, plan.token));
     if (token === undefined) {
       throw new TollgateError(
@@ -231,7 +234,7 @@ export async function subscribeThroughFacilitator(
     }
     permit = {
       domain: { ...token.eip712, chainId, verifyingContract: token.address },
-      value: p.approval ?? (price + p.maxOverage) * DEFAULT_APPROVAL_CYCLES,
+      value: approval,
       nonce: BigInt(info.token?.permitNonce ?? "0"),
       deadline,
     };

@@ -53,6 +53,11 @@ export type SubscribeToPlanOptions = {
    * facilitator reads from the chain, before anything is signed (`PriceCeilingExceeded`).
    */
   maxPrice?: bigint | string | undefined;
+  /**
+   * Set the manager's allowance to exactly `approval`, also when it is already enough (a permit or
+   * `approve` replaces the allowance; an agent's budget that held `approval` must not leave more).
+   */
+  exactApproval?: boolean | undefined;
   /** Send `approve` + `subscribe` from the payer's wallet client instead of the gasless relay. */
   direct?: boolean | undefined;
   signal?: AbortSignal | undefined;
@@ -124,7 +129,7 @@ export async function subscribeToPlan(
     const reply = await subscribeThroughFacilitator(
       context.facilitator,
       context.signer,
-      { planId, maxOverage, approval },
+      { planId, maxOverage, approval, exactApproval: options.exactApproval },
       requestOptions,
     );
     return {
@@ -134,12 +139,12 @@ export async function subscribeToPlan(
       plan,
     };
   }
-  return subscribeDirectly(context, { plan, maxOverage, approval });
+  return subscribeDirectly(context, { plan, maxOverage, approval, exact: options.exactApproval === true });
 }
 
 async function subscribeDirectly(
   context: SubscribeContext,
-  p: { plan: PlanInfo; maxOverage: bigint; approval: bigint },
+  p: { plan: PlanInfo; maxOverage: bigint; approval: bigint; exact: boolean },
 ): Promise<SubscribeResult> {
   const wallet = context.walletClient;
   if (wallet === undefined) {
@@ -167,7 +172,7 @@ async function subscribeDirectly(
   const price = BigInt(p.plan.amount);
   try {
     const allowance = await getTokenAllowance(client, { token: p.plan.token, owner, spender: manager });
-    if (allowance < price + p.maxOverage) {
+    if (allowance < price + p.maxOverage || (p.exact && allowance !== p.approval)) {
       const hash = await approveToken(wallet, { token: p.plan.token, spender: manager, amount: p.approval });
       const receipt = await client.waitForTransactionReceipt({ hash });
       if (receipt.status !== "success") {
