@@ -217,18 +217,24 @@ describe("a subscription through its life", () => {
     await gate.syncEvents();
     expect((await paidFetch(report())).status).toBe(200);
 
-    // Paused: refused with SubscriptionNotActive, surfaced as a typed error (choose declines to pay once).
+    // Paused: refused with SubscriptionNotActive, surfaced as a typed error naming its state (choose
+    // declines to pay once).
     await payer.pause(subscriptionId);
     await gate.syncEvents();
     const paused = await paidFetch(report()).catch((error: unknown) => error);
     expect(isTollgateError(paused, "SubscriptionNotActive")).toBe(true);
     expect((paused as TollgateError).message).toMatch(/paused/);
+    expect((paused as TollgateError).details).toMatchObject({ state: "Paused" });
 
-    // Resumed: served again, under the same subscription.
+    // Resumed: served again, under the same subscription, which stayed bound to the origin while
+    // paused (so no new subscription and nothing paid once in between).
     await payer.resume(subscriptionId);
     await gate.syncEvents();
+    wire.statuses.length = 0;
     expect((await paidFetch(report())).status).toBe(200);
-    expect(uses.at(-1)).toMatchObject({ subscriptionId, created: false });
+    expect(wire.statuses).toEqual([200]);
+    expect(results.at(-1)).toMatchObject({ kind: "pass", subscription: { subscriptionId } });
+    expect(uses).toHaveLength(1);
 
     // Cancelled: the same headers are refused.
     const headers = await payer.subscriptionHeaders(subscriptionId, api.url);
