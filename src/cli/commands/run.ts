@@ -16,6 +16,7 @@ import { type BudgetLedger, createBudgetLedger } from "../../agent/budget/create
 import { type DiscoveredTool, discoverTools } from "../../agent/discoverTools.ts";
 import { createOrchestrator, type Orchestrator } from "../../agent/orchestrator/createOrchestrator.ts";
 import { modelFromEnv } from "../../agent/orchestrator/modelFromEnv.ts";
+import type { OrchestratorStep } from "../../agent/orchestrator/runToolCall.ts";
 import type { PlannerDocument, PlannerInputs } from "../../agent/planner/plannerInputs.ts";
 import { createCallCounter } from "../../agent/policy/createCallCounter.ts";
 import {
@@ -39,16 +40,24 @@ import type { CommandOutput } from "./budget.ts";
 export const summary = "<task | script.ts> [--agent researcher] — run an orchestrator on an agent's budget";
 
 const DEFAULT_AGENT = "researcher";
-/** The dev account that plays the research agent in the demo and on `tollgate devnet up`. */
-const DEFAULT_DEVNET_ACCOUNT = 1;
+/**
+ * The dev account an agent pays from on `tollgate devnet up` when none is named: the README's role
+ * table gives account 4 to the agent (1 is the API provider, 2 its client, 3 a seller).
+ */
+const DEFAULT_DEVNET_ACCOUNT = 4;
+/** Failure codes that mean the agent's own limits refused the spend before anything was paid. */
+const BUDGET_REFUSALS: ReadonlySet<string> = new Set(["BudgetExceeded", "ApprovalDenied"]);
 
 const usage = `usage: tollgate run <task | script.ts> [--agent ${DEFAULT_AGENT}] [--market ${DEFAULT_MARKET_URL}]
                     [--facilitator ${DEFAULT_FACILITATOR_URL}] [--key 0x… | --account <devnet index>]
-                    [--text "…" | --document <file> …] [--dir .tollgate] [--json]
+                    [--text "…" … | --document <file> …] [--dir .tollgate] [--json]
   Runs an orchestrator as <agent>: its budget is the one \`tollgate budget set <agent>\` stored, its
   tools are what the market lists, paid through the facilitator. Prints the answer and the spend report.
-  A .ts/.js argument runs that script's exported \`main(context)\` with the same tools instead.
-key: --key, TOLLGATE_AGENT_KEY, or a devnet account (--account, default ${DEFAULT_DEVNET_ACCOUNT}) from <dir>/devnet.json
+  One --text is the text to work on; several are kept, each a document (text-1, text-2, …).
+  Exits 1 when a tool call of the task failed and was not made good (the answer is incomplete).
+  A .ts/.js argument runs that script's exported \`main(context)\` with the same tools instead (a script
+  reports failure by throwing).
+key: --key, TOLLGATE_AGENT_KEY, or a devnet account (--account, default ${DEFAULT_DEVNET_ACCOUNT}: the agent) from <dir>/devnet.json
 environment: TOLLGATE_DIR DATABASE_URL TOLLGATE_MARKET_URL TOLLGATE_FACILITATOR_URL TOLLGATE_AGENT_KEY
              OPENAI_API_KEY OPENAI_BASE_URL OPENAI_MODEL TOLLGATE_PLANNER (rules without a key)`;
 
@@ -93,30 +102,79 @@ export type RunCommandDeps = {
   signal?: AbortSignal | undefined;
 };
 
+/** A tool call of a task run that failed and was not made good by a later call. */
+export type RunFailure = { tool: string; document?: string | undefined; error: string };
+
 /** The outcome `tollgate run --json` prints. */
 export type RunOutcome = {
   agent: string;
   planner: string;
   answer: string;
+  /** false when a tool call failed for good: the command then exits 1. */
+  done: boolean;
+  failures: RunFailure[];
   report: SpendReport;
   budget: BudgetReport;
 };
 
 const usdc = (amount: bigint) => `${formatUnitsExact(amount)} USDC`;
 
+/**
+ * The task's inputs. Every `--text` is kept: one is the text to work on; several become documents
+ * `text-1`, `text-2`, … (beside any `--document`), so none is silently dropped.
+ */
 function readInputs(
-  values: { text?: string | undefined; document?: string[] | undefined },
+  values: { text?: string[] | undefined; document?: string[] | undefined },
   cwd: string,
 ): PlannerInputs {
+  const texts = values.text ?? [];
   const documents: PlannerDocument[] = (values.document ?? []).map((path) => {
     const file = resolve(cwd, path);
     if (!existsSync(file)) throw new TollgateError("InvalidRequest", `no such document: ${file}`);
     return { id: basename(file).replace(/\.[^.]+$/, ""), text: readFileSync(file, "utf8") };
   });
+  if (texts.some((text) => text.trim() === "")) {
+    throw new TollgateError("InvalidRequest", "--text is empty");
+  }
+  if (texts.length > 1) documents.push(...texts.map((text, i) => ({ id: `text-${i + 1}`, text })));
   return {
     ...(documents.length > 0 ? { documents } : {}),
-    ...(values.text === undefined ? {} : { text: values.text }),
+    ...(texts.length === 1 ? { text: texts[0] } : {}),
   };
+}
+
+/**
+ * Failed steps no later step made good: a call of the same tool on the same document that succeeded
+ * (a model may retry after an error; the rule planner does not).
+ */
+function unrecoveredFailures(steps: readonly OrchestratorStep[]): RunFailure[] {
+  return steps
+    .filter(
+      (step, i) =>
+        step.error !== undefined &&
+        !steps
+          .slice(i + 1)
+          .some(
+            (later) =>
+              later.error === undefined && later.tool === step.tool && later.document === step.document,
+          ),
+    )
+    .map((step) => ({
+      tool: step.tool,
+      ...(step.document === undefined ? {} : { document: step.document }),
+      error: step.error!,
+    }));
+}
+
+/** How a spend event reads in the progress lines: a refusal by the budget is not a purchase. */
+function describeSpend(event: SpendEvent): string {
+  if (event.ok)
+    return `bought ${event.tool} → ${event.mode}${event.amount > 0n ? ` ${usdc(event.amount)}` : ""}`;
+  const paid = event.amount > 0n ? `${usdc(event.amount)} paid` : "nothing paid";
+  if (event.error !== undefined && BUDGET_REFUSALS.has(event.error)) {
+    return `${event.tool} → refused by the budget: ${paid} (${event.error})`;
+  }
+  return `${event.tool} → failed: ${event.error ?? "unknown error"}, ${paid}`;
 }
 
 /** JSON-safe: amounts as decimal strings of the smallest unit, as on the wire. */
@@ -136,7 +194,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       key: { type: "string" },
       account: { type: "string" },
       network: { type: "string" },
-      text: { type: "string" },
+      text: { type: "string", multiple: true },
       document: { type: "string", multiple: true },
       dir: { type: "string" },
       json: { type: "boolean", default: false },
@@ -157,6 +215,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
   const agent = values.agent;
   const print = values.json ? () => undefined : (line: string) => deps.out.log(line);
 
+  let accountSource: string | undefined;
   const account = (() => {
     if (values.key !== undefined) {
       return privateKeyToAccount(parseWire(PrivateKeySchema, values.key, { what: "--key" }));
@@ -176,9 +235,11 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
     if (entry === undefined) {
       throw new TollgateError(
         "InvalidRequest",
-        `--account must be a devnet account index from 0 to ${devnet.accounts.length - 1}`,
+        `--account must be a devnet account index from 0 to ${devnet.accounts.length - 1}` +
+          (values.account === undefined ? ` (the default, ${DEFAULT_DEVNET_ACCOUNT}, is the agent's)` : ""),
       );
     }
+    accountSource = `devnet account ${index}`;
     return privateKeyToAccount(parseWire(PrivateKeySchema, entry.privateKey, { what: "devnet key" }));
   })();
 
@@ -215,18 +276,18 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
         forecast[tool] === undefined ? undefined : { calls: forecast[tool]!, horizonSeconds: 30 * 86_400 },
       onSpend: (event: SpendEvent) => {
         spend.record(event);
-        const how = event.ok
-          ? `${event.mode}${event.amount > 0n ? ` ${usdc(event.amount)}` : ""}`
-          : `failed: ${event.error}`;
-        print(`  bought ${event.tool} → ${how}`);
+        print(`  ${describeSpend(event)}`);
       },
     });
     const tools = discovered.map((d) => d.tool);
-    print(`agent ${agent} (${account.address}) on ${network}: ${tools.length} paid tool(s) found`);
+    print(
+      `agent ${agent} (${account.address}${accountSource === undefined ? "" : `, ${accountSource}`}) on ${network}: ${tools.length} paid tool(s) found`,
+    );
     for (const d of discovered) print(`  ${d.tool.name} from ${d.seller}`);
     const orchestrator = createOrchestrator({ tools, model: modelFromEnv(deps.env) });
 
     let answer: string;
+    let failures: RunFailure[] = [];
     let planner = orchestrator.planner;
     if (ScriptPattern.test(target)) {
       const file = resolve(deps.cwd, target);
@@ -257,14 +318,16 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       );
       const run = await orchestrator.run(target, inputs, { signal: deps.signal });
       answer = run.answer;
+      failures = unrecoveredFailures(run.steps);
     }
+    const done = failures.length === 0;
 
     const report = spend.report();
     const budgetReport = await budget.report(agent);
     if (values.json) {
-      const outcome: RunOutcome = { agent, planner, answer, report, budget: budgetReport };
+      const outcome: RunOutcome = { agent, planner, answer, done, failures, report, budget: budgetReport };
       deps.out.log(JSON.stringify(toJson(outcome), null, 2));
-      return 0;
+      return done ? 0 : 1;
     }
     if (answer !== "") deps.out.log(`\nAnswer (${planner}):\n${answer}`);
     deps.out.log("\nSpend report");
@@ -273,7 +336,16 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
     deps.out.log(
       `  budget of ${agent}: spent ${usdc(budgetReport.spent.total)}${left === undefined ? "" : `, ${usdc(left)} left`}`,
     );
-    return 0;
+    if (done) return 0;
+    deps.out.error(`\ntask not done: ${failures.length} tool call(s) failed`);
+    for (const failure of failures) {
+      const code = failure.error.split(":")[0] ?? "";
+      const why = BUDGET_REFUSALS.has(code) ? `refused by the budget: ${failure.error}` : failure.error;
+      deps.out.error(
+        `  ${failure.tool}${failure.document === undefined ? "" : ` (${failure.document})`}: ${why}`,
+      );
+    }
+    return 1;
   } finally {
     await store.close();
   }
