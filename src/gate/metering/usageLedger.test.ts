@@ -176,6 +176,27 @@ function contractSuite(
     await drain(ledger);
   });
 
+  it("charges a direct deduction against the cap, even within the included units (deductAllowance)", async () => {
+    const [ledger, other] = ledgers;
+    const id = freshId();
+    // One use within the included units, then a direct charge: units stay free, the charge does not.
+    expect(await ledger.reserve(use(id))).toEqual({ ok: true, unitsUsed: 1n, charge: 0n });
+    expect(await other.reserve(use(id, { units: 0, charge: 3_000n }))).toEqual({
+      ok: true,
+      unitsUsed: 1n,
+      charge: 3_000n,
+    });
+    // The cap (5 000) leaves 2 000: a direct charge of 2 001 is refused, 2 000 passes.
+    expect(await ledger.reserve(use(id, { units: 0, charge: 2_001n }))).toMatchObject({
+      ok: false,
+      reason: "AllowanceExhausted",
+      available: 2_000n,
+    });
+    expect(await ledger.reserve(use(id, { units: 0, charge: 2_000n }))).toMatchObject({ ok: true });
+    expect(await ledger.cycle(id)).toMatchObject({ units: 1n, overage: 5_000n, pending: 5_000n });
+    await drain(ledger);
+  });
+
   it("admits exactly the uses the cap allows among concurrent reservations from two instances", async () => {
     const id = freshId();
     // 3 included + 5 000 / 1 000 = 5 overage units: 8 uses pass, whatever the interleaving.
