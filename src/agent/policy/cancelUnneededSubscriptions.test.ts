@@ -121,10 +121,11 @@ describe("reviewSubscription", () => {
   });
 });
 
-describe.each([
+const backends: [string, () => Promise<Store | undefined>][] = [
   ["in memory", async () => undefined],
   ["in the store", async () => createTestStore({ databaseUrl: process.env.DATABASE_URL })],
-] as const)("cancelUnneededSubscriptions (%s)", (_name, open) => {
+];
+describe.each(backends)("cancelUnneededSubscriptions (%s)", (_name, open) => {
   let store: Store | undefined;
   beforeAll(async () => {
     store = await open();

@@ -37,6 +37,8 @@ export type DemandHistory = {
   ): Promise<void>;
   /** The evidence as last recorded (decay it to now with `estimateDemand`), or undefined. */
   get(key: CallKey): Promise<DemandRecord | undefined>;
+  /** The history's clock (ms): the time its evidence is recorded and read on. */
+  now(): number;
 };
 
 const AGENT = /^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$/;
@@ -76,6 +78,7 @@ export function createMemoryDemandHistory(options: { clock: Clock }): DemandHist
   const rows = new Map<string, DemandRecord>();
   const id = (k: NormalKey) => `${k.agent}\n${k.provider}\n${k.planId}`;
   return {
+    now: () => options.clock.now(),
     async record(key, intervalSeconds, recordOptions = {}) {
       assertInterval(intervalSeconds);
       const k = id(normalize(key));
@@ -101,12 +104,13 @@ const RowSchema = z.object({
   calls: z.coerce.number().nonnegative(),
   exposure: z.coerce.number().nonnegative(),
   at_ms: BigintColumnSchema,
+  since_ms: BigintColumnSchema,
   one_time_price: BigintColumnSchema.nullable(),
 });
 
 function recordOf(row: z.infer<typeof RowSchema>): DemandRecord {
   return {
-    state: { calls: row.calls, exposure: row.exposure, at: Number(row.at_ms) },
+    state: { calls: row.calls, exposure: row.exposure, at: Number(row.at_ms), since: Number(row.since_ms) },
     oneTimePrice: row.one_time_price ?? undefined,
   };
 }
@@ -121,6 +125,7 @@ function recordOf(row: z.infer<typeof RowSchema>): DemandRecord {
 export function createDemandHistory(options: { store: Store; clock: Clock }): DemandHistory {
   const { store, clock } = options;
   return {
+    now: () => clock.now(),
     async record(key, intervalSeconds, recordOptions = {}) {
       assertInterval(intervalSeconds);
       const k = normalize(key);
@@ -128,14 +133,14 @@ export function createDemandHistory(options: { store: Store; clock: Clock }): De
       await store.transaction(async (tx) => {
         // A first call starts the evidence now (no exposure before it).
         await tx.query(
-          `INSERT INTO agent_call_demand (agent, provider, plan_id, calls, exposure, at_ms)
-           VALUES ($1, $2, $3, 0, 0, $4) ON CONFLICT DO NOTHING`,
+          `INSERT INTO agent_call_demand (agent, provider, plan_id, calls, exposure, at_ms, since_ms)
+           VALUES ($1, $2, $3, 0, 0, $4, $4) ON CONFLICT DO NOTHING`,
           [k.agent, k.provider, k.planId, Math.trunc(now)],
         );
         const row = await queryOneParsed(
           tx,
           RowSchema,
-          `SELECT calls, exposure, at_ms, one_time_price FROM agent_call_demand
+          `SELECT calls, exposure, at_ms, since_ms, one_time_price FROM agent_call_demand
            WHERE agent = $1 AND provider = $2 AND plan_id = $3 FOR UPDATE`,
           [k.agent, k.provider, k.planId],
         );
@@ -162,7 +167,7 @@ export function createDemandHistory(options: { store: Store; clock: Clock }): De
       const row = await queryOneParsed(
         store,
         RowSchema,
-        `SELECT calls, exposure, at_ms, one_time_price FROM agent_call_demand
+        `SELECT calls, exposure, at_ms, since_ms, one_time_price FROM agent_call_demand
          WHERE agent = $1 AND provider = $2 AND plan_id = $3`,
         [k.agent, k.provider, k.planId],
       );

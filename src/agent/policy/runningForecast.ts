@@ -3,6 +3,8 @@
  * takes. The planner's forecast (or none) is the prior; the calls actually made correct it
  * (demandEstimate.ts has the model).
  */
+import type { CallKey } from "./createCallCounter.ts";
+import type { DemandHistory } from "./createDemandHistory.ts";
 import type { PolicyForecast } from "./decide.ts";
 import {
   type DemandEstimate,
@@ -10,6 +12,7 @@ import {
   type DemandState,
   demandModelFor,
   estimateDemand,
+  recordDemand,
 } from "./demandEstimate.ts";
 
 /** Forecasts are expressed over this many periods so that a fractional rate survives `calls: int`. */
@@ -61,4 +64,28 @@ export function runningForecast(input: {
     callsPerPeriod,
     estimate,
   };
+}
+
+/**
+ * The running forecast for a call about to be made to `key`'s plan: the agent's learned demand with
+ * this call included (not yet recorded: the paid tool records it once the call was made), and the
+ * planner's forecast as prior.
+ * @example
+ * const { forecast, callsPerPeriod } = await learnedForecast(demand, { agent, provider, planId }, { intervalSeconds, prior });
+ */
+export async function learnedForecast(
+  demand: DemandHistory,
+  key: CallKey,
+  input: { intervalSeconds: number; prior?: PolicyForecast | undefined },
+): Promise<RunningForecast> {
+  const nowMs = demand.now();
+  const model = demandModelFor(input.intervalSeconds);
+  const record = await demand.get(key);
+  return runningForecast({
+    state: recordDemand(record?.state, nowMs, model),
+    nowMs,
+    intervalSeconds: input.intervalSeconds,
+    prior: input.prior,
+    model,
+  });
 }

@@ -12,6 +12,8 @@ CREATE TABLE agent_call_demand (
   calls double precision NOT NULL CHECK (calls >= 0),
   exposure double precision NOT NULL CHECK (exposure >= 0),
   at_ms bigint NOT NULL,
+  -- The first call recorded: the planner's forecast (the prior) loses weight from then on.
+  since_ms bigint NOT NULL,
   one_time_price uint256,
   PRIMARY KEY (agent, provider, plan_id)
 );
