@@ -9,12 +9,12 @@ import { parseArgs } from "node:util";
 import { type PrivateKeyAccount, privateKeyToAccount } from "viem/accounts";
 import { z } from "zod";
 import type { FetchFn } from "../../client/facilitatorClient.ts";
-import { DEFAULT_MARKET_URL, signSellerRemoval } from "../../market/marketApi.ts";
+import { DEFAULT_MARKET_URL, type RegistrationResult, signSellerRemoval } from "../../market/marketApi.ts";
 import { createMarketClient } from "../../market/marketClient.ts";
 import { AddressSchema, sameAddress } from "../../protocol/address.ts";
 import { type Clock, systemClock, unixSeconds } from "../../protocol/clock.ts";
-import { TollgateError } from "../../protocol/errors.ts";
-import { signManifest } from "../../protocol/manifest.ts";
+import { isTollgateError, TollgateError } from "../../protocol/errors.ts";
+import { MANIFEST_PATH, signManifest } from "../../protocol/manifest.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import { DevnetFileSchema } from "../devnet.ts";
 
@@ -43,9 +43,12 @@ export type SellerCommandDeps = {
 };
 
 const usage = `usage: tollgate seller <command> [--market ${DEFAULT_MARKET_URL}] [--dir .tollgate]
-  register <manifest.json | url> [--key 0x… | --account <devnet index>]
-              sign the manifest (issuedAt = now) with the payout key and register it; a document
-              that is already signed is sent as it is when no key is given
+  register <manifest.json | seller URL | manifest URL> [--key 0x… | --account <devnet index>]
+              register a manifest. A seller's base URL (http://127.0.0.1:5100) is read at
+              ${MANIFEST_PATH}; a URL ending in .json is read as it is. A manifest that is
+              already signed (what a seller serves) is registered as it is signed, so the market and
+              the seller's server agree; --key or --account signs it afresh (issuedAt = now). An
+              unsigned manifest is signed with the payout key.
   list [--json]              sellers registered on the market
   show <address>             a seller's manifest, its signature checked
   remove [<address>] [--key 0x… | --account <devnet index>]
@@ -104,13 +107,27 @@ export async function sellerCommand(argv: string[], deps: SellerCommandDeps): Pr
       : privateKeyToAccount(parseWire(PrivateKeySchema, match.privateKey, { what: "devnet key" }));
   }
 
+  /** Prints what a registration did; 1 when the market kept a registration at least as new. */
+  function reportRegistration(result: RegistrationResult, sentIssuedAt: unknown, how = ""): number {
+    if (result.status === "superseded") {
+      deps.out.error(
+        `superseded: nothing changed. ${market.url} already holds a registration of ${result.address} signed at ` +
+          `${when(result.issuedAt)}${typeof sentIssuedAt === "number" ? `, not older than this one (${when(sentIssuedAt)})` : ""}; ` +
+          "a market keeps the newest. Register a newer manifest (--key or --account signs with issuedAt = now).",
+      );
+      return 1;
+    }
+    deps.out.log(`${result.status}: ${result.address} on ${market.url} (issuedAt ${result.issuedAt})${how}`);
+    return 0;
+  }
+
   switch (command) {
     case "register": {
       if (target === undefined) {
         deps.out.error("tollgate seller register: give a manifest file or URL");
         return 2;
       }
-      const document = await loadDocument(target, cwd, deps.fetch);
+      const { document, source } = await loadDocument(target, cwd, deps.fetch);
       const isEnvelope = typeof document === "object" && document !== null && "manifest" in document;
       const raw = (isEnvelope ? (document as { manifest: unknown }).manifest : document) as Record<
         string,
@@ -121,6 +138,22 @@ export async function sellerCommand(argv: string[], deps: SellerCommandDeps): Pr
       }
       const seller = (raw.seller ?? {}) as Record<string, unknown>;
       const payTo = typeof seller.payTo === "string" ? seller.payTo : undefined;
+      const signed = isEnvelope && typeof (document as { signature?: unknown }).signature === "string";
+      // A signed manifest goes as it is signed unless a key is named: re-signing it here would give
+      // the market a manifest newer than the one the seller serves, and every later refresh from the
+      // seller's server would be "superseded" by it.
+      if (signed && values.key === undefined && values.account === undefined) {
+        try {
+          const result = await market.register(document as { manifest: unknown; signature: string });
+          return reportRegistration(result, raw.issuedAt, `, as signed by the seller (${source})`);
+        } catch (error) {
+          // Older than the market accepts for a new registration: sign it afresh below, if a key is at hand.
+          if (!isTollgateError(error, "AuthorizationExpired") || account(payTo) === undefined) throw error;
+          deps.out.log(
+            `${source} was signed too long ago for ${market.url} to take it: signing it afresh with the payout key`,
+          );
+        }
+      }
       const signer = account(payTo);
       let envelope: { manifest: unknown; signature: string };
       if (signer === undefined) {
@@ -140,14 +173,7 @@ export async function sellerCommand(argv: string[], deps: SellerCommandDeps): Pr
         } as Parameters<typeof signManifest>[1]);
       }
       const result = await market.register(envelope);
-      if (result.status === "superseded") {
-        deps.out.error(
-          `superseded: ${market.url} already holds a registration of ${result.address} issued at ${result.issuedAt}; sign a newer one`,
-        );
-        return 1;
-      }
-      deps.out.log(`${result.status}: ${result.address} on ${market.url} (issuedAt ${result.issuedAt})`);
-      return 0;
+      return reportRegistration(result, (envelope.manifest as { issuedAt?: unknown }).issuedAt);
     }
     case "list": {
       const { sellers } = await market.list({ limit: 100 });
@@ -191,13 +217,47 @@ export async function sellerCommand(argv: string[], deps: SellerCommandDeps): Pr
     case "refresh": {
       const address = parseWire(AddressSchema, target, { what: "seller address" });
       const result = await market.refresh(address);
-      deps.out.log(`${result.status}: ${result.address} on ${market.url} (issuedAt ${result.issuedAt})`);
-      return result.status === "superseded" ? 1 : 0;
+      if (result.status !== "superseded") {
+        deps.out.log(`${result.status}: ${result.address} on ${market.url} (issuedAt ${result.issuedAt})`);
+        return 0;
+      }
+      // The market kept a registration at least as new as what the seller serves: say which, and why.
+      const registered = await market.get(address).catch(() => undefined);
+      const baseUrl = registered?.manifest.baseUrl;
+      const manifestUrl = baseUrl === undefined ? "the seller's manifest" : manifestUrlOf(baseUrl);
+      const served =
+        baseUrl === undefined
+          ? undefined
+          : await loadDocument(manifestUrlOf(baseUrl), cwd, deps.fetch)
+              .then(({ document }) => (document as { manifest?: { issuedAt?: unknown } }).manifest?.issuedAt)
+              .catch(() => undefined);
+      const servedAt = typeof served === "number" ? ` was signed at ${when(served)} and` : "";
+      deps.out.error(
+        [
+          `superseded: nothing changed. ${manifestUrl}${servedAt} is not newer than the registration ${market.url} holds ` +
+            `for ${result.address} (signed at ${when(result.issuedAt)}), and a market keeps the newest signed manifest.`,
+          "The registration was signed after the seller published its own, typically by `tollgate seller register` " +
+            "with a key (which signs afresh) or by another instance of the seller.",
+          "To have the market follow the seller's server again, let the seller sign a newer manifest (restart it: " +
+            `a specialist signs its manifest when it starts), then run \`tollgate seller refresh ${result.address}\` again.`,
+        ].join("\n"),
+      );
+      return 1;
     }
     default:
       deps.out.error(usage);
       return 2;
   }
+}
+
+/** `1763800000` → `2025-11-22T08:26:40Z (issuedAt 1763800000)`. */
+function when(issuedAt: number): string {
+  return `${new Date(issuedAt * 1000).toISOString().replace(".000Z", "Z")} (issuedAt ${issuedAt})`;
+}
+
+/** Where a seller at `baseUrl` serves its manifest (a path prefix of the base is kept). */
+function manifestUrlOf(baseUrl: string): string {
+  return `${baseUrl.replace(/\/+$/, "")}${MANIFEST_PATH}`;
 }
 
 function readDevnet(dir: string) {
@@ -211,24 +271,55 @@ function readDevnet(dir: string) {
   return parseWire(DevnetFileSchema, JSON.parse(readFileSync(file, "utf8")), { what: "devnet.json" });
 }
 
-/** A manifest document from a file, or from an http(s) URL (a seller's `/.well-known/tollgate.json`). */
-async function loadDocument(target: string, cwd: string, fetchFn: FetchFn): Promise<unknown> {
+/**
+ * A manifest document from a file or an http(s) URL, and where it was read. A URL whose path ends in
+ * `.json` is read as given; any other URL is a seller's base URL, read at `MANIFEST_PATH` below it.
+ */
+async function loadDocument(
+  target: string,
+  cwd: string,
+  fetchFn: FetchFn,
+): Promise<{ document: unknown; source: string }> {
   let text: string;
+  let source: string;
   if (/^https?:\/\//i.test(target)) {
-    const response = await fetchFn(target, { headers: { accept: "application/json" } });
+    let url: URL;
+    try {
+      url = new URL(target);
+    } catch (cause) {
+      throw new TollgateError("InvalidRequest", `not a URL: ${target}`, { cause });
+    }
+    const isBase = !url.pathname.endsWith(".json");
+    source = isBase ? manifestUrlOf(`${url.origin}${url.pathname}`) : url.href;
+    let response: Response;
+    try {
+      response = await fetchFn(source, {
+        headers: { accept: "application/json" },
+        signal: AbortSignal.timeout(10_000),
+      });
+    } catch (cause) {
+      throw new TollgateError("SellerUnreachable", `cannot reach ${source}: ${(cause as Error).message}`, {
+        cause,
+      });
+    }
     if (!response.ok) {
-      throw new TollgateError("InvalidRequest", `${target} answered ${response.status}`);
+      throw new TollgateError(
+        "InvalidRequest",
+        `${source} answered ${response.status}` +
+          (isBase ? `: is ${target} a Tollgate seller? (it serves its manifest at ${MANIFEST_PATH})` : ""),
+      );
     }
     text = await response.text();
   } else {
     const file = resolve(cwd, target);
     if (!existsSync(file)) throw new TollgateError("InvalidRequest", `no such file: ${file}`);
     text = readFileSync(file, "utf8");
+    source = file;
   }
   try {
-    return JSON.parse(text) as unknown;
+    return { document: JSON.parse(text) as unknown, source };
   } catch (cause) {
-    throw new TollgateError("InvalidRequest", `${target} is not JSON`, { cause });
+    throw new TollgateError("InvalidRequest", `${source} is not JSON`, { cause });
   }
 }
 
