@@ -27,6 +27,7 @@ import {
   signManifest,
 } from "../protocol/manifest.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
+import { capabilityUnits } from "./capabilityUnits.ts";
 import type { Capability } from "./tools/capability.ts";
 
 export type SpecialistPlan = {
@@ -190,7 +191,10 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
       return c.json(signedManifest);
     });
     app.get("/healthz", (c) => c.json({ status: "ok" }));
-    app.use("*", honoPaymentGate(gate));
+    // A capability's units(input) decide what a metered call draws: read before the gate reserves.
+    const units = capabilityUnits(options.capabilities, pathOf, BodyLimit);
+    app.use("*", units.readUnits);
+    app.use("*", honoPaymentGate(units.withUnits(gate)));
     for (const capability of options.capabilities) {
       app.post(pathOf(capability), async (c) => {
         const length = Number(c.req.header("content-length") ?? "0");

@@ -37,3 +37,12 @@ export { offerFromPaymentRequired } from "./policy/offerFromPaymentRequired.ts";
 export { createSpendCollector, formatSpendReport, type SpendEvent, type SpendReport } from "./spendReport.ts";
 export { type Capability, defineCapability } from "./tools/capability.ts";
 export { capabilityTool } from "./tools/capabilityTool.ts";
+export {
+  type LoadedTool,
+  type LoadToolOptions,
+  listToolManifests,
+  loadTool,
+  loadTools,
+  readToolManifest,
+} from "./tools/loadTool.ts";
+export type { LocalToolManifest, RemoteToolManifest, ToolManifest } from "./tools/toolManifest.ts";

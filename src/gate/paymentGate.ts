@@ -103,6 +103,12 @@ export type GateRequest = {
    */
   url: string;
   headers: { get(name: string): string | null };
+  /**
+   * Metered units of this request, when the host decides them from what the gate does not read (a
+   * request body, as the specialist host does with `capability.units(input)`). Overrides the route's
+   * `units`; a whole number ≥ 0. Only the server sets it, never a header the client sends.
+   */
+  units?: number | undefined;
 };
 
 /** A settled one-time payment the gate accepted for this request. */
@@ -490,7 +496,7 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
       outcome = await subscriptionGate().check({
         subscriptionId,
         token: request.headers.get(HeaderName.SubscriptionAuth),
-        route,
+        route: request.units === undefined ? route : { ...route, units: request.units },
         routeRequest: { method: target.method, path: target.routePath, url: target.url },
       });
     } catch (fault) {
