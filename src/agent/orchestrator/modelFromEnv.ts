@@ -24,6 +24,8 @@ export type ModelEnv = z.infer<typeof ModelEnvSchema>;
 export type ModelFromEnvOptions = {
   /** The `fetch` the OpenAI client uses (default: the global one). */
   fetch?: typeof fetch | undefined;
+  /** Stream the model's replies, so its tokens can be shown as they arrive (`onToken`). */
+  streaming?: boolean | undefined;
 };
 
 /**
@@ -49,6 +51,7 @@ export function modelFromEnv(
   return new ChatOpenAI({
     apiKey: parsed.OPENAI_API_KEY,
     model: parsed.OPENAI_MODEL ?? DEFAULT_OPENAI_MODEL,
+    ...(options.streaming === true ? { streaming: true } : {}),
     configuration: {
       ...(parsed.OPENAI_BASE_URL === undefined ? {} : { baseURL: parsed.OPENAI_BASE_URL }),
       ...(options.fetch === undefined ? {} : { fetch: options.fetch }),

@@ -5,6 +5,7 @@
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { z } from "zod";
+import { getApprovalThreshold, setApprovalThreshold } from "../../agent/budget/approvalThreshold.ts";
 import { availableFor } from "../../agent/budget/budgetHeadroom.ts";
 import type { BudgetLimits } from "../../agent/budget/budgetLimits.ts";
 import { SpendKinds } from "../../agent/budget/budgetLimits.ts";
@@ -33,8 +34,10 @@ export type BudgetCommandDeps = {
 };
 
 const usage = `usage: tollgate budget set <agent> [--total 10] [--daily 2] [--per-call 0.05]
-                           [--provider <address>=1 …] [--max-subscription 20] [--replace]
-         set limits in USDC; limits not named are kept ("none" removes one, --replace starts afresh)
+                           [--provider <address>=1 …] [--max-subscription 20] [--approve-above 0.5]
+                           [--replace]
+         set limits in USDC; limits not named are kept ("none" removes one, --replace starts afresh);
+         spends above --approve-above need a yes (tollgate run asks on the terminal, or refuses)
        tollgate budget show <agent> [--json]
          spent, reserved and remaining per limit, per provider and per kind
 options: --dir .tollgate (PGlite in <dir>/agents unless DATABASE_URL is set)
@@ -184,6 +187,7 @@ export async function budgetCommand(argv: string[], deps: BudgetCommandDeps): Pr
       "per-call": { type: "string" },
       provider: { type: "string", multiple: true },
       "max-subscription": { type: "string" },
+      "approve-above": { type: "string" },
       replace: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
       dir: { type: "string" },
@@ -209,11 +213,20 @@ export async function budgetCommand(argv: string[], deps: BudgetCommandDeps): Pr
     if (command === "set") {
       const current = values.replace ? {} : ((await ledger.getLimits(agent)) ?? {});
       const limits = await ledger.setLimits(agent, applyFlags(current, values));
+      // Stored with the budget (migration 0077); kept unless named, cleared by --replace.
+      const approveAbove = values["approve-above"];
+      if (approveAbove !== undefined) {
+        await setApprovalThreshold(store, agent, parseLimit("approve-above", approveAbove));
+      } else if (values.replace) {
+        await setApprovalThreshold(store, agent, null);
+      }
+      const threshold = await getApprovalThreshold(store, agent);
       deps.out.log(`budget for ${agent} set:`);
       deps.out.log(
         `  total ${usdc(limits.total)}, daily ${usdc(limits.daily)}, per call ${usdc(limits.perCall)}`,
       );
       deps.out.log(`  subscription commitment ${usdc(limits.maxSubscriptionCommitment)}`);
+      deps.out.log(`  approval needed above ${usdc(threshold, "never")}`);
       for (const [provider, limit] of Object.entries(limits.perProvider ?? {})) {
         deps.out.log(`  provider ${provider} ${usdc(limit)}`);
       }
@@ -226,8 +239,15 @@ export async function budgetCommand(argv: string[], deps: BudgetCommandDeps): Pr
       return 1;
     }
     const report = await ledger.report(agent);
-    if (values.json) deps.out.log(JSON.stringify(toJson(report), null, 2));
-    else for (const line of formatBudgetReport(report)) deps.out.log(line);
+    const approveAbove = await getApprovalThreshold(store, agent);
+    if (values.json) {
+      const json = toJson(report) as Record<string, unknown>;
+      deps.out.log(JSON.stringify({ ...json, approveAbove: approveAbove?.toString() ?? null }, null, 2));
+    } else {
+      for (const line of formatBudgetReport(report)) deps.out.log(line);
+      deps.out.log("");
+      deps.out.log(`approval needed above: ${usdc(approveAbove, "never")}`);
+    }
     return 0;
   } finally {
     await store.close();

@@ -11,12 +11,14 @@ import { parseArgs } from "node:util";
 import type { StructuredToolInterface } from "@langchain/core/tools";
 import { privateKeyToAccount } from "viem/accounts";
 import { z } from "zod";
+import { approvalFor, getApprovalThreshold } from "../../agent/budget/approvalThreshold.ts";
 import type { BudgetReport } from "../../agent/budget/budgetReport.ts";
 import { type BudgetLedger, createBudgetLedger } from "../../agent/budget/createBudgetLedger.ts";
-import { type DiscoveredTool, discoverTools } from "../../agent/discoverTools.ts";
+import { type DiscoveredTool, type DiscoverToolsOptions, discoverTools } from "../../agent/discoverTools.ts";
 import { createOrchestrator, type Orchestrator } from "../../agent/orchestrator/createOrchestrator.ts";
 import { modelFromEnv } from "../../agent/orchestrator/modelFromEnv.ts";
 import type { OrchestratorStep } from "../../agent/orchestrator/runToolCall.ts";
+import { approvalHook } from "../../agent/orchestrator/spendApproval.ts";
 import type { PlannerDocument, PlannerInputs } from "../../agent/planner/plannerInputs.ts";
 import { createCallCounter } from "../../agent/policy/createCallCounter.ts";
 import {
@@ -34,6 +36,7 @@ import { type Clock, systemClock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import { openAgentStore } from "../openAgentStore.ts";
+import { createLinePrompt } from "../promptLine.ts";
 import { DEFAULT_FACILITATOR_URL } from "./analytics.ts";
 import type { CommandOutput } from "./budget.ts";
 
@@ -51,6 +54,7 @@ const BUDGET_REFUSALS: ReadonlySet<string> = new Set(["BudgetExceeded", "Approva
 const usage = `usage: tollgate run <task | script.ts> [--agent ${DEFAULT_AGENT}] [--market ${DEFAULT_MARKET_URL}]
                     [--facilitator ${DEFAULT_FACILITATOR_URL}] [--key 0x… | --account <devnet index>]
                     [--text "…" … | --document <file> …] [--dir .tollgate] [--json]
+                    [--approvals ask|refuse]
   Runs an orchestrator as <agent>: its budget is the one \`tollgate budget set <agent>\` stored, its
   tools are what the market lists, paid through the facilitator. Prints the answer and the spend report.
   One --text is the text to work on; several are kept, each a document (text-1, text-2, …).
@@ -58,6 +62,8 @@ const usage = `usage: tollgate run <task | script.ts> [--agent ${DEFAULT_AGENT}]
   A .ts/.js argument runs that script's exported \`main(context)\` with the same tools instead (a script
   reports failure by throwing).
 key: --key, TOLLGATE_AGENT_KEY, or a devnet account (--account, default ${DEFAULT_DEVNET_ACCOUNT}: the agent) from <dir>/devnet.json
+approvals: spends above the agent's --approve-above (tollgate budget set) need a yes: asked on the
+  terminal (--approvals ask, the default when stdin is one; answers are read from stdin), refused otherwise
 environment: TOLLGATE_DIR DATABASE_URL TOLLGATE_MARKET_URL TOLLGATE_FACILITATOR_URL TOLLGATE_AGENT_KEY
              OPENAI_API_KEY OPENAI_BASE_URL OPENAI_MODEL TOLLGATE_PLANNER (rules without a key)`;
 
@@ -100,6 +106,12 @@ export type RunCommandDeps = {
   clock: Clock;
   cwd: string;
   signal?: AbortSignal | undefined;
+  /** Answers a spend-approval question (a line: "y" approves); see `--approvals`. */
+  ask?: ((question: string) => Promise<string>) | undefined;
+  /** Whether `ask` reaches a person (a terminal): the default of `--approvals`. */
+  interactive?: boolean | undefined;
+  /** Where a streaming model's tokens go as they arrive (not with --json). */
+  stream?: ((text: string) => void) | undefined;
 };
 
 /** A tool call of a task run that failed and was not made good by a later call. */
@@ -198,6 +210,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       document: { type: "string", multiple: true },
       dir: { type: "string" },
       json: { type: "boolean", default: false },
+      approvals: { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -255,7 +268,25 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
   // Held for the whole run: the ledger is written as tools are bought.
   const store = await openAgentStore({ databaseUrl: env.DATABASE_URL, dir });
   try {
-    const budget = createBudgetLedger({ store, clock: deps.clock });
+    // Spend approval (docs/agents.md "Approvals"): the threshold stored with the agent's budget; asked
+    // on the terminal (or the answer source `--approvals ask` names), refused when no one can answer.
+    const approvals = values.approvals ?? (deps.interactive === true ? "ask" : "refuse");
+    if (approvals !== "ask" && approvals !== "refuse") {
+      throw new TollgateError("InvalidRequest", `--approvals must be "ask" or "refuse", not "${approvals}"`);
+    }
+    const ask = approvals === "ask" ? deps.ask : undefined;
+    const yes = async (question: string) =>
+      ask !== undefined && /^\s*y(es)?\s*$/i.test(await ask(`${question} [y/N] `));
+    const approveAbove = await getApprovalThreshold(store, agent);
+    const budget = createBudgetLedger({
+      store,
+      clock: deps.clock,
+      approval: await approvalFor(
+        store,
+        agent,
+        approvalHook((r) => yes(`Approve spending ${usdc(r.amount)} with ${r.provider} (${r.kind})?`)),
+      ),
+    });
     if ((await budget.getLimits(agent)) === undefined) {
       deps.out.error(
         `tollgate run: agent "${agent}" has no budget (set one with \`tollgate budget set ${agent} --total 5 …\`)`,
@@ -265,26 +296,54 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
     const payer = createPayer({ account, network, facilitator, fetch: deps.fetch, clock: deps.clock });
     const spend = createSpendCollector();
     let forecast: Record<string, number> = {};
-    const discovered = await discoverTools({
+    const discoverOptions: DiscoverToolsOptions = {
       market: values.market ?? env.TOLLGATE_MARKET_URL ?? DEFAULT_MARKET_URL,
       agent,
       payer,
       budget,
       fetch: deps.fetch,
       calls: createCallCounter({ clock: deps.clock }),
-      forecast: (tool) =>
+      forecast: (tool: string) =>
         forecast[tool] === undefined ? undefined : { calls: forecast[tool]!, horizonSeconds: 30 * 86_400 },
       onSpend: (event: SpendEvent) => {
         spend.record(event);
         print(`  ${describeSpend(event)}`);
       },
-    });
+    };
+    const discovered = await discoverTools(discoverOptions);
     const tools = discovered.map((d) => d.tool);
     print(
       `agent ${agent} (${account.address}${accountSource === undefined ? "" : `, ${accountSource}`}) on ${network}: ${tools.length} paid tool(s) found`,
     );
     for (const d of discovered) print(`  ${d.tool.name} from ${d.seller}`);
-    const orchestrator = createOrchestrator({ tools, model: modelFromEnv(deps.env) });
+    const stream = values.json ? undefined : deps.stream;
+    let streamed = false;
+    const orchestrator = createOrchestrator({
+      tools,
+      model: modelFromEnv(deps.env, { streaming: stream !== undefined }),
+      budget: { ledger: budget, agent },
+      approveAbove,
+      approve: (r) => yes(`Approve ${r.tool} from ${r.seller}: ${r.price} (up to ${usdc(r.maxAmount)})?`),
+      // The market search tool: the model may find and buy what the market lists beyond these tools.
+      findTools: async (search) =>
+        (await discoverTools({ ...discoverOptions, search })).map((d) => ({
+          tool: d.tool,
+          seller: d.seller,
+        })),
+      onToken: (text) => {
+        streamed = true;
+        stream?.(text);
+      },
+      onEvent: (event) => {
+        if (event.type === "model" && streamed) {
+          streamed = false;
+          stream?.("\n");
+        }
+        if (event.type === "approval") {
+          print(`  ${event.request.tool}: spend ${event.approved ? "approved" : "not approved"}`);
+        }
+      },
+    });
 
     let answer: string;
     let failures: RunFailure[] = [];
@@ -355,6 +414,7 @@ export async function run(argv: string[]): Promise<number> {
   const controller = new AbortController();
   const interrupt = () => controller.abort();
   process.once("SIGINT", interrupt);
+  const prompt = createLinePrompt(process.stdin, process.stderr);
   try {
     return await runCommand(argv, {
       env: process.env,
@@ -363,8 +423,12 @@ export async function run(argv: string[]): Promise<number> {
       clock: systemClock,
       cwd: process.cwd(),
       signal: controller.signal,
+      ask: (question) => prompt.ask(question),
+      interactive: process.stdin.isTTY === true,
+      stream: (text) => process.stdout.write(text),
     });
   } finally {
+    prompt.close();
     process.off("SIGINT", interrupt);
   }
 }
