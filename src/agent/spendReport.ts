@@ -138,9 +138,11 @@ export function formatSpendReport(report: SpendReport): string {
       t.hindsight.cheapest === undefined
         ? "-"
         : `${t.hindsight.cheapest} (one-time ${usdc(t.hindsight.oneTime)}, subscription ${usdc(t.hindsight.subscription)})`;
-    return [t.tool, modes, String(t.calls), usdc(t.amount), hindsight];
+    return [t.tool, modes, String(t.calls), String(t.failed), usdc(t.amount), hindsight];
   });
-  const header = ["tool", "modes", "calls", "spent (USDC)", "cheapest in hindsight"];
+  // Failed calls have their own column: a tool whose every call was refused reads "calls 0, failed
+  // 1, spent 0", not as a row of zeros that looks like nothing happened.
+  const header = ["tool", "modes", "calls", "failed", "spent (USDC)", "cheapest in hindsight"];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join("  ");
   const reasons = report.tools.flatMap((t) => t.reasons.map((r) => `  ${t.tool}: ${r}`));

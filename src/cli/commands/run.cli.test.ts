@@ -96,6 +96,9 @@ describe("tollgate run as a process", { timeout: 240_000 }, () => {
     expect(result.stdout).not.toContain("bought detect-language");
     expect(result.stderr).toContain("task not done: 1 tool call(s) failed");
     expect(result.stderr).toMatch(/detect-language: refused by the budget: BudgetExceeded/);
+    // The spend report's row shows the refused call as failed, not as a row of zeros.
+    expect(result.stdout).toMatch(/tool\s+modes\s+calls\s+failed\s+spent/);
+    expect(result.stdout).toMatch(/detect-language\s+\S+\s+0\s+1\s+0\s/);
     expect(await balanceOf(agent)).toBe(before);
   });
 });
