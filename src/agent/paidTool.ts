@@ -19,7 +19,6 @@ import type { Logger } from "pino";
 import type { z } from "zod";
 import type { Payer } from "../client/createPayer.ts";
 import type { FetchFn } from "../client/facilitatorClient.ts";
-import { getSubscriptionInfo } from "../client/facilitatorSubscriptions.ts";
 import {
   type ChooseContext,
   type FetchWithPaymentOptions,
@@ -29,7 +28,6 @@ import { createX402Payment } from "../client/payX402.ts";
 import { formatUnitsExact } from "../protocol/amount.ts";
 import { isTollgateError, TollgateError } from "../protocol/errors.ts";
 import { type PaymentOption, planTermsOf } from "../protocol/paymentRequired.ts";
-import { availableFor } from "./budget/budgetHeadroom.ts";
 import type { BudgetLedger, Reservation } from "./budget/createBudgetLedger.ts";
 import {
   checkPaymentRequired,
@@ -44,6 +42,8 @@ import { decide, type PolicyDecision, type PolicyForecast } from "./policy/decid
 import { offerFromPaymentRequired } from "./policy/offerFromPaymentRequired.ts";
 import type { PolicyOffer } from "./policy/policyOffer.ts";
 import { reachSeller } from "./sellerUnreachable.ts";
+import { createSubscriptionKeeper, type SubscriptionKeeper } from "./subscriptions/createSubscriptionKeeper.ts";
+import { keptSubscriptionsPayer, type SubscribeTerms } from "./subscriptions/keptSubscriptionsPayer.ts";
 import type { SpendEvent, SpendMode } from "./spendReport.ts";
 
 /** A remote capability: where it is served and how it is called. */
@@ -87,6 +87,11 @@ export type PaidToolOptions = {
    * refused at most about once a second). Default: a timer.
    */
   wait?: ((ms: number) => Promise<void>) | undefined;
+  /**
+   * The agent's stored subscriptions (src/agent/subscriptions): subscribing, holds and approvals within
+   * the budget, metered charges. Default: a keeper over the budget's store (share one per agent).
+   */
+  subscriptions?: SubscriptionKeeper | undefined;
 };
 
 /** Retries of a call after its subscription's overage cap was raised. */
@@ -183,6 +188,9 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
   const fetch = options.fetch ?? globalThis.fetch;
   const { agent, payer, budget } = options;
   const meter = options.meter ?? createUsageMeter();
+  const keeper =
+    options.subscriptions ??
+    createSubscriptionKeeper({ agent, payer, budget, logger: options.logger, wait: options.wait });
   const origin = new URL(capability.url).origin;
   const { listing } = options;
   const payees = options.payees ?? createPayeePins();
@@ -203,21 +211,11 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
     const inFlight = raising.get(key);
     if (inFlight !== undefined) return inFlight;
     const raise = (async () => {
-      const info = await getSubscriptionInfo(payer.facilitator, held.subscriptionId);
-      if (info.status !== "Active") return false;
-      const cap = BigInt(info.maxOverage);
-      const used = BigInt(info.overageUsed);
-      const room = availableFor(await budget.report(agent), { provider: plan.provider, kind: "metered" });
-      let step = plan.overageUnitPrice * BigInt(Math.max(plan.includedUnits, 10));
-      if (room !== undefined) {
-        // Cap granted but not yet used may still be charged: it counts against the room.
-        const free = room - (cap > used ? cap - used : 0n);
-        if (free < step) step = free;
-      }
-      if (step < plan.overageUnitPrice) return false;
-      await payer.setMaxOverage(held.subscriptionId, cap + step);
+      // Held in the budget first; false when it has no room for one more unit (see the keeper).
+      const raised = await keeper.raiseCap(held.subscriptionId, plan);
+      if (raised === undefined) return false;
       options.logger?.info(
-        { tool: capability.name, subscriptionId: key, maxOverage: (cap + step).toString() },
+        { tool: capability.name, subscriptionId: key, maxOverage: raised.maxOverage.toString() },
         "paid tool raised its overage cap",
       );
       return true;
@@ -229,6 +227,9 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
   const run = async (args: unknown): Promise<[string, PaidToolReceipt]> => {
     const reservations: Reservation[] = [];
     let paidAmount = 0n;
+    /** Part of `paidAmount` the subscription keeper recorded itself (a first period). */
+    let keeperCharged = 0n;
+    let subscribeTerms: SubscribeTerms = { desiredCap: 0n };
     let decision: PolicyDecision | undefined;
     let offer: PolicyOffer | undefined;
     let chosen: PaymentOption | undefined;
@@ -293,10 +294,11 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         // as many again as are included, and never more than the budget has left.
         const expected = options.forecast?.()?.calls ?? plan.includedUnits * 2;
         const over = BigInt(Math.max(plan.includedUnits, 2 * Math.max(0, expected - plan.includedUnits), 10));
-        let cap = (plan.overageUnitPrice ?? 0n) * over;
-        const room = report.remaining.total;
-        if (room !== undefined && room !== null && cap > room) cap = room;
-        fetchOptions.subscription = { maxOverage: cap };
+        // The keeper grants the smallest of this and what every limit leaves, holds it with the next
+        // renewal, approves exactly that, and records the first period (subscriptionCommitment.ts).
+        subscribeTerms = { desiredCap: (plan.overageUnitPrice ?? 0n) * over, provider: seller };
+        chosen = option;
+        return option;
       }
       const kind = decision.mode === "subscribe" ? "subscription" : "one-time";
       reservations.push(
@@ -367,11 +369,19 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
             overageUnitPrice: BigInt(terms.overageUnitPrice),
           });
         }
-        if (use.created) paidAmount += BigInt(use.option.amount);
+        if (use.created) {
+          // The keeper committed the first period itself: it is paid, but no reservation of ours holds it.
+          paidAmount += BigInt(use.option.amount);
+          keeperCharged += BigInt(use.option.amount);
+        }
       },
     };
     // A seller that does not answer is `SellerUnreachable`, not a bare `fetch failed` (Internal).
-    const paidFetch = fetchWithPayment(reachSeller(fetch), payer, fetchOptions);
+    const paidFetch = fetchWithPayment(
+      reachSeller(fetch),
+      keptSubscriptionsPayer(payer, keeper, () => subscribeTerms),
+      fetchOptions,
+    );
     /** The seller answered an error: its code and message, and what it was paid for the call. */
     const sellerFailure = (status: number, text: string): SellerError => {
       const seller = errorOf(text);
@@ -400,7 +410,7 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
           if (attempt > 0) await wait(CAP_RAISE_RETRY_MS);
         }
       }
-      await settleReservations(budget, reservations, paidAmount);
+      await settleReservations(budget, reservations, paidAmount - keeperCharged);
       if (decision?.mode === "one-time" && offer?.subscription !== undefined) {
         options.calls?.record(
           { agent, provider: offer.provider, planId: offer.subscription.planId },
@@ -421,13 +431,13 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         if (mode === "free") mode = "subscription";
         const overage = meter.count(metered, Date.now());
         if (overage > 0n) {
-          // Past the included units the gate deducts the overage on chain; the budget pays it here.
-          const r = await budget.reserve(agent, {
-            amount: overage,
-            provider: metered.provider,
-            kind: "metered",
-          });
-          await budget.commit(r, overage);
+          // Past the included units the gate deducts the overage on chain; the budget records it now,
+          // from the subscription's hold (the watcher reconciles with what the chain pulled).
+          const heldId = payer.subscriptions?.forOrigin(origin)?.subscriptionId;
+          if (heldId === undefined || !(await keeper.chargeUsage(heldId, overage))) {
+            const r = await budget.reserve(agent, { amount: overage, provider: metered.provider, kind: "metered" });
+            await budget.commit(r, overage);
+          }
           paidAmount += overage;
           mode = "metered";
         }
@@ -459,7 +469,7 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         isTollgateError(thrown, "PaidRequestFailed") && typeof thrown.details?.status === "number"
           ? sellerFailure(thrown.details.status, String(thrown.details.body ?? ""))
           : thrown;
-      await settleReservations(budget, reservations, paidAmount).catch(() => undefined);
+      await settleReservations(budget, reservations, paidAmount - keeperCharged).catch(() => undefined);
       const code =
         error instanceof SellerError ? error.code : error instanceof TollgateError ? error.code : "Internal";
       const message = error instanceof Error ? error.message : String(error);

@@ -31,6 +31,9 @@ CREATE TABLE agent_plan_subscriptions (
   status text NOT NULL CHECK (status IN ('claimed', 'active', 'paused', 'ended')),
   -- The block the subscription was created in (or before): where its events are read from.
   from_block uint256 NOT NULL DEFAULT 0,
+  -- What the ledger recorded for the subscription outside its hold (the first period, committed from a
+  -- reservation): the watcher charges the hold with what the chain pulled beyond it.
+  recorded_first uint256 NOT NULL DEFAULT 0,
   claimed_at timestamptz NOT NULL,
   updated_at timestamptz NOT NULL,
   note text CHECK (length(note) <= 512),

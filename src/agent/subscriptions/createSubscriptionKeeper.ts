@@ -1,0 +1,553 @@
+/**
+ * An agent's subscriptions, kept in its store and inside its budget (docs/budgets.md, "Subscriptions").
+ *
+ * - `ensure(plan)` returns the wallet's subscription to a plan, subscribing only when none is held:
+ *   the store's claim (one live row per wallet and plan) makes a second process, a restart or a second
+ *   agent on the same wallet reuse it; a claim left by a process that died between subscribing and
+ *   recording is reconciled from the chain (`GET /subscribers/:address`) before anyone subscribes again.
+ * - A subscribe reserves the first period (checked against every limit, the commitment ceiling and the
+ *   approval hook), places a standing hold for what the subscription can still take (this period's
+ *   overage cap, and the next renewal with its cap when the budget has room: subscriptionCommitment.ts)
+ *   and approves the manager for exactly that, plus what the wallet's other subscriptions still hold.
+ * - `sync()` reads what each subscription has pulled on chain and records it in the ledger from its hold
+ *   (idempotently: the ledger keeps the running total per subscription). A subscription that took more
+ *   than its hold is paused (relayed, subscriber-signed) and reported; one that was cancelled or whose
+ *   renewal failed is ended and its hold released.
+ *
+ * Invariant: for each subscription, ledger spend = first period + max(estimates, chain pulls − first
+ * period); with the approval no larger than the holds, the chain cannot pull more than the budget holds.
+ */
+import { randomUUID } from "node:crypto";
+import type { Address } from "viem";
+import type { Payer } from "../../client/createPayer.ts";
+import {
+  getPlanInfo,
+  getSubscriberInfo,
+  getSubscriptionInfo,
+} from "../../client/facilitatorSubscriptions.ts";
+import { formatUnitsExact } from "../../protocol/amount.ts";
+import { type Clock, systemClock } from "../../protocol/clock.ts";
+import { isTollgateError, TollgateError } from "../../protocol/errors.ts";
+import type { PlanInfo } from "../../protocol/subscriptions.ts";
+import type { Store } from "../../store/store.ts";
+import { budgetHeadroom } from "../budget/budgetHeadroom.ts";
+import type { BudgetReport } from "../budget/budgetReport.ts";
+import type { BudgetLedger } from "../budget/createBudgetLedger.ts";
+import {
+  type AgentSubscriptionRecord,
+  activateSubscription,
+  claimSubscription,
+  dropClaim,
+  findLiveSubscription,
+  holdRefOf,
+  listLiveSubscriptions,
+  otherHoldsOfWallet,
+  renewClaim,
+  setSubscriptionStatus,
+} from "./agentSubscriptionRecords.ts";
+import { readSubscriptionPulls, type SubscriptionEventReader } from "./readSubscriptionPulls.ts";
+import { subscriptionCommitment } from "./subscriptionCommitment.ts";
+
+/** What the keeper needs of a payer. */
+export type KeeperPayer = Pick<
+  Payer,
+  "address" | "network" | "facilitator" | "subscribe" | "pause" | "cancel" | "setMaxOverage"
+>;
+
+export type SubscriptionAlert = {
+  agent: string;
+  subscriptionId: bigint;
+  planId: string;
+  provider: string;
+  action: "paused" | "cancelled" | "ended";
+  reason: string;
+  /** What the seller took beyond the subscription's hold (0 for an ending that cost nothing extra). */
+  beyondHold: bigint;
+};
+
+export type SubscriptionKeeperOptions = {
+  agent: string;
+  payer: KeeperPayer;
+  budget: BudgetLedger;
+  /** Default: the ledger's store. */
+  store?: Store | undefined;
+  clock?: Clock | undefined;
+  /** Reads the SubscriptionManager's events; without it `sync()` cannot see renewals or deductions. */
+  chain?: SubscriptionEventReader | undefined;
+  logger?: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void } | undefined;
+  /** Waits between looks at another process's claim. Default: a timer. */
+  wait?: ((ms: number) => Promise<void>) | undefined;
+  /** A claim older than this without a subscription is taken to be a dead process's (default 180 s). */
+  claimStaleAfterMs?: number | undefined;
+  /** Told when a subscription is paused, cancelled or ended by the keeper. */
+  onAlert?: ((alert: SubscriptionAlert) => void) | undefined;
+  createId?: (() => string) | undefined;
+};
+
+export type EnsureRequest = {
+  planId: string;
+  /** The overage cap the caller would like (room for its forecast); the budget may grant less. */
+  desiredCap?: bigint | undefined;
+  /**
+   * Whom the budget charges (its per-provider limit): the seller's identity as the caller knows it.
+   * Default: the plan's provider on chain.
+   */
+  provider?: Address | undefined;
+};
+
+export type EnsuredSubscription = {
+  subscriptionId: bigint;
+  /** True when this call subscribed (the first period was charged). */
+  created: boolean;
+  record: AgentSubscriptionRecord;
+};
+
+export type SyncedSubscription = {
+  subscriptionId: bigint;
+  planId: string;
+  /** Everything the chain has pulled for it. */
+  pulled: bigint;
+  /** Newly recorded in the ledger by this sync. */
+  recorded: bigint;
+  beyondHold: bigint;
+  action: "none" | "paused" | "cancelled" | "ended";
+};
+
+export type SubscriptionKeeper = {
+  ensure(request: EnsureRequest): Promise<EnsuredSubscription>;
+  /** Records what the chain pulled for each of the agent's subscriptions; pauses those beyond their hold. */
+  sync(): Promise<SyncedSubscription[]>;
+  /** The stored subscription with this on-chain id (of this agent), if any. */
+  find(subscriptionId: bigint): Promise<AgentSubscriptionRecord | undefined>;
+  /** Records metered use as it happens (the gate deducts the same on chain later), from the hold. */
+  chargeUsage(subscriptionId: bigint, amount: bigint): Promise<boolean>;
+  /**
+   * Raises the overage cap of an Active subscription by up to `max(includedUnits, 10)` units' worth,
+   * holding the raise in the budget first (a cap granted but not used is already held, so the room
+   * left is free room). Resolves false when there is no room for one unit: the gate's refusal stands.
+   * The raise is not added to the token approval (no relayed permit without a subscribe): it takes
+   * from the approval held for the next renewal, which then fails sooner rather than overspend.
+   */
+  raiseCap(
+    subscriptionId: bigint,
+    plan: { overageUnitPrice: bigint; includedUnits: number },
+  ): Promise<{ maxOverage: bigint } | undefined>;
+  /** Cancels a subscription (relayed) and ends its hold; says why in the log and the alert. */
+  cancel(subscriptionId: bigint, reason: string): Promise<void>;
+};
+
+const DEFAULT_STALE_MS = 180_000;
+const CLAIM_POLL_MS = 250;
+/** Codes that say the subscribe did not happen (nothing moved on chain). */
+const REFUSED = new Set([
+  "PlanDeprecated",
+  "NotFound",
+  "InsufficientFunds",
+  "InvalidRequest",
+  "InvalidSignature",
+  "UnsupportedNetwork",
+  "UnsupportedToken",
+  "BudgetExceeded",
+  "ApprovalDenied",
+]);
+
+/**
+ * @example
+ * const keeper = createSubscriptionKeeper({ agent: "researcher", payer, budget, chain: publicClient });
+ * const { subscriptionId } = await keeper.ensure({ planId: "3", desiredCap: 20_000n });
+ * await keeper.sync(); // renewals and deductions into the ledger
+ */
+export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): SubscriptionKeeper {
+  const { agent, payer, budget } = options;
+  const store = options.store ?? budget.store;
+  const clock = options.clock ?? systemClock;
+  const wait = options.wait ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+  const staleMs = options.claimStaleAfterMs ?? DEFAULT_STALE_MS;
+  const createId = options.createId ?? randomUUID;
+  const plans = new Map<string, Promise<PlanInfo>>();
+  /** Subscribes in flight in this process, by plan: concurrent calls share one. */
+  const ensuring = new Map<string, Promise<EnsuredSubscription>>();
+  let managerOf: Promise<Address> | undefined;
+
+  const now = () => new Date(clock.now());
+  const planInfo = (planId: string) => {
+    let info = plans.get(planId);
+    if (info === undefined) {
+      info = getPlanInfo(payer.facilitator, planId);
+      info.catch(() => plans.delete(planId));
+      plans.set(planId, info);
+    }
+    return info;
+  };
+  const manager = (): Promise<Address> => {
+    managerOf ??= payer.facilitator.supported().then((supported) => {
+      const found = supported.networks.find((n) => n.network === payer.network)?.subscriptionManager;
+      if (found === undefined) {
+        managerOf = undefined;
+        throw new TollgateError(
+          "UnsupportedNetwork",
+          `the facilitator lists no SubscriptionManager on ${payer.network}`,
+        );
+      }
+      return found;
+    });
+    return managerOf;
+  };
+  const currentBlock = async () => (options.chain === undefined ? 0n : options.chain.getBlockNumber());
+
+  /** The wallet's live subscription to the plan as the chain has it (Active or Paused), if any. */
+  const onChain = async (planId: string): Promise<bigint | undefined> => {
+    const info = await getSubscriberInfo(payer.facilitator, payer.address);
+    const held = info.subscriptions.find(
+      (s) => s.planId === planId && (s.status === "Active" || s.status === "Paused"),
+    );
+    return held === undefined ? undefined : BigInt(held.subscriptionId);
+  };
+
+  /** Takes a subscription found on chain into the store; its pulls from `fromBlock` on go to this agent. */
+  const adopt = async (
+    claimId: string,
+    subscriptionId: bigint,
+    fromBlock: bigint,
+    provider: Address,
+    why: string,
+  ) => {
+    await budget.hold(agent, { ref: holdRefOf(claimId), provider, amount: 0n });
+    await activateSubscription(store, claimId, {
+      subscriptionId,
+      recordedFirst: 0n,
+      fromBlock,
+      now: now(),
+      note: why,
+    });
+    options.logger?.info(
+      { agent, subscriptionId: subscriptionId.toString(), why },
+      "subscription adopted from the chain",
+    );
+  };
+
+  /** The least room the per-provider, daily and total limits leave: what a hold may take. */
+  const holdRoom = (report: BudgetReport, provider: string): bigint | undefined => {
+    let room: bigint | undefined;
+    for (const h of budgetHeadroom(report, { provider, kind: "metered" })) {
+      if (h.limit === "perCall") continue;
+      if (room === undefined || h.room < room) room = h.room;
+    }
+    return room;
+  };
+
+  /** Subscribes under a claim this process owns. */
+  const subscribeClaimed = async (claimId: string, plan: PlanInfo, desiredCap: bigint, provider: Address) => {
+    const ref = holdRefOf(claimId);
+    const price = BigInt(plan.amount);
+    const report = await budget.report(agent);
+    const commitment = subscriptionCommitment({
+      price,
+      desiredCap,
+      overageUnitPrice: BigInt(plan.overageUnitPrice),
+      room: holdRoom(report, provider),
+    });
+    if (commitment === undefined) {
+      throw new TollgateError(
+        "BudgetExceeded",
+        `the budget has no room for plan ${plan.planId}'s first period (${formatUnitsExact(price)} USDC)`,
+        { details: { agent, planId: plan.planId, provider, requested: price.toString() } },
+      );
+    }
+    const reservation = await budget.reserve(agent, {
+      amount: price,
+      provider,
+      kind: "subscription",
+      ref,
+      ttlSeconds: 900,
+    });
+    try {
+      await budget.hold(agent, { ref, provider, amount: commitment.hold });
+    } catch (error) {
+      await budget.release(reservation);
+      throw error;
+    }
+    const others = await otherHoldsOfWallet(store, {
+      subscriber: payer.address,
+      manager: await manager(),
+      exceptId: claimId,
+    });
+    let subscriptionId: bigint;
+    try {
+      subscriptionId = await payer.subscribe({
+        planId: plan.planId,
+        maxOverage: commitment.cap,
+        approval: commitment.approval + others,
+        exactApproval: true,
+      });
+    } catch (error) {
+      await budget.release(reservation);
+      // Refused: nothing moved. Anything else (a timeout) may hide a subscribe that went through: the
+      // claim and its hold stay, and the next `ensure` reconciles them from the chain once stale.
+      if (isTollgateError(error) && REFUSED.has(error.code)) {
+        await budget.releaseHold(agent, ref);
+        await dropClaim(store, claimId);
+      }
+      throw error;
+    }
+    await budget.commit(reservation, price);
+    await activateSubscription(store, claimId, {
+      subscriptionId,
+      recordedFirst: price,
+      now: now(),
+      note: `cap ${formatUnitsExact(commitment.cap)}; ${commitment.renews ? "next renewal held" : "one period held"}`,
+    });
+    options.logger?.info(
+      {
+        agent,
+        planId: plan.planId,
+        subscriptionId: subscriptionId.toString(),
+        maxOverage: commitment.cap.toString(),
+        hold: commitment.hold.toString(),
+        approval: (commitment.approval + others).toString(),
+        renews: commitment.renews,
+      },
+      "subscribed within the budget",
+    );
+    return subscriptionId;
+  };
+
+  const ensureOnce = async (request: EnsureRequest): Promise<EnsuredSubscription> => {
+    const key = { subscriber: payer.address, manager: await manager(), planId: request.planId };
+    const deadline = clock.now() + staleMs + 30_000;
+    for (;;) {
+      const live = await findLiveSubscription(store, key);
+      if (live !== undefined && live.subscriptionId !== undefined) {
+        return { subscriptionId: live.subscriptionId, created: false, record: live };
+      }
+      let claimId: string | undefined;
+      if (live !== undefined) {
+        // Another process's claim: wait for it to finish, unless it is stale (its process died).
+        const staleBefore = new Date(clock.now() - staleMs);
+        if (live.claimedAt.getTime() >= staleBefore.getTime()) {
+          if (clock.now() > deadline) {
+            throw new TollgateError(
+              "InvalidRequest",
+              `plan ${request.planId} is being subscribed to by another process`,
+              {
+                details: { planId: request.planId, reason: "subscription_claimed" },
+              },
+            );
+          }
+          await wait(CLAIM_POLL_MS);
+          continue;
+        }
+        const held = await onChain(request.planId);
+        if (held !== undefined) {
+          const plan = await planInfo(request.planId);
+          await adopt(
+            live.id,
+            held,
+            live.fromBlock,
+            plan.provider,
+            "a claim whose process stopped after subscribing",
+          );
+          const record = (await findLiveSubscription(store, key))!;
+          return { subscriptionId: held, created: false, record };
+        }
+        if (!(await renewClaim(store, live.id, staleBefore, now()))) continue;
+        claimId = live.id;
+      } else {
+        // Another store (or another agent) may hold the plan on this wallet: the chain says.
+        const held = await onChain(request.planId);
+        const plan = await planInfo(request.planId);
+        const id = createId();
+        const fromBlock = await currentBlock();
+        const provider = request.provider ?? plan.provider;
+        const claimed = await claimSubscription(store, {
+          ...key,
+          id,
+          agent,
+          provider,
+          fromBlock,
+          now: now(),
+        });
+        if (!claimed) continue;
+        if (held !== undefined) {
+          await adopt(id, held, fromBlock, provider, "held on chain by this wallet already");
+          const record = (await findLiveSubscription(store, key))!;
+          return { subscriptionId: held, created: false, record };
+        }
+        claimId = id;
+      }
+      const plan = await planInfo(request.planId);
+      try {
+        const subscriptionId = await subscribeClaimed(
+          claimId,
+          plan,
+          request.desiredCap ?? 0n,
+          request.provider ?? plan.provider,
+        );
+        const record = (await findLiveSubscription(store, key))!;
+        return { subscriptionId, created: true, record };
+      } catch (error) {
+        if (!isTollgateError(error) || !REFUSED.has(error.code)) throw error;
+        await dropClaim(store, claimId);
+        throw error;
+      }
+    }
+  };
+
+  const findRecord = async (subscriptionId: bigint) =>
+    (await listLiveSubscriptions(store, agent)).find((r) => r.subscriptionId === subscriptionId);
+
+  const end = async (record: AgentSubscriptionRecord, status: "paused" | "ended", note: string) => {
+    await setSubscriptionStatus(store, record.id, status, now(), note);
+    if (status === "ended") {
+      await budget.releaseHold(agent, holdRefOf(record.id));
+      await budget.endSubscription(agent, holdRefOf(record.id));
+    }
+  };
+
+  const alert = (
+    record: AgentSubscriptionRecord,
+    action: SubscriptionAlert["action"],
+    reason: string,
+    beyondHold = 0n,
+  ) => {
+    const event: SubscriptionAlert = {
+      agent,
+      subscriptionId: record.subscriptionId ?? 0n,
+      planId: record.planId,
+      provider: record.provider,
+      action,
+      reason,
+      beyondHold,
+    };
+    options.logger?.warn(
+      { ...event, subscriptionId: event.subscriptionId.toString(), beyondHold: beyondHold.toString() },
+      `subscription ${action}: ${reason}`,
+    );
+    options.onAlert?.(event);
+  };
+
+  return {
+    ensure(request) {
+      const key = request.planId;
+      let pending = ensuring.get(key);
+      if (pending === undefined) {
+        pending = ensureOnce(request).finally(() => ensuring.delete(key));
+        ensuring.set(key, pending);
+        return pending;
+      }
+      // Joined another call's subscribe: for this call nothing new was charged.
+      return pending.then((ensured) => ({ ...ensured, created: false }));
+    },
+
+    async sync() {
+      const chain = options.chain;
+      if (chain === undefined) {
+        throw new TollgateError("InvalidRequest", "watching subscriptions needs a chain client (an RPC)");
+      }
+      const out: SyncedSubscription[] = [];
+      for (const record of await listLiveSubscriptions(store, agent)) {
+        if (record.subscriptionId === undefined) continue;
+        const plan = await planInfo(record.planId);
+        const pulls = await readSubscriptionPulls(chain, {
+          manager: record.manager as Address,
+          subscriptionId: record.subscriptionId,
+          fromBlock: record.fromBlock,
+          price: BigInt(plan.amount),
+        });
+        const beyondFirst = pulls.total > record.recordedFirst ? pulls.total - record.recordedFirst : 0n;
+        const charged = await budget.charge(agent, {
+          ref: holdRefOf(record.id),
+          kind: "subscription",
+          total: beyondFirst,
+        });
+        let action: SyncedSubscription["action"] = "none";
+        if (pulls.cancelled) {
+          await end(record, "ended", "cancelled on chain");
+          alert(record, "ended", "cancelled on chain");
+          action = "ended";
+        } else if (charged.beyondHold > 0n && record.status === "active") {
+          const reason = `the seller took ${formatUnitsExact(charged.beyondHold)} USDC more than the budget held for it`;
+          try {
+            await payer.pause(record.subscriptionId);
+            await end(record, "paused", reason);
+            action = "paused";
+          } catch (error) {
+            options.logger?.warn(
+              { agent, err: error },
+              "could not pause an overdrawn subscription; cancelling",
+            );
+            await payer.cancel(record.subscriptionId);
+            await end(record, "ended", reason);
+            action = "cancelled";
+          }
+          alert(record, action === "paused" ? "paused" : "cancelled", reason, charged.beyondHold);
+        } else if (pulls.pastDue) {
+          // Its renewal failed (the approval the budget gave is used up): it serves nothing any more.
+          const reason = "its renewal failed: the approval the budget gave is used up";
+          try {
+            await payer.cancel(record.subscriptionId);
+          } catch (error) {
+            options.logger?.warn({ agent, err: error }, "could not cancel a past-due subscription");
+          }
+          await end(record, "ended", reason);
+          alert(record, "cancelled", reason);
+          action = "cancelled";
+        }
+        out.push({
+          subscriptionId: record.subscriptionId,
+          planId: record.planId,
+          pulled: pulls.total,
+          recorded: charged.amount,
+          beyondHold: charged.beyondHold,
+          action,
+        });
+      }
+      return out;
+    },
+
+    find: findRecord,
+
+    async chargeUsage(subscriptionId, amount) {
+      if (amount <= 0n) return true;
+      const record = await findRecord(subscriptionId);
+      if (record === undefined) return false;
+      await budget.charge(agent, { ref: holdRefOf(record.id), kind: "metered", amount });
+      return true;
+    },
+
+    async raiseCap(subscriptionId, plan) {
+      const record = await findRecord(subscriptionId);
+      if (record === undefined || record.status !== "active" || plan.overageUnitPrice === 0n)
+        return undefined;
+      const info = await getSubscriptionInfo(payer.facilitator, subscriptionId);
+      if (info.status !== "Active") return undefined;
+      let step = plan.overageUnitPrice * BigInt(Math.max(plan.includedUnits, 10));
+      const room = holdRoom(await budget.report(agent), record.provider);
+      if (room !== undefined && room < step) step = room;
+      if (step < plan.overageUnitPrice) return undefined;
+      try {
+        await budget.hold(agent, {
+          ref: holdRefOf(record.id),
+          provider: record.provider as Address,
+          amount: step,
+        });
+      } catch (error) {
+        if (isTollgateError(error, "BudgetExceeded") || isTollgateError(error, "ApprovalDenied"))
+          return undefined;
+        throw error;
+      }
+      const maxOverage = BigInt(info.maxOverage) + step;
+      await payer.setMaxOverage(subscriptionId, maxOverage);
+      return { maxOverage };
+    },
+
+    async cancel(subscriptionId, reason) {
+      const record = await findRecord(subscriptionId);
+      await payer.cancel(subscriptionId);
+      if (record !== undefined) {
+        await end(record, "ended", reason);
+        alert(record, "cancelled", reason);
+      }
+    },
+  };
+}

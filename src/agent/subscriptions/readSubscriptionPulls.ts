@@ -1,0 +1,64 @@
+/**
+ * Everything one subscription has pulled from its subscriber, read from the SubscriptionManager's own
+ * events (the facilitator's event feed is per provider, and a snapshot of `GET /subscriptions/:id`
+ * cannot see overage deducted in a period that a renewal has since reset). Every pull emits one of:
+ * `SubscriptionCreated` (first period), `SubscriptionRenewed` (a renewal), `SubscriptionResumed` with
+ * `charged` (a period that came due while paused) and `AllowanceDeducted` (overage). Failed pulls
+ * (`RenewalFailed`, `DeductionFailed`) move nothing.
+ */
+import type { Address, PublicClient } from "viem";
+import { subscriptionManagerAbi } from "../../chain/contracts/artifacts/SubscriptionManager.ts";
+
+/** What the reader needs of a viem public client. */
+export type SubscriptionEventReader = Pick<PublicClient, "getContractEvents" | "getBlockNumber">;
+
+export type SubscriptionPulls = {
+  /** Sum of every amount pulled, all periods. */
+  total: bigint;
+  renewals: number;
+  deductions: number;
+  /** True once a `RenewalFailed` was seen after the last successful pull of a period. */
+  pastDue: boolean;
+  cancelled: boolean;
+  /** The latest block read. */
+  toBlock: bigint;
+};
+
+/**
+ * Sums the pulls of `subscriptionId` since `fromBlock`. `price` is the plan's period price (a charged
+ * resume carries none in its event). Deterministic for a given `toBlock`, so a watcher may repeat it.
+ */
+export async function readSubscriptionPulls(
+  client: SubscriptionEventReader,
+  p: { manager: Address; subscriptionId: bigint; fromBlock: bigint; price: bigint },
+): Promise<SubscriptionPulls> {
+  const toBlock = await client.getBlockNumber();
+  const range = { address: p.manager, abi: subscriptionManagerAbi, fromBlock: p.fromBlock, toBlock } as const;
+  const args = { subscriptionId: p.subscriptionId };
+  const [created, renewed, resumed, deducted, failed, cancelled] = await Promise.all([
+    client.getContractEvents({ ...range, eventName: "SubscriptionCreated", args }),
+    client.getContractEvents({ ...range, eventName: "SubscriptionRenewed", args }),
+    client.getContractEvents({ ...range, eventName: "SubscriptionResumed", args }),
+    client.getContractEvents({ ...range, eventName: "AllowanceDeducted", args }),
+    client.getContractEvents({ ...range, eventName: "RenewalFailed", args }),
+    client.getContractEvents({ ...range, eventName: "SubscriptionCancelled", args }),
+  ]);
+  let total = 0n;
+  for (const e of created) total += e.args.amount ?? 0n;
+  for (const e of renewed) total += e.args.amount ?? 0n;
+  for (const e of resumed) if (e.args.charged === true) total += p.price;
+  for (const e of deducted) total += e.args.amount ?? 0n;
+  const lastPull = [...renewed, ...resumed, ...created].reduce(
+    (latest, e) => (e.blockNumber !== null && e.blockNumber > latest ? e.blockNumber : latest),
+    -1n,
+  );
+  const pastDue = failed.some((e) => e.blockNumber !== null && e.blockNumber > lastPull);
+  return {
+    total,
+    renewals: renewed.length,
+    deductions: deducted.length,
+    pastDue,
+    cancelled: cancelled.length > 0,
+    toBlock,
+  };
+}
