@@ -101,6 +101,12 @@ export async function providerCommand(argv: string[], deps: ProviderCommandDeps)
       }
       const { account, source } = payoutAccount(values.account, env.TOLLGATE_PROVIDER_KEY, dir);
       const facilitator = createFacilitatorClient({ url: facilitatorUrl, fetch: deps.fetch });
+      if (!isLocalOrTls(facilitator.url)) {
+        // The key is a bearer credential: over plain HTTP anyone on the path may read and reuse it.
+        deps.out.error(
+          `warning: ${facilitator.url} is plain HTTP on another host: the API key travels unencrypted (put TLS in front of the facilitator)`,
+        );
+      }
       const registered = await registerProvider(facilitator, account);
       const key = registered.key;
       if (values.save) {
@@ -163,6 +169,17 @@ export async function providerCommand(argv: string[], deps: ProviderCommandDeps)
       deps.out.error(`tollgate provider: unknown command "${command}"\n\n${usage}`);
       return 2;
   }
+}
+
+/** https, or http to this machine (loopback): where a bearer key may travel. */
+function isLocalOrTls(url: string): boolean {
+  const { protocol, hostname } = new URL(url);
+  return (
+    protocol === "https:" ||
+    hostname === "localhost" ||
+    hostname === "[::1]" ||
+    /^127\.[0-9]+\.[0-9]+\.[0-9]+$/.test(hostname)
+  );
 }
 
 /** The payout account and where it came from (for the output; never the key itself). */

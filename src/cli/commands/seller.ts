@@ -11,6 +11,7 @@ import { z } from "zod";
 import type { FetchFn } from "../../client/facilitatorClient.ts";
 import { DEFAULT_MARKET_URL, type RegistrationResult, signSellerRemoval } from "../../market/marketApi.ts";
 import { createMarketClient } from "../../market/marketClient.ts";
+import { readBoundedText } from "../../market/readBoundedText.ts";
 import { AddressSchema, sameAddress } from "../../protocol/address.ts";
 import { type Clock, systemClock, unixSeconds } from "../../protocol/clock.ts";
 import { isTollgateError, TollgateError } from "../../protocol/errors.ts";
@@ -250,6 +251,9 @@ export async function sellerCommand(argv: string[], deps: SellerCommandDeps): Pr
   }
 }
 
+/** Largest manifest document read from a URL. */
+const MAX_DOCUMENT_BYTES = 1024 * 1024;
+
 /** `1763800000` → `2025-11-22T08:26:40Z (issuedAt 1763800000)`. */
 function when(issuedAt: number): string {
   return `${new Date(issuedAt * 1000).toISOString().replace(".000Z", "Z")} (issuedAt ${issuedAt})`;
@@ -309,7 +313,12 @@ async function loadDocument(
           (isBase ? `: is ${target} a Tollgate seller? (it serves its manifest at ${MANIFEST_PATH})` : ""),
       );
     }
-    text = await response.text();
+    // A manifest is a few KiB; a server that sends more is cut off rather than buffered whole.
+    text = await readBoundedText(
+      response,
+      MAX_DOCUMENT_BYTES,
+      () => new TollgateError("PayloadTooLarge", `${source} sent more than ${MAX_DOCUMENT_BYTES} bytes`),
+    );
   } else {
     const file = resolve(cwd, target);
     if (!existsSync(file)) throw new TollgateError("InvalidRequest", `no such file: ${file}`);
