@@ -7,6 +7,7 @@
 import type { Address } from "viem";
 import { z } from "zod";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
+import { type CallAllowance, withCallAllowance } from "../src/agent/callAllowance.ts";
 import { createSpecialist, type Specialist, type SpecialistPlan } from "../src/agent/createSpecialist.ts";
 import { discoverTools } from "../src/agent/discoverTools.ts";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
@@ -226,7 +227,9 @@ export async function startMarketplace(options: StartMarketplaceOptions): Promis
     const supplier = (name: string) => {
       const found = supplies.find((t) => t.capability.name === name);
       if (found === undefined) throw new Error(`the reseller found no ${name} supplier`);
-      return (input: Record<string, unknown>) => found.tool.invoke(input);
+      // Each purchase spends within the allowance of the sale it serves (what the buyer paid).
+      return (input: Record<string, unknown>, allowance?: CallAllowance) =>
+        found.tool.invoke(input, allowance === undefined ? undefined : withCallAllowance(allowance));
     };
     const brief = createBriefReseller({ summarize: supplier("summarize"), sentiment: supplier("sentiment") });
     await startSeller("reseller", demoAccounts.reseller, [brief as unknown as Capability]);

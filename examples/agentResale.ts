@@ -1,6 +1,6 @@
 /**
  * Agent-to-agent resale: the demo marketplace (agents/marketplace.ts) on a devnet — a summarizer, a
- * metered sentiment scorer and a reseller whose "brief" (0.04 USDC) buys a summary and a mood from
+ * metered sentiment scorer and a reseller whose "brief" (0.08 USDC) buys a summary and a mood from
  * those two under its own budget, among other sellers. An agent finds the brief in the market and buys
  * two; the reseller buys from its suppliers while serving it. Every USDC is accounted for: what the
  * agent paid the reseller kept or passed on to its suppliers.
@@ -55,7 +55,7 @@ export async function main(options: ExampleOptions = {}): Promise<AgentResaleRes
     const account = privateKeyToAccount(generatePrivateKey());
     await devnet.fund(account.address, { usd: parseUnitsExact("1") });
     const budget = createBudgetLedger({ store, clock: systemClock });
-    await budget.setLimits("buyer", { total: parseUnitsExact("0.5"), perCall: parseUnitsExact("0.05") });
+    await budget.setLimits("buyer", { total: parseUnitsExact("0.5"), perCall: parseUnitsExact("0.1") });
     const tools = await discoverTools({
       market: market.url,
       search: { q: "brief" },

@@ -107,7 +107,7 @@ describe("examples", () => {
       expect(result.briefs).toHaveLength(2);
       for (const brief of result.briefs) expect(JSON.parse(brief)).toHaveProperty("mood");
       const { agent, reseller, summarizer, sentiment } = result.deltas;
-      expect(agent).toBe(-2n * 40_000n);
+      expect(agent).toBe(-2n * 80_000n);
       // Both suppliers were bought from, for what the reseller's ledger recorded.
       expect(new Set(result.resellerPurchases.map((p) => p.tool))).toEqual(
         new Set(["summarize", "sentiment"]),

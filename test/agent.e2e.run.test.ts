@@ -160,10 +160,10 @@ describe("tollgate run", { timeout: 240_000 }, () => {
     expect(text).toContain("bought a brief");
     expect(text).toContain("Answer (script buyBrief.ts):\nbrief for scripted: positive");
     expect(text).toContain("Spend report");
-    expect(text).toMatch(/brief .*0\.04/);
-    expect(text).toContain("budget of scripted: spent 0.04 USDC, 0.46 USDC left");
-    expect(FUNDS - (await balanceOf(address))).toBe(40_000n);
-    expect(BigInt((await budgetShow("scripted")).spent.total)).toBe(40_000n);
+    expect(text).toMatch(/brief .*0\.08/);
+    expect(text).toContain("budget of scripted: spent 0.08 USDC, 0.42 USDC left");
+    expect(FUNDS - (await balanceOf(address))).toBe(80_000n);
+    expect(BigInt((await budgetShow("scripted")).spent.total)).toBe(80_000n);
   });
 
   it("refuses to run an agent that has no budget", async () => {

@@ -311,7 +311,7 @@ describe("agent-to-agent resale", () => {
     const briefs = [];
     for (let i = 0; i < 2; i++) {
       const { content, receipt } = await agent.call("brief", { text: TEXT });
-      expect(receipt).toMatchObject({ mode: "one-time", amount: "0.04" });
+      expect(receipt).toMatchObject({ mode: "one-time", amount: "0.08" });
       briefs.push(JSON.parse(content) as { summary: string; mood: string; sources: string[] });
     }
     expect(briefs[0]!.sources).toEqual(["summarize", "sentiment"]);
@@ -327,13 +327,13 @@ describe("agent-to-agent resale", () => {
     const resellerPaid = paidTo("summarize") + paidTo("sentiment");
     expect(resellerPaid).toBeGreaterThan(0n);
 
-    expect(delta[0]).toBe(-80_000n); // the agent: two briefs
-    expect(delta[1]).toBe(80_000n - resellerPaid); // the reseller: sold two, bought from both
+    expect(delta[0]).toBe(-160_000n); // the agent: two briefs
+    expect(delta[1]).toBe(160_000n - resellerPaid); // the reseller: sold two, bought from both
     expect(delta[2]).toBe(paidTo("summarize"));
     expect(delta[3]).toBe(paidTo("sentiment"));
     // USDC only moved between these four accounts.
     expect(delta.reduce((sum, d) => sum + d, 0n)).toBe(0n);
-    expect(agent.spend.report().total).toBe(80_000n);
-    expect((await agent.budget.report(agent.name)).spent.total).toBe(80_000n);
+    expect(agent.spend.report().total).toBe(160_000n);
+    expect((await agent.budget.report(agent.name)).spent.total).toBe(160_000n);
   });
 });

@@ -118,7 +118,7 @@ describe("ChatOpenAI drives discovered paid tools", () => {
       expect(receipts.map((r) => [r.mode, r.amount])).toEqual([
         ["one-time", "0.02"],
         ["one-time", "0.005"],
-        ["one-time", "0.04"],
+        ["one-time", "0.08"],
       ]);
       expect(receipts.every((r) => /^0x[0-9a-f]{64}$/.test(r.transaction ?? ""))).toBe(true);
 

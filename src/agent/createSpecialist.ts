@@ -11,8 +11,9 @@ import type { Logger } from "pino";
 import type { Address, Hex } from "viem";
 import { z } from "zod";
 import type { FetchFn } from "../client/facilitatorClient.ts";
+import type { ServedSubscription } from "../gate/deductAllowance.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../gate/honoPaymentGate.ts";
-import { paymentGate } from "../gate/paymentGate.ts";
+import { type GatePayment, paymentGate } from "../gate/paymentGate.ts";
 import type { PricingEntry, RouteConfig } from "../gate/paymentGateOptions.ts";
 import { createMarketClient, type MarketClient } from "../market/marketClient.ts";
 import { parseUnitsExact } from "../protocol/amount.ts";
@@ -28,7 +29,7 @@ import {
 } from "../protocol/manifest.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
 import { capabilityUnits } from "./capabilityUnits.ts";
-import type { Capability } from "./tools/capability.ts";
+import type { Capability, CapabilityContext } from "./tools/capability.ts";
 
 export type SpecialistPlan = {
   planId: string;
@@ -126,6 +127,26 @@ function gatePricing(capability: Capability, plan: SpecialistPlan | undefined): 
 }
 
 /**
+ * The sale a paid call is, for handlers that spend on it (a reseller): a one-time payment is keyed by
+ * its settling transaction (a re-sent proof keeps it); a subscription call by its subscription and
+ * a random suffix (each call is its own sale), and it earned the overage it was charged.
+ */
+function saleOf(
+  payment: GatePayment | undefined,
+  subscription: ServedSubscription | undefined,
+): CapabilityContext["sale"] {
+  if (payment !== undefined) return { key: `payment:${payment.transaction}`, earned: payment.amount };
+  if (subscription !== undefined) {
+    return {
+      // No proof is re-sent for a subscription call: each call is its own sale.
+      key: `subscription:${subscription.subscriptionId}:${randomBytes(8).toString("hex")}`,
+      earned: subscription.charge,
+    };
+  }
+  return undefined;
+}
+
+/**
  * @example
  * const specialist = createSpecialist({ name: "summarizer", account, capabilities: [summarize],
  *   facilitator, network: "eip155:31337", token: usd, market: "http://127.0.0.1:4030" });
@@ -166,6 +187,8 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
       clock,
       ...(options.replayGuard === undefined ? {} : { replayGuard: options.replayGuard }),
       ...(options.providerApiKey === undefined ? {} : { providerApiKey: options.providerApiKey }),
+      // The gate logs through the specialist's logger (a pino logger has the debug level it needs).
+      ...(options.logger !== undefined && "debug" in options.logger ? { logger: options.logger } : {}),
       description: options.description ?? options.name,
     } as Parameters<typeof paymentGate>[0]);
     const app = new Hono<PaymentGateEnv>();
@@ -216,7 +239,10 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
             },
           });
         }
-        const output = await capability.handler(input.data, { signal: c.req.raw.signal });
+        const output = await capability.handler(input.data, {
+          signal: c.req.raw.signal,
+          sale: saleOf(c.get("payment"), c.get("subscription")),
+        });
         return c.json(output as Record<string, unknown>);
       });
     }

@@ -54,6 +54,14 @@ export type CapabilityPricing = z.infer<typeof CapabilityPricingSchema>;
 export type CapabilityContext = {
   /** Aborted when the caller gives up (the HTTP request closed, the agent run was cancelled). */
   signal?: AbortSignal | undefined;
+  /**
+   * The sale this call is: what the buyer paid for it and a key naming that payment, set by
+   * `createSpecialist` for a call the gate let through (`earned` is the one-time amount, or the
+   * overage a subscription call was charged: 0 within included units). A reseller bounds what it
+   * spends on suppliers for the call by `earned`; the key is the same when the buyer re-sends its
+   * proof after a 5xx, so one payment funds one allowance. Absent for local calls.
+   */
+  sale?: { key: string; earned: bigint } | undefined;
 };
 
 /** Any zod object schema: capability inputs are objects, as LangChain and OpenAI tools require. */
