@@ -23,6 +23,7 @@ import {
   parseDiscoveryDocument,
   verifyManifestSignature,
 } from "../protocol/manifest.ts";
+import { createPayeePins, listingOf, type OfferListing } from "./offerCheck.ts";
 import { type PaidToolOptions, paidTool, type RemoteCapability } from "./paidTool.ts";
 import { sellerUnreachableError } from "./sellerUnreachable.ts";
 import type { SpendEvent } from "./spendReport.ts";
@@ -67,6 +68,8 @@ type Found = {
   url: string;
   /** The market it was found in, to report it to when it does not answer. */
   market?: MarketClient | undefined;
+  /** What the seller listed: each 402 is held to it (src/agent/offerCheck.ts). */
+  listing: OfferListing;
   /** Set by a tool manifest: the tool's own name (never prefixed), description and price ceiling. */
   name?: string | undefined;
   description?: string | undefined;
@@ -107,6 +110,12 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
         capability: entry.capability,
         url: entry.url,
         market,
+        // The catalog's seller address is the key that signed the registration, and the payee.
+        listing: listingOf(
+          { seller: { payTo: entry.seller.address }, network: entry.network, token: entry.token },
+          entry.capability.pricing,
+          "market",
+        ),
       });
     }
   }
@@ -119,6 +128,7 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
         sellerName: manifest.name,
         capability,
         url: capabilityUrl(manifest, capability),
+        listing: listingOf(manifest, capability.pricing, "manifest"),
       });
     }
   }
@@ -147,6 +157,7 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
   for (const f of found)
     counts.set(f.name ?? f.capability.name, (counts.get(f.name ?? f.capability.name) ?? 0) + 1);
   const seen = new Set<string>();
+  const payees = options.payees ?? createPayeePins();
   const tools: DiscoveredTool[] = [];
   for (const f of found) {
     const key = `${f.seller.toLowerCase()}:${f.capability.name}:${f.name ?? ""}`;
@@ -172,6 +183,8 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
         ...options,
         fetch,
         ...(f.maxPrice === undefined ? {} : { maxPrice: f.maxPrice }),
+        listing: f.listing,
+        payees,
         forecast: options.forecast === undefined ? undefined : () => options.forecast?.(name),
         onSpend: reportingUnreachable(f, options),
       }),
@@ -263,6 +276,7 @@ async function findRemoteTool(
       sellerName: seller.name,
       capability,
       url: capabilityUrl(seller, capability),
+      listing: listingOf(seller, capability.pricing, "manifest"),
       ...own,
     };
   }
@@ -296,6 +310,11 @@ async function findRemoteTool(
     capability: best.capability,
     url: best.url,
     market,
+    listing: listingOf(
+      { seller: { payTo: best.seller.address }, network: best.network, token: best.token },
+      best.capability.pricing,
+      "market",
+    ),
     ...own,
   };
 }

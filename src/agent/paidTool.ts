@@ -45,6 +45,7 @@ import { reachSeller } from "./sellerUnreachable.ts";
 import { createSubscriptionKeeper, type SubscriptionKeeper } from "./subscriptions/createSubscriptionKeeper.ts";
 import { keptSubscriptionsPayer, type SubscribeTerms } from "./subscriptions/keptSubscriptionsPayer.ts";
 import type { SpendEvent, SpendMode } from "./spendReport.ts";
+import { paidToolMetadata, withPricing } from "./tools/describePricing.ts";
 
 /** A remote capability: where it is served and how it is called. */
 export type RemoteCapability = {
@@ -505,9 +506,11 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
 
   return tool(run, {
     name: capability.name,
-    description: capability.description,
+    // The model reads the listed price with the description; tracing and the orchestrator read metadata.
+    description: withPricing(capability.description, listing?.pricing),
     schema: capability.input as Record<string, unknown>,
     responseFormat: "content_and_artifact",
+    ...(listing === undefined ? {} : { metadata: paidToolMetadata(listing) }),
   }) as unknown as StructuredToolInterface;
 }
 

@@ -140,7 +140,12 @@ export async function runModelAgent(
       if (pending.id === undefined || !isSpendApproval(pending.value)) {
         throw new TollgateError("Internal", "the agent paused for something other than a spend approval");
       }
-      const request: SpendApprovalRequest = pending.value.request;
+      const asked = pending.value.request;
+      const request: SpendApprovalRequest = {
+        ...asked,
+        maxAmount: BigInt(asked.maxAmount),
+        threshold: BigInt(asked.threshold),
+      };
       let approved = false;
       try {
         approved = options.approve === undefined ? false : (await options.approve(request)) === true;

@@ -38,8 +38,14 @@ import { type OrchestratorStep, settleToolCall, type ToolCallRequest, toolNotFou
 import { type SpendApprovalRequest, withSpendGrant } from "./spendApproval.ts";
 import type { ToolQueue } from "./toolQueue.ts";
 
-/** The value of a spend-approval interrupt; the run resumes with `{ approved }`. */
-export type SpendApprovalInterrupt = { type: "tollgate:spend-approval"; request: SpendApprovalRequest };
+/**
+ * The value of a spend-approval interrupt (kept in the checkpoint, so JSON: amounts as decimal strings
+ * of the smallest unit); the run resumes with `{ approved }`.
+ */
+export type SpendApprovalInterrupt = {
+  type: "tollgate:spend-approval";
+  request: Omit<SpendApprovalRequest, "maxAmount" | "threshold"> & { maxAmount: string; threshold: string };
+};
 
 type Outcome = { step: OrchestratorStep; message: ToolMessage };
 
@@ -172,9 +178,9 @@ export function createTollgateMiddleware(options: TollgateMiddlewareOptions) {
               callId,
               args,
               seller: meta.seller,
-              maxAmount,
+              maxAmount: maxAmount.toString(),
               price: describePricing(meta.pricing),
-              threshold: options.approveAbove,
+              threshold: options.approveAbove.toString(),
             },
           };
           const answer = interrupt(question) as { approved?: unknown } | undefined;
@@ -193,8 +199,8 @@ export function createTollgateMiddleware(options: TollgateMiddlewareOptions) {
 
       const key = `${state.turns}\u0000${call.name}\u0000${canonical(args)}`;
       const first = firstCalls.get(key);
-      await emit({ type: "tool:start", index, callId, tool: call.name, args });
       if (first !== undefined) {
+        await emit({ type: "tool:start", index, callId, tool: call.name, args });
         // Made once per turn: this call shares the first one's result (its receipt stays with it).
         const shared = await first;
         const outcome: Outcome = {
@@ -217,7 +223,9 @@ export function createTollgateMiddleware(options: TollgateMiddlewareOptions) {
         return outcome.message;
       }
 
+      // Registered before anything is awaited, so an identical call of the same turn finds it.
       const made = (async (): Promise<Outcome> => {
+        await emit({ type: "tool:start", index, callId, tool: call.name, args });
         if (meta !== undefined && options.budget !== undefined) {
           const refusal = await budgetRefusal(options.budget, meta);
           if (refusal !== undefined) return refusedOutcome(target, `BudgetExceeded: ${refusal}`);
