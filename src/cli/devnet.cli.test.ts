@@ -2,7 +2,8 @@
  * `tollgate devnet` as its own process: a port another node answers on is refused before anything
  * starts or is written, and the devnet lives in TOLLGATE_DIR like every other command's files.
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createServer as createHttpServer, type Server } from "node:http";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -57,6 +58,25 @@ describe("tollgate devnet as a process", { timeout: 180_000 }, () => {
     const node = await otherNode();
     servers.push(node.server);
     const dir = join(root, "taken");
+    // Left by a devnet that is gone: other commands would follow its RPC URL to the other node.
+    mkdirSync(dir, { recursive: true });
+    const gone = spawnSync(process.execPath, ["-e", ""]).pid;
+    writeFileSync(
+      join(dir, "devnet.json"),
+      JSON.stringify({
+        rpcUrl: `http://127.0.0.1:${node.port}`,
+        chainId: 31337,
+        network: "eip155:31337",
+        pid: gone,
+        contracts: {
+          usd: "0x5FbDB2315678afecb367f032d93F642f64180aa3",
+          subscriptionManager: "0x9fE46736679d2D9a65F0992F2272dE9f3c7fa6e0",
+          batchSettler: "0xCf7Ed3AccA5a467e9e704C703E8D87F634fB0Fc9",
+        },
+        accounts: [],
+      }),
+      { mode: 0o600 },
+    );
     const result = await runCli(["devnet", "up", "--port", String(node.port)], {
       env: { TOLLGATE_DIR: dir },
     });
@@ -65,7 +85,8 @@ describe("tollgate devnet as a process", { timeout: 180_000 }, () => {
       `port ${node.port} is in use (an Ethereum node answers there, chain id 31337)`,
     );
     expect(result.stderr).toContain("--port");
-    expect(result.stdout).not.toContain("devnet up");
+    expect(result.stdout).not.toContain("devnet up:");
+    expect(result.stdout).toContain(`its devnet (pid ${gone}) is no longer running`);
     // Nothing was sent to the other node but the probe asking what it is.
     expect(node.methods).toEqual(["eth_chainId"]);
     expect(existsSync(join(dir, "devnet.json"))).toBe(false);
