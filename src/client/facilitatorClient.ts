@@ -31,6 +31,7 @@ import { HeaderName } from "../protocol/header.ts";
 import { summarizeIssues } from "../protocol/parseWire.ts";
 import type { PaymentProof } from "../protocol/paymentProof.ts";
 import type { SignedPayment } from "../protocol/signedPayment.ts";
+import { requireObject } from "./checkInput.ts";
 
 /** The `fetch` the client sends with: the global one, or anything with its signature. */
 export type FetchFn = (input: Request | string | URL, init?: RequestInit) => Promise<Response>;
@@ -100,6 +101,10 @@ const codeByStatus: Record<number, ErrorCode> = {
  * const { proof } = await facilitator.authorize(signedPayment);
  */
 export function createFacilitatorClient(options: FacilitatorClientOptions): FacilitatorClient {
+  requireObject(options, "createFacilitatorClient({ url, fetch, timeoutMs?, headers? })");
+  if (typeof options.fetch !== "function") {
+    throw new TollgateError("InvalidRequest", "createFacilitatorClient: fetch must be a function");
+  }
   let base: URL;
   try {
     base = new URL(options.url);

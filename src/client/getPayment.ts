@@ -6,6 +6,7 @@
  */
 import { TollgateError } from "../protocol/errors.ts";
 import { type PaymentRecord, PaymentRecordSchema } from "../protocol/facilitator.ts";
+import { requireFacilitator } from "./checkInput.ts";
 import type { FacilitatorClient, RequestOptions } from "./facilitatorClient.ts";
 
 /** `/payments/<nonce>`: the facilitator-relative path a payer signs for its read-back. */
@@ -27,5 +28,6 @@ export function getPayment(
   nonce: string,
   options: RequestOptions = {},
 ): Promise<PaymentRecord> {
+  requireFacilitator(facilitator, "getPayment(facilitator, nonce, { headers })");
   return facilitator.request("GET", paymentPath(nonce), PaymentRecordSchema, options);
 }

@@ -30,6 +30,7 @@ import {
   type X402PaymentRequired,
   type X402PaymentRequirements,
 } from "../protocol/x402.ts";
+import { requireObject } from "./checkInput.ts";
 import type { PayerSigner } from "./createPayer.ts";
 import type { FacilitatorClient } from "./facilitatorClient.ts";
 import type { PayX402 } from "./fetchWithPayment.ts";
@@ -98,6 +99,16 @@ export async function createX402Payment(
   paymentRequired: X402PaymentRequired,
   options: CreateX402PaymentOptions,
 ): Promise<X402Payment> {
+  const usage = "createX402Payment(payer, paymentRequired, { maxPrice })";
+  requireObject(payer, usage);
+  requireObject(paymentRequired, usage);
+  requireObject(options, usage);
+  if (!Array.isArray(paymentRequired.accepts)) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `${usage}: paymentRequired is x402's PAYMENT-REQUIRED, with accepts`,
+    );
+  }
   const maxPrice = parsePriceCeiling(options.maxPrice);
   const clock = options.clock ?? systemClock;
   const random = options.random ?? ((bytes: number) => randomBytes(bytes));
@@ -189,6 +200,8 @@ export function createPayX402(
   payer: X402Payer,
   options: Omit<CreateX402PaymentOptions, "maxPrice"> = {},
 ): PayX402 {
+  requireObject(payer, "createPayX402(payer, options?)");
+  requireObject(options, "createPayX402(payer, options?)");
   let assets: Promise<readonly string[]> | undefined;
   const allowedAssets = () => {
     assets ??= facilitatorAssets(payer).catch((error: unknown) => {

@@ -5,6 +5,7 @@
  */
 import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
 import { formatPayerAuth, PAYER_AUTH_HEADER, payerReadMessage } from "../protocol/payerReadAuth.ts";
+import { requireMessageSigner, requireObject } from "./checkInput.ts";
 import type { SubAuthSigner } from "./subscriptionAuth.ts";
 
 /**
@@ -17,6 +18,9 @@ export async function payerReadHeaders(
   request: { method: string; path: string },
   clock: Clock = systemClock,
 ): Promise<Record<string, string>> {
+  const usage = "payerReadHeaders(account, { method, path }, clock?)";
+  requireMessageSigner(signer, usage);
+  requireObject(request, usage);
   const t = unixSeconds(clock);
   const signature = await signer.signMessage({ message: payerReadMessage({ ...request, t }) });
   return { [PAYER_AUTH_HEADER]: formatPayerAuth(t, signature) };

@@ -1,3 +1,4 @@
+import { TollgateError } from "../protocol/errors.ts";
 import { HeaderName, safeDecodeJsonHeader } from "../protocol/header.ts";
 import { type PaymentRequired, PaymentRequiredSchema } from "../protocol/paymentRequired.ts";
 import { type X402PaymentRequired, X402PaymentRequiredSchema } from "../protocol/x402.ts";
@@ -18,6 +19,12 @@ const MAX_BODY_BYTES = 256 * 1024;
  * Never throws for a malformed 402; a Tollgate body wins over the x402 header when both are present.
  */
 export async function readPaymentRequired(response: Response): Promise<PaymentRequiredOffer | undefined> {
+  if (typeof response?.headers?.get !== "function" || typeof response.text !== "function") {
+    throw new TollgateError(
+      "InvalidRequest",
+      "readPaymentRequired(response): pass the fetch Response of a 402",
+    );
+  }
   let text: string | undefined;
   try {
     const declared = Number(response.headers.get("content-length") ?? "0");

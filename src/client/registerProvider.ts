@@ -8,6 +8,7 @@ import {
   type ProviderRegisterResponse,
   ProviderRegisterResponseSchema,
 } from "../protocol/subscriptions.ts";
+import { requireFacilitator, requireMessageSigner } from "./checkInput.ts";
 import type { FacilitatorClient } from "./facilitatorClient.ts";
 
 /** The payout account: an address that can sign EIP-191 messages (a viem `LocalAccount`). */
@@ -24,6 +25,8 @@ export async function registerProvider(
   facilitator: Pick<FacilitatorClient, "request">,
   account: ProviderSigner,
 ): Promise<ProviderRegisterResponse> {
+  requireFacilitator(facilitator, "registerProvider(facilitator, account)");
+  requireMessageSigner(account, "registerProvider(facilitator, account): account signs EIP-191 messages");
   const { challenge } = await facilitator.request(
     "POST",
     "/providers/challenge",

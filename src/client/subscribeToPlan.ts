@@ -21,6 +21,7 @@ import type { TypedDataSigner } from "../chain/signers/typedDataSigner.ts";
 import { type ErrorCode, TollgateError } from "../protocol/errors.ts";
 import { chainIdOf, type Network } from "../protocol/network.ts";
 import type { PlanInfo } from "../protocol/subscriptions.ts";
+import { requireFacilitator, requireObject } from "./checkInput.ts";
 import type { FacilitatorClient, RequestOptions } from "./facilitatorClient.ts";
 import {
   DEFAULT_APPROVAL_CYCLES,
@@ -90,6 +91,8 @@ export async function subscribeToPlan(
   context: SubscribeContext,
   options: SubscribeToPlanOptions,
 ): Promise<SubscribeResult> {
+  requireObject(context, "subscribeToPlan({ signer, network, facilitator }, { planId, maxOverage? })");
+  requireFacilitator(context.facilitator, "subscribeToPlan: facilitator is a FacilitatorClient");
   if (typeof options !== "object" || options === null) {
     throw new TollgateError("InvalidRequest", "subscribe: pass { planId, maxOverage? }", {
       details: { type: options === null ? "null" : typeof options },

@@ -19,6 +19,7 @@ import {
   SubscriptionIdSchema,
   subAuthMessage,
 } from "../protocol/subscriptionAuth.ts";
+import { requireObject } from "./checkInput.ts";
 
 /** What signs tokens: an address and EIP-191 `signMessage` (a viem `LocalAccount` as is). */
 export type SubAuthSigner = { address: Address; signMessage(args: { message: string }): Promise<Hex> };
@@ -50,6 +51,7 @@ const MAX_TOKENS = 1_000;
  * await fetch(url, { headers: await auth.headers(subscriptionId, new URL(url).origin) });
  */
 export function createSubscriptionAuth(options: SubscriptionAuthOptions): SubscriptionAuth {
+  requireObject(options, "createSubscriptionAuth({ signer, clock? })");
   const { signer } = options;
   if (typeof signer?.signMessage !== "function") {
     throw new TollgateError(
