@@ -94,10 +94,11 @@ export async function main(options: ExampleOptions = {}): Promise<SubscriptionRe
     };
     let subscriptionId: bigint | undefined;
     const paidFetch = fetchWithPayment(countingFetch, payer, {
-      maxPrice: "10",
-      // Always the subscription; when it is refused (paused), decline rather than pay once.
-      choose: (offers, context) =>
-        context.refusal === undefined ? offers.find((o) => o.scheme === "subscription") : undefined,
+      maxPrice: "1",
+      // Leave to subscribe: the 402 flags its plan with `subscriptionScheme`, so the default chooser
+      // takes it (up to 10 USDC a period) instead of paying once. A paused subscription is then a
+      // SubscriptionNotActive error, never a silent one-time payment.
+      subscription: { maxPrice: "10" },
       onSubscribe: (use) => {
         subscriptionId = use.subscriptionId;
         if (use.created) print(`subscribed: subscription #${use.subscriptionId} to plan #${use.planId}`);
