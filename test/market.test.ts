@@ -198,14 +198,14 @@ describe("tollgate market as a process", () => {
     const exited = new Promise<number | null>((done) => started.once("exit", (code) => done(code)));
     let output = "";
     const url = await new Promise<string>((done, fail) => {
-      started.stdout?.on("data", (chunk: Buffer) => {
+      // JSON log lines on stdout, the human status line on stderr.
+      const read = (chunk: Buffer) => {
         output += chunk.toString();
         const match = /market listening on (http:\/\/\S+)/.exec(output);
         if (match !== null) done(match[1]!);
-      });
-      started.stderr?.on("data", (chunk: Buffer) => {
-        output += chunk.toString();
-      });
+      };
+      started.stdout?.on("data", read);
+      started.stderr?.on("data", read);
       void exited.then((code) => fail(new Error(`tollgate market exited with ${code}: ${output}`)));
     });
     expect(output).toContain(`PGlite in ${join(dir, "market")}`);

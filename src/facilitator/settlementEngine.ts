@@ -28,6 +28,7 @@ import {
   BaseError,
   encodeFunctionData,
   getAbiItem,
+  getAddress,
   type Hash,
   type Hex,
   keccak256,
@@ -694,6 +695,15 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       [row.id, refusal.code, refusal.message, txHash],
     );
     if (updated.length === 0) return;
+    log.info(
+      {
+        ...paymentLogFields(row),
+        event: "payment.failed",
+        code: refusal.code,
+        ...(txHash === null ? {} : { transaction: txHash }),
+      },
+      "payment failed",
+    );
     await tx.query("INSERT INTO events (type, data) VALUES ('payment.failed', $1)", [
       eventData(row, {
         code: refusal.code,
@@ -736,6 +746,15 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       [row.id, txHash, blockNumber, proof, from],
     );
     if (updated.length === 0) return;
+    log.info(
+      {
+        ...paymentLogFields(row),
+        event: "payment.settled",
+        transaction: txHash,
+        blockNumber: blockNumber.toString(),
+      },
+      "payment settled",
+    );
     await tx.query("INSERT INTO events (type, data) VALUES ('payment.settled', $1)", [
       eventData(row, { transaction: txHash, blockNumber: blockNumber.toString() }),
     ]);
@@ -897,7 +916,30 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
   async function settle(payment: CheckablePayment, source: "tollgate" | "x402"): Promise<PaymentRow> {
     if (!running)
       throw new TollgateError("ChainUnavailable", "the settlement engine is not running", { retryAfter: 5 });
-    const row = await enqueue(payment, source);
+    let row: PaymentRow;
+    try {
+      row = await enqueue(payment, source);
+    } catch (error) {
+      // Refused before any row exists (checks, simulation): one line, as for settled and failed rows.
+      if (error instanceof TollgateError && error.code !== "Internal") {
+        const a = payment.authorization;
+        log.info(
+          {
+            event: "payment.refused",
+            source,
+            code: error.code,
+            ...(typeof error.details?.reason === "string" ? { reason: error.details.reason } : {}),
+            payer: getAddress(a.from),
+            payTo: getAddress(a.to),
+            amount: a.value,
+            network,
+            token: getAddress(payment.token),
+          },
+          "payment refused",
+        );
+      }
+      throw error;
+    }
     if (row.status === "settled") return row;
     return waitForOutcome(row);
   }
@@ -941,6 +983,22 @@ function isOutOfGas(error: unknown): boolean {
     return false;
   });
   return /out of gas|OutOfGas|gas required exceeds|gas uint64 overflow/i.test(text);
+}
+
+/**
+ * What a log line says of a payment. Never the memo, the signature or the proof: a memo with the
+ * public authorization is enough to have `/authorize` hand the proof out again (createLogger.ts).
+ */
+function paymentLogFields(row: PaymentRow): Record<string, unknown> {
+  return {
+    source: row.source,
+    // Checksummed, as in refusal lines (the store keeps lower case).
+    payer: getAddress(row.payer),
+    payTo: getAddress(row.pay_to),
+    amount: row.amount.toString(),
+    network: row.network,
+    token: getAddress(row.token),
+  };
 }
 
 function eventData(row: PaymentRow, extra: Record<string, unknown>): Record<string, unknown> {

@@ -84,7 +84,10 @@ export async function migrate(
           const recorded = done.get(m.version);
           if (recorded !== undefined && recorded !== m.checksum) {
             // Never edit an applied migration; add a new one. Warn rather than refuse to start.
-            options.logger?.warn({ version: m.version, name: m.name }, "applied migration file has changed");
+            options.logger?.warn(
+              { version: m.version, migration: m.name },
+              "applied migration file has changed",
+            );
           }
         }
       }
@@ -100,7 +103,8 @@ export async function migrate(
     });
     if (next === undefined) return applied;
     applied.push(next.version);
-    options.logger?.info({ version: next.version, name: next.name }, "applied migration");
+    // Not `name`: that key is the logger's own, and pino would write it twice in one line.
+    options.logger?.info({ version: next.version, migration: next.name }, "applied migration");
   }
 }
 

@@ -37,7 +37,10 @@ export type TestFacilitator = {
 export async function startTestFacilitator(
   devnet: Devnet,
   options: Partial<
-    Pick<CreateFacilitatorOptions, "settlement" | "confirmations" | "rpcUrl" | "modules" | "webhooks">
+    Pick<
+      CreateFacilitatorOptions,
+      "settlement" | "confirmations" | "rpcUrl" | "modules" | "webhooks" | "logger"
+    >
   > & {
     store?: Store;
     gasAccount?: DevnetAccount;
@@ -63,6 +66,7 @@ export async function startTestFacilitator(
     settlement: { reconcileIntervalMs: 200, ...options.settlement },
     confirmations: options.confirmations,
     modules: options.modules,
+    logger: options.logger,
     // Suites' webhook receivers listen on loopback, which a facilitator refuses unless allowed.
     webhooks: options.webhooks ?? { allowTargets: ["127.0.0.0/8", "::1"] },
   });

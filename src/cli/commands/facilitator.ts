@@ -106,7 +106,8 @@ export async function run(argv: string[]): Promise<number> {
     },
     "facilitator listening",
   );
-  console.log(`facilitator listening on ${server.url} (${config.network})`);
+  // For people, on stderr: stdout carries the JSON log lines only, so a log collector can parse it.
+  console.error(`facilitator listening on ${server.url} (${config.network})`);
   await new Promise<void>((resolve) => {
     const stop = () => resolve();
     process.once("SIGINT", stop);

@@ -157,7 +157,8 @@ export async function marketCommand(argv: string[], deps: MarketCommandDeps): Pr
     throw error;
   });
   logger.info({ url: server.url, store: store.kind }, "market listening");
-  deps.out.log(
+  // For people, on stderr: stdout carries the JSON log lines only, so a log collector can parse it.
+  deps.out.error(
     `market listening on ${server.url} (${store.kind === "postgres" ? "PostgreSQL" : `PGlite in ${join(dir, "market")}`})`,
   );
   await (deps.untilStopped ?? untilSignal)();

@@ -9,6 +9,7 @@ import { basename, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import type { StructuredToolInterface } from "@langchain/core/tools";
+import pino, { type Logger } from "pino";
 import { privateKeyToAccount } from "viem/accounts";
 import { z } from "zod";
 import { approvalFor, getApprovalThreshold } from "../../agent/budget/approvalThreshold.ts";
@@ -65,7 +66,8 @@ key: --key, TOLLGATE_AGENT_KEY, or a devnet account (--account, default ${DEFAUL
 approvals: spends above the agent's --approve-above (tollgate budget set) need a yes: asked on the
   terminal (--approvals ask, the default when stdin is one; answers are read from stdin), refused otherwise
 environment: TOLLGATE_DIR DATABASE_URL TOLLGATE_MARKET_URL TOLLGATE_FACILITATOR_URL TOLLGATE_AGENT_KEY
-             OPENAI_API_KEY OPENAI_BASE_URL OPENAI_MODEL TOLLGATE_PLANNER (rules without a key)`;
+             OPENAI_API_KEY OPENAI_BASE_URL OPENAI_MODEL TOLLGATE_PLANNER (rules without a key)
+             LOG_LEVEL (the agent's JSON log on stderr; default warn)`;
 
 const PrivateKeySchema = z
   .string()
@@ -78,6 +80,7 @@ const RunEnvSchema = z.object({
   TOLLGATE_MARKET_URL: z.url({ protocol: /^https?$/ }).optional(),
   TOLLGATE_FACILITATOR_URL: z.url({ protocol: /^https?$/ }).optional(),
   TOLLGATE_AGENT_KEY: PrivateKeySchema.optional(),
+  LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("warn"),
 });
 
 const ScriptPattern = /\.(?:ts|mts|js|mjs)$/;
@@ -112,6 +115,11 @@ export type RunCommandDeps = {
   interactive?: boolean | undefined;
   /** Where a streaming model's tokens go as they arrive (not with --json). */
   stream?: ((text: string) => void) | undefined;
+  /**
+   * The agent's structured log (paid tools, policy decisions, orchestrator). Default: pino at
+   * `LOG_LEVEL` (warn) on stderr, so stdout keeps the run's own output (and `--json`) unmixed.
+   */
+  logger?: Logger | undefined;
 };
 
 /** A tool call of a task run that failed and was not made good by a later call. */
@@ -224,6 +232,8 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
     return 2;
   }
   const env = parseWire(RunEnvSchema, deps.env, { what: "environment" });
+  const logger =
+    deps.logger ?? pino({ name: "agent", level: env.LOG_LEVEL }, pino.destination({ dest: 2, sync: true }));
   const dir = resolve(deps.cwd, values.dir ?? env.TOLLGATE_DIR);
   const agent = values.agent;
   const print = values.json ? () => undefined : (line: string) => deps.out.log(line);
@@ -302,6 +312,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       payer,
       budget,
       fetch: deps.fetch,
+      logger,
       calls: createCallCounter({ clock: deps.clock }),
       forecast: (tool: string) =>
         forecast[tool] === undefined ? undefined : { calls: forecast[tool]!, horizonSeconds: 30 * 86_400 },
@@ -320,6 +331,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
     let streamed = false;
     const orchestrator = createOrchestrator({
       tools,
+      logger,
       model: modelFromEnv(deps.env, { streaming: stream !== undefined }),
       budget: { ledger: budget, agent },
       approveAbove,
