@@ -85,7 +85,12 @@ const buyingScript: ChatScript = ({ turn, userText, toolResults }) => {
   const lines = toolResults.map((result) => {
     // The orchestrator hands a failed call back as `Error: <code>: <message>`.
     if (result.content.startsWith("Error: ")) return `${result.name}: not bought (${result.content})`;
-    const output = JSON.parse(result.content) as { summary?: string; language?: string; mood?: string };
+    // A paid result is followed by its receipt in words: "\n\nReceipt: paid … USDC (…) …".
+    const output = JSON.parse(result.content.split("\n\nReceipt: ")[0]!) as {
+      summary?: string;
+      language?: string;
+      mood?: string;
+    };
     return `${result.name}: ${output.mood ?? output.language ?? output.summary}`;
   });
   return { content: `Report:\n${lines.join("\n")}` };
@@ -129,9 +134,11 @@ describe("ChatOpenAI drives discovered paid tools", () => {
       );
       const toolMessages = server.requests[1]!.messages.filter((m) => m.role === "tool");
       expect(toolMessages.map((m) => m.tool_call_id)).toEqual(["call_1_1", "call_1_2", "call_1_3"]);
-      expect(JSON.parse(String(toolMessages[0]!.content))).toMatchObject({
-        summary: summarizeText(TEXT, 1).summary,
-      });
+      const [result, receipt] = String(toolMessages[0]!.content).split("\n\nReceipt: ");
+      expect(JSON.parse(result!)).toMatchObject({ summary: summarizeText(TEXT, 1).summary });
+      expect(receipt).toBe(
+        `paid 0.02 USDC (one-time) to ${receipts[0]!.provider}, transaction ${receipts[0]!.transaction}.`,
+      );
       expect(run.answer).toBe(
         [
           "Report:",
