@@ -32,11 +32,11 @@ const SUMMARY = 20_000n;
 const SENTIMENT = 10_000n;
 const BRIEF = 40_000n;
 
-const summarize = { ...summarizer, pricing: [{ type: "one-time", amount: "0.02" }] } as Capability;
+const summarize = { ...summarizer, pricing: [{ type: "one-time", price: "0.02" }] } as Capability;
 const sentimentAt = (amount: string, handler: typeof sentimentScorer.handler) =>
   defineCapability({
     ...sentimentScorer,
-    pricing: [{ type: "one-time", amount }],
+    pricing: [{ type: "one-time", price: amount }],
     handler,
   }) as unknown as Capability;
 /** Fails (500, after being paid) until the reseller has failed one brief; then answers. */

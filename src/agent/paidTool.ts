@@ -14,7 +14,7 @@
  * answers `AllowanceExhausted`, the cap is the agent's own limit, not the budget's: the tool raises it
  * (relayed, through the payer) by as much as the budget still has room for, and retries the call.
  */
-import { type StructuredToolInterface, tool } from "@langchain/core/tools";
+import { type StructuredToolInterface, type ToolRunnableConfig, tool } from "@langchain/core/tools";
 import type { Logger } from "pino";
 import type { z } from "zod";
 import type { Payer } from "../client/createPayer.ts";
@@ -27,8 +27,10 @@ import {
 import { createX402Payment } from "../client/payX402.ts";
 import { formatUnitsExact } from "../protocol/amount.ts";
 import { isTollgateError, TollgateError } from "../protocol/errors.ts";
+import { HeaderName } from "../protocol/header.ts";
 import { type PaymentOption, planTermsOf } from "../protocol/paymentRequired.ts";
 import type { BudgetLedger, Reservation } from "./budget/createBudgetLedger.ts";
+import { callAllowanceExceeded, callAllowanceOf } from "./callAllowance.ts";
 import {
   checkPaymentRequired,
   checkPinnedPayee,
@@ -38,13 +40,20 @@ import {
   type PayeePins,
 } from "./offerCheck.ts";
 import type { CallCounter } from "./policy/createCallCounter.ts";
+import type { DemandHistory } from "./policy/createDemandHistory.ts";
 import { decide, type PolicyDecision, type PolicyForecast } from "./policy/decide.ts";
 import { offerFromPaymentRequired } from "./policy/offerFromPaymentRequired.ts";
 import type { PolicyOffer } from "./policy/policyOffer.ts";
+import { recordDemand } from "./policy/recordDemandOf.ts";
+import { learnedForecast } from "./policy/runningForecast.ts";
+import { createRedeemableProofs, type RedeemableProof } from "./redeemableProofs.ts";
 import { reachSeller } from "./sellerUnreachable.ts";
-import { createSubscriptionKeeper, type SubscriptionKeeper } from "./subscriptions/createSubscriptionKeeper.ts";
-import { keptSubscriptionsPayer, type SubscribeTerms } from "./subscriptions/keptSubscriptionsPayer.ts";
 import type { SpendEvent, SpendMode } from "./spendReport.ts";
+import {
+  createSubscriptionKeeper,
+  type SubscriptionKeeper,
+} from "./subscriptions/createSubscriptionKeeper.ts";
+import { keptSubscriptionsPayer, type SubscribeTerms } from "./subscriptions/keptSubscriptionsPayer.ts";
 import { paidToolMetadata, withPricing } from "./tools/describePricing.ts";
 
 /** A remote capability: where it is served and how it is called. */
@@ -79,6 +88,11 @@ export type PaidToolOptions = {
   payees?: PayeePins | undefined;
   /** Calls already paid once, per provider and plan (shared across an agent's tools). */
   calls?: CallCounter | undefined;
+  /**
+   * The agent's learned demand (docs/policy.md "Learning"): every call is recorded in it, and the
+   * policy decides on the running forecast, with `forecast` as its prior. Share it across tools.
+   */
+  demand?: DemandHistory | undefined;
   onSpend?: ((event: SpendEvent) => void) | undefined;
   logger?: Pick<Logger, "info" | "warn"> | undefined;
   /** Counts subscribed calls per plan and cycle, to charge metered overage to the budget (share it). */
@@ -195,6 +209,8 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
   const origin = new URL(capability.url).origin;
   const { listing } = options;
   const payees = options.payees ?? createPayeePins();
+  /** Proofs paid for and given back by a failing seller: the next call to the same target redeems one. */
+  const redeemable = createRedeemableProofs();
   const wait = options.wait ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   /** Cap raises in flight, by subscription: calls refused together share one raise. */
   const raising = new Map<string, Promise<boolean>>();
@@ -225,7 +241,21 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
     return raise;
   };
 
-  const run = async (args: unknown): Promise<[string, PaidToolReceipt]> => {
+  const run = async (args: unknown, config?: ToolRunnableConfig): Promise<[string, PaidToolReceipt]> => {
+    // A reseller's purchase spends within what the sale it serves earned (src/agent/callAllowance.ts):
+    // each payment is held against the allowance before the budget, and settled with what moved.
+    const allowance = callAllowanceOf(config);
+    let allowanceHeld = 0n;
+    let allowanceSettled = false;
+    const settleAllowance = () => {
+      if (allowance === undefined || allowanceSettled) return;
+      allowanceSettled = true;
+      allowance.settle(allowanceHeld, paidAmount);
+    };
+    const firstRequest = requestFor(capability, args);
+    const target = `${firstRequest.method} ${firstRequest.url}`;
+    /** A kept proof this call presents instead of paying (see redeemableProofs.ts). */
+    let redeemed: RedeemableProof | undefined;
     const reservations: Reservation[] = [];
     let paidAmount = 0n;
     /** Part of `paidAmount` the subscription keeper recorded itself (a first period). */
@@ -268,12 +298,24 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         plan === undefined || options.calls === undefined
           ? undefined
           : options.calls.count({ agent, provider: view.offer.provider, planId: plan.planId }, plan.interval);
+      const learned =
+        plan === undefined || options.demand === undefined
+          ? undefined
+          : await learnedForecast(
+              options.demand,
+              { agent, provider: view.offer.provider, planId: plan.planId },
+              { intervalSeconds: plan.interval, prior: options.forecast?.() },
+            );
       decision = decide(
         {
           offer: view.offer,
           budget: report,
           ...(history === undefined ? {} : { history }),
-          ...(options.forecast?.() === undefined ? {} : { forecast: options.forecast() }),
+          ...(learned !== undefined
+            ? { forecast: learned.forecast }
+            : options.forecast?.() === undefined
+              ? {}
+              : { forecast: options.forecast() }),
         },
         { logger: options.logger },
       );
@@ -288,8 +330,22 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
           reason: `${context.refusal.error}: ${context.refusal.message}; paying once instead`,
         };
       }
-      const option = decision.mode === "subscribe" ? view.subscriptionOption : view.oneTimeOption;
+      let option = decision.mode === "subscribe" ? view.subscriptionOption : view.oneTimeOption;
       if (option === undefined) return undefined;
+      if (allowance !== undefined && !allowance.take(BigInt(option.amount))) {
+        // The sale this call serves cannot fund a whole period: pay once if that fits, else refuse.
+        const once = view.oneTimeOption;
+        if (decision.mode !== "subscribe" || once === undefined || !allowance.take(BigInt(once.amount))) {
+          throw callAllowanceExceeded(capability.name, allowance, BigInt(option.amount));
+        }
+        decision = {
+          ...decision,
+          mode: "one-time",
+          reason: `${decision.reason}; paying once: this call's allowance cannot cover a period`,
+        };
+        option = once;
+      }
+      if (allowance !== undefined) allowanceHeld += BigInt(option.amount);
       if (decision.mode === "subscribe" && plan !== undefined) {
         // Overage cap: room for the forecast's calls past the included units (twice over), at least
         // as many again as are included, and never more than the budget has left.
@@ -345,6 +401,12 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
           { maxPrice: context.maxPrice },
         );
         provider = listing?.seller ?? pinned ?? payment.requirements.payTo;
+        if (allowance !== undefined) {
+          if (!allowance.take(payment.amount)) {
+            throw callAllowanceExceeded(capability.name, allowance, payment.amount);
+          }
+          allowanceHeld += payment.amount;
+        }
         reservations.push(
           await budget.reserve(agent, { amount: payment.amount, provider, kind: "one-time" }),
         );
@@ -398,10 +460,27 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
     };
 
     try {
+      // A held metered plan may charge one call's overage: the allowance holds it before the call.
+      const heldPlan = usedSubscription ? meter.planAt(origin) : undefined;
+      if (allowance !== undefined && heldPlan !== undefined && heldPlan.overageUnitPrice > 0n) {
+        if (!allowance.take(heldPlan.overageUnitPrice)) {
+          throw callAllowanceExceeded(capability.name, allowance, heldPlan.overageUnitPrice);
+        }
+        allowanceHeld += heldPlan.overageUnitPrice;
+      }
       let response: Response | undefined;
       for (let attempt = 0; response === undefined; attempt++) {
         try {
-          response = await paidFetch(requestFor(capability, args));
+          const request = attempt === 0 ? firstRequest : requestFor(capability, args);
+          // A proof paid for earlier and given back by this seller goes first: no new payment if it serves.
+          redeemed =
+            attempt === 0 && usedSubscription === false ? redeemable.take(target, Date.now()) : undefined;
+          if (redeemed !== undefined) request.headers.set(HeaderName.Payment, redeemed.header);
+          response = await paidFetch(request);
+          // Answered 5xx again (and no new payment was made): the seller gave the proof back once more.
+          if (redeemed !== undefined && response.status >= 500 && paidAmount === 0n) {
+            redeemable.keep(target, redeemed);
+          }
         } catch (error) {
           // Refused for the cap the agent set itself: raise it within the budget and try again. The
           // refusal charged nothing, so a retry cannot pay twice.
@@ -412,6 +491,7 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         }
       }
       await settleReservations(budget, reservations, paidAmount - keeperCharged);
+      await recordDemand(options, agent, offer, meter.planAt(origin));
       if (decision?.mode === "one-time" && offer?.subscription !== undefined) {
         options.calls?.record(
           { agent, provider: offer.provider, planId: offer.subscription.planId },
@@ -423,7 +503,7 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       let mode: SpendMode =
         chosen?.scheme === "subscription"
           ? "subscription"
-          : chosen !== undefined || x402Paid
+          : chosen !== undefined || x402Paid || redeemed !== undefined
             ? "one-time"
             : "free";
       const metered = usedSubscription && mode !== "one-time" ? meter.planAt(origin) : undefined;
@@ -436,13 +516,24 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
           // from the subscription's hold (the watcher reconciles with what the chain pulled).
           const heldId = payer.subscriptions?.forOrigin(origin)?.subscriptionId;
           if (heldId === undefined || !(await keeper.chargeUsage(heldId, overage))) {
-            const r = await budget.reserve(agent, { amount: overage, provider: metered.provider, kind: "metered" });
+            const r = await budget.reserve(agent, {
+              amount: overage,
+              provider: metered.provider,
+              kind: "metered",
+            });
             await budget.commit(r, overage);
           }
           paidAmount += overage;
           mode = "metered";
         }
       }
+      settleAllowance();
+      // Served on a proof an earlier call paid for: its spend is in the ledger since that call.
+      const redeemedNote =
+        redeemed !== undefined && paidAmount === 0n
+          ? `redeemed a proof of ${redeemed.amount} USDC paid by an earlier call the seller failed`
+          : undefined;
+      if (redeemedNote !== undefined) transaction ??= redeemed?.transaction;
       const receipt: PaidToolReceipt = {
         tool: capability.name,
         mode,
@@ -450,14 +541,14 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         provider,
         transaction,
         subscriptionId,
-        reason: decision?.reason,
+        reason: redeemedNote ?? decision?.reason,
       };
       options.onSpend?.({
         tool: capability.name,
         provider: provider ?? new URL(capability.url).origin,
         mode,
         amount: paidAmount,
-        reason: decision?.reason,
+        reason: redeemedNote ?? decision?.reason,
         offer: offer ?? offerOf(metered),
         transaction,
         subscriptionId,
@@ -471,6 +562,21 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
           ? sellerFailure(thrown.details.status, String(thrown.details.body ?? ""))
           : thrown;
       await settleReservations(budget, reservations, paidAmount - keeperCharged).catch(() => undefined);
+      settleAllowance();
+      // The seller gave the proof back (5xx) and it is valid a while yet: the next call redeems it.
+      if (
+        isTollgateError(thrown, "PaidRequestFailed") &&
+        typeof thrown.details?.proof === "string" &&
+        typeof thrown.details.redeemableUntil === "number"
+      ) {
+        redeemable.keep(target, {
+          header: thrown.details.proof,
+          exp: thrown.details.redeemableUntil,
+          amount: formatUnitsExact(BigInt(String(thrown.details.amount ?? "0"))),
+          transaction:
+            typeof thrown.details.transaction === "string" ? thrown.details.transaction : undefined,
+        });
+      }
       const code =
         error instanceof SellerError ? error.code : error instanceof TollgateError ? error.code : "Internal";
       const message = error instanceof Error ? error.message : String(error);
