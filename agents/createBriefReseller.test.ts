@@ -27,7 +27,7 @@ describe("createBriefReseller", () => {
     expect(output.summary).toBe(summarizeText(rail.text, 2).summary);
     expect(output.mood).toBe("negative");
     expect(output.sources).toEqual(["summarize", "sentiment"]);
-    expect(brief.pricing).toEqual([{ type: "one-time", amount: "0.08" }]);
+    expect(brief.pricing).toEqual([{ type: "one-time", price: "0.08" }]);
   });
 
   it("refuses a supplier's malformed result with Internal (a 500 gives the buyer's proof back) instead of reselling it", async () => {

@@ -174,7 +174,7 @@ export function createBriefReseller(
       "negative), resold from a summarizer and a sentiment specialist.",
     input: BriefInputSchema,
     output: BriefOutputSchema,
-    pricing: [{ type: "one-time", amount: options.price ?? BRIEF_PRICE }],
+    pricing: [{ type: "one-time", price: options.price ?? BRIEF_PRICE }],
     handler: async ({ text, sentences }, context) => {
       const sale = open(context.sale);
       const summary = await buy(

@@ -110,6 +110,6 @@ describe("createNotary on a devnet", () => {
     expect(NotarizeInputSchema.safeParse({}).success).toBe(false);
     expect(NotarizeInputSchema.safeParse({ text: "a", hash: documentHash("a") }).success).toBe(false);
     expect(NotarizeInputSchema.safeParse({ hash: "0x1234" }).success).toBe(false);
-    expect(notarize.pricing).toEqual([{ type: "one-time", amount: "0.05" }]);
+    expect(notarize.pricing).toEqual([{ type: "one-time", price: "0.05" }]);
   });
 });

@@ -108,7 +108,7 @@ export function createNotary(
       "returns the transaction hash and block, as a timestamped proof that the document existed.",
     input: NotarizeInputSchema,
     output: NotarizeOutputSchema,
-    pricing: [{ type: "one-time", amount: "0.05" }],
+    pricing: [{ type: "one-time", price: "0.05" }],
     handler: async (input) => {
       const hash = input.hash ?? documentHash(input.text ?? "");
       const result = queue.then(() => record(hash));

@@ -57,6 +57,6 @@ describe("detectLanguage", () => {
   });
 
   it("is priced at 0.005 USDC per call", () => {
-    expect(languageDetector.pricing).toEqual([{ type: "one-time", amount: "0.005" }]);
+    expect(languageDetector.pricing).toEqual([{ type: "one-time", price: "0.005" }]);
   });
 });

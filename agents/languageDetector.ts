@@ -98,6 +98,6 @@ export const languageDetector = defineCapability({
     "from character trigram profiles; returns the ISO 639-1 code with a confidence.",
   input: DetectLanguageInputSchema,
   output: DetectLanguageOutputSchema,
-  pricing: [{ type: "one-time", amount: "0.005" }],
+  pricing: [{ type: "one-time", price: "0.005" }],
   handler: async ({ text }) => detectLanguage(text),
 });

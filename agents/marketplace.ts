@@ -12,7 +12,7 @@ import { createSpecialist, type Specialist, type SpecialistPlan } from "../src/a
 import { discoverTools } from "../src/agent/discoverTools.ts";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
 import type { SpendEvent } from "../src/agent/spendReport.ts";
-import type { Capability } from "../src/agent/tools/capability.ts";
+import { type Capability, pricingAmount } from "../src/agent/tools/capability.ts";
 import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
 import { setOperator } from "../src/chain/actions/subscriptions/setOperator.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
@@ -79,20 +79,20 @@ function demoCapabilities(devnet: Devnet) {
   const summarize: Capability = {
     ...summarizer,
     pricing: [
-      { type: "one-time", amount: "0.02" },
+      { type: "one-time", price: "0.02" },
       {
         type: "subscription",
-        plan: { amount: "0.05", interval: MONTH, includedUnits: 0, overageUnitPrice: "0" },
+        plan: { price: "0.05", interval: MONTH, includedUnits: 0, overageUnitPrice: "0" },
       },
     ],
   } as unknown as Capability;
   const detect: Capability = {
     ...languageDetector,
     pricing: [
-      { type: "one-time", amount: "0.005" },
+      { type: "one-time", price: "0.005" },
       {
         type: "subscription",
-        plan: { amount: "0.1", interval: MONTH, includedUnits: 0, overageUnitPrice: "0" },
+        plan: { price: "0.1", interval: MONTH, includedUnits: 0, overageUnitPrice: "0" },
       },
     ],
   } as unknown as Capability;
@@ -101,7 +101,7 @@ function demoCapabilities(devnet: Devnet) {
     pricing: [
       {
         type: "subscription",
-        plan: { amount: "0.05", interval: MONTH, includedUnits: 5, overageUnitPrice: "0.002" },
+        plan: { price: "0.05", interval: MONTH, includedUnits: 5, overageUnitPrice: "0.002" },
       },
     ],
   } as unknown as Capability;
@@ -125,7 +125,7 @@ async function createPlans(
     const entry = capability.pricing.find((p) => p.type === "subscription");
     if (entry === undefined || entry.type !== "subscription") continue;
     const terms = {
-      amount: parseUnitsExact(entry.plan.amount),
+      amount: pricingAmount(entry.plan),
       interval: entry.plan.interval,
       includedUnits: entry.plan.includedUnits,
       overageUnitPrice: parseUnitsExact(entry.plan.overageUnitPrice),

@@ -80,7 +80,7 @@ describe("sentimentScorer capability", () => {
     expect(sentimentScorer.pricing).toEqual([
       {
         type: "subscription",
-        plan: { amount: "1", interval: 2_592_000, includedUnits: 100, overageUnitPrice: "0.001" },
+        plan: { price: "1", interval: 2_592_000, includedUnits: 100, overageUnitPrice: "0.001" },
       },
     ]);
   });

@@ -156,7 +156,7 @@ export const sentimentScorer = defineCapability({
   pricing: [
     {
       type: "subscription",
-      plan: { amount: "1", interval: 2_592_000, includedUnits: 100, overageUnitPrice: "0.001" },
+      plan: { price: "1", interval: 2_592_000, includedUnits: 100, overageUnitPrice: "0.001" },
     },
   ],
   units: ({ text }) => Math.max(1, Math.ceil(text.length / SENTIMENT_UNIT_CHARS)),

@@ -51,7 +51,7 @@ describe("summarizer capability", () => {
     const content = await summarize.invoke({ text: beeText });
     const output = SummarizeOutputSchema.parse(JSON.parse(String(content)));
     expect(output.sentences).toHaveLength(3);
-    expect(summarizer.pricing).toEqual([{ type: "one-time", amount: "0.02" }]);
+    expect(summarizer.pricing).toEqual([{ type: "one-time", price: "0.02" }]);
   });
 
   it("rejects a call without text before the handler runs", async () => {

@@ -58,6 +58,6 @@ export const summarizer = defineCapability({
     "frequency) in their original order. Works offline for any language.",
   input: SummarizeInputSchema,
   output: SummarizeOutputSchema,
-  pricing: [{ type: "one-time", amount: "0.02" }],
+  pricing: [{ type: "one-time", price: "0.02" }],
   handler: async ({ text, sentences }) => summarizeText(text, sentences ?? DEFAULT_SENTENCES),
 });

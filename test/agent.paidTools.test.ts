@@ -48,7 +48,7 @@ beforeAll(async () => {
           description: "Forecast the weather for a city.",
           input: z.object({ city: z.string() }),
           output: z.object({ forecast: z.string() }),
-          pricing: [{ type: "one-time", amount: "0.01" }],
+          pricing: [{ type: "one-time", price: "0.01" }],
           handler: async () => {
             throw new TollgateError("Internal", "the weather feed this seller buys from is down");
           },

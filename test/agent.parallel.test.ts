@@ -55,7 +55,7 @@ function probe(name: string, topic: string): Capability {
     description: `Looks up ${topic} facts about a text.`,
     input: z.object({ text: z.string() }),
     output: z.object({ probe: z.string(), length: z.number() }),
-    pricing: [{ type: "one-time", amount: "0.01" }],
+    pricing: [{ type: "one-time", price: "0.01" }],
     handler: async ({ text }: { text: string }) => {
       sellerLog.push(`start ${name}`);
       const started = sellerLog.filter((line) => line.startsWith("start ")).length;

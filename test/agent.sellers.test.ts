@@ -58,7 +58,7 @@ const tally = defineCapability({
   pricing: [
     {
       type: "subscription",
-      plan: { amount: "0.05", interval: 30 * 86_400, includedUnits: 2, overageUnitPrice: "0.001" },
+      plan: { price: "0.05", interval: 30 * 86_400, includedUnits: 2, overageUnitPrice: "0.001" },
     },
   ],
   units: ({ text }) => text.split(/\s+/).filter((w) => w !== "").length,

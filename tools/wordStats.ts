@@ -17,7 +17,7 @@ export const wordStats = defineCapability({
   description: "Count the words and sentences of a text and list its most frequent words.",
   input: z.object({ text: z.string().min(1).max(1_000_000).describe("The text to count.") }),
   output: WordStatsOutputSchema,
-  pricing: [{ type: "one-time", amount: "0.001" }],
+  pricing: [{ type: "one-time", price: "0.001" }],
   handler: async ({ text }) => {
     const words =
       text

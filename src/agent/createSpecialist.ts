@@ -16,7 +16,6 @@ import { honoPaymentGate, type PaymentGateEnv } from "../gate/honoPaymentGate.ts
 import { type GatePayment, paymentGate } from "../gate/paymentGate.ts";
 import type { PricingEntry, RouteConfig } from "../gate/paymentGateOptions.ts";
 import { createMarketClient, type MarketClient } from "../market/marketClient.ts";
-import { parseUnitsExact } from "../protocol/amount.ts";
 import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import {
@@ -29,7 +28,7 @@ import {
 } from "../protocol/manifest.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
 import { capabilityUnits } from "./capabilityUnits.ts";
-import type { Capability, CapabilityContext } from "./tools/capability.ts";
+import { type Capability, type CapabilityContext, pricingAmount } from "./tools/capability.ts";
 
 export type SpecialistPlan = {
   planId: string;
@@ -86,7 +85,7 @@ function pathOf(capability: Capability): string {
 /** The manifest's pricing entries for one capability. */
 function manifestPricing(capability: Capability, plan: SpecialistPlan | undefined): ManifestPricing[] {
   return capability.pricing.map((p): ManifestPricing => {
-    if (p.type === "one-time") return { type: "one-time", amount: parseUnitsExact(p.amount).toString() };
+    if (p.type === "one-time") return { type: "one-time", amount: pricingAmount(p).toString() };
     if (plan === undefined) {
       throw new TollgateError(
         "InvalidRequest",
@@ -114,7 +113,7 @@ function manifestPricing(capability: Capability, plan: SpecialistPlan | undefine
 function gatePricing(capability: Capability, plan: SpecialistPlan | undefined): RouteConfig {
   const pricing: PricingEntry[] = capability.pricing.map((p) =>
     p.type === "one-time"
-      ? { type: "one-time", price: p.amount } // a capability's amount is USDC text: the gate's `price`
+      ? { type: "one-time", amount: pricingAmount(p) }
       : { type: "subscription", plan: plan!.planId },
   );
   const metered = plan !== undefined && plan.includedUnits > 0 && plan.overageUnitPrice > 0n;

@@ -4,6 +4,7 @@
  * `capabilityTool` turns one into a LangChain tool for local use.
  */
 import { z } from "zod";
+import { type Amount, AmountSchema, PriceTextSchema } from "../../gate/paymentGateOptions.ts";
 import { parseUnitsExact } from "../../protocol/amount.ts";
 import { CapabilityNameSchema } from "../../protocol/manifest.ts";
 
@@ -23,25 +24,47 @@ export const UsdcTextSchema = z
     { error: 'expected decimal USDC text such as "0.02" (at most 6 decimals)' },
   );
 
-/** Pay once per call. */
-export const OneTimeCapabilityPricingSchema = z.strictObject({
-  type: z.literal("one-time"),
-  amount: UsdcTextSchema,
-});
+/**
+ * A price as the gate reads one (docs/gate.md, "Pricing"): `amount` in smallest units (`20000`,
+ * `20_000n`, `"20000"`) or `price` in decimal USDC text (`"0.02"`), exactly one. Decimal text under
+ * `amount` is refused with a message naming both readings, never read as 10⁶ times the price.
+ */
+const priceFields = {
+  amount: AmountSchema.optional(),
+  price: PriceTextSchema.pipe(UsdcTextSchema).optional(),
+};
+const exactlyOnePrice = [
+  (entry: { amount?: unknown; price?: unknown }) =>
+    (entry.amount === undefined) !== (entry.price === undefined),
+  { error: 'give exactly one of `amount` (smallest units: 20000) and `price` (USDC text: "0.02")' },
+] as const;
+
+/** A price entry's amount in smallest units (the entry has passed its schema). */
+export function pricingAmount(entry: { amount?: Amount | undefined; price?: string | undefined }): bigint {
+  return entry.amount !== undefined ? BigInt(entry.amount) : parseUnitsExact(entry.price ?? "");
+}
+
+/** Pay once per call: `{ type: "one-time", price: "0.02" }` or `{ type: "one-time", amount: 20000 }`. */
+export const OneTimeCapabilityPricingSchema = z
+  .strictObject({ type: z.literal("one-time"), ...priceFields })
+  .refine(...exactlyOnePrice);
 
 /**
- * A subscription plan the seller creates on chain: `amount` per `interval` seconds, `includedUnits`
- * per period, then `overageUnitPrice` per unit. With included units and an overage price it is metered:
- * each call draws `capability.units(input)` units (1 when the capability does not say).
+ * A subscription plan the seller creates on chain: `price` (USDC text) or `amount` (smallest units)
+ * per `interval` seconds, `includedUnits` per period, then `overageUnitPrice` (USDC text, a price) per
+ * unit. With included units and an overage price it is metered: each call draws
+ * `capability.units(input)` units (1 when the capability does not say).
  */
 export const SubscriptionCapabilityPricingSchema = z.strictObject({
   type: z.literal("subscription"),
-  plan: z.strictObject({
-    amount: UsdcTextSchema,
-    interval: z.int().positive(),
-    includedUnits: z.int().nonnegative(),
-    overageUnitPrice: UsdcTextSchema,
-  }),
+  plan: z
+    .strictObject({
+      ...priceFields,
+      interval: z.int().positive(),
+      includedUnits: z.int().nonnegative(),
+      overageUnitPrice: UsdcTextSchema,
+    })
+    .refine(...exactlyOnePrice),
 });
 
 export const CapabilityPricingSchema = z.discriminatedUnion("type", [
@@ -96,7 +119,7 @@ export type Capability<
  * @example
  * export const echo = defineCapability({
  *   name: "echo", description: "Returns its text.", input: z.object({ text: z.string() }),
- *   output: z.object({ text: z.string() }), pricing: [{ type: "one-time", amount: "0.001" }],
+ *   output: z.object({ text: z.string() }), pricing: [{ type: "one-time", price: "0.001" }],
  *   handler: async ({ text }) => ({ text }),
  * });
  */

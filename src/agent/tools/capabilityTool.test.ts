@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { isTollgateError } from "../../protocol/errors.ts";
-import { defineCapability, isCapability } from "./capability.ts";
+import { defineCapability, isCapability, pricingAmount } from "./capability.ts";
 import { capabilityTool } from "./capabilityTool.ts";
 
 const double = defineCapability({
@@ -9,7 +9,7 @@ const double = defineCapability({
   description: "Double a number.",
   input: z.object({ value: z.int() }),
   output: z.object({ doubled: z.int() }),
-  pricing: [{ type: "one-time", amount: "0.01" }],
+  pricing: [{ type: "one-time", price: "0.01" }],
   handler: async ({ value }) => ({ doubled: value * 2 }),
 });
 
@@ -45,9 +45,22 @@ describe("defineCapability", () => {
   it("refuses a name that is not a tool name, and pricing that is not exact USDC text", () => {
     expect(() => defineCapability({ ...double, name: "two words" })).toThrow();
     expect(() =>
-      defineCapability({ ...double, pricing: [{ type: "one-time", amount: "0.0000001" }] }),
+      defineCapability({ ...double, pricing: [{ type: "one-time", price: "0.0000001" }] }),
     ).toThrow();
     expect(() => defineCapability({ ...double, pricing: [] })).toThrow();
+  });
+
+  it("reads amount as smallest units and price as USDC text, refusing decimal text under amount", () => {
+    for (const entry of [{ amount: 20000 }, { amount: 20_000n }, { amount: "20000" }, { price: "0.02" }]) {
+      const capability = defineCapability({ ...double, pricing: [{ type: "one-time", ...entry }] });
+      expect(pricingAmount(capability.pricing[0] as { amount?: number; price?: string })).toBe(20_000n);
+    }
+    expect(() => defineCapability({ ...double, pricing: [{ type: "one-time", amount: "0.02" }] })).toThrow(
+      /amount .*0\.02.* is not an integer number of smallest units; for 0\.02 USDC write price/,
+    );
+    expect(() =>
+      defineCapability({ ...double, pricing: [{ type: "one-time", amount: 20000, price: "0.02" }] }),
+    ).toThrow(/exactly one of `amount`/);
   });
 
   it("recognizes the capability shape", () => {

@@ -7,6 +7,6 @@ export const testEchoCapability = defineCapability({
   description: "Echo a text back.",
   input: z.object({ text: z.string() }),
   output: z.object({ echo: z.string() }),
-  pricing: [{ type: "one-time", amount: "0.001" }],
+  pricing: [{ type: "one-time", price: "0.001" }],
   handler: async ({ text }) => ({ echo: text }),
 });
