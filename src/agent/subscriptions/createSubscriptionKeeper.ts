@@ -426,6 +426,40 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
     options.onAlert?.(event);
   };
 
+  /**
+   * Keeps the hold of an Active subscription at what it can take before the next look: the rest of
+   * this period's cap, the next renewal and its cap. When the budget cannot hold that and the wallet's
+   * approval (shared by its subscriptions) would still let it renew, pauses it: true. With one
+   * subscription the approval equals the hold and the chain itself refuses the renewal.
+   */
+  const coverNextRenewal = async (record: AgentSubscriptionRecord, price: bigint, held: bigint) => {
+    const id = record.subscriptionId!;
+    const info = await getSubscriptionInfo(payer.facilitator, id);
+    if (info.status !== "Active") return false;
+    const cap = BigInt(info.maxOverage);
+    const used = BigInt(info.overageUsed);
+    const need = (cap > used ? cap - used : 0n) + price + cap;
+    if (held >= need) return false;
+    try {
+      await budget.hold(agent, {
+        ref: holdRefOf(record.id),
+        provider: record.provider as Address,
+        amount: need - held,
+      });
+      return false;
+    } catch (error) {
+      if (!isTollgateError(error, "BudgetExceeded") && !isTollgateError(error, "ApprovalDenied")) throw error;
+    }
+    const subscriber = await getSubscriberInfo(payer.facilitator, payer.address, { token: info.token });
+    const allowance = BigInt(subscriber.token?.allowance ?? "0");
+    if (allowance <= held) return false;
+    const reason = "the budget cannot hold its next renewal, and the wallet's approval would let it renew";
+    await payer.pause(id);
+    await end(record, "paused", reason);
+    alert(record, "paused", reason);
+    return true;
+  };
+
   return {
     ensure(request) {
       const key = request.planId;
@@ -492,6 +526,11 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
           await end(record, "ended", reason);
           alert(record, "cancelled", reason);
           action = "cancelled";
+        } else if (
+          record.status === "active" &&
+          (await coverNextRenewal(record, BigInt(plan.amount), charged.held))
+        ) {
+          action = "paused";
         }
         out.push({
           subscriptionId: record.subscriptionId,
