@@ -559,6 +559,7 @@ async function useSubscription(
       // The plan's price is read again from the facilitator before signing: a gate's 402 cannot
       // make a dearer plan pass for one within the caller's price.
       ...(maxPrice === undefined ? {} : { maxPrice }),
+      offer: { payTo: option.payTo, token: option.token, amount: option.amount },
     }),
   );
   return { planId, subscriptionId, created, option };

@@ -263,8 +263,16 @@ describe("the default chooser and subscriptionScheme (§2.1)", () => {
     expect(await (await paidFetch(`${API}/report`)).json()).toEqual({ subscribed: "5" });
     expect(calls).toMatchObject({ subscribe: 1, pay: 0 });
     expect(uses).toEqual([expect.objectContaining({ planId: "3", created: true })]);
-    // The terms go to subscribe as given, with the price ceiling the plan is checked against on chain.
-    expect(calls.subscribeOptions).toEqual([{ planId: "3", maxOverage: 2, maxPrice: 10_000_000n }]);
+    // The terms go to subscribe as given, with the price ceiling and the offer the plan read from the
+    // chain is checked against before anything is signed.
+    expect(calls.subscribeOptions).toEqual([
+      {
+        planId: "3",
+        maxOverage: 2,
+        maxPrice: 10_000_000n,
+        offer: { payTo: PAY_TO, token: TOKEN, amount: "9000000" },
+      },
+    ]);
   });
 
   it("pays once when the plan costs more per period than subscription.maxPrice", async () => {

@@ -84,4 +84,43 @@ describe("subscribeToPlan", () => {
     );
     expect(requests).toEqual([]);
   });
+
+  it.each([
+    ["a price ceiling below the plan's price", { maxPrice: "8.99" }, "PriceCeilingExceeded"],
+    [
+      "an offer naming another payee",
+      {
+        offer: {
+          payTo: "0x90F79bf6EB2c4f870365E785982E1f101E93b906",
+          token: plan.token,
+          amount: plan.amount,
+        },
+      },
+      "InvalidRequest",
+    ],
+    [
+      "an offer in another token",
+      {
+        offer: {
+          payTo: plan.provider,
+          token: "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512",
+          amount: plan.amount,
+        },
+      },
+      "InvalidRequest",
+    ],
+    [
+      "an offer cheaper than the plan on chain",
+      { offer: { payTo: plan.provider, token: plan.token, amount: "1000000" } },
+      "InvalidRequest",
+    ],
+  ] as const)("refuses %s after reading the plan, before signing or relaying", async (_name, extra, code) => {
+    const { client, requests } = facilitatorWith(plan);
+    const error = await subscribeToPlan(
+      { signer, network: "eip155:31337", facilitator: client },
+      { planId: 3, maxOverage: 2, ...extra },
+    ).catch((e: unknown) => e);
+    expect(isTollgateError(error, code)).toBe(true);
+    expect(requests).toEqual(["GET /plans/3"]);
+  });
 });

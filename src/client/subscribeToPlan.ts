@@ -18,6 +18,7 @@ import { getTokenAllowance } from "../chain/actions/usd/getTokenAllowance.ts";
 import type { WriteClient } from "../chain/clientTypes.ts";
 import { getSubscriptionIdFromReceipt } from "../chain/events/decodeSubscriptionEvents.ts";
 import type { TypedDataSigner } from "../chain/signers/typedDataSigner.ts";
+import { sameAddress } from "../protocol/address.ts";
 import { type ErrorCode, TollgateError } from "../protocol/errors.ts";
 import { chainIdOf, type Network } from "../protocol/network.ts";
 import type { PlanInfo } from "../protocol/subscriptions.ts";
@@ -59,6 +60,12 @@ export type SubscribeToPlanOptions = {
    * `approve` replaces the allowance; an agent's budget that held `approval` must not leave more).
    */
   exactApproval?: boolean | undefined;
+  /**
+   * The 402 option this subscription answers (`fetchWithPayment` passes it): the plan read from the
+   * chain must be its payee's, in its token, at no more than its price (`InvalidRequest` otherwise),
+   * so a gate cannot sell another party's plan, or a dearer one, under its own terms.
+   */
+  offer?: { payTo: string; token: string; amount: string } | undefined;
   /** Send `approve` + `subscribe` from the payer's wallet client instead of the gasless relay. */
   direct?: boolean | undefined;
   signal?: AbortSignal | undefined;
@@ -126,6 +133,7 @@ export async function subscribeToPlan(
       },
     );
   }
+  if (options.offer !== undefined) assertPlanMatchesOffer(plan, options.offer);
   const approval = approvalOption ?? (BigInt(plan.amount) + maxOverage) * DEFAULT_APPROVAL_CYCLES;
 
   if (options.direct !== true) {
@@ -246,6 +254,26 @@ function toSubscribeError(error: unknown): TollgateError {
   return new TollgateError("ChainUnavailable", "the subscription could not be sent to the chain", {
     cause: error,
   });
+}
+
+function assertPlanMatchesOffer(plan: PlanInfo, offer: { payTo: string; token: string; amount: string }) {
+  if (
+    !sameAddress(plan.provider, offer.payTo) ||
+    !sameAddress(plan.token, offer.token) ||
+    BigInt(plan.amount) > BigInt(offer.amount)
+  ) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `plan ${plan.planId} on chain is not the plan the 402 offered`,
+      {
+        details: {
+          planId: plan.planId,
+          chain: { provider: plan.provider, token: plan.token, amount: plan.amount },
+          offered: { payTo: offer.payTo, token: offer.token, amount: offer.amount },
+        },
+      },
+    );
+  }
 }
 
 /** A plan id as a bigint, decimal text or a safe integer number (`planId: 3`). */
