@@ -120,6 +120,11 @@ function createFakeFacilitator(clock: { now(): number }) {
     }));
     return c.json({ accepted }, 202);
   });
+  const exhaustionReports: { authorization: string | undefined; body: unknown }[] = [];
+  app.post("/usage/exhausted", async (c) => {
+    exhaustionReports.push({ authorization: c.req.header("authorization"), body: await c.req.json() });
+    return c.json({ recorded: exhaustionReports.length === 1 }, 202);
+  });
   app.get("/usage", (c) => {
     const refs = (c.req.query("refs") ?? "").split(",");
     const records = usage
@@ -134,6 +139,7 @@ function createFakeFacilitator(clock: { now(): number }) {
   return {
     fetch,
     usage,
+    exhaustionReports,
     hits: (key: string) => hits.get(key) ?? 0,
     /** What `GET /usage?refs=` reports for a record from now on. */
     settle(ref: string, outcome: "settled" | "failed") {
@@ -483,6 +489,27 @@ describe("paymentGate with subscription pricing: metering", () => {
     expect(await charges("/api/search", id, 6)).toEqual([0n, 0n, 0n, 1000n, 1000n, "AllowanceExhausted"]);
     const body = await refusal(await kit.subscribed("/api/search", id));
     expect(body.message).toMatch(/overage cap.*raise the cap \(payer\.setMaxOverage\) or upgrade the plan/);
+  });
+
+  it("tells the facilitator once per cycle that it refused a call at the cap, however many it refuses", async () => {
+    const id = kit.facilitator.subscribe("4");
+    expect(await charges("/api/search", id, 8)).toEqual([
+      0n,
+      0n,
+      0n,
+      1000n,
+      1000n,
+      "AllowanceExhausted",
+      "AllowanceExhausted",
+      "AllowanceExhausted",
+    ]);
+    // Reported in the background: the refusal never waits for it.
+    for (let i = 0; i < 100 && kit.facilitator.exhaustionReports.length === 0; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    expect(kit.facilitator.exhaustionReports).toEqual([
+      { authorization: `Bearer ${API_KEY}`, body: { subscriptionId: id, amount: "1000" } },
+    ]);
   });
 
   it("lets requests through again once the cap is raised on chain", async () => {
