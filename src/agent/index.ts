@@ -31,9 +31,24 @@ export {
   type RemoteCapability,
 } from "./paidTool.ts";
 export { createRulePlanner } from "./planner/createRulePlanner.ts";
+export {
+  type CancelClaims,
+  cancelUnneededSubscriptions,
+  createCancelClaims,
+  createMemoryCancelClaims,
+  facilitatorSubscriptions,
+  type HeldSubscriptionSource,
+} from "./policy/cancelUnneededSubscriptions.ts";
 export { createCallCounter } from "./policy/createCallCounter.ts";
+export {
+  createDemandHistory,
+  createMemoryDemandHistory,
+  type DemandHistory,
+} from "./policy/createDemandHistory.ts";
 export { decide, type PolicyDecision, type PolicyForecast } from "./policy/decide.ts";
 export { offerFromPaymentRequired } from "./policy/offerFromPaymentRequired.ts";
+export { cancelLeadSeconds, type HeldSubscription, reviewSubscription } from "./policy/reviewSubscription.ts";
+export { learnedForecast, runningForecast } from "./policy/runningForecast.ts";
 export { createSpendCollector, formatSpendReport, type SpendEvent, type SpendReport } from "./spendReport.ts";
 export { type Capability, defineCapability } from "./tools/capability.ts";
 export { capabilityTool } from "./tools/capabilityTool.ts";

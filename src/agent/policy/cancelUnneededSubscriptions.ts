@@ -245,3 +245,38 @@ export async function cancelUnneededSubscriptions(options: {
   }
   return outcomes;
 }
+
+/**
+ * The check a run makes as it ends (`tollgate run`): the payer's subscriptions through the facilitator,
+ * cancels claimed in the agent's store. Returns the subscriptions cancelled (or whose cancel failed),
+ * with their reasons, for the run's report; a check that cannot be made is logged and returns nothing,
+ * since the run's own work is done.
+ */
+export async function cancelUnneededAfterRun(options: {
+  agent: string;
+  payer: {
+    address: Address;
+    facilitator: FacilitatorClient;
+    cancel(subscriptionId: string): Promise<unknown>;
+  };
+  store: Store;
+  demand: DemandHistory;
+  clock: Clock;
+  logger?: CancelLogger | undefined;
+}): Promise<SubscriptionCancelOutcome[]> {
+  try {
+    const outcomes = await cancelUnneededSubscriptions({
+      agent: options.agent,
+      subscriber: options.payer.address,
+      source: facilitatorSubscriptions(options.payer),
+      demand: options.demand,
+      claims: createCancelClaims({ store: options.store, clock: options.clock }),
+      clock: options.clock,
+      logger: options.logger,
+    });
+    return outcomes.filter((o) => o.outcome === "cancelled" || o.outcome === "failed");
+  } catch (error) {
+    options.logger?.warn({ agent: options.agent, err: error }, "could not review the agent's subscriptions");
+    return [];
+  }
+}

@@ -21,7 +21,9 @@ import { modelFromEnv } from "../../agent/orchestrator/modelFromEnv.ts";
 import type { OrchestratorStep } from "../../agent/orchestrator/runToolCall.ts";
 import { approvalHook } from "../../agent/orchestrator/spendApproval.ts";
 import type { PlannerDocument, PlannerInputs } from "../../agent/planner/plannerInputs.ts";
+import { cancelUnneededAfterRun } from "../../agent/policy/cancelUnneededSubscriptions.ts";
 import { createCallCounter } from "../../agent/policy/createCallCounter.ts";
+import { createDemandHistory } from "../../agent/policy/createDemandHistory.ts";
 import {
   createSpendCollector,
   formatSpendReport,
@@ -306,6 +308,8 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
     const payer = createPayer({ account, network, facilitator, fetch: deps.fetch, clock: deps.clock });
     const spend = createSpendCollector();
     let forecast: Record<string, number> = {};
+    // The policy's learned demand (docs/policy.md "Learning"), kept in the agent's store across runs.
+    const demand = createDemandHistory({ store, clock: deps.clock });
     const discoverOptions: DiscoverToolsOptions = {
       market: values.market ?? env.TOLLGATE_MARKET_URL ?? DEFAULT_MARKET_URL,
       agent,
@@ -314,6 +318,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       fetch: deps.fetch,
       logger,
       calls: createCallCounter({ clock: deps.clock }),
+      demand,
       forecast: (tool: string) =>
         forecast[tool] === undefined ? undefined : { calls: forecast[tool]!, horizonSeconds: 30 * 86_400 },
       onSpend: (event: SpendEvent) => {
@@ -392,6 +397,17 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       failures = unrecoveredFailures(run.steps);
     }
     const done = failures.length === 0;
+    // Subscriptions the learned demand no longer justifies are cancelled before they renew, and why is said.
+    for (const c of await cancelUnneededAfterRun({
+      agent,
+      payer,
+      store,
+      demand,
+      clock: deps.clock,
+      logger,
+    })) {
+      print(`  ${c.outcome === "cancelled" ? c.reason : `could not cancel: ${c.reason} (${c.error})`}`);
+    }
 
     const report = spend.report();
     const budgetReport = await budget.report(agent);
