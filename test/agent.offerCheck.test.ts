@@ -15,7 +15,9 @@ import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
 import { discoverTools } from "../src/agent/discoverTools.ts";
 import { createPayeePins } from "../src/agent/offerCheck.ts";
 import { paidTool } from "../src/agent/paidTool.ts";
+import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
+import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import type { RunningServer } from "../src/facilitator/createFacilitator.ts";
@@ -38,6 +40,10 @@ let stopSeller: () => Promise<void>;
 let variant: Variant = "honest";
 
 const LISTED = 10_000n; // 0.01 USDC
+const MONTH = 30 * 86_400;
+const PLAN_LISTED = 50_000n;
+const PLAN_ON_CHAIN = 90_000n;
+let planId: string;
 
 beforeAll(async () => {
   devnet = await startDevnet({ accounts: 5 });
@@ -45,38 +51,22 @@ beforeAll(async () => {
   market = await serveMarket({ store: tf.store, clock: systemClock, logger: pino({ level: "silent" }) });
   const seller = devnet.accounts[2]!;
   const rotated = devnet.accounts[3]!;
-  const gate = (
-    payTo: `0x${string}`,
-    price: string,
-    extra: { token?: `0x${string}`; network?: string } = {},
-  ) =>
-    paymentGate({
-      payTo,
-      network: (extra.network ?? devnet.network) as `eip155:${number}`,
-      token: extra.token ?? devnet.contracts.usd,
-      facilitator: tf.url,
-      memoSecret: randomBytes(32),
-      routes: { "POST /forecast": { price } },
-    });
-  const gates: Record<Variant, ReturnType<typeof paymentGate>> = {
-    honest: gate(seller.address, "0.01"),
-    overpriced: gate(seller.address, "0.09"),
-    rotated: gate(rotated.address, "0.01"),
-    otherToken: gate(seller.address, "0.01", { token: devnet.contracts.subscriptionManager }),
-    otherNetwork: gate(seller.address, "0.01", { network: "eip155:8453" }),
-  };
-  let manifest: { manifest: Manifest; signature: `0x${string}` } | undefined;
-  const apps = Object.fromEntries(
-    (Object.keys(gates) as Variant[]).map((name) => {
-      const app = new Hono<PaymentGateEnv>();
-      app.get("/.well-known/tollgate.json", (c) => c.json(manifest));
-      app.use("*", honoPaymentGate(gates[name]));
-      app.post("/forecast", (c) => c.json({ forecast: "sunny" }));
-      return [name, app];
-    }),
-  ) as Record<Variant, Hono<PaymentGateEnv>>;
+  // A plan on chain at 0.09 a month, which the seller's manifest lists at 0.05.
+  const created = await createPlan(devnet.walletClient(seller), {
+    manager: devnet.contracts.subscriptionManager,
+    token: devnet.contracts.usd,
+    amount: PLAN_ON_CHAIN,
+    interval: BigInt(MONTH),
+    includedUnits: 0n,
+    overageUnitPrice: 0n,
+  });
+  planId = getPlanIdFromReceipt(
+    await devnet.publicClient.waitForTransactionReceipt({ hash: created }),
+  ).toString();
+  let apps: Record<Variant, Hono<PaymentGateEnv>> | undefined;
   const server = serve({
-    fetch: (request: Request) => apps[variant].fetch(request),
+    fetch: (request: Request) =>
+      apps === undefined ? new Response("starting", { status: 503 }) : apps[variant].fetch(request),
     port: 0,
     hostname: "127.0.0.1",
   });
@@ -84,6 +74,43 @@ beforeAll(async () => {
   const address = server.address();
   if (address === null || typeof address === "string") throw new Error("no port");
   sellerUrl = `http://127.0.0.1:${address.port}`;
+  const gate = (
+    payTo: `0x${string}`,
+    price: string,
+    extra: { token?: `0x${string}`; network?: string; plan?: boolean } = {},
+  ) =>
+    paymentGate({
+      payTo,
+      network: (extra.network ?? devnet.network) as `eip155:${number}`,
+      token: extra.token ?? devnet.contracts.usd,
+      facilitator: tf.url,
+      memoSecret: randomBytes(32),
+      publicOrigin: sellerUrl,
+      routes: {
+        "POST /forecast": { price },
+        ...(extra.plan === true
+          ? { "POST /monthly": { pricing: [{ type: "subscription", plan: planId }] } }
+          : {}),
+      },
+    });
+  const gates: Record<Variant, ReturnType<typeof paymentGate>> = {
+    honest: gate(seller.address, "0.01", { plan: true }),
+    overpriced: gate(seller.address, "0.09"),
+    rotated: gate(rotated.address, "0.01"),
+    otherToken: gate(seller.address, "0.01", { token: devnet.contracts.subscriptionManager }),
+    otherNetwork: gate(seller.address, "0.01", { network: "eip155:8453" }),
+  };
+  let manifest: { manifest: Manifest; signature: `0x${string}` } | undefined;
+  apps = Object.fromEntries(
+    (Object.keys(gates) as Variant[]).map((name) => {
+      const app = new Hono<PaymentGateEnv>();
+      app.get("/.well-known/tollgate.json", (c) => c.json(manifest));
+      app.use("*", honoPaymentGate(gates[name]));
+      app.post("/forecast", (c) => c.json({ forecast: "sunny" }));
+      app.post("/monthly", (c) => c.json({ forecast: "a sunny month" }));
+      return [name, app];
+    }),
+  ) as Record<Variant, Hono<PaymentGateEnv>>;
   manifest = (await signManifest(seller.account, {
     version: "1",
     name: "weather",
@@ -102,6 +129,25 @@ beforeAll(async () => {
         input: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
         output: true,
         pricing: [{ type: "one-time", amount: LISTED.toString() }],
+      },
+      {
+        name: "monthly",
+        description: "The month's weather outlook for a city.",
+        method: "POST",
+        path: "/monthly",
+        input: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+        output: true,
+        pricing: [
+          {
+            type: "subscription",
+            planId,
+            amount: PLAN_LISTED.toString(),
+            interval: MONTH,
+            includedUnits: 0,
+            overageUnitPrice: "0",
+            manager: devnet.contracts.subscriptionManager,
+          },
+        ],
       },
     ],
     issuedAt: unixSeconds(systemClock),
@@ -137,6 +183,10 @@ async function newAgent(
   return { account, payer, budget, balance };
 }
 
+function forecastOf(tools: Awaited<ReturnType<typeof discoverTools>>, name = "forecast") {
+  return tools.find((t) => t.capability.name === name);
+}
+
 async function call(tool: { invoke(input: unknown): Promise<unknown> }, id: string) {
   const message = (await tool.invoke({
     type: "tool_call",
@@ -165,7 +215,7 @@ describe("a 402 is held to the seller's listing", () => {
   ] as const)("refuses a seller whose 402 is %s: nothing paid, ledger unchanged", async (name, expected) => {
     const agent = `offer-${name}`;
     const { payer, budget, balance } = await newAgent(agent, { total: 1_000_000n });
-    const [found] = await discoverTools({ market: market.url, agent, payer, budget });
+    const found = forecastOf(await discoverTools({ market: market.url, agent, payer, budget }));
     variant = name;
     try {
       const { text, artifact } = await call(found!.tool, `call-${name}`);
@@ -182,7 +232,9 @@ describe("a 402 is held to the seller's listing", () => {
 
   it("also refuses against a manifest fetched from the seller (no market)", async () => {
     const { payer, budget, balance } = await newAgent("offer-manifest", { total: 1_000_000n });
-    const [found] = await discoverTools({ urls: [sellerUrl], agent: "offer-manifest", payer, budget });
+    const found = forecastOf(
+      await discoverTools({ urls: [sellerUrl], agent: "offer-manifest", payer, budget }),
+    );
     variant = "overpriced";
     try {
       expect((await call(found!.tool, "m-1")).text).toMatch(
@@ -201,7 +253,9 @@ describe("a 402 is held to the seller's listing", () => {
       total: 1_000_000n,
       perProvider: { [seller]: 2n * LISTED },
     });
-    const [found] = await discoverTools({ market: market.url, agent: "offer-rotate", payer, budget });
+    const found = forecastOf(
+      await discoverTools({ market: market.url, agent: "offer-rotate", payer, budget }),
+    );
     const rotatedBefore = await getTokenBalance(devnet.publicClient, {
       token: devnet.contracts.usd,
       owner: rotated,
@@ -229,6 +283,24 @@ describe("a 402 is held to the seller's listing", () => {
     expect(report.perProvider.map((p) => [p.provider.toLowerCase(), p.spent, p.remaining])).toEqual([
       [seller.toLowerCase(), 2n * LISTED, 0n],
     ]);
+  });
+
+  it("refuses a plan whose 402 asks more per period than listed: no subscription, nothing paid", async () => {
+    const { payer, budget, balance } = await newAgent("offer-plan", { total: 1_000_000n });
+    const monthly = forecastOf(
+      await discoverTools({ market: market.url, agent: "offer-plan", payer, budget }),
+      "monthly",
+    );
+    const { text, artifact } = await call(monthly!.tool, "plan-1");
+    expect(text).toMatch(
+      /^ERROR OfferMismatch: monthly: the seller's 402 asks price 0\.09 USDC per period, but its market listing says 0\.05 USDC per period/,
+    );
+    expect(artifact).toMatchObject({ amount: "0", paid: false });
+    expect(await balance()).toBe(1_000_000n);
+    expect(payer.subscriptions?.forOrigin(sellerUrl)).toBeUndefined();
+    const report = await budget.report("offer-plan");
+    expect(report.spent.total).toBe(0n);
+    expect(report.reserved.total).toBe(0n);
   });
 
   it("pins the first payee of a tool built without a listing and refuses a rotated one", async () => {
