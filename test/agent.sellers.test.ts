@@ -185,7 +185,10 @@ describe("remote tool manifests", () => {
     expect(loaded.kind).toBe("remote");
     const [digest] = await discoverTools({ tools: [loaded], agent: "manifest-agent", payer, budget });
     expect(digest!.tool.name).toBe("digest");
-    expect(digest!.tool.description).toBe("Summarize a text (bought from the summarizer).");
+    // The manifest's description, then the listed price the tool states for the model.
+    expect(digest!.tool.description).toMatch(
+      /^Summarize a text \(bought from the summarizer\)\. Price: 0\.02 USDC/,
+    );
     expect(digest!.seller).toBe(summarizerSeller.payTo);
     const message = await digest!.tool.invoke({
       type: "tool_call",
