@@ -318,7 +318,20 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
     for (;;) {
       const live = await findLiveSubscription(store, key);
       if (live !== undefined && live.subscriptionId !== undefined) {
-        return { subscriptionId: live.subscriptionId, created: false, record: live };
+        // Once per process and plan (the payer's book serves later calls): a subscription cancelled
+        // elsewhere (the policy, the seller, another process) or past due is ended, and taken out anew.
+        const info = await getSubscriptionInfo(payer.facilitator, live.subscriptionId);
+        if (info.status === "Active" || info.status === "Paused") {
+          return { subscriptionId: live.subscriptionId, created: false, record: live };
+        }
+        if (info.status === "PastDue") {
+          // Cancelled on chain too: a later approval must not let it renew.
+          await payer.cancel(live.subscriptionId).catch((error: unknown) => {
+            options.logger?.warn({ agent, err: error }, "could not cancel a past-due subscription");
+          });
+        }
+        await end(live, "ended", `found ${info.status} on chain`);
+        continue;
       }
       let claimId: string | undefined;
       if (live !== undefined) {
