@@ -94,11 +94,18 @@ describe("tollgate run as a process", { timeout: 240_000 }, () => {
     expect(result.code).toBe(1);
     expect(result.stdout).toContain("detect-language → refused by the budget: nothing paid (BudgetExceeded)");
     expect(result.stdout).not.toContain("bought detect-language");
-    expect(result.stderr).toContain("task not done: 1 tool call(s) failed");
-    expect(result.stderr).toMatch(/detect-language: refused by the budget: BudgetExceeded/);
+    expect(result.stderr).toMatch(
+      /task not done:\n {2}detect-language: refused by the budget: BudgetExceeded/,
+    );
     // The spend report's row shows the refused call as failed, not as a row of zeros.
     expect(result.stdout).toMatch(/tool\s+modes\s+calls\s+failed\s+spent/);
     expect(result.stdout).toMatch(/detect-language\s+\S+\s+0\s+1\s+0\s/);
+    expect(await balanceOf(agent)).toBe(before);
+
+    // A task no tool matches cannot be done either: exit 1, saying so, nothing paid.
+    const unmatched = await run(["Juggle flaming torches", "--agent", "frugal", "--text", ENGLISH]);
+    expect(unmatched.code).toBe(1);
+    expect(unmatched.stderr).toContain("task not done:\n  (none): no tool in the market matches this task");
     expect(await balanceOf(agent)).toBe(before);
   });
 });

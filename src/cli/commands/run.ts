@@ -20,6 +20,7 @@ import { createOrchestrator, type Orchestrator } from "../../agent/orchestrator/
 import { modelFromEnv } from "../../agent/orchestrator/modelFromEnv.ts";
 import type { OrchestratorStep } from "../../agent/orchestrator/runToolCall.ts";
 import { approvalHook } from "../../agent/orchestrator/spendApproval.ts";
+import type { Plan } from "../../agent/planner/createRulePlanner.ts";
 import type { PlannerDocument, PlannerInputs } from "../../agent/planner/plannerInputs.ts";
 import { cancelUnneededAfterRun } from "../../agent/policy/cancelUnneededSubscriptions.ts";
 import { createCallCounter } from "../../agent/policy/createCallCounter.ts";
@@ -186,6 +187,13 @@ function unrecoveredFailures(steps: readonly OrchestratorStep[]): RunFailure[] {
       ...(step.document === undefined ? {} : { document: step.document }),
       error: step.error!,
     }));
+}
+
+/** What the rule planner could not even try: no tool matched the task, or a chosen tool lacked input. */
+function planFailures(plan: Plan | undefined): RunFailure[] {
+  if (plan === undefined) return [];
+  if (plan.chosen.length === 0) return [{ tool: "(none)", error: "no tool in the market matches this task" }];
+  return plan.skipped.map((skip) => ({ tool: skip.tool, error: `not called: ${skip.reason}` }));
 }
 
 /** How a spend event reads in the progress lines: a refusal by the budget is not a purchase. */
@@ -394,7 +402,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       );
       const run = await orchestrator.run(target, inputs, { signal: deps.signal });
       answer = run.answer;
-      failures = unrecoveredFailures(run.steps);
+      failures = [...planFailures(run.plan), ...unrecoveredFailures(run.steps)];
     }
     const done = failures.length === 0;
     // Subscriptions the learned demand no longer justifies are cancelled before they renew, and why is said.
@@ -424,7 +432,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       `  budget of ${agent}: spent ${usdc(budgetReport.spent.total)}${left === undefined ? "" : `, ${usdc(left)} left`}`,
     );
     if (done) return 0;
-    deps.out.error(`\ntask not done: ${failures.length} tool call(s) failed`);
+    deps.out.error("\ntask not done:");
     for (const failure of failures) {
       const code = failure.error.split(":")[0] ?? "";
       const why = BUDGET_REFUSALS.has(code) ? `refused by the budget: ${failure.error}` : failure.error;
