@@ -50,6 +50,18 @@ export { offerFromPaymentRequired } from "./policy/offerFromPaymentRequired.ts";
 export { cancelLeadSeconds, type HeldSubscription, reviewSubscription } from "./policy/reviewSubscription.ts";
 export { learnedForecast, runningForecast } from "./policy/runningForecast.ts";
 export { createSpendCollector, formatSpendReport, type SpendEvent, type SpendReport } from "./spendReport.ts";
+export {
+  createSubscriptionKeeper,
+  type SubscriptionAlert,
+  type SubscriptionKeeper,
+  type SubscriptionKeeperOptions,
+  type SyncedSubscription,
+} from "./subscriptions/createSubscriptionKeeper.ts";
+export {
+  type SubscriptionCommitment,
+  subscriptionCommitment,
+} from "./subscriptions/subscriptionCommitment.ts";
+export { type SubscriptionWatcher, watchSubscriptions } from "./subscriptions/watchSubscriptions.ts";
 export { type Capability, defineCapability } from "./tools/capability.ts";
 export { capabilityTool } from "./tools/capabilityTool.ts";
 export {
