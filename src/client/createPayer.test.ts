@@ -275,6 +275,7 @@ describe("agent.pay(terms)", () => {
     const agent = createPayer({ account, network, facilitator: client, clock });
     const terms = optionFor(clock);
     const receipt = await agent.pay(terms);
+    expect(receipt.option).toBe(terms);
     expect(receipt.proof).toMatchObject({ amount: "500000", payTo: PAY_TO, memo: terms.memo });
     expect(receipt.header).toMatch(/^[A-Za-z0-9+/]+=*$/);
     expect(sent).toHaveLength(1);

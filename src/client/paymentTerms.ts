@@ -46,7 +46,8 @@ export async function paymentOptionOf(
   if ("scheme" in terms) {
     const parsed = PaymentOptionSchema.safeParse(terms);
     if (!parsed.success) throw malformed("402 option", parsed.error.issues);
-    return parsed.data;
+    // The caller's own object, checked: receipts carry the very option that was chosen.
+    return terms as PaymentOption;
   }
   throw new TollgateError("InvalidRequest", EXPECTED, { details: { keys: Object.keys(terms).slice(0, 10) } });
 }
