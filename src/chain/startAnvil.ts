@@ -3,7 +3,7 @@
  * package), or `anvil` on PATH on other platforms.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, existsSync, fstatSync, readFileSync } from "node:fs";
+import { closeSync, existsSync, fstatSync, openSync, readSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { openPrivateAppend } from "../store/privateFiles.ts";
@@ -146,7 +146,7 @@ async function startDetached(options: StartAnvilOptions, logFile: string): Promi
   child.once("exit", () => {
     exited = true;
   });
-  const output = () => readFileSync(logFile).subarray(offset).toString("utf8");
+  const output = () => readFrom(logFile, offset);
   for (let i = 0; i < attempts && !exited; i++) {
     // Ready only when this child said it listens and is still alive: another node on the port also
     // answers RPC, while this anvil is dying with "Address already in use".
@@ -162,6 +162,19 @@ async function startDetached(options: StartAnvilOptions, logFile: string): Promi
       ? `anvil exited during start-up on port ${port}${tail === "" ? "" : `: ${tail}`} (see ${logFile})`
       : `anvil did not start on port ${port} (see ${logFile})`,
   );
+}
+
+/** What was appended to `file` after `offset` (at most 64 KiB of it: anvil's start-up is a few KiB). */
+function readFrom(file: string, offset: number): string {
+  const fd = openSync(file, "r");
+  try {
+    const length = Math.min(Math.max(fstatSync(fd).size - offset, 0), 65_536);
+    const buffer = Buffer.alloc(length);
+    const read = readSync(fd, buffer, 0, length, offset);
+    return buffer.subarray(0, read).toString("utf8");
+  } finally {
+    closeSync(fd);
+  }
 }
 
 async function answers(rpcUrl: string): Promise<boolean> {
