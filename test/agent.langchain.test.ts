@@ -149,7 +149,7 @@ describe("ChatOpenAI drives discovered paid tools", () => {
       );
 
       // What was paid on chain is what the ledger and the spend report hold.
-      const paid = 65_000n;
+      const paid = 105_000n; // 0.02 + 0.005 + 0.08
       expect(FUNDS - (await balanceOf(agent.account.address))).toBe(paid);
       expect((await agent.budget.report(`chat-${streaming ? "stream" : "json"}`)).spent.total).toBe(paid);
       expect(agent.spend.report().total).toBe(paid);
