@@ -16,6 +16,9 @@ describe("modelFromEnv", () => {
     expect(chat.model).toBe(DEFAULT_OPENAI_MODEL);
     expect(chat.apiKey).toBe("sk-test");
     expect(chat.clientConfig.baseURL).toBe("http://127.0.0.1:11434/v1");
+    expect(chat.streaming).toBe(false);
+    const streaming = modelFromEnv({ OPENAI_API_KEY: "sk-test" }, { streaming: true }) as ChatOpenAI;
+    expect(streaming.streaming).toBe(true);
   });
 
   it("lets TOLLGATE_PLANNER force the rules, and refuses 'model' without a key", () => {
