@@ -636,6 +636,37 @@ function marketSuite(databaseUrl: string | undefined) {
       expect((await call("POST", "/sellers/report", { address: "nobody" })).status).toBe(400);
     });
 
+    it("runs a bounded number of report checks at once; the others answer with what is known", async () => {
+      let release: () => void = () => undefined;
+      const held = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      let started: () => void = () => undefined;
+      const fetching = new Promise<void>((resolve) => {
+        started = resolve;
+      });
+      const slow = createMarketService({
+        store,
+        clock,
+        logger,
+        fetch: async (input, init) => {
+          started();
+          await held;
+          return fetchSeller(input, init);
+        },
+        sellerTargets: { allowTargets: ["127.0.0.0/8"] },
+        liveness: { reportConcurrency: 1 },
+      });
+      await register(testManifest(alice, now(), [testCapability("x", "X.")]));
+      await register(testManifest(bob, now(), [testCapability("y", "Y.")]), bob);
+      const first = slow.liveness!.report(alice.address);
+      await fetching;
+      expect(await slow.liveness!.report(bob.address)).toMatchObject({ checked: false, reachable: true });
+      release();
+      expect(await first).toMatchObject({ checked: true, failures: 1 });
+      expect(await slow.liveness!.report(bob.address)).toMatchObject({ checked: true, failures: 1 });
+    });
+
     it("does not count a server answering for another seller", async () => {
       await register(testManifest(alice, now(), [testCapability("x", "X.")]));
       const bobs = await signManifest(bob, testManifest(bob, now(), [testCapability("y", "Y.")]));

@@ -7,9 +7,10 @@
  * - A check is claimed in the store before the seller is fetched (`next_check_at` moved past the
  *   check's lease, `checked_at` set), so several market instances, a sweep and any number of reports
  *   fetch one seller at most once per claim: a seller is never hammered on the market's behalf.
- * - Reports cost at most one check per seller per `reportIntervalSeconds`, whoever sends them; a
- *   report never marks a seller by itself, only the market's own check does, so a competitor cannot
- *   delist a seller that answers.
+ * - Reports cost at most one check per seller per `reportIntervalSeconds`, whoever sends them, and at
+ *   most `reportConcurrency` report checks run at once per market process (more reports are answered
+ *   with the known status and left to the schedule); a report never marks a seller by itself, only
+ *   the market's own check does, so a competitor cannot delist a seller that answers.
  * - A result is recorded only if the seller still has the `baseUrl` that was checked: a registration
  *   that moved the seller meanwhile starts afresh (registration resets liveness, see marketRegistry).
  * - Checked: an answer 2xx whose body is a discovery document (signed or bare) of this very seller.
@@ -37,6 +38,8 @@ export type SellerLivenessOptions = {
   retryMaxSeconds?: number | undefined;
   /** Shortest time between two checks caused by reports, per seller, in seconds (default 30). */
   reportIntervalSeconds?: number | undefined;
+  /** Checks caused by reports that may run at once (default 4). */
+  reportConcurrency?: number | undefined;
   /** Sellers checked per sweep (default 20) and at once (default 4). */
   sweepSize?: number | undefined;
   sweepConcurrency?: number | undefined;
@@ -70,6 +73,7 @@ const DEFAULTS = {
   retryBaseSeconds: 30,
   retryMaxSeconds: 3600,
   reportIntervalSeconds: 30,
+  reportConcurrency: 4,
   sweepSize: 20,
   sweepConcurrency: 4,
 };
@@ -151,6 +155,13 @@ export function createSellerLiveness(
     "reportIntervalSeconds",
   );
   const sweepSize = positive(options.sweepSize, DEFAULTS.sweepSize, "sweepSize");
+  const reportConcurrency = positive(
+    options.reportConcurrency,
+    DEFAULTS.reportConcurrency,
+    "reportConcurrency",
+  );
+  /** Report checks in flight in this process. */
+  let reportChecks = 0;
   const concurrency = positive(options.sweepConcurrency, DEFAULTS.sweepConcurrency, "sweepConcurrency");
 
   const at = (offsetSeconds: number) => new Date(clock.now() + offsetSeconds * 1000);
@@ -245,6 +256,7 @@ export function createSellerLiveness(
 
   async function report(address: Address): Promise<SellerLivenessStatus & { checked: boolean }> {
     const key = address.toLowerCase();
+    const busy = reportChecks >= reportConcurrency;
     const claim = await store.transaction(async (tx) => {
       const row = await queryOneParsed(
         tx,
@@ -255,7 +267,10 @@ export function createSellerLiveness(
       if (row === undefined || row.removed_at !== null || row.base_url === null) {
         throw new TollgateError("NotFound", "no seller registered at that address");
       }
-      if (row.checked_at !== null && clock.now() - row.checked_at.getTime() < reportInterval * 1000) {
+      if (
+        busy ||
+        (row.checked_at !== null && clock.now() - row.checked_at.getTime() < reportInterval * 1000)
+      ) {
         return { row, baseUrl: undefined };
       }
       await tx.query("UPDATE market_sellers SET checked_at = $2, next_check_at = $3 WHERE address = $1", [
@@ -266,8 +281,13 @@ export function createSellerLiveness(
       return { row, baseUrl: row.base_url };
     });
     if (claim.baseUrl === undefined) return { ...livenessStatusOf(claim.row), checked: false };
-    const status = await check(key, claim.baseUrl);
-    return { ...(status ?? livenessStatusOf(claim.row)), checked: status !== undefined };
+    reportChecks++;
+    try {
+      const status = await check(key, claim.baseUrl);
+      return { ...(status ?? livenessStatusOf(claim.row)), checked: status !== undefined };
+    } finally {
+      reportChecks--;
+    }
   }
 
   return { sweep, report };
