@@ -1,3 +1,4 @@
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { isTollgateError, type TollgateError } from "../protocol/errors.ts";
 import { type PaymentRequired, PaymentRequiredSchema } from "../protocol/paymentRequired.ts";
@@ -222,5 +223,73 @@ describe("checkPinnedPayee", () => {
     });
     // Another origin is another seller.
     expect(checkPinnedPayee([OTHER], pins, "http://b", "t")).toBe(OTHER);
+  });
+});
+
+describe("checkPaymentRequired, for any 402 a seller may send", () => {
+  it("passes only options that pay the listed payee, on the listed network and token, at no more than listed", () => {
+    const addresses = [PAY_TO, OTHER, TOKEN] as const;
+    const option = fc.oneof(
+      fc.record({
+        kind: fc.constant("exact" as const),
+        amount: fc.oneof(fc.bigInt({ min: 1n, max: 10_000n }), fc.bigInt({ min: 10_001n, max: 100_000n })),
+        payTo: fc.constantFrom(...addresses),
+        token: fc.constantFrom(...addresses),
+        network: fc.constantFrom(NETWORK, "eip155:8453"),
+      }),
+      fc.record({
+        kind: fc.constant("subscription" as const),
+        amount: fc.bigInt({ min: 1n, max: 20_000_000n }),
+        payTo: fc.constantFrom(...addresses),
+        token: fc.constantFrom(...addresses),
+        network: fc.constantFrom(NETWORK, "eip155:8453"),
+        planId: fc.constantFrom("3", "4"),
+        interval: fc.constantFrom(2_592_000, 86_400),
+        includedUnits: fc.constantFrom(10, 1000, 5000),
+        unitPrice: fc.bigInt({ min: 0n, max: 5000n }),
+      }),
+    );
+    let passed = 0;
+    fc.assert(
+      fc.property(fc.array(option, { minLength: 1, maxLength: 5 }), (options) => {
+        const paymentRequired = body(
+          ...options.map((o) =>
+            o.kind === "exact"
+              ? exact({ amount: o.amount.toString(), payTo: o.payTo, token: o.token, network: o.network })
+              : subscription(
+                  { amount: o.amount.toString(), payTo: o.payTo, token: o.token, network: o.network },
+                  {
+                    planId: o.planId,
+                    interval: o.interval,
+                    overage: { unitPrice: o.unitPrice.toString(), includedUnits: o.includedUnits },
+                  },
+                ),
+          ),
+        );
+        let kept: PaymentRequired;
+        try {
+          kept = checkPaymentRequired(paymentRequired, listing, "t");
+        } catch (error) {
+          expect(isTollgateError(error, "OfferMismatch")).toBe(true);
+          return;
+        }
+        passed++;
+        expect(kept.accepts.length).toBeGreaterThan(0);
+        for (const o of kept.accepts) {
+          expect([o.payTo, o.token, o.network]).toEqual([PAY_TO, TOKEN, NETWORK]);
+          if (o.scheme === "exact") expect(BigInt(o.amount)).toBeLessThanOrEqual(10_000n);
+          else {
+            expect(o.tollgate?.planId).toBe("3");
+            expect(BigInt(o.amount)).toBeLessThanOrEqual(9_000_000n);
+            expect(o.tollgate?.interval).toBe(2_592_000);
+            expect(o.tollgate?.overage?.includedUnits ?? 0).toBeGreaterThanOrEqual(1000);
+            expect(BigInt(o.tollgate?.overage?.unitPrice ?? "0")).toBeLessThanOrEqual(1000n);
+          }
+        }
+      }),
+      { numRuns: 500 },
+    );
+    // The property is not vacuous: some 402s were let through.
+    expect(passed).toBeGreaterThan(0);
   });
 });
