@@ -63,12 +63,19 @@ export type SubscriptionCancelOutcome = SubscriptionReview & {
   error?: string | undefined;
 };
 
-/** Reads the subscriber's Active subscriptions and their plan terms through the facilitator. */
-export function facilitatorSubscriptions(payer: {
-  address: Address;
-  facilitator: FacilitatorClient;
-  cancel(subscriptionId: string): Promise<unknown>;
-}): HeldSubscriptionSource {
+/**
+ * Reads the subscriber's Active subscriptions and their plan terms through the facilitator, and
+ * cancels through `payer.cancel`, or through `options.keeper` when given: the budget's subscription
+ * keeper (`createSubscriptionKeeper`), which also ends the budget's hold and alerts with the reason.
+ */
+export function facilitatorSubscriptions(
+  payer: {
+    address: Address;
+    facilitator: FacilitatorClient;
+    cancel(subscriptionId: string): Promise<unknown>;
+  },
+  options: { keeper?: { cancel(subscriptionId: bigint, reason: string): Promise<void> } | undefined } = {},
+): HeldSubscriptionSource {
   return {
     async list() {
       const info = await getSubscriberInfo(payer.facilitator, payer.address);
@@ -93,8 +100,9 @@ export function facilitatorSubscriptions(payer: {
       }
       return { subscriptions, chainTime: Number(info.chainTime) };
     },
-    async cancel(subscriptionId) {
-      await payer.cancel(subscriptionId);
+    async cancel(subscriptionId, reason) {
+      if (options.keeper !== undefined) await options.keeper.cancel(BigInt(subscriptionId), reason);
+      else await payer.cancel(subscriptionId);
     },
   };
 }
