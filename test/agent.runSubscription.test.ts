@@ -42,7 +42,8 @@ describe("a second tollgate run", { timeout: 240_000 }, () => {
     const key = generatePrivateKey();
     const address = privateKeyToAccount(key).address;
     await stack.devnet.fund(address, { usd: FUNDS });
-    const env = { TOLLGATE_DIR: dir };
+    // With a node to read from, each run also records what the subscription pulled since the last.
+    const env = { TOLLGATE_DIR: dir, TOLLGATE_RPC_URL: stack.devnet.rpcUrl };
     expect(
       await budgetCommand(["set", "subscriber", "--total", "1"], {
         env,
@@ -97,5 +98,10 @@ describe("a second tollgate run", { timeout: 240_000 }, () => {
       owner: address,
     });
     expect(FUNDS - balance).toBe(50_000n);
+    const show = capture();
+    expect(
+      await budgetCommand(["show", "subscriber", "--json"], { env, out: show.out, clock: systemClock }),
+    ).toBe(0);
+    expect(JSON.parse(show.lines.join("\n")).spent.total).toBe("50000");
   });
 });

@@ -10,6 +10,7 @@ import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import type { StructuredToolInterface } from "@langchain/core/tools";
 import pino, { type Logger } from "pino";
+import { createPublicClient, http } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { z } from "zod";
 import { approvalFor, getApprovalThreshold } from "../../agent/budget/approvalThreshold.ts";
@@ -31,6 +32,7 @@ import {
   type SpendEvent,
   type SpendReport,
 } from "../../agent/spendReport.ts";
+import { createSubscriptionKeeper } from "../../agent/subscriptions/createSubscriptionKeeper.ts";
 import { readDevnetFile } from "../../chain/devnetFile.ts";
 import { createPayer, type Payer } from "../../client/createPayer.ts";
 import { createFacilitatorClient, type FetchFn } from "../../client/facilitatorClient.ts";
@@ -70,7 +72,9 @@ approvals: spends above the agent's --approve-above (tollgate budget set) need a
   terminal (--approvals ask, the default when stdin is one; answers are read from stdin), refused otherwise
 environment: TOLLGATE_DIR DATABASE_URL TOLLGATE_MARKET_URL TOLLGATE_FACILITATOR_URL TOLLGATE_AGENT_KEY
              OPENAI_API_KEY OPENAI_BASE_URL OPENAI_MODEL TOLLGATE_PLANNER (rules without a key)
-             LOG_LEVEL (the agent's JSON log on stderr; default warn)`;
+             LOG_LEVEL (the agent's JSON log on stderr; default warn)
+             TOLLGATE_RPC_URL (a node of the agent's chain: renewals and overage of its subscriptions are
+             read into its budget at the start and end of a run; default the devnet's when on it)`;
 
 const PrivateKeySchema = z
   .string()
@@ -83,6 +87,8 @@ const RunEnvSchema = z.object({
   TOLLGATE_MARKET_URL: z.url({ protocol: /^https?$/ }).optional(),
   TOLLGATE_FACILITATOR_URL: z.url({ protocol: /^https?$/ }).optional(),
   TOLLGATE_AGENT_KEY: PrivateKeySchema.optional(),
+  /** A node of the agent's chain, to watch its subscriptions (default: the devnet's, when it is on it). */
+  TOLLGATE_RPC_URL: z.url({ protocol: /^https?$/ }).optional(),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("warn"),
 });
 
@@ -314,6 +320,28 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       return 1;
     }
     const payer = createPayer({ account, network, facilitator, fetch: deps.fetch, clock: deps.clock });
+    // The agent's subscriptions, kept in its store (a second run reuses them) and read from the chain
+    // into its ledger at the start and the end of the run (docs/budgets.md, "Subscriptions").
+    const devnetFile = readDevnetFile(dir);
+    const rpcUrl = env.TOLLGATE_RPC_URL ?? (devnetFile?.network === network ? devnetFile.rpcUrl : undefined);
+    const chain = rpcUrl === undefined ? undefined : createPublicClient({ transport: http(rpcUrl) });
+    const subscriptions = createSubscriptionKeeper({
+      agent,
+      payer,
+      budget,
+      logger,
+      chain,
+      onAlert: (a) => print(`  subscription ${a.subscriptionId} ${a.action}: ${a.reason}`),
+    });
+    const lookAtSubscriptions = async () => {
+      if (chain === undefined) return;
+      try {
+        await subscriptions.sync();
+      } catch (error) {
+        logger.warn({ err: error }, "could not read the agent's subscriptions from the chain");
+      }
+    };
+    await lookAtSubscriptions();
     const spend = createSpendCollector();
     let forecast: Record<string, number> = {};
     // The policy's learned demand (docs/policy.md "Learning"), kept in the agent's store across runs.
@@ -326,6 +354,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       fetch: deps.fetch,
       logger,
       calls: createCallCounter({ clock: deps.clock }),
+      subscriptions,
       demand,
       forecast: (tool: string) =>
         forecast[tool] === undefined ? undefined : { calls: forecast[tool]!, horizonSeconds: 30 * 86_400 },
@@ -418,6 +447,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
     }
 
     const report = spend.report();
+    await lookAtSubscriptions();
     const budgetReport = await budget.report(agent);
     if (values.json) {
       const outcome: RunOutcome = { agent, planner, answer, done, failures, report, budget: budgetReport };
