@@ -13,7 +13,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
 import { discoverTools } from "../src/agent/discoverTools.ts";
-import { createPayeePins } from "../src/agent/offerCheck.ts";
 import { paidTool } from "../src/agent/paidTool.ts";
 import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
@@ -303,25 +302,29 @@ describe("a 402 is held to the seller's listing", () => {
     expect(report.reserved.total).toBe(0n);
   });
 
-  it("pins the first payee of a tool built without a listing and refuses a rotated one", async () => {
+  it("pins the first payee of a tool built without a listing, in the agent's store, and refuses a rotated one in a later run", async () => {
     const { payer, budget, balance } = await newAgent("offer-pinned", { total: 1_000_000n });
-    const tool = paidTool(
-      {
-        name: "forecast",
-        description: "Forecast the weather for a city.",
-        method: "POST",
-        url: `${sellerUrl}/forecast`,
-        input: z.object({ city: z.string() }),
-      },
-      { agent: "offer-pinned", payer, budget, payees: createPayeePins() },
-    );
+    // Each paidTool built anew stands for another run of the agent: only the store is shared.
+    const newTool = () =>
+      paidTool(
+        {
+          name: "forecast",
+          description: "Forecast the weather for a city.",
+          method: "POST",
+          url: `${sellerUrl}/forecast`,
+          input: z.object({ city: z.string() }),
+        },
+        { agent: "offer-pinned", payer, budget },
+      );
+    const tool = newTool();
     expect((await call(tool, "p-1")).artifact).toMatchObject({
       amount: "0.01",
       provider: devnet.accounts[2]!.address,
     });
     variant = "rotated";
     try {
-      const { text } = await call(tool, "p-2");
+      expect((await call(tool, "p-2")).text).toMatch(/^ERROR OfferMismatch/);
+      const { text } = await call(newTool(), "p-3");
       expect(text).toMatch(
         /^ERROR OfferMismatch: forecast: the seller's 402 asks payTo 0x[0-9a-fA-F]{40}, but http:\/\/127\.0\.0\.1:\d+ was paid at/,
       );

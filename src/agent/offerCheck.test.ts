@@ -3,11 +3,13 @@ import { describe, expect, it } from "vitest";
 import { isTollgateError, type TollgateError } from "../protocol/errors.ts";
 import { type PaymentRequired, PaymentRequiredSchema } from "../protocol/paymentRequired.ts";
 import type { X402PaymentRequired } from "../protocol/x402.ts";
+import { createTestStore } from "../store/createTestStore.ts";
 import {
   checkPaymentRequired,
   checkPinnedPayee,
   checkX402PaymentRequired,
   createPayeePins,
+  createStoredPayeePins,
   listingOf,
 } from "./offerCheck.ts";
 
@@ -212,18 +214,47 @@ describe("checkX402PaymentRequired", () => {
 });
 
 describe("checkPinnedPayee", () => {
-  it("pins an origin's first payee and refuses another one later", () => {
+  it("pins an origin's first payee and refuses another one later", async () => {
     const pins = createPayeePins();
-    expect(checkPinnedPayee([PAY_TO], pins, "http://a", "t")).toBe(PAY_TO);
-    expect(checkPinnedPayee([PAY_TO.toUpperCase().replace("0X", "0x")], pins, "http://a", "t")).toBe(PAY_TO);
-    expect(refusal(() => checkPinnedPayee([OTHER], pins, "http://a", "t")).details).toMatchObject({
-      field: "payTo",
-      listed: PAY_TO,
-      asked: OTHER,
-    });
+    expect(await checkPinnedPayee([PAY_TO], pins, "http://a", "t")).toBe(PAY_TO);
+    expect(await checkPinnedPayee([PAY_TO.toUpperCase().replace("0X", "0x")], pins, "http://a", "t")).toBe(
+      PAY_TO,
+    );
+    const error = await checkPinnedPayee([OTHER], pins, "http://a", "t").catch((e: unknown) => e);
+    expect(isTollgateError(error, "OfferMismatch")).toBe(true);
+    expect((error as TollgateError).details).toMatchObject({ field: "payTo", listed: PAY_TO, asked: OTHER });
     // Another origin is another seller.
-    expect(checkPinnedPayee([OTHER], pins, "http://b", "t")).toBe(OTHER);
+    expect(await checkPinnedPayee([OTHER], pins, "http://b", "t")).toBe(OTHER);
   });
+
+  it.each(["pglite", ...(process.env.DATABASE_URL === undefined ? [] : ["postgres"])])(
+    "keeps pins in the agent's store (%s): a second process of the agent is held to the first payee",
+    async (kind) => {
+      const store = await createTestStore(
+        kind === "postgres" ? { databaseUrl: process.env.DATABASE_URL } : {},
+      );
+      try {
+        const first = createStoredPayeePins({ store, agent: "pinned" });
+        const second = createStoredPayeePins({ store, agent: "pinned" });
+        // Two processes race for the first pin: one wins, and both answer it.
+        const [a, b] = await Promise.all([first.pin("http://a", PAY_TO), second.pin("http://a", OTHER)]);
+        expect(a).toBe(b);
+        const restarted = createStoredPayeePins({ store, agent: "pinned" });
+        expect(await restarted.pin("http://a", a === PAY_TO ? OTHER : PAY_TO)).toBe(a);
+        const refused = await checkPinnedPayee(
+          [a === PAY_TO ? OTHER : PAY_TO],
+          restarted,
+          "http://a",
+          "t",
+        ).catch((e: unknown) => e);
+        expect(isTollgateError(refused, "OfferMismatch")).toBe(true);
+        // Pins are per agent.
+        expect(await createStoredPayeePins({ store, agent: "other" }).pin("http://a", OTHER)).toBe(OTHER);
+      } finally {
+        await store.close();
+      }
+    },
+  );
 });
 
 describe("checkPaymentRequired, for any 402 a seller may send", () => {

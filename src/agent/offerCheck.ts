@@ -11,13 +11,17 @@
  * not counted as a new provider. A tool with no listing (built by hand with `paidTool`) pins the first
  * payee its origin's 402 names and holds later 402s to it (`createPayeePins`).
  */
-import type { Address } from "viem";
+import { type Address, getAddress } from "viem";
+import { z } from "zod";
 import { sameAddress } from "../protocol/address.ts";
 import { formatUnitsExact } from "../protocol/amount.ts";
+import { type Clock, systemClock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import type { Manifest, ManifestPricing } from "../protocol/manifest.ts";
 import { type PaymentOption, type PaymentRequired, planTermsOf } from "../protocol/paymentRequired.ts";
 import type { X402PaymentRequired, X402PaymentRequirements } from "../protocol/x402.ts";
+import { queryOneParsed } from "../store/queryParsed.ts";
+import type { Queryable } from "../store/store.ts";
 
 /** What the agent was offered for one capability, before any 402. */
 export type OfferListing = {
@@ -224,24 +228,58 @@ function isAddressLike(value: string): value is Address {
 /**
  * Payees pinned per origin, for tools without a listing: the first 402 an origin answers fixes the
  * `payTo` its later 402s must name (and the identity its spends are keyed by). Share one across an
- * agent's tools; it lives as long as the process.
+ * agent's tools. `createPayeePins()` keeps them for the process; `createStoredPayeePins` in the
+ * agent's store (migration 0075), so a later run of the agent is held to the same payee.
  */
 export type PayeePins = {
-  /** Pins `payTo` for `origin` on first sight; returns the pinned payee. */
-  pin(origin: string, payTo: Address): Address;
-  get(origin: string): Address | undefined;
+  /** Pins `payTo` for `origin` on first sight; resolves the pinned payee (the first one, always). */
+  pin(origin: string, payTo: Address): Promise<Address>;
 };
 
 export function createPayeePins(): PayeePins {
   const pins = new Map<string, Address>();
   return {
-    pin(origin, payTo) {
+    async pin(origin, payTo) {
       const pinned = pins.get(origin);
       if (pinned !== undefined) return pinned;
       pins.set(origin, payTo);
       return payTo;
     },
-    get: (origin) => pins.get(origin),
+  };
+}
+
+const PinRowSchema = z.object({ pay_to: z.string() });
+
+/**
+ * Pins kept in the agent's store (`agent_payee_pins`): the first pin of an (agent, origin) wins, in
+ * any process, and survives restarts. Pins read once are cached for the process.
+ */
+export function createStoredPayeePins(options: {
+  store: Queryable;
+  agent: string;
+  clock?: Clock;
+}): PayeePins {
+  const clock = options.clock ?? systemClock;
+  const cache = new Map<string, Address>();
+  return {
+    async pin(origin, payTo) {
+      const cached = cache.get(origin);
+      if (cached !== undefined) return cached;
+      await options.store.query(
+        `INSERT INTO agent_payee_pins (agent, origin, pay_to, pinned_at) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (agent, origin) DO NOTHING`,
+        [options.agent, origin, payTo.toLowerCase(), new Date(clock.now())],
+      );
+      const row = await queryOneParsed(
+        options.store,
+        PinRowSchema,
+        "SELECT pay_to FROM agent_payee_pins WHERE agent = $1 AND origin = $2",
+        [options.agent, origin],
+      );
+      const pinned = getAddress(row?.pay_to ?? payTo);
+      cache.set(origin, pinned);
+      return pinned;
+    },
   };
 }
 
@@ -250,15 +288,15 @@ export function createPayeePins(): PayeePins {
  * the origin's first 402), any price (the agent's `maxPrice` and budget bound it), the payer's network.
  * Returns the payee every option must pay.
  */
-export function checkPinnedPayee(
+export async function checkPinnedPayee(
   payTos: readonly string[],
   pins: PayeePins,
   origin: string,
   tool: string,
-): Address | undefined {
+): Promise<Address | undefined> {
   const first = payTos.find(isAddressLike);
   if (first === undefined) return undefined;
-  const pinned = pins.pin(origin, first);
+  const pinned = await pins.pin(origin, first);
   for (const payTo of payTos) {
     if (!isAddressLike(payTo) || !sameAddress(payTo, pinned)) {
       throw new TollgateError(

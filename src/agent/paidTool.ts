@@ -35,7 +35,7 @@ import {
   checkPaymentRequired,
   checkPinnedPayee,
   checkX402PaymentRequired,
-  createPayeePins,
+  createStoredPayeePins,
   type OfferListing,
   type PayeePins,
 } from "./offerCheck.ts";
@@ -208,7 +208,8 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
     createSubscriptionKeeper({ agent, payer, budget, logger: options.logger, wait: options.wait });
   const origin = new URL(capability.url).origin;
   const { listing } = options;
-  const payees = options.payees ?? createPayeePins();
+  // Without a listing, payees are pinned in the agent's store: a later run is held to the same one.
+  const payees = options.payees ?? createStoredPayeePins({ store: budget.store, agent });
   /** Proofs paid for and given back by a failing seller: the next call to the same target redeems one. */
   const redeemable = createRedeemableProofs();
   const wait = options.wait ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
@@ -280,12 +281,12 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       // The seller's identity keys its spends: the listing's signer, else the payee pinned for the origin.
       const seller =
         listing?.seller ??
-        checkPinnedPayee(
+        (await checkPinnedPayee(
           checked.accepts.filter((o) => o.network === payer.network).map((o) => o.payTo),
           payees,
           origin,
           capability.name,
-        ) ??
+        )) ??
         view.offer.provider;
       // The gate refused the subscription this call carried: only paying once can serve it now; with
       // no one-time price the refusal is the answer (and an exhausted cap may be raised, see below).
@@ -388,7 +389,7 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
             : checkX402PaymentRequired(paymentRequired, listing, capability.name);
         const pinned =
           listing === undefined
-            ? checkPinnedPayee(
+            ? await checkPinnedPayee(
                 checked.accepts.filter((o) => o.network === payer.network).map((o) => o.payTo),
                 payees,
                 origin,
