@@ -667,6 +667,20 @@ function marketSuite(databaseUrl: string | undefined) {
       expect(await slow.liveness!.report(bob.address)).toMatchObject({ checked: true, failures: 1 });
     });
 
+    it("puts an unreachable seller back on offer when a refresh reads its manifest", async () => {
+      const signed = await signManifest(alice, testManifest(alice, now(), [testCapability("x", "X.")]));
+      await call("POST", "/sellers", signed);
+      await liveness.sweep();
+      clock.advance(30_000);
+      await call("POST", "/sellers/report", { address: alice.address });
+      expect(await names()).toEqual([]);
+      serveSeller("http://127.0.0.1:5100", () => signed);
+      expect((await call("POST", "/sellers/refresh", { address: alice.address })).body.status).toBe(
+        "unchanged",
+      );
+      expect(await names()).toEqual(["x"]);
+    });
+
     it("does not count a server answering for another seller", async () => {
       await register(testManifest(alice, now(), [testCapability("x", "X.")]));
       const bobs = await signManifest(bob, testManifest(bob, now(), [testCapability("y", "Y.")]));

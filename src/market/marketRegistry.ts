@@ -423,7 +423,16 @@ export function createMarketRegistry(options: MarketRegistryOptions): MarketRegi
       );
     }
     // No freshness window here: the market fetched this itself, from the address the seller signed.
-    return save(manifest, text, signature);
+    const result = await save(manifest, text, signature);
+    // The seller answered as itself at its registered URL: that is a successful liveness check too, so
+    // `tollgate seller refresh` after a restart puts an unreachable seller back on offer at once.
+    await store.query(
+      `UPDATE market_sellers
+          SET checked_at = $2, check_failures = 0, unreachable_since = NULL, last_check_error = NULL
+        WHERE address = $1 AND base_url = $3 AND removed_at IS NULL`,
+      [key, new Date(clock.now()), claimed],
+    );
+    return result;
   }
 
   async function remove(address: Address, body: unknown): Promise<RemovalResult> {
