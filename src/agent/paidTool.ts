@@ -10,6 +10,13 @@
  * the call paid, on success and on failure alike: a seller that fails after being paid yields an error
  * receipt with the amount paid (`paid: true`), never one that hides the money.
  *
+ * Offer invariant: before the policy weighs a 402, it is held to what the seller listed (offerCheck.ts):
+ * a higher price, other plan terms, another payTo, network or token is `OfferMismatch`, with nothing
+ * reserved or signed; spends are keyed by the seller's listed identity. A call made for a sale (a
+ * reseller's purchase) is held against that sale's call allowance before the budget (callAllowance.ts),
+ * and a proof a failing seller gave back is redeemed by the next call to the same target
+ * (redeemableProofs.ts).
+ *
  * Overage cap: a metered subscription is taken out with a cap on overage per period. When the gate
  * answers `AllowanceExhausted`, the cap is the agent's own limit, not the budget's: the tool raises it
  * (relayed, through the payer) by as much as the budget still has room for, and retries the call.
@@ -84,7 +91,10 @@ export type PaidToolOptions = {
    * names is pinned in `payees`.
    */
   listing?: OfferListing | undefined;
-  /** Payees pinned per origin for tools without a listing (share one across an agent's tools). */
+  /**
+   * Payees pinned per origin for tools without a listing. Default: pinned in the agent's store
+   * (`createStoredPayeePins`), so later runs are held to the same payee; `createPayeePins()` for memory.
+   */
   payees?: PayeePins | undefined;
   /** Calls already paid once, per provider and plan (shared across an agent's tools). */
   calls?: CallCounter | undefined;
