@@ -166,6 +166,55 @@ describe("every movement of the agent's money is in its ledger and inside its li
     expect(report.spent.total + report.reserved.total).toBe(usd("0.14"));
   }, 120_000);
 
+  it("a second subscription of the wallet keeps the approval held for the first one's renewal", async () => {
+    const key = await newWallet({ total: usd("1") }, "two-plans");
+    const account = privateKeyToAccount(key);
+    const payer = createPayer({ account, network: stack.devnet.network, facilitator: stack.tf.url });
+    const budget = createBudgetLedger({ store: stack.tf.store, clock: systemClock });
+    const tools = await discoverTools({
+      market: stack.market.url,
+      agent: "two-plans",
+      payer,
+      budget,
+      forecast: () => ({ calls: 9, horizonSeconds: 30 * 86_400 }),
+    });
+    for (const name of ["summarize", "sentiment"]) {
+      const tool = tools.find((t) => t.tool.name === name)!.tool;
+      const message = (await tool.invoke({
+        type: "tool_call",
+        id: name,
+        name,
+        args: { text: TEXT },
+      })) as ToolMessage;
+      expect(message.artifact).toMatchObject({ mode: "subscription", amount: "0.05" });
+    }
+    // Summarize (flat 0.05) holds its renewal, sentiment its cap, renewal and cap: one approval for both.
+    const report = await budget.report("two-plans");
+    expect(report.subscriptions.held).toBe(usd("0.05") + usd("0.09"));
+    expect(await allowanceOf(account.address)).toBe(report.subscriptions.held);
+  }, 120_000);
+
+  it("renews once on what was approved, and the watcher records the renewal", async () => {
+    const key = await newWallet({ total: usd("1") }, "renewer");
+    const agent = await agentProcess("renewer", key);
+    const before = await balanceOf(agent.account.address);
+    const { receipt } = await agent.call();
+    const id = BigInt(receipt.subscriptionId!);
+    const { devnet } = stack;
+    await devnet.advanceTime(31 * 86_400);
+    const seller = devnet.walletClient(sentiment.account);
+    await devnet.publicClient.waitForTransactionReceipt({
+      hash: await collect(seller, { manager: devnet.contracts.subscriptionManager, subscriptionId: id }),
+    });
+    const [synced] = await agent.keeper.sync();
+    const loss = before - (await balanceOf(agent.account.address));
+    expect(loss).toBe(usd("0.10"));
+    expect(synced).toMatchObject({ subscriptionId: id, pulled: usd("0.10"), recorded: usd("0.05") });
+    const report = await agent.budget.report("renewer");
+    expect(report.spent.total).toBe(loss);
+    expect(await allowanceOf(agent.account.address)).toBe(usd("0.04"));
+  }, 120_000);
+
   it("the review's drain: a seller deducting and collecting three times takes no more than the budget, and the ledger shows every unit", async () => {
     const limit = usd("0.10");
     const key = await newWallet(

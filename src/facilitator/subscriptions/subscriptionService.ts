@@ -373,7 +373,11 @@ export function createSubscriptionService(
           });
         }
         let permitTransaction: Hash | undefined;
-        if (allowance < plan.amount) {
+        // A permit replaces the allowance: submitted when the allowance is short, and also when the
+        // subscriber asks for another value (an agent's budget approves exactly what it holds; skipping
+        // it would let this subscribe spend the approval held for the wallet's other renewals).
+        const resets = request.permit !== undefined && BigInt(request.permit.value) !== allowance;
+        if (allowance < plan.amount || resets) {
           const permit = request.permit;
           if (permit === undefined) {
             throw new TollgateError(
