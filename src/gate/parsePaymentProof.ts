@@ -32,7 +32,7 @@ export function safeParsePaymentProof(header: unknown): ParsedPaymentProof {
  *
  * @example
  * const proof = parsePaymentProof(request.headers.get("x-payment") ?? "");
- * console.log(proof.payer, BigInt(proof.amount));
+ * const paid = { payer: proof.payer, amount: BigInt(proof.amount) };
  */
 export function parsePaymentProof(headerValue: unknown): PaymentProof {
   const parsed = safeParsePaymentProof(headerValue);
