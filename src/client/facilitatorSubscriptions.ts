@@ -5,7 +5,8 @@
  *
  * Low-level: `getPlanInfo`, `getSubscriptionInfo`, `getSubscriberInfo`, `relaySubscribe`,
  * `relaySubscriptionAction`, `signSubscribeRequest`, `signSubscriptionActionRequest`,
- * `signSetMaxOverageRequest`. High-level: `subscribeThroughFacilitator`, `changeSubscriptionThroughFacilitator`.
+ * `signSetMaxOverageRequest`, `relayApproval`, `signApprovalRequest`. High-level: `subscribeThroughFacilitator`,
+ * `changeSubscriptionThroughFacilitator`, `approveThroughFacilitator`.
  */
 import type { Address } from "viem";
 import type { TokenDomain } from "../chain/signers/eip712Types.ts";
@@ -23,6 +24,9 @@ import { TollgateError } from "../protocol/errors.ts";
 import type { SupportedResponse } from "../protocol/facilitator.ts";
 import { chainIdOf } from "../protocol/network.ts";
 import {
+  type ApprovalRequest,
+  type ApprovalResponse,
+  ApprovalResponseSchema,
   type PlanInfo,
   PlanInfoSchema,
   type SetMaxOverageRequest,
@@ -104,6 +108,42 @@ export function relaySubscriptionAction(
       body: request,
     },
   );
+}
+
+/** `POST /subscriptions/approval`: relays an owner-signed permit for the manager (an allowance top-up). */
+export function relayApproval(
+  client: SubscriptionsClient,
+  request: ApprovalRequest,
+  options?: RequestOptions,
+): Promise<ApprovalResponse> {
+  return client.request("POST", "/subscriptions/approval", ApprovalResponseSchema, {
+    timeoutMs: 120_000,
+    ...options,
+    body: request,
+  });
+}
+
+/** Signs the body of `POST /subscriptions/approval`: a permit for `manager` with the token's current `nonce`. */
+export async function signApprovalRequest(
+  signer: TypedDataSigner,
+  p: { manager: Address; domain: TokenDomain; value: bigint; nonce: bigint; deadline: bigint },
+): Promise<ApprovalRequest> {
+  const signature = await signPermit(signer, {
+    domain: p.domain,
+    spender: p.manager,
+    value: p.value,
+    nonce: p.nonce,
+    deadline: p.deadline,
+  });
+  return {
+    owner: signer.address,
+    token: p.domain.verifyingContract,
+    spender: p.manager,
+    value: p.value.toString(),
+    nonce: p.nonce.toString(),
+    deadline: p.deadline.toString(),
+    signature,
+  };
 }
 
 type IntentDomainParams = { chainId: number; manager: Address };
@@ -275,4 +315,36 @@ export async function changeSubscriptionThroughFacilitator(
       ? await signSetMaxOverageRequest(signer, { ...common, maxOverage: p.maxOverage })
       : await signSubscriptionActionRequest(signer, { ...common, action: p.action });
   return relaySubscriptionAction(client, p.subscriptionId, p.action, request, options);
+}
+
+/**
+ * Sets the manager's allowance over the signer's `token` to exactly `value` through a relayed permit
+ * (no gas, no RPC of its own). The facilitator relays it only for a signer holding a live subscription
+ * in that token; a permit replaces the allowance, so `value` is the whole approval, not an increment.
+ *
+ * @example
+ * await approveThroughFacilitator(facilitator, account, { token: plan.token, value: 90_000n });
+ */
+export async function approveThroughFacilitator(
+  client: Pick<FacilitatorClient, "request" | "supported">,
+  signer: TypedDataSigner,
+  p: { token: Address; value: bigint; deadlineSeconds?: number | undefined },
+  options?: RequestOptions,
+): Promise<ApprovalResponse> {
+  const { chainId, manager, supported } = await deployment(client, options);
+  const token = supported.networks.flatMap((n) => n.tokens).find((t) => sameAddress(t.address, p.token));
+  if (token === undefined) {
+    throw new TollgateError("UnsupportedToken", "the facilitator does not serve that token", {
+      details: { token: p.token },
+    });
+  }
+  const info = await getSubscriberInfo(client, signer.address, { ...options, token: p.token });
+  const request = await signApprovalRequest(signer, {
+    manager,
+    domain: { ...token.eip712, chainId, verifyingContract: token.address },
+    value: p.value,
+    nonce: BigInt(info.token?.permitNonce ?? "0"),
+    deadline: BigInt(info.chainTime + (p.deadlineSeconds ?? 600)),
+  });
+  return relayApproval(client, request, options);
 }

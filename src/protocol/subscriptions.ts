@@ -139,6 +139,35 @@ export const SubscribeResponseSchema = z.object({
 });
 export type SubscribeResponse = z.infer<typeof SubscribeResponseSchema>;
 
+/**
+ * `POST /subscriptions/approval` request: an EIP-2612 permit the owner signed for the SubscriptionManager
+ * (the spender), relayed outside a subscribe so a subscriber can top up the allowance its renewals are
+ * pulled from. `nonce` is the token's `nonces(owner)` the permit was signed with, so a used permit is
+ * told apart from a bad signature (409 `NonceAlreadyUsed`).
+ */
+export const ApprovalRequestSchema = z.strictObject({
+  owner: AddressSchema,
+  token: AddressSchema,
+  spender: AddressSchema,
+  value: AtomicAmountSchema,
+  nonce: UintStringSchema,
+  deadline: UintStringSchema,
+  signature: SignatureSchema,
+});
+export type ApprovalRequest = z.infer<typeof ApprovalRequestSchema>;
+
+/** `POST /subscriptions/approval` reply: the permit's transaction and the manager's allowance after it. */
+export const ApprovalResponseSchema = z.object({
+  owner: AddressSchema,
+  token: AddressSchema,
+  spender: AddressSchema,
+  value: AtomicAmountSchema,
+  nonce: UintStringSchema,
+  transaction: Hex32Schema,
+  allowance: AtomicAmountSchema,
+});
+export type ApprovalResponse = z.infer<typeof ApprovalResponseSchema>;
+
 /** Relayed lifecycle actions: `POST /subscriptions/:id/<action>`. */
 export const SubscriptionActionSchema = z.enum(["pause", "resume", "cancel", "overage"]);
 export type SubscriptionAction = z.infer<typeof SubscriptionActionSchema>;

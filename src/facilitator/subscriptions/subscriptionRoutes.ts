@@ -1,6 +1,7 @@
 /**
  * HTTP routes of the relayed subscription API (DESIGN.md §4; docs/subscriptions.md):
  * `GET /plans/:id`, `GET /subscriptions/:id`, `GET /subscribers/:address`, `POST /subscriptions`,
+ * `POST /subscriptions/approval` (a relayed permit topping up the manager's allowance),
  * `POST /subscriptions/:id/{pause|resume|cancel|overage}`.
  */
 import type { Hono } from "hono";
@@ -8,6 +9,7 @@ import { AddressSchema } from "../../protocol/address.ts";
 import { UintStringSchema } from "../../protocol/amount.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import {
+  ApprovalRequestSchema,
   SetMaxOverageRequestSchema,
   SubscribeRequestSchema,
   SubscriptionActionRequestSchema,
@@ -38,6 +40,11 @@ export function mountSubscriptionRoutes(app: Hono, service: SubscriptionService)
   app.post("/subscriptions", async (c) => {
     const request = await readJsonBody(c, SubscribeRequestSchema);
     return c.json(await service.subscribe(request), 201);
+  });
+
+  app.post("/subscriptions/approval", async (c) => {
+    const request = await readJsonBody(c, ApprovalRequestSchema);
+    return c.json(await service.approve(request));
   });
 
   app.post("/subscriptions/:id/:action", async (c) => {

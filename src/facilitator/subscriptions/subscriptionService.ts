@@ -29,6 +29,8 @@ import { getSubscriptionIdFromReceipt } from "../../chain/events/decodeSubscript
 import { canonicalJson } from "../../protocol/canonicalJson.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type {
+  ApprovalRequest,
+  ApprovalResponse,
   PlanInfo,
   SetMaxOverageRequest,
   SubscribeRequest,
@@ -61,6 +63,8 @@ export type SubscriptionService = {
   getSubscription(subscriptionId: bigint): Promise<SubscriptionInfo>;
   getSubscriber(subscriber: Address, token?: Address): Promise<SubscriberInfo>;
   subscribe(request: SubscribeRequest): Promise<SubscribeResponse>;
+  /** Relays an owner-signed permit for the manager (a top-up of the allowance renewals are pulled from). */
+  approve(request: ApprovalRequest): Promise<ApprovalResponse>;
   act(
     subscriptionId: bigint,
     action: SubscriptionAction,
@@ -442,6 +446,109 @@ export function createSubscriptionService(
     });
   }
 
+  // ---- approval top-up ---------------------------------------------------------------------------
+
+  /**
+   * Anyone may post a permit here and the facilitator pays its gas, so only a permit that can serve
+   * this manager's subscriptions is relayed: the spender is the manager, the token is one this
+   * facilitator serves, and the owner holds a live subscription (Active, Paused or PastDue) to a plan
+   * in that token here. A permit's nonce already used on the token is 409 `NonceAlreadyUsed` before
+   * anything is simulated; a bad signature is refused by the simulation (422 `InvalidSignature`). The
+   * relay is keyed by (owner, token, nonce), so two permits with one nonce are one transaction at most.
+   */
+  async function approve(request: ApprovalRequest): Promise<ApprovalResponse> {
+    const owner = getAddress(request.owner);
+    const token = getAddress(request.token);
+    const nonce = BigInt(request.nonce);
+    if (getAddress(request.spender) !== getAddress(manager)) {
+      throw new TollgateError("InvalidRequest", "the permit's spender must be this SubscriptionManager", {
+        details: { reason: "spender", spender: getAddress(request.spender), manager: getAddress(manager) },
+      });
+    }
+    if (!servedTokens.has(token.toLowerCase())) {
+      throw new TollgateError(
+        "UnsupportedToken",
+        "this facilitator does not relay permits for that token (see GET /supported)",
+        { details: { token } },
+      );
+    }
+    const live = await ctx.store.query<{ n: string }>(
+      `SELECT count(*) AS n FROM subscriptions s
+         JOIN plans p ON p.chain_id = s.chain_id AND p.manager = s.manager AND p.plan_id = s.plan_id
+        WHERE s.chain_id = $1 AND s.manager = $2 AND s.subscriber = $3 AND p.token = $4
+          AND s.status IN ('Active', 'Paused', 'PastDue')`,
+      [ctx.chainId, manager.toLowerCase(), owner.toLowerCase(), token.toLowerCase()],
+    );
+    if (Number(live[0]?.n ?? 0) === 0) {
+      throw new TollgateError(
+        "InvalidRequest",
+        "the owner holds no live subscription in that token on this manager: approve it when subscribing",
+        { details: { reason: "no_subscription", owner, token } },
+      );
+    }
+    const used = async () => {
+      const current = await tokenRead(token, "nonces", owner);
+      return current > nonce ? current : undefined;
+    };
+    const usedNonce = (current: bigint) =>
+      new TollgateError("NonceAlreadyUsed", "the permit's nonce has been used on the token", {
+        details: { nonce: request.nonce, currentNonce: current.toString() },
+      });
+    const current = await tokenRead(token, "nonces", owner);
+    if (nonce < current) throw usedNonce(current);
+    if (nonce > current) {
+      throw new TollgateError("InvalidRequest", "the permit's nonce is not the token's next one", {
+        details: { reason: "nonce", nonce: request.nonce, currentNonce: current.toString() },
+      });
+    }
+    const now = await chainTime();
+    if (BigInt(request.deadline) <= BigInt(now)) {
+      throw new TollgateError("AuthorizationExpired", "the permit's deadline has passed on chain", {
+        details: { deadline: request.deadline, chainTime: now },
+      });
+    }
+    const { v, r, s } = signatureArgs(request.signature);
+    const permitCall = {
+      address: token,
+      abi: tollgateUsdAbi,
+      functionName: "permit",
+      args: [owner, manager, BigInt(request.value), BigInt(request.deadline), v, r, s],
+    } as const;
+    let result: ApprovalResponse;
+    try {
+      result = await relay<ApprovalResponse, undefined>(
+        "approval",
+        owner,
+        { owner, token, nonce: request.nonce },
+        {
+          async prepare() {
+            await simulate(permitCall);
+            return { call: { to: token, data: encodeFunctionData(permitCall) }, context: undefined };
+          },
+          async finish(receipt) {
+            return {
+              owner,
+              token,
+              spender: getAddress(manager),
+              value: request.value,
+              nonce: request.nonce,
+              transaction: receipt.transactionHash,
+              allowance: (await tokenRead(token, "allowance", owner, manager)).toString(),
+            };
+          },
+        },
+      );
+    } catch (error) {
+      // Another permit with this nonce (say, in a relayed subscribe) was mined first.
+      const after = await used().catch(() => undefined);
+      if (after !== undefined) throw usedNonce(after);
+      throw error;
+    }
+    // The relay with this nonce was another permit (another value or deadline): this one is spent.
+    if (result.value !== request.value) throw usedNonce(nonce + 1n);
+    return result;
+  }
+
   // ---- lifecycle ---------------------------------------------------------------------------------
 
   async function act(
@@ -539,6 +646,7 @@ export function createSubscriptionService(
       };
     },
     subscribe,
+    approve,
     act,
   };
 }
