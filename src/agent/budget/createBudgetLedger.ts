@@ -49,10 +49,20 @@ export const ReserveRequestSchema = z
     ref: z.string().min(1).max(512).optional(),
     /** How long the hold lasts (default: the ledger's `reservationTtlSeconds`). */
     ttlSeconds: z.int().positive().max(MAX_RESERVATION_TTL_SECONDS).optional(),
+    /**
+     * A subscription's standing hold placed right after this reservation under the same `ref`: the
+     * approval hook is asked once, about `amount + withHold` (the whole commitment), and the next
+     * `hold` of at most `withHold` under that ref, while this reservation lasts, is not asked again.
+     */
+    withHold: z.bigint().nonnegative().optional(),
   })
   .refine((r) => r.kind !== "subscription" || r.ref !== undefined, {
     error: "a subscription spend needs a ref naming the subscription",
     path: ["ref"],
+  })
+  .refine((r) => r.withHold === undefined || r.kind === "subscription", {
+    error: "only a subscription's first period comes with a standing hold",
+    path: ["withHold"],
   });
 export type ReserveRequest = z.input<typeof ReserveRequestSchema>;
 
@@ -86,6 +96,11 @@ export type ApprovalRequest = {
   provider: Address;
   kind: SpendKind;
   ref: string | undefined;
+  /**
+   * The part of `amount` that is a standing hold asked about with a subscription's first period
+   * (`reserve(…, { withHold })`): `amount` is the whole commitment, first period plus hold.
+   */
+  hold?: bigint | undefined;
 };
 
 export type BudgetApproval = {
@@ -294,6 +309,13 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
     throw new TollgateError(ErrorCode.InvalidRequest, "the approval threshold must not be negative");
   }
   const createId = options.createId ?? randomUUID;
+  /**
+   * Holds approved with a subscription's first period (`withHold`), by agent and ref, until that
+   * reservation expires: the next `hold` under the ref, up to the amount, is not asked about again.
+   * In memory: after a restart the hold is simply asked about (never approved without a question).
+   */
+  const approvedHolds = new Map<string, { amount: bigint; until: number }>();
+  const holdKey = (agent: string, ref: string) => `${agent}\n${ref}`;
 
   async function readLimits(tx: Queryable, agent: AgentId, lock: "" | "FOR UPDATE" | "FOR SHARE") {
     const row = await queryOneParsed(
@@ -524,7 +546,11 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
         kind: request.kind,
         ref: request.ref,
       };
-      await askApproval(target, (report) => assertFits(report, agent, target));
+      // One question for a subscription's whole commitment; the limits are checked on the first period.
+      const withHold = request.withHold ?? 0n;
+      const asked: ApprovalRequest =
+        withHold > 0n ? { ...target, amount: request.amount + withHold, hold: withHold } : target;
+      await askApproval(asked, (report) => assertFits(report, agent, target));
       const reservation = await store.transaction(async (tx) => {
         const report = assertFits(await loadReport(tx, agent, "FOR UPDATE"), agent, target);
         const reservedAt = report.at;
@@ -555,6 +581,12 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
           expiresAt,
         } satisfies Reservation;
       });
+      if (withHold > 0n && approval !== undefined && request.ref !== undefined) {
+        approvedHolds.set(holdKey(agent, request.ref), {
+          amount: withHold,
+          until: reservation.expiresAt.getTime(),
+        });
+      }
       logger?.debug(
         { agent, id: reservation.id, amount: request.amount.toString(), kind: request.kind },
         "budget: reserved",
@@ -675,7 +707,12 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
         kind: "subscription",
         ref: request.ref,
       };
-      await askApproval(target, (report) => assertHoldFits(report, agent, target));
+      // Approved with the subscription's first period: not asked again (once, up to what was approved).
+      const approved = approvedHolds.get(holdKey(agent, request.ref));
+      approvedHolds.delete(holdKey(agent, request.ref));
+      if (approved === undefined || approved.amount < request.amount || clock.now() >= approved.until) {
+        await askApproval(target, (report) => assertHoldFits(report, agent, target));
+      }
       const held = await store.transaction(async (tx) => {
         const report = assertHoldFits(await loadReport(tx, agent, "FOR UPDATE"), agent, target);
         const rows = await queryParsed(

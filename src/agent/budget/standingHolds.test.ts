@@ -127,4 +127,65 @@ describe.each<[string, string | undefined]>([
     );
     expect(asked).toEqual([usd("0.6")]);
   });
+
+  it("asks once about a subscription's whole commitment: its first period with the hold placed after it", async () => {
+    const agent = fresh();
+    const asked: { amount: bigint; hold: bigint | undefined; ref: string | undefined }[] = [];
+    const gated = createBudgetLedger({
+      store,
+      clock,
+      approval: {
+        threshold: usd("0.5"),
+        hook: async (r) => {
+          asked.push({ amount: r.amount, hold: r.hold, ref: r.ref });
+          return true;
+        },
+      },
+    });
+    await gated.setLimits(agent, { total: usd("10"), perProvider: { [A]: usd("3") } });
+    // A first period of 0.4 (below the threshold alone) and a hold of 0.9: one question about 1.3.
+    const first = await gated.reserve(agent, {
+      amount: usd("0.4"),
+      provider: A,
+      kind: "subscription",
+      ref: "s6",
+      withHold: usd("0.9"),
+    });
+    await gated.hold(agent, { ref: "s6", provider: A, amount: usd("0.9") });
+    await gated.commit(first, usd("0.4"));
+    expect(asked).toEqual([{ amount: usd("1.3"), hold: usd("0.9"), ref: "s6" }]);
+    // The approval covered that hold once: a later raise under the ref is asked about again.
+    await gated.hold(agent, { ref: "s6", provider: A, amount: usd("0.6") });
+    expect(asked).toHaveLength(2);
+    // Never more than was approved: a hold above `withHold` is asked about on its own.
+    await gated.reserve(agent, {
+      amount: usd("0.1"),
+      provider: A,
+      kind: "subscription",
+      ref: "s7",
+      withHold: usd("0.6"),
+    });
+    await gated.hold(agent, { ref: "s7", provider: A, amount: usd("0.7") });
+    expect(asked.slice(2).map((r) => r.amount)).toEqual([usd("0.7"), usd("0.7")]);
+    // The limits still apply to the hold after the question: the per-provider limit of 3 refuses it.
+    await gated.reserve(agent, {
+      amount: usd("0.1"),
+      provider: A,
+      kind: "subscription",
+      ref: "s8",
+      withHold: usd("0.6"),
+    });
+    await expect(gated.hold(agent, { ref: "s8", provider: A, amount: usd("0.6") })).rejects.toSatisfy((e) =>
+      isTollgateError(e, "BudgetExceeded"),
+    );
+    expect(asked).toHaveLength(5);
+  });
+
+  it("refuses a standing hold with a spend that is not a subscription's first period", async () => {
+    const agent = fresh();
+    await ledger.setLimits(agent, { total: usd("10") });
+    await expect(
+      ledger.reserve(agent, { amount: usd("0.1"), provider: A, kind: "one-time", withHold: usd("0.5") }),
+    ).rejects.toSatisfy((e) => isTollgateError(e, "InvalidRequest"));
+  });
 });

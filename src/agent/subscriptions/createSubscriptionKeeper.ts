@@ -254,12 +254,14 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
         { details: { agent, planId: plan.planId, provider, requested: price.toString() } },
       );
     }
+    // One approval question for the whole commitment: the first period and the hold placed next.
     const reservation = await budget.reserve(agent, {
       amount: price,
       provider,
       kind: "subscription",
       ref,
       ttlSeconds: 900,
+      withHold: commitment.hold,
     });
     try {
       await budget.hold(agent, { ref, provider, amount: commitment.hold });
