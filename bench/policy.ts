@@ -5,6 +5,7 @@
  * one one-time price and one plan (period price, included units, overage price).
  *
  *   npx tsx bench/policy.ts [--workloads 240] [--seed 402] [--patterns steady,bursty,…]
+ *   npx tsx bench/policy.ts --seeds 402,1,7,99,2026   # the summary over seeds, both workload sets
  *
  * Strategies, each replaying the same calls:
  * - hindsight optimum: the least any schedule of one-time payments and subscription periods could have
@@ -22,6 +23,8 @@
  * down, at a random moment inside a period).
  * Under a subscription, calls beyond the included units pay the overage price.
  */
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
 import { decide, type PolicyForecast } from "../src/agent/policy/decide.ts";
@@ -38,8 +41,20 @@ const { values } = parseArgs({
     seed: { type: "string", default: "402" },
     /** Comma-separated; `steady,bursty,ramp-up,ramp-down,on-off` replays the workloads of the first bench. */
     patterns: { type: "string" },
+    /**
+     * Comma-separated seeds: run the bench once per seed on the first bench's five patterns and on all
+     * six, and print each run's summary with the mean and spread over seeds (one seed's aggregate is
+     * dominated by a few large workloads, so a single run says little).
+     */
+    seeds: { type: "string" },
+    /** Print the summary as one JSON line instead of the table (what `--seeds` reads). */
+    json: { type: "boolean", default: false },
   },
 });
+if (values.seeds !== undefined) {
+  summarizeSeeds(values.seeds.split(",").map(Number));
+  process.exit(0);
+}
 const WORKLOADS = Number(values.workloads);
 const SEED = Number(values.seed);
 
@@ -466,9 +481,23 @@ for (let i = 0; i < WORKLOADS; i += 1) {
   });
 }
 const seconds = (performance.now() - started) / 1000;
+const wrong = ["learning: forecast ×4", "learning: forecast ÷4", "learning: no forecast"];
 
 const ratio = (a: bigint, b: bigint) => (b === 0n ? 1 : Number((a * 1_000_000n) / b) / 1_000_000);
 const total = (name: string, subset: Row[] = rows) => subset.reduce((sum, r) => sum + r.costs[name]!, 0n);
+if (values.json) {
+  const of = (name: string) => ratio(total(name), total("hindsight optimum"));
+  console.log(
+    JSON.stringify({
+      seed: SEED,
+      workloads: rows.length,
+      calls: rows.reduce((sum, r) => sum + r.calls, 0),
+      rows: Object.fromEntries(STRATEGIES.map((name) => [name, of(name)])),
+      wrongMean: wrong.reduce((sum, name) => sum + of(name), 0) / wrong.length,
+    }),
+  );
+  process.exit(0);
+}
 const fmt = (x: number) => x.toFixed(3);
 const pad = (text: string, width: number) => text.padEnd(width);
 
@@ -497,7 +526,6 @@ for (const name of STRATEGIES) {
   );
 }
 
-const wrong = ["learning: forecast ×4", "learning: forecast ÷4", "learning: no forecast"];
 const wrongMean = wrong.reduce((sum, name) => sum + ratio(total(name), total("hindsight optimum")), 0) / 3;
 console.log(
   `\nlearning policy, forecasts off by ×4 and ÷4 and no forecast, aggregate averaged: ${fmt(wrongMean)} ` +
@@ -518,3 +546,72 @@ console.log(
     `policy ${formatUnitsExact(total("policy: break-even"))} USDC, pay once ${formatUnitsExact(total("always pay once"))} USDC, ` +
     `subscribe ${formatUnitsExact(total("always subscribe"))} USDC`,
 );
+
+/**
+ * `--seeds`: this bench once per seed and workload set (a child process each, so every run draws its
+ * workloads exactly as a run with `--seed` does), then the mean and spread (min–max) over seeds of the
+ * learning rows, their average over forecasts ×4, ÷4 and none, break-even and the best fixed choice.
+ */
+function summarizeSeeds(seeds: number[]): void {
+  if (seeds.length === 0 || seeds.some((seed) => !Number.isSafeInteger(seed))) {
+    throw new Error("--seeds takes comma-separated integers");
+  }
+  const sets = [
+    { name: "five patterns (the first bench)", patterns: "steady,bursty,ramp-up,ramp-down,on-off" },
+    { name: "six patterns (with shift)", patterns: "steady,bursty,ramp-up,ramp-down,on-off,shift" },
+  ];
+  const shown = [
+    ["×4", "learning: forecast ×4"],
+    ["÷4", "learning: forecast ÷4"],
+    ["none", "learning: no forecast"],
+    ["exact", "learning: exact forecast"],
+    ["break-even", "policy: break-even"],
+    ["best fixed", "best fixed choice"],
+  ] as const;
+  const script = fileURLToPath(import.meta.url);
+  const f3 = (x: number) => x.toFixed(3);
+  console.log(`policy bench over seeds ${seeds.join(", ")} (${values.workloads} workloads each)`);
+  console.log(
+    "spend ÷ hindsight optimum, aggregate per run; avg(×4,÷4,none) is the issue's measure (≤ 1.10)\n",
+  );
+  for (const set of sets) {
+    const runs = seeds.map((seed) => {
+      const child = spawnSync(
+        process.execPath,
+        [
+          ...process.execArgv,
+          script,
+          "--json",
+          "--seed",
+          String(seed),
+          "--workloads",
+          String(values.workloads),
+          "--patterns",
+          set.patterns,
+        ],
+        { encoding: "utf8", maxBuffer: 1 << 20 },
+      );
+      if (child.status !== 0) throw new Error(`seed ${seed}: ${child.stderr}`);
+      return JSON.parse(child.stdout.trim().split("\n").pop()!) as {
+        seed: number;
+        rows: Record<string, number>;
+        wrongMean: number;
+      };
+    });
+    console.log(set.name);
+    const header = ["seed", "avg(×4,÷4,none)", ...shown.map(([label]) => label)];
+    console.log(`  ${header.map((h) => h.padStart(h === "seed" ? 6 : 10)).join(" ")}`);
+    for (const run of runs) {
+      const cells = [f3(run.wrongMean), ...shown.map(([, name]) => f3(run.rows[name]!))];
+      console.log(`  ${String(run.seed).padStart(6)} ${cells.map((c) => c.padStart(10)).join(" ")}`);
+    }
+    const columns = [
+      runs.map((r) => r.wrongMean),
+      ...shown.map(([, name]) => runs.map((r) => r.rows[name]!)),
+    ];
+    const mean = columns.map((c) => f3(c.reduce((a, b) => a + b, 0) / c.length));
+    const spread = columns.map((c) => `${f3(Math.min(...c))}–${f3(Math.max(...c))}`);
+    console.log(`  ${"mean".padStart(6)} ${mean.map((c) => c.padStart(10)).join(" ")}`);
+    console.log(`  ${"range".padStart(6)} ${spread.map((c) => c.padStart(10)).join(" ")}\n`);
+  }
+}
