@@ -194,7 +194,7 @@ describe("every movement of the agent's money is in its ledger and inside its li
     expect(await allowanceOf(account.address)).toBe(report.subscriptions.held);
   }, 120_000);
 
-  it("renews once on what was approved, and the watcher records the renewal", async () => {
+  it("renews on what was approved, and the watcher records the renewal and tops the approval up to the hold", async () => {
     const key = await newWallet({ total: usd("1") }, "renewer");
     const agent = await agentProcess("renewer", key);
     const before = await balanceOf(agent.account.address);
@@ -212,7 +212,9 @@ describe("every movement of the agent's money is in its ledger and inside its li
     expect(synced).toMatchObject({ subscriptionId: id, pulled: usd("0.10"), recorded: usd("0.05") });
     const report = await agent.budget.report("renewer");
     expect(report.spent.total).toBe(loss);
-    expect(await allowanceOf(agent.account.address)).toBe(usd("0.04"));
+    // The hold is grown back to the next renewal and its cap, and the approval topped up to it.
+    expect(report.subscriptions.held).toBe(usd("0.09"));
+    expect(await allowanceOf(agent.account.address)).toBe(report.subscriptions.held);
   }, 120_000);
 
   it("the review's drain: a seller deducting and collecting three times takes no more than the budget, and the ledger shows every unit", async () => {

@@ -12,7 +12,9 @@
  * - `sync()` reads what each subscription has pulled on chain and records it in the ledger from its hold
  *   (idempotently: the ledger keeps the running total per subscription). A subscription that took more
  *   than its hold is paused (relayed, subscriber-signed) and reported; one that was cancelled or whose
- *   renewal failed is ended and its hold released.
+ *   renewal failed is ended and its hold released. When a renewal has used the approval, the hold is
+ *   grown back to the next renewal and its cap and the approval topped up to match (a relayed permit,
+ *   `POST /subscriptions/approval`), so a subscription the budget holds renews period after period.
  *
  * Invariant: for each subscription, ledger spend = first period + max(estimates, chain pulls − first
  * period); with the approval no larger than the holds, the chain cannot pull more than the budget holds.
@@ -21,6 +23,7 @@ import { randomUUID } from "node:crypto";
 import type { Address } from "viem";
 import type { Payer } from "../../client/createPayer.ts";
 import {
+  approveThroughFacilitator,
   getPlanInfo,
   getSubscriberInfo,
   getSubscriptionInfo,
@@ -48,10 +51,10 @@ import {
 import { readSubscriptionPulls, type SubscriptionEventReader } from "./readSubscriptionPulls.ts";
 import { subscriptionCommitment } from "./subscriptionCommitment.ts";
 
-/** What the keeper needs of a payer. */
+/** What the keeper needs of a payer (`account` signs the approval top-ups; without it none is made). */
 export type KeeperPayer = Pick<
   Payer,
-  "address" | "network" | "facilitator" | "subscribe" | "pause" | "cancel" | "setMaxOverage"
+  "address" | "network" | "facilitator" | "subscribe" | "pause" | "cancel" | "setMaxOverage" | "account"
 >;
 
 export type SubscriptionAlert = {
@@ -125,8 +128,10 @@ export type SubscriptionKeeper = {
    * Raises the overage cap of an Active subscription by up to `max(includedUnits, 10)` units' worth,
    * holding the raise in the budget first (a cap granted but not used is already held, so the room
    * left is free room). Resolves false when there is no room for one unit: the gate's refusal stands.
-   * The raise is not added to the token approval (no relayed permit without a subscribe): it takes
-   * from the approval held for the next renewal, which then fails sooner rather than overspend.
+   * The raise is held first, then added to the token approval (a relayed permit for the allowance
+   * plus the raise), so it does not take from the approval held for the next renewal. If the permit
+   * cannot be relayed the raise still stands and takes from that approval (the renewal then fails
+   * sooner rather than overspend).
    */
   raiseCap(
     subscriptionId: bigint,
@@ -441,6 +446,42 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
     options.onAlert?.(event);
   };
 
+  /** Relays a permit setting the manager's allowance over `token` to `value` (no-op without a signer). */
+  const approve = async (token: Address, value: bigint, why: string) => {
+    const signer = payer.account;
+    if (signer === undefined) return false;
+    try {
+      await approveThroughFacilitator(payer.facilitator, signer, { token, value });
+      options.logger?.info({ agent, token, approval: value.toString(), why }, "approval topped up");
+      return true;
+    } catch (error) {
+      options.logger?.warn({ agent, err: error, why }, "could not top up the approval");
+      return false;
+    }
+  };
+
+  /**
+   * Tops the wallet's approval up to what the budget holds for its subscriptions (the holds of every
+   * live subscription of the wallet on this manager, of any agent sharing it) plus what this agent's
+   * ledger recorded but the chain has not pulled yet (metered use the gate deducts later: already spent
+   * in the ledger, and still to come out of the allowance). Never lowers it, never sets it above that.
+   * Only when the agent's subscriptions are in one token: holds are not kept per token.
+   */
+  const topUpApproval = async (tokens: Set<string>, pending: bigint) => {
+    if (tokens.size !== 1 || payer.account === undefined) return;
+    const token = [...tokens][0] as Address;
+    const target =
+      (await otherHoldsOfWallet(store, {
+        subscriber: payer.address,
+        manager: await manager(),
+        exceptId: "",
+      })) + pending;
+    const info = await getSubscriberInfo(payer.facilitator, payer.address, { token });
+    const allowance = BigInt(info.token?.allowance ?? "0");
+    if (allowance >= target) return;
+    await approve(token, target, "the budget holds the next renewal");
+  };
+
   /**
    * Keeps the hold of an Active subscription at what it can take before the next look: the rest of
    * this period's cap, the next renewal and its cap. When the budget cannot hold that and the wallet's
@@ -494,6 +535,8 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
         throw new TollgateError("InvalidRequest", "watching subscriptions needs a chain client (an RPC)");
       }
       const out: SyncedSubscription[] = [];
+      const tokens = new Set<string>();
+      let pending = 0n;
       for (const record of await listLiveSubscriptions(store, agent)) {
         if (record.subscriptionId === undefined) continue;
         const plan = await planInfo(record.planId);
@@ -547,6 +590,10 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
         ) {
           action = "paused";
         }
+        if (action === "none") {
+          tokens.add(plan.token.toLowerCase());
+          if (charged.charged > beyondFirst) pending += charged.charged - beyondFirst;
+        }
         out.push({
           subscriptionId: record.subscriptionId,
           planId: record.planId,
@@ -556,6 +603,7 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
           action,
         });
       }
+      await topUpApproval(tokens, pending);
       return out;
     },
 
@@ -590,6 +638,9 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
           return undefined;
         throw error;
       }
+      // The raise is held: the approval may grow by as much (it stays within what the budget holds).
+      const wallet = await getSubscriberInfo(payer.facilitator, payer.address, { token: info.token });
+      await approve(info.token as Address, BigInt(wallet.token?.allowance ?? "0") + step, "cap raised");
       const maxOverage = BigInt(info.maxOverage) + step;
       await payer.setMaxOverage(subscriptionId, maxOverage);
       return { maxOverage };

@@ -7,7 +7,8 @@
  * the cap per period; a renewal when due, PastDue when the pull fails; nothing pulled while Paused or
  * Cancelled). The agent's steps mirror createSubscriptionKeeper: subscribe with
  * `subscriptionCommitment`, approve exactly the holds, record what the chain pulled, pause what took
- * more than its hold or cannot be held another period, end what went PastDue. The watcher looks once
+ * more than its hold or cannot be held another period, end what went PastDue, top the approval up to
+ * the holds after a look (a relayed permit) and by a cap raise's step when the raise is held. The watcher looks once
  * per period, before time moves on (docs/budgets.md: it must run more often than the shortest plan
  * interval). test/agent.subscriptionBudget.test.ts runs the same rules on a real devnet.
  */
@@ -141,6 +142,10 @@ describe("a subscription budget against random sellers", () => {
           }
         }
       }
+      // The approval top-up: up to what the live subscriptions hold, never above it, never lowered.
+      let holds = 0n;
+      for (const sub of world.subs) if (!sub.ended) holds += await heldOf(sub);
+      if (world.allowance < holds) world.allowance = holds;
     };
 
     const check = async () => {
@@ -219,6 +224,7 @@ describe("a subscription budget against random sellers", () => {
           const step = room !== undefined && room < action.step ? room : action.step;
           if (step <= 0n) break;
           await ledger.hold(agent, { ref: sub.ref, provider: sub.provider, amount: step });
+          world.allowance += step; // the raise's permit: the allowance plus the held step
           sub.cap += step;
           break;
         }
