@@ -121,6 +121,23 @@ describe("renewals inside the budget", () => {
   }, 180_000);
 });
 
+describe("cap raises", () => {
+  it("hold the raise, then add it to the approval, so the next renewal's approval stays whole", async () => {
+    const agent = await subscribedAgent("raises-cap");
+    const before = await allowanceOf(agent.account.address);
+    const raised = await agent.keeper.raiseCap(agent.subscriptionId, {
+      overageUnitPrice: usd("0.002"),
+      includedUnits: 5,
+    });
+    // Ten units' worth: 0.02 more cap, held and approved.
+    expect(raised).toEqual({ maxOverage: usd("0.04") });
+    const report = await agent.budget.report("raises-cap");
+    expect(report.subscriptions.held).toBe(usd("0.09") + usd("0.02"));
+    expect(await allowanceOf(agent.account.address)).toBe(before + usd("0.02"));
+    expect(await allowanceOf(agent.account.address)).toBe(report.subscriptions.held);
+  }, 120_000);
+});
+
 describe("the watcher's cancel check", () => {
   it("cancels, through the keeper, a subscription the learned demand no longer justifies", async () => {
     const alerts: SubscriptionAlert[] = [];
