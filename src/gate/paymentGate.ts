@@ -504,13 +504,21 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     }
     // A metered charge reserved for a failed request is not handed back: the usage ledger has no
     // way to undo a reservation that a flush may already have batched (see docs/gate.md).
-    if (outcome.kind === "pass")
+    if (outcome.kind === "pass") {
+      // The subscriber learns what this metered request counted and was charged, so its own ledger can
+      // record it (docs/protocol.md). Only the token's signer, the subscriber, gets this answer.
+      const headers = new Headers();
+      if (outcome.subscription.units > 0 && outcome.subscription.unitsUsed !== undefined) {
+        headers.set(HeaderName.Units, outcome.subscription.units.toString());
+        headers.set(HeaderName.OverageCharge, outcome.subscription.charge.toString());
+      }
       return {
         kind: "pass",
         subscription: served(outcome.subscription),
-        headers: new Headers(),
+        headers,
         complete: completeNothing,
       };
+    }
     if (outcome.kind === "busy") {
       return {
         kind: "respond",

@@ -20,6 +20,16 @@ export const HeaderName = {
   Subscription: "X-Tollgate-Sub",
   /** Client → gate: sub-auth token (§2.5). */
   SubscriptionAuth: "X-Tollgate-Sub-Auth",
+  /**
+   * Gate → subscriber on a metered request served under its subscription: the units this request
+   * counted (decimal). Sent only in answer to the subscriber's own authenticated request.
+   */
+  Units: "X-Tollgate-Units",
+  /**
+   * Gate → subscriber, with `X-Tollgate-Units`: the overage this request was charged, smallest unit
+   * (decimal; `0` within the included units). Settled on chain later, in a batch.
+   */
+  OverageCharge: "X-Tollgate-Overage",
   /** x402 v2, gate → client on 402: `base64(JSON(X402PaymentRequired))` (§2.7). */
   X402PaymentRequired: "PAYMENT-REQUIRED",
   /** x402 v2, client → gate: `base64(JSON(X402PaymentPayload))`. */
