@@ -38,6 +38,7 @@ import { HeaderName } from "../protocol/header.ts";
 import { type PaymentOption, planTermsOf } from "../protocol/paymentRequired.ts";
 import type { BudgetLedger, Reservation } from "./budget/createBudgetLedger.ts";
 import { callAllowanceExceeded, callAllowanceOf } from "./callAllowance.ts";
+import { listedUnitsPerCall, meteredCharge, readStatedCharge } from "./meteredCharge.ts";
 import {
   checkPaymentRequired,
   checkPinnedPayee,
@@ -142,27 +143,30 @@ type MeteredPlan = {
 export type UsageMeter = {
   planAt(origin: string): MeteredPlan | undefined;
   remember(origin: string, plan: MeteredPlan): void;
-  /** Counts one call; returns what it costs beyond the included units. */
-  count(plan: MeteredPlan, nowMs: number): bigint;
+  /** Counts one call of `units` units (default 1); returns what it costs beyond the included units. */
+  count(plan: MeteredPlan, nowMs: number, units?: number): bigint;
 };
 
 export function createUsageMeter(): UsageMeter {
   const plans = new Map<string, MeteredPlan>();
-  const cycles = new Map<string, { since: number; calls: number }>();
+  const cycles = new Map<string, { since: number; units: number }>();
   return {
     planAt: (origin) => plans.get(origin),
     remember: (origin, plan) => {
       plans.set(origin, plan);
     },
-    count(plan, nowMs) {
+    count(plan, nowMs, units = 1) {
       const key = `${plan.provider.toLowerCase()}:${plan.planId}`;
       let cycle = cycles.get(key);
       if (cycle === undefined || nowMs - cycle.since >= plan.interval * 1000) {
-        cycle = { since: nowMs, calls: 0 };
+        cycle = { since: nowMs, units: 0 };
         cycles.set(key, cycle);
       }
-      cycle.calls++;
-      return cycle.calls > plan.includedUnits ? plan.overageUnitPrice : 0n;
+      // Units past the included ones, of those this call adds (as the gate counts them).
+      const before = Math.max(cycle.units - plan.includedUnits, 0);
+      cycle.units += units;
+      const after = Math.max(cycle.units - plan.includedUnits, 0);
+      return plan.overageUnitPrice * BigInt(after - before);
     },
   };
 }
@@ -471,13 +475,12 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
     };
 
     try {
-      // A held metered plan may charge one call's overage: the allowance holds it before the call.
+      // A held metered plan may charge one call's overage (its listed units): the allowance holds it first.
       const heldPlan = usedSubscription ? meter.planAt(origin) : undefined;
       if (allowance !== undefined && heldPlan !== undefined && heldPlan.overageUnitPrice > 0n) {
-        if (!allowance.take(heldPlan.overageUnitPrice)) {
-          throw callAllowanceExceeded(capability.name, allowance, heldPlan.overageUnitPrice);
-        }
-        allowanceHeld += heldPlan.overageUnitPrice;
+        const most = heldPlan.overageUnitPrice * BigInt(listedUnitsPerCall(listing, heldPlan.planId));
+        if (!allowance.take(most)) throw callAllowanceExceeded(capability.name, allowance, most);
+        allowanceHeld += most;
       }
       let response: Response | undefined;
       for (let attempt = 0; response === undefined; attempt++) {
@@ -521,10 +524,17 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       if (metered !== undefined) {
         provider ??= metered.provider;
         if (mode === "free") mode = "subscription";
-        const overage = meter.count(metered, Date.now());
+        // What the gate says this call was charged, but never less than the listing's units per call
+        // give on the tool's own count (meteredCharge.ts): the seller is not trusted with the ledger.
+        const { charge: overage } = meteredCharge(
+          readStatedCharge(response.headers, metered),
+          listedUnitsPerCall(listing, metered.planId),
+          (units) => meter.count(metered, Date.now(), units),
+        );
         if (overage > 0n) {
           // Past the included units the gate deducts the overage on chain; the budget records it now,
-          // from the subscription's hold (the watcher reconciles with what the chain pulled).
+          // from the subscription's hold. The watcher charges the hold's running total from the chain
+          // (`charge({ total })`): only what the chain pulled beyond what is recorded is new.
           const heldId = payer.subscriptions?.forOrigin(origin)?.subscriptionId;
           if (heldId === undefined || !(await keeper.chargeUsage(heldId, overage))) {
             const r = await budget.reserve(agent, {

@@ -1,0 +1,89 @@
+import { describe, expect, it } from "vitest";
+import { HeaderName } from "../protocol/header.ts";
+import { listedUnitsPerCall, meteredCharge, readStatedCharge } from "./meteredCharge.ts";
+import type { OfferListing } from "./offerCheck.ts";
+
+const plan = { overageUnitPrice: 2_000n };
+const headers = (units: string | undefined, charge: string | undefined) => {
+  const h = new Headers();
+  if (units !== undefined) h.set(HeaderName.Units, units);
+  if (charge !== undefined) h.set(HeaderName.OverageCharge, charge);
+  return h;
+};
+
+describe("readStatedCharge", () => {
+  it("reads the units and the overage a gate states", () => {
+    expect(readStatedCharge(headers("5", "6000"), plan)).toEqual({ units: 5, charge: 6_000n });
+    expect(readStatedCharge(headers(" 5 ", "0"), plan)).toEqual({ units: 5, charge: 0n });
+  });
+
+  it("ignores a missing, malformed or inconsistent statement", () => {
+    for (const [units, charge] of [
+      [undefined, "6000"],
+      ["5", undefined],
+      ["-5", "6000"],
+      ["5.0", "6000"],
+      ["0x5", "6000"],
+      ["5", "1e4"],
+      ["99999999999", "0"],
+      ["5", "6001"], // not a whole number of units' overage
+      ["5", "12000"], // more than every unit's overage
+    ] as const) {
+      expect(readStatedCharge(headers(units, charge), plan)).toBeUndefined();
+    }
+    expect(readStatedCharge(headers("5", "1"), { overageUnitPrice: 0n })).toBeUndefined();
+  });
+});
+
+describe("meteredCharge", () => {
+  const estimate = (perUnit: bigint, pastIncluded: number) => (units: number) =>
+    perUnit * BigInt(Math.max(0, units - pastIncluded));
+
+  it("records the gate's charge when it is at least the tool's own count", () => {
+    expect(meteredCharge({ units: 5, charge: 6_000n }, 5, estimate(2_000n, 2))).toEqual({
+      units: 5,
+      charge: 6_000n,
+      source: "gate",
+    });
+    // A tool without a listing counts 1 unit a call: the gate's 5 decide.
+    expect(meteredCharge({ units: 5, charge: 6_000n }, 1, estimate(2_000n, 2)).charge).toBe(6_000n);
+  });
+
+  it("never records less than the listed units per call give", () => {
+    // Missing headers: the listing's 5 units.
+    expect(meteredCharge(undefined, 5, estimate(2_000n, 2))).toEqual({
+      units: 5,
+      charge: 6_000n,
+      source: "listing",
+    });
+    // A seller stating 1 unit and nothing charged for a capability listed at 5.
+    expect(meteredCharge({ units: 1, charge: 0n }, 5, estimate(2_000n, 2))).toEqual({
+      units: 5,
+      charge: 6_000n,
+      source: "listing",
+    });
+  });
+});
+
+describe("listedUnitsPerCall", () => {
+  const listing = {
+    pricing: [
+      { type: "one-time", amount: "10000" },
+      {
+        type: "metered",
+        planId: "7",
+        amount: "50000",
+        interval: 60,
+        includedUnits: 2,
+        overageUnitPrice: "2000",
+        unitsPerCall: 5,
+      },
+    ],
+  } as unknown as OfferListing;
+
+  it("is the metered entry's units per call for the plan, else 1", () => {
+    expect(listedUnitsPerCall(listing, "7")).toBe(5);
+    expect(listedUnitsPerCall(listing, "8")).toBe(1);
+    expect(listedUnitsPerCall(undefined, "7")).toBe(1);
+  });
+});
