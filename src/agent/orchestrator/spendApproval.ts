@@ -58,7 +58,12 @@ export function approvalHook(
 ): (request: ApprovalRequest) => Promise<boolean> {
   return async (request) => {
     const grant = currentSpendGrant();
-    if (grant !== undefined) return request.amount <= grant.upTo;
+    if (grant !== undefined) {
+      // A subscription comes as one question (first period + hold, `hold` naming the latter): the grant
+      // covers each part up to what was approved, as it did when they were asked about separately.
+      const hold = request.hold ?? 0n;
+      return request.amount - hold <= grant.upTo && hold <= grant.upTo;
+    }
     return fallback === undefined ? false : fallback(request);
   };
 }

@@ -310,7 +310,11 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       approval: await approvalFor(
         store,
         agent,
-        approvalHook((r) => yes(`Approve spending ${usdc(r.amount)} with ${r.provider} (${r.kind})?`)),
+        approvalHook((r) =>
+          yes(
+            `Approve spending ${usdc(r.amount)} with ${r.provider} (${r.kind}${r.hold === undefined ? "" : `: the first period ${usdc(r.amount - r.hold)}, and ${usdc(r.hold)} held for its overage and next renewal`})?`,
+          ),
+        ),
       ),
     });
     if ((await budget.getLimits(agent)) === undefined) {
