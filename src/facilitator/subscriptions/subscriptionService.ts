@@ -539,8 +539,12 @@ export function createSubscriptionService(
         },
       );
     } catch (error) {
-      // Another permit with this nonce (say, in a relayed subscribe) was mined first.
-      const after = await used().catch(() => undefined);
+      // Another permit with this nonce (say, in a relayed subscribe) was mined first: the simulation
+      // then fails on the signature, or the permit reverts once mined. Other errors stand as they are.
+      const refused =
+        error instanceof TollgateError &&
+        (error.code === "InvalidSignature" || typeof error.details?.transaction === "string");
+      const after = refused ? await used().catch(() => undefined) : undefined;
       if (after !== undefined) throw usedNonce(after);
       throw error;
     }
