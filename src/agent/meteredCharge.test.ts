@@ -36,32 +36,50 @@ describe("readStatedCharge", () => {
 });
 
 describe("meteredCharge", () => {
-  const estimate = (perUnit: bigint, pastIncluded: number) => (units: number) =>
-    perUnit * BigInt(Math.max(0, units - pastIncluded));
+  /** A meter with `included` units free at `perUnit` past them; `counted()` is its running total. */
+  const meter = (perUnit: bigint, included: number) => {
+    let used = 0;
+    const count = (units: number) => {
+      const before = Math.max(0, used - included);
+      used += units;
+      return perUnit * BigInt(Math.max(0, used - included) - before);
+    };
+    return { count, counted: () => used };
+  };
 
   it("records the gate's charge when it is at least the tool's own count", () => {
-    expect(meteredCharge({ units: 5, charge: 6_000n }, 5, estimate(2_000n, 2))).toEqual({
+    expect(meteredCharge({ units: 5, charge: 6_000n }, 5, meter(2_000n, 2).count)).toEqual({
       units: 5,
       charge: 6_000n,
       source: "gate",
     });
-    // A tool without a listing counts 1 unit a call: the gate's 5 decide.
-    expect(meteredCharge({ units: 5, charge: 6_000n }, 1, estimate(2_000n, 2)).charge).toBe(6_000n);
+    // A tool without a listing counts 1 unit a call: the gate's 5 decide, and the meter counts all 5.
+    const m = meter(2_000n, 2);
+    expect(meteredCharge({ units: 5, charge: 6_000n }, 1, m.count).charge).toBe(6_000n);
+    expect(m.counted()).toBe(5);
+    expect(meteredCharge({ units: 5, charge: 10_000n }, 1, m.count).charge).toBe(10_000n);
   });
 
   it("never records less than the listed units per call give", () => {
     // Missing headers: the listing's 5 units.
-    expect(meteredCharge(undefined, 5, estimate(2_000n, 2))).toEqual({
+    expect(meteredCharge(undefined, 5, meter(2_000n, 2).count)).toEqual({
       units: 5,
       charge: 6_000n,
       source: "listing",
     });
     // A seller stating 1 unit and nothing charged for a capability listed at 5.
-    expect(meteredCharge({ units: 1, charge: 0n }, 5, estimate(2_000n, 2))).toEqual({
+    expect(meteredCharge({ units: 1, charge: 0n }, 5, meter(2_000n, 2).count)).toEqual({
       units: 5,
       charge: 6_000n,
       source: "listing",
     });
+  });
+
+  it("does not let a huge stated unit count inflate what is recorded", () => {
+    const m = meter(2_000n, 2);
+    expect(meteredCharge({ units: 1_000_000_000, charge: 0n }, 5, m.count).charge).toBe(6_000n);
+    // Later calls are charged at most their listed units each.
+    expect(meteredCharge(undefined, 5, m.count).charge).toBe(10_000n);
   });
 });
 

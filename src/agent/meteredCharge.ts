@@ -4,8 +4,9 @@
  * seller is not trusted with the agent's ledger, so the paid tool records the larger of what the gate
  * states and what its own count gives at the listed units per call.
  *
- * Invariant: the recorded charge is never below the overage of `max(stated units, listed units)` past
- * the included units on the tool's own count, and never below a consistent stated charge. A charge
+ * Invariant: the recorded charge is never below the overage of the listed units per call past the
+ * included units on the tool's own count, nor below a consistent stated charge, and never above the
+ * larger of the two. A charge
  * recorded above what the chain later deducts stays recorded (the ledger keeps the larger of the two
  * per subscription); one recorded below is topped up by the watcher from the chain's events.
  */
@@ -51,17 +52,20 @@ export function listedUnitsPerCall(listing: OfferListing | undefined, planId: st
 
 /**
  * The charge to record for one call: the larger of the gate's consistent statement and the tool's own
- * estimate (`estimate(units)`, the meter's overage for that many units this cycle). The meter counts
- * the larger of the stated and listed units, so a seller stating fewer units than it listed changes
- * nothing, and one stating more is counted at its word.
+ * floor, the overage of the listed units on its count (`count(units)` adds units to the meter's
+ * period and returns their overage). Stated units beyond the listed ones are counted too, so the
+ * meter stays level with the gate for later calls, but they are charged only as the gate states:
+ * a seller naming a huge unit count cannot make the tool record more than its own statement, or
+ * than the listed units of each later call.
  */
 export function meteredCharge(
   stated: StatedCharge | undefined,
   listedUnits: number,
-  estimate: (units: number) => bigint,
+  count: (units: number) => bigint,
 ): { units: number; charge: bigint; source: "gate" | "listing" } {
+  const floor = count(listedUnits);
+  if (stated !== undefined && stated.units > listedUnits) count(stated.units - listedUnits);
   const units = stated === undefined ? listedUnits : Math.max(stated.units, listedUnits);
-  const own = estimate(units);
-  if (stated !== undefined && stated.charge >= own) return { units, charge: stated.charge, source: "gate" };
-  return { units, charge: own, source: "listing" };
+  if (stated !== undefined && stated.charge >= floor) return { units, charge: stated.charge, source: "gate" };
+  return { units, charge: floor, source: "listing" };
 }
