@@ -136,9 +136,10 @@ type MeteredPlan = {
 };
 
 /**
- * Counts an agent's subscribed calls per plan within the current period, so calls past the included
- * units are charged to the budget at the overage price as they happen (the gate deducts the same
- * amounts on chain). The period is counted from the first call seen; a renewal starts a new count.
+ * Counts the units of an agent's subscribed calls per plan within the current period, so units past
+ * the included ones are charged to the budget at the overage price as they happen (the gate deducts
+ * the same amounts on chain). The period is counted from the first call seen; a renewal starts a new
+ * count. It is the floor under what a gate states a call cost (meteredCharge.ts).
  */
 export type UsageMeter = {
   planAt(origin: string): MeteredPlan | undefined;
