@@ -33,6 +33,7 @@ import {
 } from "../client/fetchWithPayment.ts";
 import { createX402Payment } from "../client/payX402.ts";
 import { formatUnitsExact } from "../protocol/amount.ts";
+import { type Clock, systemClock } from "../protocol/clock.ts";
 import { isTollgateError, TollgateError } from "../protocol/errors.ts";
 import { HeaderName } from "../protocol/header.ts";
 import { type PaymentOption, planTermsOf } from "../protocol/paymentRequired.ts";
@@ -118,6 +119,8 @@ export type PaidToolOptions = {
    * the budget, metered charges. Default: a keeper over the budget's store (share one per agent).
    */
   subscriptions?: SubscriptionKeeper | undefined;
+  /** Time for the meter's cycles and redeemable proofs' expiry (default: the system clock). */
+  clock?: Clock | undefined;
 };
 
 /** Retries of a call after its subscription's overage cap was raised. */
@@ -216,6 +219,7 @@ const DEFAULT_MAX_PRICE = 1_000_000n;
  */
 export function paidTool(capability: RemoteCapability, options: PaidToolOptions): StructuredToolInterface {
   const fetch = options.fetch ?? globalThis.fetch;
+  const clock = options.clock ?? systemClock;
   const { agent, payer, budget } = options;
   const meter = options.meter ?? createUsageMeter();
   const keeper =
@@ -489,7 +493,7 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
           const request = attempt === 0 ? firstRequest : requestFor(capability, args);
           // A proof paid for earlier and given back by this seller goes first: no new payment if it serves.
           redeemed =
-            attempt === 0 && usedSubscription === false ? redeemable.take(target, Date.now()) : undefined;
+            attempt === 0 && usedSubscription === false ? redeemable.take(target, clock.now()) : undefined;
           if (redeemed !== undefined) request.headers.set(HeaderName.Payment, redeemed.header);
           response = await paidFetch(request);
           // Answered 5xx again (and no new payment was made): the seller gave the proof back once more.
@@ -530,7 +534,7 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         const { charge: overage } = meteredCharge(
           readStatedCharge(response.headers, metered),
           listedUnitsPerCall(listing, metered.planId),
-          (units) => meter.count(metered, Date.now(), units),
+          (units) => meter.count(metered, clock.now(), units),
         );
         if (overage > 0n) {
           // Past the included units the gate deducts the overage on chain; the budget records it now,
