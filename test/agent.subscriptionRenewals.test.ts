@@ -25,13 +25,17 @@ import {
 } from "../src/agent/subscriptions/createSubscriptionKeeper.ts";
 import { watchSubscriptions } from "../src/agent/subscriptions/watchSubscriptions.ts";
 import { collect } from "../src/chain/actions/subscriptions/collect.ts";
-import { getTokenAllowance } from "../src/chain/actions/usd/getTokenAllowance.ts";
-import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { getSubscriptionInfo } from "../src/client/facilitatorSubscriptions.ts";
 import { parseUnitsExact as usd } from "../src/protocol/amount.ts";
 import { createFixedClock, systemClock } from "../src/protocol/clock.ts";
-import { type AgentStack, startAgentStack } from "./support/agentStack.ts";
+import {
+  type AgentStack,
+  managerAllowanceOf,
+  sellerNamed,
+  startAgentStack,
+  usdBalanceOf,
+} from "./support/agentStack.ts";
 
 const TEXT = "The harbour reopened on Monday. Traders said the catch was excellent and prices fell.";
 const DAY = 86_400;
@@ -40,23 +44,15 @@ let sentiment: MarketplaceSeller;
 
 beforeAll(async () => {
   stack = await startAgentStack();
-  const found = stack.marketplace.sellers.find((s) => s.name === "sentiment");
-  if (found === undefined) throw new Error("no sentiment seller");
-  sentiment = found;
+  sentiment = sellerNamed(stack, "sentiment");
 }, 120_000);
 
 afterAll(async () => {
   await stack?.stop();
 });
 
-const balanceOf = (owner: Address) =>
-  getTokenBalance(stack.devnet.publicClient, { token: stack.devnet.contracts.usd, owner });
-const allowanceOf = (owner: Address) =>
-  getTokenAllowance(stack.devnet.publicClient, {
-    token: stack.devnet.contracts.usd,
-    owner,
-    spender: stack.devnet.contracts.subscriptionManager,
-  });
+const balanceOf = (owner: Address) => usdBalanceOf(stack, owner);
+const allowanceOf = (owner: Address) => managerAllowanceOf(stack, owner);
 
 /** An agent with a fresh funded wallet and a budget; its first call subscribes to sentiment's plan. */
 async function subscribedAgent(name: string, alerts: SubscriptionAlert[] = []) {

@@ -3,7 +3,10 @@
  * facilitator's store, and the marketplace specialists of agents/ registered with it.
  */
 import pino from "pino";
-import { type Marketplace, startMarketplace } from "../../agents/marketplace.ts";
+import type { Address } from "viem";
+import { type Marketplace, type MarketplaceSeller, startMarketplace } from "../../agents/marketplace.ts";
+import { getTokenAllowance } from "../../src/chain/actions/usd/getTokenAllowance.ts";
+import { getTokenBalance } from "../../src/chain/actions/usd/getTokenBalance.ts";
 import { type Devnet, startDevnet } from "../../src/chain/startDevnet.ts";
 import type { RunningServer } from "../../src/facilitator/createFacilitator.ts";
 import { serveMarket } from "../../src/market/createMarket.ts";
@@ -50,4 +53,25 @@ export async function startAgentStack(): Promise<AgentStack> {
     await stop();
     throw error;
   }
+}
+
+/** The marketplace seller named `name`; throws when the stack has none. */
+export function sellerNamed(stack: AgentStack, name: string): MarketplaceSeller {
+  const found = stack.marketplace.sellers.find((s) => s.name === name);
+  if (found === undefined) throw new Error(`no ${name} seller`);
+  return found;
+}
+
+/** An address's devnet USD balance. */
+export function usdBalanceOf(stack: AgentStack, owner: Address): Promise<bigint> {
+  return getTokenBalance(stack.devnet.publicClient, { token: stack.devnet.contracts.usd, owner });
+}
+
+/** What `owner` lets the SubscriptionManager pull in devnet USD. */
+export function managerAllowanceOf(stack: AgentStack, owner: Address): Promise<bigint> {
+  return getTokenAllowance(stack.devnet.publicClient, {
+    token: stack.devnet.contracts.usd,
+    owner,
+    spender: stack.devnet.contracts.subscriptionManager,
+  });
 }
