@@ -145,14 +145,11 @@ export type SubscribeResponse = z.infer<typeof SubscribeResponseSchema>;
  * pulled from. `nonce` is the token's `nonces(owner)` the permit was signed with, so a used permit is
  * told apart from a bad signature (409 `NonceAlreadyUsed`).
  */
-export const ApprovalRequestSchema = z.strictObject({
+export const ApprovalRequestSchema = PermitSchema.extend({
   owner: AddressSchema,
   token: AddressSchema,
   spender: AddressSchema,
-  value: AtomicAmountSchema,
   nonce: UintStringSchema,
-  deadline: UintStringSchema,
-  signature: SignatureSchema,
 });
 export type ApprovalRequest = z.infer<typeof ApprovalRequestSchema>;
 
