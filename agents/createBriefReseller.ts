@@ -1,6 +1,14 @@
 import { z } from "zod";
-import { type CallAllowance, createCallAllowance } from "../src/agent/callAllowance.ts";
+import type { BudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
+import { type CallAllowance, createCallAllowance, fundedAllowance } from "../src/agent/callAllowance.ts";
+import {
+  type Admissible,
+  type BudgetAdmissionOptions,
+  createBudgetAdmission,
+  saleFundingOf,
+} from "../src/agent/saleAdmission.ts";
 import { type Capability, type CapabilityContext, defineCapability } from "../src/agent/tools/capability.ts";
+import { parseUnitsExact } from "../src/protocol/amount.ts";
 import { TollgateError } from "../src/protocol/errors.ts";
 
 /**
@@ -74,6 +82,22 @@ export type BriefResellerOptions = {
   /** How long a failed sale is kept for its buyer's re-sent proof (default 1 h, a proof's longest life). */
   saleTtlMs?: number | undefined;
   now?: (() => number) | undefined;
+  /**
+   * The reseller's own budget: each sale is admitted only once the brief's price is reserved in it for
+   * the suppliers, before the buyer pays (src/agent/saleAdmission.ts); a sale it cannot reserve is
+   * refused with `SaleNotAdmitted`, nothing charged. `keepFree` is budget kept beside admitted sales for
+   * the subscriptions the reseller takes across its sales. `purchases` (what a sale pays each supplier,
+   * by its identity) are reserved under each supplier, so its per-provider and per-call limits are
+   * met at admission too. Without `admission`, sales are not admitted (tests).
+   */
+  admission?:
+    | {
+        budget: BudgetLedger;
+        agent: string;
+        keepFree?: bigint | undefined;
+        purchases?: BudgetAdmissionOptions["purchases"];
+      }
+    | undefined;
 };
 
 /** One paid call of the reseller: its allowance and what was bought for it so far. */
@@ -109,8 +133,9 @@ export function createBriefReseller(
     sentiment: BuyFunction;
   },
   options: BriefResellerOptions = {},
-): Capability<typeof BriefInputSchema, typeof BriefOutputSchema> {
+): Capability<typeof BriefInputSchema, typeof BriefOutputSchema> & Partial<Admissible> {
   const retries = options.retries ?? 1;
+  const price = options.price ?? BRIEF_PRICE;
   const ttl = options.saleTtlMs ?? 3_600_000;
   const now = options.now ?? Date.now;
   const sales = new Map<string, Sale>();
@@ -133,6 +158,7 @@ export function createBriefReseller(
   /** One supplier purchase for `sale`: reused if already bought, retried within the allowance. */
   const buy = async <T>(
     sale: Sale | undefined,
+    allowance: CallAllowance | undefined,
     name: string,
     supplier: BuyFunction,
     input: Record<string, unknown>,
@@ -141,7 +167,7 @@ export function createBriefReseller(
     if (sale?.bought.has(name)) return sale.bought.get(name) as T;
     let last: { code: string; message: string } = { code: "Internal", message: "" };
     for (let attempt = 0; attempt <= retries; attempt++) {
-      const outcome = decode(await supplier(input, sale?.allowance));
+      const outcome = decode(await supplier(input, allowance));
       if ("value" in outcome) {
         const parsed = schema.safeParse(outcome.value);
         if (parsed.success) {
@@ -167,24 +193,34 @@ export function createBriefReseller(
     });
   };
 
-  return defineCapability({
+  const capability = defineCapability({
     name: "brief",
     description:
       "Brief a text: a short extractive summary together with its overall mood (positive, neutral or " +
       "negative), resold from a summarizer and a sentiment specialist.",
     input: BriefInputSchema,
     output: BriefOutputSchema,
-    pricing: [{ type: "one-time", price: options.price ?? BRIEF_PRICE }],
+    pricing: [{ type: "one-time", price }],
     handler: async ({ text, sentences }, context) => {
       const sale = open(context.sale);
+      // Purchases reserve within the sale's admitted reservation, when it was admitted.
+      const allowance = sale && fundedAllowance(sale.allowance, saleFundingOf(context.sale));
       const summary = await buy(
         sale,
+        allowance,
         "summarize",
         suppliers.summarize,
         { text, sentences: sentences ?? 2 },
         BoughtSummarySchema,
       );
-      const sentiment = await buy(sale, "sentiment", suppliers.sentiment, { text }, BoughtSentimentSchema);
+      const sentiment = await buy(
+        sale,
+        allowance,
+        "sentiment",
+        suppliers.sentiment,
+        { text },
+        BoughtSentimentSchema,
+      );
       // Served: the buyer's proof is used up, so no re-send will look for this sale.
       if (context.sale !== undefined) sales.delete(context.sale.key);
       return {
@@ -195,4 +231,10 @@ export function createBriefReseller(
       };
     },
   });
+  if (options.admission === undefined) return capability;
+  const admission = createBudgetAdmission({
+    ...options.admission,
+    amount: parseUnitsExact(price),
+  });
+  return Object.assign(capability, { admission });
 }

@@ -5,12 +5,14 @@
  * what it spent; then a month passes on chain, the keeper renews the subscriptions, and the providers'
  * webhook receiver shows the events it got.
  */
+import { randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import pino from "pino";
 import type { Address } from "viem";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
 import { discoverTools } from "../src/agent/discoverTools.ts";
+import { createMcpConnections } from "../src/agent/mcp/mcpConnections.ts";
 import { createOrchestrator, type OrchestratorEvent } from "../src/agent/orchestrator/createOrchestrator.ts";
 import { modelFromEnv } from "../src/agent/orchestrator/modelFromEnv.ts";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
@@ -25,15 +27,19 @@ import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { createFacilitator, type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
+import { startRunRecording } from "../src/facilitator/dashboard/agent/runSpendRecords.ts";
 import { generateProofKey } from "../src/facilitator/proofKeys.ts";
 import { verifyWebhook } from "../src/gate/verifyWebhook.ts";
 import { serveMarket } from "../src/market/createMarket.ts";
 import { formatUnitsExact, parseUnitsExact } from "../src/protocol/amount.ts";
+import { base64UrlEncode } from "../src/protocol/base64.ts";
 import { systemClock } from "../src/protocol/clock.ts";
 import { createStore } from "../src/store/createStore.ts";
 import type { Store } from "../src/store/store.ts";
+import { type ChannelBurstResult, runChannelBurst } from "./channelBurst.ts";
 import { loadDocuments } from "./loadDocuments.ts";
 import { demoAccounts, type Marketplace, startMarketplace } from "./marketplace.ts";
+import { splitSentences } from "./splitSentences.ts";
 
 export const DEMO_TASK =
   "Summarize each document in 2 sentences, detect its language, score its mood and write a brief of it.";
@@ -45,6 +51,8 @@ export type DemoOptions = {
   signal?: AbortSignal | undefined;
   /** Limit the documents (for quick runs). */
   maxDocuments?: number | undefined;
+  /** Keep everything running (and the dashboard open) after the demo, until `signal` aborts. */
+  keep?: boolean | undefined;
 };
 
 export type DemoResult = {
@@ -61,7 +69,17 @@ export type DemoResult = {
   webhookEvents: { type: string; provider?: string | undefined }[];
   planner: string;
   answer: string;
+  /** Tools bought over MCP (docs/mcp.md): the endpoint each was called at, and what it bought. */
+  overMcp: { tool: string; url: string; calls: number; amount: bigint }[];
+  /** The burst bought through a prepaid channel (docs/channels.md): opened, calls, claimed, returned. */
+  channel: ChannelBurstResult;
 };
+
+/** Sentences whose language the agent checks in one burst, over a prepaid channel. */
+const BURST_CALLS = 24;
+
+/** The seller's tool the research agent buys over MCP rather than HTTP (same listing, prices, budget). */
+const MCP_TOOL = "detect-language";
 
 type ReceivedEvent = { id: string; type: string; data: Record<string, unknown> };
 
@@ -163,10 +181,13 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       "../src/facilitator/subscriptions/subscriptionsModule.ts"
     );
     const { builtinModules } = await import("../src/facilitator/modules.ts");
-    const { subscriptionsModule } = await import("../src/facilitator/subscriptions/subscriptionsModule.ts");
+    const { channelsModule } = await import("../src/facilitator/channels/channelsModule.ts");
     const { createWebhooksModule, webhooksModule } = await import(
       "../src/facilitator/webhooks/createWebhooksModule.ts"
     );
+    const dashboardToken = base64UrlEncode(randomBytes(24));
+    // One sealing key for the webhooks module and the dashboard (which rotates secrets).
+    const webhookKey = new Uint8Array(randomBytes(32));
     const facilitator = createFacilitator({
       store,
       publicClient: devnet.publicClient,
@@ -175,19 +196,34 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       proofKeys: [generateProofKey().key],
       batchSettler: devnet.contracts.batchSettler,
       subscriptionManager: devnet.contracts.subscriptionManager,
+      // Prepaid channels: opened gaslessly here, their vouchers claimed in batches (docs/channels.md).
+      channels: devnet.contracts.channels,
       tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
       logger,
       // The keeper looks for due renewals every half second, so the month that passes shows at once.
       builtinModules: false,
       // The demo's webhook receiver is on this machine: loopback targets are allowed here, explicitly
       // (a facilitator refuses them by default).
-      modules: builtinModules.map((m) =>
-        m === subscriptionsModule
-          ? createSubscriptionsModule({ keeper: { intervalMs: 500 } })
-          : m === webhooksModule
-            ? createWebhooksModule({ allowTargets: ["127.0.0.0/8", "::1"] })
+      // The dashboard (docs/dashboard.md): providers sign in with their API key, the agent operator with
+      // the token printed below; plan actions are sent with the sellers' devnet keys.
+      webhooks: { secretKeys: [webhookKey] },
+      dashboard: {
+        agents: { store, token: dashboardToken },
+        planSigner: (provider) => {
+          const account = devnet.accounts.find((a) => a.address.toLowerCase() === provider.toLowerCase());
+          return account === undefined ? undefined : devnet.walletClient(account);
+        },
+      },
+      modules: [
+        ...builtinModules.map((m) =>
+          m === webhooksModule
+            ? createWebhooksModule({ allowTargets: ["127.0.0.0/8", "::1"], secretKeys: [webhookKey] })
             : m,
-      ),
+        ),
+        // The subscription, metered and channel schemes' facilitator parts, the keeper's interval set.
+        createSubscriptionsModule({ keeper: { intervalMs: 500 } }),
+        channelsModule,
+      ],
     });
     await facilitator.start();
     cleanups.push(() => facilitator.stop());
@@ -197,6 +233,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     cleanups.push(() => market.close());
     print(`  devnet      ${devnet.rpcUrl} (chain ${devnet.chain.id})`);
     print(`  facilitator ${facilitatorServer.url}`);
+    print(`  dashboard   ${facilitatorServer.url}/dashboard (agent operator's token: ${dashboardToken})`);
     print(`  market      ${market.url}`);
 
     const webhookSecrets: string[] = [];
@@ -250,6 +287,8 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       facilitator: facilitatorServer.url,
     });
     const spend = createSpendCollector();
+    // The run's spend events, kept for the dashboard's agent views (latest run, spend by tool).
+    const recording = startRunRecording(store, { agent: "researcher", clock: systemClock });
     const documents = (await loadDocuments()).slice(0, options.maxDocuments ?? Number.POSITIVE_INFINITY);
     let forecast: Record<string, number> = {};
     // The reseller buys from its suppliers while it serves a brief: show those purchases under it.
@@ -270,11 +309,39 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
         forecast[tool] === undefined ? undefined : { calls: forecast[tool]!, horizonSeconds: 30 * 86_400 },
       onSpend: (event) => {
         spend.record(event);
+        recording.record(event);
         showResellerPurchases();
         progress(`    bought ${event.tool} from ${nameOf(event.provider)} → ${how(event)}`);
       },
     });
-    for (const d of discovered) print(`  ${d.tool.name.padEnd(16)} from ${d.seller}  ${d.capability.url}`);
+    // One capability is bought through its seller's MCP endpoint, listed in the market next to its HTTP route.
+    const mcpConnections = createMcpConnections();
+    cleanups.push(() => mcpConnections.close());
+    const viaMcp = (
+      await discoverTools({
+        market: market.url,
+        search: { q: MCP_TOOL },
+        transport: "mcp",
+        mcpConnections,
+        agent: "researcher",
+        payer,
+        budget,
+        calls: createCallCounter({ clock: systemClock }),
+        forecast: (tool) =>
+          forecast[tool] === undefined ? undefined : { calls: forecast[tool]!, horizonSeconds: 30 * 86_400 },
+        onSpend: (event) => {
+          spend.record(event);
+          recording.record(event);
+          progress(`    bought ${event.tool} from ${nameOf(event.provider)} over MCP → ${how(event)}`);
+        },
+      })
+    ).filter((d) => d.tool.name === MCP_TOOL);
+    discovered.splice(0, discovered.length, ...discovered.filter((d) => d.tool.name !== MCP_TOOL), ...viaMcp);
+    for (const d of discovered) {
+      print(
+        `  ${d.tool.name.padEnd(16)} from ${d.seller}  ${d.capability.url}${viaMcp.includes(d) ? "  (over MCP)" : ""}`,
+      );
+    }
     const tools = discovered.filter((d) => d.tool.name !== "notarize").map((d) => d.tool);
 
     const model = modelFromEnv(env);
@@ -300,6 +367,32 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       owner: researcher.address,
     });
     const run = await orchestrator.run(DEMO_TASK, { documents }, { signal: options.signal });
+
+    step(`A burst of ${BURST_CALLS} language checks, one per sentence, over a prepaid channel`);
+    const linguist = marketplace.sellers.find((s) => s.name === "linguist");
+    if (linguist === undefined) throw new Error("the linguist is not running");
+    const sentences = documents.flatMap((d) => splitSentences(d.text)).filter((s) => s.length > 0);
+    const channel = await runChannelBurst({
+      devnet,
+      facilitatorUrl: facilitatorServer.url,
+      marketUrl: market.url,
+      seller: linguist,
+      agent: "researcher",
+      account: researcher.account,
+      payer,
+      budget,
+      tool: MCP_TOOL,
+      texts: Array.from({ length: BURST_CALLS }, (_, i) => sentences[i % sentences.length]!),
+      onSpend: (event) => {
+        spend.record(event);
+        recording.record(event);
+        // The call that opened the channel says why; the rest are vouchers sent up front.
+        if (event.reason !== undefined) progress(`    ${event.tool}: ${how(event)} — ${event.reason}`);
+      },
+    });
+    print(
+      `  ${channel.tool}: ${channel.channels} channel opened (deposit ${usdc(channel.deposit)}), ${channel.calls} calls paid by voucher for ${usdc(channel.spent)}; the linguist claimed ${usdc(channel.claimed)} and closed it, ${usdc(channel.returned)} returned to the wallet and the budget`,
+    );
 
     const notarize = discovered.find((d) => d.tool.name === "notarize");
     if (notarize !== undefined) {
@@ -328,6 +421,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     );
 
     step("Spend report");
+    await recording.finish();
     const report = spend.report();
     print(
       formatSpendReport(report)
@@ -335,6 +429,18 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
         .map((l) => `  ${l}`)
         .join("\n"),
     );
+    const overMcp = viaMcp.map((d) => {
+      const bought = report.tools.find((t) => t.tool === d.tool.name);
+      return {
+        tool: d.tool.name,
+        url: d.capability.url,
+        calls: bought?.calls ?? 0,
+        amount: bought?.amount ?? 0n,
+      };
+    });
+    for (const m of overMcp) {
+      print(`  over MCP: ${m.tool} at ${m.url}, ${m.calls} calls for ${usdc(m.amount)}`);
+    }
     const after = await budget.report("researcher");
     print(`  budget left: ${usdc(after.remaining.total ?? 0n)} of ${usdc(limits.total)}`);
     print(`  on chain the agent paid ${usdc(agentPaidOnChain)}; its ledger records ${usdc(ledgerSpent)}`);
@@ -390,6 +496,16 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     const shown = 12;
     print(`\nAnswer (${run.planner}), first ${Math.min(shown, lines.length)} of ${lines.length} lines:`);
     print(lines.slice(0, shown).join("\n"));
+    if (options.keep === true && signal !== undefined) {
+      const summarizer = marketplace.sellers.find((s) => s.name === "summarizer");
+      print(`\nThe dashboard stays up at ${facilitatorServer.url}/dashboard until Ctrl-C.`);
+      print(`  agent operator: the token ${dashboardToken}`);
+      if (summarizer !== undefined) print(`  provider (summarizer): its devnet API key ${summarizer.apiKey}`);
+      await new Promise<void>((resolve) => {
+        if (signal.aborted) resolve();
+        else signal.addEventListener("abort", () => resolve(), { once: true });
+      });
+    }
     return {
       report,
       resellerSpend: marketplace.resellerSpend,
@@ -404,6 +520,8 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       })),
       planner: run.planner,
       answer: run.answer,
+      overMcp,
+      channel,
     };
   } finally {
     // After an interrupt the chain may already be gone (a terminal's Ctrl-C reaches anvil too), so a

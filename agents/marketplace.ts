@@ -4,6 +4,9 @@
  * scorer and sells the combined "brief" — each registered as a provider with the facilitator (API key,
  * optional webhook) and as a seller with the market. Used by the demo, the examples and the tests.
  */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { Address } from "viem";
 import { z } from "zod";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
@@ -12,7 +15,9 @@ import { createSpecialist, type Specialist, type SpecialistPlan } from "../src/a
 import { discoverTools } from "../src/agent/discoverTools.ts";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
 import type { SpendEvent } from "../src/agent/spendReport.ts";
+import { findLiveSubscription, holdRefOf } from "../src/agent/subscriptions/agentSubscriptionRecords.ts";
 import { type Capability, pricingAmount } from "../src/agent/tools/capability.ts";
+import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
 import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
 import { setOperator } from "../src/chain/actions/subscriptions/setOperator.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
@@ -23,7 +28,7 @@ import { registerProvider } from "../src/client/registerProvider.ts";
 import { parseUnitsExact } from "../src/protocol/amount.ts";
 import { type Clock, systemClock } from "../src/protocol/clock.ts";
 import type { Store } from "../src/store/store.ts";
-import { createBriefReseller } from "./createBriefReseller.ts";
+import { BRIEF_PRICE, createBriefReseller } from "./createBriefReseller.ts";
 import { createNotary } from "./createNotary.ts";
 import { languageDetector } from "./languageDetector.ts";
 import { sentimentScorer } from "./sentimentScorer.ts";
@@ -94,6 +99,8 @@ function demoCapabilities(devnet: Devnet) {
         type: "subscription",
         plan: { price: "0.1", interval: MONTH, includedUnits: 0, overageUnitPrice: "0" },
       },
+      // A prepaid channel for bursts: a deposit once, then every call answered at once.
+      { type: "channel", price: "0.004" },
     ],
   } as unknown as Capability;
   const sentiment: Capability = {
@@ -110,6 +117,14 @@ function demoCapabilities(devnet: Devnet) {
     publicClient: devnet.publicClient,
   }) as unknown as Capability;
   return { summarize, detect, sentiment, notary };
+}
+
+/** A capability's one-time price, smallest units. */
+function oneTimePrice(capability: Capability): bigint {
+  const entry = capability.pricing.find((p) => p.type === "one-time");
+  if (entry === undefined || entry.type !== "one-time")
+    throw new Error(`${capability.name} has no one-time price`);
+  return pricingAmount(entry);
 }
 
 async function createPlans(
@@ -166,6 +181,8 @@ export async function startMarketplace(options: StartMarketplaceOptions): Promis
   const sellers: MarketplaceSeller[] = [];
   const resellerSpend: SpendEvent[] = [];
   const caps = demoCapabilities(devnet);
+  /** The sellers' channel voucher journals (removed on stop). */
+  const journals = mkdtempSync(join(tmpdir(), "tollgate-demo-channels-"));
 
   const startSeller = async (name: string, accountIndex: number, capabilities: readonly Capability[]) => {
     const account = devnet.accounts[accountIndex]!;
@@ -179,6 +196,16 @@ export async function startMarketplace(options: StartMarketplaceOptions): Promis
       options.onWebhookSecret?.(endpoint.secret);
     }
     const plans = await createPlans(devnet, account, capabilities, options.facilitatorSigner);
+    const byChannel = capabilities.some((c) => c.pricing.some((p) => p.type === "channel"));
+    if (byChannel) {
+      // The facilitator claims and closes this seller's channels on its behalf.
+      const hash = await setChannelOperator(devnet.walletClient(account), {
+        channels: devnet.contracts.channels,
+        operator: options.facilitatorSigner,
+        allowed: true,
+      });
+      await devnet.publicClient.waitForTransactionReceipt({ hash });
+    }
     const specialist = createSpecialist({
       name,
       account: account.account,
@@ -188,6 +215,15 @@ export async function startMarketplace(options: StartMarketplaceOptions): Promis
       token: devnet.contracts.usd,
       plans,
       providerApiKey: apiKey,
+      ...(byChannel
+        ? {
+            channels: {
+              contract: devnet.contracts.channels,
+              journal: join(journals, `${name}.journal`),
+              minDeposit: parseUnitsExact("0.04"),
+            },
+          }
+        : {}),
       market: options.marketUrl,
       fetch,
       clock,
@@ -231,10 +267,46 @@ export async function startMarketplace(options: StartMarketplaceOptions): Promis
       return (input: Record<string, unknown>, allowance?: CallAllowance) =>
         found.tool.invoke(input, allowance === undefined ? undefined : withCallAllowance(allowance));
     };
-    const brief = createBriefReseller({ summarize: supplier("summarize"), sentiment: supplier("sentiment") });
+    // Each sale is admitted only once its supplier spend is reserved in the reseller's budget, before
+    // the buyer pays; 0.3 USDC stays free for the subscriptions it takes across its sales. Each
+    // supplier's part is reserved under it (its per-provider and per-call limits met at admission):
+    // the summary's price; for the sentiment plan, shared across sales, what a call may cost beyond its
+    // period (overage, at most what the sale has left after the summary) — nothing while the
+    // subscription's hold, reserved when the reseller subscribed, has room for it.
+    const summarySeller = sellers.find((s) => s.name === "summarizer")!;
+    const summaryPrice = oneTimePrice(caps.summarize);
+    const sentimentPlan = sentimentSeller.plans.sentiment!;
+    const brief = createBriefReseller(
+      { summarize: supplier("summarize"), sentiment: supplier("sentiment") },
+      {
+        admission: {
+          budget: resellerBudget,
+          agent: "reseller",
+          keepFree: parseUnitsExact("0.3"),
+          purchases: [
+            { provider: summarySeller.account.address, amount: summaryPrice },
+            {
+              provider: sentimentSeller.account.address,
+              amount: parseUnitsExact(BRIEF_PRICE) - summaryPrice,
+              heldBy: async () => {
+                const held = await findLiveSubscription(options.store, {
+                  subscriber: resellerAccount.address,
+                  manager: sentimentPlan.manager,
+                  planId: sentimentPlan.planId,
+                });
+                return held?.status === "active" && held.agent === "reseller"
+                  ? holdRefOf(held.id)
+                  : undefined;
+              },
+            },
+          ],
+        },
+      },
+    );
     await startSeller("reseller", demoAccounts.reseller, [brief as unknown as Capability]);
   } catch (error) {
     for (const s of sellers) await s.specialist.stop();
+    rmSync(journals, { recursive: true, force: true });
     throw error;
   }
 
@@ -243,6 +315,7 @@ export async function startMarketplace(options: StartMarketplaceOptions): Promis
     resellerSpend,
     async stop() {
       for (const s of sellers.reverse()) await s.specialist.stop();
+      rmSync(journals, { recursive: true, force: true });
     },
   };
 }

@@ -12,16 +12,28 @@
  * the cost as a served API sees it, HTTP parsing included). Gated and ungated phases alternate
  * (`ROUNDS` each) so that load from other processes on a shared machine falls on both sides alike.
  *
- *   npx tsx bench/gateProof.ts
+ * Then each step of the path on its own, over the same kind of proofs (parse, memo, signed text,
+ * Ed25519 verify, replay key), next to one bare Ed25519 verify; the goal is that the whole path adds at
+ * most 1.3× one verify measured in the same run.
+ *
+ *   npx tsx bench/gateProof.ts          (node --expose-gc --import tsx … collects the minting's garbage between phases)
+ *
+ * It also prints the CPU time per request in process (`process.cpuUsage()` over each phase), against
+ * the ungated route with and without the same `X-PAYMENT` header: on a shared machine wall time
+ * counts the waits for a core, CPU time does not.
  */
-import { randomBytes } from "node:crypto";
+import { randomBytes, verify } from "node:crypto";
 import { Hono } from "hono";
 import { getAddress, toHex } from "viem";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { generateProofKey, jwksOf, signPaymentProof } from "../src/facilitator/proofKeys.ts";
+import { proofSignedText } from "../src/gate/checkPaymentProof.ts";
+import { keccak256OfText } from "../src/gate/fastKeccak.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGate.ts";
-import { sealMemo } from "../src/gate/memo.ts";
+import { openMemo, sealMemo } from "../src/gate/memo.ts";
+import { safeParsePaymentProof } from "../src/gate/parsePaymentProof.ts";
 import { paymentGate } from "../src/gate/paymentGate.ts";
+import { createStaticKeyResolver } from "../src/gate/proofKeyResolver.ts";
 import { base64UrlEncode } from "../src/protocol/base64.ts";
 import { systemClock } from "../src/protocol/clock.ts";
 import { encodeJsonHeader, HeaderName } from "../src/protocol/header.ts";
@@ -102,19 +114,30 @@ function mintPayments(count: number): string[] {
   return headers;
 }
 
-type Phase = { count: number; elapsedMs: number; latenciesMs: number[]; failures: number };
+/** `cpuUs`: CPU time of this process over the phase (in process only; the socket load shares it). */
+type Phase = { count: number; elapsedMs: number; latenciesMs: number[]; failures: number; cpuUs?: number };
 
 const merge = (phases: readonly Phase[]): Phase => ({
   count: phases.reduce((n, p) => n + p.count, 0),
   elapsedMs: phases.reduce((n, p) => n + p.elapsedMs, 0),
   latenciesMs: phases.flatMap((p) => p.latenciesMs),
   failures: phases.reduce((n, p) => n + p.failures, 0),
+  cpuUs: phases.reduce((n, p) => n + (p.cpuUs ?? 0), 0),
 });
 
-/** Sequential `app.request()` calls for `durationMs`, or until `payments` run out. */
+const cpuSince = (start: NodeJS.CpuUsage) => {
+  const used = process.cpuUsage(start);
+  return used.user + used.system;
+};
+
+/**
+ * Sequential `app.request()` calls for `durationMs`, or until `payments` run out. `payments` go in
+ * `X-PAYMENT`, also on the ungated route when given (to weigh the header itself).
+ */
 async function inProcess(path: string, durationMs: number, payments?: readonly string[]): Promise<Phase> {
   const latenciesMs: number[] = [];
   let failures = 0;
+  const cpu = process.cpuUsage();
   const start = process.hrtime.bigint();
   for (let i = 0; elapsedMs(start) < durationMs; i++) {
     let init: RequestInit | undefined;
@@ -129,7 +152,13 @@ async function inProcess(path: string, durationMs: number, payments?: readonly s
     latenciesMs.push(elapsedMs(sent));
     if (response.status !== 200) failures++;
   }
-  return { count: latenciesMs.length, elapsedMs: elapsedMs(start), latenciesMs, failures };
+  return {
+    count: latenciesMs.length,
+    elapsedMs: elapsedMs(start),
+    latenciesMs,
+    failures,
+    cpuUs: cpuSince(cpu),
+  };
 }
 
 const fromSocket = (result: SocketLoadResult): Phase => ({
@@ -152,12 +181,16 @@ let gatedRate = rps(warm);
 
 const inProcessGated: Phase[] = [];
 const inProcessFree: Phase[] = [];
+const inProcessFreeWithHeader: Phase[] = [];
 for (let round = 0; round < ROUNDS; round++) {
   const payments = mintPayments(poolFor(gatedRate, IN_PROCESS_PHASE_MS));
+  // The minting's garbage is collected now, not in the next timed phase (when run with --expose-gc).
+  (globalThis as { gc?: () => void }).gc?.();
   const gated = await inProcess(GATED_PATH, IN_PROCESS_PHASE_MS, payments);
   inProcessGated.push(gated);
   gatedRate = Math.max(gatedRate, rps(gated));
   inProcessFree.push(await inProcess(FREE_PATH, IN_PROCESS_PHASE_MS));
+  inProcessFreeWithHeader.push(await inProcess(FREE_PATH, IN_PROCESS_PHASE_MS, payments));
 }
 
 const server: RunningServer = await serveApp(app);
@@ -236,4 +269,93 @@ for (const { driver, gated, free } of results) {
   // server (socket): the difference is what the proof path costs per request.
   const addedUs = (1 / rps(gated) - 1 / rps(free)) * 1e6;
   console.log(`${driver}: the proof path adds ${fmt(addedUs)} µs per request`);
+}
+
+// Each step alone, over fresh proofs: where the time goes.
+const STEP_SAMPLES = 20_000;
+const headers = mintPayments(STEP_SAMPLES);
+const proofs = headers.map((h) => {
+  const parsed = safeParsePaymentProof(h);
+  if (!parsed.ok) throw new Error(parsed.reason);
+  return parsed.proof;
+});
+const publicKey = (await createStaticKeyResolver(jwksOf([key])).resolve(key.kid))!;
+const messages = proofs.map((p) => Buffer.from(proofSignedText(p), "utf8"));
+const signatures = proofs.map((p) => Buffer.from(p.sig, "base64url"));
+
+/** Microseconds per call of `step(i)` over the samples, best of 3 passes (the least disturbed). */
+function stepUs(step: (i: number) => unknown, cpu?: { us: number }): number {
+  let best = Number.POSITIVE_INFINITY;
+  for (let pass = 0; pass < 3; pass++) {
+    const used = process.cpuUsage();
+    const start = process.hrtime.bigint();
+    for (let i = 0; i < STEP_SAMPLES; i++) step(i);
+    const us = (elapsedMs(start) * 1000) / STEP_SAMPLES;
+    if (cpu !== undefined) cpu.us = Math.min(cpu.us, cpuSince(used) / STEP_SAMPLES);
+    best = Math.min(best, us);
+  }
+  return best;
+}
+const verifyCpu = { us: Number.POSITIVE_INFINITY };
+const verifyUs = stepUs((i) => {
+  if (!verify(null, messages[i]!, publicKey, signatures[i]!)) throw new Error("verify failed");
+}, verifyCpu);
+const steps: [string, number][] = [
+  ["parse X-PAYMENT (base64, JSON, fast checks)", stepUs((i) => safeParsePaymentProof(headers[i]))],
+  ["open memo (HMAC, payload checks)", stepUs((i) => openMemo(memoSecret, proofs[i]!.memo))],
+  ["signed text (canonical JSON, UTF-8)", stepUs((i) => Buffer.from(proofSignedText(proofs[i]!), "utf8"))],
+  ["Ed25519 verify (imported key)", verifyUs],
+  ["replay key (keccak256 of the memo, js-sha3)", stepUs((i) => keccak256OfText(proofs[i]!.memo))],
+];
+console.log();
+console.log(`steps of the proof path, each alone (${STEP_SAMPLES} distinct proofs, best of 3)`);
+console.log(
+  table(
+    ["step", "µs per call"],
+    steps.map(([name, us]) => [name, fmt(us)]),
+  ),
+);
+console.log(`  sum of the steps: ${fmt(steps.reduce((n, [, us]) => n + us, 0))} µs`);
+
+// CPU time per request in process: what the path costs this process, whatever else the machine runs
+// (wall time on a shared machine counts the waits for a core too).
+const cpuPerRequest = (phases: readonly Phase[]) => {
+  const merged = merge(phases);
+  return (merged.cpuUs ?? 0) / merged.count;
+};
+const gatedCpu = cpuPerRequest(inProcessGated);
+const freeCpu = cpuPerRequest(inProcessFree);
+const freeHeaderCpu = cpuPerRequest(inProcessFreeWithHeader);
+console.log();
+console.log("CPU time per request, in process (process.cpuUsage over each phase)");
+console.log(
+  table(
+    ["route", "CPU µs per request"],
+    [
+      ["gated (proof)", fmt(gatedCpu)],
+      ["ungated", fmt(freeCpu)],
+      ["ungated, same X-PAYMENT header sent", fmt(freeHeaderCpu)],
+      ["one Ed25519 verify (CPU, best pass)", fmt(verifyCpu.us)],
+    ],
+  ),
+);
+
+console.log();
+console.log("goal: the proof path adds ≤ 1.3x one Ed25519 verify measured in this run");
+for (const { driver, gated, free } of results) {
+  const addedUs = (1 / rps(gated) - 1 / rps(free)) * 1e6;
+  const r = addedUs / verifyUs;
+  console.log(
+    `  ${driver}, wall: ${fmt(addedUs)} µs added / ${fmt(verifyUs)} µs verify = ${fmt(r)}x (${r <= 1.3 ? "holds" : "MISSES"})`,
+  );
+}
+for (const [what, base] of [
+  ["ungated", freeCpu],
+  ["ungated with the same header (the header's transport is not the gate's)", freeHeaderCpu],
+] as const) {
+  const added = gatedCpu - base;
+  const r = added / verifyCpu.us;
+  console.log(
+    `  in process, CPU, against ${what}: ${fmt(added)} µs added / ${fmt(verifyCpu.us)} µs verify = ${fmt(r)}x (${r <= 1.3 ? "holds" : "MISSES"})`,
+  );
 }

@@ -7,8 +7,13 @@
  *   status cache (re-read every 5 s from the facilitator), handler.
  * - metered: the same, on a plan whose every unit is charged — plus a reservation in the in-memory
  *   usage ledger per request and the background flush of charges to `POST /usage` every 2 s.
- * - metered (PGlite ledger): the metered path with the usage ledger in embedded PostgreSQL, as several
- *   instances of one API would share it (one transaction per request).
+ * - metered (PGlite / PostgreSQL / Redis, leased): the metered path with a shared usage ledger, as
+ *   several instances of one API share it: allowance leased in blocks (createLeasedUsageLedger), each
+ *   use persisted into its lease before the answer, the uses in flight in one write. PostgreSQL and
+ *   Redis run when DATABASE_URL / REDIS_URL are set.
+ *
+ * Goals (printed with the measured ratios): subscription and in-memory metered paths ≥ 0.85× the
+ * ungated route, in process and over a socket; shared ledgers ≥ 0.5× the in-memory metered path.
  *
  * The facilitator is an in-process Hono app speaking the real wire formats (plans, subscriptions, the
  * event feed — polled every second as in production — and usage). 64 subscribers take turns, each
@@ -28,11 +33,16 @@ import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import type { FetchFn } from "../src/client/facilitatorClient.ts";
 import { createSubscriptionAuth } from "../src/client/subscriptionAuth.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
+import { createLeasedUsageLedger } from "../src/gate/metering/createLeasedUsageLedger.ts";
 import { createPostgresUsageLedger } from "../src/gate/metering/createPostgresUsageLedger.ts";
+import { createRedisUsageLedger } from "../src/gate/metering/createRedisUsageLedger.ts";
+import type { UsageLedger } from "../src/gate/metering/usageLedger.ts";
 import { type PaymentGate, type PaymentGateControls, paymentGate } from "../src/gate/paymentGate.ts";
 import type { PaymentGateOptions } from "../src/gate/paymentGateOptions.ts";
+import { systemClock } from "../src/protocol/clock.ts";
 import type { PlanInfo, SubscriptionInfo } from "../src/protocol/subscriptions.ts";
 import { createStore } from "../src/store/createStore.ts";
+import { createTestStore } from "../src/store/createTestStore.ts";
 import { elapsedMs, fmt, percentile, ratio, table } from "./support/stats.ts";
 
 const ROUNDS = 3;
@@ -131,6 +141,39 @@ const facilitatorFetch: FetchFn = async (input, init) => facilitator.fetch(new R
 // ---- the API ----------------------------------------------------------------------------------
 
 const store = await createStore({ dataDir: "memory://" });
+const pgStore =
+  process.env.DATABASE_URL === undefined
+    ? undefined
+    : await createTestStore({ databaseUrl: process.env.DATABASE_URL });
+const redisLedger =
+  process.env.REDIS_URL === undefined
+    ? undefined
+    : await createRedisUsageLedger({
+        url: process.env.REDIS_URL,
+        name: `bench-${process.pid}-${Date.now()}`,
+      });
+/** The shared ledgers, each leased: name, route prefix, ledger. */
+const sharedLedgers: { name: string; prefix: string; ledger: UsageLedger & { close(): Promise<void> } }[] = [
+  {
+    name: "metered (PGlite, leased)",
+    prefix: "pglite",
+    ledger: createLeasedUsageLedger({ shared: await createPostgresUsageLedger(store), clock: systemClock }),
+  },
+];
+if (pgStore !== undefined) {
+  sharedLedgers.push({
+    name: "metered (PostgreSQL, leased)",
+    prefix: "pg",
+    ledger: createLeasedUsageLedger({ shared: await createPostgresUsageLedger(pgStore), clock: systemClock }),
+  });
+}
+if (redisLedger !== undefined) {
+  sharedLedgers.push({
+    name: "metered (Redis, leased)",
+    prefix: "redis",
+    ledger: createLeasedUsageLedger({ shared: redisLedger, clock: systemClock }),
+  });
+}
 const base = {
   payTo: PAY_TO,
   network: NETWORK,
@@ -152,23 +195,27 @@ const gates: (PaymentGate & PaymentGateControls)[] = [
       "GET /metered/item": { pricing: [{ type: "subscription", plan: "2" }] },
     },
   }),
-  paymentGate({
-    ...base,
-    usageLedger: await createPostgresUsageLedger(store),
-    routes: { "GET /pg/item": { pricing: [{ type: "subscription", plan: "2" }] } },
-  }),
+  ...sharedLedgers.map(({ prefix, ledger }) =>
+    paymentGate({
+      ...base,
+      usageLedger: ledger,
+      routes: { [`GET /${prefix}/item`]: { pricing: [{ type: "subscription", plan: "2" }] } },
+    }),
+  ),
 ];
 let refused = 0;
+let firstRefusal = "";
 const app = new Hono();
 for (const [prefix, gate] of [
   ["/sub/*", gates[0]!],
   ["/metered/*", gates[0]!],
-  ["/pg/*", gates[1]!],
+  ...sharedLedgers.map(({ prefix }, i) => [`/${prefix}/*`, gates[i + 1]!] as const),
 ] as const) {
   app.use(prefix, async (c, next) => {
     const result = await gate(c.req.raw);
     if (result.kind === "respond") {
-      refused++;
+      if (refused++ === 0)
+        firstRefusal = `${c.req.path}: ${result.response.status} ${await result.response.clone().text()}`;
       return result.response;
     }
     await next();
@@ -188,19 +235,29 @@ const routes = [
   { name: "ungated", path: "/free/item", headers: [{}] as Record<string, string>[] },
   { name: "subscription", path: "/sub/item", headers: await headersFor(0) },
   { name: "metered", path: "/metered/item", headers: await headersFor(100) },
-  { name: "metered (PGlite ledger)", path: "/pg/item", headers: await headersFor(100) },
+  ...(await Promise.all(
+    sharedLedgers.map(async ({ name, prefix }) => ({
+      name,
+      path: `/${prefix}/item`,
+      headers: await headersFor(100),
+    })),
+  )),
 ];
 
 // ---- drivers -----------------------------------------------------------------------------------
 
-type Phase = { count: number; elapsedMs: number; latenciesMs: number[]; failures: number };
+/** `cpuUs`: this process's CPU time over the phase (in process only; the socket load shares it). */
+type Phase = { count: number; elapsedMs: number; latenciesMs: number[]; failures: number; cpuUs?: number };
 
 const merge = (phases: readonly Phase[]): Phase => ({
   count: phases.reduce((n, p) => n + p.count, 0),
   elapsedMs: phases.reduce((n, p) => n + p.elapsedMs, 0),
   latenciesMs: phases.flatMap((p) => p.latenciesMs),
   failures: phases.reduce((n, p) => n + p.failures, 0),
+  cpuUs: phases.reduce((n, p) => n + (p.cpuUs ?? 0), 0),
 });
+/** CPU µs per request of merged in-process phases. */
+const cpuPer = (p: Phase) => (p.cpuUs ?? 0) / p.count;
 const rps = (p: Phase) => (p.count / p.elapsedMs) * 1000;
 
 async function inProcess(
@@ -210,6 +267,7 @@ async function inProcess(
 ): Promise<Phase> {
   const latenciesMs: number[] = [];
   let failures = 0;
+  const cpu = process.cpuUsage();
   const start = process.hrtime.bigint();
   for (let i = 0; elapsedMs(start) < durationMs; i++) {
     const sent = process.hrtime.bigint();
@@ -218,7 +276,14 @@ async function inProcess(
     latenciesMs.push(elapsedMs(sent));
     if (response.status !== 200) failures++;
   }
-  return { count: latenciesMs.length, elapsedMs: elapsedMs(start), latenciesMs, failures };
+  const used = process.cpuUsage(cpu);
+  return {
+    count: latenciesMs.length,
+    elapsedMs: elapsedMs(start),
+    latenciesMs,
+    failures,
+    cpuUs: used.user + used.system,
+  };
 }
 
 /**
@@ -285,11 +350,21 @@ for (const route of routes) {
 // Warm-up: JIT, plan reads, one signature recovery per token, the status cache, the ledgers.
 for (const route of routes) await inProcess(route.path, route.headers, 500);
 
+/**
+ * Between phases: the gates' pending usage sent and a short pause, so that background work one route
+ * left behind (lease writes, flushes; embedded PGlite's in particular) is not charged to the next.
+ */
+async function settle(): Promise<void> {
+  for (const gate of gates) await gate.flushUsage();
+  await new Promise((resolve) => setTimeout(resolve, 250));
+}
+
 const measured = new Map<string, { inProcess: Phase[]; socket: Phase[] }>(
   routes.map((r) => [r.name, { inProcess: [], socket: [] }]),
 );
 for (let round = 0; round < ROUNDS; round++) {
   for (const route of routes) {
+    await settle();
     measured.get(route.name)!.inProcess.push(await inProcess(route.path, route.headers, IN_PROCESS_PHASE_MS));
   }
 }
@@ -298,6 +373,7 @@ try {
   for (const route of routes) await overSocket(server.url, route.path, route.headers, 300);
   for (let round = 0; round < ROUNDS; round++) {
     for (const route of routes) {
+      await settle();
       measured
         .get(route.name)!
         .socket.push(await overSocket(server.url, route.path, route.headers, SOCKET_PHASE_MS));
@@ -306,6 +382,9 @@ try {
 } finally {
   await server.close();
   for (const gate of gates) await gate.close();
+  for (const { ledger } of sharedLedgers) await ledger.close();
+  await redisLedger?.close();
+  await pgStore?.close();
   await store.close();
 }
 
@@ -314,7 +393,7 @@ const failures = [...measured.values()].reduce(
   0,
 );
 if (failures > 0 || refused > 0)
-  throw new Error(`${failures} requests were not answered 200 (${refused} refused)`);
+  throw new Error(`${failures} requests were not answered 200 (${refused} refused; first: ${firstRefusal})`);
 
 const rows: string[][] = [];
 for (const driver of ["inProcess", "socket"] as const) {
@@ -337,3 +416,44 @@ console.log(
 );
 console.log(table(["driver: route", "requests", "req/s", "vs ungated", "p50 ms", "p99 ms"], rows));
 console.log(`facilitator calls during the run: ${JSON.stringify(facilitatorCalls)}`);
+const freeInProcess = merge(measured.get("ungated")!.inProcess);
+console.log();
+console.log(
+  "CPU time per request in process (process.cpuUsage over each phase; not disturbed by waits for a core)",
+);
+console.log(
+  table(
+    ["route", "CPU µs per request", "ungated ÷ route"],
+    routes.map((route) => {
+      const phase = merge(measured.get(route.name)!.inProcess);
+      return [route.name, fmt(cpuPer(phase)), ratio(cpuPer(freeInProcess), cpuPer(phase))];
+    }),
+  ),
+);
+
+// ---- goals -------------------------------------------------------------------------------------
+const goalRows: string[][] = [];
+for (const driver of ["inProcess", "socket"] as const) {
+  const label = driver === "inProcess" ? "in process" : "socket";
+  const rate = (name: string) => rps(merge(measured.get(name)![driver]));
+  const goal = (what: string, measuredRatio: number, target: number) =>
+    goalRows.push([
+      `${label}: ${what}`,
+      `≥ ${target}x`,
+      `${measuredRatio.toFixed(2)}x`,
+      measuredRatio >= target ? "holds" : "MISSED",
+    ]);
+  goal("subscription vs ungated", rate("subscription") / rate("ungated"), 0.85);
+  goal("metered (in-memory) vs ungated", rate("metered") / rate("ungated"), 0.85);
+  if (driver === "inProcess") {
+    const cpuOf = (name: string) => cpuPer(merge(measured.get(name)!.inProcess));
+    goal("subscription vs ungated, by CPU time", cpuOf("ungated") / cpuOf("subscription"), 0.85);
+    goal("metered (in-memory) vs ungated, by CPU time", cpuOf("ungated") / cpuOf("metered"), 0.85);
+  }
+  for (const { name } of sharedLedgers)
+    goal(`${name} vs in-memory metered`, rate(name) / rate("metered"), 0.5);
+}
+console.log(table(["goal", "target", "measured", "verdict"], goalRows));
+if (pgStore === undefined || redisLedger === undefined) {
+  console.log("(set DATABASE_URL and REDIS_URL to measure the PostgreSQL and Redis ledgers)");
+}

@@ -1,32 +1,42 @@
 /**
  * Full paid requests (402 → pay → 200) through Tollgate and through the x402 reference stack, side by
  * side on the same devnet in the same run: 1, 8 and 32 concurrent payers (each a distinct funded
- * account paying one request after another), on a chain that mines each transaction at once
- * (automine) and on one with 2-second blocks.
+ * account paying one request after another) on a chain that mines each transaction at once
+ * (automine), and 1, 8, 32, 128 and 512 payers on one with 2-second blocks.
+ *
+ * Two wirings of the x402 reference: the way its examples wire it ("x402"), and its strongest wiring
+ * ("x402+nm": the facilitator's account with viem's `nonceManager`, so concurrent settlements do not
+ * race for one nonce). Tollgate's goals are stated against the strongest one, in the same run.
  *
  * Per cell: latency percentiles of successful paid requests, paid requests per second, transactions
  * per payment (the facilitator gas account's nonce before and after: every transaction it sent,
  * reverted ones included), JSON-RPC calls per payment (counted in the facilitator's viem transport;
- * nothing else in either stack talks to the chain), CPU time of this process per payment (less
- * sensitive to a busy machine than wall time; anvil's work is not in it), and failures with reasons.
+ * nothing else in either stack talks to the chain), CPU time per payment of the servers (this process)
+ * and of the payers (their own process), and failures with reasons.
  *
  * Tollgate: Hono API behind `paymentGate`, `fetchWithPayment` + `createPayer`, facilitator with an
- * in-memory PGlite store (PostgreSQL when `DATABASE_URL` is set). x402: see bench/support/x402Stack.ts. Everything but anvil runs in this one
- * process, so both stacks pay for their clients' and servers' CPU alike. Cells alternate between the
- * two stacks.
+ * in-memory PGlite store (PostgreSQL when `DATABASE_URL` is set). x402: see bench/support/x402Stack.ts.
+ * The stacks' APIs and facilitators run in this process, their payers in a payer process of their own
+ * (payerProcess.ts), so that the clients' signing does not share a thread with the servers it measures;
+ * `--one-process` puts the payers back in this process. Only anvil is outside both. The order of the
+ * stacks rotates from cell to cell.
  *
- *   npx tsx bench/paidRequests.ts
+ *   npx tsx bench/paidRequests.ts            # the full run
+ *   npx tsx bench/paidRequests.ts --quick    # a smoke run: 1 and 8 payers automine, 128 on 2 s blocks
+ *   npx tsx bench/paidRequests.ts --one-process   # payers in the bench process, as earlier runs had them
  */
 import { type Address, getAddress } from "viem";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
-import { TollgateError } from "../src/protocol/errors.ts";
+import { runPayers } from "./support/payerLoop.ts";
+import { type PayerProcess, startPayerProcess } from "./support/payerProcess.ts";
 import { createRpcCounter } from "./support/rpcCounter.ts";
 import { elapsedMs, fmt, percentile, ratio, table } from "./support/stats.ts";
 import { type PaidStack, startTollgateStack } from "./support/tollgateStack.ts";
 import { startX402Stack } from "./support/x402Stack.ts";
 
-const CONCURRENCY = [1, 8, 32] as const;
-const MAX_PAYERS = Math.max(...CONCURRENCY);
+const QUICK = process.argv.includes("--quick");
+/** Payers in this process, as before payer processes: both stacks then share one thread with their clients. */
+const ONE_PROCESS = process.argv.includes("--one-process");
 const PRICE = 10_000n; // 0.01 USDC
 const PATH = "/api/item";
 const IDLE_MS = 2_000;
@@ -36,18 +46,26 @@ const DATABASE_URL = process.env.DATABASE_URL || undefined;
 type Mode = {
   name: string;
   blockTime: number | undefined;
+  /** Concurrent payers per cell. */
+  concurrency: readonly number[];
   /** Each payer keeps paying until this much time has passed… */
   budgetMs: number;
   /** …and has paid at least this many times. */
   minRounds: number;
 };
 
-const MODES: readonly Mode[] = [
-  { name: "automine", blockTime: undefined, budgetMs: 3_000, minRounds: 1 },
-  { name: "2 s blocks", blockTime: 2, budgetMs: 6_000, minRounds: 3 },
-];
+const MODES: readonly Mode[] = QUICK
+  ? [
+      { name: "automine", blockTime: undefined, concurrency: [1, 8], budgetMs: 1_500, minRounds: 1 },
+      { name: "2 s blocks", blockTime: 2, concurrency: [128], budgetMs: 2_000, minRounds: 1 },
+    ]
+  : [
+      { name: "automine", blockTime: undefined, concurrency: [1, 8, 32], budgetMs: 3_000, minRounds: 1 },
+      { name: "2 s blocks", blockTime: 2, concurrency: [1, 8, 32, 128, 512], budgetMs: 6_000, minRounds: 3 },
+    ];
 
 type Cell = {
+  mode: string;
   stack: string;
   concurrency: number;
   latenciesMs: number[];
@@ -57,82 +75,54 @@ type Cell = {
   transactions: number;
   rpcCalls: number;
   rpcByMethod: [string, number][];
-  /** CPU time of this whole process (clients, APIs, facilitators; not anvil), in milliseconds. */
+  /**
+   * CPU time of the bench process in milliseconds: the stacks' APIs and facilitators (not anvil), and
+   * with `--one-process` their paying clients too.
+   */
   cpuMs: number;
+  /** CPU time of the payer process during the cell (its clients' signing and HTTP), when apart. */
+  payerCpuMs: number | undefined;
   failures: Map<string, number>;
 };
 
-/** Why a paid request failed, in words short enough for a table. */
-async function failureOf(response: Response): Promise<string> {
-  const x402 = response.headers.get("payment-response") ?? response.headers.get("payment-required");
-  if (x402 !== null) {
-    try {
-      const decoded = JSON.parse(Buffer.from(x402, "base64").toString("utf8")) as {
-        error?: string;
-        errorReason?: string;
-      };
-      const reason = decoded.errorReason ?? decoded.error;
-      if (reason !== undefined) return `HTTP ${response.status} ${reason}`;
-    } catch {
-      // Not an x402 header after all: fall through to the status.
-    }
-  }
-  return `HTTP ${response.status}`;
-}
-
-async function runCell(devnet: Devnet, stack: PaidStack, mode: Mode, concurrency: number): Promise<Cell> {
+async function runCell(
+  devnet: Devnet,
+  stack: PaidStack,
+  mode: Mode,
+  concurrency: number,
+  payers: PayerProcess | undefined,
+): Promise<Cell> {
   const rpc = stack.rpc;
-  const failures = new Map<string, number>();
-  const fail = (reason: string) => failures.set(reason, (failures.get(reason) ?? 0) + 1);
-  const latenciesMs: number[] = [];
-  let failed = 0;
   stack.facilitatorFailures().clear();
   const nonceBefore = await devnet.publicClient.getTransactionCount({ address: stack.gasAddress });
   rpc.reset();
 
   const cpuBefore = process.cpuUsage();
-  const start = process.hrtime.bigint();
-  const payer = async (index: number) => {
-    const paidFetch = stack.payingFetch(index);
-    for (let round = 0; round < mode.minRounds || elapsedMs(start) < mode.budgetMs; round++) {
-      const sent = process.hrtime.bigint();
-      try {
-        const response = await paidFetch(stack.url);
-        const body = await response.text();
-        if (response.status === 200 && body.includes('"item":1')) {
-          latenciesMs.push(elapsedMs(sent));
-          continue;
-        }
-        fail(await failureOf(response));
-      } catch (error) {
-        fail(
-          error instanceof TollgateError
-            ? error.code
-            : ((error as Error).message.split("\n")[0]?.slice(0, 60) ?? "error"),
-        );
-      }
-      failed++;
-    }
-  };
-  await Promise.all(Array.from({ length: concurrency }, (_, i) => payer(i)));
-  const elapsed = elapsedMs(start);
+  const options = { url: stack.url, concurrency, budgetMs: mode.budgetMs, minRounds: mode.minRounds };
+  const run =
+    payers === undefined
+      ? await runPayers((i) => stack.payingFetch(i), options)
+      : await payers.run(stack.name, options);
   const cpu = process.cpuUsage(cpuBefore);
 
   const rpcCalls = rpc.total;
   const rpcByMethod = rpc.byMethod();
   const nonceAfter = await devnet.publicClient.getTransactionCount({ address: stack.gasAddress });
+  const failures = new Map(run.failures);
   for (const [reason, count] of stack.facilitatorFailures()) failures.set(`facilitator: ${reason}`, count);
   return {
+    mode: mode.name,
     stack: stack.name,
     concurrency,
-    latenciesMs,
-    ok: latenciesMs.length,
-    failed,
-    elapsedMs: elapsed,
+    latenciesMs: run.latenciesMs,
+    ok: run.latenciesMs.length,
+    failed: run.failed,
+    elapsedMs: run.elapsedMs,
     transactions: nonceAfter - nonceBefore,
     rpcCalls,
     rpcByMethod,
     cpuMs: (cpu.user + cpu.system) / 1000,
+    payerCpuMs: payers === undefined ? undefined : run.cpuMs,
     failures,
   };
 }
@@ -141,13 +131,17 @@ const perPayment = (n: number, cell: Cell) => (cell.ok === 0 ? Number.NaN : n / 
 const paidPerSecond = (cell: Cell) => (cell.ok / cell.elapsedMs) * 1000;
 const failureRate = (cell: Cell) => cell.failed / (cell.ok + cell.failed);
 
+const STACKS = ["Tollgate", "x402+nm", "x402"] as const;
+/** The reference Tollgate's goals are stated against: x402 with viem's nonceManager. */
+const REFERENCE = "x402+nm";
+
 function report(mode: Mode, cells: readonly Cell[]): string {
   const lines: string[] = [];
   const rows: string[][] = [];
-  for (const concurrency of CONCURRENCY) {
-    const t = cells.find((c) => c.stack === "Tollgate" && c.concurrency === concurrency)!;
-    const x = cells.find((c) => c.stack === "x402" && c.concurrency === concurrency)!;
-    for (const cell of [t, x]) {
+  for (const concurrency of mode.concurrency) {
+    const of = (stack: string) => cells.find((c) => c.stack === stack && c.concurrency === concurrency)!;
+    for (const name of STACKS) {
+      const cell = of(name);
       rows.push([
         `${concurrency} ${cell.stack}`,
         `${cell.ok}/${cell.ok + cell.failed}`,
@@ -158,21 +152,29 @@ function report(mode: Mode, cells: readonly Cell[]): string {
         fmt(perPayment(cell.transactions, cell)),
         fmt(perPayment(cell.rpcCalls, cell)),
         fmt(perPayment(cell.cpuMs, cell)),
+        cell.payerCpuMs === undefined ? "-" : fmt(perPayment(cell.payerCpuMs, cell)),
         `${fmt(failureRate(cell) * 100)}%`,
       ]);
     }
-    rows.push([
-      `${concurrency} Tollgate/x402`,
-      "",
-      ratio(percentile(t.latenciesMs, 50), percentile(x.latenciesMs, 50)),
-      ratio(percentile(t.latenciesMs, 90), percentile(x.latenciesMs, 90)),
-      ratio(percentile(t.latenciesMs, 99), percentile(x.latenciesMs, 99)),
-      ratio(paidPerSecond(t), paidPerSecond(x)),
-      ratio(perPayment(t.transactions, t), perPayment(x.transactions, x)),
-      ratio(perPayment(t.rpcCalls, t), perPayment(x.rpcCalls, x)),
-      ratio(perPayment(t.cpuMs, t), perPayment(x.cpuMs, x)),
-      "",
-    ]);
+    for (const reference of ["x402+nm", "x402"]) {
+      const t = of("Tollgate");
+      const x = of(reference);
+      rows.push([
+        `${concurrency} Tollgate/${reference}`,
+        "",
+        ratio(percentile(t.latenciesMs, 50), percentile(x.latenciesMs, 50)),
+        ratio(percentile(t.latenciesMs, 90), percentile(x.latenciesMs, 90)),
+        ratio(percentile(t.latenciesMs, 99), percentile(x.latenciesMs, 99)),
+        ratio(paidPerSecond(t), paidPerSecond(x)),
+        ratio(perPayment(t.transactions, t), perPayment(x.transactions, x)),
+        ratio(perPayment(t.rpcCalls, t), perPayment(x.rpcCalls, x)),
+        ratio(perPayment(t.cpuMs, t), perPayment(x.cpuMs, x)),
+        t.payerCpuMs === undefined || x.payerCpuMs === undefined
+          ? ""
+          : ratio(perPayment(t.payerCpuMs, t), perPayment(x.payerCpuMs, x)),
+        "",
+      ]);
+    }
   }
   lines.push(
     `paid requests, ${mode.name} (each payer: at least ${mode.minRounds} paid request(s) and ${mode.budgetMs / 1000} s)`,
@@ -188,7 +190,8 @@ function report(mode: Mode, cells: readonly Cell[]): string {
         "paid/s",
         "tx/pay",
         "rpc/pay",
-        "cpu ms/pay",
+        ONE_PROCESS ? "cpu ms/pay" : "server cpu ms/pay",
+        "payer cpu ms/pay",
         "failed",
       ],
       rows,
@@ -205,36 +208,110 @@ function report(mode: Mode, cells: readonly Cell[]): string {
   return lines.join("\n");
 }
 
-async function runMode(mode: Mode): Promise<string> {
-  // Accounts: 0 deployer, 1 Tollgate's gas, 2 x402's gas, then payers for each stack. All hold test USD.
-  const devnet = await startDevnet({ accounts: 3 + 2 * MAX_PAYERS, blockTime: mode.blockTime });
+/** Tollgate's goals against the nonce-managed reference, each with its measured ratio and verdict. */
+function goals(cells: readonly Cell[]): string {
+  const find = (mode: string, stack: string, concurrency: number) =>
+    cells.find((c) => c.mode === mode && c.stack === stack && c.concurrency === concurrency);
+  const lines: string[] = [`goals (Tollgate against ${REFERENCE}, same run)`];
+  const verdict = (holds: boolean | undefined) =>
+    holds === undefined ? "not measured" : holds ? "holds" : "MISSES";
+  const relative = (
+    goal: string,
+    mode: string,
+    concurrency: number,
+    measure: (cell: Cell) => number,
+    holds: (r: number) => boolean,
+  ) => {
+    const t = find(mode, "Tollgate", concurrency);
+    const x = find(mode, REFERENCE, concurrency);
+    const r = t === undefined || x === undefined ? Number.NaN : measure(t) / measure(x);
+    lines.push(
+      `  ${goal}: ${Number.isFinite(r) ? `${fmt(r)}x` : "-"} (${Number.isFinite(r) ? verdict(holds(r)) : "not measured"})`,
+    );
+  };
+  relative(
+    "single-payer p50 latency ≤ 1.0x, automine",
+    "automine",
+    1,
+    (c) => percentile(c.latenciesMs, 50),
+    (r) => r <= 1,
+  );
+  relative("paid requests/s ≥ 2x at 8 payers, automine", "automine", 8, paidPerSecond, (r) => r >= 2);
+  relative("paid requests/s ≥ 3x at 512 payers, 2 s blocks", "2 s blocks", 512, paidPerSecond, (r) => r >= 3);
+  const tollgate = cells.filter((c) => c.stack === "Tollgate");
+  const failures = tollgate.reduce((n, c) => n + c.failed, 0);
+  lines.push(`  0 failures in every Tollgate cell: ${failures} (${verdict(failures === 0)})`);
+  // Per-payment costs where they matter: the most loaded cell on 2-second blocks (automine mines every
+  // transaction alone, so batching cannot show there).
+  const loaded = tollgate
+    .filter((c) => c.mode === "2 s blocks")
+    .sort((a, b) => b.concurrency - a.concurrency)[0];
+  const where = loaded === undefined ? "" : `, ${loaded.concurrency} payers on 2 s blocks`;
+  const tx = loaded === undefined ? Number.NaN : perPayment(loaded.transactions, loaded);
+  const rpcCalls = loaded === undefined ? Number.NaN : perPayment(loaded.rpcCalls, loaded);
+  lines.push(
+    `  ≤ 0.1 transactions per payment${where}: ${fmt(tx)} (${verdict(Number.isFinite(tx) ? tx <= 0.1 : undefined)})`,
+  );
+  lines.push(
+    `  ≤ 3 RPC calls per payment${where}: ${fmt(rpcCalls)} (${verdict(Number.isFinite(rpcCalls) ? rpcCalls <= 3 : undefined)})`,
+  );
+  return lines.join("\n");
+}
+
+async function runMode(mode: Mode, allCells: Cell[]): Promise<string> {
+  const maxPayers = Math.max(...mode.concurrency);
+  // Accounts: 0 deployer, 1 Tollgate's gas, 2 and 3 the x402 facilitators' gas, then payers for each
+  // stack. All hold test USD.
+  const devnet = await startDevnet({ accounts: 4 + STACKS.length * maxPayers, blockTime: mode.blockTime });
+  const payersOf = (i: number) => devnet.accounts.slice(4 + i * maxPayers, 4 + (i + 1) * maxPayers);
   const stacks: PaidStack[] = [];
+  let payers: PayerProcess | undefined;
   try {
     const common = { devnet, price: PRICE, path: PATH };
     const payTo = (n: number): Address => getAddress(`0x${n.toString(16).padStart(40, "0")}`);
     const tollgate = await startTollgateStack({
       ...common,
       gas: devnet.accounts[1]!,
-      payers: devnet.accounts.slice(3, 3 + MAX_PAYERS),
+      payers: payersOf(0),
       payTo: payTo(0x7011),
       rpc: createRpcCounter(),
       databaseUrl: DATABASE_URL,
     });
     stacks.push(tollgate);
-    const x402 = await startX402Stack({
+    const x402Managed = await startX402Stack({
       ...common,
       gas: devnet.accounts[2]!,
-      payers: devnet.accounts.slice(3 + MAX_PAYERS),
+      payers: payersOf(1),
+      payTo: payTo(0x4021),
+      rpc: createRpcCounter(),
+      nonceManager: true,
+    });
+    stacks.push(x402Managed);
+    const x402 = await startX402Stack({
+      ...common,
+      gas: devnet.accounts[3]!,
+      payers: payersOf(2),
       payTo: payTo(0x402),
       rpc: createRpcCounter(),
     });
     stacks.push(x402);
 
-    // Warm-up, not measured: each stack's one-time lookups (JWKS, /supported) and the JIT.
+    // Payers in a process of their own unless --one-process (payerProcess.ts).
+    payers = ONE_PROCESS ? undefined : startPayerProcess();
+    for (const stack of stacks) await payers?.setUp(stack.name, stack.payers.spec, stack.payers.keys);
+
+    // Warm-up, not measured: each stack's one-time lookups (JWKS, /supported) and the JIT, in the
+    // process that pays.
     for (const stack of stacks) {
-      const response = await stack.payingFetch(0)(stack.url);
-      if (response.status !== 200) throw new Error(`${stack.name} warm-up answered ${response.status}`);
-      await response.text();
+      const options = { url: stack.url, concurrency: 1, budgetMs: 0, minRounds: 1 };
+      const warm =
+        payers === undefined
+          ? await runPayers((i) => stack.payingFetch(i), options)
+          : await payers.run(stack.name, options);
+      if (warm.failed > 0) {
+        const seen = [...warm.failures, ...stack.facilitatorFailures()].map(([reason]) => reason).join("; ");
+        throw new Error(`${stack.name} warm-up failed: ${seen}`);
+      }
     }
     // What the process burns with both stacks up and no payments (timers, polling loops), for reading
     // the CPU column: a slow cell carries more of it per payment.
@@ -245,22 +322,27 @@ async function runMode(mode: Mode): Promise<string> {
     const idleCpuMsPerSecond = ((idle.user + idle.system) / 1000 / elapsedMs(idleStart)) * 1000;
 
     const cells: Cell[] = [];
-    for (const concurrency of CONCURRENCY) {
-      // Alternate which stack goes first, so drift in the machine's load does not favour one.
-      const order = concurrency === 8 ? [x402, tollgate] : [tollgate, x402];
-      for (const stack of order) cells.push(await runCell(devnet, stack, mode, concurrency));
+    for (const [index, concurrency] of mode.concurrency.entries()) {
+      // Rotate which stack goes first, so drift in the machine's load does not favour one.
+      const order = [tollgate, x402Managed, x402];
+      for (let i = 0; i < index % order.length; i++) order.push(order.shift()!);
+      for (const stack of order) cells.push(await runCell(devnet, stack, mode, concurrency, payers));
     }
-    return `${report(mode, cells)}\n  idle CPU of this process, both stacks up: ${fmt(idleCpuMsPerSecond)} ms per second`;
+    allCells.push(...cells);
+    return `${report(mode, cells)}\n  idle CPU of the bench process, every stack up: ${fmt(idleCpuMsPerSecond)} ms per second`;
   } finally {
+    await payers?.stop();
     for (const stack of stacks.reverse()) await stack.stop();
     await devnet.stop();
   }
 }
 
 console.log(
-  `Tollgate facilitator store: ${DATABASE_URL === undefined ? "PGlite in memory" : "PostgreSQL (DATABASE_URL)"}; price ${PRICE} (0.01 USDC); viem polls every 50 ms in both facilitators`,
+  `Tollgate facilitator store: ${DATABASE_URL === undefined ? "PGlite in memory" : "PostgreSQL (DATABASE_URL)"}; price ${PRICE} (0.01 USDC); viem polls every 50 ms in every facilitator; payers ${ONE_PROCESS ? "in the bench process (--one-process)" : "in a payer process of their own"}`,
 );
+const allCells: Cell[] = [];
 for (const mode of MODES) {
-  console.log(await runMode(mode));
+  console.log(await runMode(mode, allCells));
   console.log();
 }
+console.log(goals(allCells));

@@ -6,6 +6,7 @@
  *
  *   npx tsx bench/policy.ts [--workloads 240] [--seed 402] [--patterns steady,bursty,…]
  *   npx tsx bench/policy.ts --seeds 402,1,7,99,2026   # the summary over seeds, both workload sets
+ *   npx tsx bench/policy.ts --split   # the tuning seeds and the held-out seeds, and which goals hold
  *
  * Strategies, each replaying the same calls:
  * - hindsight optimum: the least any schedule of one-time payments and subscription periods could have
@@ -27,11 +28,11 @@ import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
-import { decide, type PolicyForecast } from "../src/agent/policy/decide.ts";
+import { decide, type PolicyForecast, type PolicyMode } from "../src/agent/policy/decide.ts";
 import { type DemandState, demandModelFor, recordDemand } from "../src/agent/policy/demandEstimate.ts";
 import type { PolicyOfferInput } from "../src/agent/policy/policyOffer.ts";
 import { cancelLeadSeconds, reviewSubscription } from "../src/agent/policy/reviewSubscription.ts";
-import { runningForecast } from "../src/agent/policy/runningForecast.ts";
+import { forecastRate, runningForecast } from "../src/agent/policy/runningForecast.ts";
 import { formatUnitsExact } from "../src/protocol/amount.ts";
 import { createFixedClock } from "../src/protocol/clock.ts";
 
@@ -47,10 +48,36 @@ const { values } = parseArgs({
      * dominated by a few large workloads, so a single run says little).
      */
     seeds: { type: "string" },
+    /**
+     * The summary over the tuning seeds (the policy's weights were chosen on these) and over the
+     * held-out seeds (never used to choose anything), each on both workload sets, then whether the
+     * goal (avg of ×4, ÷4 and none ≤ 1.10) holds on each of the four.
+     */
+    split: { type: "boolean", default: false },
     /** Print the summary as one JSON line instead of the table (what `--seeds` reads). */
     json: { type: "boolean", default: false },
   },
 });
+const TUNING_SEEDS = [402, 1, 7, 99, 2026];
+const HELD_OUT_SEEDS = [11, 23, 5150, 31337, 8];
+const GOAL = 1.1;
+if (values.split) {
+  const verdicts: string[] = [];
+  for (const [label, seeds] of [
+    ["tuning", TUNING_SEEDS],
+    ["held out", HELD_OUT_SEEDS],
+  ] as const) {
+    console.log(`=== ${label} seeds\n`);
+    for (const { set, mean } of summarizeSeeds(seeds)) {
+      verdicts.push(
+        `  ${label}, ${set}: avg(×4,÷4,none) ${mean.toFixed(3)} — goal ≤ ${GOAL.toFixed(2)} ${mean <= GOAL ? "holds" : "does not hold"}`,
+      );
+    }
+  }
+  console.log(`goals (mean over seeds of the learning policy's avg over forecasts ×4, ÷4 and none):`);
+  for (const line of verdicts) console.log(line);
+  process.exit(0);
+}
 if (values.seeds !== undefined) {
   summarizeSeeds(values.seeds.split(",").map(Number));
   process.exit(0);
@@ -285,12 +312,13 @@ function offerOf(w: Workload): PolicyOfferInput {
 /** decide() is pure, so one workload's decisions are memoized by their input. */
 function memoDecide(w: Workload) {
   const offer = offerOf(w);
-  const cache = new Map<string, "one-time" | "subscribe" | "refuse">();
+  // The offers here have no channel: the policy never answers "channel".
+  const cache = new Map<string, Exclude<PolicyMode, "channel">>();
   return (input: { history?: number; forecast?: PolicyForecast }) => {
     const key = `${input.history}|${input.forecast?.calls}|${input.forecast?.horizonSeconds}`;
     let mode = cache.get(key);
     if (mode === undefined) {
-      mode = decide({ offer, ...input }).mode;
+      mode = decide({ offer, ...input }).mode as Exclude<PolicyMode, "channel">;
       cache.set(key, mode);
     }
     return mode;
@@ -396,7 +424,14 @@ function policyLearning(
       reviewed = false;
       inPeriod = 0;
     }
-    state = recordDemand(state, t * 1000, model);
+    const forecastNow = priorAt(t);
+    state = recordDemand(
+      state,
+      t * 1000,
+      model,
+      1,
+      forecastNow === undefined ? undefined : forecastRate(forecastNow, interval),
+    );
     if (t < periodEnd) {
       inPeriod += 1;
       spent += overage(w, inPeriod) - overage(w, inPeriod - 1);
@@ -407,7 +442,8 @@ function policyLearning(
       nowMs: t * 1000,
       intervalSeconds: interval,
       model,
-      prior: priorAt(t),
+      prior: forecastNow,
+      cautious: true,
     });
     if (choose({ forecast }) === "subscribe") {
       spent += w.plan.amount + overage(w, 1);
@@ -552,10 +588,11 @@ console.log(
  * workloads exactly as a run with `--seed` does), then the mean and spread (min–max) over seeds of the
  * learning rows, their average over forecasts ×4, ÷4 and none, break-even and the best fixed choice.
  */
-function summarizeSeeds(seeds: number[]): void {
+function summarizeSeeds(seeds: readonly number[]): { set: string; mean: number }[] {
   if (seeds.length === 0 || seeds.some((seed) => !Number.isSafeInteger(seed))) {
     throw new Error("--seeds takes comma-separated integers");
   }
+  const means: { set: string; mean: number }[] = [];
   const sets = [
     { name: "five patterns (the first bench)", patterns: "steady,bursty,ramp-up,ramp-down,on-off" },
     { name: "six patterns (with shift)", patterns: "steady,bursty,ramp-up,ramp-down,on-off,shift" },
@@ -610,8 +647,10 @@ function summarizeSeeds(seeds: number[]): void {
       ...shown.map(([, name]) => runs.map((r) => r.rows[name]!)),
     ];
     const mean = columns.map((c) => f3(c.reduce((a, b) => a + b, 0) / c.length));
+    means.push({ set: set.name, mean: columns[0]!.reduce((a, b) => a + b, 0) / columns[0]!.length });
     const spread = columns.map((c) => `${f3(Math.min(...c))}–${f3(Math.max(...c))}`);
     console.log(`  ${"mean".padStart(6)} ${mean.map((c) => c.padStart(10)).join(" ")}`);
     console.log(`  ${"range".padStart(6)} ${spread.map((c) => c.padStart(10)).join(" ")}\n`);
   }
+  return means;
 }

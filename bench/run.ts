@@ -23,10 +23,13 @@ if (unknown.length > 0) {
 }
 const benches = wanted.length > 0 ? all.filter((name) => wanted.includes(name)) : all;
 
-/** Runs one bench with tsx, output straight to this terminal; resolves with its exit code. */
+/**
+ * Runs one bench with tsx, output straight to this terminal; resolves with its exit code. With
+ * `--expose-gc`, benches that make garbage before a timed phase (gateProof's proofs) collect it first.
+ */
 function run(name: string): Promise<number> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["--import", "tsx", join(here, `${name}.ts`)], {
+    const child = spawn(process.execPath, ["--expose-gc", "--import", "tsx", join(here, `${name}.ts`)], {
       stdio: "inherit",
     });
     child.once("error", () => resolve(1));

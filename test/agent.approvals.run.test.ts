@@ -137,7 +137,7 @@ describe("approvals from tollgate run", { timeout: 240_000 }, () => {
       { input: "yes\n", env: model },
     );
     expect(yes.stderr).toMatch(
-      /Approve detect-language from 0x[0-9a-fA-F]{40}: Price: 0\.005 USDC per call, paid once per call; or subscription 0\.1 USDC every 30 days, calls included\. \(up to 0\.1 USDC\)\? \[y\/N\]/,
+      /Approve detect-language from 0x[0-9a-fA-F]{40}: Price: 0\.005 USDC per call, paid once per call; or subscription 0\.1 USDC every 30 days, calls included; or 0\.004 USDC per call from a prepaid channel \(a refundable deposit, then no wait per call\)\. \(up to 0\.1 USDC\)\? \[y\/N\]/,
     );
     expect(yes.stdout).toContain("detect-language: spend approved");
     // The model streamed (tokens printed as they came) and its answer is printed once more at the end.

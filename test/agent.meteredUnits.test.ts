@@ -44,7 +44,12 @@ let tf: TestFacilitator;
 let provider: DevnetAccount;
 let apiKey: string;
 let planId: bigint;
-const sellers: { url: string; gate: PaymentGate & PaymentGateControls; server: RunningServer }[] = [];
+const sellers: {
+  url: string;
+  gate: PaymentGate & PaymentGateControls;
+  server: RunningServer;
+  state: { failing: boolean };
+}[] = [];
 
 async function post(path: string, body: unknown) {
   return fetch(`${tf.url}${path}`, {
@@ -60,6 +65,8 @@ async function post(path: string, body: unknown) {
  */
 async function startSeller(strip: boolean) {
   let gate: (PaymentGate & PaymentGateControls) | undefined;
+  /** While true, the handler fails (500) after the gate let the call through and counted its units. */
+  const state = { failing: false };
   const app = new Hono();
   app.use("/api/*", async (c, next) => {
     const result = await gate!(c.req.raw);
@@ -71,7 +78,11 @@ async function startSeller(strip: boolean) {
       c.res.headers.delete(HeaderName.OverageCharge);
     }
   });
-  app.get("/api/analyze", (c) => c.json({ words: (c.req.query("text") ?? "").split(" ").length }));
+  app.get("/api/analyze", (c) =>
+    state.failing
+      ? c.json({ error: { code: "Internal", message: "the word counter crashed" } }, 500)
+      : c.json({ words: (c.req.query("text") ?? "").split(" ").length }),
+  );
   const server = await serveApp(app);
   gate = paymentGate({
     payTo: provider.address,
@@ -89,7 +100,7 @@ async function startSeller(strip: boolean) {
       "GET /api/analyze": { pricing: [{ type: "subscription", plan: planId }], units: UNITS_PER_CALL },
     },
   });
-  const seller = { url: server.url, gate, server };
+  const seller = { url: server.url, gate, server, state };
   sellers.push(seller);
   return seller;
 }
@@ -296,5 +307,32 @@ describe("metered calls of several units", () => {
     const loss = before - (await balanceOf(agent.account.address));
     expect(synced).toMatchObject({ pulled: loss, recorded: 0n });
     expect((await agent.budget.report("units-silent")).spent.total).toBe(loss);
+  }, 180_000);
+
+  it("records a metered call answered 5xx at once from the gate's statement, and the watcher adds nothing twice", async () => {
+    const seller = await startSeller(false);
+    const agent = await agentFor("units-failed", seller);
+    const before = await balanceOf(agent.account.address);
+    const first = await agent.call();
+    expect(first).toMatchObject({ amount: "0.056" });
+    seller.state.failing = true;
+    const failed = await agent.call();
+    seller.state.failing = false;
+    // The gate counted the 5 units and said so: the failed call is a paid error, in the ledger now.
+    expect(failed).toMatchObject({
+      mode: "metered",
+      amount: "0.01",
+      paid: true,
+      error: { code: "Internal" },
+    });
+    const recorded = 8n * UNIT;
+    expect((await agent.budget.report("units-failed")).perKind.metered.spent).toBe(recorded);
+    const id = BigInt(first.subscriptionId!);
+    await settle(seller, id, recorded);
+    const [synced] = await agent.keeper.sync();
+    const loss = before - (await balanceOf(agent.account.address));
+    expect(loss).toBe(PRICE + recorded);
+    expect(synced).toMatchObject({ subscriptionId: id, pulled: loss, recorded: 0n, beyondHold: 0n });
+    expect((await agent.budget.report("units-failed")).spent.total).toBe(loss);
   }, 180_000);
 });

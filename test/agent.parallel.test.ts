@@ -7,7 +7,9 @@
  *   and the receipts come back to the model and to the user's callbacks;
  * - the budget holds under that concurrency: with room for two calls, exactly two are paid;
  * - a call above the agent's approval threshold pauses the run and goes on only with a yes;
- * - the market search tool finds a capability the run was not given and the model then buys it.
+ * - the market search tool finds a capability the run was not given and the model then buys it;
+ * - the rule planner (no model) runs its plan's independent calls through the same queue: three sellers
+ *   are inside a request at once, and the budget holds the same way.
  */
 import { BaseCallbackHandler } from "@langchain/core/callbacks/base";
 import type { StructuredToolInterface } from "@langchain/core/tools";
@@ -332,5 +334,44 @@ describe("a model run over paid tools", () => {
     expect(run.steps[0]!.result).toMatch(/probe-x .*Price: 0\.01 USDC per call/);
     expect((run.steps[1]!.artifact as PaidToolReceipt).amount).toBe("0.01");
     expect(FUNDS - (await agent.balance())).toBe(10_000n);
+  });
+
+  it("rule planner: runs a plan's three calls to three sellers at once through the queue", async () => {
+    barrierSize = 3;
+    const agent = await paidAgent("rules-parallel-buyer", { total: 1_000_000n });
+    const events: string[] = [];
+    const run = await createOrchestrator({
+      tools: agent.tools,
+      onEvent: (event) => {
+        if (event.type === "tool:start") events.push(`start ${event.tool}`);
+      },
+    }).run("Look up astronomy, botany and chemistry facts about the text.", { text: TEXT });
+
+    expect(run.planner).toBe("rules");
+    expect(run.steps.map((s) => [s.tool, s.error])).toEqual([
+      ["probe-a", undefined],
+      ["probe-b", undefined],
+      ["probe-c", undefined],
+    ]);
+    const firstEnd = sellerLog.findIndex((line) => line.startsWith("end "));
+    expect(sellerLog.slice(0, firstEnd).sort()).toEqual(["start probe-a", "start probe-b", "start probe-c"]);
+    expect(events.sort()).toEqual(["start probe-a", "start probe-b", "start probe-c"]);
+    expect((await agent.budget.report("rules-parallel-buyer")).spent.total).toBe(30_000n);
+    expect(FUNDS - (await agent.balance())).toBe(30_000n);
+  });
+
+  it("rule planner: holds the budget when its calls run at once: room for two of three, two are paid", async () => {
+    const agent = await paidAgent("rules-tight-buyer", { total: 25_000n });
+    const run = await createOrchestrator({ tools: agent.tools }).run(
+      "Look up astronomy, botany and chemistry facts about the text.",
+      { text: TEXT },
+    );
+    const errors = run.steps.map((s) => s.error).filter((e) => e !== undefined);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatch(/^BudgetExceeded: /);
+    expect(sellerLog.filter((l) => l.startsWith("start "))).toHaveLength(2);
+    expect(FUNDS - (await agent.balance())).toBe(20_000n);
+    const report = await agent.budget.report("rules-tight-buyer");
+    expect([report.spent.total, report.reserved.total]).toEqual([20_000n, 0n]);
   });
 });

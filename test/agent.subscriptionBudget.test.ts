@@ -213,6 +213,48 @@ describe("every movement of the agent's money is in its ledger and inside its li
     expect(await allowanceOf(agent.account.address)).toBe(report.subscriptions.held);
   }, 120_000);
 
+  it("a subscription whose renewal the budget cannot hold is paused before a second subscription raises the shared approval", async () => {
+    const limit = usd("0.10");
+    const key = await newWallet(
+      { total: usd("1"), perProvider: { [sentiment.account.address]: limit } },
+      "shared-approval",
+    );
+    const alerts: SubscriptionAlert[] = [];
+    const agent = await agentProcess("shared-approval", key, alerts);
+    const before = await balanceOf(agent.account.address);
+    const { receipt } = await agent.call();
+    expect(receipt).toMatchObject({ mode: "subscription", amount: "0.05" });
+    const id = BigInt(receipt.subscriptionId!);
+    // Sentiment's renewal does not fit its seller's limit: one period is held, and the approval left
+    // after the first period is its cap only — too little for a renewal.
+    expect(await allowanceOf(agent.account.address)).toBeLessThan(usd("0.05"));
+
+    // A second seller's plan in the same token: its permit raises the wallet's one approval by what
+    // the budget holds for it, out of which sentiment's seller could have collected a renewal.
+    const summarizer = sellerNamed(stack, "summarizer");
+    const second = await agent.keeper.ensure({ planId: summarizer.plans.summarize!.planId });
+    expect(second.created).toBe(true);
+    expect(alerts).toEqual([expect.objectContaining({ subscriptionId: id, action: "paused" })]);
+    expect(
+      (await subscriptionsOnChain(agent.account.address, sentiment.plans.sentiment!.planId))[0],
+    ).toMatchObject({ status: "Paused" });
+
+    const { devnet } = stack;
+    await devnet.advanceTime(31 * 86_400);
+    const seller = devnet.walletClient(sentiment.account);
+    await expect(
+      collect(seller, { manager: devnet.contracts.subscriptionManager, subscriptionId: id }).then((hash) =>
+        devnet.publicClient.waitForTransactionReceipt({ hash }),
+      ),
+    ).rejects.toThrow();
+    await agent.keeper.sync();
+    const report = await agent.budget.report("shared-approval");
+    const loss = before - (await balanceOf(agent.account.address));
+    expect(loss).toBe(report.spent.total);
+    const provider = report.perProvider.find((p) => p.provider === sentiment.account.address)!;
+    expect(provider.spent + provider.reserved).toBeLessThanOrEqual(limit);
+  }, 180_000);
+
   it("the review's drain: a seller deducting and collecting three times takes no more than the budget, and the ledger shows every unit", async () => {
     const limit = usd("0.10");
     const key = await newWallet(

@@ -10,6 +10,7 @@ import {
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { deployContract, writeContract } from "viem/actions";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { readSubscriptionPulls } from "../src/agent/subscriptions/readSubscriptionPulls.ts";
 import {
   approveToken,
   cancel,
@@ -135,7 +136,7 @@ describe("SubscriptionManager", () => {
     return { id: getSubscriptionIdFromReceipt(receipt), receipt };
   }
 
-  it("runs the full lifecycle: subscribe, renew, pause with a frozen clock, resume, metered overage to the cap, cancel", async () => {
+  it("runs the full lifecycle: subscribe, renew, pause (the period keeps running), resume, metered overage to the cap, cancel", async () => {
     const planId = await newPlan();
     expect(await getPlan(devnet.publicClient, { manager: manager(), planId })).toMatchObject({
       provider: provider.address,
@@ -188,12 +189,18 @@ describe("SubscriptionManager", () => {
     expect(sub.overageUsed).toBe(0n);
     expect(decodeSubscriptionEvents(renewal.logs).map((e) => e.eventName)).toContain("SubscriptionRenewed");
 
-    // Pause 10 days into the period: 20 paid days are frozen while paused, and nothing is charged.
+    // Pause 10 days into the period: the 20 days left are recorded, the period keeps running, nothing is
+    // due or charged while paused.
     await devnet.advanceTime(10n * DAY);
     const paused = await wait(await pause(wallet(subscriber), { manager: manager(), subscriptionId: id }));
-    const remaining = sub.currentPeriodEnd - (await blockTime(paused));
-    expect((await read(id)).status).toBe(SubscriptionStatus.Paused);
-    await devnet.advanceTime(90n * DAY);
+    const pausedSub = await read(id);
+    expect(pausedSub).toMatchObject({
+      status: SubscriptionStatus.Paused,
+      periodStart: sub.periodStart,
+      currentPeriodEnd: sub.currentPeriodEnd,
+      pausedRemaining: sub.currentPeriodEnd - (await blockTime(paused)),
+    });
+    await devnet.advanceTime(5n * DAY);
     const whilePaused = await balance(subscriber.address);
     expect(await getIsDue(devnet.publicClient, { manager: manager(), subscriptionId: id })).toBe(false);
     await wait(await collectMany(wallet(stranger), { manager: manager(), subscriptionIds: [id] }));
@@ -202,12 +209,18 @@ describe("SubscriptionManager", () => {
     ).toBe("InvalidStatus");
     expect(await balance(subscriber.address)).toBe(whilePaused);
 
-    // Resume: the 20 days continue from now, no charge.
+    // Resume before the period's end: the same period goes on (the 5 paused days are not given back),
+    // no charge, this cycle's overage kept.
     const resumed = await wait(await resume(wallet(subscriber), { manager: manager(), subscriptionId: id }));
-    sub = await read(id);
-    expect(sub.status).toBe(SubscriptionStatus.Active);
-    expect(sub.currentPeriodEnd).toBe((await blockTime(resumed)) + remaining);
-    expect(sub.currentPeriodEnd - sub.periodStart).toBe(INTERVAL);
+    expect(await read(id)).toMatchObject({
+      status: SubscriptionStatus.Active,
+      periodStart: sub.periodStart,
+      currentPeriodEnd: sub.currentPeriodEnd,
+      pausedRemaining: 0n,
+    });
+    expect(decodeSubscriptionEvents(resumed.logs).map((e) => [e.eventName, e.args])).toEqual([
+      ["SubscriptionResumed", { subscriptionId: id, periodEnd: sub.currentPeriodEnd, charged: false }],
+    ]);
     expect(await balance(subscriber.address)).toBe(whilePaused);
 
     // Metered overage up to the cap; one unit more is refused.
@@ -244,6 +257,132 @@ describe("SubscriptionManager", () => {
     expect(
       (await revertOf(collect(wallet(stranger), { manager: manager(), subscriptionId: id }))).errorName,
     ).toBe("InvalidStatus");
+  });
+
+  it("never extends a paid period through relayed pause/resume cycles (the subscriber cannot stretch one period)", async () => {
+    const planId = await newPlan();
+    const { id, receipt } = await newSubscription(subscriber, planId);
+    const start = await blockTime(receipt);
+    const end = start + INTERVAL;
+    const relayer = wallet(operator);
+    const chainId = devnet.chain.id;
+    const deadline = start + 10n * INTERVAL;
+    const nonce = () =>
+      getSubscriptionNonce(devnet.publicClient, { manager: manager(), subscriber: subscriber.address });
+    const intent = async (sign: typeof signPauseIntent) =>
+      sign(subscriber.account, {
+        chainId,
+        manager: manager(),
+        subscriptionId: id,
+        deadline,
+        nonce: await nonce(),
+      });
+    const paidAfterSubscribe = await balance(subscriber.address);
+
+    // The attack: resume just before using the service, pause right after, gaslessly through a relayer.
+    // Each cycle is 1 day active and 4 days paused; five cycles take 25 of the 30 paid days.
+    const pauseIntent = async () =>
+      pauseFor(relayer, {
+        manager: manager(),
+        subscriptionId: id,
+        deadline,
+        signature: await intent(signPauseIntent),
+      });
+    for (let cycle = 0; cycle < 5; cycle++) {
+      await devnet.advanceTime(DAY);
+      await wait(await pauseIntent());
+      await devnet.advanceTime(4n * DAY);
+      const resumed = await wait(
+        await resumeFor(relayer, {
+          manager: manager(),
+          subscriptionId: id,
+          deadline,
+          signature: await intent(signResumeIntent),
+        }),
+      );
+      expect(await blockTime(resumed)).toBeLessThan(end);
+      // The paused days are not given back: the period still ends where it was paid to end.
+      expect(await read(id)).toMatchObject({
+        status: SubscriptionStatus.Active,
+        periodStart: start,
+        currentPeriodEnd: end,
+      });
+      expect(await balance(subscriber.address)).toBe(paidAfterSubscribe);
+    }
+
+    // Paused again on day 26 and kept paused past the end: nothing is due or collectable (no renewal while
+    // paused) and nothing is charged.
+    await devnet.advanceTime(DAY);
+    await wait(await pauseIntent());
+    await devnet.advanceTime(INTERVAL);
+    expect(await getIsDue(devnet.publicClient, { manager: manager(), subscriptionId: id })).toBe(false);
+    expect(
+      (await revertOf(collect(wallet(stranger), { manager: manager(), subscriptionId: id }))).errorName,
+    ).toBe("InvalidStatus");
+    await wait(await collectMany(wallet(stranger), { manager: manager(), subscriptionIds: [id] }));
+    expect(await balance(subscriber.address)).toBe(paidAfterSubscribe);
+
+    // Resuming after the end buys exactly one new period, starting now.
+    const resumed = await wait(
+      await resumeFor(relayer, {
+        manager: manager(),
+        subscriptionId: id,
+        deadline,
+        signature: await intent(signResumeIntent),
+      }),
+    );
+    const now = await blockTime(resumed);
+    expect(await read(id)).toMatchObject({
+      status: SubscriptionStatus.Active,
+      periodStart: now,
+      currentPeriodEnd: now + INTERVAL,
+      overageUsed: 0n,
+    });
+    expect(await balance(subscriber.address)).toBe(paidAfterSubscribe - PRICE);
+    expect(decodeSubscriptionEvents(resumed.logs).map((e) => [e.eventName, e.args])).toEqual([
+      [
+        "SubscriptionRenewed",
+        { subscriptionId: id, planId, amount: PRICE, periodStart: now, periodEnd: now + INTERVAL },
+      ],
+      ["SubscriptionResumed", { subscriptionId: id, periodEnd: now + INTERVAL, charged: true }],
+    ]);
+  });
+
+  it("charges a new period when resuming after the period ended while paused; a failed pull leaves it Paused", async () => {
+    const planId = await newPlan();
+    const { id, receipt } = await newSubscription(subscriber, planId);
+    const end = (await blockTime(receipt)) + INTERVAL;
+    await devnet.advanceTime(10n * DAY);
+    await wait(await pause(wallet(subscriber), { manager: manager(), subscriptionId: id }));
+    await devnet.advanceTime(25n * DAY);
+    expect((await devnet.publicClient.getBlock()).timestamp).toBeGreaterThanOrEqual(end);
+
+    // Cannot pay: the resume reverts and the subscription stays Paused with its old period.
+    await approve(subscriber, 0n);
+    expect(
+      (await revertOf(resume(wallet(subscriber), { manager: manager(), subscriptionId: id }))).errorName,
+    ).toBe("TransferFailed");
+    expect(await read(id)).toMatchObject({ status: SubscriptionStatus.Paused, currentPeriodEnd: end });
+
+    await approve(subscriber);
+    const before = await balance(subscriber.address);
+    const resumed = await wait(await resume(wallet(subscriber), { manager: manager(), subscriptionId: id }));
+    const now = await blockTime(resumed);
+    expect(await balance(subscriber.address)).toBe(before - PRICE);
+    expect(await read(id)).toMatchObject({
+      status: SubscriptionStatus.Active,
+      periodStart: now,
+      currentPeriodEnd: now + INTERVAL,
+      pausedRemaining: 0n,
+    });
+    // What an agent's keeper reads back from the events is what left the wallet: a charged resume emits
+    // SubscriptionRenewed and SubscriptionResumed(charged) for one pull, counted once.
+    const pulls = await readSubscriptionPulls(devnet.publicClient, {
+      manager: manager(),
+      subscriptionId: id,
+      fromBlock: receipt.blockNumber,
+    });
+    expect(pulls.total).toBe(2n * PRICE);
   });
 
   it("charges a new period at once when resuming a subscription that was due when paused", async () => {
@@ -535,6 +674,71 @@ describe("SubscriptionManager", () => {
         )
       ).errorName,
     ).toBe("SubscriptionNotFound");
+  });
+
+  it("deducts under a provider's ref at most once; a failed item leaves its ref unused", async () => {
+    const planId = await newPlan();
+    const { id } = await newSubscription(subscriber, planId, 10_000n);
+    const before = await balance(subscriber.address);
+    const once = { manager: manager(), subscriptionId: id, amount: 1_000n, ref: ref("once") };
+    await wait(await deductAllowance(wallet(provider), once));
+    const refUsed = (owner: Hex, r: Hex) =>
+      devnet.publicClient.readContract({
+        address: manager(),
+        abi: subscriptionManagerAbi,
+        functionName: "refUsed",
+        args: [owner, r],
+      });
+    expect(await refUsed(provider.address, ref("once"))).toBe(true);
+    expect(await revertOf(deductAllowance(wallet(provider), once))).toMatchObject({
+      errorName: "RefAlreadyUsed",
+      args: [id, ref("once")],
+    });
+
+    // In a batch: a ref used before, and one used twice in the batch, deduct once; a failed item does not
+    // use up its ref.
+    const receipt = await wait(
+      await deductAllowanceMany(wallet(provider), {
+        manager: manager(),
+        subscriptionIds: [id, id, id, id],
+        amounts: [1_000n, 2_000n, 2_000n, 20_000n],
+        refs: [ref("once"), ref("m1"), ref("m1"), ref("big")],
+      }),
+    );
+    const events = decodeSubscriptionEvents(receipt.logs);
+    expect(events.map((e) => [e.eventName, (e.args as { reason?: number }).reason])).toEqual([
+      ["DeductionFailed", DeductionFailure.RefUsed],
+      ["AllowanceDeducted", undefined],
+      ["DeductionFailed", DeductionFailure.RefUsed],
+      ["DeductionFailed", DeductionFailure.AllowanceExhausted],
+    ]);
+    expect(await refUsed(provider.address, ref("big"))).toBe(false);
+    expect((await read(id)).overageUsed).toBe(3_000n);
+    expect(await balance(subscriber.address)).toBe(before - 3_000n);
+    await wait(
+      await deductAllowanceMany(wallet(provider), {
+        manager: manager(),
+        subscriptionIds: [id],
+        amounts: [5_000n],
+        refs: [ref("big")],
+      }),
+    );
+    expect((await read(id)).overageUsed).toBe(8_000n);
+
+    // Refs are per provider: another provider deducts under the same bytes32.
+    const other = await wait(
+      await createPlan(wallet(stranger), {
+        manager: manager(),
+        token: devnet.contracts.usd,
+        amount: PRICE,
+        interval: INTERVAL,
+        includedUnits: 1000n,
+        overageUnitPrice: 1000n,
+      }),
+    );
+    const theirs = await newSubscription(subscriber, getPlanIdFromReceipt(other), 10_000n);
+    await wait(await deductAllowance(wallet(stranger), { ...once, subscriptionId: theirs.id }));
+    expect((await read(theirs.id)).overageUsed).toBe(1_000n);
   });
 
   describe("a plan token cannot stop a batch of other subscriptions", () => {

@@ -5,12 +5,19 @@
 import { describe, expect, it } from "vitest";
 import { runDemo } from "../agents/demo.ts";
 
-describe("npm run demo", () => {
-  it("buys one-time, subscription, metered and resold results, renews, and its figures match the chain", async () => {
+// The whole demo runs (devnet, facilitator, agents): ~25 s on a quiet machine, more under CI load.
+describe("npm run demo", { timeout: 120_000 }, () => {
+  it("buys one-time, subscription, metered, channel and resold results, renews, and its figures match the chain", async () => {
     const lines: string[] = [];
     const result = await runDemo({ print: (line) => lines.push(line), env: {} });
 
     const modes = new Map(result.report.tools.map((t) => [t.tool, t.modes]));
+    // A burst bought through one prepaid channel: opened, 24 calls by voucher, claimed, closed, the rest returned.
+    expect(modes.get("detect-language")?.channel).toBe(24);
+    expect(result.channel).toMatchObject({ tool: "detect-language", calls: 24, channels: 1 });
+    expect(result.channel.spent).toBe(24n * 4_000n);
+    expect(result.channel.claimed).toBe(result.channel.spent);
+    expect(result.channel.returned).toBe(result.channel.deposit - result.channel.spent);
     expect(modes.get("detect-language")?.["one-time"]).toBeGreaterThan(0);
     expect(modes.get("summarize")?.subscription).toBeGreaterThan(0);
     expect(modes.get("sentiment")?.metered).toBeGreaterThan(0);
@@ -40,5 +47,5 @@ describe("npm run demo", () => {
     }
     expect(result.planner).toBe("rules");
     expect(lines.join("\n")).toContain("Spend report");
-  }, 180_000);
+  }, 300_000);
 });

@@ -6,7 +6,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
@@ -20,7 +19,9 @@ import { createStore } from "../src/store/createStore.ts";
 import { signTestPayment } from "./support/facilitatorHarness.ts";
 import { readPaymentAsPayer } from "./support/readPayment.ts";
 
-const tsx = createRequire(import.meta.url).resolve("tsx/cli");
+// The loader in this process, not the tsx CLI: the CLI runs the script in a child of its own, which a
+// SIGKILL of the CLI would leave running.
+const tsxLoader = import.meta.resolve("tsx");
 const fixture = new URL("./fixtures/facilitatorProcess.ts", import.meta.url).pathname;
 
 let devnet: Devnet;
@@ -58,8 +59,8 @@ function durableStore(): StoreConfig {
 
 function startFacilitatorProcess(
   config: Record<string, unknown>,
-): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [tsx, fixture], {
+): Promise<{ url: string; child: ChildProcess; stdout: () => string }> {
+  const child = spawn(process.execPath, ["--import", tsxLoader, fixture], {
     env: { ...process.env, TOLLGATE_TEST_FACILITATOR: JSON.stringify(config) },
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -75,7 +76,7 @@ function startFacilitatorProcess(
     child.stdout?.on("data", (chunk: Buffer) => {
       stdout += chunk.toString();
       const match = /READY (\S+)/.exec(stdout);
-      if (match?.[1] !== undefined) resolve({ url: match[1], child });
+      if (match?.[1] !== undefined) resolve({ url: match[1], child, stdout: () => stdout });
     });
     child.once("exit", (code, signal) =>
       reject(new Error(`facilitator exited early (${code ?? signal}): ${stderr}`)),
@@ -208,5 +209,67 @@ describe("a facilitator killed between broadcasting a batch and recording it", (
 
   it("settles every payment exactly once after restart when the batch was still in the mempool", async () => {
     await runCrashScenario({ automine: false });
+  }, 240_000);
+});
+
+describe("a facilitator killed between recording a signed batch and broadcasting it", () => {
+  it("broadcasts the very transaction it recorded after restart, and no second one", async () => {
+    const payTo = privateKeyToAccount(generatePrivateKey()).address;
+    const gas = devnet.accounts[1]!;
+    const { seed } = generateProofKey();
+    const base = {
+      rpcUrl: devnet.rpcUrl,
+      ...durableStore(),
+      gasKey: gas.privateKey,
+      proofKeySeed: seed,
+      batchSettler: devnet.contracts.batchSettler,
+      usd: devnet.contracts.usd,
+      crashAfterBroadcast: false,
+    };
+    const payers = await freshPayers(3, 1_000_000n);
+    const payments = await Promise.all(
+      payers.map((p) => signTestPayment(devnet, p, { payTo, amount: 250_000n })),
+    );
+    const nonceBefore = await devnet.publicClient.getTransactionCount({ address: gas.address });
+
+    const first = await startFacilitatorProcess({ ...base, crashAfterRecord: true });
+    const attempts = await Promise.allSettled(payments.map((p) => authorize(first.url, p)));
+    expect(["SIGKILL", 137]).toContain(await exited(first.child));
+    expect(attempts.every((a) => a.status === "rejected")).toBe(true);
+    const signed = /SIGNED (0x[0-9a-f]{64})/.exec(first.stdout())?.[1] as `0x${string}` | undefined;
+    expect(signed).toBeDefined();
+    // Recorded, never sent: the chain has not seen it and the gas account has sent nothing.
+    await expect(devnet.publicClient.getTransaction({ hash: signed! })).rejects.toThrow();
+    expect(await devnet.publicClient.getTransactionCount({ address: gas.address })).toBe(nonceBefore);
+
+    const second = await startFacilitatorProcess({ ...base, crashAfterRecord: false });
+    const statuses = await settleOnTheirOwn(second.url, payments, payers);
+    expect(statuses.length).toBeGreaterThan(0);
+    expect(statuses.every((s) => s === "settled")).toBe(true);
+    const responses = await Promise.all(payments.map((p) => authorize(second.url, p)));
+    expect(responses.map((r) => r.status)).toEqual(payments.map(() => 200));
+    const transactions = await Promise.all(
+      payments.map(async (p, i) => {
+        const response = await readPaymentAsPayer(second.url, p.authorization.nonce, payers[i]!.account);
+        return ((await response.json()) as { transaction: string }).transaction;
+      }),
+    );
+    second.child.kill("SIGTERM");
+    await exited(second.child);
+
+    // The recorded bytes were mined as they were signed: same hash, the account nonce they were given.
+    const receipt = await devnet.publicClient.getTransactionReceipt({ hash: signed! });
+    expect(receipt.status).toBe("success");
+    const mined = await devnet.publicClient.getTransaction({ hash: signed! });
+    expect(mined.nonce).toBe(nonceBefore);
+    // Exactly once on chain, and no second settlement of the recorded payments.
+    expect(await balanceOf(payTo)).toBe(3n * 250_000n);
+    for (const p of payers) expect(await balanceOf(p.address)).toBe(750_000n);
+    expect(transactions).toContain(signed);
+    // Every transaction the gas account sent settled some of these payments: none was signed twice.
+    const distinct = new Set(transactions);
+    expect(await devnet.publicClient.getTransactionCount({ address: gas.address })).toBe(
+      nonceBefore + distinct.size,
+    );
   }, 240_000);
 });

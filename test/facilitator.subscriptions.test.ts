@@ -97,14 +97,28 @@ async function events(query: string): Promise<FeedEvent[]> {
   return EventFeedResponseSchema.parse(await response.json()).events;
 }
 
-/** Polls until `check` returns a value (the background indexer polls the chain every second). */
-async function eventually<T>(check: () => Promise<T | undefined>, attempts = 100): Promise<T> {
-  for (let i = 0; i < attempts; i++) {
+/**
+ * Polls until `check` returns a value, for at most `timeoutMs`. The background indexer polls the chain
+ * every second, and the feed promises an event only "a moment after it committed": it holds an event
+ * back while any older transaction on the database is still running (docs/subscriptions.md), so a
+ * feed read waits for the event instead of assuming it is already served.
+ */
+async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
     const value = await check();
     if (value !== undefined) return value;
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  throw new Error("condition not met");
+}
+
+/** The feed's events (`query`) of one subscription, once one of type `until` is among them. */
+function subscriptionEvents(query: string, subscriptionId: string, until: string): Promise<FeedEvent[]> {
+  return eventually(async () => {
+    const mine = (await events(query)).filter((e) => e.data.subscriptionId === subscriptionId);
+    return mine.some((e) => e.type === until) ? mine : undefined;
+  });
 }
 
 function keeper() {
@@ -143,8 +157,10 @@ describe("gasless subscribe", () => {
         provider: provider.address,
       }),
     ]);
-    const created = (await events("types=subscription.created")).filter(
-      (e) => e.data.subscriptionId === result.subscriptionId,
+    const created = await subscriptionEvents(
+      "types=subscription.created",
+      result.subscriptionId,
+      "subscription.created",
     );
     expect(created).toHaveLength(1);
     expect(created[0]?.data).toMatchObject({ provider: provider.address, amount: PRICE.toString() });
@@ -252,7 +268,7 @@ describe("gasless subscribe", () => {
 });
 
 describe("relayed lifecycle", () => {
-  it("pauses (keeping paid time), resumes, sets the overage cap and cancels for the subscriber", async () => {
+  it("pauses (the paid period keeps running), resumes in the same period, sets the overage cap and cancels for the subscriber", async () => {
     const subscriber = await subscriberWith(20_000_000n);
     const { subscriptionId, subscription } = await subscribeThroughFacilitator(client, subscriber, {
       planId,
@@ -266,6 +282,11 @@ describe("relayed lifecycle", () => {
       action: "pause",
     });
     expect(paused.subscription.status).toBe("Paused");
+    // The time left is reported, but the period itself does not move.
+    expect(paused.subscription).toMatchObject({
+      periodStart: subscription.periodStart,
+      currentPeriodEnd: subscription.currentPeriodEnd,
+    });
     const remaining = paused.subscription.pausedRemaining;
     expect(remaining).toBeGreaterThan(19 * DAY);
     expect(remaining).toBeLessThanOrEqual(20 * DAY);
@@ -284,9 +305,15 @@ describe("relayed lifecycle", () => {
       subscriptionId: id,
       action: "resume",
     });
-    expect(resumed.subscription.status).toBe("Active");
-    expect(resumed.subscription.currentPeriodEnd - resumed.subscription.chainTime).toBe(remaining);
-    expect(resumed.subscription.currentPeriodEnd - resumed.subscription.periodStart).toBe(INTERVAL);
+    // Resumed before the period's end: the same period goes on, the 5 paused days are not given back
+    // (a relayed pause/resume cycle cannot stretch a paid period), and nothing is charged.
+    expect(resumed.subscription).toMatchObject({
+      status: "Active",
+      periodStart: subscription.periodStart,
+      currentPeriodEnd: subscription.currentPeriodEnd,
+      pausedRemaining: 0,
+    });
+    expect(resumed.subscription.currentPeriodEnd - resumed.subscription.chainTime).toBeLessThan(remaining);
     expect(await balanceOf(subscriber.address)).toBe(before);
 
     const capped = await changeSubscriptionThroughFacilitator(client, subscriber, {
@@ -302,8 +329,12 @@ describe("relayed lifecycle", () => {
     });
     expect(cancelled.subscription.status).toBe("Cancelled");
 
-    const log = (await events(`provider=${provider.address}`)).filter(
-      (e) => e.data.subscriptionId === subscriptionId,
+    // The cancel answered once its log was indexed; the feed serves it once no older transaction is
+    // still running, so wait for it rather than assume it is there already.
+    const log = await subscriptionEvents(
+      `provider=${provider.address}&limit=1000`,
+      subscriptionId,
+      "subscription.cancelled",
     );
     expect(log.map((e) => e.type)).toEqual([
       "subscription.created",
@@ -311,6 +342,10 @@ describe("relayed lifecycle", () => {
       "subscription.resumed",
       "subscription.cancelled",
     ]);
+    expect(log.find((e) => e.type === "subscription.resumed")?.data).toMatchObject({
+      periodEnd: subscription.currentPeriodEnd,
+      charged: false,
+    });
     expect(subscription.createdAt).toBeGreaterThan(0);
   });
 
@@ -393,8 +428,10 @@ describe("renewal keeper", () => {
     const after = await getSubscriptionInfo(client, subscriptionId);
     expect(after.status).toBe("Active");
     expect(after.periodStart).toBe(subscription.currentPeriodEnd);
-    const renewed = (await events("types=subscription.renewed")).filter(
-      (e) => e.data.subscriptionId === subscriptionId,
+    const renewed = await subscriptionEvents(
+      "types=subscription.renewed",
+      subscriptionId,
+      "subscription.renewed",
     );
     expect(renewed).toHaveLength(1);
     expect(renewed[0]?.data).toMatchObject({ provider: provider.address, amount: PRICE.toString() });
@@ -412,8 +449,10 @@ describe("renewal keeper", () => {
     const k = keeper();
     await k.runOnce();
     expect((await getSubscriptionInfo(client, subscriptionId)).status).toBe("PastDue");
-    const failed = (await events("types=subscription.renewal_failed")).filter(
-      (e) => e.data.subscriptionId === subscriptionId,
+    const failed = await subscriptionEvents(
+      "types=subscription.renewal_failed",
+      subscriptionId,
+      "subscription.renewal_failed",
     );
     expect(failed).toHaveLength(1);
     expect(failed[0]?.data).toMatchObject({ status: "PastDue", provider: provider.address });

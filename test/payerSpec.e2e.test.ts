@@ -52,6 +52,28 @@ const balanceOf = (owner: Address) =>
   getTokenBalance(devnet.publicClient, { token: devnet.contracts.usd, owner });
 const report = () => `${api.url}/api/report`;
 
+/**
+ * Syncs the gate with the facilitator's event feed until a request carrying the subscription is
+ * answered `status`: the feed serves an event only once older transactions of the database finished,
+ * so on a PostgreSQL server shared with other suites one sync may come a moment early. Pays nothing.
+ */
+async function syncUntil(
+  payer: Payer,
+  subscriptionId: Parameters<Payer["subscriptionHeaders"]>[0],
+  status: 200 | 402,
+): Promise<void> {
+  const headers = await payer.subscriptionHeaders(subscriptionId, api.url);
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    await gate.syncEvents();
+    const response = await fetch(report(), { headers });
+    await response.body?.cancel();
+    if (response.status === status) return;
+    if (Date.now() > deadline) throw new Error(`the gate still answers ${response.status}, not ${status}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 beforeAll(async () => {
   devnet = await startDevnet({ accounts: 3 });
   tf = await startTestFacilitator(devnet);
@@ -219,7 +241,7 @@ describe("fetchWithPayment and subscriptions", () => {
     expect((await paidFetch(report())).status).toBe(200);
     const subscriptionId = agent.subscriptions.forPlan(planId)!;
     await agent.pause(subscriptionId);
-    await gate.syncEvents();
+    await syncUntil(agent, subscriptionId, 402);
     const afterSubscribing = await balanceOf(address);
 
     for (let i = 0; i < 2; i++) {
@@ -236,7 +258,7 @@ describe("fetchWithPayment and subscriptions", () => {
 
     // Resumed: the same subscription serves again, with nothing paid once.
     await agent.resume(subscriptionId);
-    await gate.syncEvents();
+    await syncUntil(agent, subscriptionId, 200);
     expect((await paidFetch(report())).status).toBe(200);
     expect(results.at(-1)).toMatchObject({ kind: "pass", subscription: { subscriptionId } });
     expect(await balanceOf(address)).toBe(afterSubscribing - ONE_TIME);

@@ -136,6 +136,29 @@ async function refusal(response: Response): Promise<PaymentRequired> {
   return PaymentRequiredSchema.parse(await response.json());
 }
 
+/**
+ * Syncs the gate with the facilitator's event feed until a request carrying `headers` is answered
+ * `status`. The feed serves an event only once every older transaction of the database has finished
+ * (docs/subscriptions.md); on a PostgreSQL server shared with other suites that can be a moment after
+ * the change committed, so one sync may not see it yet. The probe pays nothing.
+ */
+async function syncUntil(
+  payer: Payer,
+  subscriptionId: Parameters<Payer["subscriptionHeaders"]>[0],
+  status: 200 | 402,
+): Promise<void> {
+  const headers = await payer.subscriptionHeaders(subscriptionId, api.url);
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    await gate.syncEvents();
+    const response = await fetch(report(), { headers });
+    await response.body?.cancel();
+    if (response.status === status) return;
+    if (Date.now() > deadline) throw new Error(`the gate still answers ${response.status}, not ${status}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /** A `fetch` that counts the 402s it sees: a subscribed call that sends its headers up front sees none. */
 function counting() {
   const statuses: number[] = [];
@@ -154,7 +177,7 @@ describe("a subscription through its life", () => {
     const subscriptionId = await payer.subscribe({ planId });
     payer.subscriptions.remember({ planId, subscriptionId, origin: api.url });
     await payer.pause(subscriptionId);
-    await gate.syncEvents();
+    await syncUntil(payer, subscriptionId, 402);
     const before = await balanceOf(address);
     const refusals: string[] = [];
     const paidFetch = fetchWithPayment(fetch, payer, {
@@ -220,7 +243,7 @@ describe("a subscription through its life", () => {
     // Paused: refused with SubscriptionNotActive, surfaced as a typed error naming its state (choose
     // declines to pay once).
     await payer.pause(subscriptionId);
-    await gate.syncEvents();
+    await syncUntil(payer, subscriptionId, 402);
     const paused = await paidFetch(report()).catch((error: unknown) => error);
     expect(isTollgateError(paused, "SubscriptionNotActive")).toBe(true);
     expect((paused as TollgateError).message).toMatch(/paused/);
@@ -229,7 +252,7 @@ describe("a subscription through its life", () => {
     // Resumed: served again, under the same subscription, which stayed bound to the origin while
     // paused (so no new subscription and nothing paid once in between).
     await payer.resume(subscriptionId);
-    await gate.syncEvents();
+    await syncUntil(payer, subscriptionId, 200);
     wire.statuses.length = 0;
     expect((await paidFetch(report())).status).toBe(200);
     expect(wire.statuses).toEqual([200]);
@@ -239,7 +262,7 @@ describe("a subscription through its life", () => {
     // Cancelled: the same headers are refused.
     const headers = await payer.subscriptionHeaders(subscriptionId, api.url);
     await payer.cancel(subscriptionId);
-    await gate.syncEvents();
+    await syncUntil(payer, subscriptionId, 402);
     const cancelled = await refusal(await fetch(report(), { headers }));
     expect(cancelled.error).toBe("SubscriptionNotActive");
     expect(cancelled.message).toMatch(/cancelled/);
@@ -257,7 +280,7 @@ describe("a subscription through its life", () => {
     await devnet.advanceTime(INTERVAL + 60);
     await keeper().runOnce();
     expect((await getSubscriptionInfo(client, subscriptionId)).status).toBe("PastDue");
-    await gate.syncEvents();
+    await syncUntil(payer, subscriptionId, 402);
     const body = await refusal(await fetch(report(), { headers }));
     expect(body.error).toBe("SubscriptionNotActive");
     expect(body.message).toMatch(/past due/);

@@ -210,7 +210,8 @@ describe("x402 facilitator client against /x402", () => {
     });
   });
 
-  it("settles concurrent x402 payments in shared batch transactions", async () => {
+  // 20 fundings one after another, then 20 settlements: ~3 s quiet; a loaded CI machine took > 30 s.
+  it("settles concurrent x402 payments in shared batch transactions", { timeout: 90_000 }, async () => {
     const payers: PrivateKeyAccount[] = [];
     // Funding goes out one transaction at a time from the deployer's key.
     for (let i = 0; i < 20; i++) payers.push(await freshPayer(100_000n));

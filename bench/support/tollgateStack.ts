@@ -4,17 +4,16 @@
  */
 import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
-import { type Address, createPublicClient, http } from "viem";
+import { type Address, createPublicClient, type Hex, http } from "viem";
 import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import type { Devnet, DevnetAccount } from "../../src/chain/startDevnet.ts";
-import { createPayer } from "../../src/client/createPayer.ts";
 import type { FetchFn } from "../../src/client/facilitatorClient.ts";
-import { fetchWithPayment } from "../../src/client/fetchWithPayment.ts";
 import { createFacilitator, serveApp } from "../../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../../src/gate/honoPaymentGate.ts";
 import { paymentGate } from "../../src/gate/paymentGate.ts";
 import { createTestStore } from "../../src/store/createTestStore.ts";
+import { lazyPayingFetches, type PayerSpec } from "./payingFetch.ts";
 import type { RpcCounter } from "./rpcCounter.ts";
 
 export type PaidStack = {
@@ -27,6 +26,8 @@ export type PaidStack = {
   rpc: RpcCounter;
   /** A paying `fetch` for payer `index`. */
   payingFetch(index: number): FetchFn;
+  /** What a payer process needs to build the same paying fetches (payerProcess.ts). */
+  payers: { spec: PayerSpec; keys: Hex[] };
   /** Failures the facilitator saw that the client cannot tell apart, by reason (x402 only). */
   facilitatorFailures(): Map<string, number>;
   stop(): Promise<void>;
@@ -81,19 +82,21 @@ export async function startTollgateStack(options: {
   app.get(options.path, (c) => c.json({ item: 1, paidBy: c.get("payment")?.payer }));
   const api = await serveApp(app);
 
-  const paying = options.payers.map(({ account }) =>
-    fetchWithPayment(
-      fetch,
-      createPayer({ account, network: devnet.network, facilitator: facilitatorServer.url, fetch }),
-      { maxPrice: options.price },
-    ),
-  );
+  const spec: PayerSpec = {
+    kind: "tollgate",
+    network: devnet.network,
+    facilitatorUrl: facilitatorServer.url,
+    maxPrice: options.price.toString(),
+  };
+  const keys = options.payers.map((p) => p.privateKey);
+  const paying = lazyPayingFetches(spec, keys);
   return {
     name: "Tollgate",
     url: `${api.url}${options.path}`,
     gasAddress: options.gas.address,
     rpc: options.rpc,
-    payingFetch: (index) => paying[index]!,
+    payingFetch: paying,
+    payers: { spec, keys },
     facilitatorFailures: () => new Map(),
     async stop() {
       await api.close();

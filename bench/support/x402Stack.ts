@@ -3,29 +3,34 @@
  * facilitator from `@x402/core`'s `x402Facilitator` with `@x402/evm`'s exact scheme over a viem wallet
  * client extended with public actions, served over HTTP (`/verify`, `/settle`, `/supported`); an
  * `@x402/express` resource server with `@x402/evm`'s exact server scheme, using that facilitator
- * through `HTTPFacilitatorClient`; and `@x402/fetch` with `@x402/evm`'s exact client scheme per payer.
+ * through `HTTPFacilitatorClient`; and `@x402/fetch` with `@x402/evm`'s exact client scheme per payer
+ * (payingFetch.ts).
  *
  * Two settings differ from the examples, both in x402's favour or neutral: the viem client polls every
  * 50 ms, as Tollgate's facilitator does on a devnet (viem's default would poll a 2 s chain every 4 s),
  * and the devnet token is allowed with `setSpendControls`, which x402 v2 clients require for assets
  * they do not know.
+ *
+ * With `nonceManager: true` the facilitator's account carries viem's `nonceManager` (nonces counted
+ * locally instead of read from the node per transaction): the strongest wiring of the reference, since
+ * concurrent settlements no longer race for the same nonce.
  */
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { x402Client } from "@x402/core/client";
 import { x402Facilitator } from "@x402/core/facilitator";
 import { HTTPFacilitatorClient } from "@x402/core/http";
 import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
 import { toFacilitatorEvmSigner } from "@x402/evm";
-import { ExactEvmScheme as ExactEvmClientScheme } from "@x402/evm/exact/client";
 import { registerExactEvmScheme } from "@x402/evm/exact/facilitator";
 import { ExactEvmScheme as ExactEvmServerScheme } from "@x402/evm/exact/server";
 import { paymentMiddleware, x402ResourceServer } from "@x402/express";
-import { wrapFetchWithPayment } from "@x402/fetch";
 import express from "express";
 import { type Address, createWalletClient, http, publicActions } from "viem";
+import { privateKeyToAccount } from "viem/accounts";
+import { createNonceManager, jsonRpc } from "viem/nonce";
 import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import type { Devnet, DevnetAccount } from "../../src/chain/startDevnet.ts";
+import { lazyPayingFetches, type PayerSpec } from "./payingFetch.ts";
 import type { RpcCounter } from "./rpcCounter.ts";
 import type { PaidStack } from "./tollgateStack.ts";
 
@@ -60,13 +65,23 @@ export async function startX402Stack(options: {
   price: bigint;
   path: string;
   rpc: RpcCounter;
+  /** Give the facilitator's account viem's `nonceManager` (the strongest wiring). */
+  nonceManager?: boolean | undefined;
 }): Promise<PaidStack> {
   const { devnet } = options;
   const network = devnet.network;
   const failures = new Map<string, number>();
 
+  const account =
+    options.nonceManager === true
+      ? // A manager of its own: viem's shared `nonceManager` remembers nonces per address and chain id
+        // across devnets, and the next devnet reuses both.
+        privateKeyToAccount(options.gas.privateKey, {
+          nonceManager: createNonceManager({ source: jsonRpc() }),
+        })
+      : options.gas.account;
   const viemClient = createWalletClient({
-    account: options.gas.account,
+    account,
     chain: devnet.chain,
     transport: http(devnet.rpcUrl, { fetchFn: options.rpc.fetchFn }),
     pollingInterval: 50,
@@ -146,20 +161,16 @@ export async function startX402Stack(options: {
   });
   const api = await listen(app);
 
-  const paying = options.payers.map(({ account }) =>
-    wrapFetchWithPayment(
-      fetch,
-      new x402Client()
-        .register(network, new ExactEvmClientScheme(account))
-        .setSpendControls({ allowedAssets: [{ network, asset: devnet.contracts.usd }] }),
-    ),
-  );
+  const spec: PayerSpec = { kind: "x402", network, asset: devnet.contracts.usd };
+  const keys = options.payers.map((p) => p.privateKey);
+  const paying = lazyPayingFetches(spec, keys);
   return {
-    name: "x402",
+    name: options.nonceManager === true ? "x402+nm" : "x402",
     url: `${api.url}${options.path}`,
     gasAddress: options.gas.address,
     rpc: options.rpc,
-    payingFetch: (index) => paying[index]!,
+    payingFetch: paying,
+    payers: { spec, keys },
     facilitatorFailures: () => failures,
     async stop() {
       await api.close();

@@ -28,6 +28,12 @@ export type CallAllowance = {
    * (money that moved without a hold) is recorded anyway, so `spent()` never hides money.
    */
   settle(held: bigint, paid: bigint): void;
+  /**
+   * The sale reservation in the spender's budget that funds this allowance (a reseller's admitted sale,
+   * src/agent/saleAdmission.ts): purchases reserve within it, so what was admitted can be spent —
+   * within the part set aside for their supplier (`bySupplier`, by lowercase address) when there is one.
+   */
+  readonly funding?: { id: string; bySupplier?: Readonly<Record<string, string>> | undefined } | undefined;
 };
 
 export function createCallAllowance(limit: bigint): CallAllowance {
@@ -49,6 +55,22 @@ export function createCallAllowance(limit: bigint): CallAllowance {
     settle(hold, paid) {
       held -= hold < held ? hold : held;
       spent += paid;
+    },
+  };
+}
+
+/** `allowance` with its purchases reserved within `funding` (one serving of an admitted sale). */
+export function fundedAllowance(allowance: CallAllowance, funding: CallAllowance["funding"]): CallAllowance {
+  if (funding === undefined) return allowance;
+  return {
+    limit: allowance.limit,
+    remaining: () => allowance.remaining(),
+    spent: () => allowance.spent(),
+    take: (amount) => allowance.take(amount),
+    settle: (held, paid) => allowance.settle(held, paid),
+    funding: {
+      id: funding.id,
+      ...(funding.bySupplier === undefined ? {} : { bySupplier: funding.bySupplier }),
     },
   };
 }

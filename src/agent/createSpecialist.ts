@@ -14,7 +14,7 @@ import type { FetchFn } from "../client/facilitatorClient.ts";
 import type { ServedSubscription } from "../gate/deductAllowance.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../gate/honoPaymentGate.ts";
 import { type GatePayment, paymentGate } from "../gate/paymentGate.ts";
-import type { PricingEntry, RouteConfig } from "../gate/paymentGateOptions.ts";
+import type { GatePricingEntry, RouteConfig } from "../gate/paymentGateOptions.ts";
 import { createMarketClient, type MarketClient } from "../market/marketClient.ts";
 import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
@@ -26,9 +26,25 @@ import {
   type ManifestSigner,
   signManifest,
 } from "../protocol/manifest.ts";
+import { pricingOfCapability, pricingToWire } from "../protocol/pricing.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
 import { capabilityUnits } from "./capabilityUnits.ts";
-import { type Capability, type CapabilityContext, pricingAmount } from "./tools/capability.ts";
+import {
+  type SpecialistMcp,
+  type SpecialistMcpOptions,
+  specialistMcp,
+  specialistMcpPath,
+} from "./mcp/specialistMcp.ts";
+import {
+  admissionMiddleware,
+  admissionOf,
+  createOfferBook,
+  fundedSale,
+  OFFER_TTL_MS,
+  type OfferBook,
+  type SaleTicket,
+} from "./saleAdmission.ts";
+import type { Capability, CapabilityContext } from "./tools/capability.ts";
 
 export type SpecialistPlan = {
   planId: string;
@@ -62,6 +78,26 @@ export type CreateSpecialistOptions = {
   fetch?: FetchFn | undefined;
   clock?: Clock | undefined;
   logger?: Pick<Logger, "info" | "warn" | "error"> | undefined;
+  /**
+   * The capabilities as MCP tools behind the same gate (docs/mcp.md): Streamable HTTP at `path` on
+   * this app (default `/mcp`, listed in the manifest) and `serveMcp(transport)` for stdio; `false`: none.
+   */
+  mcp?: SpecialistMcpOptions | undefined;
+  /**
+   * Prepaid channels for capabilities priced `{ type: "channel" }` (docs/channels.md): the
+   * `TollgateChannels` contract, and the gate's voucher journal and minimum deposit. Vouchers are
+   * handed to the facilitator with `providerApiKey`.
+   */
+  channels?: SpecialistChannels | undefined;
+};
+
+/** The gate's channel settings for a specialist. */
+export type SpecialistChannels = {
+  contract: Address;
+  /** The gate's voucher journal (default `.tollgate/channel-vouchers.journal`). */
+  journal?: string | undefined;
+  /** The smallest deposit accepted, smallest unit (default: the price). */
+  minDeposit?: bigint | undefined;
 };
 
 export type Specialist = {
@@ -74,6 +110,8 @@ export type Specialist = {
   flushUsage(): Promise<number>;
   readonly url: string | undefined;
   readonly manifest: Manifest | undefined;
+  /** Serves the capabilities over an MCP transport (e.g. stdio) until it closes; after `start()`. */
+  serveMcp(transport: Parameters<SpecialistMcp["connect"]>[0]): Promise<void>;
 };
 
 const BodyLimit = 256 * 1024;
@@ -83,10 +121,21 @@ function pathOf(capability: Capability): string {
 }
 
 /** The manifest's pricing entries for one capability. */
-function manifestPricing(capability: Capability, plan: SpecialistPlan | undefined): ManifestPricing[] {
+function manifestPricing(
+  capability: Capability,
+  plan: SpecialistPlan | undefined,
+  channels?: SpecialistChannels | undefined,
+): ManifestPricing[] {
   return capability.pricing.map((p): ManifestPricing => {
-    if (p.type === "one-time") return { type: "one-time", amount: pricingAmount(p).toString() };
-    if (plan === undefined) {
+    if (p.type === "channel" && channels === undefined) {
+      throw new TollgateError(
+        "InvalidRequest",
+        `capability ${capability.name} is priced by channel but the specialist has no channels contract`,
+        { details: { capability: capability.name } },
+      );
+    }
+    const pricing = pricingOfCapability(p, { plan, channels: channels?.contract });
+    if (pricing === undefined) {
       throw new TollgateError(
         "InvalidRequest",
         `capability ${capability.name} is priced by subscription but has no plan`,
@@ -95,27 +144,18 @@ function manifestPricing(capability: Capability, plan: SpecialistPlan | undefine
         },
       );
     }
-    const terms = {
-      planId: plan.planId,
-      amount: plan.amount.toString(),
-      interval: plan.interval,
-      includedUnits: plan.includedUnits,
-      overageUnitPrice: plan.overageUnitPrice.toString(),
-      manager: plan.manager,
-    };
-    return plan.includedUnits > 0 && plan.overageUnitPrice > 0n
-      ? { type: "metered", ...terms, unitsPerCall: 1 }
-      : { type: "subscription", ...terms };
+    return pricingToWire(pricing);
   });
 }
 
 /** The gate's pricing entries for one capability. */
 function gatePricing(capability: Capability, plan: SpecialistPlan | undefined): RouteConfig {
-  const pricing: PricingEntry[] = capability.pricing.map((p) =>
-    p.type === "one-time"
-      ? { type: "one-time", amount: pricingAmount(p) }
-      : { type: "subscription", plan: plan!.planId },
-  );
+  const pricing: GatePricingEntry[] = capability.pricing.map((p): GatePricingEntry => {
+    const priced = pricingOfCapability(p);
+    return priced?.type === "one-time" || priced?.type === "channel"
+      ? { type: priced.type, amount: priced.amount }
+      : { type: "subscription", plan: plan!.planId };
+  });
   const metered = plan !== undefined && plan.includedUnits > 0 && plan.overageUnitPrice > 0n;
   return {
     pricing,
@@ -127,14 +167,25 @@ function gatePricing(capability: Capability, plan: SpecialistPlan | undefined): 
 
 /**
  * The sale a paid call is, for handlers that spend on it (a reseller): a one-time payment is keyed by
- * its settling transaction (a re-sent proof keeps it); a subscription call by its subscription and
- * a random suffix (each call is its own sale), and it earned the overage it was charged.
+ * what names that payment alone and comes back with a re-sent proof (the proof's memo; an x402
+ * payment's authorization nonce) — never by its settling transaction, which the facilitator shares
+ * among the payments it settles in one batch; a subscription call by its subscription and a random
+ * suffix (each call is its own sale), and it earned the overage it was charged.
  */
 function saleOf(
   payment: GatePayment | undefined,
   subscription: ServedSubscription | undefined,
 ): CapabilityContext["sale"] {
-  if (payment !== undefined) return { key: `payment:${payment.transaction}`, earned: payment.amount };
+  if (payment !== undefined) {
+    // A payment that is never re-sent (a channel voucher) is its own sale.
+    const key =
+      "memo" in payment && typeof payment.memo === "string"
+        ? `payment:${payment.memo}`
+        : "x402" in payment
+          ? `x402:${payment.x402.nonce}`
+          : `${payment.scheme}:${randomBytes(8).toString("hex")}`;
+    return { key, earned: payment.amount };
+  }
   if (subscription !== undefined) {
     return {
       // No proof is re-sent for a subscription call: each call is its own sale.
@@ -161,14 +212,16 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
       throw new TollgateError("InvalidRequest", `capability name ${c.name} is used twice`);
     names.add(c.name);
     // Fail at construction, not at the first buyer, when a subscription capability has no plan.
-    manifestPricing(c, options.plans?.[c.name]);
+    manifestPricing(c, options.plans?.[c.name], options.channels);
   }
+  const mcpPath = specialistMcpPath(options.mcp, options.capabilities.map(pathOf));
 
   let url: string | undefined;
   let manifest: Manifest | undefined;
   let signedManifest: { manifest: Manifest; signature: Hex } | undefined;
   let server: ReturnType<typeof serve> | undefined;
   let gate: ReturnType<typeof paymentGate> | undefined;
+  let mcp: SpecialistMcp | undefined;
 
   const buildApp = (origin: string) => {
     const routes: Record<string, RouteConfig> = {};
@@ -186,6 +239,19 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
       clock,
       ...(options.replayGuard === undefined ? {} : { replayGuard: options.replayGuard }),
       ...(options.providerApiKey === undefined ? {} : { providerApiKey: options.providerApiKey }),
+      ...(options.channels === undefined
+        ? {}
+        : {
+            schemeOptions: {
+              channel: {
+                contract: options.channels.contract,
+                ...(options.channels.journal === undefined ? {} : { journal: options.channels.journal }),
+                ...(options.channels.minDeposit === undefined
+                  ? {}
+                  : { minDeposit: options.channels.minDeposit }),
+              },
+            },
+          }),
       // The gate logs through the specialist's logger (a pino logger has the debug level it needs).
       ...(options.logger !== undefined && "debug" in options.logger ? { logger: options.logger } : {}),
       description: options.description ?? options.name,
@@ -213,9 +279,33 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
       return c.json(signedManifest);
     });
     app.get("/healthz", (c) => c.json({ status: "ok" }));
+    // A reseller's open offers, one book per capability, shared by HTTP and MCP: a 402 answered on
+    // one transport keeps its sale for a proof presented on either (a memo binds the route, not the transport).
+    const offerBooks = new Map<Capability, OfferBook>();
+    for (const capability of options.capabilities) {
+      if (admissionOf(capability) !== undefined) {
+        offerBooks.set(capability, createOfferBook(clock, OFFER_TTL_MS));
+      }
+    }
+    mcp = specialistMcp(options, {
+      gate,
+      pathOf,
+      pricing: (c) => manifestPricing(c, options.plans?.[c.name], options.channels),
+      sale: saleOf,
+      offers: (c) => offerBooks.get(c),
+    });
+    if (mcp !== undefined) app.all(mcp.path, (c) => (mcp as SpecialistMcp).handle(c.req.raw));
     // A capability's units(input) decide what a metered call draws: read before the gate reserves.
     const units = capabilityUnits(options.capabilities, pathOf, BodyLimit);
     app.use("*", units.readUnits);
+    // A reseller's sale is reserved in its budget before the gate honours a payment (saleAdmission.ts).
+    const tickets = new WeakMap<Request, SaleTicket>();
+    for (const capability of options.capabilities) {
+      const admission = admissionOf(capability);
+      const offers = offerBooks.get(capability);
+      if (admission === undefined || offers === undefined) continue;
+      app.use(`${pathOf(capability)}`, admissionMiddleware({ admission, offers, tickets }));
+    }
     app.use("*", honoPaymentGate(units.withUnits(gate)));
     for (const capability of options.capabilities) {
       app.post(pathOf(capability), async (c) => {
@@ -240,7 +330,7 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
         }
         const output = await capability.handler(input.data, {
           signal: c.req.raw.signal,
-          sale: saleOf(c.get("payment"), c.get("subscription")),
+          sale: fundedSale(saleOf(c.get("payment"), c.get("subscription")), tickets.get(c.req.raw)),
         });
         return c.json(output as Record<string, unknown>);
       });
@@ -286,7 +376,7 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
           unrepresentable: "any",
         }) as ManifestCapability["input"],
         output: z.toJSONSchema(c.output, { unrepresentable: "any" }) as ManifestCapability["output"],
-        pricing: manifestPricing(c, options.plans?.[c.name]),
+        pricing: manifestPricing(c, options.plans?.[c.name], options.channels),
       }));
       manifest = {
         version: "1",
@@ -298,6 +388,7 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
         network: options.network,
         token: options.token,
         capabilities,
+        ...(mcpPath === undefined ? {} : { mcp: { url: `${url}${mcpPath}` } }),
         issuedAt: unixSeconds(clock),
       };
       signedManifest = (await signManifest(options.account, manifest)) as {
@@ -315,6 +406,15 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
       return { url, manifest };
     },
     flushUsage: async () => (gate === undefined ? 0 : gate.flushUsage()),
+    async serveMcp(transport) {
+      if (mcp === undefined) {
+        throw new TollgateError(
+          "InvalidRequest",
+          "serveMcp: start() the specialist first, with mcp not false",
+        );
+      }
+      await mcp.connect(transport);
+    },
     async stop() {
       await gate?.close();
       gate = undefined;

@@ -23,6 +23,8 @@ import {
   parseDiscoveryDocument,
   verifyManifestSignature,
 } from "../protocol/manifest.ts";
+import { createMcpConnections, type McpConnections, type McpServerRef } from "./mcp/mcpConnections.ts";
+import { lazyMcpFetch, mcpServerTools, mcpToolUrl } from "./mcp/mcpToolSource.ts";
 import { createPayeePins, listingOf, type OfferListing } from "./offerCheck.ts";
 import { type PaidToolOptions, paidTool, type RemoteCapability } from "./paidTool.ts";
 import { sellerUnreachableError } from "./sellerUnreachable.ts";
@@ -48,6 +50,18 @@ export type DiscoverToolsOptions = Omit<PaidToolOptions, "fetch" | "forecast"> &
   toolsDir?: string | undefined;
   /** Calls the planner expects per tool, for the subscribe-versus-pay policy. */
   forecast?: ((toolName: string) => { calls: number; horizonSeconds: number } | undefined) | undefined;
+  /**
+   * MCP servers whose tools are bought over MCP (docs/mcp.md): Streamable HTTP URLs or stdio commands
+   * (`{ command, args }`). Their tools have no signed listing: the first payee each names is pinned.
+   */
+  mcpServers?: readonly McpServerRef[] | undefined;
+  /** The MCP clients to use (default: new ones); close them when the agent is done. */
+  mcpConnections?: McpConnections | undefined;
+  /**
+   * How to call sellers found in the market or by manifest that list an MCP endpoint too: `"mcp"`
+   * buys over MCP (the same prices, payments and listing), `"http"` (default) over their HTTP routes.
+   */
+  transport?: "http" | "mcp" | undefined;
   /** Only tools settled on this network (default: the payer's). */
   network?: string | undefined;
   logger?: Pick<Logger, "info" | "warn"> | undefined;
@@ -68,8 +82,10 @@ type Found = {
   url: string;
   /** The market it was found in, to report it to when it does not answer. */
   market?: MarketClient | undefined;
-  /** What the seller listed: each 402 is held to it (src/agent/offerCheck.ts). */
-  listing: OfferListing;
+  /** What the seller listed: each 402 is held to it (src/agent/offerCheck.ts); none for a bare MCP tool. */
+  listing: OfferListing | undefined;
+  /** Set for a tool bought over MCP: the `fetch` that calls it. */
+  fetch?: FetchFn | undefined;
   /** Set by a tool manifest: the tool's own name (never prefixed), description and price ceiling. */
   name?: string | undefined;
   description?: string | undefined;
@@ -85,6 +101,17 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
   const fetch = options.fetch ?? globalThis.fetch;
   const network = options.network ?? options.payer.network;
   const found: Found[] = [];
+  const mcp = options.mcpConnections ?? createMcpConnections({ fetch });
+  /** A seller's capability over MCP when asked for and listed, else unchanged (HTTP). */
+  const overMcp = (entry: Found, mcpUrl: string | undefined): Found =>
+    options.transport !== "mcp" || mcpUrl === undefined
+      ? entry
+      : {
+          ...entry,
+          capability: { ...entry.capability, method: "POST" },
+          url: mcpToolUrl(mcpUrl, entry.capability.name),
+          fetch: lazyMcpFetch(mcp, mcpUrl, entry.capability.name),
+        };
   const markets = new Map<string, MarketClient>();
   const marketAt = (market: string | MarketClient): MarketClient => {
     if (typeof market !== "string") return market;
@@ -104,33 +131,53 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
       network: network as `eip155:${number}`,
     });
     for (const entry of result.results) {
-      found.push({
-        seller: entry.seller.address,
-        sellerName: entry.seller.name,
-        capability: entry.capability,
-        url: entry.url,
-        market,
-        // The catalog's seller address is the key that signed the registration, and the payee.
-        listing: listingOf(
-          { seller: { payTo: entry.seller.address }, network: entry.network, token: entry.token },
-          entry.capability.pricing,
-          "market",
+      found.push(
+        overMcp(
+          {
+            seller: entry.seller.address,
+            sellerName: entry.seller.name,
+            capability: entry.capability,
+            url: entry.url,
+            market,
+            // The catalog's seller address is the key that signed the registration, and the payee.
+            listing: listingOf(
+              { seller: { payTo: entry.seller.address }, network: entry.network, token: entry.token },
+              entry.capability.pricing,
+              "market",
+            ),
+          },
+          entry.mcp?.url,
         ),
-      });
+      );
     }
   }
   for (const url of options.urls ?? []) {
     const manifest = await fetchManifest(fetch, url);
     if (manifest.network !== network) continue;
     for (const capability of manifest.capabilities) {
-      found.push({
-        seller: manifest.seller.payTo,
-        sellerName: manifest.name,
-        capability,
-        url: capabilityUrl(manifest, capability),
-        listing: listingOf(manifest, capability.pricing, "manifest"),
-      });
+      found.push(
+        overMcp(
+          {
+            seller: manifest.seller.payTo,
+            sellerName: manifest.name,
+            capability,
+            url: capabilityUrl(manifest, capability),
+            listing: listingOf(manifest, capability.pricing, "manifest"),
+          },
+          manifest.mcp?.url,
+        ),
+      );
     }
+  }
+  for (const tool of await mcpServerTools(options.mcpServers ?? [], mcp)) {
+    found.push({
+      seller: tool.serverUrl,
+      sellerName: tool.serverName,
+      capability: tool.capability,
+      url: tool.url,
+      listing: undefined,
+      fetch: tool.fetch,
+    });
   }
   const manifests: RemoteToolManifest[] = [];
   for (const entry of options.tools ?? []) {
@@ -181,7 +228,7 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
     tools.push({
       tool: paidTool(capability, {
         ...options,
-        fetch,
+        fetch: f.fetch ?? fetch,
         ...(f.maxPrice === undefined ? {} : { maxPrice: f.maxPrice }),
         listing: f.listing,
         payees,

@@ -15,6 +15,17 @@ export {
   discoverTools,
   fetchManifest,
 } from "./discoverTools.ts";
+export { capabilityMcpServer } from "./mcp/capabilityMcpServer.ts";
+export {
+  createMcpConnections,
+  type McpConnection,
+  type McpConnections,
+  type McpServerRef,
+  type McpStdioServer,
+} from "./mcp/mcpConnections.ts";
+export { MCP_MAX_BODY_BYTES, mcpHttpHandler } from "./mcp/mcpHttpHandler.ts";
+export { type McpToolCaller, mcpToolFetch } from "./mcp/mcpToolFetch.ts";
+export type { SpecialistMcpOptions } from "./mcp/specialistMcp.ts";
 export {
   type CreateOrchestratorOptions,
   createOrchestrator,

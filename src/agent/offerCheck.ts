@@ -20,6 +20,7 @@ import { TollgateError } from "../protocol/errors.ts";
 import type { Manifest, ManifestPricing } from "../protocol/manifest.ts";
 import { type PaymentOption, type PaymentRequired, planTermsOf } from "../protocol/paymentRequired.ts";
 import type { X402PaymentRequired, X402PaymentRequirements } from "../protocol/x402.ts";
+import { channelTermsOf } from "../schemes/channel/channelTerms.ts";
 import { queryOneParsed } from "../store/queryParsed.ts";
 import type { Queryable } from "../store/store.ts";
 
@@ -82,8 +83,10 @@ function planDeviation(option: PaymentOption, listing: OfferListing): Deviation 
   const entry = listing.pricing.find(
     (p) => (p.type === "subscription" || p.type === "metered") && p.planId === terms.planId,
   );
-  if (entry === undefined || entry.type === "one-time") {
-    const listed = listing.pricing.flatMap((p) => (p.type === "one-time" ? [] : [p.planId]));
+  if (entry === undefined || entry.type === "one-time" || entry.type === "channel") {
+    const listed = listing.pricing.flatMap((p) =>
+      p.type === "one-time" || p.type === "channel" ? [] : [p.planId],
+    );
     return {
       field: "plan",
       listed: listed.length === 0 ? "no plan" : `plan ${listed.join(", ")}`,
@@ -125,6 +128,36 @@ function usdc(amount: string | bigint): string {
   return `${formatUnitsExact(BigInt(amount))} USDC`;
 }
 
+/**
+ * A `channel` option conforms when the listing prices the capability by channel, the price per call
+ * is no more than listed, the terms are well formed, and the contract is the listed one (when listed).
+ */
+function channelDeviation(option: PaymentOption, listing: OfferListing): Deviation | undefined {
+  const listed = listing.pricing.find((p) => p.type === "channel");
+  if (listed === undefined || listed.type !== "channel") {
+    return { field: "scheme", listed: "no channel price", asked: "a prepaid channel" };
+  }
+  const terms = channelTermsOf(option);
+  if (terms === undefined) {
+    return { field: "scheme", listed: "channel terms", asked: "a channel option without valid terms" };
+  }
+  if (terms.price > BigInt(listed.amount)) {
+    return {
+      field: "price",
+      listed: `${usdc(listed.amount)} per call`,
+      asked: `${usdc(terms.price)} per call`,
+    };
+  }
+  if (listed.contract !== undefined && !sameAddress(listed.contract, terms.contract)) {
+    return {
+      field: "scheme",
+      listed: `channel contract ${listed.contract}`,
+      asked: `channel contract ${terms.contract}`,
+    };
+  }
+  return undefined;
+}
+
 function oneTimeDeviation(amount: string, listing: OfferListing): Deviation | undefined {
   const listed = listing.pricing.find((p) => p.type === "one-time");
   if (listed === undefined)
@@ -141,8 +174,9 @@ function oneTimeDeviation(amount: string, listing: OfferListing): Deviation | un
  * - Options on another network than the listing's are left out; so are options in another token
  *   (another way to pay the agent does not use). When nothing is left, the 402 is refused, naming the
  *   network or token it asked.
- * - Every remaining option must pay the listed `payTo` at no more than the listed price (one-time) or
- *   on the listed plan's terms (subscription). One option that asks more refuses the whole 402: a seller
+ * - Every remaining option must pay the listed `payTo` at no more than the listed price (one-time or
+ *   channel, whose contract must be the listed one when listed) or on the listed plan's terms
+ *   (subscription). One option that asks more refuses the whole 402: a seller
  *   that bills above its listing is not trusted with the rest of the bill either.
  */
 export function checkPaymentRequired(
@@ -171,7 +205,9 @@ export function checkPaymentRequired(
       ? { field: "payTo" as const, listed: listing.payTo, asked: option.payTo }
       : option.scheme === "exact"
         ? oneTimeDeviation(option.amount, listing)
-        : planDeviation(option, listing);
+        : option.scheme === "channel"
+          ? channelDeviation(option, listing)
+          : planDeviation(option, listing);
     if (deviation !== undefined) throw mismatch(tool, listing, deviation);
   }
   return { ...paymentRequired, accepts: inToken };

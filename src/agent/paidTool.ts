@@ -23,7 +23,9 @@
  */
 import { type StructuredToolInterface, type ToolRunnableConfig, tool } from "@langchain/core/tools";
 import type { Logger } from "pino";
+import type { Address } from "viem";
 import type { z } from "zod";
+import type { ReadClient } from "../chain/clientTypes.ts";
 import type { Payer } from "../client/createPayer.ts";
 import type { FetchFn } from "../client/facilitatorClient.ts";
 import {
@@ -31,13 +33,20 @@ import {
   type FetchWithPaymentOptions,
   fetchWithPayment,
 } from "../client/fetchWithPayment.ts";
-import { createX402Payment } from "../client/payX402.ts";
+import { createX402Payment, type X402Payment } from "../client/payX402.ts";
 import { formatUnitsExact } from "../protocol/amount.ts";
+import { CHANNEL_VOUCHER_HEADER } from "../protocol/channelVoucher.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { isTollgateError, TollgateError } from "../protocol/errors.ts";
-import { HeaderName } from "../protocol/header.ts";
+import { HeaderName, safeDecodeJsonHeader } from "../protocol/header.ts";
 import { type PaymentOption, planTermsOf } from "../protocol/paymentRequired.ts";
-import type { BudgetLedger, Reservation } from "./budget/createBudgetLedger.ts";
+import { X402SettleResponseSchema } from "../protocol/x402.ts";
+import { channelTermsOf } from "../schemes/channel/channelTerms.ts";
+import { withChannelWallet } from "../schemes/channel/client.ts";
+import type { AgentChannels } from "./budget/channelCommitments.ts";
+import type { BudgetLedger, Reservation, ReserveRequest } from "./budget/createBudgetLedger.ts";
+import { recoverPayment, resolvePendingPayments } from "./budget/pendingPayments.ts";
+import { takeStoredProof } from "./budget/storedProofs.ts";
 import { callAllowanceExceeded, callAllowanceOf } from "./callAllowance.ts";
 import { listedUnitsPerCall, meteredCharge, readStatedCharge } from "./meteredCharge.ts";
 import {
@@ -50,12 +59,17 @@ import {
 } from "./offerCheck.ts";
 import type { CallCounter } from "./policy/createCallCounter.ts";
 import type { DemandHistory } from "./policy/createDemandHistory.ts";
-import { decide, type PolicyDecision, type PolicyForecast } from "./policy/decide.ts";
+import {
+  CHANNEL_HORIZON_SECONDS,
+  decide,
+  type PolicyDecision,
+  type PolicyForecast,
+} from "./policy/decide.ts";
 import { offerFromPaymentRequired } from "./policy/offerFromPaymentRequired.ts";
 import type { PolicyOffer } from "./policy/policyOffer.ts";
 import { recordDemand } from "./policy/recordDemandOf.ts";
 import { learnedForecast } from "./policy/runningForecast.ts";
-import { createRedeemableProofs, type RedeemableProof } from "./redeemableProofs.ts";
+import { createRedeemableProofs, REDEEM_MARGIN_SECONDS, type RedeemableProof } from "./redeemableProofs.ts";
 import { reachSeller } from "./sellerUnreachable.ts";
 import type { SpendEvent, SpendMode } from "./spendReport.ts";
 import {
@@ -121,12 +135,26 @@ export type PaidToolOptions = {
   subscriptions?: SubscriptionKeeper | undefined;
   /** Time for the meter's cycles and redeemable proofs' expiry (default: the system clock). */
   clock?: Clock | undefined;
+  /**
+   * The agent's prepaid channels (`createAgentChannels`, share one per agent): with them the policy may
+   * open a channel when many calls will follow, its deposit held in the budget; later calls pay by
+   * voucher up front (one HTTP exchange). Without them channel offers are not taken.
+   */
+  channels?: AgentChannels | undefined;
+  /**
+   * A node of the payer's chain. An x402 payment that a seller answered with an error, and did not
+   * say it settled, is then held pending and read back from the chain (released if its authorization
+   * expires unused, docs/budgets.md); without it such a payment counts as spent.
+   */
+  chain?: ReadClient | undefined;
 };
 
 /** Retries of a call after its subscription's overage cap was raised. */
 const CAP_RAISE_RETRIES = 3;
 /** A little over the gate's minimum age for re-reading a refused subscription. */
 const CAP_RAISE_RETRY_MS = 1_100;
+/** Lost payments whose target a tool remembers for redemption: a flaky facilitator cannot grow it unbounded. */
+const MAX_LOST_TARGETS = 64;
 
 /** Plan terms of a subscription the agent holds, as the meter needs them. */
 type MeteredPlan = {
@@ -234,6 +262,51 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
   const wait = options.wait ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   /** Cap raises in flight, by subscription: calls refused together share one raise. */
   const raising = new Map<string, Promise<boolean>>();
+  /**
+   * Payments of this agent whose outcome is unknown (a lost `/authorize` answer) are read back before
+   * each call, one resolution at a time (src/agent/budget/pendingPayments.ts). A payment of this tool
+   * whose answer was lost in this process was never presented to its seller: once read back as
+   * settled, its proof is kept for the next call to the same target, which redeems it instead of
+   * paying again — so that call waits for the read-back. Otherwise the read-back runs in the
+   * background: a call does not wait for a facilitator that may be down.
+   */
+  let resolving: Promise<unknown> | undefined;
+  /**
+   * A proof of a lost-answer payment to `target` that settled later, kept in the agent's store by
+   * whichever process read it back (storedProofs.ts); a store that cannot answer redeems nothing.
+   */
+  const takeKeptProof = async (target: string): Promise<RedeemableProof | undefined> => {
+    const kept = await takeStoredProof(budget.store, {
+      agent,
+      target,
+      minExp: Math.floor(clock.now() / 1000) + REDEEM_MARGIN_SECONDS,
+    }).catch((error: unknown) => {
+      options.logger?.warn({ err: error }, "kept proofs not read");
+      return undefined;
+    });
+    if (kept === undefined) return undefined;
+    return {
+      header: kept.header,
+      exp: kept.exp,
+      amount: formatUnitsExact(kept.amount),
+      transaction: kept.transaction,
+    };
+  };
+  /** The request target of each payment of this tool whose answer was lost, by authorization nonce. */
+  const lostTargets = new Map<string, string>();
+  const resolvePending = (): Promise<unknown> => {
+    if (typeof payer.payment !== "function") return Promise.resolve();
+    resolving ??= resolvePendingPayments({ agent, budget, payer, clock, chain: options.chain })
+      .then((resolved) => {
+        // A settled one's proof is now in the agent's store (storedProofs.ts), for the next call.
+        for (const r of resolved) if (r.outcome !== "pending") lostTargets.delete(r.nonce.toLowerCase());
+      })
+      .catch((error: unknown) => options.logger?.warn({ err: error }, "pending payments not read back"))
+      .finally(() => {
+        resolving = undefined;
+      });
+    return resolving;
+  };
 
   /**
    * Raises the overage cap of the subscription held at this origin by what the budget has room for
@@ -262,6 +335,8 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
   };
 
   const run = async (args: unknown, config?: ToolRunnableConfig): Promise<[string, PaidToolReceipt]> => {
+    const pendingRead = resolvePending();
+    if (lostTargets.size > 0) await pendingRead;
     // A reseller's purchase spends within what the sale it serves earned (src/agent/callAllowance.ts):
     // each payment is held against the allowance before the budget, and settled with what moved.
     const allowance = callAllowanceOf(config);
@@ -270,13 +345,43 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
     const settleAllowance = () => {
       if (allowance === undefined || allowanceSettled) return;
       allowanceSettled = true;
-      allowance.settle(allowanceHeld, paidAmount);
+      // A subscription's first period taken across sales is the spender's own, not this sale's.
+      allowance.settle(allowanceHeld, paidAmount + pendingAmount - (crossSale ? keeperCharged : 0n));
     };
+    /**
+     * Purchases for an admitted sale reserve within its sale reservation (src/agent/saleAdmission.ts):
+     * the part set aside for their supplier first, else (none, or too little left) the sale's slack.
+     */
+    const funding = allowance?.funding;
+    const partFor = (seller: string) => funding?.bySupplier?.[seller.toLowerCase()];
+    const reserveFor = async (request: ReserveRequest & { provider: string }): Promise<Reservation> => {
+      if (funding === undefined) return budget.reserve(agent, request);
+      const part = partFor(request.provider);
+      if (part !== undefined) {
+        try {
+          return await budget.reserve(agent, { ...request, within: part });
+        } catch (error) {
+          if (!isTollgateError(error, "BudgetExceeded") || error.details?.limit !== "sale") throw error;
+        }
+      }
+      return budget.reserve(agent, { ...request, within: funding.id });
+    };
+    /**
+     * A subscription decided for a sale's purchase is the spender's own, across its sales: its period is
+     * reserved in the budget (through the keeper), not held against the sale's allowance.
+     */
+    let crossSale = false;
+    /** The budget refused such a subscription before anything was paid: pay this call once instead. */
+    let payOnce = false;
     const firstRequest = requestFor(capability, args);
     const target = `${firstRequest.method} ${firstRequest.url}`;
     /** A kept proof this call presents instead of paying (see redeemableProofs.ts). */
     let redeemed: RedeemableProof | undefined;
     const reservations: Reservation[] = [];
+    /** The reservation made for each `exact` option chosen, by memo: a payment whose answer is lost keeps it. */
+    const heldFor = new Map<string, Reservation>();
+    /** Held for payments whose outcome is unknown (pending in the ledger): spent as far as a sale knows. */
+    let pendingAmount = 0n;
     let paidAmount = 0n;
     /** Part of `paidAmount` the subscription keeper recorded itself (a first period). */
     let keeperCharged = 0n;
@@ -288,6 +393,8 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
     let provider: string | undefined;
     let subscriptionId: string | undefined;
     let x402Paid = false;
+    /** The x402 payment this call signed and sent, until the seller's answer shows what became of it. */
+    let x402Held: { reservation: Reservation; payment: X402Payment; from: Address } | undefined;
 
     const choose = async (_options: PaymentOption[], context: ChooseContext) => {
       // Held to the listing before the policy weighs anything: a mismatch throws `OfferMismatch`.
@@ -310,14 +417,41 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       // The gate refused the subscription this call carried: only paying once can serve it now; with
       // no one-time price the refusal is the answer (and an exhausted cap may be raised, see below).
       if (context.refusal !== undefined && view.oneTimeOption === undefined) return undefined;
+      // A channel is taken only by an agent with a channel wallet, and never for a sale's purchase (its
+      // deposit would outlive the sale's allowance).
+      if (options.channels === undefined || allowance !== undefined) delete view.offer.channel;
+      if (context.refusal !== undefined) delete view.offer.channel;
       offer = view.offer;
       provider = seller;
       const report = await budget.report(agent);
+      // A purchase for an admitted sale is paid from the sale's reservation, which the report counts
+      // as reserved: the policy weighs a one-time payment against what the sale still holds.
+      // The supplier's own part when it covers the price (its per-provider limit was met at
+      // admission), else the sale's slack (the per-provider limit weighs it).
+      let sale: { sale: bigint; saleForProvider?: boolean } | undefined;
+      if (funding !== undefined) {
+        const part = partFor(seller);
+        const partHeld = part === undefined ? 0n : await budget.saleHeld(agent, part);
+        sale =
+          part !== undefined && partHeld >= (view.offer.oneTime?.amount ?? 0n)
+            ? { sale: partHeld, saleForProvider: true }
+            : { sale: await budget.saleHeld(agent, funding.id) };
+      }
       const plan = view.offer.subscription;
       const history =
-        plan === undefined || options.calls === undefined
+        options.calls === undefined
           ? undefined
-          : options.calls.count({ agent, provider: view.offer.provider, planId: plan.planId }, plan.interval);
+          : plan !== undefined
+            ? options.calls.count(
+                { agent, provider: view.offer.provider, planId: plan.planId },
+                plan.interval,
+              )
+            : view.offer.channel !== undefined
+              ? options.calls.count(
+                  { agent, provider: view.offer.provider, planId: "channel" },
+                  CHANNEL_HORIZON_SECONDS,
+                )
+              : undefined;
       const learned =
         plan === undefined || options.demand === undefined
           ? undefined
@@ -330,6 +464,7 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         {
           offer: view.offer,
           budget: report,
+          ...sale,
           ...(history === undefined ? {} : { history }),
           ...(learned !== undefined
             ? { forecast: learned.forecast }
@@ -342,6 +477,13 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       if (decision.mode === "refuse") {
         throw new TollgateError("BudgetExceeded", decision.reason, { details: { tool: capability.name } });
       }
+      if (payOnce && decision.mode === "subscribe" && view.oneTimeOption !== undefined) {
+        decision = {
+          ...decision,
+          mode: "one-time",
+          reason: `${decision.reason}; paying once: the budget refused the subscription`,
+        };
+      }
       if (context.refusal !== undefined && decision.mode === "subscribe") {
         // Held already, and refused: subscribing again would not help. Pay once instead.
         decision = {
@@ -350,22 +492,23 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
           reason: `${context.refusal.error}: ${context.refusal.message}; paying once instead`,
         };
       }
-      let option = decision.mode === "subscribe" ? view.subscriptionOption : view.oneTimeOption;
+      const option =
+        decision.mode === "subscribe"
+          ? view.subscriptionOption
+          : decision.mode === "channel"
+            ? view.channelOption
+            : view.oneTimeOption;
       if (option === undefined) return undefined;
-      if (allowance !== undefined && !allowance.take(BigInt(option.amount))) {
-        // The sale this call serves cannot fund a whole period: pay once if that fits, else refuse.
-        const once = view.oneTimeOption;
-        if (decision.mode !== "subscribe" || once === undefined || !allowance.take(BigInt(once.amount))) {
+      if (allowance !== undefined && decision.mode === "subscribe" && plan !== undefined) {
+        // Subscribing is decided across the spender's sales (its budget, calls and policy), and its
+        // period is its own spend: the sale's allowance holds only what the call costs past it (overage).
+        crossSale = true;
+      } else if (allowance !== undefined) {
+        if (!allowance.take(BigInt(option.amount))) {
           throw callAllowanceExceeded(capability.name, allowance, BigInt(option.amount));
         }
-        decision = {
-          ...decision,
-          mode: "one-time",
-          reason: `${decision.reason}; paying once: this call's allowance cannot cover a period`,
-        };
-        option = once;
+        allowanceHeld += BigInt(option.amount);
       }
-      if (allowance !== undefined) allowanceHeld += BigInt(option.amount);
       if (decision.mode === "subscribe" && plan !== undefined) {
         // Overage cap: room for the forecast's calls past the included units (twice over), at least
         // as many again as are included, and never more than the budget has left.
@@ -377,15 +520,25 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         chosen = option;
         return option;
       }
+      if (decision.mode === "channel") {
+        // The deposit is held in the budget when the wallet opens the channel (channelCommitments.ts);
+        // each voucher is recorded against that hold once the call is answered.
+        const terms = channelTermsOf(option);
+        if (terms !== undefined && decision.deposit !== undefined) {
+          options.channels?.plan(terms, decision.deposit, seller);
+        }
+        chosen = option;
+        return option;
+      }
       const kind = decision.mode === "subscribe" ? "subscription" : "one-time";
-      reservations.push(
-        await budget.reserve(agent, {
-          amount: BigInt(option.amount),
-          provider: seller,
-          kind,
-          ...(kind === "subscription" ? { ref: `plan:${plan?.planId ?? "?"}@${seller}` } : {}),
-        }),
-      );
+      const reservation = await reserveFor({
+        amount: BigInt(option.amount),
+        provider: seller,
+        kind,
+        ...(kind === "subscription" ? { ref: `plan:${plan?.planId ?? "?"}@${seller}` } : {}),
+      });
+      reservations.push(reservation);
+      if (option.scheme === "exact") heldFor.set(option.memo, reservation);
       chosen = option;
       return option;
     };
@@ -427,9 +580,9 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
           }
           allowanceHeld += payment.amount;
         }
-        reservations.push(
-          await budget.reserve(agent, { amount: payment.amount, provider, kind: "one-time" }),
-        );
+        const reservation = await reserveFor({ amount: payment.amount, provider, kind: "one-time" });
+        reservations.push(reservation);
+        x402Held = { reservation, payment, from: payer.account.address };
         paidAmount += payment.amount;
         x402Paid = true;
         return payment.header;
@@ -460,11 +613,75 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       },
     };
     // A seller that does not answer is `SellerUnreachable`, not a bare `fetch failed` (Internal).
+    const kept = keptSubscriptionsPayer(payer, keeper, () => subscribeTerms);
+    /**
+     * A payment whose `/authorize` failed is read back by its nonce: settled after all, the call goes
+     * on with its proof; outcome unknown, its reservation stays held (pending) instead of released.
+     */
+    const keptPayer: typeof kept = {
+      ...kept,
+      pay: (async (option: PaymentOption, payOptions: Parameters<typeof payer.pay>[1]) => {
+        try {
+          return await kept.pay(option as never, payOptions as never);
+        } catch (error) {
+          const reservation = heldFor.get(option.memo);
+          if (reservation === undefined || typeof payer.payment !== "function") throw error;
+          try {
+            return await recoverPayment(option, error, reservation, {
+              agent,
+              budget,
+              payer,
+              clock,
+              wait,
+              target,
+            });
+          } catch (recovered) {
+            if (isTollgateError(recovered) && recovered.details?.pending === true) {
+              // Held in the ledger as pending: not this call's to commit or release any more.
+              const at = reservations.indexOf(reservation);
+              if (at >= 0) reservations.splice(at, 1);
+              pendingAmount += reservation.amount;
+              if (lostTargets.size < MAX_LOST_TARGETS) {
+                lostTargets.set(String(recovered.details.nonce).toLowerCase(), target);
+              }
+            }
+            throw recovered;
+          }
+        }
+      }) as typeof kept.pay,
+    };
+    const reached = reachSeller(fetch);
+    /** Vouchers this call sent and how each was answered (a channel pays up front, without a 402). */
+    const vouchers: { status: number }[] = [];
+    const observed: FetchFn =
+      options.channels === undefined
+        ? reached
+        : async (input, init) => {
+            const headers = input instanceof Request ? input.headers : new Headers(init?.headers);
+            const carried = headers.has(CHANNEL_VOUCHER_HEADER);
+            const answer = await reached(input, init);
+            if (carried) vouchers.push({ status: answer.status });
+            return answer;
+          };
     const paidFetch = fetchWithPayment(
-      reachSeller(fetch),
-      keptSubscriptionsPayer(payer, keeper, () => subscribeTerms),
+      observed,
+      options.channels === undefined ? keptPayer : withChannelWallet(keptPayer, options.channels.wallet),
       fetchOptions,
     );
+    /**
+     * What the vouchers of this call paid: the route's price for a voucher the gate served (a refused
+     * or failed one is credit for the next call). The ledger records the channels' totals from the hold.
+     */
+    const channelPaid = async (): Promise<bigint> => {
+      if (options.channels === undefined || vouchers.length === 0) return 0n;
+      const served = vouchers.filter((v) => v.status < 500 && v.status !== 402).length;
+      vouchers.length = 0;
+      await options.channels.record();
+      if (served === 0) return 0n;
+      const terms = options.channels.wallet.routeTerms(firstRequest.method, firstRequest.url);
+      return (terms?.price ?? BigInt(chosen?.amount ?? "0")) * BigInt(served);
+    };
+    let byChannel = false;
     /** The seller answered an error: its code and message, and what it was paid for the call. */
     const sellerFailure = (status: number, text: string): SellerError => {
       const seller = errorOf(text);
@@ -472,11 +689,62 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       const paidNote =
         paidAmount > 0n
           ? ` after being paid ${formatUnitsExact(paidAmount)} USDC${transaction === undefined ? "" : ` (transaction ${transaction})`}`
-          : "";
+          : pendingAmount > 0n
+            ? ` after being sent a payment of ${formatUnitsExact(pendingAmount)} USDC, held in the budget until it is known whether it settled`
+            : "";
       return new SellerError(
         code,
         `${capability.name} answered ${status} ${code}${paidNote}${seller?.message === undefined ? "" : `: ${seller.message}`}`,
       );
+    };
+
+    /**
+     * The seller answered the x402 payment with an error, or not at all: unless its `PAYMENT-RESPONSE`
+     * says it settled, its facilitator may still settle it until it expires, or never. With a chain to
+     * read it back, the payment is held pending (src/agent/budget/pendingPayments.ts) instead of being
+     * counted as spent; the ledger then records what the chain shows.
+     */
+    const pendUnsettledX402 = async (response: Response | undefined): Promise<void> => {
+      const held = x402Held;
+      x402Held = undefined;
+      if (held === undefined || options.chain === undefined) return;
+      if (response !== undefined && saysSettled(response)) return;
+      await budget.pend(held.reservation, {
+        payer: held.from,
+        nonce: held.payment.nonce,
+        validBefore: held.payment.validBefore,
+        token: held.payment.asset,
+        target,
+      });
+      const at = reservations.indexOf(held.reservation);
+      if (at >= 0) reservations.splice(at, 1);
+      paidAmount -= held.payment.amount;
+      pendingAmount += held.payment.amount;
+    };
+
+    /** Set when a failed call was charged metered overage (the gate let it through). */
+    let meteredFailure = false;
+    /**
+     * Records what one metered call cost: what the gate states, but never less than the listing's units
+     * per call give on the tool's own count (meteredCharge.ts), since the seller is not trusted with the
+     * ledger. Past the included units the gate deducts the overage on chain; the budget records it now,
+     * from the subscription's hold. The watcher charges the hold's running total from the chain
+     * (`charge({ total })`): only what the chain pulled beyond what is recorded is new.
+     */
+    const chargeMetered = async (
+      plan: MeteredPlan,
+      stated: ReturnType<typeof readStatedCharge>,
+    ): Promise<bigint> => {
+      const { charge: overage } = meteredCharge(stated, listedUnitsPerCall(listing, plan.planId), (units) =>
+        meter.count(plan, clock.now(), units),
+      );
+      if (overage === 0n) return 0n;
+      const heldId = payer.subscriptions?.forOrigin(origin)?.subscriptionId;
+      if (heldId === undefined || !(await keeper.chargeUsage(heldId, overage))) {
+        const r = await reserveFor({ amount: overage, provider: plan.provider, kind: "metered" });
+        await budget.commit(r, overage);
+      }
+      return overage;
     };
 
     try {
@@ -493,7 +761,9 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
           const request = attempt === 0 ? firstRequest : requestFor(capability, args);
           // A proof paid for earlier and given back by this seller goes first: no new payment if it serves.
           redeemed =
-            attempt === 0 && usedSubscription === false ? redeemable.take(target, clock.now()) : undefined;
+            attempt === 0 && usedSubscription === false
+              ? (redeemable.take(target, clock.now()) ?? (await takeKeptProof(target)))
+              : undefined;
           if (redeemed !== undefined) request.headers.set(HeaderName.Payment, redeemed.header);
           response = await paidFetch(request);
           // Answered 5xx again (and no new payment was made): the seller gave the proof back once more.
@@ -501,6 +771,18 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
             redeemable.keep(target, redeemed);
           }
         } catch (error) {
+          // A subscription for a sale that the budget refused before paying: pay this call once instead.
+          if (
+            crossSale &&
+            !payOnce &&
+            paidAmount === 0n &&
+            (isTollgateError(error, "BudgetExceeded") || isTollgateError(error, "ApprovalDenied"))
+          ) {
+            payOnce = true;
+            crossSale = false;
+            await settleReservations(budget, reservations, 0n);
+            continue;
+          }
           // Refused for the cap the agent set itself: raise it within the budget and try again. The
           // refusal charged nothing, so a retry cannot pay twice.
           if (!isTollgateError(error, "AllowanceExhausted") || attempt >= CAP_RAISE_RETRIES) throw error;
@@ -509,8 +791,26 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
           if (attempt > 0) await wait(CAP_RAISE_RETRY_MS);
         }
       }
+      // An x402 payment answered with an error is held pending (not committed) when it can be read back.
+      if (!response.ok) await pendUnsettledX402(response);
+      // Answered: an x402 payment still here is committed now, and a later fault must not pend it.
+      x402Held = undefined;
       await settleReservations(budget, reservations, paidAmount - keeperCharged);
+      const viaChannel = await channelPaid();
+      if (viaChannel > 0n) {
+        byChannel = true;
+        paidAmount += viaChannel;
+        provider ??=
+          listing?.seller ??
+          options.channels?.wallet.routeTerms(firstRequest.method, firstRequest.url)?.payee;
+      }
       await recordDemand(options, agent, offer, meter.planAt(origin));
+      if (offer?.channel !== undefined && offer.subscription === undefined && decision?.mode !== "refuse") {
+        options.calls?.record(
+          { agent, provider: offer.provider, planId: "channel" },
+          CHANNEL_HORIZON_SECONDS,
+        );
+      }
       if (decision?.mode === "one-time" && offer?.subscription !== undefined) {
         options.calls?.record(
           { agent, provider: offer.provider, planId: offer.subscription.planId },
@@ -518,9 +818,26 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         );
       }
       const text = await response.text();
-      if (!response.ok) throw sellerFailure(response.status, text);
-      let mode: SpendMode =
-        chosen?.scheme === "subscription"
+      if (!response.ok) {
+        // A metered call the gate let through is charged whatever the handler answered (the usage
+        // ledger has no undo, docs/gate.md): when the gate states the charge, it is recorded now, not
+        // at the watcher's next sync (which then finds it recorded: the hold's running total).
+        const plan =
+          usedSubscription && chosen?.scheme !== "exact" && !x402Paid ? meter.planAt(origin) : undefined;
+        const stated = plan === undefined ? undefined : readStatedCharge(response.headers, plan);
+        if (plan !== undefined && stated !== undefined) {
+          provider ??= plan.provider;
+          const overage = await chargeMetered(plan, stated);
+          if (overage > 0n) {
+            paidAmount += overage;
+            meteredFailure = true;
+          }
+        }
+        throw sellerFailure(response.status, text);
+      }
+      let mode: SpendMode = byChannel
+        ? "channel"
+        : chosen?.scheme === "subscription"
           ? "subscription"
           : chosen !== undefined || x402Paid || redeemed !== undefined
             ? "one-time"
@@ -529,26 +846,8 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       if (metered !== undefined) {
         provider ??= metered.provider;
         if (mode === "free") mode = "subscription";
-        // What the gate says this call was charged, but never less than the listing's units per call
-        // give on the tool's own count (meteredCharge.ts): the seller is not trusted with the ledger.
-        const { charge: overage } = meteredCharge(
-          readStatedCharge(response.headers, metered),
-          listedUnitsPerCall(listing, metered.planId),
-          (units) => meter.count(metered, clock.now(), units),
-        );
+        const overage = await chargeMetered(metered, readStatedCharge(response.headers, metered));
         if (overage > 0n) {
-          // Past the included units the gate deducts the overage on chain; the budget records it now,
-          // from the subscription's hold. The watcher charges the hold's running total from the chain
-          // (`charge({ total })`): only what the chain pulled beyond what is recorded is new.
-          const heldId = payer.subscriptions?.forOrigin(origin)?.subscriptionId;
-          if (heldId === undefined || !(await keeper.chargeUsage(heldId, overage))) {
-            const r = await budget.reserve(agent, {
-              amount: overage,
-              provider: metered.provider,
-              kind: "metered",
-            });
-            await budget.commit(r, overage);
-          }
           paidAmount += overage;
           mode = "metered";
         }
@@ -587,7 +886,16 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         isTollgateError(thrown, "PaidRequestFailed") && typeof thrown.details?.status === "number"
           ? sellerFailure(thrown.details.status, String(thrown.details.body ?? ""))
           : thrown;
+      // Sent and never answered (a connection cut): the same as an error answer without a settlement.
+      await pendUnsettledX402(undefined).catch((e: unknown) =>
+        options.logger?.warn({ err: e }, "an unanswered x402 payment could not be held pending"),
+      );
       await settleReservations(budget, reservations, paidAmount - keeperCharged).catch(() => undefined);
+      const viaChannel = await channelPaid().catch(() => 0n);
+      if (viaChannel > 0n) {
+        byChannel = true;
+        paidAmount += viaChannel;
+      }
       settleAllowance();
       // The seller gave the proof back (5xx) and it is valid a while yet: the next call redeems it.
       if (
@@ -609,7 +917,13 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       options.onSpend?.({
         tool: capability.name,
         provider: provider ?? new URL(capability.url).origin,
-        mode: chosen?.scheme === "subscription" ? "subscription" : "one-time",
+        mode: meteredFailure
+          ? "metered"
+          : byChannel || chosen?.scheme === "channel"
+            ? "channel"
+            : chosen?.scheme === "subscription"
+              ? "subscription"
+              : "one-time",
         amount: paidAmount,
         reason: decision?.reason,
         offer,
@@ -623,7 +937,15 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
         `ERROR ${code}: ${message}`,
         {
           tool: capability.name,
-          mode: !paid ? "free" : chosen?.scheme === "subscription" ? "subscription" : "one-time",
+          mode: !paid
+            ? "free"
+            : meteredFailure
+              ? "metered"
+              : byChannel
+                ? "channel"
+                : chosen?.scheme === "subscription"
+                  ? "subscription"
+                  : "one-time",
           amount: formatUnitsExact(paidAmount),
           provider,
           transaction,
@@ -644,6 +966,14 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
     responseFormat: "content_and_artifact",
     ...(listing === undefined ? {} : { metadata: paidToolMetadata(listing) }),
   }) as unknown as StructuredToolInterface;
+}
+
+/** A `PAYMENT-RESPONSE` (x402) that says the payment settled. */
+function saysSettled(response: Response): boolean {
+  const header = response.headers.get(HeaderName.X402PaymentResponse);
+  if (header === null) return false;
+  const decoded = safeDecodeJsonHeader(header, X402SettleResponseSchema);
+  return decoded.ok && decoded.value.success;
 }
 
 /** Commits what was paid across the reservations made for one call, and releases the rest. */

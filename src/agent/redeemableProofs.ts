@@ -25,7 +25,7 @@ export type RedeemableProofs = {
 };
 
 /** Seconds a kept proof must still be valid to be worth sending (a request and a retry fit in it). */
-const MARGIN_SECONDS = 30;
+export const REDEEM_MARGIN_SECONDS = 30;
 /** Kept proofs per tool: a seller that fails every call cannot make the agent hold unbounded state. */
 const MAX_KEPT = 64;
 
@@ -46,7 +46,7 @@ export function createRedeemableProofs(): RedeemableProofs {
         const proof = list.shift()!;
         count--;
         if (list.length === 0) kept.delete(target);
-        if (proof.exp * 1000 > nowMs + MARGIN_SECONDS * 1000) return proof;
+        if (proof.exp * 1000 > nowMs + REDEEM_MARGIN_SECONDS * 1000) return proof;
       }
       return undefined;
     },

@@ -5,7 +5,7 @@
 import { formatUnitsExact } from "../protocol/amount.ts";
 import type { PolicyOffer } from "./policy/policyOffer.ts";
 
-export type SpendMode = "one-time" | "subscription" | "metered" | "free";
+export type SpendMode = "one-time" | "subscription" | "metered" | "channel" | "free";
 
 /** What a paid tool tells the report about one call. */
 export type SpendEvent = {

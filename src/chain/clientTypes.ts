@@ -16,4 +16,6 @@ export type TollgateContracts = {
   usd: `0x${string}`;
   subscriptionManager: `0x${string}`;
   batchSettler: `0x${string}`;
+  /** TollgateChannels: prepaid channels paid by P-256 session-key vouchers (docs/channels.md). */
+  channels: `0x${string}`;
 };

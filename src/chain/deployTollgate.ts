@@ -8,6 +8,7 @@ import {
   subscriptionManagerAbi,
   subscriptionManagerBytecode,
 } from "./contracts/artifacts/SubscriptionManager.ts";
+import { tollgateChannelsAbi, tollgateChannelsBytecode } from "./contracts/artifacts/TollgateChannels.ts";
 import { tollgateUsdAbi, tollgateUsdBytecode } from "./contracts/artifacts/TollgateUSD.ts";
 import { devnetChainId, getNetworkConfig } from "./networks.ts";
 
@@ -26,7 +27,7 @@ export type DeployTollgateOptions = {
 };
 
 /**
- * Deploys what a network needs: SubscriptionManager and BatchSettler everywhere, TollgateUSD only where
+ * Deploys what a network needs: SubscriptionManager, BatchSettler and TollgateChannels everywhere, TollgateUSD only where
  * no token is given or known and the chain is the devnet (or `allowTestToken` says so). On any other
  * chain without a known USDC, `usd` is required: the call throws `InvalidRequest` before sending
  * anything. Transactions are sent back to back and awaited together.
@@ -69,6 +70,9 @@ export async function deployTollgate(
     }),
   );
   hashes.push(await deployContract(walletClient, { abi: batchSettlerAbi, bytecode: batchSettlerBytecode }));
+  hashes.push(
+    await deployContract(walletClient, { abi: tollgateChannelsAbi, bytecode: tollgateChannelsBytecode }),
+  );
   const receipts = await Promise.all(hashes.map((hash) => publicClient.waitForTransactionReceipt({ hash })));
   const addresses = receipts.map((receipt) => {
     if (receipt.status !== "success" || receipt.contractAddress == null) {
@@ -76,6 +80,6 @@ export async function deployTollgate(
     }
     return getAddress(receipt.contractAddress);
   });
-  const [subscriptionManager, batchSettler] = addresses.slice(-2) as [Address, Address];
-  return { usd: usdAddress ?? addresses[0]!, subscriptionManager, batchSettler };
+  const [subscriptionManager, batchSettler, channels] = addresses.slice(-3) as [Address, Address, Address];
+  return { usd: usdAddress ?? addresses[0]!, subscriptionManager, batchSettler, channels };
 }

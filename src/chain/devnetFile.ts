@@ -22,6 +22,8 @@ export const DevnetFileSchema = z.object({
     usd: AddressSchema,
     subscriptionManager: AddressSchema,
     batchSettler: AddressSchema,
+    /** Absent in files written before channels existed. */
+    channels: AddressSchema.optional(),
   }),
   accounts: z.array(z.object({ address: AddressSchema, privateKey: HexSchema })),
 });

@@ -151,6 +151,7 @@ async function up(
     out.log(`  TollgateUSD          ${devnet.contracts.usd}`);
     out.log(`  SubscriptionManager  ${devnet.contracts.subscriptionManager}`);
     out.log(`  BatchSettler         ${devnet.contracts.batchSettler}`);
+    out.log(`  TollgateChannels     ${devnet.contracts.channels}`);
     out.log(`  ${count} accounts with ${flags.balance} USDC each; keys in ${file}`);
     return 0;
   } catch (error) {

@@ -12,24 +12,20 @@
  */
 import type { Address, Hex } from "viem";
 import type { WriteClient } from "../chain/clientTypes.ts";
-import { signTransferAuthorization } from "../chain/signers/signTransferAuthorization.ts";
 import type { TypedDataSigner } from "../chain/signers/typedDataSigner.ts";
 import { sameAddress } from "../protocol/address.ts";
-import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
+import { type Clock, systemClock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import type { AuthorizeResponse, PaymentRecord, SupportedResponse } from "../protocol/facilitator.ts";
-import { encodeJsonHeader } from "../protocol/header.ts";
-import { memoNonce, splitMemo } from "../protocol/memo.ts";
 import { chainIdOf, isNetwork, type Network } from "../protocol/network.ts";
 import type { PaymentProof } from "../protocol/paymentProof.ts";
 import type { PaymentOption } from "../protocol/paymentRequired.ts";
 import type { SubscriptionInfo } from "../protocol/subscriptions.ts";
-import {
-  createFacilitatorClient,
-  type FacilitatorClient,
-  type FetchFn,
-  sameFacilitatorUrl,
-} from "./facilitatorClient.ts";
+import { builtinSchemes } from "../schemes/builtinSchemes.ts";
+import { payExactOption } from "../schemes/exact/client.ts";
+import { createSchemeRegistry } from "../schemes/registry.ts";
+import type { Scheme } from "../schemes/types.ts";
+import { createFacilitatorClient, type FacilitatorClient, type FetchFn } from "./facilitatorClient.ts";
 import { changeSubscriptionThroughFacilitator } from "./facilitatorSubscriptions.ts";
 import { fetchWithPayment } from "./fetchWithPayment.ts";
 import { getPayment, paymentPath } from "./getPayment.ts";
@@ -64,6 +60,11 @@ export type CreatePayerOptions = {
   validForSeconds?: number;
   /** For `subscribe({ direct: true })`: a wallet client with this account on this network (pays gas). */
   walletClient?: WriteClient;
+  /**
+   * Payment schemes besides the built-in ones (docs/schemes.md), for `pay(url | request)`: their
+   * client parts may pay the 402 instead of a one-time payment when one call costs less.
+   */
+  schemes?: readonly Scheme[];
 };
 
 export type SubscribeOptions = SubscribeToPlanOptions;
@@ -183,10 +184,6 @@ export type Payer = {
   readonly subscriptions: PayerSubscriptions;
 };
 
-/** An offer this close to its expiry is not worth signing: it would expire before it settles. */
-const MIN_OFFER_REMAINING_SECONDS = 15;
-/** `validAfter` lies this far in the past, so a chain clock slightly behind ours still accepts it. */
-const VALID_AFTER_SKEW_SECONDS = 60;
 const MAX_VALID_FOR_SECONDS = 3600;
 
 /**
@@ -229,6 +226,9 @@ export function createPayer(options: CreatePayerOptions): Payer {
     throw new TollgateError("InvalidRequest", "createPayer: fetch must be a function");
   }
   const fetchFn = options.fetch ?? globalThis.fetch;
+  // Checked now, so a bad scheme fails at construction rather than at the first paid request.
+  const schemes = options.schemes ?? [];
+  createSchemeRegistry(builtinSchemes, schemes);
   const facilitator =
     typeof options.facilitator === "string"
       ? createFacilitatorClient({ url: options.facilitator, fetch: fetchFn })
@@ -303,60 +303,18 @@ export function createPayer(options: CreatePayerOptions): Payer {
     return reply.subscription;
   };
 
-  /** Pays one `exact` option, checked against the ceiling when there is one. */
-  const payOption = async (
+  /** Pays one `exact` option through the exact scheme's client, checked against the ceiling when there is one. */
+  const payOption = (
     option: PaymentOption,
     ceiling: bigint | undefined,
     signal: AbortSignal | undefined,
-  ): Promise<PaymentReceipt> => {
-    assertPayable(option, { network, facilitator: facilitator.url });
-    const amount = BigInt(option.amount);
-    if (ceiling !== undefined && amount > ceiling) {
-      throw new TollgateError("PriceCeilingExceeded", "the price is above the payer's ceiling", {
-        details: { amount: option.amount, maxAmount: ceiling.toString() },
-      });
-    }
-    const now = unixSeconds(clock);
-    const expiresAt = offerExpiry(option);
-    if (expiresAt - now < MIN_OFFER_REMAINING_SECONDS) {
-      throw new TollgateError("AuthorizationExpired", "the offer has expired; request the resource again", {
-        details: { expiresAt, now },
-      });
-    }
-    const domain = await tokenDomainOf(option.token);
-    const authorization = {
-      from: account.address,
-      to: option.payTo,
-      value: amount,
-      validAfter: BigInt(Math.max(0, now - VALID_AFTER_SKEW_SECONDS)),
-      validBefore: BigInt(Math.min(now + validForSeconds, expiresAt)),
-      nonce: memoNonce(option.memo),
-    };
-    const signature = await signTransferAuthorization(account, {
-      domain: { ...domain, chainId, verifyingContract: option.token },
-      authorization,
-    });
-    const reply = await facilitator.authorize(
-      {
-        scheme: "exact",
-        network,
-        token: option.token,
-        memo: option.memo,
-        authorization: {
-          from: authorization.from,
-          to: authorization.to,
-          value: option.amount,
-          validAfter: authorization.validAfter.toString(),
-          validBefore: authorization.validBefore.toString(),
-          nonce: authorization.nonce,
-        },
-        signature,
-      },
-      { signal },
+  ): Promise<PaymentReceipt> =>
+    payExactOption(
+      { account, network, chainId, facilitator, clock, validForSeconds, tokenDomainOf },
+      option,
+      ceiling,
+      signal,
     );
-    assertProofMatches(reply.proof, option, account.address);
-    return { option, proof: reply.proof, header: encodeJsonHeader(reply.proof), settled: reply.settled };
-  };
 
   /** `pay(url | request, { maxAmount })`: the request, its 402 paid once, and the paid retry. */
   const payForRequest = async (
@@ -378,6 +336,7 @@ export function createPayer(options: CreatePayerOptions): Payer {
       {
         maxPrice: ceiling,
         clock,
+        schemes,
         onPayment: (paid) => {
           receipt = paid;
         },
@@ -511,69 +470,4 @@ function createSubscriptionBook(): PayerSubscriptions {
     },
   };
   return book;
-}
-
-/** Refuses, before signing, an option this payer cannot or should not pay. */
-function assertPayable(option: PaymentOption, payer: { network: Network; facilitator: string }): void {
-  if (option.scheme !== "exact") {
-    throw new TollgateError("InvalidRequest", `pay() pays "exact" options; this one is "${option.scheme}"`, {
-      details: { scheme: option.scheme },
-    });
-  }
-  if (option.network !== payer.network) {
-    throw new TollgateError(
-      "UnsupportedNetwork",
-      `the option is on ${option.network}; this payer pays on ${payer.network}`,
-      {
-        details: { network: option.network, payerNetwork: payer.network },
-      },
-    );
-  }
-  // A proof from another facilitator would be refused by the gate after the money had moved.
-  const advertised = option.tollgate?.facilitator;
-  if (advertised !== undefined && !sameFacilitatorUrl(advertised, payer.facilitator)) {
-    throw new TollgateError(
-      "InvalidRequest",
-      "the gate settles through another facilitator than this payer's",
-      {
-        details: { facilitator: advertised, payerFacilitator: payer.facilitator },
-      },
-    );
-  }
-  let claims: ReturnType<typeof splitMemo>["payload"];
-  try {
-    claims = splitMemo(option.memo).payload;
-  } catch (cause) {
-    throw new TollgateError("InvalidRequest", "the option's memo is malformed", { cause });
-  }
-  if (
-    claims.a !== option.amount ||
-    !sameAddress(claims.t, option.payTo) ||
-    claims.n !== option.network ||
-    !sameAddress(claims.k, option.token)
-  ) {
-    throw new TollgateError("InvalidRequest", "the option's memo prices other terms than the option states", {
-      details: { memo: { amount: claims.a, payTo: claims.t, network: claims.n, token: claims.k } },
-    });
-  }
-}
-
-function offerExpiry(option: PaymentOption): number {
-  return splitMemo(option.memo).payload.e;
-}
-
-/** The facilitator's proof must be for exactly what was paid; anything else is useless at the gate. */
-function assertProofMatches(proof: PaymentProof, option: PaymentOption, payer: Address): void {
-  if (
-    proof.memo !== option.memo ||
-    proof.amount !== option.amount ||
-    proof.network !== option.network ||
-    !sameAddress(proof.payTo, option.payTo) ||
-    !sameAddress(proof.token, option.token) ||
-    !sameAddress(proof.payer, payer)
-  ) {
-    throw new TollgateError("InvalidPaymentProof", "the facilitator returned a proof for other terms", {
-      details: { memo: proof.memo === option.memo, amount: proof.amount, payer: proof.payer },
-    });
-  }
 }

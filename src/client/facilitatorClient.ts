@@ -14,6 +14,13 @@
  *   settlement path is down either way, and both are worth retrying later;
  * - a 2xx reply that fails its schema becomes `Internal` with `details.reason`
  *   `"facilitator_bad_reply"`: the peer is broken, retrying will not help.
+ *
+ * Several instances (docs/reliability.md): with `fallbackUrls`, a request that could not reach an
+ * instance (connection refused, no route, name not found: nothing was sent) goes to the next one. A
+ * request that may have been processed (a 503, a timeout, a connection cut after sending) goes to the
+ * next instance only when it is idempotent — reads, `/verify`, and `/authorize`, which the facilitator
+ * answers once per authorization nonce whichever instance is asked — never for relayed calls, usage or
+ * account changes, which would run twice. The client starts at the instance that answered last.
  */
 import type { z } from "zod";
 import { ErrorBodySchema, type ErrorCode, errorFromBody, TollgateError } from "../protocol/errors.ts";
@@ -44,6 +51,8 @@ export type FacilitatorClientOptions = {
   timeoutMs?: number;
   /** Extra headers on every request, e.g. a provider's `Authorization`. */
   headers?: Record<string, string>;
+  /** Base URLs of further instances of the same facilitator (one shared store), tried after `url`. */
+  fallbackUrls?: readonly string[];
 };
 
 export type RequestOptions = {
@@ -105,19 +114,10 @@ export function createFacilitatorClient(options: FacilitatorClientOptions): Faci
   if (typeof options.fetch !== "function") {
     throw new TollgateError("InvalidRequest", "createFacilitatorClient: fetch must be a function");
   }
-  let base: URL;
-  try {
-    base = new URL(options.url);
-  } catch (cause) {
-    throw new TollgateError("InvalidRequest", `facilitator url is not a URL: ${String(options.url)}`, {
-      cause,
-    });
+  if (options.fallbackUrls !== undefined && !Array.isArray(options.fallbackUrls)) {
+    throw new TollgateError("InvalidRequest", "facilitator fallbackUrls must be an array of URLs");
   }
-  if (base.protocol !== "http:" && base.protocol !== "https:") {
-    throw new TollgateError("InvalidRequest", "facilitator url must be http(s)", {
-      details: { url: options.url },
-    });
-  }
+  const bases = [options.url, ...(options.fallbackUrls ?? [])].map(parseBaseUrl);
   if (typeof options.fetch !== "function") {
     throw new TollgateError("InvalidRequest", "createFacilitatorClient needs a `fetch` function");
   }
@@ -127,7 +127,9 @@ export function createFacilitatorClient(options: FacilitatorClientOptions): Faci
       details: { timeoutMs },
     });
   }
-  const url = base.href.replace(/\/+$/, "");
+  const url = bases[0]!;
+  /** The instance tried first: the one that answered last. */
+  let preferred = 0;
   const fetchFn = options.fetch;
   const defaultHeaders = options.headers ?? {};
 
@@ -137,7 +139,30 @@ export function createFacilitatorClient(options: FacilitatorClientOptions): Faci
     schema: z.ZodType<T>,
     requestOptions: RequestOptions & { body?: unknown } = {},
   ): Promise<T> {
-    const target = `${url}${path.startsWith("/") ? path : `/${path}`}`;
+    const relative = path.startsWith("/") ? path : `/${path}`;
+    const idempotent = isIdempotent(method, relative);
+    const start = preferred;
+    for (let i = 0; ; i++) {
+      const index = (start + i) % bases.length;
+      try {
+        const result = await requestOnce(bases[index]!, method, relative, schema, requestOptions);
+        preferred = index;
+        return result;
+      } catch (error) {
+        const last = i === bases.length - 1;
+        if (last || requestOptions.signal?.aborted === true || !mayTryNext(error, idempotent)) throw error;
+      }
+    }
+  }
+
+  async function requestOnce<T>(
+    base: string,
+    method: string,
+    path: string,
+    schema: z.ZodType<T>,
+    requestOptions: RequestOptions & { body?: unknown },
+  ): Promise<T> {
+    const target = `${base}${path}`;
     const timeout = AbortSignal.timeout(requestOptions.timeoutMs ?? timeoutMs);
     const signal =
       requestOptions.signal === undefined ? timeout : AbortSignal.any([requestOptions.signal, timeout]);
@@ -159,13 +184,18 @@ export function createFacilitatorClient(options: FacilitatorClientOptions): Faci
       if (requestOptions.signal?.aborted === true) throw cause;
       if (cause instanceof TollgateError) throw cause;
       const timedOut = timeout.aborted;
+      const notSent = !timedOut && isConnectFailure(cause);
       throw new TollgateError(
         "ChainUnavailable",
         timedOut
           ? `facilitator did not answer within ${requestOptions.timeoutMs ?? timeoutMs} ms`
           : "facilitator is unreachable",
         {
-          details: { reason: timedOut ? "facilitator_timeout" : "facilitator_unreachable", url: target },
+          details: {
+            reason: timedOut ? "facilitator_timeout" : "facilitator_unreachable",
+            url: target,
+            ...(notSent ? { notSent: true } : {}),
+          },
           cause,
         },
       );
@@ -213,6 +243,60 @@ export function createFacilitatorClient(options: FacilitatorClientOptions): Faci
     supported: (o) => request("GET", "/supported", SupportedResponseSchema, o),
     request,
   };
+}
+
+function parseBaseUrl(text: unknown): string {
+  let base: URL;
+  try {
+    base = new URL(String(text));
+  } catch (cause) {
+    throw new TollgateError("InvalidRequest", `facilitator url is not a URL: ${String(text)}`, { cause });
+  }
+  if (base.protocol !== "http:" && base.protocol !== "https:") {
+    throw new TollgateError("InvalidRequest", "facilitator url must be http(s)", { details: { url: text } });
+  }
+  return base.href.replace(/\/+$/, "");
+}
+
+/**
+ * Requests that may run twice with one effect: reads, proof checks, and `/authorize`, which the
+ * facilitator settles once per authorization nonce and answers with the same proof (docs/facilitator.md).
+ */
+function isIdempotent(method: string, path: string): boolean {
+  const upper = method.toUpperCase();
+  if (upper === "GET" || upper === "HEAD") return true;
+  const bare = path.split("?")[0];
+  return upper === "POST" && (bare === "/authorize" || bare === "/verify" || bare === "/x402/verify");
+}
+
+/** Socket errors raised before a request could be sent: no instance saw it. */
+const connectFailureCodes = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+]);
+
+/** Whether `cause` (fetch's error and its causes) says the connection was never made. */
+function isConnectFailure(cause: unknown): boolean {
+  for (let e: unknown = cause, depth = 0; e !== null && typeof e === "object" && depth < 5; depth++) {
+    const { code, errors } = e as { code?: unknown; errors?: unknown };
+    if (typeof code === "string" && connectFailureCodes.has(code)) return true;
+    // Happy eyeballs: every address refused.
+    if (Array.isArray(errors) && errors.length > 0 && errors.every((inner) => isConnectFailure(inner)))
+      return true;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
+/** Whether a failed request may go to the next instance (see the header). */
+function mayTryNext(error: unknown, idempotent: boolean): boolean {
+  if (!(error instanceof TollgateError) || error.code !== "ChainUnavailable") return false;
+  // Nothing was sent: safe for any request. Otherwise (a 502/503/504, a timeout, a cut connection)
+  // the instance may have acted on it: only an idempotent request may be sent again.
+  return error.details?.notSent === true || idempotent;
 }
 
 /** A reply's text, refusing bodies over `MAX_REPLY_BYTES` without buffering them whole. */

@@ -25,14 +25,28 @@ import { type GateErrorCode, TollgateError } from "../protocol/errors.ts";
 import { HeaderName } from "../protocol/header.ts";
 import type { PaymentOption, PaymentRequired } from "../protocol/paymentRequired.ts";
 import type { X402PaymentRequired } from "../protocol/x402.ts";
+import { builtinSchemes } from "../schemes/builtinSchemes.ts";
+import { exactScheme } from "../schemes/exact/index.ts";
+import { createSchemeRegistry } from "../schemes/registry.ts";
+import { subscriptionScheme } from "../schemes/subscription/index.ts";
+import type { ClientPayment, ClientSchemePart, Scheme, SchemeId, SchemePayer } from "../schemes/types.ts";
 import type { OriginSubscription, Payer, PaymentReceipt, PayOptions } from "./createPayer.ts";
 import { type FetchFn, parseRetryAfter, sameFacilitatorUrl } from "./facilitatorClient.ts";
 import { parsePriceCeiling } from "./parsePriceCeiling.ts";
 import { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
-import { affordableOptions, noAffordableOption, subscribableOptions } from "./payableOptions.ts";
+import {
+  affordableOptions,
+  type CallPayers,
+  noAffordableOption,
+  oneTimePayers,
+  subscribableOptions,
+} from "./payableOptions.ts";
 import { createPayX402 } from "./payX402.ts";
 import { readPaymentRequired } from "./readPaymentRequired.ts";
 import { inactiveStateOf, SubscriptionNotActiveError } from "./subscriptionNotActiveError.ts";
+
+/** What a paying scheme is told of a request that got no answer (refused, cut, timed out). */
+const NO_ANSWER = () => new Response(null, { status: 503 });
 
 export type ChooseContext = {
   request: Request;
@@ -133,6 +147,14 @@ export type FetchWithPaymentOptions = {
   onSubscriptionInactive?: "error" | "pay-once";
   /** Told when a request starts using a subscription (and whether it was just taken out). */
   onSubscribe?: (use: SubscriptionUse, request: Request) => void;
+  /**
+   * Payment schemes besides the built-in ones (`src/schemes`, docs/schemes.md): their client parts
+   * pay options of their scheme (compared with `exact` options by the price of one call) and may send
+   * a credential up front. Built-in ids cannot be replaced.
+   */
+  schemes?: readonly Scheme[];
+  /** Told of each payment made by a scheme other than `exact` (whose payments go to `onPayment`). */
+  onSchemePayment?: (payment: ClientPayment & { scheme: SchemeId }, request: Request) => void;
 };
 
 /** 402 errors that refuse the subscription a request carried. */
@@ -204,6 +226,19 @@ export function fetchWithPayment(
       'fetchWithPayment: onSubscriptionInactive is "error" or "pay-once"',
     );
   }
+  // Looked up once: which parts pay per call, and which send a credential before any 402.
+  const registry = createSchemeRegistry(builtinSchemes, options.schemes ?? []);
+  // A payer carrying a channel wallet (`withChannelWallet`) pays `channel` options too.
+  const payers: CallPayers =
+    (options.schemes === undefined || options.schemes.length === 0) &&
+    (payer as { channels?: unknown }).channels === undefined
+      ? oneTimePayers
+      : (scheme) => registry.client(scheme);
+  const upFrontParts = registry.schemes.flatMap((scheme) =>
+    scheme.client?.upFront === undefined
+      ? []
+      : [scheme.client as Required<Pick<ClientSchemePart, "upFront">> & ClientSchemePart],
+  );
   const maxProofRetries = options.maxProofRetries ?? 2;
   if (!Number.isSafeInteger(maxProofRetries) || maxProofRetries < 0 || maxProofRetries > 10) {
     throw new TollgateError("InvalidRequest", "fetchWithPayment: maxProofRetries must be an integer 0..10");
@@ -283,6 +318,16 @@ export function fetchWithPayment(
     const origin = new URL(original.url).origin;
     let subscription: OriginSubscription | undefined = payer.subscriptions?.forOrigin(origin);
     let subscriptionHeaders = subscription === undefined ? undefined : await headersFor(payer, subscription);
+    // Otherwise a scheme that pays ahead on a known route (an open channel) may: one HTTP exchange.
+    let upFront: Record<string, string> | undefined;
+    let upFrontPart: ClientSchemePart | undefined;
+    if (subscriptionHeaders === undefined) {
+      for (const part of upFrontParts) {
+        upFront = await part.upFront(original, payer as SchemePayer);
+        upFrontPart = part;
+        if (upFront !== undefined) break;
+      }
+    }
     let audienceRetried = false;
 
     /**
@@ -308,6 +353,35 @@ export function fetchWithPayment(
       attempt++;
       const response = await send({ [HeaderName.Payment]: receipt.header });
       return response.status >= 500 ? resendProof(receipt, response) : response;
+    };
+
+    /** Pays `chosen` with its scheme's client part and sends the request with its credential. */
+    const payWithScheme = async (chosen: PaymentOption) => {
+      const part = payers(chosen.scheme);
+      if (part?.pay === undefined) {
+        throw new TollgateError("InvalidRequest", `no registered scheme pays "${chosen.scheme}" options`, {
+          details: { scheme: chosen.scheme },
+        });
+      }
+      const payment = await part.pay(chosen, {
+        payer: payer as SchemePayer,
+        maxAmount: maxPrice,
+        request: original,
+        signal: original.signal,
+        clock,
+      });
+      options.onSchemePayment?.({ ...payment, scheme: chosen.scheme }, original);
+      attempt++;
+      let paid: Response;
+      try {
+        paid = await send(payment.headers);
+      } catch (error) {
+        // No answer: booked as a 5xx (a channel takes the request's price back; channelFetch.ts).
+        await part.settled?.(payment, NO_ANSWER());
+        throw error;
+      }
+      await part.settled?.(payment, paid);
+      return paid;
     };
 
     /**
@@ -369,7 +443,17 @@ export function fetchWithPayment(
       );
     };
 
-    let response = await send(subscriptionHeaders);
+    // The part that paid ahead books the answer (a channel takes a refused request's price back), and
+    // a request that got no answer as a 5xx: it may never have reached the gate.
+    const paidAhead = subscriptionHeaders === undefined && upFront !== undefined;
+    let response: Response;
+    try {
+      response = await send(subscriptionHeaders ?? upFront);
+    } catch (error) {
+      if (paidAhead) await upFrontPart?.settled?.({ headers: upFront!, amount: 0n }, NO_ANSWER());
+      throw error;
+    }
+    if (paidAhead) await upFrontPart?.settled?.({ headers: upFront!, amount: 0n }, response);
     for (;;) {
       if (response.status !== 402) return response;
       const offer = await readPaymentRequired(response.clone());
@@ -458,14 +542,20 @@ export function fetchWithPayment(
         request: original,
         paymentRequired: offer.body,
         maxPrice,
-        affordable: affordableOptions(offer.body.accepts, payer, maxPrice),
+        affordable: affordableOptions(offer.body.accepts, payer, maxPrice, payers),
       });
       if (chosen === undefined) {
-        if (options.choose === undefined) throw noAffordableOption(offer.body.accepts, payer, maxPrice);
+        if (options.choose === undefined) {
+          throw noAffordableOption(offer.body.accepts, payer, maxPrice, payers);
+        }
         return response;
       }
-      if (chosen.scheme !== "subscription") {
+      if (chosen.scheme === exactScheme.id) {
         response = await payOnce(chosen);
+        continue;
+      }
+      if (chosen.scheme !== subscriptionScheme.id) {
+        response = await payWithScheme(chosen);
         continue;
       }
       if (subscribed) {

@@ -4,29 +4,47 @@
  */
 import { TollgateError } from "../protocol/errors.ts";
 import type { PaymentOption } from "../protocol/paymentRequired.ts";
-import { sameFacilitatorUrl } from "./facilitatorClient.ts";
+import { exactClient } from "../schemes/exact/client.ts";
+import { exactScheme } from "../schemes/exact/index.ts";
+import { subscriptionClient } from "../schemes/subscription/client.ts";
+import type { ClientSchemePart, SchemeId, SchemePayer } from "../schemes/types.ts";
 
 /** What these checks need to know of a payer. */
 export type PayerView = { network: string; facilitator: { url: string } };
 
-/** Options the payer could pay once: `exact`, on its network, through its facilitator. */
-export function payableOptions(options: readonly PaymentOption[], payer: PayerView): PaymentOption[] {
-  return options.filter(
-    (o) =>
-      o.scheme === "exact" &&
-      o.network === payer.network &&
-      (o.tollgate?.facilitator === undefined ||
-        sameFacilitatorUrl(o.tollgate.facilitator, payer.facilitator.url)),
-  );
+/** The client parts that pay per call, by scheme id (`SchemeRegistry.client`). */
+export type CallPayers = (scheme: SchemeId) => ClientSchemePart | undefined;
+
+/** `payer.pay`'s schemes: `exact` only (one-time payments with a proof). */
+export const oneTimePayers: CallPayers = (scheme) => (scheme === exactScheme.id ? exactClient : undefined);
+
+/**
+ * Options the payer could pay per call: of a scheme whose client part pays (`exact`, and any scheme
+ * passed in `schemes`), and which that part can pay (network, facilitator, terms).
+ */
+export function payableOptions(
+  options: readonly PaymentOption[],
+  payer: PayerView,
+  payers: CallPayers = oneTimePayers,
+): PaymentOption[] {
+  return options.filter((o) => {
+    const part = payers(o.scheme);
+    return part?.pay !== undefined && part.payable(o, payer as SchemePayer);
+  });
 }
 
-/** Options the payer can pay once within the ceiling, cheapest first. */
+/** Options the payer can pay per call within the ceiling, cheapest call first. */
 export function affordableOptions(
   options: readonly PaymentOption[],
   payer: PayerView,
   maxPrice: bigint,
+  payers: CallPayers = oneTimePayers,
 ): PaymentOption[] {
-  return cheapestFirst(payableOptions(options, payer).filter((o) => BigInt(o.amount) <= maxPrice));
+  const priced = payableOptions(options, payer, payers)
+    .map((option) => ({ option, price: (payers(option.scheme) as ClientSchemePart).callPrice(option) }))
+    .filter((entry) => entry.price <= maxPrice);
+  priced.sort((a, b) => (a.price < b.price ? -1 : a.price > b.price ? 1 : 0));
+  return priced.map((entry) => entry.option);
 }
 
 /**
@@ -42,13 +60,7 @@ export function subscribableOptions(
   return cheapestFirst(
     options.filter(
       (o) =>
-        o.scheme === "subscription" &&
-        o.tollgate?.subscriptionScheme === true &&
-        o.tollgate.planId !== undefined &&
-        o.tollgate.successorPlanId === undefined &&
-        o.network === payer.network &&
-        sameFacilitatorUrl(o.tollgate.facilitator, payer.facilitator.url) &&
-        BigInt(o.amount) <= maxPrice,
+        subscriptionClient.payable(o, payer as SchemePayer) && subscriptionClient.callPrice(o) <= maxPrice,
     ),
   );
 }
@@ -61,8 +73,9 @@ export function noAffordableOption(
   options: readonly PaymentOption[],
   payer: PayerView,
   maxPrice: bigint,
+  payers: CallPayers = oneTimePayers,
 ): TollgateError {
-  const payable = payableOptions(options, payer);
+  const payable = payableOptions(options, payer, payers);
   const cheapest = cheapestFirst(payable)[0];
   if (cheapest === undefined) {
     return new TollgateError(

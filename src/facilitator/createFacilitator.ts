@@ -2,6 +2,7 @@
  * Wires a facilitator: settlement engine, proof keys, metrics and the HTTP app over one store and one
  * chain connection. Nothing listens until `serveFacilitator` binds the app to a port.
  */
+import { randomBytes } from "node:crypto";
 import { serve } from "@hono/node-server";
 import type { Hono } from "hono";
 import pino, { type Logger } from "pino";
@@ -25,16 +26,27 @@ import { defaultMinAmount } from "./abuse/minimumAmount.ts";
 import { createRateLimits, type RateLimitOptions } from "./abuse/rateLimits.ts";
 import type { SupportedTokenConfig } from "./checkSignedPayment.ts";
 import { createFacilitatorApp } from "./createFacilitatorApp.ts";
+import { createDashboardModule, type DashboardOptions } from "./dashboard/dashboardModule.ts";
 import type { FacilitatorContext, FacilitatorModule, FacilitatorModuleFactory } from "./facilitatorModule.ts";
+import {
+  type BuiltFacilitatorSchemes,
+  buildFacilitatorSchemes,
+  type FacilitatorSchemePart,
+  facilitatorSchemeList,
+} from "./facilitatorSchemeParts.ts";
+import { facilitatorSchemes } from "./facilitatorSchemes.ts";
 import { createGasAccount } from "./gasAccount.ts";
 import { createFacilitatorMetrics, type FacilitatorMetrics } from "./metrics.ts";
 import type { MetricsAccess } from "./metricsAccess.ts";
 import { builtinModules } from "./modules.ts";
+import { createOutbox, type OutboxOptions } from "./outbox/createOutbox.ts";
+import { createGasKey } from "./outbox/gasKey.ts";
 import type { ProofKey } from "./proofKeys.ts";
 import {
   createSettlementEngine,
   type SettlementEngine,
   type SettlementEngineOptions,
+  settlementFaults,
 } from "./settlementEngine.ts";
 import {
   createWebhooksModule,
@@ -56,6 +68,8 @@ export type CreateFacilitatorOptions = {
   proofKeys: readonly ProofKey[];
   batchSettler: Address;
   subscriptionManager?: Address | undefined;
+  /** TollgateChannels: enables the channel API and claim worker (docs/channels.md). */
+  channels?: Address | undefined;
   tokens: readonly FacilitatorToken[];
   clock?: Clock | undefined;
   logger?: Logger | undefined;
@@ -70,6 +84,25 @@ export type CreateFacilitatorOptions = {
         | "proofTtlSeconds"
         | "authorizeTimeoutMs"
         | "reconcileIntervalMs"
+        | "idlePollMs"
+        | "faults"
+      >
+    | undefined;
+  /**
+   * The transaction outbox's settings (outbox/createOutbox.ts): reconcile interval, how long a row may
+   * go untouched before another instance drives it, when an unmined transaction is replaced with a
+   * higher fee and the fee ceiling, crash-test faults.
+   */
+  outbox?:
+    | Pick<
+        OutboxOptions,
+        | "reconcileIntervalMs"
+        | "idlePollMs"
+        | "staleMs"
+        | "receiptTimeoutMs"
+        | "bumpAfterMs"
+        | "maxFeePerGas"
+        | "stuckAfterMs"
         | "faults"
       >
     | undefined;
@@ -89,8 +122,19 @@ export type CreateFacilitatorOptions = {
   /** Modules beyond the built-in ones (see modules.ts). */
   modules?: readonly FacilitatorModuleFactory[] | undefined;
   /**
-   * Run the built-in modules (default true). `false` runs only `modules`, e.g. to configure the
-   * subscriptions module's keeper interval differently.
+   * Scheme facilitator parts beyond the built-in ones (facilitatorSchemes.ts), or configured built-in
+   * ones: a part with a built-in id takes its place (`channelFacilitator({ claims: false })`), any
+   * other is added after them (docs/schemes.md).
+   */
+  schemes?: readonly FacilitatorSchemePart[] | undefined;
+  /**
+   * Serve the web dashboard at `/dashboard` (docs/dashboard.md; off unless given). It seals rotated
+   * webhook secrets with the webhooks module's keys.
+   */
+  dashboard?: Omit<DashboardOptions, "webhookSecretKeys"> | undefined;
+  /**
+   * Run the built-in modules and scheme parts (default true). `false` runs only `modules`, `schemes`
+   * and the core scheme parts (`exact`, x402), e.g. to configure the keeper interval differently.
    */
   builtinModules?: boolean | undefined;
 };
@@ -98,6 +142,8 @@ export type CreateFacilitatorOptions = {
 export type Facilitator = {
   app: Hono;
   context: FacilitatorContext;
+  /** The scheme parts this facilitator runs, by scheme id (their `check` and `settle`). */
+  schemes: BuiltFacilitatorSchemes["parts"];
   engine: SettlementEngine;
   metrics: FacilitatorMetrics;
   publicClient: PublicClient<Transport, Chain>;
@@ -141,11 +187,24 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
   const tokens = new Map(tokenConfigs.map((t) => [t.address.toLowerCase(), t]));
   const rateLimits = createRateLimits({ ...options.rateLimits, clock });
   const proofKeys = options.proofKeys;
-  const gas = createGasAccount({ account: options.gasAccount, client: publicClient, chainId, clock, logger });
+  const key = createGasKey({ account: options.gasAccount, client: publicClient, chainId, clock });
+  // One outbox for every transaction of the gas key: settlement, relayed calls, renewals, usage, claims.
+  const outbox = createOutbox({
+    store: options.store,
+    client: publicClient,
+    key,
+    clock,
+    logger,
+    confirmations: options.confirmations,
+    reconcileIntervalMs: options.settlement?.reconcileIntervalMs,
+    ...options.outbox,
+    faults: options.outbox?.faults ?? settlementFaults(options.settlement?.faults),
+  });
+  const gas = createGasAccount({ key, outbox, client: publicClient, logger });
   const settlementEngine = createSettlementEngine({
     store: options.store,
     client: publicClient,
-    gas,
+    outbox,
     network: options.network,
     chainId,
     batchSettler: options.batchSettler,
@@ -182,6 +241,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
         ...(options.subscriptionManager === undefined
           ? {}
           : { subscriptionManager: options.subscriptionManager }),
+        ...(options.channels === undefined ? {} : { channels: options.channels }),
         signers: [options.gasAccount.address],
       },
     ],
@@ -190,10 +250,12 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     store: options.store,
     publicClient,
     gas,
+    outbox,
     network: options.network,
     chainId,
     batchSettler: options.batchSettler,
     subscriptionManager: options.subscriptionManager,
+    channels: options.channels,
     tokens: tokenConfigs,
     engine,
     proofKeys: () => proofKeys,
@@ -205,16 +267,39 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
       await db.query("INSERT INTO events (type, data) VALUES ($1, $2)", [type, data]);
     },
   };
-  const modules = [
+  // The dashboard rotates webhook secrets: it and the webhooks module must seal with the same keys.
+  let webhookOptions = options.webhooks;
+  if (options.dashboard !== undefined && (webhookOptions?.secretKeys ?? []).length === 0) {
+    logger.warn("webhook secrets are sealed with a key of this process only; configure webhook secret keys");
+    webhookOptions = { ...webhookOptions, secretKeys: [new Uint8Array(randomBytes(32))] };
+  }
+  const moduleFactories = [
     ...(options.builtinModules === false
       ? []
       : builtinModules.map((m) =>
-          m === webhooksModule && options.webhooks !== undefined ? createWebhooksModule(options.webhooks) : m,
+          m === webhooksModule && webhookOptions !== undefined ? createWebhooksModule(webhookOptions) : m,
         )),
     ...(options.modules ?? []),
-  ].map((factory) => factory(context));
+    ...(options.dashboard === undefined
+      ? []
+      : [
+          createDashboardModule({
+            ...options.dashboard,
+            webhookSecretKeys: webhookOptions?.secretKeys ?? [],
+          }),
+        ]),
+  ];
+  // Scheme parts first, in list order: what each payment scheme does here (routes, checks,
+  // settlement, workers). Parts carried by modules and given in `schemes` take a built-in one's place.
+  const schemes = buildFacilitatorSchemes(
+    context,
+    facilitatorSchemeList(
+      facilitatorSchemes.filter((part) => options.builtinModules !== false || part.core === true),
+      [...moduleFactories.flatMap((factory) => factory.schemes ?? []), ...(options.schemes ?? [])],
+    ),
+  );
+  const modules = moduleFactories.map((factory) => factory(context));
   const app = createFacilitatorApp({
-    engine,
     store: options.store,
     proofKeys: () => proofKeys,
     supported,
@@ -224,8 +309,10 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     chainHealth: () => publicClient.getBlockNumber({ cacheTime: 0 }),
     maxBodyBytes: options.maxBodyBytes,
     limitClients: rateLimits.clientMiddleware,
+    limitedPaths: schemes.rateLimited,
     metricsAccess: options.metricsAccess,
     extend: (a) => {
+      schemes.routes(a);
       for (const m of modules) m.routes?.(a);
     },
   });
@@ -233,13 +320,18 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
   return {
     app,
     context,
+    schemes: schemes.parts,
     engine,
     metrics,
     publicClient,
     store: options.store,
     supported,
     async start() {
+      // Handlers are registered at construction (engine, modules), so the outbox's first pass can
+      // finish what a crashed process left open; the engine first adopts batches of an older version.
       await engine.start();
+      await outbox.start();
+      await schemes.start();
       for (const m of modules) {
         await m.start?.();
         started.push(m);
@@ -248,7 +340,9 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     async stop() {
       for (const m of started.reverse()) await m.stop?.();
       started.length = 0;
+      await schemes.stop();
       await engine.stop();
+      await outbox.stop();
     },
   };
 }

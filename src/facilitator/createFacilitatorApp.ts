@@ -1,36 +1,17 @@
-/**
- * The facilitator's HTTP surface (DESIGN.md §4) as a Hono app: no socket is opened here, so tests call
- * `app.request()` and `serveFacilitator` binds it to a port.
- */
-import { verify } from "node:crypto";
 import { Hono, type MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
-import { sameAddress } from "../protocol/address.ts";
-import { base64UrlDecode } from "../protocol/base64.ts";
-import { type Clock, unixSeconds } from "../protocol/clock.ts";
+import type { Clock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
-import {
-  type Health,
-  type SupportedResponse,
-  VerifyRequestSchema,
-  type VerifyResponse,
-} from "../protocol/facilitator.ts";
-import { memoNonce } from "../protocol/memo.ts";
-import { type PaymentProof, proofSigningInput } from "../protocol/paymentProof.ts";
-import { AuthorizeRequestSchema } from "../protocol/signedPayment.ts";
+import type { Health, SupportedResponse } from "../protocol/facilitator.ts";
 import type { Store } from "../store/store.ts";
-import { errorResponse, readJsonBody } from "./httpErrors.ts";
+import { errorResponse } from "./httpErrors.ts";
 import type { FacilitatorMetrics } from "./metrics.ts";
 import { assertMetricsReader, type MetricsAccess } from "./metricsAccess.ts";
 import { buildOpenApiDocument } from "./openApi.ts";
-import { mountPaymentReadBack } from "./paymentReadBack.ts";
 import { jwksOf, type ProofKey } from "./proofKeys.ts";
-import type { SettlementEngine } from "./settlementEngine.ts";
-import { x402Routes } from "./x402Routes.ts";
 
 export type FacilitatorAppDeps = {
-  engine: SettlementEngine;
   store: Store;
   /** Proof keys: the first signs, all verify (rotation keeps the old key here until its proofs expire). */
   proofKeys: () => readonly ProofKey[];
@@ -46,15 +27,17 @@ export type FacilitatorAppDeps = {
   metricsAccess?: MetricsAccess | undefined;
   /**
    * The per-client-address rate limit (abuse/rateLimits.ts), run before the endpoints that cost a
-   * chain read or gas: `/authorize`, the x402 verify and settle, relayed subscription calls.
+   * chain read or gas: `limitedPaths`, which the scheme parts name (`/authorize`, the x402 verify and
+   * settle, relayed subscription calls, channel opens and reads).
    */
   limitClients?: MiddlewareHandler | undefined;
-  /** Extra routes mounted by later modules (x402, subscriptions, webhooks, analytics). */
+  limitedPaths?: readonly string[] | undefined;
+  /** Routes mounted after the core ones: the scheme parts', then the modules'. */
   extend?: ((app: Hono) => void) | undefined;
 };
 
 export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
-  const { engine, store, clock, logger, metrics } = deps;
+  const { store, logger, metrics } = deps;
   const app = new Hono();
   const maxBodyBytes = deps.maxBodyBytes ?? 64 * 1024;
 
@@ -67,43 +50,27 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
   app.use(
     bodyLimit({
       maxSize: maxBodyBytes,
-      onError: () =>
-        errorResponse(
+      onError: () => {
+        const response = errorResponse(
           new TollgateError("PayloadTooLarge", `request body is larger than ${maxBodyBytes} bytes`, {
             details: { maxBytes: maxBodyBytes },
           }),
-        ),
+        );
+        // The rest of the body was never read, so this connection cannot carry another request: a
+        // client that reused it would see its next request cut off ("other side closed").
+        response.headers.set("connection", "close");
+        return response;
+      },
     }),
   );
 
   if (deps.limitClients !== undefined) {
-    for (const path of ["/authorize", "/x402/verify", "/x402/settle", "/subscriptions", "/subscriptions/*"]) {
+    for (const path of deps.limitedPaths ?? []) {
       app.use(path, deps.limitClients);
     }
   }
 
-  app.post("/authorize", async (c) => {
-    const { signedPayment } = await readJsonBody(c, AuthorizeRequestSchema);
-    const { proof, row, batchSize } = await engine.authorize(signedPayment);
-    return c.json({
-      proof,
-      settled: {
-        transaction: row.tx_hash ?? proof.tx,
-        blockNumber: (row.block_number ?? 0n).toString(),
-        batchSize,
-      },
-    });
-  });
-
-  app.post("/verify", async (c) => {
-    const { proof } = await readJsonBody(c, VerifyRequestSchema);
-    return c.json(await verifyOwnProof(proof));
-  });
-
-  mountPaymentReadBack(app, { engine, store, clock });
-
   app.get("/supported", (c) => c.json(deps.supported));
-  app.route("/x402", x402Routes({ engine, supported: deps.supported, store, clock, logger }));
   app.get("/.well-known/jwks.json", (c) => {
     c.header("cache-control", "public, max-age=300");
     return c.json(jwksOf(deps.proofKeys()));
@@ -128,34 +95,6 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
   app.get("/openapi.json", (c) => c.json(buildOpenApiDocument()));
 
   deps.extend?.(app);
-
-  /**
-   * A proof is valid when one of our keys signed it, it has not expired, and the payment it names
-   * is settled in our store with the same transaction, amount and payee.
-   */
-  async function verifyOwnProof(proof: PaymentProof): Promise<VerifyResponse> {
-    const key = deps.proofKeys().find((k) => k.kid === proof.kid);
-    if (key === undefined) return { valid: false, reason: "unknown_kid" };
-    const { sig, ...unsigned } = proof;
-    const ok = verify(
-      null,
-      Buffer.from(proofSigningInput(unsigned), "utf8"),
-      key.privateKey,
-      base64UrlDecode(sig),
-    );
-    if (!ok) return { valid: false, reason: "bad_signature" };
-    if (proof.exp <= unixSeconds(clock)) return { valid: false, reason: "expired" };
-    const row = await engine.getPayment(memoNonce(proof.memo));
-    if (row === undefined || row.status !== "settled") return { valid: false, reason: "not_settled" };
-    if (
-      row.tx_hash !== proof.tx.toLowerCase() ||
-      row.amount !== BigInt(proof.amount) ||
-      !sameAddress(row.pay_to, proof.payTo)
-    ) {
-      return { valid: false, reason: "mismatch" };
-    }
-    return { valid: true };
-  }
 
   return app;
 }

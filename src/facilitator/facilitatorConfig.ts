@@ -51,6 +51,8 @@ export const FacilitatorEnvSchema = z.object({
   TOLLGATE_TOKEN_VERSION: z.string().optional(),
   TOLLGATE_BATCH_SETTLER: AddressSchema.optional(),
   TOLLGATE_SUBSCRIPTION_MANAGER: AddressSchema.optional(),
+  /** TollgateChannels (docs/channels.md); on a devnet, read from devnet.json. */
+  TOLLGATE_CHANNELS: AddressSchema.optional(),
   TOLLGATE_CONFIRMATIONS: z.coerce.number().int().min(1).max(64).default(1),
   TOLLGATE_HOST: z.string().default("127.0.0.1"),
   TOLLGATE_PORT: z.coerce.number().int().min(0).max(65_535).default(4020),
@@ -73,6 +75,9 @@ export const FacilitatorEnvSchema = z.object({
     error: "expected IP addresses, comma-separated",
   }).optional(),
   /** Bearer token for `GET /metrics`; unset, metrics are served to loopback peers only. */
+  // How long an outbox row may wait for its receipt before the chain is asked whether it lost
+  // transactions (outbox/rewindRepair.ts): a chain with slow blocks wants more than the default 15 s.
+  TOLLGATE_OUTBOX_STUCK_AFTER_MS: z.coerce.number().int().min(1_000).max(3_600_000).optional(),
   TOLLGATE_METRICS_TOKEN: z.string().min(16, { error: "use at least 16 characters" }).optional(),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   // TOLLGATE_WEBHOOK_KEYS, TOLLGATE_WEBHOOK_ALLOW_TARGETS (webhooks/webhookConfig.ts).
@@ -89,6 +94,7 @@ export type FacilitatorConfig = {
   token: FacilitatorToken;
   batchSettler: Address;
   subscriptionManager: Address | undefined;
+  channels: Address | undefined;
   confirmations: number;
   host: string;
   port: number;
@@ -99,6 +105,8 @@ export type FacilitatorConfig = {
   /** Sealing keys of webhook secrets and the non-public targets allowed (webhooks/webhookConfig.ts). */
   webhooks: WebhookConfig;
   metricsToken: string | undefined;
+  /** The outbox's `stuckAfterMs` (TOLLGATE_OUTBOX_STUCK_AFTER_MS); undefined: its default. */
+  outboxStuckAfterMs: number | undefined;
 };
 
 function missing(what: string, variable: string): never {
@@ -169,6 +177,8 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
   const subscriptionManager =
     env.TOLLGATE_SUBSCRIPTION_MANAGER ??
     (onDevnet ? (devnet.contracts.subscriptionManager as Address) : undefined);
+  const channels =
+    env.TOLLGATE_CHANNELS ?? (onDevnet ? (devnet.contracts.channels as Address | undefined) : undefined);
   return {
     dir,
     rpcUrl,
@@ -186,6 +196,7 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
     },
     batchSettler,
     subscriptionManager,
+    channels,
     confirmations: env.TOLLGATE_CONFIRMATIONS,
     host: env.TOLLGATE_HOST,
     port: env.TOLLGATE_PORT,
@@ -199,5 +210,6 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
       trustedProxies: env.TOLLGATE_TRUSTED_PROXIES,
     },
     metricsToken: env.TOLLGATE_METRICS_TOKEN === "" ? undefined : env.TOLLGATE_METRICS_TOKEN,
+    outboxStuckAfterMs: env.TOLLGATE_OUTBOX_STUCK_AFTER_MS,
   };
 }

@@ -1,6 +1,7 @@
 /**
- * How the facilitator's features plug in. Settlement is the core; subscriptions, usage, webhooks,
- * analytics and x402 are modules: each gets the shared context, may mount routes and may run a
+ * How the facilitator's features plug in. What a payment scheme does in the facilitator (`/authorize`,
+ * x402, subscriptions, usage, channels) comes from its scheme part (facilitatorSchemeParts.ts); the
+ * rest (providers, events, webhooks, analytics, dashboard) are modules: each gets the shared context, may mount routes and may run a
  * background worker that the facilitator starts and stops with itself.
  */
 import type { Hono } from "hono";
@@ -10,20 +11,26 @@ import type { Clock } from "../protocol/clock.ts";
 import type { SupportedResponse } from "../protocol/facilitator.ts";
 import type { Queryable, Store } from "../store/store.ts";
 import type { FacilitatorToken } from "./createFacilitator.ts";
+import type { FacilitatorSchemePart } from "./facilitatorSchemeParts.ts";
 import type { GasAccount } from "./gasAccount.ts";
 import type { FacilitatorMetrics } from "./metrics.ts";
+import type { Outbox } from "./outbox/outboxTypes.ts";
 import type { ProofKey } from "./proofKeys.ts";
 import type { SettlementEngine } from "./settlementEngine.ts";
 
 export type FacilitatorContext = {
   store: Store;
   publicClient: PublicClient<Transport, Chain>;
-  /** The one account that pays gas; take nonces only through it. */
+  /** The one account that pays gas; its transactions go through `outbox`. */
   gas: GasAccount;
+  /** The transaction outbox every transaction of the gas account goes through (outbox/outboxTypes.ts). */
+  outbox: Outbox;
   network: `eip155:${number}`;
   chainId: number;
   batchSettler: Address;
   subscriptionManager: Address | undefined;
+  /** TollgateChannels, when this facilitator relays and claims prepaid channels (docs/channels.md). */
+  channels: Address | undefined;
   tokens: readonly FacilitatorToken[];
   engine: SettlementEngine;
   proofKeys: () => readonly ProofKey[];
@@ -45,4 +52,20 @@ export type FacilitatorModule = {
   stop?(): Promise<void>;
 };
 
-export type FacilitatorModuleFactory = (context: FacilitatorContext) => FacilitatorModule;
+export type FacilitatorModuleFactory = ((context: FacilitatorContext) => FacilitatorModule) & {
+  /**
+   * Scheme facilitator parts this module carries (`createChannelsModule(options)`): the facilitator
+   * builds them with its scheme list, each in place of the built-in part of its id.
+   */
+  readonly schemes?: readonly FacilitatorSchemePart[] | undefined;
+};
+
+/** A module that only carries scheme parts. */
+export type SchemeCarrierModule = FacilitatorModuleFactory & {
+  readonly schemes: readonly FacilitatorSchemePart[];
+};
+
+/** A module named `name` whose work is that of the scheme parts it carries. */
+export function carrierModule(name: string, schemes: readonly FacilitatorSchemePart[]): SchemeCarrierModule {
+  return Object.assign(() => ({ name }), { schemes });
+}

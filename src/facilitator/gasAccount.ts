@@ -1,167 +1,89 @@
 /**
  * The facilitator's gas account: one key that pays for settlement batches, relayed subscription calls,
- * renewals and usage deductions. Every transaction from it takes its account nonce here, so the
- * settlement engine's pipelined batches and the other workers never race for the same nonce.
+ * renewals, usage deductions and channel claims.
  *
- * Invariant: a nonce handed out is either used by a broadcast transaction or, when the broadcast is
- * refused, filled by a zero-value self-transfer, so no later transaction waits behind a gap.
+ * - `GasKey` signs: it holds the account, the in-process nonce manager (outbox/nonceManager.ts) and a
+ *   short fee cache. Only the transaction outbox (outbox/createOutbox.ts) takes nonces and signs, so
+ *   every transaction of the key is recorded before it is broadcast and no two share a nonce.
+ * - `GasAccount` adds `send`/`sendAndWait` for one-off relayed calls; they go through the same outbox
+ *   (kind `relay`), so a relayed call survives a crash like a settlement batch does.
  */
 
 import type { Logger } from "pino";
-import type { Address, Hash, Hex, LocalAccount, PublicClient } from "viem";
-import type { Clock } from "../protocol/clock.ts";
+import type { Address, Hash, Hex, Log, PublicClient } from "viem";
 import { TollgateError } from "../protocol/errors.ts";
-import { isChainUnreachable, toChainError } from "./chainErrors.ts";
+import { toChainError } from "./chainErrors.ts";
+import type { GasKey } from "./outbox/gasKey.ts";
+import type { Outbox } from "./outbox/outboxTypes.ts";
 
-export type GasClient = Pick<
-  PublicClient,
-  | "getTransactionCount"
-  | "estimateFeesPerGas"
-  | "estimateGas"
-  | "sendRawTransaction"
-  | "waitForTransactionReceipt"
->;
+export type { GasKey } from "./outbox/gasKey.ts";
 
-export type GasAccount = {
-  readonly address: Address;
-  readonly account: LocalAccount;
-  /** The next account nonce (read from the chain the first time and after `resync`). */
-  takeNonce(): Promise<number>;
-  /** Forget the local nonce; the next `takeNonce` reads the chain's pending count. */
-  resync(): void;
-  fees(): Promise<{ maxFeePerGas: bigint; maxPriorityFeePerGas: bigint }>;
-  /** Signs with an explicit nonce, for callers that record the transaction before broadcasting. */
-  sign(request: { to: Address; data: Hex; gas: bigint; nonce: number }): Promise<Hex>;
+export type GasAccount = GasKey & {
   /**
-   * Estimates, signs and broadcasts a call, returning its hash once broadcast. A call that would revert
-   * is refused by the estimate before a nonce is taken (as a `TollgateError` from the revert).
+   * Estimates a call, queues it in the outbox and resolves with its hash once broadcast. A call that
+   * would revert is refused by the estimate before anything is queued (a `TollgateError` from the revert).
    */
   send(request: { to: Address; data: Hex }): Promise<Hash>;
-  /** `send`, then waits for the receipt; throws if the transaction reverted. */
+  /** `send`, then waits for the outcome; throws if the transaction reverted or never made it. */
   sendAndWait(request: {
     to: Address;
     data: Hex;
-  }): Promise<{ hash: Hash; blockNumber: bigint; logs: readonly unknown[] }>;
+  }): Promise<{ hash: Hash; blockNumber: bigint; logs: readonly Log[] }>;
 };
 
-const FEE_CACHE_MS = 3_000;
+/** The outbox kind of relayed one-off calls. */
+export const RELAY_KIND = "relay";
 
+/** Adds relayed one-off calls, sent through `outbox`, to a gas key. */
 export function createGasAccount(options: {
-  account: LocalAccount;
-  client: GasClient;
-  chainId: number;
-  clock: Clock;
+  key: GasKey;
+  outbox: Outbox;
+  client: Pick<PublicClient, "estimateGas">;
   logger: Logger;
 }): GasAccount {
-  const { account, client, clock, chainId } = options;
-  let next: number | undefined;
-  let loading: Promise<number> | undefined;
-  let cachedFees: { at: number; maxFeePerGas: bigint; maxPriorityFeePerGas: bigint } | undefined;
+  const { key, outbox, client } = options;
+  options.outbox.handle(RELAY_KIND, async () => {
+    // The caller waits on the outcome itself; nothing to record.
+  });
 
-  async function takeNonce(): Promise<number> {
-    if (next === undefined) {
-      loading ??= client
-        .getTransactionCount({ address: account.address, blockTag: "pending" })
-        .finally(() => {
-          loading = undefined;
-        });
-      const loaded = await loading;
-      // Several callers may have awaited the same read: only the first sets the counter.
-      if (next === undefined) next = loaded;
-    }
-    const nonce = next;
-    next = nonce + 1;
-    return nonce;
-  }
-
-  async function fees() {
-    if (cachedFees !== undefined && clock.now() - cachedFees.at < FEE_CACHE_MS) return cachedFees;
-    const estimate = await client.estimateFeesPerGas();
-    cachedFees = {
-      at: clock.now(),
-      // Headroom so a transaction survives a few blocks of base-fee rise.
-      maxFeePerGas: (estimate.maxFeePerGas ?? 0n) * 2n,
-      maxPriorityFeePerGas: estimate.maxPriorityFeePerGas ?? 0n,
-    };
-    return cachedFees;
-  }
-
-  async function sign(request: {
-    to: Address;
-    data: Hex;
-    gas: bigint;
-    nonce: number;
-    value?: bigint;
-  }): Promise<Hex> {
-    const { maxFeePerGas, maxPriorityFeePerGas } = await fees();
-    return account.signTransaction({
-      type: "eip1559",
-      chainId,
-      to: request.to,
-      data: request.data,
-      gas: request.gas,
-      nonce: request.nonce,
-      maxFeePerGas,
-      maxPriorityFeePerGas,
-      value: request.value ?? 0n,
-    });
-  }
-
-  /** Uses up a nonce whose transaction could not be broadcast, so later ones are not stuck behind it. */
-  async function fillGap(nonce: number): Promise<void> {
-    try {
-      const raw = await sign({ to: account.address, data: "0x", gas: 21_000n, nonce });
-      await client.sendRawTransaction({ serializedTransaction: raw });
-    } catch (error) {
-      options.logger.warn({ err: error, nonce }, "could not fill a nonce gap; resyncing");
-      next = undefined;
-    }
-  }
-
-  async function send(request: { to: Address; data: Hex }): Promise<Hash> {
+  async function enqueue(request: { to: Address; data: Hex }): Promise<number> {
     let gas: bigint;
     try {
-      gas = await client.estimateGas({ account: account.address, to: request.to, data: request.data });
+      gas = await client.estimateGas({ account: key.address, to: request.to, data: request.data });
     } catch (error) {
       throw toChainError(error);
     }
-    const nonce = await takeNonce();
-    let raw: Hex;
-    try {
-      raw = await sign({ ...request, gas: (gas * 12n) / 10n, nonce });
-      return await client.sendRawTransaction({ serializedTransaction: raw });
-    } catch (error) {
-      if (isChainUnreachable(error)) {
-        // The chain may or may not have it; read the nonce again when it is back.
-        next = undefined;
-      } else {
-        await fillGap(nonce);
-      }
-      throw toChainError(error);
-    }
+    const id = await outbox.enqueue(outbox.store, {
+      kind: RELAY_KIND,
+      owner: request.to.toLowerCase(),
+      to: request.to,
+      data: request.data,
+      gas: (gas * 12n) / 10n,
+    });
+    outbox.wake();
+    return id;
   }
 
   return {
-    address: account.address,
-    account,
-    takeNonce,
-    resync() {
-      next = undefined;
+    ...key,
+    async send(request) {
+      const id = await enqueue(request);
+      return (await outbox.waitForHash(id)).hash;
     },
-    fees,
-    sign,
-    send,
     async sendAndWait(request) {
-      const hash = await send(request);
-      const receipt = await client.waitForTransactionReceipt({ hash, timeout: 120_000 });
-      if (receipt.status !== "success") {
-        // The estimate passed a moment ago, so the state changed under it: worth retrying.
-        throw new TollgateError("ChainUnavailable", `transaction ${hash} reverted on chain; try again`, {
-          retryAfter: 1,
-          details: { transaction: hash },
-        });
+      const id = await enqueue(request);
+      const outcome = await outbox.waitFor(id);
+      if (outcome.status === "confirmed") {
+        return { hash: outcome.hash, blockNumber: outcome.blockNumber, logs: outcome.logs };
       }
-      return { hash, blockNumber: receipt.blockNumber, logs: receipt.logs };
+      // The estimate passed a moment ago, so the state changed under it: worth retrying.
+      throw new TollgateError(
+        "ChainUnavailable",
+        outcome.status === "reverted"
+          ? `transaction ${outcome.hash} reverted on chain; try again`
+          : `the transaction was not mined (${outcome.message}); try again`,
+        { retryAfter: 1, details: { ...(outcome.hash === null ? {} : { transaction: outcome.hash }) } },
+      );
     },
   };
 }

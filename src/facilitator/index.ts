@@ -10,6 +10,13 @@ export {
 export { createLogger } from "./createLogger.ts";
 export { loadFacilitatorConfig } from "./facilitatorConfig.ts";
 export type { FacilitatorContext, FacilitatorModule, FacilitatorModuleFactory } from "./facilitatorModule.ts";
+export {
+  defineFacilitatorScheme,
+  type FacilitatorPart,
+  type FacilitatorSchemeContext,
+  type FacilitatorSchemePart,
+} from "./facilitatorSchemeParts.ts";
+export { facilitatorSchemes } from "./facilitatorSchemes.ts";
 export type { MetricsAccess } from "./metricsAccess.ts";
 export { builtinModules } from "./modules.ts";
 export {

@@ -3,6 +3,19 @@
  * requests and responses, so the document cannot drift from what the service accepts.
  */
 import { z } from "zod";
+import {
+  ChannelCloseRequestResponseSchema,
+  ChannelCloseRequestSchema,
+  ChannelCloseResponseSchema,
+  ChannelOpenRequestSchema,
+  ChannelOpenResponseSchema,
+  ChannelStateSchema,
+  ChannelTopUpRequestSchema,
+  ChannelTopUpResponseSchema,
+  ChannelVouchersResponseSchema,
+  ChannelWithdrawResponseSchema,
+} from "../protocol/channels.ts";
+import { ChannelVouchersRequestSchema } from "../protocol/channelVoucher.ts";
 import { ErrorBodySchema } from "../protocol/errors.ts";
 import {
   AuthorizeResponseSchema,
@@ -70,7 +83,20 @@ const schemas: Record<string, z.ZodType> = {
   X402SettleResponse: X402SettleResponseSchema,
   X402SupportedResponse: X402SupportedResponseSchema,
   ErrorBody: ErrorBodySchema,
+  ChannelOpenRequest: ChannelOpenRequestSchema,
+  ChannelOpenResponse: ChannelOpenResponseSchema,
+  ChannelState: ChannelStateSchema,
+  ChannelCloseRequest: ChannelCloseRequestSchema,
+  ChannelCloseRequestResponse: ChannelCloseRequestResponseSchema,
+  ChannelTopUpRequest: ChannelTopUpRequestSchema,
+  ChannelTopUpResponse: ChannelTopUpResponseSchema,
+  ChannelWithdrawResponse: ChannelWithdrawResponseSchema,
+  ChannelCloseResponse: ChannelCloseResponseSchema,
+  ChannelVouchersRequest: ChannelVouchersRequestSchema,
+  ChannelVouchersResponse: ChannelVouchersResponseSchema,
 };
+
+const channelIdParameter = { id: { type: "string", pattern: "^0x[0-9a-fA-F]{64}$" } };
 
 const operations: Record<string, Record<string, Operation>> = {
   "/authorize": {
@@ -98,6 +124,71 @@ const operations: Record<string, Record<string, Operation>> = {
       response: "PaymentRecord",
       errors: [400, 401, 404],
       security: ["providerKey", "payerAuth"],
+    },
+  },
+  "/channels": {
+    post: {
+      summary:
+        "Relay a payer's gasless channel open (EIP-3009 ReceiveWithAuthorization binding the terms; idempotent on its nonce)",
+      request: "ChannelOpenRequest",
+      response: "ChannelOpenResponse",
+      errors: [400, 402, 409, 413, 422, 429, 503],
+    },
+  },
+  "/channels/vouchers": {
+    post: {
+      summary: "Hand over a gate's latest channel vouchers for batched claims (the payee's provider key)",
+      request: "ChannelVouchersRequest",
+      response: "ChannelVouchersResponse",
+      errors: [400, 401, 413, 429, 503],
+      security: ["providerKey"],
+    },
+  },
+  "/channels/{id}": {
+    get: {
+      summary:
+        "A channel's public chain state: payer, payee, token, deposit, claimed, session key, close state",
+      parameters: channelIdParameter,
+      response: "ChannelState",
+      errors: [400, 404, 503],
+    },
+  },
+  "/channels/{id}/close-request": {
+    post: {
+      summary: "Relay the payer's EIP-712 RequestClose; the payer may withdraw after the close delay",
+      parameters: channelIdParameter,
+      request: "ChannelCloseRequest",
+      response: "ChannelCloseRequestResponse",
+      errors: [400, 404, 413, 422, 429, 503],
+    },
+  },
+  "/channels/{id}/top-up": {
+    post: {
+      summary:
+        "Relay the payer's EIP-3009 top-up of its channel (nonce topUpNonce(channelId, salt)); 201, or 200 for a repeat",
+      parameters: channelIdParameter,
+      request: "ChannelTopUpRequest",
+      response: "ChannelTopUpResponse",
+      errors: [400, 402, 404, 413, 422, 429, 503],
+    },
+  },
+  "/channels/{id}/withdraw": {
+    post: {
+      summary:
+        "Relay the payer's withdrawal of the unclaimed deposit once the close delay is over (anyone may ask; it pays the payer only)",
+      parameters: channelIdParameter,
+      response: "ChannelWithdrawResponse",
+      errors: [400, 404, 429, 503],
+    },
+  },
+  "/channels/{id}/close": {
+    post: {
+      summary:
+        "Cooperative close by the payee with its latest voucher: claims it and refunds the rest to the payer (202 while on its way)",
+      parameters: channelIdParameter,
+      response: "ChannelCloseResponse",
+      errors: [400, 401, 404, 429, 503],
+      security: ["providerKey"],
     },
   },
   "/x402/verify": {

@@ -6,11 +6,13 @@
  * 1. A payment row (status `pending`) is written before anything is sent. Its EIP-3009 nonce is
  *    UNIQUE, so the same signed payment arriving twice, on one instance or several, is one row.
  * 2. Rows are claimed into a batch (`submitted`) with `FOR UPDATE SKIP LOCKED`, and the batch's
- *    transaction is signed locally and recorded (raw bytes, hash, account nonce) *before* it is
- *    broadcast. After a crash the recorded transaction is looked up or broadcast again; it is never
- *    re-signed into a second transaction with other contents.
+ *    `settle` call is queued in the transaction outbox in the same store transaction
+ *    (settlement/batchClaims.ts). The outbox signs and records it *before* it is broadcast; after a
+ *    crash the recorded transaction is looked up or broadcast again, never re-signed into a second
+ *    transaction with other contents (outbox/createOutbox.ts).
  * 3. Outcomes are recorded only from a receipt (or, when the recorded transaction was displaced, from
- *    the token's own `authorizationState`). The token refuses a second use of an authorization nonce,
+ *    the token's own `authorizationState`), in the outbox's store transaction for the batch's row
+ *    (settlement/batchOutcome.ts). The token refuses a second use of an authorization nonce,
  *    so no path can pay twice; every path ends with each row `settled` or `failed` or back in the queue.
  * 4. One payer cannot sink a batch. BatchSettler gives each item at most `SETTLER_ITEM_GAS` and defers
  *    (never fails) the items it cannot give that much; a whole batch that reverts anyway (an older
@@ -22,62 +24,41 @@
  *    proof is issued). A nonce used for anything else fails the payment.
  */
 
+/*
+ * Modules: settlement/paymentChecks.ts (checks against the chain), settlement/batchClaims.ts (batching),
+ * settlement/batchOutcome.ts and settlement/paymentOutcomes.ts (recording outcomes),
+ * settlement/issuePaymentProof.ts (proofs), settlement/outcomeWaiters.ts (callers waiting); this file
+ * holds the entry points and the batching loop.
+ */
+
 import type { Logger } from "pino";
-import {
-  type Address,
-  BaseError,
-  encodeFunctionData,
-  getAbiItem,
-  getAddress,
-  type Hash,
-  type Hex,
-  keccak256,
-  type PublicClient,
-  parseEventLogs,
-  type TransactionReceipt,
-} from "viem";
-import { SETTLER_ITEM_GAS, settleGasLimit } from "../chain/actions/settler/settle.ts";
-import { batchSettlerAbi } from "../chain/contracts/artifacts/BatchSettler.ts";
-import { tollgateUsdAbi } from "../chain/contracts/artifacts/TollgateUSD.ts";
+import { type Address, getAddress, type Hex, keccak256, type PublicClient, parseTransaction } from "viem";
 import { type Clock, unixSeconds } from "../protocol/clock.ts";
-import { type ErrorCode, TollgateError } from "../protocol/errors.ts";
-import type { Network } from "../protocol/network.ts";
+import { TollgateError } from "../protocol/errors.ts";
 import type { PaymentProof } from "../protocol/paymentProof.ts";
 import type { SignedPayment } from "../protocol/signedPayment.ts";
-import { queryOneParsed } from "../store/queryParsed.ts";
+import { queryOneParsed, queryParsed } from "../store/queryParsed.ts";
 import type { Store } from "../store/store.ts";
-import { isChainUnreachable, refusalFromRevert, toChainError } from "./chainErrors.ts";
+import type { CheckablePayment, SupportedTokenConfig } from "./checkSignedPayment.ts";
+import type { OutboxFaults } from "./outbox/createOutbox.ts";
+import { insertSignedRow } from "./outbox/outboxRecords.ts";
+import type { Outbox } from "./outbox/outboxTypes.ts";
 import {
-  type CheckablePayment,
-  checkSignedPayment,
-  type SupportedTokenConfig,
-} from "./checkSignedPayment.ts";
-import type { GasAccount } from "./gasAccount.ts";
-import {
-  type BatchRow,
   BatchRowSchema,
-  batchPayments,
   findPaymentByNonce,
   insertPayment,
-  openBatches,
   type PaymentRow,
-  PaymentRowSchema,
   requeueFailedPayment,
 } from "./paymentRecords.ts";
-import { type ProofKey, signPaymentProof } from "./proofKeys.ts";
-import { createWakeablePause } from "./wakeablePause.ts";
+import type { ProofKey } from "./proofKeys.ts";
+import { claimBatch, SETTLEMENT_KIND } from "./settlement/batchClaims.ts";
+import { createBatchOutcomeHandler } from "./settlement/batchOutcome.ts";
+import { createOutcomeWaiters } from "./settlement/outcomeWaiters.ts";
+import { createPaymentChecks, type PaymentCheckClient } from "./settlement/paymentChecks.ts";
+import { markPaymentSettled, type PaymentOutcomeDeps } from "./settlement/paymentOutcomes.ts";
+import { createWakeablePause, IDLE_BACKSTOP_MS } from "./wakeablePause.ts";
 
-export type SettlementClient = Pick<
-  PublicClient,
-  | "call"
-  | "simulateContract"
-  | "readContract"
-  | "sendRawTransaction"
-  | "getTransactionReceipt"
-  | "waitForTransactionReceipt"
-  | "getLogs"
-  | "getBlockNumber"
->;
+export type SettlementClient = PaymentCheckClient & Pick<PublicClient, "getBlockNumber">;
 
 export type SettlementMetrics = {
   onSettled(count: number, volume: bigint, token: string): void;
@@ -89,8 +70,8 @@ export type SettlementMetrics = {
 export type SettlementEngineOptions = {
   store: Store;
   client: SettlementClient;
-  /** The gas account that signs batch transactions (shared with the facilitator's other workers). */
-  gas: GasAccount;
+  /** The transaction outbox that signs, sends and reconciles batch transactions. */
+  outbox: Outbox;
   network: string;
   chainId: number;
   batchSettler: Address;
@@ -107,14 +88,30 @@ export type SettlementEngineOptions = {
   lingerMs?: number | undefined;
   /** Batches in flight at once (pipelined under consecutive account nonces). */
   maxInFlight?: number | undefined;
+  /** Accepted for compatibility; confirmations are the outbox's (createFacilitator's `confirmations`). */
   confirmations?: number | undefined;
   proofTtlSeconds?: number | undefined;
   /** How long `/authorize` waits for the outcome before answering 503 (the payment carries on). */
   authorizeTimeoutMs?: number | undefined;
-  /** How often open work left by a crash or by another instance is looked at. */
+  /** While batches are in flight, how often their outcomes recorded by another instance are looked at. */
   reconcileIntervalMs?: number | undefined;
-  /** Test seams for crash tests: called at the named points of a batch's life. */
-  faults?: { afterBroadcast?: (batchId: number) => void | Promise<void> } | undefined;
+  /**
+   * With nothing in flight, how long the loop sleeps before it looks for payments anyway (default
+   * 30 s): a new payment wakes it at once (in process, and through the store's `payments`
+   * notification from other instances); this read finds what a lost notification or a crashed
+   * instance left.
+   */
+  idlePollMs?: number | undefined;
+  /**
+   * Test seams for crash tests: called at the named points of a batch's life (applied to the outbox's
+   * rows of kind `settlement` by createFacilitator).
+   */
+  faults?:
+    | {
+        afterRecord?: ((batchId: number) => void | Promise<void>) | undefined;
+        afterBroadcast?: ((batchId: number) => void | Promise<void>) | undefined;
+      }
+    | undefined;
 };
 
 export type SettledPayment = { row: PaymentRow; batchSize: number };
@@ -131,210 +128,79 @@ export type SettlementEngine = {
   stop(): Promise<void>;
 };
 
-const MIN_REMAINING_SECONDS = 6;
-/**
- * Attempts for a payment whose batch transaction reverted while it was alone in it (after the splits
- * that isolate it), before it fails.
- */
-const MAX_ATTEMPTS = 3;
-/** A bound on attempts whatever the batch size, so no payment cycles for ever. */
-const MAX_TOTAL_ATTEMPTS = 16;
-/**
- * Gas a simulation may use: the settler's per-item cap plus the transaction's own intrinsic and calldata
- * cost. A payer whose wallet needs more could never settle in a batch, so it is refused up front.
- */
-const SIMULATION_GAS = SETTLER_ITEM_GAS + 40_000n;
-/**
- * Blocks searched backwards for the transaction that used an authorization's nonce. A payment waits in
- * the queue for seconds; a day of Base blocks is ample and within what RPC providers serve.
- */
-const AUTHORIZATION_LOG_LOOKBACK = 50_000n;
-
-/** How an authorization's nonce stands on chain. */
-type OnChainUse =
-  | { kind: "unused" }
-  | { kind: "matched"; hash: Hash; blockNumber: bigint }
-  | { kind: "other" };
+/** The settlement engine's faults as the outbox's, for rows of kind `settlement`. */
+export function settlementFaults(faults: SettlementEngineOptions["faults"]): OutboxFaults | undefined {
+  if (faults === undefined) return undefined;
+  const batchOf = (row: { kind: string; owner: string }) =>
+    row.kind === SETTLEMENT_KIND ? Number(row.owner) : undefined;
+  return {
+    afterSign: async (row) => {
+      const batch = batchOf(row);
+      if (batch !== undefined) await faults.afterRecord?.(batch);
+    },
+    afterBroadcast: async (row) => {
+      const batch = batchOf(row);
+      if (batch !== undefined) await faults.afterBroadcast?.(batch);
+    },
+  };
+}
 
 export function createSettlementEngine(options: SettlementEngineOptions): SettlementEngine {
-  const { store, client, gas, network, clock, logger } = options;
+  const { store, outbox, network, clock, logger } = options;
   const maxBatchSize = options.maxBatchSize ?? 100;
   const maxInFlight = options.maxInFlight ?? 4;
   const lingerMs = options.lingerMs ?? 200;
-  const confirmations = options.confirmations ?? 1;
-  const proofTtl = options.proofTtlSeconds ?? 300;
   const authorizeTimeoutMs = options.authorizeTimeoutMs ?? 30_000;
   const reconcileIntervalMs = options.reconcileIntervalMs ?? 1_000;
-  const sender = gas.address.toLowerCase();
+  const idlePollMs = options.idlePollMs ?? IDLE_BACKSTOP_MS;
   const log = logger.child({ component: "settlement" });
+  const checks = createPaymentChecks({
+    client: options.client,
+    network,
+    tokens: options.tokens,
+    batchSettler: options.batchSettler,
+    clock,
+  });
+  const waiters = createOutcomeWaiters({ store, clock });
+  const outcomeDeps: PaymentOutcomeDeps = {
+    proofKey: options.proofKey,
+    proofTtlSeconds: options.proofTtlSeconds ?? 300,
+    logger: log,
+    onFailed: (code) => options.metrics?.onFailed(code),
+  };
 
   let running = false;
   let stopping: Promise<void> | undefined;
-  const sleeper = createWakeablePause();
   let loopDone: Promise<void> | undefined;
-  let chainDown = false;
+  let unlisten: (() => Promise<void>) | undefined;
+  const sleeper = createWakeablePause();
   /** Set by `signal()`; a signal that arrives while the loop is busy is not lost. */
   let dirty = false;
-  /** Pending work is being held back to fill the next batch: wake up after `lingerMs`. */
-  let held = false;
-  const inFlight = new Map<number, Promise<void>>();
-  const waiters = new Map<string, Set<() => void>>();
-
-  const checkContext = () => ({
-    network,
-    tokens: options.tokens,
-    nowSeconds: unixSeconds(clock),
-    minRemainingSeconds: MIN_REMAINING_SECONDS,
-  });
-
-  function notify(nonce: string): void {
-    const set = waiters.get(nonce);
-    if (set === undefined) return;
-    waiters.delete(nonce);
-    for (const fn of set) fn();
-  }
+  /** Batches this engine queued whose outcome is not recorded yet (the batching rule reads its size). */
+  const inFlight = new Set<number>();
 
   function signal(): void {
     dirty = true;
     sleeper.wake();
   }
 
-  async function simulate(payment: CheckablePayment): Promise<void> {
-    const a = payment.authorization;
-    try {
-      await client.simulateContract({
-        address: payment.token as Address,
-        abi: tollgateUsdAbi,
-        functionName: "transferWithAuthorization",
-        args: [
-          a.from,
-          a.to,
-          BigInt(a.value),
-          BigInt(a.validAfter),
-          BigInt(a.validBefore),
-          a.nonce,
-          payment.signature,
-        ],
-        account: options.batchSettler,
-        // The transfer lands in the next block, so simulate there: an idle devnet's latest block can be
-        // older than the authorization's validAfter (EIP-3009: valid strictly after it).
-        blockTag: "pending",
-        gas: SIMULATION_GAS,
-      });
-    } catch (error) {
-      if (!isChainUnreachable(error) && isOutOfGas(error)) {
-        throw new TollgateError(
-          "InvalidSignature",
-          "the payer's wallet needs more gas to check its signature than a settlement allows",
-          { cause: error, details: { gasLimit: SETTLER_ITEM_GAS.toString() } },
-        );
-      }
-      throw toChainError(error);
-    }
-  }
-
-  function checkableOf(row: PaymentRow): CheckablePayment {
-    return {
-      network: row.network,
-      token: row.token,
-      memo: row.memo ?? undefined,
-      authorization: {
-        from: row.payer,
-        to: row.pay_to,
-        value: row.amount.toString(),
-        validAfter: row.valid_after.toString(),
-        validBefore: row.valid_before.toString(),
-        nonce: row.nonce,
+  outbox.handle(
+    SETTLEMENT_KIND,
+    createBatchOutcomeHandler({
+      ...outcomeDeps,
+      store,
+      batchSettler: options.batchSettler,
+      checks,
+      clock,
+      logger,
+      metrics: options.metrics,
+      afterCommit(batchId, rows) {
+        inFlight.delete(batchId);
+        for (const r of rows) waiters.notify(r.nonce);
+        signal();
       },
-      signature: row.signature,
-    };
-  }
-
-  /**
-   * Reads how the row's authorization nonce was used: `matched` names the transaction that moved exactly
-   * this payment (the token's `AuthorizationUsed` for (payer, nonce) followed, in the same transaction,
-   * by its `Transfer` of (payer, payTo, amount)); `other` means the nonce went to something else (another
-   * authorization the payer signed with the same nonce, a cancellation) or its log is out of reach.
-   */
-  async function onChainUse(row: PaymentRow): Promise<OnChainUse> {
-    const token = row.token as Address;
-    const used = await client.readContract({
-      address: token,
-      abi: tollgateUsdAbi,
-      functionName: "authorizationState",
-      args: [row.payer, row.nonce],
-    });
-    if (!used) return { kind: "unused" };
-    const latest = await client.getBlockNumber();
-    const logs = await client.getLogs({
-      address: token,
-      event: getAbiItem({ abi: tollgateUsdAbi, name: "AuthorizationUsed" }),
-      args: { authorizer: row.payer, nonce: row.nonce },
-      fromBlock: latest > AUTHORIZATION_LOG_LOOKBACK ? latest - AUTHORIZATION_LOG_LOOKBACK : 0n,
-      toBlock: latest,
-    });
-    const used0 = logs[0];
-    if (used0 === undefined || used0.transactionHash === null || used0.blockNumber === null) {
-      return { kind: "other" };
-    }
-    const receipt = await client.getTransactionReceipt({ hash: used0.transactionHash });
-    const transfer = parseEventLogs({ abi: tollgateUsdAbi, logs: receipt.logs, eventName: "Transfer" }).find(
-      (log) => log.address.toLowerCase() === row.token && (log.logIndex ?? 0) > (used0.logIndex ?? 0),
-    );
-    const matches =
-      transfer !== undefined &&
-      transfer.args.from.toLowerCase() === row.payer &&
-      transfer.args.to.toLowerCase() === row.pay_to &&
-      transfer.args.value === row.amount;
-    return matches
-      ? { kind: "matched", hash: receipt.transactionHash, blockNumber: receipt.blockNumber }
-      : { kind: "other" };
-  }
-
-  /**
-   * Checks a row again before it is retried: its nonce on chain, its window, and a fresh simulation (the
-   * payer's balance, signature and wallet may have changed since the first one). Throws only when the
-   * chain cannot be reached.
-   */
-  async function recheck(
-    row: PaymentRow,
-  ): Promise<
-    | { kind: "ok" }
-    | { kind: "settled"; hash: Hash; blockNumber: bigint }
-    | { kind: "failed"; error: TollgateError }
-  > {
-    const use = await onChainUse(row);
-    if (use.kind === "matched") return { kind: "settled", hash: use.hash, blockNumber: use.blockNumber };
-    if (use.kind === "other") {
-      return {
-        kind: "failed",
-        error: new TollgateError("NonceAlreadyUsed", "this authorization's nonce was already used on chain"),
-      };
-    }
-    if (row.valid_before <= BigInt(unixSeconds(clock) + MIN_REMAINING_SECONDS)) {
-      return {
-        kind: "failed",
-        error: new TollgateError(
-          "AuthorizationExpired",
-          "the authorization expired before it could be settled",
-        ),
-      };
-    }
-    try {
-      await simulate(checkableOf(row));
-      return { kind: "ok" };
-    } catch (error) {
-      if (error instanceof TollgateError && error.code !== "ChainUnavailable")
-        return { kind: "failed", error };
-      throw error;
-    }
-  }
-
-  async function preflight(payment: CheckablePayment): Promise<Address> {
-    const payer = await checkSignedPayment(checkContext(), payment);
-    await simulate(payment);
-    return payer;
-  }
+    }),
+  );
 
   function sameSignedPayment(row: PaymentRow, payment: CheckablePayment): boolean {
     const a = payment.authorization;
@@ -356,10 +222,21 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
    */
   async function enqueue(payment: CheckablePayment, source: "tollgate" | "x402"): Promise<PaymentRow> {
     const a = payment.authorization;
-    await checkSignedPayment(checkContext(), payment);
+    await checks.checkOffChain(payment);
     const existing = await findPaymentByNonce(store, a.nonce);
     if (existing !== undefined) return resume(existing, payment);
-    await simulate(payment);
+    try {
+      await checks.simulate(payment);
+    } catch (error) {
+      // Between the read above and the simulation, another request (on this instance or another one)
+      // may have queued this nonce and its batch used it on chain. The row answers, not the chain: the
+      // same signed payment waits for that row's outcome (its proof), a different one is refused by
+      // `resume`. A row is always written before its nonce is sent, so no row means someone else used it.
+      if (!(error instanceof TollgateError) || error.code !== "NonceAlreadyUsed") throw error;
+      const queued = await findPaymentByNonce(store, a.nonce);
+      if (queued === undefined) throw error;
+      return resume(queued, payment);
+    }
     const inserted = await insertPayment(store, {
       nonce: a.nonce,
       network,
@@ -391,63 +268,26 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     }
     if (row.status !== "failed") return row;
     try {
-      await simulate(payment);
+      await checks.simulate(payment);
     } catch (error) {
       // The row was queued once, so its nonce was unused then: if it has since been used for exactly
       // this transfer (by a third party), the payee was paid and the payment is settled.
       if (!(error instanceof TollgateError) || error.code !== "NonceAlreadyUsed") throw error;
-      const use = await onChainUse(row);
+      const use = await checks.onChainUse(row);
       if (use.kind !== "matched") throw error;
       await store.transaction((tx) =>
-        markSettled(tx, row, use.hash, use.blockNumber, unixSeconds(clock), "failed"),
+        markPaymentSettled(
+          outcomeDeps,
+          tx,
+          row,
+          { txHash: use.hash, blockNumber: use.blockNumber, nowSeconds: unixSeconds(clock) },
+          "failed",
+        ),
       );
       return (await findPaymentByNonce(store, row.nonce)) ?? row;
     }
     if (await requeueFailedPayment(store, row.id)) signal();
     return (await findPaymentByNonce(store, row.nonce)) ?? row;
-  }
-
-  /** Waits until the row is settled or failed, or the timeout passes (then 503: it carries on). */
-  async function waitForOutcome(row: PaymentRow): Promise<PaymentRow> {
-    let current = row;
-    const deadline = clock.now() + authorizeTimeoutMs;
-    while (current.status !== "settled" && current.status !== "failed") {
-      const remaining = deadline - clock.now();
-      if (remaining <= 0) {
-        throw new TollgateError(
-          "ChainUnavailable",
-          "settlement is taking longer than expected; send the same payment again to get its outcome",
-          {
-            retryAfter: 5,
-            details: { nonce: row.nonce, status: current.status },
-          },
-        );
-      }
-      await new Promise<void>((resolve) => {
-        let set = waiters.get(row.nonce);
-        if (set === undefined) {
-          set = new Set();
-          waiters.set(row.nonce, set);
-        }
-        const done = () => {
-          clearTimeout(timer);
-          set?.delete(done);
-          resolve();
-        };
-        // Another instance may settle it: look at the store now and then even without a signal.
-        const timer = setTimeout(done, Math.min(remaining, 250));
-        set.add(done);
-      });
-      current = (await findPaymentByNonce(store, row.nonce)) ?? current;
-    }
-    if (current.status === "failed") {
-      throw new TollgateError(
-        (current.failure_code as ErrorCode | null) ?? "InvalidRequest",
-        current.failure_message ?? "the payment failed on chain",
-        { details: { nonce: current.nonce } },
-      );
-    }
-    return current;
   }
 
   async function batchSizeOf(row: PaymentRow): Promise<number> {
@@ -461,389 +301,76 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     return batch?.item_count ?? 1;
   }
 
-  // ---- the batch loop ------------------------------------------------------------------------------
+  // ---- the batching loop -----------------------------------------------------------------------------
 
-  /** Claims pending rows of one token into a new batch. */
-  async function claimBatch(): Promise<{ batch: BatchRow; rows: PaymentRow[] } | "held" | undefined> {
-    return store.transaction(async (tx) => {
-      const head = await tx.query<{ token: string; waiting: string; age_ms: number }>(
-        `SELECT token, count(*) OVER (PARTITION BY token) AS waiting,
-                (extract(epoch FROM now() - created_at) * 1000)::float8 AS age_ms
-         FROM payments WHERE status = 'pending' AND network = $1 ORDER BY id LIMIT 1`,
-        [network],
+  /** Claims batches while fewer than `maxInFlight` are in flight; true when work is held to fill a batch. */
+  async function tick(): Promise<boolean> {
+    while (running && inFlight.size < maxInFlight) {
+      const claimed = await claimBatch(
+        { store, outbox, network, batchSettler: options.batchSettler },
+        { maxBatchSize, lingerMs, inFlight: inFlight.size },
       );
-      const first = head[0];
-      if (first === undefined) return undefined;
-      const token = first.token;
-      // Batching rule: with nothing in flight, send at once (lowest latency when idle). While a batch is
-      // in flight, arrivals gather into the next one until it is full or its oldest item has lingered
-      // `lingerMs`; under load this turns many payments into one transaction.
-      if (inFlight.size > 0 && Number(first.waiting) < maxBatchSize && first.age_ms < lingerMs) return "held";
-      // Items of a batch that reverted carry a cap (half that batch's size): the batch they join is no
-      // larger, so repeated splits isolate the item that makes batches revert.
-      const capped = await tx.query<{ cap: number | null }>(
-        `SELECT min(batch_cap) AS cap FROM (SELECT batch_cap FROM payments
-           WHERE status = 'pending' AND network = $1 AND token = $2 ORDER BY id LIMIT $3) AS head`,
-        [network, token, maxBatchSize],
-      );
-      const limit = Math.min(maxBatchSize, capped[0]?.cap ?? maxBatchSize);
-      const batch = await queryOneParsed(
-        tx,
-        BatchRowSchema,
-        `INSERT INTO settlement_batches (network, token, sender) VALUES ($1, $2, $3) RETURNING *`,
-        [network, token, sender],
-      );
-      if (batch === undefined) throw new TollgateError("Internal", "batch insert returned nothing");
-      const rows = await tx.query(
-        `UPDATE payments SET status = 'submitted', batch_id = $1, attempts = attempts + 1, updated_at = now()
-         WHERE id IN (SELECT id FROM payments WHERE status = 'pending' AND network = $2 AND token = $3
-                      ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED)
-         RETURNING *`,
-        [batch.id, network, token, limit],
-      );
-      const parsed = rows.map((r) => PaymentRowSchema.parse(r)).sort((x, y) => x.id - y.id);
-      if (parsed.length === 0) {
-        await tx.query("DELETE FROM settlement_batches WHERE id = $1", [batch.id]);
-        return undefined;
-      }
-      await tx.query("UPDATE settlement_batches SET item_count = $2 WHERE id = $1", [
-        batch.id,
-        parsed.length,
-      ]);
-      return { batch: { ...batch, item_count: parsed.length }, rows: parsed };
-    });
+      if (claimed === undefined) return false;
+      if (claimed === "held") return true;
+      inFlight.add(claimed.batch.id);
+      options.metrics?.onBatch(claimed.rows.length);
+      outbox.wake();
+    }
+    return false;
   }
 
-  function settleCalldata(token: Address, rows: readonly PaymentRow[]): Hex {
-    return encodeFunctionData({
-      abi: batchSettlerAbi,
-      functionName: "settle",
-      args: [
-        token,
-        rows.map((r) => ({
-          from: r.payer,
-          to: r.pay_to,
-          value: r.amount,
-          validAfter: r.valid_after,
-          validBefore: r.valid_before,
-          nonce: r.nonce,
-          signature: r.signature,
-        })),
-      ],
-    });
-  }
-
-  /** Signs the batch transaction and records it; nothing is broadcast yet. */
-  async function signBatch(batch: BatchRow, rows: PaymentRow[]): Promise<{ hash: Hash; raw: Hex }> {
-    const nonce = await gas.takeNonce();
-    const raw = await gas.sign({
-      to: options.batchSettler,
-      data: settleCalldata(batch.token as Address, rows),
-      gas: settleGasLimit(rows.length),
-      nonce,
-    });
-    const hash = keccak256(raw);
-    await store.query(
-      `UPDATE settlement_batches SET status = 'submitted', sender_nonce = $2, tx_hash = $3, raw_tx = $4,
-         updated_at = now() WHERE id = $1`,
-      [batch.id, nonce, hash, raw],
+  /** Forgets in-flight batches whose outcome another instance (or a reconcile) recorded. */
+  async function pruneInFlight(): Promise<void> {
+    if (inFlight.size === 0) return;
+    const open = await store.query<{ id: string }>(
+      "SELECT id FROM settlement_batches WHERE id = ANY($1::bigint[]) AND status IN ('pending', 'submitted')",
+      [[...inFlight].map(String)],
     );
-    return { hash, raw };
+    const still = new Set(open.map((r) => Number(r.id)));
+    for (const id of inFlight) if (!still.has(id)) inFlight.delete(id);
   }
 
-  async function broadcast(raw: Hex): Promise<"sent" | "known" | "nonce-used"> {
-    try {
-      await client.sendRawTransaction({ serializedTransaction: raw });
-      return "sent";
-    } catch (error) {
-      const text =
-        error instanceof Error
-          ? `${error.message} ${String((error as { details?: unknown }).details ?? "")}`
-          : "";
-      if (/already known|already imported|known transaction/i.test(text)) return "known";
-      if (/nonce too low|nonce has already been used|NonceTooLow/i.test(text)) return "nonce-used";
-      throw error;
-    }
-  }
-
-  /** Records a batch's receipt: each item settled, failed or deferred, per the contract's events. */
-  async function recordReceipt(batch: BatchRow, receipt: TransactionReceipt): Promise<void> {
-    const rows = await batchPayments(store, batch.id);
-    if (receipt.status !== "success") return splitReverted(batch, rows, receipt.transactionHash);
-    const outcomes = new Map<string, { ok: true } | { ok: false; reason: Hex }>();
-    for (const event of parseEventLogs({ abi: batchSettlerAbi, logs: receipt.logs })) {
-      if (event.address.toLowerCase() !== options.batchSettler.toLowerCase()) continue;
-      if (event.eventName === "Deferred") continue;
-      // Our transaction settles one token; an event naming another did not come from our call.
-      if (event.args.token.toLowerCase() !== batch.token) continue;
-      const key = `${event.args.from.toLowerCase()}:${event.args.nonce.toLowerCase()}`;
-      if (event.eventName === "Settled") outcomes.set(key, { ok: true });
-      if (event.eventName === "SettleFailed") outcomes.set(key, { ok: false, reason: event.args.reason });
-    }
-    // An item refused for a used nonce may have been submitted by someone else first: if that transfer
-    // is exactly this payment, the payee was paid and the payment is settled (invariant 5).
-    const elsewhere = new Map<string, { hash: Hash; blockNumber: bigint }>();
-    for (const row of rows) {
-      const outcome = outcomes.get(`${row.payer}:${row.nonce}`);
-      if (row.status !== "submitted" || outcome === undefined || outcome.ok) continue;
-      if (refusalFromRevert(outcome.reason).code !== "NonceAlreadyUsed") continue;
-      const use = await onChainUse(row);
-      if (use.kind === "matched") elsewhere.set(row.nonce, use);
-    }
-    const now = unixSeconds(clock);
-    let settledCount = 0;
-    let settledVolume = 0n;
-    let deferred = 0;
-    await store.transaction(async (tx) => {
-      for (const row of rows) {
-        if (row.status !== "submitted") continue;
-        const outcome = outcomes.get(`${row.payer}:${row.nonce}`);
-        const paidElsewhere = elsewhere.get(row.nonce);
-        if (outcome === undefined) {
-          // Deferred by the settler (not attempted, too little gas left): not the item's fault, and
-          // not an attempt.
-          deferred++;
-          await tx.query(
-            `UPDATE payments SET status = 'pending', batch_id = NULL, attempts = greatest(attempts - 1, 0),
-               updated_at = now() WHERE id = $1 AND status = 'submitted'`,
-            [row.id],
-          );
-        } else if (outcome.ok || paidElsewhere !== undefined) {
-          settledCount++;
-          settledVolume += row.amount;
-          if (paidElsewhere === undefined) {
-            await markSettled(tx, row, receipt.transactionHash, receipt.blockNumber, now);
-          } else {
-            await markSettled(tx, row, paidElsewhere.hash, paidElsewhere.blockNumber, now);
-          }
-        } else {
-          await markFailed(tx, row, refusalFromRevert(outcome.reason), receipt.transactionHash);
+  async function loop(): Promise<void> {
+    let lastPrune = clock.now();
+    while (running) {
+      dirty = false;
+      let held = false;
+      try {
+        held = await tick();
+        if (clock.now() - lastPrune >= reconcileIntervalMs) {
+          lastPrune = clock.now();
+          await pruneInFlight();
         }
+      } catch (error) {
+        log.error({ err: error }, "settlement loop error");
       }
-      await tx.query(
-        "UPDATE settlement_batches SET status = 'confirmed', block_number = $2, updated_at = now() WHERE id = $1",
-        [batch.id, receipt.blockNumber],
+      if (!running) break;
+      if (dirty && !held) continue;
+      await sleeper.pause(
+        held ? lingerMs : inFlight.size > 0 ? Math.min(reconcileIntervalMs, 200) : idlePollMs,
       );
-    });
-    if (deferred > 0) log.info({ batch: batch.id, deferred }, "settler deferred items; they are requeued");
-    if (settledCount > 0) options.metrics?.onSettled(settledCount, settledVolume, batch.token ?? "");
-    for (const r of rows) {
-      options.metrics?.onLatency((clock.now() - r.created_at.getTime()) / 1000);
-      notify(r.nonce);
     }
-    if (deferred > 0) signal();
   }
 
   /**
-   * A batch transaction reverted as a whole: nothing moved. Each item is checked again (invariant 4);
-   * an item that fails the check fails now, an item already paid by another transaction is settled, and
-   * the rest go back to the queue capped at half this batch's size. An item that keeps reverting when it
-   * is alone fails after MAX_ATTEMPTS.
+   * Batches recorded by an older version (signed into `settlement_batches` itself, before the outbox):
+   * their transaction is adopted by the outbox as it was signed; unsigned ones release their payments.
    */
-  async function splitReverted(batch: BatchRow, rows: PaymentRow[], txHash: Hash): Promise<void> {
-    const open = rows.filter((r) => r.status === "submitted");
-    const cap = Math.max(1, Math.ceil(open.length / 2));
-    const verdicts = new Map<number, Awaited<ReturnType<typeof recheck>>>();
-    for (const row of open) verdicts.set(row.id, await recheck(row));
-    const now = unixSeconds(clock);
-    await store.transaction(async (tx) => {
-      for (const row of open) {
-        const verdict = verdicts.get(row.id)!;
-        if (verdict.kind === "settled") {
-          await markSettled(tx, row, verdict.hash, verdict.blockNumber, now);
-        } else if (verdict.kind === "failed") {
-          await markFailed(tx, row, verdict.error, txHash);
-        } else if (
-          (open.length === 1 && row.attempts >= MAX_ATTEMPTS) ||
-          row.attempts >= MAX_TOTAL_ATTEMPTS
+  async function adoptLegacyBatches(): Promise<void> {
+    const legacy = await queryParsed(
+      store,
+      BatchRowSchema,
+      `SELECT * FROM settlement_batches WHERE status IN ('pending', 'submitted') AND network = $1 AND outbox_id IS NULL`,
+      [network],
+    );
+    for (const batch of legacy) {
+      await store.transaction(async (tx) => {
+        if (
+          batch.raw_tx === null ||
+          batch.sender_nonce === null ||
+          batch.sender !== outbox.sender.toLowerCase()
         ) {
-          await markFailed(
-            tx,
-            row,
-            new TollgateError("ChainUnavailable", "the settlement transaction kept reverting"),
-            txHash,
-          );
-        } else {
-          await tx.query(
-            `UPDATE payments SET status = 'pending', batch_id = NULL, batch_cap = $2, updated_at = now()
-             WHERE id = $1 AND status = 'submitted'`,
-            [row.id, cap],
-          );
-        }
-      }
-      await tx.query("UPDATE settlement_batches SET status = 'failed', updated_at = now() WHERE id = $1", [
-        batch.id,
-      ]);
-    });
-    log.warn(
-      { batch: batch.id, tx: txHash, items: open.length, cap },
-      "settlement transaction reverted; items checked again and split",
-    );
-    for (const r of rows) notify(r.nonce);
-    signal();
-  }
-
-  async function markFailed(
-    tx: Pick<Store, "query">,
-    row: PaymentRow,
-    refusal: TollgateError,
-    txHash: Hash | null,
-  ): Promise<void> {
-    const updated = await tx.query(
-      `UPDATE payments SET status = 'failed', failure_code = $2, failure_message = $3, tx_hash = $4,
-         updated_at = now() WHERE id = $1 AND status = 'submitted' RETURNING id`,
-      [row.id, refusal.code, refusal.message, txHash],
-    );
-    if (updated.length === 0) return;
-    log.info(
-      {
-        ...paymentLogFields(row),
-        event: "payment.failed",
-        code: refusal.code,
-        ...(txHash === null ? {} : { transaction: txHash }),
-      },
-      "payment failed",
-    );
-    await tx.query("INSERT INTO events (type, data) VALUES ('payment.failed', $1)", [
-      eventData(row, {
-        code: refusal.code,
-        message: refusal.message,
-        ...(txHash === null ? {} : { transaction: txHash }),
-      }),
-    ]);
-    options.metrics?.onFailed(refusal.code);
-  }
-
-  /** Marks a row settled by `txHash` and signs its proof; a no-op unless the row is in `from`. */
-  async function markSettled(
-    tx: Pick<Store, "query">,
-    row: PaymentRow,
-    txHash: Hash,
-    blockNumber: bigint,
-    now: number,
-    from: "submitted" | "failed" = "submitted",
-  ): Promise<void> {
-    const proof =
-      row.memo === null
-        ? null
-        : signPaymentProof(options.proofKey(), {
-            v: "1",
-            scheme: "exact",
-            network: row.network as Network,
-            token: row.token,
-            amount: row.amount.toString(),
-            payer: row.payer,
-            payTo: row.pay_to,
-            memo: row.memo,
-            tx: txHash,
-            iat: now,
-            exp: now + proofTtl,
-          });
-    const updated = await tx.query(
-      `UPDATE payments SET status = 'settled', tx_hash = $2, block_number = $3, proof = $4, settled_at = now(),
-         failure_code = NULL, failure_message = NULL, batch_cap = NULL, updated_at = now()
-       WHERE id = $1 AND status = $5 RETURNING id`,
-      [row.id, txHash, blockNumber, proof, from],
-    );
-    if (updated.length === 0) return;
-    log.info(
-      {
-        ...paymentLogFields(row),
-        event: "payment.settled",
-        transaction: txHash,
-        blockNumber: blockNumber.toString(),
-      },
-      "payment settled",
-    );
-    await tx.query("INSERT INTO events (type, data) VALUES ('payment.settled', $1)", [
-      eventData(row, { transaction: txHash, blockNumber: blockNumber.toString() }),
-    ]);
-  }
-
-  /**
-   * Resolves a batch whose recorded transaction never confirmed and can no longer (its account nonce
-   * was taken by another transaction): each item's fate is read from the token itself.
-   */
-  async function resolveDisplaced(batch: BatchRow): Promise<void> {
-    const rows = await batchPayments(store, batch.id);
-    for (const row of rows) {
-      if (row.status !== "submitted") continue;
-      const use = await onChainUse(row);
-      if (use.kind === "matched") {
-        await store.transaction((tx) => markSettled(tx, row, use.hash, use.blockNumber, unixSeconds(clock)));
-      } else if (use.kind === "other") {
-        await store.transaction((tx) =>
-          markFailed(
-            tx,
-            row,
-            new TollgateError("NonceAlreadyUsed", "this authorization's nonce was already used on chain"),
-            null,
-          ),
-        );
-      } else {
-        await store.query(
-          "UPDATE payments SET status = 'pending', batch_id = NULL, updated_at = now() WHERE id = $1 AND status = 'submitted'",
-          [row.id],
-        );
-      }
-      notify(row.nonce);
-    }
-    await store.query("UPDATE settlement_batches SET status = 'failed', updated_at = now() WHERE id = $1", [
-      batch.id,
-    ]);
-    signal();
-  }
-
-  /** Drives one signed batch to its recorded outcome. */
-  async function driveBatch(batch: BatchRow, hash: Hash, raw: Hex, fresh: boolean): Promise<void> {
-    if (!fresh) {
-      const receipt = await client.getTransactionReceipt({ hash }).catch((error: unknown) => {
-        if (isChainUnreachable(error)) throw error;
-        return undefined;
-      });
-      if (receipt !== undefined) return recordReceipt(batch, receipt);
-    }
-    const sent = await broadcast(raw);
-    if (sent === "nonce-used") {
-      const receipt = await client.getTransactionReceipt({ hash }).catch(() => undefined);
-      if (receipt !== undefined) return recordReceipt(batch, receipt);
-      gas.resync();
-      return resolveDisplaced(batch);
-    }
-    options.metrics?.onBatch(batch.item_count);
-    await options.faults?.afterBroadcast?.(batch.id);
-    const receipt = await client.waitForTransactionReceipt({ hash, confirmations, timeout: 120_000 });
-    await recordReceipt(batch, receipt);
-  }
-
-  function track(batchId: number, work: () => Promise<void>): void {
-    const promise = work()
-      .then(() => {
-        chainDown = false;
-      })
-      .catch((error: unknown) => {
-        if (isChainUnreachable(error)) {
-          if (!chainDown) log.warn({ batch: batchId }, "chain unreachable; the batch will be retried");
-          chainDown = true;
-        } else {
-          log.error({ batch: batchId, err: error }, "batch failed; it will be reconciled");
-        }
-      })
-      .finally(() => {
-        inFlight.delete(batchId);
-        signal();
-      });
-    inFlight.set(batchId, promise);
-  }
-
-  /** Picks up batches that are open in the store but not being driven here (after a crash). */
-  async function reconcile(): Promise<void> {
-    const open = await openBatches(store, network, sender);
-    for (const batch of open) {
-      if (inFlight.has(batch.id)) continue;
-      if (batch.raw_tx === null || batch.tx_hash === null) {
-        // Claimed but never signed: nothing can have been broadcast. Release its items.
-        await store.transaction(async (tx) => {
+          if (batch.raw_tx !== null) return; // another gas key's batch: its own facilitator adopts it
           await tx.query(
             "UPDATE payments SET status = 'pending', batch_id = NULL, updated_at = now() WHERE batch_id = $1 AND status = 'submitted'",
             [batch.id],
@@ -852,64 +379,27 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
             "UPDATE settlement_batches SET status = 'failed', updated_at = now() WHERE id = $1",
             [batch.id],
           );
-        });
-        signal();
-        continue;
-      }
-      const hash = batch.tx_hash;
-      const raw = batch.raw_tx as Hex;
-      track(batch.id, () => driveBatch(batch, hash, raw, false));
-    }
-  }
-
-  async function tick(): Promise<void> {
-    if (chainDown) {
-      // Nothing new is signed while the chain is away: open batches are retried first, in nonce order.
-      if (inFlight.size === 0) await reconcile();
-      return;
-    }
-    while (running && inFlight.size < maxInFlight) {
-      const claimed = await claimBatch();
-      if (claimed === undefined) return;
-      if (claimed === "held") {
-        held = true;
-        return;
-      }
-      const { batch, rows } = claimed;
-      let signed: { hash: Hash; raw: Hex };
-      try {
-        signed = await signBatch(batch, rows);
-      } catch (error) {
-        // Fees or nonce could not be read: the batch stays unsigned and is released by reconcile.
-        if (isChainUnreachable(error)) chainDown = true;
-        else log.error({ err: error, batch: batch.id }, "could not sign a batch");
-        await reconcile();
-        return;
-      }
-      track(batch.id, () => driveBatch({ ...batch, status: "submitted" }, signed.hash, signed.raw, true));
-    }
-  }
-
-  async function loop(): Promise<void> {
-    let lastReconcile = clock.now();
-    while (running) {
-      dirty = false;
-      held = false;
-      try {
-        await tick();
-        if (clock.now() - lastReconcile >= reconcileIntervalMs) {
-          lastReconcile = clock.now();
-          await reconcile();
+          return;
         }
-      } catch (error) {
-        if (isChainUnreachable(error)) chainDown = true;
-        else log.error({ err: error }, "settlement loop error");
-      }
-      if (!running) break;
-      if (dirty && !held && !chainDown) continue;
-      await sleeper.pause(
-        chainDown ? reconcileIntervalMs : held ? lingerMs : Math.min(reconcileIntervalMs, 200),
-      );
+        const raw = batch.raw_tx as Hex;
+        const parsed = parseTransaction(raw);
+        const id = await insertSignedRow(
+          tx,
+          { chainId: options.chainId, sender: outbox.sender },
+          {
+            kind: SETTLEMENT_KIND,
+            owner: String(batch.id),
+            to: parsed.to as Address,
+            data: parsed.data ?? "0x",
+            gas: parsed.gas ?? 0n,
+            nonce: batch.sender_nonce,
+            hash: keccak256(raw),
+            raw,
+            fromBlock: null,
+          },
+        );
+        await tx.query("UPDATE settlement_batches SET outbox_id = $2 WHERE id = $1", [batch.id, id]);
+      });
     }
   }
 
@@ -941,11 +431,15 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       throw error;
     }
     if (row.status === "settled") return row;
-    return waitForOutcome(row);
+    return waiters.waitForOutcome(row, authorizeTimeoutMs);
   }
 
   return {
-    preflight,
+    async preflight(payment) {
+      const payer = await checks.checkOffChain(payment);
+      await checks.simulate(payment);
+      return payer;
+    },
     async authorize(payment) {
       const row = await settle(payment, "tollgate");
       if (row.proof === null) throw new TollgateError("Internal", "a settled Tollgate payment has no proof");
@@ -956,10 +450,9 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     async start() {
       if (running) return;
       running = true;
-      await reconcile().catch((error: unknown) => {
-        if (isChainUnreachable(error)) chainDown = true;
-        else throw error;
-      });
+      await adoptLegacyBatches();
+      // Payments another instance writes (or a request of this one) wake the loop; see `idlePollMs`.
+      unlisten = await store.listen("payments", signal);
       loopDone = loop();
     },
     stop() {
@@ -967,50 +460,9 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
         running = false;
         sleeper.wake();
         await loopDone;
-        await Promise.allSettled([...inFlight.values()]);
+        await unlisten?.();
       })();
       return stopping;
     },
-  };
-}
-
-/** True when a call or simulation ran out of gas (a wallet that burns what it is given, say). */
-function isOutOfGas(error: unknown): boolean {
-  if (!(error instanceof BaseError)) return false;
-  let text = "";
-  error.walk((e) => {
-    text += ` ${(e as Error).message} ${String((e as { details?: unknown }).details ?? "")}`;
-    return false;
-  });
-  return /out of gas|OutOfGas|gas required exceeds|gas uint64 overflow/i.test(text);
-}
-
-/**
- * What a log line says of a payment. Never the memo, the signature or the proof: a memo with the
- * public authorization is enough to have `/authorize` hand the proof out again (createLogger.ts).
- */
-function paymentLogFields(row: PaymentRow): Record<string, unknown> {
-  return {
-    source: row.source,
-    // Checksummed, as in refusal lines (the store keeps lower case).
-    payer: getAddress(row.payer),
-    payTo: getAddress(row.pay_to),
-    amount: row.amount.toString(),
-    network: row.network,
-    token: getAddress(row.token),
-  };
-}
-
-function eventData(row: PaymentRow, extra: Record<string, unknown>): Record<string, unknown> {
-  return {
-    nonce: row.nonce,
-    network: row.network,
-    token: row.token,
-    payer: row.payer,
-    payTo: row.pay_to,
-    amount: row.amount.toString(),
-    source: row.source,
-    ...(row.memo === null ? {} : { memo: row.memo }),
-    ...extra,
   };
 }

@@ -5,6 +5,13 @@
  * Invariant: `wake()` ends the pause in progress, if any, and is a no-op otherwise; the loop looks for
  * work after every pause, so work that arrives while no pause runs is found on the next round anyway.
  */
+/**
+ * How long a worker with nothing to do sleeps before it looks anyway. Work wakes it at once (store
+ * notifications, in-process signals, chain pushes); this read is the backstop for a lost notification
+ * and for work with no notification (a row left by a crashed instance, a retry coming due).
+ */
+export const IDLE_BACKSTOP_MS = 30_000;
+
 export type WakeablePause = {
   /** Resolves after `ms`, or as soon as `wake()` is called. */
   pause(ms: number): Promise<void>;

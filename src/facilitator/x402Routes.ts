@@ -188,7 +188,17 @@ export function x402Routes(deps: X402RoutesDeps): Hono {
       if (previous === undefined) {
         // Claimed only once the payer's signature and a simulation passed, so that junk requests
         // record nothing; the claim decides between different requests racing for one authorization.
-        await engine.preflight(checked.payment);
+        try {
+          await engine.preflight(checked.payment);
+        } catch (error) {
+          // Another instance may have claimed and settled this very request between the read above
+          // and this simulation: the chain then reports the nonce used, and the claim names this
+          // request. It is answered as a retry; any other owner, or none (a third party), is refused.
+          if (!(error instanceof TollgateError) || error.code !== "NonceAlreadyUsed") throw error;
+          const owner = await findX402Request(deps.store, nonce);
+          if (owner === undefined) throw error;
+          if (owner !== requestHash) return c.json(settleRefusal(ownedElsewhere(checked.payer), network));
+        }
         if ((await claimX402Request(deps.store, nonce, requestHash)) !== requestHash) {
           return c.json(settleRefusal(ownedElsewhere(checked.payer), network));
         }

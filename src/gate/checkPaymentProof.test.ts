@@ -1,12 +1,13 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { memoQueryHash } from "../protocol/memo.ts";
 import {
   type PaymentProof,
   PaymentProofSchema,
   proofSigningInput,
   UnsignedPaymentProofSchema,
 } from "../protocol/paymentProof.ts";
-import { proofSignedText } from "./checkPaymentProof.ts";
+import { proofSignedText, queryHashOf } from "./checkPaymentProof.ts";
 
 const hex = (bytes: number) =>
   fc.uint8Array({ minLength: bytes, maxLength: bytes }).map((b) => `0x${Buffer.from(b).toString("hex")}`);
@@ -48,5 +49,18 @@ describe("proofSignedText", () => {
     ) as unknown as PaymentProof;
     const written = Object.keys(JSON.parse(proofSignedText(proof)));
     expect(written).toEqual(Object.keys(UnsignedPaymentProofSchema.shape).sort());
+  });
+});
+
+describe("queryHashOf", () => {
+  it("is memoQueryHash for any query, the empty one included", () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(fc.constant(""), fc.string(), fc.stringMatching(/^[\x21-\x7e]{0,200}$/)),
+        (query) => {
+          expect(queryHashOf(query)).toBe(memoQueryHash(query));
+        },
+      ),
+    );
   });
 });

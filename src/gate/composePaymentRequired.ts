@@ -9,8 +9,10 @@ import type { GateErrorCode } from "../protocol/errors.ts";
 import { encodeJsonHeader, HeaderName } from "../protocol/header.ts";
 import { memoQueryHash } from "../protocol/memo.ts";
 import type { Network } from "../protocol/network.ts";
-import type { PaymentOption, PaymentRequired, TollgateExtension } from "../protocol/paymentRequired.ts";
+import type { PaymentOption, PaymentRequired } from "../protocol/paymentRequired.ts";
+import { optionTermsOf } from "../protocol/pricing.ts";
 import { X402_VERSION, type X402PaymentRequired } from "../protocol/x402.ts";
+import type { SchemeOfferEntry } from "../schemes/types.ts";
 import { issueMemo, type MemoSecret } from "./memo.ts";
 
 /** One way to pay a route once: the price in the token's smallest unit. */
@@ -88,11 +90,32 @@ export type BuiltPaymentRequired = {
  * return paymentRequiredResponse(built);
  */
 export function composePaymentRequired(params: PaymentRequiredParams): BuiltPaymentRequired {
+  const { offers, ...rest } = params;
+  return composePaymentRequiredFromEntries({ ...rest, entries: offers.map(entryOfOffer) });
+}
+
+/** `composePaymentRequired` over entries the schemes' gate parts described (`SchemeOfferEntry`). */
+export type EntriesPaymentRequiredParams = Omit<PaymentRequiredParams, "offers"> & {
+  entries: readonly SchemeOfferEntry[];
+};
+
+/**
+ * Composes the 402 from the schemes' entries, in order: each gets the gate's network, token and payee,
+ * a fresh memo binding its amount, the facilitator's URL, and — when the 402 also sells a plan — the
+ * first plan's id with `subscriptionScheme: true` (§2.1). Entries marked `x402` also go into the x402
+ * `PAYMENT-REQUIRED` header.
+ */
+export function composePaymentRequiredFromEntries(
+  params: EntriesPaymentRequiredParams,
+): BuiltPaymentRequired {
   const expiresAt = unixSeconds(params.clock) + params.memoTtlSeconds;
-  const firstPlan = params.offers.find((offer) => offer.scheme === "subscription");
+  const firstPlan = params.entries.find(
+    (entry) => entry.tollgate?.planId !== undefined && entry.tollgate.interval !== undefined,
+  )?.tollgate?.planId;
   const q = memoQueryHash(params.query ?? "");
-  const accepts: PaymentOption[] = params.offers.map((offer) => {
-    const amount = offer.amount.toString();
+  const x402Options: PaymentOption[] = [];
+  const accepts: PaymentOption[] = params.entries.map((entry) => {
+    const amount = entry.amount.toString();
     const memo = issueMemo(
       params.memoSecret,
       {
@@ -107,24 +130,28 @@ export function composePaymentRequired(params: PaymentRequiredParams): BuiltPaym
       },
       params.random,
     );
-    return {
-      scheme: offer.scheme,
+    const isPlan = entry.tollgate?.planId !== undefined && entry.tollgate.interval !== undefined;
+    const option: PaymentOption = {
+      scheme: entry.scheme,
       network: params.network,
       token: params.token,
       amount,
       payTo: params.payTo,
       memo,
-      tollgate:
-        offer.scheme === "subscription"
-          ? subscriptionTerms(offer, params.facilitator)
-          : {
-              ...(firstPlan === undefined ? {} : { planId: firstPlan.planId }),
-              subscriptionScheme: firstPlan !== undefined,
-              facilitator: params.facilitator,
-            },
+      tollgate: isPlan
+        ? { ...entry.tollgate, subscriptionScheme: true, facilitator: params.facilitator }
+        : {
+            ...(firstPlan === undefined ? {} : { planId: firstPlan }),
+            ...entry.tollgate,
+            subscriptionScheme: firstPlan !== undefined,
+            facilitator: params.facilitator,
+          },
+      ...(entry.extra === undefined ? {} : { extra: entry.extra }),
       resource: params.resourceUrl,
       ...(params.description === undefined ? {} : { description: params.description }),
     };
+    if (entry.x402 === true) x402Options.push(option);
+    return option;
   });
   const body: PaymentRequired = { version: "1", error: params.error, message: params.message, accepts };
 
@@ -133,8 +160,7 @@ export function composePaymentRequired(params: PaymentRequiredParams): BuiltPaym
     "cache-control": "no-store",
   };
   let x402: X402PaymentRequired | undefined;
-  const exact = accepts.filter((option) => option.scheme === "exact");
-  if (params.tokenEip712 !== undefined && exact.length > 0) {
+  if (params.tokenEip712 !== undefined && x402Options.length > 0) {
     const extra = { name: params.tokenEip712.name, version: params.tokenEip712.version };
     x402 = {
       x402Version: X402_VERSION,
@@ -144,7 +170,7 @@ export function composePaymentRequired(params: PaymentRequiredParams): BuiltPaym
         description: params.description ?? "",
         mimeType: params.mimeType ?? "application/json",
       },
-      accepts: exact.map((option) => ({
+      accepts: x402Options.map((option) => ({
         scheme: "exact",
         network: option.network,
         amount: option.amount,
@@ -164,29 +190,20 @@ export function composePaymentRequired(params: PaymentRequiredParams): BuiltPaym
   return { body, x402, headers };
 }
 
-/** The `tollgate` extension of a subscription option: the plan's terms (DESIGN.md §2.1). */
-function subscriptionTerms(offer: SubscriptionOffer, facilitator: string): TollgateExtension {
-  return {
+/** An offer of the resolved form as a scheme entry, through the one pricing type's wire conversion. */
+function entryOfOffer(offer: Offer): SchemeOfferEntry {
+  if (offer.scheme === "exact") return { scheme: "exact", amount: offer.amount, x402: true };
+  const terms = optionTermsOf({
+    type: "subscription",
     planId: offer.planId,
+    amount: offer.amount,
     interval: offer.interval,
-    subscriptionScheme: true,
-    facilitator,
+    includedUnits: offer.overage?.includedUnits ?? 0n,
+    overageUnitPrice: offer.overage?.unitPrice ?? 0n,
     manager: offer.manager,
-    ...(offer.overage === undefined
-      ? {}
-      : {
-          overage: {
-            unitPrice: offer.overage.unitPrice.toString(),
-            // The wire carries a JSON number; no real plan includes more than 2^53 units.
-            includedUnits: Number(
-              offer.overage.includedUnits > BigInt(Number.MAX_SAFE_INTEGER)
-                ? BigInt(Number.MAX_SAFE_INTEGER)
-                : offer.overage.includedUnits,
-            ),
-          },
-        }),
     ...(offer.successorPlanId === undefined ? {} : { successorPlanId: offer.successorPlanId }),
-  };
+  });
+  return { scheme: "subscription", amount: terms.amount, tollgate: terms.tollgate };
 }
 
 /** The built 402 as a web `Response`. */

@@ -1,5 +1,6 @@
 import type { RequestHandler } from "express";
 import { runInGateContext } from "./deductAllowance.ts";
+import { eachGateHeader } from "./gatePass.ts";
 import { nodeHeaderReader, writeWebResponse } from "./nodeBridge.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { PaymentGate } from "./paymentGate.ts";
@@ -39,7 +40,7 @@ export function expressPaymentGate(gate: PaymentGate): RequestHandler {
         if (result.kind === "respond") return writeWebResponse(res, result.response);
         res.locals.payment = result.paid;
         res.locals.subscription = result.subscription;
-        for (const [name, value] of result.headers) res.setHeader(name, value);
+        eachGateHeader(result, (name, value) => res.setHeader(name, value));
         // `close` follows `finish` and also fires for an aborted response; the gate counts the first.
         res.once("close", () => void result.complete(res.statusCode));
         const subscription = result.subscription;

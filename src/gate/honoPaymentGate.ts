@@ -1,5 +1,6 @@
 import type { MiddlewareHandler } from "hono";
 import { runInGateContext, type ServedSubscription } from "./deductAllowance.ts";
+import { eachGateHeader } from "./gatePass.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { GatePayment, PaymentGate } from "./paymentGate.ts";
 
@@ -48,15 +49,18 @@ export function honoPaymentGate(gate: PaymentGate): MiddlewareHandler<PaymentGat
       throw error;
     }
     await result.complete(c.res.status);
-    if ([...result.headers.keys()].length === 0) return;
-    try {
-      for (const [name, value] of result.headers) c.res.headers.set(name, value);
-    } catch {
-      // A handler may return a Response with immutable headers (e.g. one from `fetch`): copy it.
-      const response = new Response(c.res.body, c.res);
-      for (const [name, value] of result.headers) response.headers.set(name, value);
-      c.res = response;
-    }
+    let response = c.res;
+    eachGateHeader(result, (name, value) => {
+      try {
+        response.headers.set(name, value);
+      } catch {
+        // A handler may return a Response with immutable headers (e.g. one from `fetch`): copy it.
+        c.res = new Response(response.body, response);
+        // Hono's setter may copy it again: later headers go to the one it keeps.
+        response = c.res;
+        response.headers.set(name, value);
+      }
+    });
   };
 }
 

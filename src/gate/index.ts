@@ -26,6 +26,13 @@ export {
 export { expressPaymentGate } from "./expressPaymentGate.ts";
 export { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
 export {
+  type McpGateCall,
+  type McpGateResult,
+  type McpPaymentGate,
+  type McpToolResult,
+  mcpPaymentGate,
+} from "./mcp/mcpPaymentGate.ts";
+export {
   issueMemo,
   type MemoSecret,
   memoSecretOf,
@@ -35,8 +42,15 @@ export {
   PUBLISHED_MEMO_SECRETS,
   sealMemo,
 } from "./memo.ts";
+export {
+  createLeasedUsageLedger,
+  type LeasedUsageLedger,
+  type LeasedUsageLedgerOptions,
+} from "./metering/createLeasedUsageLedger.ts";
 export { createMemoryUsageLedger } from "./metering/createMemoryUsageLedger.ts";
 export { createPostgresUsageLedger } from "./metering/createPostgresUsageLedger.ts";
+export { createRedisUsageLedger, type RedisUsageLedgerOptions } from "./metering/createRedisUsageLedger.ts";
+export type { SharedUsageLedger } from "./metering/usageLeases.ts";
 export type { UsageLedger } from "./metering/usageLedger.ts";
 export { type NodeGatedHandler, type NodePaymentGateOptions, nodePaymentGate } from "./nodePaymentGate.ts";
 export {

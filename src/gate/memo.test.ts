@@ -1,8 +1,8 @@
-import { randomBytes } from "node:crypto";
+import { createHmac, randomBytes } from "node:crypto";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import type { MemoPayload } from "../protocol/memo.ts";
-import { issueMemo, openMemo, sealMemo } from "./memo.ts";
+import { type MemoPayload, MemoPayloadSchema } from "../protocol/memo.ts";
+import { issueMemo, memoMac, openMemo, sealMemo } from "./memo.ts";
 
 const secret = new Uint8Array(32).fill(5);
 const payload: MemoPayload = {
@@ -82,6 +82,75 @@ describe("openMemo", () => {
         expect(openMemo(secret, text).ok).toBe(false);
       }),
       { numRuns: 2_000 },
+    );
+  });
+});
+
+describe("openMemo's fast payload reader", () => {
+  const value = fc.oneof(
+    fc.string(),
+    fc.integer(),
+    fc.constant(null),
+    fc.constantFrom(
+      "get",
+      "GET",
+      "/a b",
+      "/x",
+      "eip155:0",
+      "0x5fbdb2315678afecb367f032d93f642f64180aa3",
+      "0x5fbdb2315678afecb367f032d93f642f64180aa",
+      "01",
+      "1".repeat(16),
+      "A".repeat(22),
+      "A".repeat(16),
+      0,
+      -1,
+      1.5,
+      2 ** 53,
+    ),
+  );
+
+  it("accepts a sealed payload exactly when MemoPayloadSchema does, reading it to the same value", () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom("m", "p", "q", "a", "t", "n", "k", "e", "r", "extra", "__proto__"),
+        fc.option(value, { nil: undefined }),
+        (field, replacement) => {
+          const mutated: Record<string, unknown> = { ...payload };
+          if (replacement === undefined) delete mutated[field];
+          else mutated[field] = replacement;
+          const json = Buffer.from(JSON.stringify(mutated), "utf8");
+          const memo = `${json.toString("base64url")}.${createHmac("sha256", secret).update(json).digest("base64url")}`;
+          const schema = MemoPayloadSchema.safeParse(JSON.parse(json.toString("utf8")));
+          const opened = openMemo(secret, memo);
+          expect(opened.ok ? opened.payload : undefined).toEqual(schema.success ? schema.data : undefined);
+        },
+      ),
+      { numRuns: 1_000 },
+    );
+  });
+
+  it("checks the MAC with the secret's current bytes when a caller rewrote them in place", () => {
+    const mutable = Uint8Array.from(randomBytes(32));
+    const memo = sealMemo(mutable, payload);
+    expect(openMemo(mutable, memo).ok).toBe(true);
+    mutable[0] = (mutable[0]! + 1) % 256;
+    expect(openMemo(mutable, memo)).toEqual({ ok: false, reason: "memo was not issued by this gate" });
+  });
+
+  it("computes HMAC-SHA256 as createHmac does, for any secret and message length, call after call", () => {
+    fc.assert(
+      fc.property(
+        fc.uint8Array({ minLength: 32, maxLength: 200 }),
+        fc.array(fc.uint8Array({ maxLength: 1_500 }), { minLength: 1, maxLength: 4 }),
+        (secret, messages) => {
+          for (const message of messages) {
+            const expected = createHmac("sha256", secret).update(message).digest();
+            expect(Buffer.from(memoMac(secret, message)).equals(expected)).toBe(true);
+          }
+        },
+      ),
+      { numRuns: 300 },
     );
   });
 });

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { runInGateContext, type ServedSubscription } from "./deductAllowance.ts";
+import { eachGateHeader } from "./gatePass.ts";
 import { nodeHeaderReader, writeWebResponse } from "./nodeBridge.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { GatePayment, PaymentGate } from "./paymentGate.ts";
@@ -76,7 +77,7 @@ export function nodePaymentGate(
         headers: nodeHeaderReader(req.headers),
       });
       if (result.kind === "respond") return writeWebResponse(res, result.response);
-      for (const [name, value] of result.headers) res.setHeader(name, value);
+      eachGateHeader(result, (name, value) => res.setHeader(name, value));
       // `close` follows `finish` and also fires for an aborted response; the gate counts the first.
       res.once("close", () => void result.complete(res.statusCode));
       try {

@@ -23,76 +23,47 @@
  *   covers the cheapest one-time price of that request's route now.
  */
 import { randomBytes } from "node:crypto";
-import type { Address, Hex } from "viem";
 import { z } from "zod";
 import { createFacilitatorClient, type FacilitatorClient } from "../client/facilitatorClient.ts";
-import { sameAddress } from "../protocol/address.ts";
-import { parseUnitsExact, USDC_DECIMALS } from "../protocol/amount.ts";
-import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
-import {
-  type ErrorCode,
-  type GateErrorCode,
-  GateErrorCodeSchema,
-  httpStatusOf,
-  TollgateError,
-} from "../protocol/errors.ts";
-import { JwksSchema } from "../protocol/facilitator.ts";
-import { encodeJsonHeader, HeaderName } from "../protocol/header.ts";
-import type { Network } from "../protocol/network.ts";
-import type { PaymentProof } from "../protocol/paymentProof.ts";
+import { USDC_DECIMALS } from "../protocol/amount.ts";
+import { type Clock, systemClock } from "../protocol/clock.ts";
+import { type GateErrorCode, GateErrorCodeSchema, TollgateError } from "../protocol/errors.ts";
 import type { PaymentRequired } from "../protocol/paymentRequired.ts";
+import { builtinSchemes } from "../schemes/builtinSchemes.ts";
+import type { ExactGateScheme } from "../schemes/exact/gate.ts";
+import { exactScheme } from "../schemes/exact/index.ts";
+import { createSchemeRegistry } from "../schemes/registry.ts";
+import type {
+  GateScheme,
+  GateSchemeContext,
+  SchemeId,
+  SchemeOffer,
+  SchemeOfferEntry,
+  SchemePayment,
+  SchemeRequest,
+  SchemeRoute,
+} from "../schemes/types.ts";
 import { createMemoryReplayGuard } from "../store/createMemoryReplayGuard.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
+import { composePaymentRequiredFromEntries, paymentRequiredResponse } from "./composePaymentRequired.ts";
+import type { ServedSubscription } from "./deductAllowance.ts";
+import { GatePass } from "./gatePass.ts";
+import { checkFailureResponse, errorResponse, faultResponse } from "./gateResponses.ts";
+import { memoSecretOf } from "./memo.ts";
+import { normalizeRequestTarget } from "./normalizeRequestTarget.ts";
 import {
-  checkPaymentProof,
-  checkSignatureWithFacilitator,
-  checkSignatureWithKeys,
-  type ProofSignatureCheck,
-} from "./checkPaymentProof.ts";
-import {
-  composePaymentRequired,
-  type Offer,
-  type OneTimeOffer,
-  paymentRequiredResponse,
-} from "./composePaymentRequired.ts";
-import { deductionAmount, type ServedSubscription } from "./deductAllowance.ts";
-import { memoSecretOf, openMemo } from "./memo.ts";
-import { createMemoryUsageLedger } from "./metering/createMemoryUsageLedger.ts";
-import { createUsageFlusher } from "./metering/createUsageFlusher.ts";
-import { type NormalizedTarget, normalizeRequestTarget } from "./normalizeRequestTarget.ts";
-import { safeParsePaymentProof } from "./parsePaymentProof.ts";
-import {
-  type Amount,
-  amountProblem,
   type GateLogger,
+  type GatePricingEntry,
+  GatePricingEntrySchema,
   type PaymentGateOptions,
   PaymentGateOptionsSchema,
-  type Price,
-  type PricingEntry,
-  PricingEntrySchema,
   parseGateOptions,
   type RouteConfig,
   RouteConfigSchema,
   type RouteRequest,
   SubscriptionPricingSchema,
 } from "./paymentGateOptions.ts";
-import { proofReplayKey } from "./paymentReplayKey.ts";
-import { createJwksResolver, createStaticKeyResolver, type ProofKeyResolver } from "./proofKeyResolver.ts";
 import { compileRoutePattern } from "./routePattern.ts";
-import { createPlanCatalog, type PlanCatalog } from "./subscriptions/createPlanCatalog.ts";
-import {
-  createSubscriptionGate,
-  type GateSubscription,
-  type SubscriptionGate,
-} from "./subscriptions/createSubscriptionGate.ts";
-import { toPaymentProof } from "./verifyPaymentProof.ts";
-import {
-  createX402Settlement,
-  settleThroughFacilitator,
-  withX402Reason,
-  type X402GatePayment,
-  x402GateId,
-} from "./x402Settlement.ts";
 
 /** What the gate reads of a request: a web `Request` satisfies it, and adapters build it cheaply. */
 export type GateRequest = {
@@ -111,22 +82,13 @@ export type GateRequest = {
   units?: number | undefined;
 };
 
-/** A settled one-time payment the gate accepted for this request. */
-export type GatePayment = ProofPayment | X402GatePayment;
+/**
+ * The payment the gate accepted for this request, over every registered scheme: a one-time proof
+ * (`ProofPayment`), an x402 payload (`X402GatePayment`), and what other schemes add (`SchemePayments`).
+ */
+export type GatePayment = SchemePayment;
 
-/** A one-time payment proven by the facilitator's proof (`X-PAYMENT`). */
-export type ProofPayment = {
-  scheme: "exact";
-  payer: Address;
-  amount: bigint;
-  payTo: Address;
-  network: Network;
-  token: Address;
-  /** Hash of the settling transaction. */
-  transaction: Hex;
-  memo: string;
-  proof: PaymentProof;
-};
+export type { ProofPayment } from "../schemes/exact/gate.ts";
 
 /**
  * `pass`: run the handler, then add `headers` to its response (`X-PAYMENT-RESPONSE` after a payment),
@@ -138,8 +100,8 @@ export type ProofPayment = {
 export type GateResult =
   | {
       kind: "pass";
-      paid?: GatePayment;
-      subscription?: ServedSubscription;
+      paid?: GatePayment | undefined;
+      subscription?: ServedSubscription | undefined;
       headers: Headers;
       complete: CompleteRequest;
     }
@@ -195,7 +157,7 @@ export const PaymentRequiredRequestSchema = z.strictObject({
   /** A plan id (decimal text, bigint or `{ planId }`): a subscription option first in `accepts`. */
   plan: SubscriptionPricingSchema.shape.plan.optional(),
   /** More options, as in the gate's `pricing`. */
-  pricing: z.array(PricingEntrySchema).max(32).optional(),
+  pricing: z.array(GatePricingEntrySchema).max(32).optional(),
   /** What the memos bind (default `GET` and `/`); the route priced when neither plan nor pricing is given. */
   method: z
     .string()
@@ -213,21 +175,34 @@ const MAX_PATH_LENGTH = 1024;
 /** How long a failed `/supported` lookup of the token's EIP-712 domain is not repeated. */
 const DOMAIN_LOOKUP_BACKOFF_MS = 30_000;
 
+/** A part that accepts credentials on a route, with its offers there. */
+type Acceptor = {
+  part: GateScheme & Required<Pick<GateScheme, "credential" | "accept">>;
+  route: SchemeRoute;
+};
+
 type CompiledRoute = {
-  /** The one-time offers (what x402 payments are matched against). */
-  offers: readonly OneTimeOffer[];
-  /** Every pricing entry in order: one-time offers and plan ids, for the 402. */
-  slots: readonly (OneTimeOffer | { scheme: "subscription"; planId: string })[];
-  /** Plans whose subscribers this route serves. */
-  plans: readonly string[];
-  units: number | ((request: RouteRequest) => number) | undefined;
+  /** Every pricing entry in order, with the part that describes it in the 402. */
+  entries: readonly { offer: SchemeOffer; part: GateScheme & Required<Pick<GateScheme, "offer">> }[];
+  /** The parts that accept credentials for this route's offers, in precedence order. */
+  acceptors: readonly Acceptor[];
   description: string | undefined;
   mimeType: string | undefined;
 };
 
+/** A gate's schemes, built once: each part by id, and which offer schemes each accepting part takes. */
+type GateParts = {
+  byId: ReadonlyMap<SchemeId, GateScheme>;
+  /** Parts by the pricing `type` they compile. */
+  compilers: ReadonlyMap<string, { id: SchemeId; part: GateScheme }>;
+  /** Accepting parts in precedence order, with the offer schemes each takes. */
+  accepting: readonly { part: Acceptor["part"]; takes: ReadonlySet<SchemeId> }[];
+};
+
 /**
  * Creates a gate. Options are checked here, once; a misconfiguration throws `InvalidRequest` naming
- * the option.
+ * the option. Every scheme's gate part is built here and every static route compiled, so a request
+ * looks nothing up in the scheme registry.
  *
  * @example
  * const gate = paymentGate({
@@ -270,120 +245,6 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
       ? createFacilitatorClient({ url: config.facilitator, fetch: config.fetch ?? globalThis.fetch })
       : config.facilitator;
   const replayGuard: ReplayGuard = config.replayGuard ?? createMemoryReplayGuard({ clock });
-  const checkSignature = signatureCheckOf(config, facilitator, clock);
-  const acceptX402 = createX402Settlement({
-    settle: settleThroughFacilitator(facilitator),
-    replayGuard,
-    gateId: x402GateId(memoSecret),
-    clock,
-    payTo: config.payTo,
-    network: config.network,
-    token: token.address,
-    maxTimeoutSeconds: memoTtlSeconds,
-  });
-
-  const toRoute = (route: Exclude<RouteConfig, undefined>, where: string): CompiledRoute => {
-    const parsed = parseGateOptions(RouteConfigSchema, route, where);
-    const pricing: PricingEntry[] =
-      parsed.pricing ??
-      (parsed.amount !== undefined
-        ? [{ type: "one-time", amount: parsed.amount }]
-        : [{ type: "one-time", price: parsed.price as string }]);
-    const compiled = compilePricing(pricing, decimals, where, config.publicOrigin);
-    if (parsed.units !== undefined && compiled.plans.length === 0) {
-      throw new TollgateError(
-        "InvalidRequest",
-        `paymentGate options: ${where}: metered \`units\` need subscription pricing on the route`,
-      );
-    }
-    return {
-      ...compiled,
-      units: parsed.units,
-      description: parsed.description ?? config.description,
-      mimeType: parsed.mimeType,
-    };
-  };
-
-  const fallback: CompiledRoute | undefined =
-    config.pricing === undefined
-      ? undefined
-      : {
-          ...compilePricing(config.pricing, decimals, "pricing", config.publicOrigin),
-          units: undefined,
-          description: config.description,
-          mimeType: undefined,
-        };
-  const resolveRoute = routeResolverOf(config.routes, fallback, toRoute);
-
-  // Subscriptions (DESIGN.md §2.5): plans read once from the facilitator; state, tokens and metering
-  // checked by the subscription gate, whose background work starts with its first request.
-  const plans: PlanCatalog = createPlanCatalog({
-    facilitator,
-    payTo: config.payTo,
-    network: config.network,
-    token: token.address,
-    clock,
-    manager: config.subscriptionManager,
-  });
-  let subscriptions: SubscriptionGate | undefined;
-  const subscriptionGate = (): SubscriptionGate => {
-    if (subscriptions !== undefined) return subscriptions;
-    if (config.publicOrigin === undefined) {
-      // compilePricing refuses plans without it; a routes function may still return one.
-      throw misconfigured("subscription pricing needs `publicOrigin`, the audience of sub-auth tokens");
-    }
-    const ledger = config.usageLedger ?? createMemoryUsageLedger({ clock });
-    subscriptions = createSubscriptionGate({
-      facilitator,
-      plans,
-      payTo: config.payTo,
-      audience: config.publicOrigin,
-      clock,
-      decimals,
-      statusTtlMs: config.subscriptionStatusTtlMs ?? 5_000,
-      renewalGraceSeconds: config.subscriptionRenewalGraceSeconds ?? 300,
-      eventPollMs: config.subscriptionEventPollMs ?? 1_000,
-      providerApiKey: config.providerApiKey,
-      metering: {
-        ledger,
-        flusher:
-          config.providerApiKey === undefined
-            ? undefined
-            : createUsageFlusher({
-                ledger,
-                facilitator,
-                apiKey: config.providerApiKey,
-                intervalMs: config.usageFlushIntervalMs ?? 2_000,
-                logger,
-              }),
-        maxUnsettled: toAtomicPrice(config.maxUnsettledUsage ?? "10", decimals, "maxUnsettledUsage"),
-        retryAfterSeconds: Math.max(1, Math.ceil((config.usageFlushIntervalMs ?? 2_000) / 1000) + 1),
-      },
-      logger,
-    });
-    return subscriptions;
-  };
-
-  /** The route's options for the 402: one-time prices as they are, plans with their terms. */
-  const offersFor = (route: CompiledRoute): Promise<Offer[]> =>
-    Promise.all(
-      route.slots.map(async (slot): Promise<Offer> => {
-        if (slot.scheme === "exact") return slot;
-        const plan = await plans.get(slot.planId);
-        const metered = plan.includedUnits > 0n || plan.overageUnitPrice > 0n;
-        return {
-          scheme: "subscription",
-          planId: plan.planId,
-          amount: plan.amount,
-          interval: plan.interval,
-          manager: plan.manager,
-          overage: metered
-            ? { unitPrice: plan.overageUnitPrice, includedUnits: plan.includedUnits }
-            : undefined,
-          successorPlanId: plan.deprecated ? plan.successorPlanId : undefined,
-        };
-      }),
-    );
 
   let tokenEip712 =
     token.name !== undefined && token.version !== undefined
@@ -419,42 +280,123 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     return tokenEip712;
   };
 
+  const context: GateSchemeContext = {
+    payTo: config.payTo,
+    network: config.network,
+    token: token.address,
+    decimals,
+    facilitator,
+    replayGuard,
+    clock,
+    random,
+    memoSecret,
+    memoTtlSeconds,
+    publicOrigin: config.publicOrigin,
+    logger,
+    tokenEip712: x402Domain,
+    options: config as GateSchemeContext["options"],
+  };
+  const parts = buildParts(createSchemeRegistry(builtinSchemes, config.schemes ?? []).schemes, context);
+
+  /** Compiles a pricing list: each entry by the part of its `type`, then who accepts what. */
+  const compilePricing = (
+    pricing: readonly GatePricingEntry[],
+    where: string,
+  ): Pick<CompiledRoute, "entries" | "acceptors"> & { units?: never } => {
+    const offers = pricing.map((entry, index): SchemeOffer => {
+      const compiler = parts.compilers.get(entry.type);
+      if (compiler?.part.compile === undefined) {
+        throw new TollgateError(
+          "InvalidRequest",
+          `paymentGate options: ${where}[${index}]: no registered scheme prices type "${entry.type}" (known: ${[...parts.compilers.keys()].join(", ")})`,
+        );
+      }
+      return compiler.part.compile(entry as SchemePricingInput, `${where}[${index}]`);
+    });
+    const entries = offers.map((offer, index) => {
+      const part = parts.byId.get(offer.scheme);
+      if (part?.offer === undefined) {
+        throw new TollgateError(
+          "InvalidRequest",
+          `paymentGate options: ${where}[${index}]: scheme "${offer.scheme}" has no gate part that offers it`,
+        );
+      }
+      return { offer, part: part as CompiledRoute["entries"][number]["part"] };
+    });
+    return { entries, acceptors: [] };
+  };
+
+  const toRoute = (route: Exclude<RouteConfig, undefined>, where: string): CompiledRoute => {
+    const parsed = parseGateOptions(RouteConfigSchema, route, where);
+    const pricing: GatePricingEntry[] =
+      parsed.pricing ??
+      (parsed.amount !== undefined
+        ? [{ type: "one-time", amount: parsed.amount }]
+        : [{ type: "one-time", price: parsed.price as string }]);
+    const { entries } = compilePricing(pricing, where);
+    if (parsed.units !== undefined && !entries.some((entry) => isPlanOffer(entry.offer))) {
+      throw new TollgateError(
+        "InvalidRequest",
+        `paymentGate options: ${where}: metered \`units\` need subscription pricing on the route`,
+      );
+    }
+    return {
+      entries,
+      acceptors: acceptorsOf(parts, entries, parsed.units),
+      description: parsed.description ?? config.description,
+      mimeType: parsed.mimeType,
+    };
+  };
+
+  const fallback: CompiledRoute | undefined =
+    config.pricing === undefined
+      ? undefined
+      : routeOf(parts, compilePricing(config.pricing, "pricing").entries, config.description);
+  const staticRoutes: CompiledRoute[] = fallback === undefined ? [] : [fallback];
+  const resolveRoute = routeResolverOf(config.routes, fallback, toRoute, staticRoutes);
+
+  /** The route's 402 entries: each offer described by its scheme's part. */
+  const entriesFor = (route: CompiledRoute, request: SchemeRequest): Promise<SchemeOfferEntry[]> =>
+    Promise.all(route.entries.map((entry) => entry.part.offer(entry.offer, request)));
+
   const paymentRequired = async (
     error: GateErrorCode,
     message: string,
-    request: GateTarget,
+    request: SchemeRequest,
     route: CompiledRoute,
-  ): Promise<GateResult> => {
-    let offers: Offer[];
+  ): Promise<GateResult & { kind: "respond" }> => {
+    let entries: SchemeOfferEntry[];
     try {
-      offers = await offersFor(route);
+      entries = await entriesFor(route, request);
     } catch (fault) {
-      return { kind: "respond", response: checkFailure(fault, "the subscription plans could not be read") };
+      return {
+        kind: "respond",
+        response: checkFailureResponse(fault, "the subscription plans could not be read", logger),
+      };
     }
-    const built = await compose(error, message, request, route, offers);
+    const built = await compose(error, message, request, route, entries);
     return { kind: "respond", response: paymentRequiredResponse(built) };
   };
 
   const compose = async (
     error: GateErrorCode,
     message: string,
-    request: GateTarget,
+    request: SchemeRequest,
     route: CompiledRoute,
-    offers: Offer[],
-  ) => {
-    // The configured origin, never `Host`; without one, the path alone (clients resolve it against
-    // the URL they asked).
-    const resourceUrl = `${config.publicOrigin ?? ""}${request.target}`;
-    return composePaymentRequired({
+    entries: readonly SchemeOfferEntry[],
+  ) =>
+    composePaymentRequiredFromEntries({
       error,
       message,
       method: request.method,
       path: request.path,
       query: request.query,
-      resourceUrl,
+      // The configured origin, never `Host`; without one, the path alone (clients resolve it against
+      // the URL they asked).
+      resourceUrl: `${config.publicOrigin ?? ""}${request.target}`,
       description: route.description,
       mimeType: route.mimeType,
-      offers,
+      entries,
       payTo: config.payTo,
       network: config.network,
       token: token.address,
@@ -465,69 +407,6 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
       clock,
       random,
     });
-  };
-
-  /** Logs a failed check and answers it: a misconfiguration as 500 with its message, a fault as 5xx. */
-  const checkFailure = (fault: unknown, what: string): Response => {
-    if (isMisconfiguration(fault)) {
-      logger?.error({ err: fault }, "paymentGate is misconfigured");
-      return errorResponse("Internal", (fault as TollgateError).message, 500);
-    }
-    logger?.warn({ err: fault }, what);
-    return faultResponse(fault, `${what}; try again later`);
-  };
-
-  /** The subscription as handlers read it, with `deductAllowance` bound to it. */
-  const served = (subscription: GateSubscription): ServedSubscription => ({
-    ...subscription,
-    deductAllowance: async (amount) =>
-      subscriptionGate().deduct(subscription.subscriptionId, deductionAmount(amount)),
-  });
-
-  /** A request carrying `X-Tollgate-Sub` on a route that accepts subscriptions. */
-  const serveSubscription = async (
-    subscriptionId: string,
-    request: GateRequest,
-    route: CompiledRoute,
-    target: GateTarget,
-  ): Promise<GateResult> => {
-    let outcome: Awaited<ReturnType<SubscriptionGate["check"]>>;
-    try {
-      outcome = await subscriptionGate().check({
-        subscriptionId,
-        token: request.headers.get(HeaderName.SubscriptionAuth),
-        route: request.units === undefined ? route : { ...route, units: request.units },
-        routeRequest: { method: target.method, path: target.routePath, url: target.url },
-      });
-    } catch (fault) {
-      return { kind: "respond", response: checkFailure(fault, "a subscription could not be checked") };
-    }
-    // A metered charge reserved for a failed request is not handed back: the usage ledger has no
-    // way to undo a reservation that a flush may already have batched (see docs/gate.md).
-    if (outcome.kind === "pass") {
-      // The subscriber learns what this metered request counted and was charged, so its own ledger can
-      // record it (docs/protocol.md). Only the token's signer, the subscriber, gets this answer.
-      const headers = new Headers();
-      if (outcome.subscription.units > 0 && outcome.subscription.unitsUsed !== undefined) {
-        headers.set(HeaderName.Units, outcome.subscription.units.toString());
-        headers.set(HeaderName.OverageCharge, outcome.subscription.charge.toString());
-      }
-      return {
-        kind: "pass",
-        subscription: served(outcome.subscription),
-        headers,
-        complete: completeNothing,
-      };
-    }
-    if (outcome.kind === "busy") {
-      return {
-        kind: "respond",
-        response: errorResponse("RateLimited", outcome.message, 429, outcome.retryAfter),
-      };
-    }
-    logger?.debug({ method: target.method, path: target.path, error: outcome.error }, "subscription refused");
-    return paymentRequired(outcome.error, outcome.message, target, route);
-  };
 
   const gate = async function paymentGate(request: GateRequest): Promise<GateResult> {
     const reading = normalizeRequestTarget(request.url);
@@ -538,9 +417,30 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     // The memo binds the normalized path and the query; routes are matched on the path decoded once,
     // as routers see it.
     const path = reading.path;
-    const url = new URL(reading.target, routeOrigin);
-    const route = resolveRoute({ method, path: reading.routePath, url });
-    if (route === undefined) return { kind: "pass", headers: new Headers(), complete: completeNothing };
+    // The URL is built only if a routes function or a scheme reads it (static routes and the one-time
+    // path never do): parsing one costs more than the rest of the routing.
+    let url: URL | undefined;
+    const target: SchemeRequest = {
+      method,
+      path,
+      query: reading.query,
+      routePath: reading.routePath,
+      target: reading.target,
+      get url() {
+        url ??= new URL(reading.target, routeOrigin);
+        return url;
+      },
+      headers: request.headers,
+      units: request.units,
+    };
+    const route = resolveRoute({
+      method,
+      path: reading.routePath,
+      get url() {
+        return target.url;
+      },
+    });
+    if (route === undefined) return new GatePass(undefined, undefined, undefined, completeNothing);
     if (path.length > MAX_PATH_LENGTH) {
       return {
         kind: "respond",
@@ -551,107 +451,29 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
         ),
       };
     }
-    const target: GateTarget = { ...reading, method, url };
-
-    const subscriptionId = request.headers.get(HeaderName.Subscription);
-    if (subscriptionId !== null && route.plans.length > 0) {
-      return serveSubscription(subscriptionId, request, route, target);
-    }
-
-    const header = request.headers.get(HeaderName.Payment);
-    if (header === null) {
-      const x402Header = request.headers.get(HeaderName.X402PaymentSignature);
-      if (x402Header === null) return paymentRequired("PaymentRequired", "payment required", target, route);
-      // x402 v2 (DESIGN.md §2.7): settled through the facilitator before the handler runs, served once;
-      // a failed handler does not hand the payment back (the x402 client signs a fresh one).
-      const outcome = await acceptX402(x402Header, { offers: route.offers, tokenEip712: await x402Domain() });
-      if (outcome.kind === "paid") {
-        return { kind: "pass", paid: outcome.payment, headers: outcome.headers, complete: completeNothing };
+    // The first part (in precedence order) whose credential the request carries owns it.
+    const acceptors = route.acceptors;
+    for (let i = 0; i < acceptors.length; i++) {
+      const acceptor = acceptors[i] as Acceptor;
+      const credential = acceptor.part.credential(target, acceptor.route);
+      if (credential === null) continue;
+      let outcome: Awaited<ReturnType<Acceptor["part"]["accept"]>>;
+      try {
+        outcome = await acceptor.part.accept(credential, target, acceptor.route);
+      } catch (fault) {
+        logger?.warn({ err: fault, method, path }, "a payment could not be checked");
+        return { kind: "respond", response: faultResponse(fault) };
       }
-      if (outcome.kind === "fault") {
-        logger?.warn({ err: outcome.error, method, path }, "x402 payment could not be settled");
-        return { kind: "respond", response: faultResponse(outcome.error) };
+      if (outcome.kind === "pass") {
+        outcome.complete ??= completeNothing;
+        return outcome as GateResult;
       }
-      logger?.debug({ method, path, reason: outcome.reason }, "x402 payment refused");
-      const refusal = await paymentRequired(
-        "InvalidPaymentProof",
-        `x402 payment refused: ${outcome.message}`,
-        target,
-        route,
-      );
-      if (refusal.kind === "respond") withX402Reason(refusal.response, outcome.reason);
+      if (outcome.kind === "respond") return outcome;
+      const refusal = await paymentRequired(outcome.error, outcome.message, target, route);
+      outcome.decorate?.(refusal.response);
       return refusal;
     }
-
-    const refuse = (reason: string) => {
-      logger?.debug({ method, path, reason }, "payment proof refused");
-      return paymentRequired("InvalidPaymentProof", `invalid payment proof: ${reason}`, target, route);
-    };
-    const parsed = safeParsePaymentProof(header);
-    if (!parsed.ok) return refuse(parsed.reason);
-    const proof = parsed.proof;
-    const minimumAmount = cheapestOneTime(route);
-    if (minimumAmount === undefined) return refuse("this request is not sold for a one-time payment");
-    const replayKey = proofReplayKey(proof);
-    try {
-      const verdict = await checkPaymentProof(proof, {
-        memoSecret,
-        clock,
-        expected: {
-          method,
-          path,
-          query: reading.query,
-          // A proof pays for this request only if it covers this request's price (a route priced by a
-          // function may price another query of the same path higher).
-          minimumAmount,
-          payTo: config.payTo,
-          network: config.network,
-          token: token.address,
-        },
-        checkSignature,
-      });
-      if (!verdict.valid) return refuse(verdict.reason);
-      // Keep the key until the proof itself expires: no proof for it can be accepted after that, and an
-      // x402 payload of the same authorization is refused by the facilitator (docs/x402.md).
-      if (!(await replayGuard.consume(replayKey, proof.exp * 1000))) return refuse("proof was already used");
-    } catch (error) {
-      logger?.warn({ err: error, method, path }, "payment proof could not be checked");
-      return { kind: "respond", response: faultResponse(error) };
-    }
-
-    const paid: GatePayment = {
-      scheme: "exact",
-      payer: proof.payer,
-      amount: BigInt(proof.amount),
-      payTo: proof.payTo,
-      network: proof.network,
-      token: proof.token,
-      transaction: proof.tx,
-      memo: proof.memo,
-      proof,
-    };
-    const headers = new Headers();
-    headers.set(
-      HeaderName.PaymentResponse,
-      encodeJsonHeader({ success: true, transaction: proof.tx, network: proof.network, payer: proof.payer }),
-    );
-    return { kind: "pass", paid, headers, complete: releaseOnFailure(replayKey, method, path) };
-  };
-
-  /** `complete` of a proof payment: hands its key back when the handler failed (status ≥ 500). */
-  const releaseOnFailure = (replayKey: string, method: string, path: string): CompleteRequest => {
-    let reported = false;
-    return async (status) => {
-      if (reported) return;
-      reported = true;
-      if (!(status >= 500)) return;
-      try {
-        await replayGuard.release(replayKey);
-        logger?.warn({ method, path, status }, "handler failed; payment proof released for a retry");
-      } catch (error) {
-        logger?.warn({ err: error, method, path, status }, "payment proof could not be released");
-      }
-    };
+    return paymentRequired("PaymentRequired", "payment required", target, route);
   };
 
   /** The specification's `buildPaymentRequired({ plan })`, on this gate's configuration. */
@@ -662,18 +484,17 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     if (!reading.ok)
       throw new TollgateError("InvalidRequest", `buildPaymentRequired: path: ${reading.reason}`);
     const url = new URL(reading.target, routeOrigin);
-    const pricing: PricingEntry[] = [
+    const pricing: GatePricingEntry[] = [
       ...(input.plan === undefined ? [] : [{ type: "subscription" as const, plan: input.plan }]),
       ...(input.pricing ?? []),
     ];
     let route: CompiledRoute | undefined;
     if (pricing.length > 0) {
-      route = {
-        ...compilePricing(pricing, decimals, "buildPaymentRequired", config.publicOrigin),
-        units: undefined,
-        description: input.description ?? config.description,
-        mimeType: undefined,
-      };
+      route = routeOf(
+        parts,
+        compilePricing(pricing, "buildPaymentRequired").entries,
+        input.description ?? config.description,
+      );
     } else {
       route = resolveRoute({ method, path: reading.routePath, url });
     }
@@ -683,181 +504,129 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
         `buildPaymentRequired: nothing to sell: give { plan } or { pricing }, or the path of a priced route (${method} ${reading.path} is free)`,
       );
     }
-    const offers = await offersFor(route);
+    const target: SchemeRequest = {
+      method,
+      path: reading.path,
+      query: reading.query,
+      routePath: reading.routePath,
+      target: reading.target,
+      url,
+      headers: new Headers(),
+      units: undefined,
+    };
+    const entries = await entriesFor(route, target);
     const built = await compose(
       input.error ?? "PaymentRequired",
       input.message ?? "payment required",
-      { ...reading, method, url },
+      target,
       route,
-      offers,
+      entries,
     );
     return built.body;
   };
 
-  /** The specification's `verifyPaymentProof(proof)` for a proof of this gate's offers. */
-  const verifyProof = async (value: unknown): Promise<boolean> => {
-    const proof = toPaymentProof(value);
-    if (proof === undefined || proof.exp <= unixSeconds(clock)) return false;
-    const opened = openMemo(memoSecret, proof.memo);
-    if (!opened.ok) return false;
-    const memo = opened.payload;
-    const sameTerms =
-      memo.a === proof.amount &&
-      sameAddress(memo.t, proof.payTo) &&
-      sameAddress(memo.t, config.payTo) &&
-      memo.n === proof.network &&
-      memo.n === config.network &&
-      sameAddress(memo.k, proof.token) &&
-      sameAddress(memo.k, token.address);
-    if (!sameTerms) return false;
-    return (await checkSignature(proof)).valid;
-  };
-
+  const exact = parts.byId.get(exactScheme.id) as ExactGateScheme;
+  const allParts = [...parts.byId.values()];
   const controls: PaymentGateControls = {
     buildPaymentRequired,
-    verifyPaymentProof: verifyProof,
+    /** The specification's `verifyPaymentProof(proof)` for a proof of this gate's offers. */
+    verifyPaymentProof: (proof) => exact.verifyProof(proof),
     async ready() {
-      const planIds = new Set(fallback?.plans ?? []);
-      if (config.routes !== undefined && typeof config.routes !== "function") {
-        for (const [pattern, route] of Object.entries(config.routes)) {
-          for (const planId of toRoute(route, `routes[${JSON.stringify(pattern)}]`).plans)
-            planIds.add(planId);
+      // Every static route's offers, by the part that accepts them, read once each.
+      const byPart = new Map<GateScheme, SchemeOffer[]>();
+      for (const route of staticRoutes) {
+        for (const { part, route: offered } of route.acceptors) {
+          if (part.ready === undefined) continue;
+          const list = byPart.get(part) ?? [];
+          for (const offer of offered.offers) if (!list.includes(offer)) list.push(offer);
+          byPart.set(part, list);
         }
       }
-      await Promise.all([...planIds].map((planId) => plans.get(planId)));
+      await Promise.all([...byPart].map(([part, offers]) => part.ready?.(offers)));
     },
     syncEvents: async () => {
-      await subscriptions?.syncEvents();
+      await Promise.all(allParts.map((part) => part.syncEvents?.()));
     },
-    flushUsage: async () => (subscriptions === undefined ? 0 : subscriptions.flushUsage()),
+    flushUsage: async () => {
+      let sent = 0;
+      for (const part of allParts) sent += (await part.flushUsage?.()) ?? 0;
+      return sent;
+    },
     close: async () => {
-      await subscriptions?.close();
+      await Promise.all(allParts.map((part) => part.close?.()));
     },
   };
   return Object.assign(gate, controls);
 }
 
-/** A request as the gate prices it: method, normalized target, and the URL routes functions see. */
-type GateTarget = NormalizedTarget & { method: string; url: URL };
+/** What a part's `compile` is given. */
+type SchemePricingInput = Readonly<Record<string, unknown>> & { type: string };
 
-/**
- * The least a one-time payment for this route must be now: its cheapest one-time offer, or `undefined`
- * when the route sells no one-time payment (no proof pays for it).
- */
-function cheapestOneTime(route: CompiledRoute): bigint | undefined {
-  let cheapest: bigint | undefined;
-  for (const offer of route.offers) {
-    if (cheapest === undefined || offer.amount < cheapest) cheapest = offer.amount;
-  }
-  return cheapest;
+/** Whether an offer is a plan (the subscription scheme's offers carry a `planId`). */
+function isPlanOffer(offer: SchemeOffer): boolean {
+  return typeof (offer as { planId?: unknown }).planId === "string";
 }
 
-function signatureCheckOf(
-  config: {
-    proofVerification?: "local" | "remote" | undefined;
-    proofKeys?: ProofKeyResolver | { keys: unknown } | undefined;
-  },
-  facilitator: FacilitatorClient,
-  clock: Clock,
-): ProofSignatureCheck {
-  if (config.proofVerification === "remote") {
-    if (config.proofKeys !== undefined) {
-      throw new TollgateError(
-        "InvalidRequest",
-        "paymentGate options: proofKeys is for local proof verification only",
-      );
+/** Builds every scheme's gate part for one gate, once. */
+function buildParts(
+  schemes: readonly {
+    id: SchemeId;
+    gate?:
+      | {
+          pricingTypes: readonly string[];
+          accepts?: readonly SchemeId[];
+          create(c: GateSchemeContext): GateScheme;
+        }
+      | undefined;
+  }[],
+  context: GateSchemeContext,
+): GateParts {
+  const byId = new Map<SchemeId, GateScheme>();
+  const compilers = new Map<string, { id: SchemeId; part: GateScheme }>();
+  const accepting: { part: Acceptor["part"]; takes: ReadonlySet<SchemeId> }[] = [];
+  for (const scheme of schemes) {
+    if (scheme.gate === undefined) continue;
+    const part = scheme.gate.create(context);
+    byId.set(scheme.id, part);
+    for (const type of scheme.gate.pricingTypes) compilers.set(type, { id: scheme.id, part });
+    if (part.accept !== undefined && part.credential !== undefined) {
+      accepting.push({
+        part: part as Acceptor["part"],
+        takes: new Set(scheme.gate.accepts ?? [scheme.id]),
+      });
     }
-    return checkSignatureWithFacilitator(facilitator);
   }
-  const keys = config.proofKeys;
-  let resolver: ProofKeyResolver;
-  if (keys === undefined) {
-    resolver = createJwksResolver({ loadJwks: () => facilitator.jwks(), clock });
-  } else if ("resolve" in keys) {
-    resolver = keys;
-  } else {
-    resolver = createStaticKeyResolver(parseGateOptions(JwksSchema, keys, "paymentGate options: proofKeys"));
+  return { byId, compilers, accepting };
+}
+
+/** The parts that accept credentials for a route's offers, each with its offers there, in precedence order. */
+function acceptorsOf(
+  parts: GateParts,
+  entries: CompiledRoute["entries"],
+  units: SchemeRoute["units"],
+): Acceptor[] {
+  const all = entries.map((entry) => entry.offer);
+  const acceptors: Acceptor[] = [];
+  for (const { part, takes } of parts.accepting) {
+    const offers = all.filter((offer) => takes.has(offer.scheme));
+    if (offers.length > 0) acceptors.push({ part, route: { offers, all, units } });
   }
-  return checkSignatureWithKeys(resolver);
+  return acceptors;
 }
 
-/** A pricing list as the gate uses it: one-time offers, plan ids, and both in order for the 402. */
-function compilePricing(
-  pricing: readonly PricingEntry[],
-  decimals: number,
-  where: string,
-  publicOrigin: string | undefined,
-): Pick<CompiledRoute, "offers" | "slots" | "plans"> {
-  const slots = pricing.map((entry, index): CompiledRoute["slots"][number] => {
-    if (entry.type === "subscription") {
-      if (publicOrigin === undefined) {
-        throw new TollgateError(
-          "InvalidRequest",
-          `paymentGate options: ${where}[${index}]: subscription pricing needs \`publicOrigin\`, the audience sub-auth tokens must name`,
-        );
-      }
-      const ref = entry.plan;
-      const id = typeof ref === "object" ? ref.planId : ref;
-      return { scheme: "subscription", planId: id.toString() };
-    }
-    const amount =
-      entry.amount !== undefined
-        ? toAtomicAmount(entry.amount, `${where}[${index}].amount`)
-        : toAtomicPrice(entry.price as string, decimals, `${where}[${index}].price`);
-    return { scheme: "exact", amount };
-  });
-  const offers = slots.filter((slot): slot is OneTimeOffer => slot.scheme === "exact");
-  const plans = slots.flatMap((slot) => (slot.scheme === "subscription" ? [slot.planId] : []));
-  return { offers, slots, plans };
-}
-
-/** An `amount` in smallest units (already checked by `AmountSchema`) as a positive uint256. */
-function toAtomicAmount(value: Amount, where: string): bigint {
-  const problem = amountProblem(value);
-  if (problem !== undefined)
-    throw new TollgateError("InvalidRequest", `paymentGate options: ${where}: ${problem}`);
-  return positiveUint256(BigInt(value), where);
-}
-
-function toAtomicPrice(price: Price, decimals: number, where: string): bigint {
-  let amount: bigint;
-  try {
-    amount = typeof price === "bigint" ? price : parseUnitsExact(price, decimals);
-  } catch (cause) {
-    throw new TollgateError("InvalidRequest", `paymentGate options: ${where}: ${(cause as Error).message}`, {
-      cause,
-    });
-  }
-  return positiveUint256(amount, where);
-}
-
-function positiveUint256(amount: bigint, where: string): bigint {
-  if (amount <= 0n)
-    throw new TollgateError("InvalidRequest", `paymentGate options: ${where}: a price must be positive`);
-  if (amount >= 2n ** 256n)
-    throw new TollgateError("InvalidRequest", `paymentGate options: ${where}: above uint256`);
-  return amount;
-}
-
-function misconfigured(message: string): TollgateError {
-  return new TollgateError("InvalidRequest", `paymentGate subscription pricing: ${message}`, {
-    details: { reason: "gate_misconfigured" },
-  });
-}
-
-/** A gate misconfiguration found on first use (a plan that is not the gate's), as opposed to a fault. */
-function isMisconfiguration(error: unknown): boolean {
-  return (
-    error instanceof TollgateError &&
-    error.code === "InvalidRequest" &&
-    error.details?.reason === "gate_misconfigured"
-  );
+function routeOf(
+  parts: GateParts,
+  entries: CompiledRoute["entries"],
+  description: string | undefined,
+): CompiledRoute {
+  return { entries, acceptors: acceptorsOf(parts, entries, undefined), description, mimeType: undefined };
 }
 
 function routeResolverOf(
   routes: Record<string, RouteConfig> | ((request: RouteRequest) => RouteConfig | undefined) | undefined,
   fallback: CompiledRoute | undefined,
   toRoute: (route: RouteConfig, where: string) => CompiledRoute,
+  staticRoutes: CompiledRoute[],
 ): (request: RouteRequest) => CompiledRoute | undefined {
   // CORS preflights carry no payment; pricing them by default would break browsers.
   const byDefault = (request: RouteRequest) => (request.method === "OPTIONS" ? undefined : fallback);
@@ -885,32 +654,12 @@ function routeResolverOf(
         cause,
       });
     }
-    return { pattern: compiledPattern, route: toRoute(route, `routes[${JSON.stringify(pattern)}]`) };
+    const compiled = toRoute(route, `routes[${JSON.stringify(pattern)}]`);
+    staticRoutes.push(compiled);
+    return { pattern: compiledPattern, route: compiled };
   });
   return (request) => {
     for (const entry of table) if (entry.pattern.matches(request.method, request.path)) return entry.route;
     return byDefault(request);
   };
-}
-
-/**
- * A check that could not be carried out. Unavailability and rate limits are passed on with their
- * `Retry-After` (the payer retries the same proof later); anything else is the gate's own fault,
- * reported without internals.
- */
-function faultResponse(
-  error: unknown,
-  internalMessage = "the payment could not be checked; try the same proof again later",
-): Response {
-  if (error instanceof TollgateError && (error.code === "ChainUnavailable" || error.code === "RateLimited")) {
-    return errorResponse(error.code, error.message, httpStatusOf(error.code), error.retryAfter ?? 5);
-  }
-  return errorResponse("Internal", internalMessage, 500);
-}
-
-/** The error body of DESIGN.md §2.6. */
-function errorResponse(code: ErrorCode, message: string, status: number, retryAfter?: number): Response {
-  const headers: Record<string, string> = { "content-type": "application/json", "cache-control": "no-store" };
-  if (retryAfter !== undefined) headers[HeaderName.RetryAfter] = String(retryAfter);
-  return new Response(JSON.stringify({ error: { code, message } }), { status, headers });
 }

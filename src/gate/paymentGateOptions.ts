@@ -5,12 +5,14 @@
 import { z } from "zod";
 import type { FacilitatorClient, FetchFn } from "../client/facilitatorClient.ts";
 import { AddressSchema } from "../protocol/address.ts";
+import { parseUnitsExact } from "../protocol/amount.ts";
 import type { Clock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import type { Jwks } from "../protocol/facilitator.ts";
 import { NetworkSchema } from "../protocol/network.ts";
 import { HttpUrlSchema, PlanIdSchema } from "../protocol/paymentRequired.ts";
 import { OriginSchema } from "../protocol/subscriptionAuth.ts";
+import type { Scheme } from "../schemes/types.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
 import type { UsageLedger } from "./metering/usageLedger.ts";
 import type { ProofKeyResolver } from "./proofKeyResolver.ts";
@@ -110,11 +112,49 @@ export const SubscriptionPricingSchema = z.strictObject({
   plan: z.union([PlanRefSchema, z.looseObject({ planId: PlanRefSchema })]),
 });
 
+/**
+ * A plan that meters (included units, overage price): the same as `subscription` (its subscribers are
+ * served without a payment per request, each use drawing the route's `units` from the allowance),
+ * named as the discovery manifest names it.
+ */
+export const MeteredPricingSchema = z.strictObject({
+  type: z.literal("metered"),
+  plan: SubscriptionPricingSchema.shape.plan,
+});
+
+/** A gate pricing entry of a built-in scheme (`src/schemes`); extra schemes add their own `type`s. */
 export const PricingEntrySchema = z.discriminatedUnion("type", [
   OneTimePricingSchema,
   SubscriptionPricingSchema,
+  MeteredPricingSchema,
 ]);
 export type PricingEntry = z.input<typeof PricingEntrySchema>;
+
+/** The `type`s of the built-in pricing entries, checked by `PricingEntrySchema`. */
+const BUILTIN_PRICING_TYPES: ReadonlySet<string> = new Set(["one-time", "subscription", "metered"]);
+
+/** A pricing entry of a scheme passed in `schemes`: its `type` and its own terms, checked by that scheme. */
+export type SchemePricingEntry = { type: string } & Record<string, unknown>;
+
+/**
+ * A pricing entry as the gate's options take it: a built-in entry (checked here), or an entry of
+ * another `type`, checked at construction by the registered scheme that compiles that type.
+ */
+export const GatePricingEntrySchema = z
+  .custom<PricingEntry | SchemePricingEntry>(
+    (value) =>
+      typeof value === "object" && value !== null && typeof (value as { type?: unknown }).type === "string",
+    { error: 'expected a pricing entry such as { type: "one-time", price: "0.50" }' },
+  )
+  .superRefine((value, ctx) => {
+    if (!BUILTIN_PRICING_TYPES.has(value.type)) return;
+    const parsed = PricingEntrySchema.safeParse(value);
+    if (parsed.success) return;
+    for (const issue of parsed.error.issues) {
+      ctx.addIssue({ code: "custom", message: issue.message, path: issue.path });
+    }
+  });
+export type GatePricingEntry = z.input<typeof GatePricingEntrySchema>;
 
 /**
  * What a route-resolver function is given: the upper-case method, the path percent-decoded once as
@@ -141,7 +181,7 @@ const UnitsSchema = z.union([
  */
 export const RouteConfigSchema = z
   .strictObject({
-    pricing: z.array(PricingEntrySchema).min(1).max(32).optional(),
+    pricing: z.array(GatePricingEntrySchema).min(1).max(32).optional(),
     /** Smallest units, as on the wire: `500000`, `500_000n` or `"500000"` (0.50 USDC). */
     amount: AmountSchema.optional(),
     /** Decimal token text: `"0.50"` (0.50 USDC). */
@@ -209,7 +249,23 @@ export const PaymentGateOptionsSchema = z.strictObject({
    */
   memoSecret: z.union([z.instanceof(Uint8Array), z.string()]).optional(),
   /** Pricing of every request through the gate that no entry of `routes` prices. */
-  pricing: z.array(PricingEntrySchema).min(1).max(32).optional(),
+  pricing: z.array(GatePricingEntrySchema).min(1).max(32).optional(),
+  /**
+   * Payment schemes besides the built-in ones (`src/schemes`, docs/schemes.md), after them in
+   * precedence; each prices the entries of its gate part's `pricingTypes`. A scheme never replaces a
+   * built-in one.
+   */
+  schemes: z
+    .array(
+      z.custom<Scheme>(
+        (value) => typeof value === "object" && value !== null && typeof (value as Scheme).id === "string",
+        { error: "expected a scheme (defineScheme)" },
+      ),
+    )
+    .max(16)
+    .optional(),
+  /** Settings of extra schemes, by scheme id; each scheme reads and checks its own. */
+  schemeOptions: z.record(z.string(), z.unknown()).optional(),
   /** Per-route pricing by `"METHOD /path/:param/*"` pattern (first match wins), or a function. */
   routes: z
     .union([
@@ -312,4 +368,33 @@ export function parseGateOptions<T>(schema: z.ZodType<T>, value: unknown, what: 
     .map((issue) => `${issue.path.map(String).join(".") || "options"}: ${issue.message}`)
     .join("; ");
   throw new TollgateError("InvalidRequest", `${what}: ${problems}`, { cause: result.error });
+}
+
+/** An `amount` option in smallest units (already checked by `AmountSchema`) as a positive uint256. */
+export function atomicAmountOf(value: Amount, where: string): bigint {
+  const problem = amountProblem(value);
+  if (problem !== undefined)
+    throw new TollgateError("InvalidRequest", `paymentGate options: ${where}: ${problem}`);
+  return positiveUint256(BigInt(value), where);
+}
+
+/** A `price` option (token text, or a bigint of smallest units) as a positive uint256. */
+export function atomicPriceOf(price: Price, decimals: number, where: string): bigint {
+  let amount: bigint;
+  try {
+    amount = typeof price === "bigint" ? price : parseUnitsExact(price, decimals);
+  } catch (cause) {
+    throw new TollgateError("InvalidRequest", `paymentGate options: ${where}: ${(cause as Error).message}`, {
+      cause,
+    });
+  }
+  return positiveUint256(amount, where);
+}
+
+function positiveUint256(amount: bigint, where: string): bigint {
+  if (amount <= 0n)
+    throw new TollgateError("InvalidRequest", `paymentGate options: ${where}: a price must be positive`);
+  if (amount >= 2n ** 256n)
+    throw new TollgateError("InvalidRequest", `paymentGate options: ${where}: above uint256`);
+  return amount;
 }

@@ -19,6 +19,12 @@ import type { Jwks } from "../protocol/facilitator.ts";
 export type ProofKeyResolver = {
   /** The key of `kid`; `undefined` when the facilitator does not publish it. Throws `ChainUnavailable`. */
   resolve(kid: string): Promise<KeyObject | undefined>;
+  /**
+   * The key of `kid` when the resolver holds it now, without fetching anything; `undefined` means
+   * "ask `resolve`" (not "unknown"). Optional: the gate's hot path verifies without a promise when a
+   * resolver offers it.
+   */
+  known?(kid: string): KeyObject | undefined;
 };
 
 export type JwksResolverOptions = {
@@ -63,6 +69,7 @@ export function createJwksResolver(options: JwksResolverOptions): ProofKeyResolv
     });
 
   return {
+    known: (kid) => keys.get(kid),
     async resolve(kid) {
       const known = keys.get(kid);
       if (known !== undefined) return known;
@@ -81,7 +88,7 @@ export function createJwksResolver(options: JwksResolverOptions): ProofKeyResolv
 /** A resolver over fixed keys, for a gate that is configured with the facilitator's JWKS directly. */
 export function createStaticKeyResolver(jwks: Jwks): ProofKeyResolver {
   const keys = keysOf(jwks);
-  return { resolve: async (kid) => keys.get(kid) };
+  return { resolve: async (kid) => keys.get(kid), known: (kid) => keys.get(kid) };
 }
 
 function keysOf(jwks: Jwks): Map<string, KeyObject> {

@@ -158,6 +158,8 @@ export const CatalogEntrySchema = z.object({
   capability: CapabilitySchema,
   /** Full URL of the capability: the seller's `baseUrl` + the capability's `path`. */
   url: z.string(),
+  /** The seller's MCP endpoint, when it lists one: the capability is its tool of the same name. */
+  mcp: z.object({ url: z.string(), tool: z.string() }).optional(),
   network: NetworkSchema,
   token: AddressSchema,
   facilitator: HttpUrlSchema,

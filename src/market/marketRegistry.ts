@@ -155,6 +155,7 @@ const CatalogRowSchema = z.object({
   capability: z.string(),
   min_price: BigintColumnSchema,
   score: z.number(),
+  mcp_url: z.string().nullable(),
 });
 
 const seconds = (date: Date) => Math.floor(date.getTime() / 1000);
@@ -564,7 +565,7 @@ export function createMarketRegistry(options: MarketRegistryOptions): MarketRegi
       store,
       CatalogRowSchema,
       `SELECT s.address, s.name, s.base_url, s.network, s.token, s.facilitator, c.capability, c.min_price,
-              ${score} AS score
+              ${score} AS score, s.manifest::json -> 'mcp' ->> 'url' AS mcp_url
          FROM ${from}
         WHERE ${where.join(" AND ")}
         ORDER BY score DESC, c.min_price, s.registered_at, s.address, c.position
@@ -580,6 +581,8 @@ export function createMarketRegistry(options: MarketRegistryOptions): MarketRegi
         seller: { address: row.address, name: row.name },
         capability,
         url: capabilityUrl({ baseUrl: row.base_url }, capability),
+        // From the signed manifest (checked by ManifestSchema at registration).
+        ...(row.mcp_url === null ? {} : { mcp: { url: row.mcp_url, tool: capability.name } }),
         network: row.network,
         token: row.token,
         facilitator: row.facilitator,

@@ -20,8 +20,13 @@ describe("error catalogue", () => {
         "SubscriptionAuthInvalid",
         "AllowanceExhausted",
         "PlanDeprecated",
+        "ChannelVoucherInvalid",
+        "ChannelVoucherStale",
+        "ChannelDepositExhausted",
+        "ChannelClosing",
         "InvalidRequest",
         "Unauthorized",
+        "Forbidden",
         "NotFound",
         "PayloadTooLarge",
         "InsufficientFunds",
@@ -39,6 +44,7 @@ describe("error catalogue", () => {
         "PaidRequestFailed",
         "SellerUnreachable",
         "OfferMismatch",
+        "SaleNotAdmitted",
         "InvalidEncoding",
         "HeaderTooLarge",
         "InvalidAmount",
@@ -109,6 +115,10 @@ describe("error catalogue", () => {
       "SubscriptionAuthInvalid",
       "AllowanceExhausted",
       "PlanDeprecated",
+      "ChannelVoucherInvalid",
+      "ChannelVoucherStale",
+      "ChannelDepositExhausted",
+      "ChannelClosing",
     ]);
   });
 });

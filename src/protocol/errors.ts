@@ -13,9 +13,19 @@ export const ErrorCode = {
   SubscriptionAuthInvalid: "SubscriptionAuthInvalid",
   AllowanceExhausted: "AllowanceExhausted",
   PlanDeprecated: "PlanDeprecated",
+  /** A channel voucher that is malformed, badly signed, or for another channel, payee, chain or contract. */
+  ChannelVoucherInvalid: "ChannelVoucherInvalid",
+  /** A channel voucher whose cumulative amount does not cover this request (`details.highest`, `details.spent`). */
+  ChannelVoucherStale: "ChannelVoucherStale",
+  /** A channel voucher above the channel's deposit: top the channel up or open another. */
+  ChannelDepositExhausted: "ChannelDepositExhausted",
+  /** A channel that is closed, or whose close was requested and is near its deadline. */
+  ChannelClosing: "ChannelClosing",
   // Facilitator and market errors.
   InvalidRequest: "InvalidRequest",
   Unauthorized: "Unauthorized",
+  /** A browser request the dashboard refuses: cross-site, or without its form's CSRF token. */
+  Forbidden: "Forbidden",
   NotFound: "NotFound",
   PayloadTooLarge: "PayloadTooLarge",
   InsufficientFunds: "InsufficientFunds",
@@ -39,6 +49,11 @@ export const ErrorCode = {
    * another payee, network or token): refused before anything is signed (docs/budgets.md).
    */
   OfferMismatch: "OfferMismatch",
+  /**
+   * A reseller cannot take this sale now: its own budget cannot reserve what serving it may cost its
+   * suppliers. Answered before the buyer pays (instead of a 402), so nothing was taken.
+   */
+  SaleNotAdmitted: "SaleNotAdmitted",
   // Codec faults: untrusted bytes that are not what they claim to be.
   InvalidEncoding: "InvalidEncoding",
   HeaderTooLarge: "HeaderTooLarge",
@@ -56,6 +71,10 @@ export const GateErrorCodes = [
   ErrorCode.SubscriptionAuthInvalid,
   ErrorCode.AllowanceExhausted,
   ErrorCode.PlanDeprecated,
+  ErrorCode.ChannelVoucherInvalid,
+  ErrorCode.ChannelVoucherStale,
+  ErrorCode.ChannelDepositExhausted,
+  ErrorCode.ChannelClosing,
 ] as const;
 export type GateErrorCode = (typeof GateErrorCodes)[number];
 
@@ -67,8 +86,13 @@ const statusByCode: Record<ErrorCode, number> = {
   SubscriptionAuthInvalid: 402,
   AllowanceExhausted: 402,
   PlanDeprecated: 410,
+  ChannelVoucherInvalid: 402,
+  ChannelVoucherStale: 402,
+  ChannelDepositExhausted: 402,
+  ChannelClosing: 402,
   InvalidRequest: 400,
   Unauthorized: 401,
+  Forbidden: 403,
   NotFound: 404,
   PayloadTooLarge: 413,
   InsufficientFunds: 402,
@@ -86,6 +110,7 @@ const statusByCode: Record<ErrorCode, number> = {
   PaidRequestFailed: 502,
   SellerUnreachable: 502,
   OfferMismatch: 502,
+  SaleNotAdmitted: 503,
   InvalidEncoding: 400,
   HeaderTooLarge: 400,
   InvalidAmount: 400,

@@ -80,6 +80,8 @@ export const SupportedNetworkSchema = z.object({
   batchSettler: AddressSchema.optional(),
   /** `SubscriptionManager` contract, when subscriptions are offered on this network. */
   subscriptionManager: AddressSchema.optional(),
+  /** `TollgateChannels` contract, when the facilitator relays opens and claims channels (docs/channels.md). */
+  channels: AddressSchema.optional(),
   /** Addresses the facilitator sends transactions from (operators of providers' plans). */
   signers: z.array(AddressSchema).optional(),
 });

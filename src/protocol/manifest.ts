@@ -12,12 +12,18 @@
 import { type Address, type Hex, recoverMessageAddress } from "viem";
 import { z } from "zod";
 import { AddressSchema, SignatureSchema, sameAddress } from "./address.ts";
-import { AtomicAmountSchema } from "./amount.ts";
 import { canonicalJson } from "./canonicalJson.ts";
 import { TollgateError } from "./errors.ts";
 import { NetworkSchema } from "./network.ts";
 import { parseWire } from "./parseWire.ts";
-import { HttpUrlSchema, PlanIdSchema, type PlanTerms } from "./paymentRequired.ts";
+import { HttpUrlSchema, type PlanTerms } from "./paymentRequired.ts";
+import {
+  PricingTypes,
+  perCallPrice as perCallPriceOf,
+  pricingFromWire,
+  type WirePricing,
+  WirePricingSchema,
+} from "./pricing.ts";
 
 /** Where a seller serves its manifest (or its signed envelope), relative to its `baseUrl`. */
 export const MANIFEST_PATH = "/.well-known/tollgate.json";
@@ -80,45 +86,14 @@ export const CapabilityInputSchema = JsonSchemaObjectSchema.refine((schema) => s
 /** A capability's output: any JSON Schema (an object, or `true` for anything). */
 export const CapabilityOutputSchema = z.union([JsonSchemaObjectSchema, z.boolean()]);
 
-/** Pay once per call, like a 402's `exact` option. */
-export const OneTimeManifestPricingSchema = z.object({
-  type: z.literal("one-time"),
-  amount: AtomicAmountSchema,
-});
-
-/** A `SubscriptionManager` plan's terms, as in DESIGN.md §2.1 (`PlanTerms` minus network, token, payTo). */
-const planFields = {
-  planId: PlanIdSchema,
-  /** Price per period, smallest unit (the first period is charged on subscribe). */
-  amount: AtomicAmountSchema,
-  /** Period in whole seconds. */
-  interval: z.int().positive(),
-  /** Units included per period (0 for none). */
-  includedUnits: z.int().nonnegative(),
-  /** Price per unit beyond the included ones, smallest unit (`"0"` for none). */
-  overageUnitPrice: AtomicAmountSchema,
-  /** The `SubscriptionManager` contract holding the plan; buyers also learn it from the 402. */
-  manager: AddressSchema.optional(),
-};
-
-/** A flat subscription: while it is active, calls cost nothing more. */
-export const SubscriptionManifestPricingSchema = z.object({ type: z.literal("subscription"), ...planFields });
-
-/** A subscription whose calls draw `unitsPerCall` units from the plan's allowance, then pay overage. */
-export const MeteredManifestPricingSchema = z.object({
-  type: z.literal("metered"),
-  ...planFields,
-  unitsPerCall: z.int().positive(),
-});
-
-export const ManifestPricingSchema = z.discriminatedUnion("type", [
-  OneTimeManifestPricingSchema,
-  SubscriptionManifestPricingSchema,
-  MeteredManifestPricingSchema,
-]);
-export type ManifestPricing = z.infer<typeof ManifestPricingSchema>;
+/**
+ * A capability's pricing entry: the wire form of the one pricing type (`src/protocol/pricing.ts`),
+ * `one-time`, `subscription` or `metered`, read with `pricingFromWire`.
+ */
+export const ManifestPricingSchema = WirePricingSchema;
+export type ManifestPricing = WirePricing;
 /** The pricing types, also the values of a market's `scheme` filter. */
-export const ManifestPricingTypes = ["one-time", "subscription", "metered"] as const;
+export const ManifestPricingTypes = PricingTypes;
 export type ManifestPricingType = ManifestPricing["type"];
 
 export const CapabilitySchema = z.object({
@@ -153,6 +128,11 @@ export const ManifestSchema = z
     /** The token prices are in (USDC on `network`). */
     token: AddressSchema,
     capabilities: z.array(CapabilitySchema).min(1).max(MAX_CAPABILITIES),
+    /**
+     * The seller's MCP endpoint (Streamable HTTP), serving each capability as a tool of the same name
+     * behind the same prices (docs/mcp.md). Absent: HTTP only.
+     */
+    mcp: z.object({ url: HttpUrlSchema }).optional(),
     /** When the seller signed this version, Unix seconds; a newer manifest replaces an older one. */
     issuedAt: z.int().nonnegative().max(Number.MAX_SAFE_INTEGER),
   })
@@ -265,28 +245,9 @@ export function capabilityUrl(
   return `${manifest.baseUrl.replace(/\/+$/, "")}${capability.path}`;
 }
 
-function ceilDiv(a: bigint, b: bigint): bigint {
-  return (a + b - 1n) / b;
-}
-
-/**
- * The price of one call under one pricing entry, in the token's smallest unit, rounded up so a buyer's
- * ceiling is never exceeded by rounding:
- * - `one-time`: its amount;
- * - `subscription`: the period price (how many calls a period will see is the buyer's forecast, not
- *   the catalog's, so one call is assumed to cost one period);
- * - `metered`: the period price spread over the calls the included units cover,
- *   ⌈amount ÷ ⌊includedUnits ÷ unitsPerCall⌋⌉; when not even one call is included, the price of a
- *   single call: amount + (unitsPerCall − includedUnits) × overageUnitPrice.
- */
+/** The price of one call under one pricing entry, smallest unit, rounded up (`pricing.ts`'s `perCallPrice`). */
 export function perCallPrice(entry: ManifestPricing): bigint {
-  const amount = BigInt(entry.amount);
-  if (entry.type !== "metered") return amount;
-  const units = BigInt(entry.unitsPerCall);
-  const included = BigInt(entry.includedUnits);
-  const callsPerPeriod = included / units;
-  if (callsPerPeriod > 0n) return ceilDiv(amount, callsPerPeriod);
-  return amount + (units - included) * BigInt(entry.overageUnitPrice);
+  return perCallPriceOf(pricingFromWire(entry));
 }
 
 /** The lowest `perCallPrice` over a capability's pricing entries: what a catalog's `maxPrice` compares. */
@@ -308,7 +269,7 @@ export function planTermsOfPricing(
   manifest: Pick<Manifest, "network" | "token" | "seller">,
   entry: ManifestPricing,
 ): PlanTerms | undefined {
-  if (entry.type === "one-time" || entry.manager === undefined) return undefined;
+  if (entry.type === "one-time" || entry.type === "channel" || entry.manager === undefined) return undefined;
   return {
     planId: entry.planId,
     amount: entry.amount,

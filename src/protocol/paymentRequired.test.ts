@@ -52,6 +52,27 @@ describe("PaymentRequiredSchema", () => {
     expect(parsed.accepts[1]?.tollgate?.manager).toBe("0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512");
   });
 
+  it("reads an option of a scheme it does not know, with its extra terms, for clients to skip or pay", () => {
+    const channel = {
+      ...body.accepts[0],
+      scheme: "channel",
+      extra: { escrow: "0xabc", minDeposit: "1000000" },
+    };
+    const parsed = PaymentRequiredSchema.parse({ ...body, accepts: [channel] });
+    expect(parsed.accepts[0]?.scheme).toBe("channel");
+    expect(parsed.accepts[0]?.extra).toEqual({ escrow: "0xabc", minDeposit: "1000000" });
+  });
+
+  it("refuses scheme terms nested too deep to write back, without throwing", () => {
+    let nested: Record<string, unknown> = {};
+    for (let i = 0; i < 200_000; i++) nested = { a: nested };
+    const parsed = PaymentRequiredSchema.safeParse({
+      ...body,
+      accepts: [{ ...body.accepts[0], extra: nested }],
+    });
+    expect(parsed.success).toBe(false);
+  });
+
   it("derives the plan terms from the subscription option", () => {
     const [exact, subscription] = PaymentRequiredSchema.parse(body).accepts as [PaymentOption, PaymentOption];
     expect(planTermsOf(exact)).toBeUndefined();
@@ -90,7 +111,11 @@ describe("PaymentRequiredSchema", () => {
     ["an error that is not a gate code", { ...body, error: "InsufficientFunds" }],
     ["no options", { ...body, accepts: [] }],
     ["another version", { ...body, version: "2" }],
-    ["an unknown scheme", { ...body, accepts: [{ ...body.accepts[0], scheme: "upto" }] }],
+    ["a scheme that is no scheme id", { ...body, accepts: [{ ...body.accepts[0], scheme: "Up To!" }] }],
+    [
+      "oversized scheme terms",
+      { ...body, accepts: [{ ...body.accepts[0], extra: { pad: "x".repeat(5000) } }] },
+    ],
     ["a fractional amount", { ...body, accepts: [{ ...body.accepts[0], amount: "0.5" }] }],
     [
       "a non-http facilitator",

@@ -9,9 +9,49 @@ import { GateErrorCodeSchema } from "./errors.ts";
 import { MemoSchema } from "./memo.ts";
 import { NetworkSchema } from "./network.ts";
 
-/** The payment schemes of a 402 option. */
+/** The payment schemes of a facilitator's `/supported` list. */
 export const PaymentSchemeSchema = z.enum(["exact", "subscription"]);
 export type PaymentScheme = z.infer<typeof PaymentSchemeSchema>;
+
+/**
+ * The scheme of a 402 option: a registered scheme's id (`exact`, `subscription`, `channel`, …). A
+ * client pays only the schemes it has a part for (`src/schemes`) and skips the others.
+ */
+export const OptionSchemeSchema = z.string().regex(/^[a-z][a-zA-Z0-9-]{0,31}$/);
+
+/**
+ * Scheme-specific terms of an option: JSON of at most about 4 KiB and 16 levels. Measured without
+ * recursion, so hostile nesting is refused instead of overflowing the stack.
+ */
+export const OptionExtraSchema = z
+  .record(z.string().max(64), z.unknown())
+  .refine((extra) => isSmallJson(extra, 4096, 16), {
+    error: "extra is at most 4 KiB of JSON, 16 levels deep",
+  });
+
+/** Whether `value` is JSON data whose text is at most about `maxChars` long and `maxDepth` deep. */
+function isSmallJson(value: unknown, maxChars: number, maxDepth: number): boolean {
+  const pending: { value: unknown; depth: number }[] = [{ value, depth: 0 }];
+  let size = 0;
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const { value: item, depth } = next;
+    if (depth > maxDepth) return false;
+    if (item === null || typeof item === "boolean" || typeof item === "number") size += 8;
+    else if (typeof item === "string") size += item.length + 2;
+    else if (Array.isArray(item)) {
+      size += 2 + item.length;
+      for (const element of item) pending.push({ value: element, depth: depth + 1 });
+    } else if (typeof item === "object") {
+      for (const [key, element] of Object.entries(item)) {
+        size += key.length + 4;
+        pending.push({ value: element, depth: depth + 1 });
+      }
+      size += 2;
+    } else return false;
+    if (size > maxChars) return false;
+  }
+  return true;
+}
 
 /** An on-chain plan id: a canonical decimal uint256, as `SubscriptionManager` numbers plans. */
 export const PlanIdSchema = UintStringSchema;
@@ -51,13 +91,15 @@ export type TollgateExtension = z.infer<typeof TollgateExtensionSchema>;
  */
 export const PaymentOptionSchema = z
   .object({
-    scheme: PaymentSchemeSchema,
+    scheme: OptionSchemeSchema,
     network: NetworkSchema,
     token: AddressSchema,
     amount: AtomicAmountSchema,
     payTo: AddressSchema,
     memo: MemoSchema,
     tollgate: TollgateExtensionSchema.optional(),
+    /** Terms of the option's scheme beyond the common ones (absent for `exact` and `subscription`). */
+    extra: OptionExtraSchema.optional(),
     /** The resource this option pays for (absolute URL or path), for display and logs. */
     resource: z.string().max(2048).optional(),
     description: z.string().max(1024).optional(),

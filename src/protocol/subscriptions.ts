@@ -98,7 +98,10 @@ export const SubscriptionInfoSchema = z.object({
   currentPeriodEnd: ChainTimeSchema,
   /** When the next renewal is charged: `currentPeriodEnd` while Active or PastDue, else null. */
   nextChargeAt: ChainTimeSchema.nullable(),
-  /** While Paused: the paid seconds that resume will restore. */
+  /**
+   * While Paused: the paid seconds that were left when it was paused (information only: the period keeps
+   * running while paused and resume does not give the paused time back). 0 otherwise.
+   */
   pausedRemaining: z.int().nonnegative(),
   maxOverage: AtomicAmountSchema,
   overageUsed: AtomicAmountSchema,

@@ -22,6 +22,10 @@ export const WebhookEventTypeSchema = z.enum([
   "allowance.exhausted",
   "plan.created",
   "plan.deprecated",
+  "channel.opened",
+  "channel.claimed",
+  "channel.close_requested",
+  "channel.closed",
 ]);
 export type WebhookEventType = z.infer<typeof WebhookEventTypeSchema>;
 

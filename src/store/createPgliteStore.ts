@@ -1,6 +1,12 @@
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { PGlite, type Transaction } from "@electric-sql/pglite";
 import { assertSchemaName } from "./assertSchemaName.ts";
 import { type LockDataDirOptions, lockDataDir } from "./lockDataDir.ts";
+import { notificationChannel } from "./notificationChannel.ts";
 import { ensurePrivateDir, tightenTree } from "./privateFiles.ts";
 import type { Queryable, SqlParam, Store } from "./store.ts";
 import { noSchemaError, transactionEndedError } from "./storeErrors.ts";
@@ -9,6 +15,41 @@ import { createTransactionScope } from "./transactionScope.ts";
 
 const INT8_OID = 20;
 const NUMERIC_OID = 1700;
+
+/**
+ * PGlite's start parameters with a smaller buffer pool: 16 MB of shared buffers instead of PostgreSQL's
+ * 128 MB, which PGlite allocates inside its WebAssembly memory (resident for the process's life). A
+ * Tollgate store's working set is small, and its pages stay in the OS page cache or PGlite's in-memory
+ * file system anyway: resident memory drops by ~120 MB (docs/facilitator.md, "At rest").
+ */
+const startParams = [...PGlite.defaultStartParams, "-c", "shared_buffers=16MB"];
+
+/**
+ * Creates a fresh on-disk database in a short-lived child process. PGlite runs initdb as a WebAssembly
+ * module of its own whose memory (~300–500 MB) the process keeps resident after it is done; in a child
+ * that memory goes away with it, and this process only opens an existing directory.
+ */
+function initialiseInChild(dataDir: string): Promise<void> {
+  const pglite = pathToFileURL(createRequire(import.meta.url).resolve("@electric-sql/pglite")).href;
+  const script =
+    `const { PGlite } = await import(${JSON.stringify(pglite)});` +
+    `const db = await PGlite.create({ dataDir: process.argv[1] }); await db.close();`;
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script, dataDir], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    child.stderr?.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    child.once("error", reject);
+    child.once("exit", (code) =>
+      code === 0
+        ? resolve()
+        : reject(new Error(`cannot create the database in ${dataDir}: ${stderr.slice(-500)}`)),
+    );
+  });
+}
 
 /**
  * An embedded PGlite database. PGlite is one backend on one connection: it runs one statement at a
@@ -24,7 +65,9 @@ export async function createPgliteStore(options: {
   dataDir: string;
   schema?: string | undefined;
   lock?: LockDataDirOptions | undefined;
-}): Promise<Store> {
+  /** An in-memory database's starting contents, a `dumpDataDir()` tarball (test stores, createTestStore.ts). */
+  loadDataDir?: Blob | undefined;
+}): Promise<Store & { dumpDataDir(): Promise<Blob> }> {
   const schema = options.schema === undefined ? undefined : assertSchemaName(options.schema);
   const inMemory = options.dataDir.startsWith("memory://");
   let unlock = () => {};
@@ -34,8 +77,12 @@ export async function createPgliteStore(options: {
   }
   let db: PGlite;
   try {
+    if (!inMemory && !existsSync(join(options.dataDir, "PG_VERSION")))
+      await initialiseInChild(options.dataDir);
     db = await PGlite.create({
       ...(inMemory ? {} : { dataDir: options.dataDir }),
+      ...(inMemory && options.loadDataDir !== undefined ? { loadDataDir: options.loadDataDir } : {}),
+      startParams,
       // Exact decimal strings for numeric and int8, as the pg driver returns them (see store.ts).
       parsers: { [INT8_OID]: (value: string) => value, [NUMERIC_OID]: (value: string) => value },
     });
@@ -80,6 +127,13 @@ export async function createPgliteStore(options: {
         let open = true;
         return scope.run(() => fn(handle(tx, () => open))).finally(() => (open = false));
       });
+    },
+    async listen(name, fn) {
+      return db.listen(notificationChannel(schema, name), fn);
+    },
+    dumpDataDir() {
+      scope.assertOutside("dumpDataDir");
+      return db.dumpDataDir("none");
     },
     async dropSchema() {
       scope.assertOutside("dropSchema");

@@ -1,6 +1,7 @@
 import pg from "pg";
 import type { Logger } from "pino";
 import { assertSchemaName } from "./assertSchemaName.ts";
+import { notificationChannel } from "./notificationChannel.ts";
 import type { Queryable, SqlParam, Store } from "./store.ts";
 import { noSchemaError, transactionEndedError } from "./storeErrors.ts";
 import { toSqlParams } from "./toSqlParams.ts";
@@ -36,6 +37,14 @@ export async function createPostgresStore(options: {
   // An idle connection dropped by the server emits 'error' on the pool; unhandled it would crash the
   // process. The pool replaces the connection on next use.
   pool.on("error", (error) => options.logger?.warn({ err: error }, "idle PostgreSQL connection failed"));
+  // And every connection keeps a listener of its own for its whole life: pg-pool attaches one only while
+  // a connection is idle, and a query through `pool.query` only until its callback, so a server that
+  // ends the connection in between (pg_terminate_backend, a failover) emitted 'error' on a client with
+  // no listener, which crashed the process (seen in the fault suite under many terminations). A query
+  // in flight still fails on its own, and a connection that failed is not queryable, so the pool drops it.
+  pool.on("connect", (client) => {
+    client.on("error", (error) => options.logger?.debug({ err: error }, "PostgreSQL connection failed"));
+  });
   // Fail at start, not on the first request, when the server is unreachable.
   await pool.query("SELECT 1");
   if (schema !== undefined) {
@@ -62,6 +71,51 @@ export async function createPostgresStore(options: {
   });
   const direct = handle(pool, () => true);
 
+  // ---- work notifications: one connection of its own LISTENs for every channel of this store --------
+  const listeners = new Map<string, Set<() => void>>();
+  let listener: pg.Client | undefined;
+  let connecting: Promise<pg.Client> | undefined;
+  let reconnectTimer: ReturnType<typeof setTimeout> | undefined;
+  const quote = (channel: string) => `"${channel.replaceAll('"', '""')}"`;
+  const tellAll = () => {
+    for (const fns of listeners.values()) for (const fn of fns) fn();
+  };
+  function connectListener(): Promise<pg.Client> {
+    connecting ??= (async () => {
+      const client = new pg.Client({ connectionString: options.databaseUrl });
+      const lost = (error?: Error) => {
+        if (listener !== client) return;
+        listener = undefined;
+        connecting = undefined;
+        client.end().catch(() => undefined);
+        if (closed) return;
+        options.logger?.warn({ err: error }, "PostgreSQL notification connection lost; reconnecting");
+        reconnectTimer ??= setTimeout(() => {
+          reconnectTimer = undefined;
+          // Whatever was sent while no one listened is found by the listeners' reads now.
+          connectListener().then(tellAll, () => reconnectTimer ?? lost());
+        }, 1_000);
+        reconnectTimer.unref?.();
+      };
+      client.on("error", lost);
+      client.on("end", () => lost());
+      client.on("notification", (message) => {
+        for (const fn of listeners.get(message.channel) ?? []) fn();
+      });
+      try {
+        await client.connect();
+        for (const channel of listeners.keys()) await client.query(`LISTEN ${quote(channel)}`);
+      } catch (error) {
+        connecting = undefined;
+        client.end().catch(() => undefined);
+        throw error;
+      }
+      listener = client;
+      return client;
+    })();
+    return connecting;
+  }
+
   return {
     kind: "postgres",
     schema,
@@ -78,6 +132,14 @@ export async function createPostgresStore(options: {
       const client = await pool.connect();
       // A connection whose ROLLBACK failed is in an unknown state: destroy it instead of reusing it.
       let broken: Error | undefined;
+      // A checked-out client has no pool listener: a connection the server ends between two queries
+      // (pg_terminate_backend, a restart, a network cut) emits 'error' here, which unhandled would crash
+      // the process. The transaction's next query fails on its own; the connection is destroyed on release.
+      const onError = (error: Error) => {
+        broken ??= error;
+        options.logger?.warn({ err: error }, "PostgreSQL connection failed during a transaction");
+      };
+      client.on("error", onError);
       try {
         await client.query("BEGIN");
         let open = true;
@@ -95,7 +157,26 @@ export async function createPostgresStore(options: {
         }
       } finally {
         client.release(broken);
+        client.removeListener("error", onError);
       }
+    },
+    async listen(name, fn) {
+      const channel = notificationChannel(schema, name);
+      let fns = listeners.get(channel);
+      const first = fns === undefined;
+      if (fns === undefined) {
+        fns = new Set();
+        listeners.set(channel, fns);
+      }
+      fns.add(fn);
+      const client = await connectListener();
+      if (first) await client.query(`LISTEN ${quote(channel)}`);
+      return async () => {
+        fns.delete(fn);
+        if (fns.size > 0 || listeners.get(channel) !== fns) return;
+        listeners.delete(channel);
+        await listener?.query(`UNLISTEN ${quote(channel)}`).catch(() => undefined);
+      };
     },
     async dropSchema() {
       scope.assertOutside("dropSchema");
@@ -105,6 +186,10 @@ export async function createPostgresStore(options: {
     async close() {
       if (closed) return;
       closed = true;
+      if (reconnectTimer !== undefined) clearTimeout(reconnectTimer);
+      const client = listener ?? (await connecting?.catch(() => undefined));
+      listener = undefined;
+      await client?.end().catch(() => undefined);
       await pool.end();
     },
   };

@@ -51,6 +51,13 @@ export type Store = Queryable & {
    * the transaction forever and on PostgreSQL it would run outside the transaction.
    */
   transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
+  /**
+   * Calls `fn` whenever the work notification `name` is sent on this database (the triggers of
+   * migration 0120, once per committed transaction): by this process, and on PostgreSQL by any other.
+   * A notification can be lost (a dropped connection), so a listener keeps a backstop read. Resolves once
+   * listening; the function it resolves with stops listening.
+   */
+  listen(name: string, fn: () => void): Promise<() => Promise<void>>;
   /** Drops the store's schema and everything in it (for test isolation). Throws if no schema was set. */
   dropSchema(): Promise<void>;
   /** Waits for work in flight, then releases the database. */

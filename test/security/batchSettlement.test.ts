@@ -150,13 +150,17 @@ async function delegate(eoa: DevnetAccount, target: Address, options: { mined: b
     to: devnet.deployer.address,
     authorizationList: [authorization],
     // Ahead of the facilitator's batch in the block both land in.
-    maxPriorityFeePerGas: 50_000_000_000n,
-    maxFeePerGas: 100_000_000_000n,
+    maxPriorityFeePerGas: 5_000_000_000_000n,
+    maxFeePerGas: 10_000_000_000_000n,
   });
   if (options.mined) await devnet.publicClient.waitForTransactionReceipt({ hash });
 }
 
-/** Submits a signed authorization directly to the token, outbidding the facilitator's batch. */
+/**
+ * Submits a signed authorization directly to the token, outbidding the facilitator's batch by far: the
+ * facilitator takes the node's suggested tip, which follows the tips of recent blocks, and an earlier
+ * test's bid in this file can raise it to that bid (a tie then goes to the batch, which arrived first).
+ */
 function submitDirectly(from: DevnetAccount, authorization: TransferAuthorization, signature: Hex) {
   const a = authorization;
   return writeContract(devnet.walletClient(from), {
@@ -203,7 +207,7 @@ describe("a payer whose wallet burns gas", () => {
     expect(await gasUsedBy([...transactions][0]!)).toBeLessThan(800_000n);
     expect(await balance(payTo.address)).toBe(payeeBefore + 100_000n + 9n * 200_000n);
     expect(await balance(hostile.address)).toBe(1_000_000n);
-  });
+  }, 120_000);
 
   it("fails alone when the payer delegates its EOA to a gas-burning contract after the preflight", async () => {
     const burner = await deployFixture("GasBurningDelegate");
@@ -226,7 +230,7 @@ describe("a payer whose wallet burns gas", () => {
     // Sent again, it is refused at the preflight: the simulation runs out of the per-item gas.
     const again = await authorize(tf, hostilePayment);
     expect([again.status, again.body.error?.code]).toEqual([422, "InvalidSignature"]);
-  });
+  }, 120_000);
 
   it("is isolated by splitting reverted batches, and checked again before a retry, on a settler without gas caps", async () => {
     // An operator who has not redeployed BatchSettler: there the hostile item reverts the whole batch.
@@ -267,7 +271,7 @@ describe("a payer whose wallet burns gas", () => {
     } finally {
       await legacyFacilitator.stop();
     }
-  });
+  }, 120_000);
 });
 
 describe("a payment settled on chain by a third party first", () => {

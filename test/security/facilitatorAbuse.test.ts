@@ -9,7 +9,7 @@ import type { PaymentPayload, PaymentRequirements } from "@x402/core/types";
 import { ExactEvmScheme as ExactEvmClientScheme } from "@x402/evm/exact/client";
 import type { Address, PrivateKeyAccount } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
 import {
@@ -121,12 +121,23 @@ beforeAll(async () => {
   devnet = await startDevnet({ accounts: 8 });
 });
 
-afterAll(async () => {
-  for (const r of running.reverse()) {
+/**
+ * Each test's facilitators stop when it ends: left running, their background loops (settlement
+ * reconciler, indexer, workers) piled up test after test in this one process and slowed the file down,
+ * and one's late settlement could move the shared gas account's nonce under a later test.
+ */
+async function stopRunning(): Promise<void> {
+  for (const r of running.splice(0).reverse()) {
     await r.server.close();
     await r.facilitator.stop();
     await r.store.close();
   }
+}
+
+afterEach(stopRunning);
+
+afterAll(async () => {
+  await stopRunning();
   await devnet?.stop();
 });
 

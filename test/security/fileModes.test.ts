@@ -66,7 +66,7 @@ describe("file modes of the embedded stores", () => {
     await useStore(dataDir, "second run ");
     expect(loosePaths(tollgateDir)).toEqual([]);
     expect(readdirSync(join(dataDir, "pg_wal")).length).toBeGreaterThan(0);
-  });
+  }, 120_000);
 
   it("tightens a data directory an older version left readable by others when it opens it", async () => {
     const tollgateDir = join(root, "older", ".tollgate");
@@ -88,7 +88,7 @@ describe("file modes of the embedded stores", () => {
     } finally {
       await store.close();
     }
-  });
+  }, 120_000);
 
   it("keeps the agents' budget store private", async () => {
     const tollgateDir = join(root, "agents", ".tollgate");
@@ -101,7 +101,7 @@ describe("file modes of the embedded stores", () => {
     }
     expect(countFiles(agentDataDir(tollgateDir))).toBeGreaterThan(100);
     expect(loosePaths(tollgateDir)).toEqual([]);
-  });
+  }, 120_000);
 });
 
 async function freePort(): Promise<number> {

@@ -199,7 +199,7 @@ describe("renewals beside a hostile plan token", () => {
     }
     // The poisoned ones wait out their back-off instead of heading the next run.
     expect((await keeper.runOnce()).attempted).toEqual([]);
-  });
+  }, 120_000);
 
   it("against a manager without per-item isolation, splits a reverting batch, sets the poisoned subscriptions aside and renews the rest in the same run; plans in tokens it does not serve are skipped", async () => {
     const tokens = await deployHostileTokens();
@@ -225,7 +225,7 @@ describe("renewals beside a hostile plan token", () => {
     const again = await keeper.runOnce();
     expect(again.attempted).toEqual([]);
     expect(again.isolated).toEqual([]);
-  });
+  }, 120_000);
 });
 
 describe("usage beside an overflowing or hostile record", () => {
@@ -286,7 +286,7 @@ describe("usage beside an overflowing or hostile record", () => {
     expect((await read(manager, a)).overageUsed).toBe(4000n);
     expect((await read(manager, b)).overageUsed).toBe(4000n);
     expect((await read(manager, c)).overageUsed).toBe(2000n);
-  });
+  }, 120_000);
 
   it("against a manager without per-item isolation, fails the record that reverts alone and settles the rest in one run", async () => {
     const facilitator = await facilitatorOn(legacyManager);
@@ -296,5 +296,5 @@ describe("usage beside an overflowing or hostile record", () => {
     for (const ref of ["b-1", "c-1", "b-2"]) expect(rows[ref]).toMatchObject({ status: "settled" });
     expect((await read(legacyManager, b)).overageUsed).toBe(4000n);
     expect((await read(legacyManager, c)).overageUsed).toBe(2000n);
-  });
+  }, 120_000);
 });

@@ -160,7 +160,7 @@ describe("webhook secrets at rest", () => {
         expect(found).toEqual([]);
       }
     }
-  });
+  }, 120_000);
 
   it.runIf(process.env.DATABASE_URL !== undefined)("stores only sealed secrets on PostgreSQL", async () => {
     const store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });

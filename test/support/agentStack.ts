@@ -23,7 +23,9 @@ export type AgentStack = {
 };
 
 /** Starts the stack; if a part fails to start, what already started is stopped before rethrowing. */
-export async function startAgentStack(): Promise<AgentStack> {
+export async function startAgentStack(
+  options: { facilitator?: Parameters<typeof startTestFacilitator>[1] } = {},
+): Promise<AgentStack> {
   const stops: (() => Promise<void>)[] = [];
   const stop = async () => {
     for (const s of stops.reverse()) await s();
@@ -32,7 +34,7 @@ export async function startAgentStack(): Promise<AgentStack> {
   try {
     const devnet = await startDevnet({ accounts: 10 });
     stops.push(() => devnet.stop());
-    const tf = await startTestFacilitator(devnet);
+    const tf = await startTestFacilitator(devnet, options.facilitator);
     stops.push(() => tf.stop());
     const market = await serveMarket({
       store: tf.store,

@@ -39,7 +39,7 @@ export async function startTestFacilitator(
   options: Partial<
     Pick<
       CreateFacilitatorOptions,
-      "settlement" | "confirmations" | "rpcUrl" | "modules" | "webhooks" | "logger"
+      "settlement" | "confirmations" | "rpcUrl" | "modules" | "webhooks" | "logger" | "dashboard"
     >
   > & {
     store?: Store;
@@ -48,6 +48,8 @@ export async function startTestFacilitator(
     batchSettler?: Address;
     /** Proof keys, the first signing (default: one fresh key). */
     proofKeys?: readonly ProofKey[];
+    /** Further TollgateUSD deployments to serve beside the devnet's (same permit domain). */
+    extraTokens?: readonly Address[];
   } = {},
 ): Promise<TestFacilitator> {
   const store = options.store ?? (await createTestStore({ databaseUrl: process.env.DATABASE_URL }));
@@ -62,11 +64,18 @@ export async function startTestFacilitator(
     proofKeys,
     batchSettler: options.batchSettler ?? devnet.contracts.batchSettler,
     subscriptionManager: devnet.contracts.subscriptionManager,
-    tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+    channels: devnet.contracts.channels,
+    tokens: [devnet.contracts.usd, ...(options.extraTokens ?? [])].map((address) => ({
+      address,
+      ...tollgateUsdDomain,
+      symbol: "USDC",
+      decimals: 6,
+    })),
     settlement: { reconcileIntervalMs: 200, ...options.settlement },
     confirmations: options.confirmations,
     modules: options.modules,
     logger: options.logger,
+    dashboard: options.dashboard,
     // Suites' webhook receivers listen on loopback, which a facilitator refuses unless allowed.
     webhooks: options.webhooks ?? { allowTargets: ["127.0.0.0/8", "::1"] },
   });

@@ -49,6 +49,49 @@ function ledgerSuite(open: () => Promise<Store>) {
     await store.close();
   });
 
+  describe("payments whose outcome is unknown", () => {
+    const NONCE = `0x${"ab".repeat(32)}` as const;
+    it("keeps a pending payment's hold past its reservation's expiry, and forgets it once committed", async () => {
+      const agent = freshAgent();
+      await ledger.setLimits(agent, { total: usd("1") });
+      const r = await ledger.reserve(agent, {
+        amount: usd("0.4"),
+        provider: A,
+        kind: "one-time",
+        ttlSeconds: 60,
+      });
+      await ledger.pend(r, { payer: B, nonce: NONCE, validBefore: Math.floor(T0 / 1000) + 300 });
+      await ledger.pend(r, { payer: B, nonce: NONCE, validBefore: Math.floor(T0 / 1000) + 300 });
+      expect(await ledger.pendingPayments(agent)).toMatchObject([
+        { spendId: r.id, payer: getAddress(B), nonce: NONCE, amount: usd("0.4") },
+      ]);
+      clock.advance(2 * HOUR);
+      // Past the reservation's own 60 s, the hold still counts: the payment may settle.
+      expect((await ledger.report(agent)).reserved.total).toBe(usd("0.4"));
+      await failure(
+        ledger.reserve(agent, { amount: usd("0.7"), provider: A, kind: "one-time" }),
+        "BudgetExceeded",
+      );
+      await ledger.commit(r);
+      expect(await ledger.pendingPayments(agent)).toEqual([]);
+      expect((await ledger.report(agent)).spent.total).toBe(usd("0.4"));
+    });
+
+    it("forgets a pending payment once released, and refuses a bad nonce", async () => {
+      const agent = freshAgent();
+      await ledger.setLimits(agent, { total: usd("1") });
+      const r = await ledger.reserve(agent, { amount: usd("0.4"), provider: A, kind: "one-time" });
+      await failure(
+        ledger.pend(r, { payer: B, nonce: "0x12" as `0x${string}`, validBefore: 1 }),
+        "InvalidRequest",
+      );
+      await ledger.pend(r, { payer: B, nonce: NONCE, validBefore: 1 });
+      await ledger.release(r);
+      expect(await ledger.pendingPayments(agent)).toEqual([]);
+      expect((await ledger.report(agent)).reserved.total).toBe(0n);
+    });
+  });
+
   describe("limits", () => {
     it("stores limits and reads them back with providers checksummed", async () => {
       const agent = freshAgent();

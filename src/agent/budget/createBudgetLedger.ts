@@ -55,6 +55,13 @@ export const ReserveRequestSchema = z
      * `hold` of at most `withHold` under that ref, while this reservation lasts, is not asked again.
      */
     withHold: z.bigint().nonnegative().optional(),
+    /**
+     * The id of an open sale reservation this one draws from (a reseller's purchase for a sale it
+     * admitted): the sale's shrinks by `amount` in the same transaction, so the total and daily limits
+     * are not asked twice; per-provider and per-call still are. Not asked of the approval hook: the sale
+     * was. Released or committed for less, the rest goes back to the sale while it is open.
+     */
+    within: z.string().min(1).max(128).optional(),
   })
   .refine((r) => r.kind !== "subscription" || r.ref !== undefined, {
     error: "a subscription spend needs a ref naming the subscription",
@@ -87,6 +94,28 @@ export type SpendOutcome = {
   committed: bigint;
   /** Committed after the reservation had expired. */
   late: boolean;
+};
+
+/** A one-time payment whose outcome is unknown, held in the budget until read back (`pend`). */
+export type PendingPayment = {
+  /** The reservation that holds it. */
+  spendId: string;
+  agent: AgentId;
+  /** The paying wallet: the one that can read the payment back. */
+  payer: Address;
+  /** The EIP-3009 authorization nonce (keccak256 of the memo). */
+  nonce: `0x${string}`;
+  /** Unix seconds: no transfer can use the authorization at or after this time. */
+  validBefore: number;
+  amount: bigint;
+  createdAt: Date;
+  /** The paid request's method and URL, when the payer said (its proof is kept for the next call). */
+  target?: string | undefined;
+  /**
+   * A payment to a standard x402 server: the authorization's token. Read back from the chain (its
+   * EIP-3009 `authorizationState`), since the seller's facilitator settles it, not Tollgate's.
+   */
+  token?: Address | undefined;
 };
 
 /** What the approval hook is asked about. */
@@ -176,6 +205,29 @@ export type BudgetLedger = {
   commit(reservation: { id: string }, actualAmount?: bigint): Promise<SpendOutcome>;
   /** Frees the hold. Idempotent; releasing a committed reservation changes nothing and returns it. */
   release(reservation: { id: string }): Promise<SpendOutcome>;
+  /**
+   * Marks a reservation as a payment whose outcome is unknown (its `/authorize` answer was lost): it
+   * keeps holding its amount past its expiry (up to 7 days) until `commit` (the payment settled) or
+   * `release` (it never did, known only after `validBefore`), which also forget it. Idempotent.
+   */
+  pend(
+    reservation: { id: string },
+    payment: {
+      payer: Address;
+      nonce: `0x${string}`;
+      validBefore: number;
+      target?: string | undefined;
+      /** Set for an x402 payment: the authorization's token, read back on chain (`PendingPayment.token`). */
+      token?: Address | undefined;
+    },
+  ): Promise<void>;
+  /** The agent's payments whose outcome is unknown, oldest first. */
+  pendingPayments(agent: string): Promise<PendingPayment[]>;
+  /**
+   * What the agent's open sale reservation `id` still holds for the purchases drawn from it
+   * (`reserve(…, { within: id })`); 0 once it is closed or expired, or if it is not the agent's.
+   */
+  saleHeld(agent: string, id: string): Promise<bigint>;
   /** Marks a subscription ended, so its period price no longer counts as committed. False if not active. */
   endSubscription(agent: string, ref: string): Promise<boolean>;
   /** Spent, reserved and remaining per limit, per provider and per kind. Throws `NotFound` without a budget. */
@@ -234,8 +286,22 @@ const SpendRowSchema = z.object({
   status: z.enum(["reserved", "committed", "released"]),
   expires_at: TimestampColumnSchema,
   late: z.boolean(),
+  parent_id: z.string().nullable(),
 });
 type SpendRow = z.infer<typeof SpendRowSchema>;
+const PendingRowSchema = z.object({
+  spend_id: z.string(),
+  agent: z.string(),
+  payer: z.string(),
+  nonce: z.string(),
+  valid_before: BigintColumnSchema,
+  amount: BigintColumnSchema,
+  created_at: TimestampColumnSchema,
+  target: z.string().nullable(),
+  token: z.string().nullable(),
+});
+/** How long a pending payment's reservation holds at most (the longest reservation). */
+const PENDING_HOLD_MS = MAX_RESERVATION_TTL_SECONDS * 1000;
 
 function usdc(amount: bigint): string {
   return `${formatUnitsExact(amount)} USDC`;
@@ -498,11 +564,40 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
     const row = await queryOneParsed(
       tx,
       SpendRowSchema,
-      `SELECT id, agent, provider, kind, ref, reserved, committed, status, expires_at, late
+      `SELECT id, agent, provider, kind, ref, reserved, committed, status, expires_at, late, parent_id
          FROM agent_spends WHERE id = $1`,
       [id],
     );
     return row!;
+  }
+
+  /** Takes `amount` out of the agent's open sale reservation `id` (its lock held); throws if it cannot. */
+  async function drawFromSale(tx: Queryable, agent: AgentId, id: string, amount: bigint): Promise<void> {
+    await tx.query("SELECT 1 FROM agent_budgets WHERE agent = $1 FOR UPDATE", [agent]);
+    const drawn = await tx.query(
+      `UPDATE agent_spends SET reserved = reserved - $3
+        WHERE id = $1 AND agent = $2 AND status = 'reserved' AND parent_id IS NULL AND reserved >= $3
+          AND expires_at > $4
+        RETURNING id`,
+      [id, agent, amount, new Date(clock.now())],
+    );
+    if (drawn.length === 0) {
+      throw new TollgateError(
+        ErrorCode.BudgetExceeded,
+        `${usdc(amount)} is more than the sale reservation ${id} of agent "${agent}" still holds (or it is closed)`,
+        { details: { agent, limit: "sale", requested: amount.toString(), sale: id } },
+      );
+    }
+  }
+
+  /** Gives `amount` of a drawn reservation back to its sale, if the sale is still open. */
+  async function giveBackToSale(tx: Queryable, row: SpendRow, amount: bigint): Promise<void> {
+    if (row.parent_id === null || amount <= 0n) return;
+    await tx.query(
+      `UPDATE agent_spends SET reserved = reserved + $2
+        WHERE id = $1 AND status = 'reserved' AND expires_at > $3`,
+      [row.parent_id, amount, new Date(clock.now())],
+    );
   }
 
   return {
@@ -550,15 +645,17 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
       const withHold = request.withHold ?? 0n;
       const asked: ApprovalRequest =
         withHold > 0n ? { ...target, amount: request.amount + withHold, hold: withHold } : target;
-      await askApproval(asked, (report) => assertFits(report, agent, target));
+      if (request.within === undefined)
+        await askApproval(asked, (report) => assertFits(report, agent, target));
       const reservation = await store.transaction(async (tx) => {
+        if (request.within !== undefined) await drawFromSale(tx, agent, request.within, request.amount);
         const report = assertFits(await loadReport(tx, agent, "FOR UPDATE"), agent, target);
         const reservedAt = report.at;
         const expiresAt = new Date(reservedAt.getTime() + (request.ttlSeconds ?? defaultTtl) * 1000);
         const id = createId();
         await tx.query(
-          `INSERT INTO agent_spends (id, agent, provider, kind, ref, reserved, reserved_at, expires_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+          `INSERT INTO agent_spends (id, agent, provider, kind, ref, reserved, reserved_at, expires_at, parent_id)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
           [
             id,
             agent,
@@ -568,6 +665,7 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
             request.amount,
             reservedAt,
             expiresAt,
+            request.within ?? null,
           ],
         );
         return {
@@ -644,6 +742,8 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
           "UPDATE agent_spends SET status = 'committed', committed = $2, settled_at = $3, late = $4 WHERE id = $1",
           [row.id, amount, now, late],
         );
+        await tx.query("DELETE FROM agent_pending_payments WHERE spend_id = $1", [row.id]);
+        await giveBackToSale(tx, row, row.reserved - amount);
         await tx.query(
           `INSERT INTO agent_spend_totals (agent, provider, kind, spent) VALUES ($1, $2, $3, $4)
            ON CONFLICT (agent, provider, kind) DO UPDATE SET spent = agent_spend_totals.spent + EXCLUDED.spent`,
@@ -680,9 +780,79 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
           row.id,
           new Date(clock.now()),
         ]);
+        await tx.query("DELETE FROM agent_pending_payments WHERE spend_id = $1", [row.id]);
+        await giveBackToSale(tx, row, row.reserved);
         logger?.debug({ id: row.id }, "budget: released");
         return { ...outcomeOf(row), status: "released", committed: 0n } satisfies SpendOutcome;
       });
+    },
+
+    async pend(reservation, payment) {
+      const nonce = parseOrThrow(z.string().regex(/^0x[0-9a-fA-F]{64}$/), payment.nonce, "payment nonce");
+      const payer = parseOrThrow(AddressSchema, payment.payer, "payer address");
+      const token =
+        payment.token === undefined ? undefined : parseOrThrow(AddressSchema, payment.token, "token address");
+      if (!Number.isSafeInteger(payment.validBefore) || payment.validBefore <= 0) {
+        throw new TollgateError(ErrorCode.InvalidRequest, "validBefore must be unix seconds");
+      }
+      await store.transaction(async (tx) => {
+        const row = await lockSpend(tx, reservation.id);
+        if (row.status !== "reserved") return;
+        const now = new Date(clock.now());
+        // Held past the reservation's own expiry: the money may move at any time before validBefore.
+        const until = new Date(Math.max(row.expires_at.getTime(), now.getTime() + PENDING_HOLD_MS));
+        await tx.query("UPDATE agent_spends SET expires_at = $2 WHERE id = $1", [row.id, until]);
+        await tx.query(
+          `INSERT INTO agent_pending_payments (spend_id, agent, payer, nonce, valid_before, amount, created_at, target, token)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (spend_id) DO NOTHING`,
+          [
+            row.id,
+            row.agent,
+            payer.toLowerCase(),
+            nonce.toLowerCase(),
+            payment.validBefore,
+            row.reserved,
+            now,
+            payment.target === undefined ? null : payment.target.slice(0, 2048),
+            token === undefined ? null : token.toLowerCase(),
+          ],
+        );
+      });
+      logger?.warn({ id: reservation.id, nonce }, "budget: payment outcome unknown, held until read back");
+    },
+
+    async pendingPayments(agentInput) {
+      const agent = parseOrThrow(AgentIdSchema, agentInput, "agent name");
+      const rows = await queryParsed(
+        store,
+        PendingRowSchema,
+        `SELECT spend_id, agent, payer, nonce, valid_before, amount, created_at, target, token FROM agent_pending_payments
+          WHERE agent = $1 ORDER BY created_at, spend_id`,
+        [agent],
+      );
+      return rows.map((r) => ({
+        spendId: r.spend_id,
+        agent,
+        payer: getAddress(r.payer),
+        nonce: r.nonce as `0x${string}`,
+        validBefore: Number(r.valid_before),
+        amount: r.amount,
+        createdAt: r.created_at,
+        ...(r.target === null ? {} : { target: r.target }),
+        ...(r.token === null ? {} : { token: getAddress(r.token) }),
+      }));
+    },
+
+    async saleHeld(agentInput, id) {
+      const agent = parseOrThrow(AgentIdSchema, agentInput, "agent name");
+      const row = await queryOneParsed(
+        store,
+        z.object({ reserved: BigintColumnSchema }),
+        `SELECT reserved FROM agent_spends
+          WHERE id = $1 AND agent = $2 AND status = 'reserved' AND parent_id IS NULL AND expires_at > $3`,
+        [id, agent, new Date(clock.now())],
+      );
+      return row?.reserved ?? 0n;
     },
 
     async endSubscription(agentInput, ref) {

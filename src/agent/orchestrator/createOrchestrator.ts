@@ -3,9 +3,12 @@ import type { BaseChatModel } from "@langchain/core/language_models/chat_models"
 import type { StructuredToolInterface } from "@langchain/core/tools";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
+import type { AgentChannels } from "../budget/channelCommitments.ts";
 import type { BudgetLedger } from "../budget/createBudgetLedger.ts";
 import { createRulePlanner, type Plan, type RulePlanner } from "../planner/createRulePlanner.ts";
 import { type PlannerInputs, PlannerInputsSchema } from "../planner/plannerInputs.ts";
+import { runPlanCalls } from "../planner/runPlanCalls.ts";
+import { paidToolMetadataOf } from "../tools/describePricing.ts";
 import type { MarketToolFinder } from "./marketSearchTool.ts";
 import { runModelAgent } from "./runModelAgent.ts";
 import { type OrchestratorStep, runToolCall } from "./runToolCall.ts";
@@ -70,6 +73,14 @@ export type CreateOrchestratorOptions = {
   callbacks?: Callbacks | undefined;
   /** Each token of a streaming model's replies, as it arrives. */
   onToken?: ((text: string) => void) | undefined;
+  /**
+   * The agent's prepaid channels (the ones its paid tools pay through). At the end of every run the
+   * idle rule closes those unused for `channelIdleSeconds` (default 600): channels this run used stay
+   * open for the runs that follow, channels no run used lately are closed and their holds released
+   * (docs/channels.md, "Agents"). A one-shot process closes them all itself (`tollgate run` does).
+   */
+  channels?: AgentChannels | undefined;
+  channelIdleSeconds?: number | undefined;
 };
 
 export type OrchestratorRun = {
@@ -107,8 +118,8 @@ const noopLogger: OrchestratorLogger = { info() {}, warn() {} };
  * An agent that completes a task with tools: through LangChain's `createAgent` over a tool-calling
  * chat model when one is given (Tollgate's middleware checks the budget, asks for approval and runs a
  * turn's calls in parallel through p-queue; see tollgateMiddleware.ts), otherwise through the
- * deterministic rule planner, whose calls run one at a time, in order, so that an offline run spends
- * in a reproducible sequence.
+ * deterministic rule planner, whose independent calls run at once through the same queue (the answer
+ * lists them in the plan's order; identical calls are made once).
  *
  * @example
  * const orchestrator = createOrchestrator({ tools, model: modelFromEnv(process.env) });
@@ -138,36 +149,42 @@ export function createOrchestrator(options: CreateOrchestratorOptions): Orchestr
     await options.onEvent?.(event);
   };
 
-  async function callTool(
-    steps: OrchestratorStep[],
-    request: { callId: string; tool: string; args: Record<string, unknown>; document?: string | undefined },
-    signal: AbortSignal | undefined,
-  ) {
-    signal?.throwIfAborted();
-    const index = steps.length;
-    await emit({ type: "tool:start", index, ...request });
-    const outcome = await runToolCall(byName.get(request.tool), { index, ...request }, signal);
-    steps.push(outcome.step);
-    logger.info(
-      { tool: request.tool, index, document: request.document, error: outcome.step.error },
-      outcome.step.error === undefined ? "tool call done" : "tool call failed",
-    );
-    await emit({ type: "tool:end", step: outcome.step });
-    return outcome;
-  }
-
   async function runRules(task: string, inputs: PlannerInputs, signal: AbortSignal | undefined) {
     const plan = planner.plan(task, tools, inputs);
     logger.info({ planner: "rules", calls: plan.calls.length, forecast: plan.forecast }, "rule plan made");
     await emit({ type: "plan", planner: "rules", plan });
-    const steps: OrchestratorStep[] = [];
-    for (const call of plan.calls) {
-      await callTool(
-        steps,
-        { callId: `rules_${steps.length + 1}`, tool: call.tool, args: call.args, document: call.document },
-        signal,
-      );
-    }
+    // The plan's calls are independent: they run at once through the queue (runPlanCalls.ts).
+    const steps = await runPlanCalls<OrchestratorStep>(plan.calls, {
+      queue,
+      // A tool whose listing offers a plan may subscribe: its first call leads alone.
+      leadsAlone: (name) =>
+        paidToolMetadataOf(
+          byName.get(name) as { metadata?: Record<string, unknown> } | undefined,
+        )?.pricing.some((p) => p.type !== "one-time") === true,
+      sellerOf: (name) =>
+        paidToolMetadataOf(byName.get(name) as { metadata?: Record<string, unknown> } | undefined)?.seller ??
+        name,
+      call: async ({ index, ...request }) => {
+        signal?.throwIfAborted();
+        await emit({ type: "tool:start", index, ...request });
+        const outcome = await runToolCall(byName.get(request.tool), { index, ...request }, signal);
+        logger.info(
+          { tool: request.tool, index, document: request.document, error: outcome.step.error },
+          outcome.step.error === undefined ? "tool call done" : "tool call failed",
+        );
+        await emit({ type: "tool:end", step: outcome.step });
+        return outcome.step;
+      },
+      duplicate: async ({ index, ...request }, first, shared) => {
+        await emit({ type: "tool:start", index, ...request });
+        // Made once: this call shares the first one's result (its receipt stays with it).
+        const { artifact: _receipt, ...rest } = shared;
+        const step: OrchestratorStep = { ...rest, index, callId: request.callId, duplicateOf: first.callId };
+        await emit({ type: "tool:end", step });
+        return step;
+      },
+      signal,
+    });
     return { answer: planner.answer(plan, steps), steps, planner: "rules", plan };
   }
 
@@ -214,6 +231,19 @@ export function createOrchestrator(options: CreateOrchestratorOptions): Orchestr
           ? await runRules(task, inputs, signal)
           : await runModel(model, task, inputs, signal);
       await emit({ type: "answer", planner: run.planner, answer: run.answer });
+      if (options.channels !== undefined) {
+        try {
+          const closed = await options.channels.closeIdle({ idleSeconds: options.channelIdleSeconds });
+          for (const c of closed) {
+            logger.info(
+              { channelId: c.channelId, spent: c.spent.toString(), returned: c.returned.toString() },
+              "idle channel closed at the end of the run",
+            );
+          }
+        } catch (error) {
+          logger.warn({ err: error }, "could not close idle channels at the end of the run");
+        }
+      }
       return run;
     },
     forecast: (task, inputs = {}) => planner.forecast(task, tools, inputs),

@@ -104,8 +104,10 @@ async function budgetRefusal(
     const amount = BigInt(entry.amount);
     const room = availableFor(report, {
       provider: meta.seller,
-      kind: entry.type === "one-time" ? "one-time" : "subscription",
-      ...(entry.type === "one-time" ? {} : { ref: `plan:${entry.planId}@${meta.seller}` }),
+      kind: entry.type === "one-time" || entry.type === "channel" ? "one-time" : "subscription",
+      ...(entry.type === "one-time" || entry.type === "channel"
+        ? {}
+        : { ref: `plan:${entry.planId}@${meta.seller}` }),
     });
     if (room === undefined || amount <= room) return undefined;
     if (best === undefined || amount < best.amount) best = { amount, room };

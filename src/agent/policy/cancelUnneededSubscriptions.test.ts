@@ -82,6 +82,8 @@ describe("reviewSubscription", () => {
     });
     expect(early.action).toBe("keep");
     expect(early.reason).toMatch(/paid for another/);
+    // When to look again: the window opens in a second (what the watcher sleeps at most).
+    expect(early.reviewInSeconds).toBe(1);
     const inWindow = reviewSubscription({
       subscription: held(),
       demand,

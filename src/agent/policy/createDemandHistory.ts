@@ -16,7 +16,9 @@ import { BigintColumnSchema } from "../../store/columnSchemas.ts";
 import { queryOneParsed } from "../../store/queryParsed.ts";
 import type { Store } from "../../store/store.ts";
 import type { CallKey } from "./createCallCounter.ts";
+import type { PolicyForecast } from "./decide.ts";
 import { type DemandState, demandModelFor, recordDemand } from "./demandEstimate.ts";
+import { forecastRate } from "./runningForecast.ts";
 
 /** What the history holds for one key. */
 export type DemandRecord = {
@@ -28,12 +30,18 @@ export type DemandRecord = {
 export type DemandHistory = {
   /**
    * Records `count` calls (default 1) now, decaying older evidence with the half-life of a plan of
-   * `intervalSeconds`; `oneTimePrice` remembers the price the offer named for paying once.
+   * `intervalSeconds`; `oneTimePrice` remembers the price the offer named for paying once; `prior`
+   * is the planner's forecast in force (the time since the last record is expected at its rate, which
+   * is how the forecaster's bias is learned).
    */
   record(
     key: CallKey,
     intervalSeconds: number,
-    options?: { count?: number | undefined; oneTimePrice?: bigint | undefined },
+    options?: {
+      count?: number | undefined;
+      oneTimePrice?: bigint | undefined;
+      prior?: PolicyForecast | undefined;
+    },
   ): Promise<void>;
   /** The evidence as last recorded (decay it to now with `estimateDemand`), or undefined. */
   get(key: CallKey): Promise<DemandRecord | undefined>;
@@ -73,6 +81,9 @@ function assertInterval(seconds: number): void {
   }
 }
 
+const priorRateOf = (prior: PolicyForecast | undefined, intervalSeconds: number) =>
+  prior === undefined ? undefined : forecastRate(prior, intervalSeconds);
+
 /** A history in memory: one process, lost on exit. */
 export function createMemoryDemandHistory(options: { clock: Clock }): DemandHistory {
   const rows = new Map<string, DemandRecord>();
@@ -89,6 +100,7 @@ export function createMemoryDemandHistory(options: { clock: Clock }): DemandHist
           options.clock.now(),
           demandModelFor(intervalSeconds),
           recordOptions.count,
+          priorRateOf(recordOptions.prior, intervalSeconds),
         ),
         oneTimePrice: recordOptions.oneTimePrice ?? row?.oneTimePrice,
       });
@@ -105,12 +117,27 @@ const RowSchema = z.object({
   exposure: z.coerce.number().nonnegative(),
   at_ms: BigintColumnSchema,
   since_ms: BigintColumnSchema,
+  expected: z.coerce.number().nonnegative(),
+  recent: z.coerce.number().nonnegative(),
+  recent_exposure: z.coerce.number().nonnegative(),
+  recall: z.coerce.number().nonnegative(),
+  recent_arrivals: z.coerce.number().nonnegative(),
   one_time_price: BigintColumnSchema.nullable(),
 });
 
 function recordOf(row: z.infer<typeof RowSchema>): DemandRecord {
   return {
-    state: { calls: row.calls, exposure: row.exposure, at: Number(row.at_ms), since: Number(row.since_ms) },
+    state: {
+      calls: row.calls,
+      exposure: row.exposure,
+      at: Number(row.at_ms),
+      since: Number(row.since_ms),
+      expected: row.expected,
+      recent: row.recent,
+      recentExposure: row.recent_exposure,
+      recall: row.recall,
+      recentArrivals: row.recent_arrivals,
+    },
     oneTimePrice: row.one_time_price ?? undefined,
   };
 }
@@ -140,15 +167,23 @@ export function createDemandHistory(options: { store: Store; clock: Clock }): De
         const row = await queryOneParsed(
           tx,
           RowSchema,
-          `SELECT calls, exposure, at_ms, since_ms, one_time_price FROM agent_call_demand
+          `SELECT calls, exposure, at_ms, since_ms, expected, recent, recent_exposure, recall,
+                  recent_arrivals, one_time_price FROM agent_call_demand
            WHERE agent = $1 AND provider = $2 AND plan_id = $3 FOR UPDATE`,
           [k.agent, k.provider, k.planId],
         );
         const before = recordOf(row!);
-        const next = recordDemand(before.state, now, demandModelFor(intervalSeconds), recordOptions.count);
+        const next = recordDemand(
+          before.state,
+          now,
+          demandModelFor(intervalSeconds),
+          recordOptions.count,
+          priorRateOf(recordOptions.prior, intervalSeconds),
+        );
         await tx.query(
           `UPDATE agent_call_demand SET calls = $4, exposure = $5, at_ms = $6,
-             one_time_price = COALESCE($7, one_time_price)
+             one_time_price = COALESCE($7, one_time_price), expected = $8, recent = $9,
+             recent_exposure = $10, recall = $11, recent_arrivals = $12
            WHERE agent = $1 AND provider = $2 AND plan_id = $3`,
           [
             k.agent,
@@ -158,6 +193,11 @@ export function createDemandHistory(options: { store: Store; clock: Clock }): De
             next.exposure,
             Math.trunc(next.at),
             recordOptions.oneTimePrice ?? null,
+            next.expected ?? 0,
+            next.recent ?? 0,
+            next.recentExposure ?? 0,
+            next.recall ?? 0,
+            next.recentArrivals ?? 0,
           ],
         );
       });
@@ -167,7 +207,8 @@ export function createDemandHistory(options: { store: Store; clock: Clock }): De
       const row = await queryOneParsed(
         store,
         RowSchema,
-        `SELECT calls, exposure, at_ms, since_ms, one_time_price FROM agent_call_demand
+        `SELECT calls, exposure, at_ms, since_ms, expected, recent, recent_exposure, recall,
+                  recent_arrivals, one_time_price FROM agent_call_demand
          WHERE agent = $1 AND provider = $2 AND plan_id = $3`,
         [k.agent, k.provider, k.planId],
       );

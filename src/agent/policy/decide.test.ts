@@ -217,6 +217,30 @@ describe("decide within a budget", () => {
     expect(decision.mode).toBe("one-time");
     expect(decision.reason).toContain("covers only 25 of the forecast calls");
   });
+
+  it("weighs a purchase for an admitted sale against what the sale holds, not the budget's rest", () => {
+    const SALE = "0x0000000000000000000000000000000000000000";
+    // The sale's 0.04 is all the total allows: outside it nothing is left.
+    const full = report(
+      { total: usd("0.04"), perProvider: { [PROVIDER]: usd("0.015") } },
+      { open: [{ provider: SALE, kind: "one-time", ref: "sale:1", amount: usd("0.04"), inDay: true }] },
+    );
+    const once = { provider: PROVIDER, oneTime: { amount: usd("0.01") } };
+    expect(decide({ offer: once, budget: full }).mode).toBe("refuse");
+    const funded = decide({ offer: once, budget: full, sale: usd("0.04") });
+    expect(funded.mode).toBe("one-time");
+    expect(funded.available.oneTime).toBe(usd("0.015")); // the per-provider limit still bounds it
+    // What the sale still holds bounds it too, and says so.
+    const short = decide({ offer: once, budget: full, sale: usd("0.005") });
+    expect(short.mode).toBe("refuse");
+    expect(short.reason).toContain("the 0.005 USDC the sale reservation leaves");
+    // The supplier's own part of the sale: its per-provider limit was met at admission.
+    const part = decide({ offer: once, budget: full, sale: usd("0.02"), saleForProvider: true });
+    expect(part.available.oneTime).toBe(usd("0.02"));
+    // A subscription is the spender's own, outside the sale: the budget's rest decides it.
+    const subscribeOnly = { provider: PROVIDER, subscription: offer.subscription! };
+    expect(decide({ offer: subscribeOnly, budget: full, sale: usd("0.04") }).mode).toBe("refuse");
+  });
 });
 
 describe("decide: other offers and input", () => {
@@ -354,5 +378,89 @@ describe("decide: properties", () => {
       }),
       { numRuns: 500 },
     );
+  });
+});
+
+describe("decide with a channel", () => {
+  const HOUR = 3_600;
+  const withChannel: PolicyOfferInput = {
+    provider: PROVIDER,
+    oneTime: { amount: usd("0.01") },
+    channel: { amount: usd("0.01"), minDeposit: usd("0.1") },
+  };
+
+  it("opens a channel sized for the forecast when 50 calls are expected within the hour", () => {
+    const decision = decide({ offer: withChannel, forecast: { calls: 50, horizonSeconds: HOUR } });
+    expect(decision.mode).toBe("channel");
+    // 50 calls and a third more: the wallet renews at a quarter left, so all 50 fit on one channel.
+    expect(decision.deposit).toBe(usd("0.67"));
+    expect(decision.burstCalls).toBe(50);
+    expect(decision.costs.channel).toBe(usd("0.5"));
+    expect(decision.reason).toMatch(
+      /prepaid channel at 0\.01 USDC per call.*no more than the one-time choice's 0\.5 USDC.*deposit of 0\.67 USDC/,
+    );
+  });
+
+  it("pays once for a lone call and opens a channel on the third call of a burst (no forecast)", () => {
+    const first = decide({ offer: withChannel, history: 0 });
+    expect(first.mode).toBe("one-time");
+    expect(first.reason).toMatch(/A channel is not worth its open and deposit: 1 calls expected/);
+    const third = decide({ offer: withChannel, history: 2 });
+    expect(third.mode).toBe("channel");
+    // Three calls seen, four times as many expected, and a third more: 16 calls' deposit.
+    expect(third.deposit).toBe(usd("0.16"));
+  });
+
+  it("caps the deposit at what the total limit leaves, in whole calls", () => {
+    const decision = decide({
+      offer: withChannel,
+      forecast: { calls: 500, horizonSeconds: HOUR },
+      budget: report({ total: usd("0.205") }),
+    });
+    expect(decision.mode).toBe("channel");
+    expect(decision.deposit).toBe(usd("0.2"));
+    expect(decision.reason).toMatch(/all the total limit leaves/);
+  });
+
+  it("pays once when the budget cannot hold the gate's minimum deposit, and says why", () => {
+    const decision = decide({
+      offer: withChannel,
+      forecast: { calls: 500, horizonSeconds: HOUR },
+      budget: report({ total: usd("0.05") }),
+    });
+    expect(decision.mode).toBe("one-time");
+    expect(decision.deposit).toBeUndefined();
+    expect(decision.reason).toMatch(
+      /a channel needs a deposit of at least 0\.1 USDC, above the 0\.05 USDC the total limit leaves/,
+    );
+  });
+
+  it("refuses a channel-only offer whose minimum deposit the budget cannot hold", () => {
+    const decision = decide({
+      offer: { provider: PROVIDER, channel: { amount: usd("0.01"), minDeposit: usd("1") } },
+      budget: report({ total: usd("0.5") }),
+    });
+    expect(decision.mode).toBe("refuse");
+    expect(decision.reason).toMatch(
+      /Neither choice fits the budget: a channel needs a deposit of at least 1 USDC/,
+    );
+  });
+
+  it("keeps a subscription that is cheaper than the channel for the forecast", () => {
+    const decision = decide({
+      offer: { ...withChannel, subscription: { planId: "3", amount: usd("0.5"), interval: MONTH } },
+      forecast: { calls: 1_000, horizonSeconds: MONTH },
+    });
+    expect(decision.mode).toBe("subscribe");
+    expect(decision.costs.channel).toBe(usd("10"));
+  });
+
+  it("prefers a channel cheaper per call than paying once even for a moderate burst", () => {
+    const decision = decide({
+      offer: { ...withChannel, oneTime: { amount: usd("0.02") } },
+      forecast: { calls: 5, horizonSeconds: HOUR },
+    });
+    expect(decision.mode).toBe("channel");
+    expect(decision.deposit).toBe(usd("0.1"));
   });
 });

@@ -22,6 +22,18 @@
  * Budget: a choice is open only when the budget report leaves room for its first payment (the
  * one-time price; the plan's period price, within the subscription commitment ceiling). When the
  * cheaper choice is not open the other is taken if it is; when neither is, the decision is `refuse`.
+ *
+ * Channel (docs/policy.md "Channels"): a prepaid channel costs its calls at the channel price, plus
+ * an open — one block's wait and gas the facilitator pays — and it locks a deposit until it is closed;
+ * after the open every call is answered at once. So it pays off when many calls follow in a short
+ * time: it is taken when the calls expected within `CHANNEL_HORIZON_SECONDS` (the forecast's rate, or
+ * without one the calls of the last plan interval, this one included) reach `CHANNEL_MIN_CALLS`, its
+ * cost for the calls considered is no more than the cheaper other choice's, and the budget can hold a
+ * deposit of at least `max(minDeposit, price)`. The deposit is sized for the expected calls (without a
+ * forecast `EVIDENCE_MULTIPLE` times those seen) and a third more (the wallet renews a channel when a
+ * quarter is left), at least the gate's minimum, capped by what the
+ * per-provider, daily and total limits leave, in whole calls. A channel that is the only offer is taken
+ * whenever its deposit fits.
  */
 import { z } from "zod";
 import { formatUnitsExact } from "../../protocol/amount.ts";
@@ -51,10 +63,35 @@ export const PolicyInputSchema = z.strictObject({
   budget: BudgetReportSchema.optional(),
   /** Metered units one call uses against the plan's allowance (default 1). */
   unitsPerCall: z.int().positive().default(1),
+  /**
+   * What the sale reservation this purchase draws from still holds (a reseller's purchase for a sale
+   * it admitted, src/agent/saleAdmission.ts). The budget report counts that reservation as spoken
+   * for, so a one-time payment's total and daily room is this instead; the per-call and per-provider
+   * limits still apply. A subscription is the spender's own, outside the sale: the report decides it.
+   */
+  sale: z.bigint().nonnegative().optional(),
+  /**
+   * With `sale`: the reservation is the part of the sale set aside for this provider at admission, so
+   * its per-provider limit was met then (the draw leaves that limit's use unchanged): only the per-call
+   * limit and what the part holds bound the payment.
+   */
+  saleForProvider: z.boolean().optional(),
 });
 export type PolicyInput = z.input<typeof PolicyInputSchema>;
 
-export type PolicyMode = "one-time" | "subscribe" | "refuse";
+export type PolicyMode = "one-time" | "subscribe" | "channel" | "refuse";
+
+/** Calls within the channel horizon from which a channel pays off (its open waits one block). */
+export const CHANNEL_MIN_CALLS = 3;
+/** "A short time": the window the channel rule counts expected calls in, seconds. */
+export const CHANNEL_HORIZON_SECONDS = 3_600;
+/** Without a forecast, a channel's deposit covers this many times the calls seen. */
+const EVIDENCE_MULTIPLE = 4;
+/**
+ * A channel wallet opens the next channel when a quarter of the deposit is left (`renewBelow`): a
+ * deposit of the expected calls × 4/3 serves them all on one channel, with no second open.
+ */
+const RENEW_HEADROOM = 4 / 3;
 
 export type PolicyDecision = {
   mode: PolicyMode;
@@ -72,9 +109,21 @@ export type PolicyDecision = {
     overage: bigint | undefined;
     /** Calls of one plan period the costs are for (may be fractional with a forecast). */
     calls: number;
+    /** What the calls considered cost by channel (vouchers at the channel price). */
+    channel?: bigint | undefined;
+    channelPrice?: bigint | undefined;
   };
   /** Largest spend the budget allows now for each choice; `undefined` when no limit applies. */
-  available: { oneTime: bigint | undefined; subscription: bigint | undefined };
+  available: {
+    oneTime: bigint | undefined;
+    subscription: bigint | undefined;
+    /** Largest deposit the budget can hold for a channel. */
+    channel?: bigint | undefined;
+  };
+  /** With `mode: "channel"`: the deposit to open the channel with (a budget commitment). */
+  deposit?: bigint | undefined;
+  /** Calls expected within the channel horizon (what the channel rule weighed). */
+  burstCalls?: number | undefined;
 };
 
 /** The narrow logger decisions are written to; a pino logger satisfies it. */
@@ -120,12 +169,111 @@ function roomFor(report: BudgetReport | undefined, target: SpendTarget) {
   return tightest;
 }
 
+/**
+ * Room for a purchase drawn from a sale reservation holding `held`: the sale bounds it instead of the
+ * total and daily limits (the draw leaves their use unchanged); per-call and per-provider still apply.
+ */
+function saleRoomFor(
+  report: BudgetReport | undefined,
+  target: SpendTarget,
+  held: bigint,
+  forProvider: boolean,
+) {
+  let tightest = { room: held, limit: "sale" };
+  for (const h of report === undefined ? [] : budgetHeadroom(report, target)) {
+    if (h.limit === "total" || h.limit === "daily") continue;
+    if (forProvider && h.limit === "perProvider") continue;
+    if (h.room < tightest.room) tightest = { room: h.room, limit: h.limit };
+  }
+  return tightest;
+}
+
 function planText(plan: PolicyPlan): string {
   return `${usdc(plan.amount)} per ${describeInterval(plan.interval)}`;
 }
 
+/** The largest deposit the budget can hold for a channel to `provider` (holds skip the per-call limit). */
+function depositRoom(report: BudgetReport | undefined, provider: string) {
+  if (report === undefined) return undefined;
+  let tightest: { room: bigint; limit: string } | undefined;
+  for (const h of budgetHeadroom(report, { provider, kind: "metered" })) {
+    if (h.limit === "perCall") continue;
+    if (tightest === undefined || h.room < tightest.room) tightest = { room: h.room, limit: h.limit };
+  }
+  return tightest;
+}
+
+/** Turns a one-time/subscribe/refuse decision into a channel one when a channel pays off (see above). */
+function weighChannel(
+  decision: PolicyDecision,
+  input: {
+    channel: { amount: bigint; minDeposit: bigint };
+    budget: BudgetReport | undefined;
+    provider: string;
+    forecast: PolicyForecast | undefined;
+    history: number | undefined;
+    num: bigint;
+    den: bigint;
+    costScaled: bigint | undefined;
+    onlyChannel: boolean;
+  },
+): void {
+  const { channel, forecast } = input;
+  const price = channel.amount;
+  const burst =
+    forecast !== undefined
+      ? forecast.calls * Math.min(1, CHANNEL_HORIZON_SECONDS / forecast.horizonSeconds)
+      : (input.history ?? 0) + 1;
+  const depositCalls = Math.max(
+    1,
+    Math.ceil((forecast !== undefined ? burst : burst * EVIDENCE_MULTIPLE) * RENEW_HEADROOM - 1e-9),
+  );
+  // biome-ignore lint/complexity/useMathMinMax: bigints; Math.max throws on them
+  const smallest = channel.minDeposit > price ? channel.minDeposit : price;
+  let deposit = price * BigInt(Math.min(depositCalls, Number.MAX_SAFE_INTEGER));
+  if (deposit < smallest) deposit = smallest;
+  const room = depositRoom(input.budget, input.provider);
+  let capped = false;
+  if (room !== undefined && deposit > room.room) {
+    deposit = room.room - (room.room % price);
+    capped = true;
+  }
+  const fits = deposit >= smallest;
+  const channelScaled = input.num * price;
+  decision.costs.channel = ceilDiv(channelScaled, input.den);
+  decision.costs.channelPrice = price;
+  decision.available.channel = room?.room;
+  decision.burstCalls = burst;
+  const burstText = `${Number.isInteger(burst) ? burst : burst.toFixed(2)} calls expected within ${describeInterval(CHANNEL_HORIZON_SECONDS)}`;
+  const cheapEnough = input.costScaled === undefined || channelScaled <= input.costScaled;
+  const worth = input.onlyChannel || (burst >= CHANNEL_MIN_CALLS && cheapEnough);
+  const depositText = `a deposit of ${usdc(deposit)}${capped ? ` (all the ${room!.limit} limit leaves, in whole calls)` : ""}`;
+  if (worth && fits) {
+    const compared =
+      input.onlyChannel || input.costScaled === undefined
+        ? "the offer's only choice"
+        : `${usdc(decision.costs.channel)} for the calls considered, no more than the ${decision.mode === "subscribe" ? "subscription" : "one-time"} choice's ${usdc(ceilDiv(input.costScaled, input.den))}`;
+    decision.mode = "channel";
+    decision.deposit = deposit;
+    decision.basis = input.onlyChannel ? "single-option" : decision.basis;
+    decision.reason = `With ${burstText}, a prepaid channel at ${usdc(price)} per call (${compared}; one open, then no block wait per call) pays off: open one with ${depositText}.`;
+    return;
+  }
+  if (worth && !fits && room !== undefined) {
+    const note = `a channel needs a deposit of at least ${usdc(smallest)}, above the ${usdc(room.room)} the ${room.limit} limit leaves`;
+    decision.reason =
+      decision.mode === "refuse"
+        ? `Neither choice fits the budget: ${note}.`
+        : `${decision.reason} (${note}.)`;
+    return;
+  }
+  if (decision.mode !== "refuse") {
+    decision.reason = `${decision.reason} (A channel is not worth its open and deposit: ${burstText}${cheapEnough ? "" : ", and it costs more"}.)`;
+  }
+}
+
 /**
- * Decides how to pay for a gated call: once, by subscribing, or not at all.
+ * Decides how to pay for a gated call: once, by subscribing, by a prepaid channel, or not at all.
  * @example
  * const { offer } = offerFromPaymentRequired(body)!;
  * const decision = decide({ offer, history: counter.count(key), budget: await ledger.report(agent) }, { logger });
@@ -145,7 +293,7 @@ export function decide(
       },
     );
   }
-  const { offer, forecast, history, budget, unitsPerCall } = parsed.data;
+  const { offer, forecast, history, budget, unitsPerCall, sale, saleForProvider } = parsed.data;
   const plan = offer.subscription;
   const price = offer.oneTime?.amount;
 
@@ -172,7 +320,10 @@ export function decide(
   const subscriptionScaled =
     plan === undefined || overageScaled === undefined ? undefined : plan.amount * den + overageScaled;
 
-  const oneTimeRoom = roomFor(budget, { provider: offer.provider, kind: "one-time" });
+  const oneTimeRoom =
+    sale === undefined
+      ? roomFor(budget, { provider: offer.provider, kind: "one-time" })
+      : saleRoomFor(budget, { provider: offer.provider, kind: "one-time" }, sale, saleForProvider === true);
   const subscriptionRoom = roomFor(budget, { provider: offer.provider, kind: "subscription" });
   const canPayOnce = price !== undefined && (oneTimeRoom === undefined || price <= oneTimeRoom.room);
   const canSubscribe =
@@ -226,7 +377,7 @@ export function decide(
 
   const blocked = (mode: "one-time" | "subscribe"): string =>
     mode === "one-time"
-      ? `paying once (${usdc(price!)}) exceeds the ${usdc(oneTimeRoom!.room)} the ${oneTimeRoom!.limit} limit leaves`
+      ? `paying once (${usdc(price!)}) exceeds the ${usdc(oneTimeRoom!.room)} the ${oneTimeRoom!.limit === "sale" ? "sale reservation" : `${oneTimeRoom!.limit} limit`} leaves`
       : `subscribing (${usdc(plan!.amount)}) exceeds the ${usdc(subscriptionRoom!.room)} the ${subscriptionRoom!.limit} limit leaves`;
   const open = { "one-time": canPayOnce, subscribe: canSubscribe };
   const offered = { "one-time": price !== undefined, subscribe: plan !== undefined };
@@ -267,15 +418,29 @@ export function decide(
     costs,
     available: { oneTime: oneTimeRoom?.room, subscription: subscriptionRoom?.room },
   };
+  if (offer.channel !== undefined) {
+    weighChannel(decision, {
+      channel: offer.channel,
+      budget,
+      provider: offer.provider,
+      forecast,
+      history,
+      num,
+      den,
+      costScaled: mode === "one-time" ? oneTimeScaled : mode === "subscribe" ? subscriptionScaled : undefined,
+      onlyChannel: price === undefined && plan === undefined,
+    });
+  }
   options.logger?.info(
     {
       provider: offer.provider,
       planId: plan?.planId,
-      mode,
-      basis,
-      reason,
+      mode: decision.mode,
+      basis: decision.basis,
+      reason: decision.reason,
+      ...(decision.deposit === undefined ? {} : { deposit: decision.deposit.toString() }),
       costs: Object.fromEntries(
-        Object.entries(costs).map(([k, v]) => [k, typeof v === "bigint" ? v.toString() : v]),
+        Object.entries(decision.costs).map(([k, v]) => [k, typeof v === "bigint" ? v.toString() : v]),
       ),
     },
     "policy decision",

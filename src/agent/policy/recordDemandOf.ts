@@ -1,4 +1,5 @@
 import type { DemandHistory } from "./createDemandHistory.ts";
+import type { PolicyForecast } from "./decide.ts";
 import type { PolicyOffer } from "./policyOffer.ts";
 
 /**
@@ -10,6 +11,8 @@ import type { PolicyOffer } from "./policyOffer.ts";
 export async function recordDemand(
   options: {
     demand?: DemandHistory | undefined;
+    /** The planner's forecast for the tool (the prior the call was decided on): its bias is learned. */
+    forecast?: (() => PolicyForecast | undefined) | undefined;
     logger?: { warn(obj: object, msg: string): void } | undefined;
   },
   agent: string,
@@ -32,6 +35,7 @@ export async function recordDemand(
   try {
     await options.demand.record({ agent, provider: plan.provider, planId: plan.planId }, plan.interval, {
       oneTimePrice: plan.oneTimePrice,
+      prior: options.forecast?.(),
     });
   } catch (error) {
     options.logger?.warn({ agent, err: error }, "could not record a call in the learned demand");

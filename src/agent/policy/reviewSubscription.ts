@@ -46,6 +46,12 @@ export type SubscriptionReview = {
   reason: string;
   /** Expected calls per period at the running rate (undefined: not estimated). */
   callsPerPeriod: number | undefined;
+  /**
+   * For a subscription kept because its cancel window has not opened: chain seconds until it opens,
+   * when a watcher should look again (the window is `lead` long, so a look at most `lead` after this
+   * still judges it before the renewal).
+   */
+  reviewInSeconds?: number | undefined;
 };
 
 /** The window before a renewal in which it may be cancelled: 5 % of the period, at most a day. */
@@ -94,9 +100,12 @@ export function reviewSubscription(input: {
   const lead = input.leadSeconds ?? cancelLeadSeconds(s.interval);
   const left = s.nextChargeAt - chainTime;
   if (left > lead) {
-    return keep(
-      `Subscription ${s.subscriptionId} is paid for another ${describeInterval(left)}: it is used until then and reviewed in the last ${describeInterval(lead)} before it renews.`,
-    );
+    return {
+      ...keep(
+        `Subscription ${s.subscriptionId} is paid for another ${describeInterval(left)}: it is used until then and reviewed in the last ${describeInterval(lead)} before it renews.`,
+      ),
+      reviewInSeconds: left - lead,
+    };
   }
   const { callsPerPeriod } = runningForecast({
     state: input.demand?.state,

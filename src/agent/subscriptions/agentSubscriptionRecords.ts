@@ -19,6 +19,7 @@ const RowSchema = z.object({
   plan_id: z.string(),
   agent: z.string(),
   provider: z.string(),
+  token: z.string().nullable(),
   subscription_id: z.string().nullable(),
   status: AgentSubscriptionStatusSchema,
   from_block: BigintColumnSchema,
@@ -35,6 +36,8 @@ export type AgentSubscriptionRecord = {
   planId: string;
   agent: string;
   provider: string;
+  /** The plan's token (lowercase); undefined on a row written before tokens were kept. */
+  token: string | undefined;
   subscriptionId: bigint | undefined;
   status: AgentSubscriptionStatus;
   fromBlock: bigint;
@@ -45,7 +48,7 @@ export type AgentSubscriptionRecord = {
 };
 
 const COLUMNS =
-  "id, subscriber, manager, plan_id, agent, provider, subscription_id, status, from_block, recorded_first, claimed_at, note";
+  "id, subscriber, manager, plan_id, agent, provider, token, subscription_id, status, from_block, recorded_first, claimed_at, note";
 
 function recordOf(row: z.infer<typeof RowSchema>): AgentSubscriptionRecord {
   return {
@@ -55,6 +58,7 @@ function recordOf(row: z.infer<typeof RowSchema>): AgentSubscriptionRecord {
     planId: row.plan_id,
     agent: row.agent,
     provider: row.provider,
+    token: row.token ?? undefined,
     subscriptionId: row.subscription_id === null ? undefined : BigInt(row.subscription_id),
     status: row.status,
     fromBlock: row.from_block,
@@ -91,12 +95,19 @@ export async function findLiveSubscription(
 /** Inserts a claim; false when the wallet already has a live row for the plan. */
 export async function claimSubscription(
   q: Queryable,
-  claim: PlanKey & { id: string; agent: string; provider: string; fromBlock: bigint; now: Date },
+  claim: PlanKey & {
+    id: string;
+    agent: string;
+    provider: string;
+    token: string;
+    fromBlock: bigint;
+    now: Date;
+  },
 ): Promise<boolean> {
   const rows = await q.query(
     `INSERT INTO agent_plan_subscriptions
-       (id, subscriber, manager, plan_id, agent, provider, status, from_block, claimed_at, updated_at)
-     VALUES ($1, $2, $3, $4, $5, $6, 'claimed', $7, $8, $8)
+       (id, subscriber, manager, plan_id, agent, provider, status, from_block, claimed_at, updated_at, token)
+     VALUES ($1, $2, $3, $4, $5, $6, 'claimed', $7, $8, $8, $9)
      ON CONFLICT (subscriber, manager, plan_id) WHERE status IN ('claimed', 'active', 'paused') DO NOTHING
      RETURNING id`,
     [
@@ -108,6 +119,7 @@ export async function claimSubscription(
       claim.provider.toLowerCase(),
       claim.fromBlock,
       claim.now,
+      claim.token.toLowerCase(),
     ],
   );
   return rows.length > 0;
@@ -184,21 +196,32 @@ export async function listSubscriptions(q: Queryable, agent: string): Promise<Ag
   return rows.map(recordOf);
 }
 
+/** Records the token of a row written before tokens were kept (the plan's, read from the chain). */
+export async function setSubscriptionToken(q: Queryable, id: string, token: string): Promise<void> {
+  await q.query("UPDATE agent_plan_subscriptions SET token = $2 WHERE id = $1 AND token IS NULL", [
+    id,
+    token.toLowerCase(),
+  ]);
+}
+
 /**
- * What the wallet's other live subscriptions on this manager may still pull (their holds): a permit
- * sets the allowance absolutely, so a new approval must keep room for them too.
+ * What the wallet's live subscriptions on this manager in `token` may still pull (their holds), but
+ * `exceptId`'s: a permit sets one token's allowance absolutely, so a new approval must keep room for
+ * the others in that token, and only those (another token's holds are approved on that token).
+ * A row whose token is not known yet counts in none (the watcher fills it in before topping up).
  */
 export async function otherHoldsOfWallet(
   q: Queryable,
-  p: { subscriber: string; manager: string; exceptId: string },
+  p: { subscriber: string; manager: string; token: string; exceptId: string },
 ): Promise<bigint> {
   const row = await queryOneParsed(
     q,
     z.object({ held: BigintColumnSchema }),
     `SELECT coalesce(sum(h.held), 0) AS held FROM agent_plan_subscriptions s
        JOIN agent_holds h ON h.agent = s.agent AND h.ref = 'subscription:' || s.id
-      WHERE s.subscriber = $1 AND s.manager = $2 AND s.status IN ('active', 'paused') AND s.id <> $3`,
-    [p.subscriber.toLowerCase(), p.manager.toLowerCase(), p.exceptId],
+      WHERE s.subscriber = $1 AND s.manager = $2 AND s.token = $3 AND s.status IN ('active', 'paused')
+        AND s.id <> $4`,
+    [p.subscriber.toLowerCase(), p.manager.toLowerCase(), p.token.toLowerCase(), p.exceptId],
   );
   return row?.held ?? 0n;
 }

@@ -8,7 +8,7 @@
  * - A subscribe reserves the first period (checked against every limit, the commitment ceiling and the
  *   approval hook), places a standing hold for what the subscription can still take (this period's
  *   overage cap, and the next renewal with its cap when the budget has room: subscriptionCommitment.ts)
- *   and approves the manager for exactly that, plus what the wallet's other subscriptions still hold.
+ *   and approves the manager for exactly that, plus what the wallet's other subscriptions in the plan's token still hold.
  * - `sync()` reads what each subscription has pulled on chain and records it in the ledger from its hold
  *   (idempotently: the ledger keeps the running total per subscription). A subscription that took more
  *   than its hold is paused (relayed, subscriber-signed) and reported; one that was cancelled or whose
@@ -21,6 +21,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type { Address } from "viem";
+import type { ReadClient } from "../../chain/clientTypes.ts";
 import type { Payer } from "../../client/createPayer.ts";
 import {
   approveThroughFacilitator,
@@ -36,6 +37,7 @@ import type { Store } from "../../store/store.ts";
 import { budgetHeadroom } from "../budget/budgetHeadroom.ts";
 import type { BudgetReport } from "../budget/budgetReport.ts";
 import type { BudgetLedger } from "../budget/createBudgetLedger.ts";
+import { resolvePendingPayments } from "../budget/pendingPayments.ts";
 import {
   type AgentSubscriptionRecord,
   activateSubscription,
@@ -47,15 +49,18 @@ import {
   otherHoldsOfWallet,
   renewClaim,
   setSubscriptionStatus,
+  setSubscriptionToken,
 } from "./agentSubscriptionRecords.ts";
 import { readSubscriptionPulls, type SubscriptionEventReader } from "./readSubscriptionPulls.ts";
 import { subscriptionCommitment } from "./subscriptionCommitment.ts";
+import { walletTurn } from "./walletTurns.ts";
 
 /** What the keeper needs of a payer (`account` signs the approval top-ups; without it none is made). */
 export type KeeperPayer = Pick<
   Payer,
   "address" | "network" | "facilitator" | "subscribe" | "pause" | "cancel" | "setMaxOverage" | "account"
->;
+> &
+  Partial<Pick<Payer, "payment">>;
 
 export type SubscriptionAlert = {
   agent: string;
@@ -75,8 +80,11 @@ export type SubscriptionKeeperOptions = {
   /** Default: the ledger's store. */
   store?: Store | undefined;
   clock?: Clock | undefined;
-  /** Reads the SubscriptionManager's events; without it `sync()` cannot see renewals or deductions. */
-  chain?: SubscriptionEventReader | undefined;
+  /**
+   * Reads the SubscriptionManager's events; without it `sync()` cannot see renewals or deductions. A
+   * client that can also `readContract` (a viem `PublicClient`) reads pending x402 payments back too.
+   */
+  chain?: (SubscriptionEventReader & Partial<ReadClient>) | undefined;
   logger?: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void } | undefined;
   /** Waits between looks at another process's claim. Default: a timer. */
   wait?: ((ms: number) => Promise<void>) | undefined;
@@ -85,6 +93,11 @@ export type SubscriptionKeeperOptions = {
   /** Told when a subscription is paused, cancelled or ended by the keeper. */
   onAlert?: ((alert: SubscriptionAlert) => void) | undefined;
   createId?: (() => string) | undefined;
+  /**
+   * The name this keeper takes the wallet's turns under in the store (walletTurns.ts). Default: one
+   * per process, so the keepers of a process share turns in memory and processes take them in the store.
+   */
+  turnHolder?: string | undefined;
 };
 
 export type EnsureRequest = {
@@ -175,6 +188,9 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
   let managerOf: Promise<Address> | undefined;
 
   const now = () => new Date(clock.now());
+  /** The wallet's signed actions, one at a time across keepers and processes sharing the store (walletTurns.ts). */
+  const inTurn = <T>(task: () => Promise<T>) =>
+    walletTurn(`${payer.network}:${payer.address}`, task, { store, holder: options.turnHolder });
   const planInfo = (planId: string) => {
     let info = plans.get(planId);
     if (info === undefined) {
@@ -274,35 +290,42 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
       await budget.release(reservation);
       throw error;
     }
-    const others = await otherHoldsOfWallet(store, {
-      subscriber: payer.address,
-      manager: await manager(),
-      exceptId: claimId,
-    });
-    let subscriptionId: bigint;
-    try {
-      subscriptionId = await payer.subscribe({
-        planId: plan.planId,
-        maxOverage: commitment.cap,
-        approval: commitment.approval + others,
-        exactApproval: true,
+    // In the wallet's turn from reading the other holds to recording this one as active: the nonces
+    // signed and the approval (every hold of the wallet) are not raced by another subscribe.
+    const { subscriptionId, approval } = await inTurn(async () => {
+      await pauseUnheldBeforeApproval(plan.token, claimId);
+      const others = await otherHoldsOfWallet(store, {
+        subscriber: payer.address,
+        manager: await manager(),
+        token: plan.token,
+        exceptId: claimId,
       });
-    } catch (error) {
-      await budget.release(reservation);
-      // Refused: nothing moved. Anything else (a timeout) may hide a subscribe that went through: the
-      // claim and its hold stay, and the next `ensure` reconciles them from the chain once stale.
-      if (isTollgateError(error) && REFUSED.has(error.code)) {
-        await budget.releaseHold(agent, ref);
-        await dropClaim(store, claimId);
+      let subscriptionId: bigint;
+      try {
+        subscriptionId = await payer.subscribe({
+          planId: plan.planId,
+          maxOverage: commitment.cap,
+          approval: commitment.approval + others,
+          exactApproval: true,
+        });
+      } catch (error) {
+        await budget.release(reservation);
+        // Refused: nothing moved. Anything else (a timeout) may hide a subscribe that went through: the
+        // claim and its hold stay, and the next `ensure` reconciles them from the chain once stale.
+        if (isTollgateError(error) && REFUSED.has(error.code)) {
+          await budget.releaseHold(agent, ref);
+          await dropClaim(store, claimId);
+        }
+        throw error;
       }
-      throw error;
-    }
-    await budget.commit(reservation, price);
-    await activateSubscription(store, claimId, {
-      subscriptionId,
-      recordedFirst: price,
-      now: now(),
-      note: `cap ${formatUnitsExact(commitment.cap)}; ${commitment.renews ? "next renewal held" : "one period held"}`,
+      await budget.commit(reservation, price);
+      await activateSubscription(store, claimId, {
+        subscriptionId,
+        recordedFirst: price,
+        now: now(),
+        note: `cap ${formatUnitsExact(commitment.cap)}; ${commitment.renews ? "next renewal held" : "one period held"}`,
+      });
+      return { subscriptionId, approval: commitment.approval + others };
     });
     options.logger?.info(
       {
@@ -311,7 +334,7 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
         subscriptionId: subscriptionId.toString(),
         maxOverage: commitment.cap.toString(),
         hold: commitment.hold.toString(),
-        approval: (commitment.approval + others).toString(),
+        approval: approval.toString(),
         renews: commitment.renews,
       },
       "subscribed within the budget",
@@ -333,7 +356,7 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
         }
         if (info.status === "PastDue") {
           // Cancelled on chain too: a later approval must not let it renew.
-          await payer.cancel(live.subscriptionId).catch((error: unknown) => {
+          await inTurn(() => payer.cancel(live.subscriptionId!)).catch((error: unknown) => {
             options.logger?.warn({ agent, err: error }, "could not cancel a past-due subscription");
           });
         }
@@ -384,6 +407,7 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
           id,
           agent,
           provider,
+          token: plan.token,
           fromBlock,
           now: now(),
         });
@@ -461,34 +485,50 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
   };
 
   /**
-   * Tops the wallet's approval up to what the budget holds for its subscriptions (the holds of every
-   * live subscription of the wallet on this manager, of any agent sharing it) plus what this agent's
-   * ledger recorded but the chain has not pulled yet (metered use the gate deducts later: already spent
-   * in the ledger, and still to come out of the allowance). Never lowers it, never sets it above that.
-   * Only when the agent's subscriptions are in one token: holds are not kept per token.
+   * Tops each token's approval up to what the budget holds for the wallet's subscriptions in that token
+   * (the holds of every live subscription of the wallet on this manager in the token, of any agent
+   * sharing it) plus what this agent's ledger recorded in it but the chain has not pulled yet (metered
+   * use the gate deducts later: already spent in the ledger, still to come out of the allowance).
+   * Never lowers an approval, never sets one above that: the allowance is per token, so are the sums.
    */
-  const topUpApproval = async (tokens: Set<string>, pending: bigint) => {
-    if (tokens.size !== 1 || payer.account === undefined) return;
-    const token = [...tokens][0] as Address;
-    const target =
-      (await otherHoldsOfWallet(store, {
-        subscriber: payer.address,
-        manager: await manager(),
-        exceptId: "",
-      })) + pending;
-    const info = await getSubscriberInfo(payer.facilitator, payer.address, { token });
-    const allowance = BigInt(info.token?.allowance ?? "0");
-    if (allowance >= target) return;
-    await approve(token, target, "the budget holds the next renewal");
+  const topUpApproval = async (pendingByToken: Map<string, bigint>) => {
+    if (payer.account === undefined) return;
+    for (const [token, pending] of pendingByToken) {
+      // Read and set in the wallet's turn: a subscribe between the two would be left unapproved.
+      await inTurn(async () => {
+        const target =
+          (await otherHoldsOfWallet(store, {
+            subscriber: payer.address,
+            manager: await manager(),
+            token,
+            exceptId: "",
+          })) + pending;
+        const info = await getSubscriberInfo(payer.facilitator, payer.address, {
+          token: token as Address,
+        });
+        const allowance = BigInt(info.token?.allowance ?? "0");
+        if (allowance >= target) return;
+        await approve(token as Address, target, "the budget holds the next renewal");
+      });
+    }
   };
 
   /**
    * Keeps the hold of an Active subscription at what it can take before the next look: the rest of
    * this period's cap, the next renewal and its cap. When the budget cannot hold that and the wallet's
-   * approval (shared by its subscriptions) would still let it renew, pauses it: true. With one
-   * subscription the approval equals the hold and the chain itself refuses the renewal.
+   * approval could let it renew, pauses it: true. The approval is one per token, shared by the
+   * wallet's subscriptions: it could fund this renewal when it already exceeds this hold, when other
+   * subscriptions hold in the token (the look's top-up raises the approval to their holds), or when
+   * the caller is about to raise it (`approvalRises`: a subscribe or a cap raise). Only a lone
+   * subscription whose approval is no larger than its hold is left to the chain, which refuses the
+   * renewal. `pause` is the caller's when it already holds the wallet's turn.
    */
-  const coverNextRenewal = async (record: AgentSubscriptionRecord, price: bigint, held: bigint) => {
+  const coverNextRenewal = async (
+    record: AgentSubscriptionRecord,
+    price: bigint,
+    held: bigint,
+    how: { approvalRises?: boolean; pause?: (id: bigint) => Promise<unknown> } = {},
+  ) => {
     const id = record.subscriptionId!;
     const info = await getSubscriptionInfo(payer.facilitator, id);
     if (info.status !== "Active") return false;
@@ -506,14 +546,42 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
     } catch (error) {
       if (!isTollgateError(error, "BudgetExceeded") && !isTollgateError(error, "ApprovalDenied")) throw error;
     }
-    const subscriber = await getSubscriberInfo(payer.facilitator, payer.address, { token: info.token });
-    const allowance = BigInt(subscriber.token?.allowance ?? "0");
-    if (allowance <= held) return false;
-    const reason = "the budget cannot hold its next renewal, and the wallet's approval would let it renew";
-    await payer.pause(id);
+    if (how.approvalRises !== true) {
+      const subscriber = await getSubscriberInfo(payer.facilitator, payer.address, { token: info.token });
+      const allowance = BigInt(subscriber.token?.allowance ?? "0");
+      const others = await otherHoldsOfWallet(store, {
+        subscriber: payer.address,
+        manager: await manager(),
+        token: info.token,
+        exceptId: record.id,
+      });
+      if (allowance <= held && others === 0n) return false;
+    }
+    const reason = "the budget cannot hold its next renewal, and the wallet's approval could let it renew";
+    await (how.pause ?? ((subscriptionId: bigint) => inTurn(() => payer.pause(subscriptionId))))(id);
     await end(record, "paused", reason);
     alert(record, "paused", reason);
     return true;
+  };
+
+  /**
+   * Before the wallet's approval over `token` grows (a subscribe, a cap raise), pauses this agent's
+   * Active subscriptions in the token whose next renewal the budget cannot hold: the larger approval
+   * would otherwise fund their renewal out of what it holds for another subscription. Runs in the
+   * wallet's turn (pauses directly).
+   */
+  const pauseUnheldBeforeApproval = async (token: string, exceptId: string) => {
+    for (const record of await listLiveSubscriptions(store, agent)) {
+      if (record.id === exceptId || record.status !== "active" || record.subscriptionId === undefined)
+        continue;
+      const plan = await planInfo(record.planId);
+      if (plan.token.toLowerCase() !== token.toLowerCase()) continue;
+      const held = (await budget.getHold(agent, holdRefOf(record.id)))?.held ?? 0n;
+      await coverNextRenewal(record, BigInt(plan.amount), held, {
+        approvalRises: true,
+        pause: (id) => payer.pause(id),
+      });
+    }
   };
 
   return {
@@ -534,17 +602,28 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
       if (chain === undefined) {
         throw new TollgateError("InvalidRequest", "watching subscriptions needs a chain client (an RPC)");
       }
+      // One-time payments whose /authorize answer was lost are read back on each look too
+      // (src/agent/budget/pendingPayments.ts): a long-running agent resolves them without a next call.
+      if (typeof payer.payment === "function") {
+        const reader = { address: payer.address, payment: payer.payment.bind(payer) };
+        const reads = chain.readContract === undefined ? undefined : (chain as ReadClient);
+        await resolvePendingPayments({ agent, budget, payer: reader, clock, chain: reads }).catch(
+          (error: unknown) => options.logger?.warn({ err: error }, "pending payments not read back"),
+        );
+      }
       const out: SyncedSubscription[] = [];
-      const tokens = new Set<string>();
-      let pending = 0n;
+      /** Per token of a subscription that goes on: recorded in the ledger, not pulled on chain yet. */
+      const pendingByToken = new Map<string, bigint>();
       for (const record of await listLiveSubscriptions(store, agent)) {
         if (record.subscriptionId === undefined) continue;
+        const id = record.subscriptionId;
         const plan = await planInfo(record.planId);
+        const token = plan.token.toLowerCase();
+        if (record.token === undefined) await setSubscriptionToken(store, record.id, token);
         const pulls = await readSubscriptionPulls(chain, {
           manager: record.manager as Address,
           subscriptionId: record.subscriptionId,
           fromBlock: record.fromBlock,
-          price: BigInt(plan.amount),
         });
         const beyondFirst = pulls.total > record.recordedFirst ? pulls.total - record.recordedFirst : 0n;
         const charged = await budget.charge(agent, {
@@ -560,7 +639,7 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
         } else if (charged.beyondHold > 0n && record.status === "active") {
           const reason = `the seller took ${formatUnitsExact(charged.beyondHold)} USDC more than the budget held for it`;
           try {
-            await payer.pause(record.subscriptionId);
+            await inTurn(() => payer.pause(id));
             await end(record, "paused", reason);
             action = "paused";
           } catch (error) {
@@ -568,7 +647,7 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
               { agent, err: error },
               "could not pause an overdrawn subscription; cancelling",
             );
-            await payer.cancel(record.subscriptionId);
+            await inTurn(() => payer.cancel(id));
             await end(record, "ended", reason);
             action = "cancelled";
           }
@@ -577,7 +656,7 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
           // Its renewal failed (the approval the budget gave is used up): it serves nothing any more.
           const reason = "its renewal failed: the approval the budget gave is used up";
           try {
-            await payer.cancel(record.subscriptionId);
+            await inTurn(() => payer.cancel(id));
           } catch (error) {
             options.logger?.warn({ agent, err: error }, "could not cancel a past-due subscription");
           }
@@ -591,8 +670,8 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
           action = "paused";
         }
         if (action === "none") {
-          tokens.add(plan.token.toLowerCase());
-          if (charged.charged > beyondFirst) pending += charged.charged - beyondFirst;
+          const pending = charged.charged > beyondFirst ? charged.charged - beyondFirst : 0n;
+          pendingByToken.set(token, (pendingByToken.get(token) ?? 0n) + pending);
         }
         out.push({
           subscriptionId: record.subscriptionId,
@@ -603,7 +682,7 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
           action,
         });
       }
-      await topUpApproval(tokens, pending);
+      await topUpApproval(pendingByToken);
       return out;
     },
 
@@ -638,17 +717,21 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
           return undefined;
         throw error;
       }
-      // The raise is held: the approval may grow by as much (it stays within what the budget holds).
-      const wallet = await getSubscriberInfo(payer.facilitator, payer.address, { token: info.token });
-      await approve(info.token as Address, BigInt(wallet.token?.allowance ?? "0") + step, "cap raised");
+      // The raise is held: the approval may grow by as much (it stays within what the budget holds),
+      // read and set in the wallet's turn so no other action of the wallet moves it in between.
       const maxOverage = BigInt(info.maxOverage) + step;
-      await payer.setMaxOverage(subscriptionId, maxOverage);
+      await inTurn(async () => {
+        await pauseUnheldBeforeApproval(info.token, record.id);
+        const wallet = await getSubscriberInfo(payer.facilitator, payer.address, { token: info.token });
+        await approve(info.token as Address, BigInt(wallet.token?.allowance ?? "0") + step, "cap raised");
+        await payer.setMaxOverage(subscriptionId, maxOverage);
+      });
       return { maxOverage };
     },
 
     async cancel(subscriptionId, reason) {
       const record = await findRecord(subscriptionId);
-      await payer.cancel(subscriptionId);
+      await inTurn(() => payer.cancel(subscriptionId));
       if (record !== undefined) {
         await end(record, "ended", reason);
         alert(record, "cancelled", reason);

@@ -2,8 +2,9 @@
  * Everything one subscription has pulled from its subscriber, read from the SubscriptionManager's own
  * events (the facilitator's event feed is per provider, and a snapshot of `GET /subscriptions/:id`
  * cannot see overage deducted in a period that a renewal has since reset). Every pull emits one of:
- * `SubscriptionCreated` (first period), `SubscriptionRenewed` (a renewal), `SubscriptionResumed` with
- * `charged` (a period that came due while paused) and `AllowanceDeducted` (overage). Failed pulls
+ * `SubscriptionCreated` (first period), `SubscriptionRenewed` (a renewal, including the period a
+ * resume charges: that transaction emits `SubscriptionRenewed` and then `SubscriptionResumed` with
+ * `charged`, one pull counted once, from the former) and `AllowanceDeducted` (overage). Failed pulls
  * (`RenewalFailed`, `DeductionFailed`) move nothing.
  */
 import type { Address, PublicClient } from "viem";
@@ -25,12 +26,12 @@ export type SubscriptionPulls = {
 };
 
 /**
- * Sums the pulls of `subscriptionId` since `fromBlock`. `price` is the plan's period price (a charged
- * resume carries none in its event). Deterministic for a given `toBlock`, so a watcher may repeat it.
+ * Sums the pulls of `subscriptionId` since `fromBlock`. Deterministic for a given `toBlock`, so a
+ * watcher may repeat it.
  */
 export async function readSubscriptionPulls(
   client: SubscriptionEventReader,
-  p: { manager: Address; subscriptionId: bigint; fromBlock: bigint; price: bigint },
+  p: { manager: Address; subscriptionId: bigint; fromBlock: bigint },
 ): Promise<SubscriptionPulls> {
   const toBlock = await client.getBlockNumber();
   const range = { address: p.manager, abi: subscriptionManagerAbi, fromBlock: p.fromBlock, toBlock } as const;
@@ -46,7 +47,6 @@ export async function readSubscriptionPulls(
   let total = 0n;
   for (const e of created) total += e.args.amount ?? 0n;
   for (const e of renewed) total += e.args.amount ?? 0n;
-  for (const e of resumed) if (e.args.charged === true) total += p.price;
   for (const e of deducted) total += e.args.amount ?? 0n;
   const lastPull = [...renewed, ...resumed, ...created].reduce(
     (latest, e) => (e.blockNumber !== null && e.blockNumber > latest ? e.blockNumber : latest),

@@ -115,6 +115,29 @@ describe("a subscription budget against random sellers", () => {
       await ledger.releaseHold(agent, sub.ref);
       await ledger.endSubscription(agent, sub.ref);
     };
+    /**
+     * coverNextRenewal: hold what an Active subscription can take before the next look; when the
+     * budget cannot, pause it if the shared approval could fund its renewal (it exceeds its hold, other
+     * subscriptions hold in the token, or the caller is about to raise it).
+     */
+    const cover = async (sub: Sub, approvalRises: boolean) => {
+      const need = sub.cap - sub.used + sub.price + sub.cap;
+      const held = await heldOf(sub);
+      if (held >= need) return;
+      try {
+        await ledger.hold(agent, { ref: sub.ref, provider: sub.provider, amount: need - held });
+        return;
+      } catch (error) {
+        if (!isTollgateError(error, "BudgetExceeded")) throw error;
+      }
+      let others = 0n;
+      for (const s of world.subs) if (s !== sub && !s.ended) others += await heldOf(s);
+      if (approvalRises || world.allowance > held || others > 0n) sub.status = "Paused";
+    };
+    /** Before the approval grows (a subscribe, a cap raise): pauseUnheldBeforeApproval. */
+    const coverOthers = async (except: Sub | undefined) => {
+      for (const s of world.subs) if (s !== except && !s.ended && s.status === "Active") await cover(s, true);
+    };
     /** The watcher's look at every live subscription (createSubscriptionKeeper's sync). */
     const sync = async () => {
       for (const sub of world.subs) {
@@ -129,18 +152,7 @@ describe("a subscription budget against random sellers", () => {
         else if (sub.status === "PastDue") {
           sub.status = "Cancelled";
           await end(sub);
-        } else if (sub.status === "Active") {
-          const need = sub.cap - sub.used + sub.price + sub.cap;
-          const held = charged.held;
-          if (held < need) {
-            try {
-              await ledger.hold(agent, { ref: sub.ref, provider: sub.provider, amount: need - held });
-            } catch (error) {
-              if (!isTollgateError(error, "BudgetExceeded")) throw error;
-              if (world.allowance > held) sub.status = "Paused";
-            }
-          }
-        }
+        } else if (sub.status === "Active") await cover(sub, false);
       }
       // The approval top-up: up to what the live subscriptions hold, never above it, never lowered.
       let holds = 0n;
@@ -179,6 +191,7 @@ describe("a subscription budget against random sellers", () => {
             ref,
           });
           await ledger.hold(agent, { ref, provider, amount: commitment.hold });
+          await coverOthers(undefined);
           let others = 0n;
           for (const s of world.subs) if (!s.ended) others += await heldOf(s);
           world.allowance = commitment.approval + others; // a permit replaces the allowance
@@ -224,6 +237,7 @@ describe("a subscription budget against random sellers", () => {
           const step = room !== undefined && room < action.step ? room : action.step;
           if (step <= 0n) break;
           await ledger.hold(agent, { ref: sub.ref, provider: sub.provider, amount: step });
+          await coverOthers(sub);
           world.allowance += step; // the raise's permit: the allowance plus the held step
           sub.cap += step;
           break;
@@ -244,6 +258,19 @@ describe("a subscription budget against random sellers", () => {
   it("moves no more than any limit allows, and the ledger ends equal to what moved", async () => {
     await fc.assert(fc.asyncProperty(fc.array(Action, { minLength: 1, maxLength: 40 }), run), {
       numRuns: 60,
+      examples: [
+        // Seed 1856419203: a plan whose renewal the per-provider limit could not hold renewed out of
+        // the approval a second seller's subscription raised for its own hold.
+        [
+          [
+            { kind: "subscribe", provider: 0, price: 150_001n, unit: 0n, units: 0 },
+            { kind: "advance" },
+            { kind: "subscribe", provider: 1, price: 1_000n, unit: 1_961n, units: 38 },
+            { kind: "collect", sub: 0 },
+            { kind: "advance" },
+          ],
+        ],
+      ],
     });
   }, 300_000);
 });

@@ -8,6 +8,9 @@
  * (`cancelUnneededSubscriptions`) through the keeper, so a subscription the learned demand no longer
  * justifies is cancelled before it renews, and its hold ended, by a long-running agent too, not only
  * at the end of a `tollgate run`. It runs after the sync, so it judges what the ledger has recorded.
+ * A look never waits past the opening of the next cancel window it saw (`reviewInSeconds`, chain
+ * time): with a plan shorter than `intervalMs`, or a window that opens between two ticks, the check
+ * still runs inside the window, before that renewal comes due.
  */
 import type { Address } from "viem";
 import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
@@ -43,7 +46,7 @@ export type WatchSubscriptionsOptions = {
   policy?: WatchPolicy | undefined;
   /** Told the cancel check's outcomes after each look that ran it. */
   onCancelCheck?: ((outcomes: SubscriptionCancelOutcome[]) => void) | undefined;
-  /** Between looks (default 60 s). */
+  /** Between looks (default 60 s); shorter when a cancel window opens sooner. */
   intervalMs?: number | undefined;
   /** Waits between looks; resolves early when `signal` aborts. Default: a timer. */
   wait?: ((ms: number, signal: AbortSignal) => Promise<void>) | undefined;
@@ -76,7 +79,10 @@ export function watchSubscriptions(options: WatchSubscriptionsOptions): Subscrip
     throw new TypeError("watchSubscriptions: the policy's cancel check needs a keeper with cancel()");
   }
   const logger = options.logger;
+  /** Until the next cancel window the last check saw opens: when the next look must come at the latest. */
+  let untilWindowMs = Number.POSITIVE_INFINITY;
   const checkPolicy = async () => {
+    untilWindowMs = Number.POSITIVE_INFINITY;
     if (policy === undefined || cancel === undefined) return;
     const outcomes = await cancelUnneededSubscriptions({
       agent: policy.agent,
@@ -91,6 +97,11 @@ export function watchSubscriptions(options: WatchSubscriptionsOptions): Subscrip
           ? undefined
           : { info: (o, m) => logger.info?.(o, m), warn: (o, m) => logger.warn(o, m) },
     });
+    for (const o of outcomes) {
+      // A second past the opening, so the look lands inside the window (chain seconds are whole).
+      if (o.reviewInSeconds !== undefined)
+        untilWindowMs = Math.min(untilWindowMs, (o.reviewInSeconds + 1) * 1000);
+    }
     options.onCancelCheck?.(outcomes);
   };
   const wait = options.wait ?? timer;
@@ -108,7 +119,7 @@ export function watchSubscriptions(options: WatchSubscriptionsOptions): Subscrip
         options.logger?.warn({ err: error }, "subscription watcher: cancel check failed");
       }
       if (controller.signal.aborted) break;
-      await wait(intervalMs, controller.signal);
+      await wait(Math.min(intervalMs, untilWindowMs), controller.signal);
     }
   })();
   return {

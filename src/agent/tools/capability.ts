@@ -7,6 +7,11 @@ import { z } from "zod";
 import { type Amount, AmountSchema, PriceTextSchema } from "../../gate/paymentGateOptions.ts";
 import { parseUnitsExact } from "../../protocol/amount.ts";
 import { CapabilityNameSchema } from "../../protocol/manifest.ts";
+import {
+  type CapabilityPricingType,
+  type CapabilityPricingView,
+  writtenAmount,
+} from "../../protocol/pricing.ts";
 
 /** Decimal USDC text as people write prices (`"0.02"`), at most 6 decimals, converted exactly later. */
 export const UsdcTextSchema = z
@@ -41,7 +46,7 @@ const exactlyOnePrice = [
 
 /** A price entry's amount in smallest units (the entry has passed its schema). */
 export function pricingAmount(entry: { amount?: Amount | undefined; price?: string | undefined }): bigint {
-  return entry.amount !== undefined ? BigInt(entry.amount) : parseUnitsExact(entry.price ?? "");
+  return writtenAmount(entry);
 }
 
 /** Pay once per call: `{ type: "one-time", price: "0.02" }` or `{ type: "one-time", amount: 20000 }`. */
@@ -67,11 +72,36 @@ export const SubscriptionCapabilityPricingSchema = z.strictObject({
     .refine(...exactlyOnePrice),
 });
 
+/**
+ * Pay per call from a prepaid channel: `{ type: "channel", price: "0.01" }` (a buyer deposits once, then
+ * each call carries a voucher checked locally by the gate; `createSpecialist({ channels })` enables it).
+ */
+export const ChannelCapabilityPricingSchema = z
+  .strictObject({ type: z.literal("channel"), ...priceFields })
+  .refine(...exactlyOnePrice);
+
+/**
+ * The one pricing type (`Pricing`, src/protocol/pricing.ts) as a seller writes it for a capability:
+ * its types are `CapabilityPricingTypes`, and `pricingOfCapability` turns an entry into the `Pricing`
+ * the gate, the manifest, the market and the policy read once its plan exists.
+ */
 export const CapabilityPricingSchema = z.discriminatedUnion("type", [
   OneTimeCapabilityPricingSchema,
   SubscriptionCapabilityPricingSchema,
+  ChannelCapabilityPricingSchema,
 ]);
 export type CapabilityPricing = z.infer<typeof CapabilityPricingSchema>;
+/** Compile-time link: every written entry is a `CapabilityPricingView` of a `CapabilityPricingType`. */
+type Holds<T extends true> = T;
+export type CapabilityPricingIsPricing = Holds<
+  CapabilityPricing extends CapabilityPricingView
+    ? CapabilityPricing["type"] extends CapabilityPricingType
+      ? CapabilityPricingType extends CapabilityPricing["type"]
+        ? true
+        : false
+      : false
+    : false
+>;
 
 /** What a handler is given besides its input. */
 export type CapabilityContext = {

@@ -20,6 +20,7 @@ export function describeInterval(seconds: number): string {
 /**
  * One pricing entry in words:
  * - one-time: `"0.02 USDC per call, paid once per call"`;
+ * - channel: `"0.01 USDC per call from a prepaid channel (…)"`;
  * - subscription: `"subscription 1 USDC every 30 days, calls included"` (with its included units and
  *   overage price when it has them);
  * - metered: `"metered subscription 1 USDC every 30 days with 100 units included, then 0.001 USDC per
@@ -27,6 +28,9 @@ export function describeInterval(seconds: number): string {
  */
 export function describePricingEntry(entry: ManifestPricing): string {
   if (entry.type === "one-time") return `${usdc(entry.amount)} per call, paid once per call`;
+  if (entry.type === "channel") {
+    return `${usdc(entry.amount)} per call from a prepaid channel (a refundable deposit, then no wait per call)`;
+  }
   const period = `${usdc(entry.amount)} every ${describeInterval(entry.interval)}`;
   const overage =
     BigInt(entry.overageUnitPrice) > 0n ? `, then ${usdc(entry.overageUnitPrice)} per unit` : "";

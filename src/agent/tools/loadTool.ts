@@ -56,7 +56,13 @@ export async function listToolManifests(options: LoadToolOptions): Promise<ToolM
   const names = files
     .map((file) => file.slice(0, -".json".length))
     .filter((name) => ToolNameSchema.safeParse(name).success);
-  return Promise.all(names.map((name) => readToolManifest(name, options)));
+  // Read side by side, but a listing with several bad manifests names the first in file order, not
+  // whichever read happened to fail first.
+  const read = await Promise.allSettled(names.map((name) => readToolManifest(name, options)));
+  return read.map((result) => {
+    if (result.status === "rejected") throw result.reason;
+    return result.value;
+  });
 }
 
 /** The parsed manifest `<dir>/<name>.json`, whose `name` must be `name`. */

@@ -20,9 +20,11 @@ import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol
 ///   then the new period starts now, so a subscriber is never charged for time without service.
 /// - A failed pull marks the subscription PastDue and emits RenewalFailed without reverting; a later
 ///   `collect` that succeeds makes it Active again.
-/// - Pause freezes the clock: the paid time left at the moment of pausing is kept and restored on resume
-///   (the new end is resume time + remaining). If nothing was left (the period was already due when
-///   paused), resume charges a new period at once.
+/// - Pause stops renewals and service, never the clock: the period keeps running on wall time while
+///   paused, so pausing never extends a paid period. Resuming before currentPeriodEnd makes the
+///   subscription Active again in the same period (no charge); resuming at or after it charges a new
+///   period starting at the resume (a failed pull reverts, leaving it Paused). A paused subscription is
+///   never due: `collect` reverts and `collectMany` skips it.
 contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
     enum Status {
         None,
@@ -51,7 +53,8 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         uint64 periodStart;
         /// The end of the paid period, which is also when the next charge falls due.
         uint64 currentPeriodEnd;
-        /// While Paused: the paid seconds left when it was paused. Otherwise 0.
+        /// While Paused: the paid seconds that were left when it was paused (information only: the period
+        /// keeps running while paused, so this is not restored on resume). Otherwise 0.
         uint64 pausedRemaining;
         uint256 maxOverage;
         uint256 overageUsed;
@@ -61,6 +64,8 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
     uint8 public constant FAILURE_NOT_ACTIVE = 1;
     uint8 public constant FAILURE_ALLOWANCE_EXHAUSTED = 2;
     uint8 public constant FAILURE_TRANSFER_FAILED = 3;
+    /// The provider's ref was deducted before (the earlier AllowanceDeducted is the deduction).
+    uint8 public constant FAILURE_REF_USED = 4;
 
     /// Gas forwarded to the token's `transferFrom` in each pull. A standard ERC-20 (USDC included) needs
     /// well under half of it even when the payee's balance slot is new; a token that wants more fails
@@ -90,6 +95,10 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
     mapping(uint256 planId => Plan) private _plans;
     mapping(uint256 subscriptionId => Subscription) private _subscriptions;
     mapping(address provider => mapping(address operator => bool)) public isOperator;
+    /// Refs under which a provider's deductions went through: each deducts at most once, so a deduction
+    /// sent again (a batch re-sent after a restart, a second instance, a replaced transaction) charges
+    /// nothing more. Per provider, so no one else can use up a provider's refs.
+    mapping(address provider => mapping(bytes32 ref => bool)) public refUsed;
 
     event PlanCreated(
         uint256 indexed planId,
@@ -139,6 +148,7 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
     error SignatureExpired(uint256 deadline);
     error InvalidSignature();
     error LengthMismatch();
+    error RefAlreadyUsed(uint256 subscriptionId, bytes32 ref);
     /// The transaction's gas limit left too little for a token call to get PULL_GAS; send more gas.
     error InsufficientGasForPull(uint256 gasLeft, uint256 needed);
 
@@ -352,18 +362,16 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
 
     function _resume(uint256 id, Subscription storage s) private {
         if (s.status != Status.Paused) revert InvalidStatus(id, s.status);
-        uint64 remaining = s.pausedRemaining;
         uint64 nowTs = uint64(block.timestamp);
         s.status = Status.Active;
         s.pausedRemaining = 0;
-        if (remaining > 0) {
-            // The frozen clock restarts: the periodStart moves by the time spent paused.
-            s.periodStart = nowTs + remaining - (s.currentPeriodEnd - s.periodStart);
-            s.currentPeriodEnd = nowTs + remaining;
+        if (nowTs < s.currentPeriodEnd) {
+            // The period ran on while paused and is not over: the same period continues, no charge and
+            // no extension, so a pause/resume cycle can never stretch what was paid for.
             emit SubscriptionResumed(id, s.currentPeriodEnd, false);
             return;
         }
-        // The period was already due when paused: resuming starts (and charges) a new one. A failed pull
+        // The period ended (before or while paused): resuming starts (and charges) a new one. A failed pull
         // reverts, leaving the subscription Paused, so the subscriber learns at once that it cannot pay.
         Plan storage p = _plans[s.planId];
         _pull(p.token, s.subscriber, p.provider, p.amount);
@@ -391,21 +399,24 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
 
     /// @notice Pulls `amount` of metered overage from the subscriber to the provider now. Only the plan's
     /// provider or its operator may call. Reverts AllowanceExhausted when this cycle's overage would pass
-    /// the subscriber's cap.
+    /// the subscriber's cap, and RefAlreadyUsed when the provider deducted under `ref` before.
     function deductAllowance(uint256 subscriptionId, uint256 amount, bytes32 ref) external nonReentrant {
         Subscription storage s = _existing(subscriptionId);
         Plan storage p = _plans[s.planId];
         _checkProviderOrOperator(subscriptionId, p.provider);
+        if (refUsed[p.provider][ref]) revert RefAlreadyUsed(subscriptionId, ref);
         if (s.status != Status.Active) revert InvalidStatus(subscriptionId, s.status);
         if (!_withinCap(s, amount)) revert AllowanceExhausted(subscriptionId, s.overageUsed, s.maxOverage, amount);
+        refUsed[p.provider][ref] = true;
         uint256 used = s.overageUsed + amount;
         s.overageUsed = used;
         _pull(p.token, s.subscriber, p.provider, amount);
         emit AllowanceDeducted(subscriptionId, ref, amount, used, s.maxOverage);
     }
 
-    /// @notice Batch form of deductAllowance with per-item outcomes: an item that is not Active, would pass
-    /// its cap, or whose pull fails emits DeductionFailed and returns false, without affecting the others.
+    /// @notice Batch form of deductAllowance with per-item outcomes: an item whose ref the provider deducted
+    /// under before, that is not Active, would pass its cap, or whose pull fails emits DeductionFailed and
+    /// returns false, without affecting the others (a failed item does not use up its ref).
     /// A caller that is not the provider or an operator of an item's plan reverts the whole call, as does
     /// an unknown id: those are caller faults, not outcomes.
     function deductAllowanceMany(uint256[] calldata ids, uint256[] calldata amounts, bytes32[] calldata refs)
@@ -424,6 +435,10 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         Subscription storage s = _existing(id);
         Plan storage p = _plans[s.planId];
         _checkProviderOrOperator(id, p.provider);
+        if (refUsed[p.provider][ref]) {
+            emit DeductionFailed(id, ref, amount, FAILURE_REF_USED);
+            return false;
+        }
         if (s.status != Status.Active) {
             emit DeductionFailed(id, ref, amount, FAILURE_NOT_ACTIVE);
             return false;
@@ -437,6 +452,7 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
             emit DeductionFailed(id, ref, amount, FAILURE_TRANSFER_FAILED);
             return false;
         }
+        refUsed[p.provider][ref] = true;
         // Cannot overflow: _withinCap showed overageUsed + amount <= maxOverage.
         uint256 used = s.overageUsed + amount;
         s.overageUsed = used;

@@ -10,6 +10,11 @@ import {
   sourceHash as subscriptionManagerHash,
 } from "./artifacts/SubscriptionManager.ts";
 import {
+  tollgateChannelsAbi,
+  tollgateChannelsBytecode,
+  sourceHash as tollgateChannelsHash,
+} from "./artifacts/TollgateChannels.ts";
+import {
   tollgateUsdAbi,
   tollgateUsdBytecode,
   sourceHash as tollgateUsdHash,
@@ -25,6 +30,7 @@ describe("committed contract artifacts", () => {
     expect(tollgateUsdHash, stale).toBe(current);
     expect(subscriptionManagerHash, stale).toBe(current);
     expect(batchSettlerHash, stale).toBe(current);
+    expect(tollgateChannelsHash, stale).toBe(current);
   });
 
   // solc-js compiles in WebAssembly: seconds alone, much longer on a loaded two-core CI machine.
@@ -36,6 +42,8 @@ describe("committed contract artifacts", () => {
     expect(fresh.contracts.SubscriptionManager.abi, stale).toEqual(subscriptionManagerAbi);
     expect(fresh.contracts.BatchSettler.bytecode, stale).toBe(batchSettlerBytecode);
     expect(fresh.contracts.BatchSettler.abi, stale).toEqual(batchSettlerAbi);
+    expect(fresh.contracts.TollgateChannels.bytecode, stale).toBe(tollgateChannelsBytecode);
+    expect(fresh.contracts.TollgateChannels.abi, stale).toEqual(tollgateChannelsAbi);
   });
 
   it("gather OpenZeppelin imports into the hashed sources", () => {

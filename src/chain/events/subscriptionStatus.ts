@@ -19,4 +19,10 @@ export function subscriptionStatusName(status: number): SubscriptionStatusName {
 }
 
 /** Why a deductAllowanceMany item failed (DeductionFailed.reason), as the contract's FAILURE_* constants. */
-export const DeductionFailure = { NotActive: 1, AllowanceExhausted: 2, TransferFailed: 3 } as const;
+export const DeductionFailure = {
+  NotActive: 1,
+  AllowanceExhausted: 2,
+  TransferFailed: 3,
+  /** The provider deducted under this ref before: the earlier AllowanceDeducted is the deduction. */
+  RefUsed: 4,
+} as const;

@@ -6,11 +6,13 @@ import { parseArgs } from "node:util";
 
 export const summary = "run the end-to-end demo: specialists, a budgeted research agent, renewals, webhooks";
 
-const usage = `usage: tollgate demo
+const usage = `usage: tollgate demo [--keep]
   Runs the whole system on an embedded devnet, in this process, and stops it all at the end (about a
   minute): a facilitator, a market and five specialist sellers, and a research agent that buys their
   paid tools under a budget (one-time, subscription, metered, and from a reseller), then a month of
   chain time with renewals and the providers' webhooks. It keeps everything in memory and writes no files.
+  It prints the dashboard's address (docs/dashboard.md); --keep keeps everything running after the demo,
+  so the dashboard can be browsed, until Ctrl-C.
 environment: OPENAI_API_KEY OPENAI_BASE_URL OPENAI_MODEL TOLLGATE_PLANNER (the rule planner, offline, without
              a key) LOG_LEVEL (default silent)`;
 
@@ -18,7 +20,7 @@ export async function run(argv: string[]): Promise<number> {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
-    options: { help: { type: "boolean", short: "h" } },
+    options: { help: { type: "boolean", short: "h" }, keep: { type: "boolean" } },
   });
   if (values.help === true) {
     console.log(usage);
@@ -42,8 +44,10 @@ export async function run(argv: string[]): Promise<number> {
   process.on("SIGTERM", interrupt);
   const started = Date.now();
   try {
-    await runDemo({ env: process.env, signal: controller.signal });
-    if (controller.signal.aborted) {
+    const keep = values.keep === true;
+    await runDemo({ env: process.env, signal: controller.signal, keep });
+    // With --keep, Ctrl-C after the demo is how it ends.
+    if (controller.signal.aborted && !keep) {
       setTimeout(() => process.exit(130), 500).unref();
       return 130;
     }

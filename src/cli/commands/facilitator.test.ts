@@ -132,6 +132,18 @@ describe("tollgate facilitator configuration", () => {
     );
   });
 
+  it("reads how long an outbox row may wait before the chain is asked whether it lost it, and refuses nonsense", () => {
+    expect(configFrom([]).outboxStuckAfterMs).toBeUndefined();
+    expect(
+      configFrom([], { ...environment, TOLLGATE_OUTBOX_STUCK_AFTER_MS: "60000" }).outboxStuckAfterMs,
+    ).toBe(60_000);
+    for (const bad of ["soon", "10", "1.5", "-1", "99999999"]) {
+      expect(() => configFrom([], { ...environment, TOLLGATE_OUTBOX_STUCK_AFTER_MS: bad })).toThrow(
+        /TOLLGATE_OUTBOX_STUCK_AFTER_MS/,
+      );
+    }
+  });
+
   it("has no flag for the keys", () => {
     expect(() => facilitatorEnvironment(["--gas-key", environment.TOLLGATE_GAS_KEY], environment)).toThrow();
     expect(() => facilitatorEnvironment(["--proof-keys", seedA], environment)).toThrow();

@@ -4,10 +4,20 @@
  * not secrets.
  */
 import { parseArgs } from "node:util";
+import { setFlagsFromString } from "node:v8";
+import { createWalletClient, defineChain, http } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
-import { createFacilitator, serveApp } from "../../facilitator/createFacilitator.ts";
+import { readDevnetFile } from "../../chain/devnetFile.ts";
+import { getNetworkConfig } from "../../chain/networks.ts";
+import {
+  type CreateFacilitatorOptions,
+  createFacilitator,
+  serveApp,
+} from "../../facilitator/createFacilitator.ts";
 import { createLogger } from "../../facilitator/createLogger.ts";
 import { loadFacilitatorConfig } from "../../facilitator/facilitatorConfig.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { chainIdOf } from "../../protocol/network.ts";
 import { createStore } from "../../store/createStore.ts";
 
 export const summary = "run the facilitator service (settlement, proofs, subscriptions, webhooks)";
@@ -27,6 +37,7 @@ const flagVariables = {
   host: "TOLLGATE_HOST",
   "webhook-allow-targets": "TOLLGATE_WEBHOOK_ALLOW_TARGETS",
   "min-amount": "TOLLGATE_MIN_AMOUNT",
+  dashboard: "TOLLGATE_DASHBOARD",
 } as const;
 
 /** The environment the configuration is parsed from: `environment` with the given flags applied. */
@@ -64,12 +75,15 @@ export async function run(argv: string[]): Promise<number> {
         "  TOLLGATE_WEBHOOK_KEYS (keys sealing webhook secrets; default: generated into <dir>/webhook-secret-key)\n" +
         "  TOLLGATE_WEBHOOK_ALLOW_TARGETS, --webhook-allow-targets (non-public webhook targets allowed, e.g.\n" +
         "  127.0.0.0/8,::1 for local development; default none)\n" +
+        "  TOLLGATE_DASHBOARD, --dashboard on|off (the web dashboard at /dashboard; default on for a devnet\n" +
+        "  on a loopback address, off otherwise: see docs/dashboard.md)\n" +
         "  (flags override the environment; the keys are read from the environment only;\n" +
         "  defaults come from .tollgate/devnet.json after `tollgate devnet up`)",
     );
     return 0;
   }
   const config = loadFacilitatorConfig(env);
+  if (config.databaseUrl === undefined) keepPgliteOnBaselineCode();
   const logger = createLogger({ level: config.logLevel, name: "facilitator" });
   const store = await createStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, logger });
   const facilitator = createFacilitator({
@@ -80,12 +94,17 @@ export async function run(argv: string[]): Promise<number> {
     proofKeys: config.proofKeys,
     batchSettler: config.batchSettler,
     subscriptionManager: config.subscriptionManager,
+    channels: config.channels,
     tokens: [config.token],
     confirmations: config.confirmations,
     rateLimits: config.rateLimits,
     webhooks: { secretKeys: config.webhooks.secretKeys, allowTargets: config.webhooks.allowTargets },
     metricsAccess: { token: config.metricsToken },
+    ...(config.outboxStuckAfterMs === undefined
+      ? {}
+      : { outbox: { stuckAfterMs: config.outboxStuckAfterMs } }),
     logger,
+    dashboard: dashboardOptions(env.TOLLGATE_DASHBOARD, config),
   });
   let server: Awaited<ReturnType<typeof serveApp>>;
   try {
@@ -117,4 +136,55 @@ export async function run(argv: string[]): Promise<number> {
   await facilitator.stop();
   await store.close();
   return 0;
+}
+
+/**
+ * Runs PGlite's WebAssembly on V8's baseline compiler (Liftoff) only, for the life of this process.
+ * With the optimising tier on, V8 recompiles PostgreSQL's busy functions in background threads whose
+ * memory (~65–75 MB of malloc arenas) stays resident after the work is done; on Liftoff alone an idle
+ * facilitator measured 306–339 → 239–250 MB resident, and the CPU a store transaction costs stayed the same
+ * within the noise (~0.7 ms either way, docs/facilitator.md "At rest"). Set before the first PGlite is
+ * created, which compiles the module; the flag covers any WebAssembly this process compiles after it.
+ */
+function keepPgliteOnBaselineCode(): void {
+  setFlagsFromString("--liftoff-only");
+}
+
+/**
+ * The dashboard's settings, or `undefined` when it is off: `TOLLGATE_DASHBOARD=on|off`, by default on
+ * only for a devnet bound to a loopback address (a public bind exposes no sign-in form unless asked).
+ * On a devnet the dashboard may send plan transactions for providers whose key is a devnet dev key.
+ */
+export function dashboardOptions(
+  setting: string | undefined,
+  config: ReturnType<typeof loadFacilitatorConfig>,
+): CreateFacilitatorOptions["dashboard"] {
+  const devnet =
+    getNetworkConfig(config.network)?.isDevnet !== false && readDevnetFile(config.dir) !== undefined;
+  const loopback = ["127.0.0.1", "::1", "localhost"].includes(config.host);
+  const value = (setting ?? "auto").trim().toLowerCase();
+  if (!["on", "off", "auto"].includes(value)) {
+    throw new TollgateError("InvalidRequest", `TOLLGATE_DASHBOARD must be on, off or auto, not "${setting}"`);
+  }
+  if (value === "off" || (value === "auto" && !(devnet && loopback))) return undefined;
+  const file = devnet ? readDevnetFile(config.dir) : undefined;
+  const keys = new Map((file?.accounts ?? []).map((a) => [a.address.toLowerCase(), a.privateKey]));
+  const chain = defineChain({
+    id: chainIdOf(config.network),
+    name: "devnet",
+    nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
+    rpcUrls: { default: { http: [config.rpcUrl] } },
+  });
+  return {
+    planSigner: (provider) => {
+      const key = keys.get(provider.toLowerCase());
+      return key === undefined
+        ? undefined
+        : createWalletClient({
+            account: privateKeyToAccount(key as `0x${string}`),
+            chain,
+            transport: http(config.rpcUrl),
+          });
+    },
+  };
 }

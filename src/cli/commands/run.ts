@@ -3,9 +3,12 @@
  * from the agent runtime's store (the ledger `tollgate budget set` writes), its tools are discovered
  * in the market and paid through the facilitator, and the spend report is printed at the end.
  * A `.ts`/`.js` argument runs that script's exported `main(context)` with the same tools instead.
+ * Prepaid channels the policy opens are kept in `<dir>/channels-<agent>.journal`: a run first takes back
+ * the deposits of channels whose close delay is over, closes channels idle for 10 minutes while it lasts,
+ * and closes every channel at its end (`--keep-channels` keeps them for the next run); docs/channels.md.
  */
 import { existsSync, readFileSync } from "node:fs";
-import { basename, resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import type { StructuredToolInterface } from "@langchain/core/tools";
@@ -15,7 +18,13 @@ import { privateKeyToAccount } from "viem/accounts";
 import { z } from "zod";
 import { approvalFor, getApprovalThreshold } from "../../agent/budget/approvalThreshold.ts";
 import type { BudgetReport } from "../../agent/budget/budgetReport.ts";
+import {
+  type AgentChannels,
+  type ChannelSettlement,
+  createAgentChannels,
+} from "../../agent/budget/channelCommitments.ts";
 import { type BudgetLedger, createBudgetLedger } from "../../agent/budget/createBudgetLedger.ts";
+import { resolvePendingPayments } from "../../agent/budget/pendingPayments.ts";
 import { type DiscoveredTool, type DiscoverToolsOptions, discoverTools } from "../../agent/discoverTools.ts";
 import { createOrchestrator, type Orchestrator } from "../../agent/orchestrator/createOrchestrator.ts";
 import { modelFromEnv } from "../../agent/orchestrator/modelFromEnv.ts";
@@ -23,7 +32,10 @@ import type { OrchestratorStep } from "../../agent/orchestrator/runToolCall.ts";
 import { approvalHook } from "../../agent/orchestrator/spendApproval.ts";
 import type { Plan } from "../../agent/planner/createRulePlanner.ts";
 import type { PlannerDocument, PlannerInputs } from "../../agent/planner/plannerInputs.ts";
-import { cancelUnneededAfterRun } from "../../agent/policy/cancelUnneededSubscriptions.ts";
+import {
+  cancelUnneededAfterRun,
+  createCancelClaims,
+} from "../../agent/policy/cancelUnneededSubscriptions.ts";
 import { createCallCounter } from "../../agent/policy/createCallCounter.ts";
 import { createDemandHistory } from "../../agent/policy/createDemandHistory.ts";
 import {
@@ -33,14 +45,25 @@ import {
   type SpendReport,
 } from "../../agent/spendReport.ts";
 import { createSubscriptionKeeper } from "../../agent/subscriptions/createSubscriptionKeeper.ts";
+import {
+  type SubscriptionWatcher,
+  watchSubscriptions,
+} from "../../agent/subscriptions/watchSubscriptions.ts";
 import { readDevnetFile } from "../../chain/devnetFile.ts";
 import { createPayer, type Payer } from "../../client/createPayer.ts";
 import { createFacilitatorClient, type FetchFn } from "../../client/facilitatorClient.ts";
+import { startRunRecording } from "../../facilitator/dashboard/agent/runSpendRecords.ts";
 import { DEFAULT_MARKET_URL } from "../../market/marketApi.ts";
 import { formatUnitsExact } from "../../protocol/amount.ts";
 import { type Clock, systemClock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
+import { NetworkSchema } from "../../protocol/network.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
+import {
+  type ChannelWalletStore,
+  createFileChannelWalletStore,
+  createMemoryChannelWalletStore,
+} from "../../schemes/channel/channelWalletStore.ts";
 import { openAgentStore } from "../openAgentStore.ts";
 import { createLinePrompt } from "../promptLine.ts";
 import { DEFAULT_FACILITATOR_URL } from "./analytics.ts";
@@ -60,13 +83,16 @@ const BUDGET_REFUSALS: ReadonlySet<string> = new Set(["BudgetExceeded", "Approva
 const usage = `usage: tollgate run <task | script.ts> [--agent ${DEFAULT_AGENT}] [--market ${DEFAULT_MARKET_URL}]
                     [--facilitator ${DEFAULT_FACILITATOR_URL}] [--key 0x… | --account <devnet index>]
                     [--text "…" … | --document <file> …] [--dir .tollgate] [--json]
-                    [--approvals ask|refuse]
+                    [--approvals ask|refuse] [--keep-channels]
   Runs an orchestrator as <agent>: its budget is the one \`tollgate budget set <agent>\` stored, its
   tools are what the market lists, paid through the facilitator. Prints the answer and the spend report.
   One --text is the text to work on; several are kept, each a document (text-1, text-2, …).
   Exits 1 when a tool call of the task failed and was not made good (the answer is incomplete).
   A .ts/.js argument runs that script's exported \`main(context)\` with the same tools instead (a script
   reports failure by throwing).
+channels: prepaid channels the policy opens are closed at the end of the run (the unspent deposit is
+  released from the budget at once and returns to the wallet after the channel's close delay: the next
+  run, or \`tollgate channel withdraw\`, takes it back); --keep-channels keeps them open for the next run
 key: --key, TOLLGATE_AGENT_KEY, or a devnet account (--account, default ${DEFAULT_DEVNET_ACCOUNT}: the agent) from <dir>/devnet.json
 approvals: spends above the agent's --approve-above (tollgate budget set) need a yes: asked on the
   terminal (--approvals ask, the default when stdin is one; answers are read from stdin), refused otherwise
@@ -103,6 +129,8 @@ export type RunContext = {
   orchestrator: Orchestrator;
   budget: BudgetLedger;
   payer: Payer;
+  /** The agent's prepaid channels (its tools pay through them; closed at the end of the run). */
+  channels: AgentChannels;
   /** Where the script's progress lines go. */
   print: (line: string) => void;
   signal: AbortSignal | undefined;
@@ -129,6 +157,12 @@ export type RunCommandDeps = {
    * `LOG_LEVEL` (warn) on stderr, so stdout keeps the run's own output (and `--json`) unmixed.
    */
   logger?: Logger | undefined;
+  /**
+   * How often the run's subscription watcher looks (default 60 s; sooner when a cancel window opens
+   * sooner): it records renewals and deductions and cancels, before it renews, a subscription the
+   * running forecast no longer justifies, during the run and not only at its end.
+   */
+  watchIntervalMs?: number | undefined;
 };
 
 /** A tool call of a task run that failed and was not made good by a later call. */
@@ -136,6 +170,8 @@ export type RunFailure = { tool: string; document?: string | undefined; error: s
 
 /** The outcome `tollgate run --json` prints. */
 export type RunOutcome = {
+  /** Channels closed at the end of the run (their holds released). */
+  channels?: ChannelSettlement[] | undefined;
   agent: string;
   planner: string;
   answer: string;
@@ -235,6 +271,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       dir: { type: "string" },
       json: { type: "boolean", default: false },
       approvals: { type: "string" },
+      "keep-channels": { type: "boolean", default: false },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -293,6 +330,23 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
 
   // Held for the whole run: the ledger is written as tools are bought.
   const store = await openAgentStore({ databaseUrl: env.DATABASE_URL, dir });
+  let watcher: SubscriptionWatcher | undefined;
+  let channelStore: ChannelWalletStore | undefined;
+  let channels: AgentChannels | undefined;
+  let idleSweep: ReturnType<typeof setInterval> | undefined;
+  let channelsDone = values["keep-channels"] === true;
+  /** Closes the run's channels (once): their holds are released, their deposits withdrawable later. */
+  const closeChannels = async (): Promise<ChannelSettlement[]> => {
+    if (idleSweep !== undefined) clearInterval(idleSweep);
+    idleSweep = undefined;
+    if (channelsDone || channels === undefined) return [];
+    channelsDone = true;
+    const settled = await channels.close();
+    await channels.withdrawDue().catch((error: unknown) => {
+      logger.warn({ err: error }, "could not withdraw a closed channel's deposit");
+    });
+    return settled;
+  };
   try {
     // Spend approval (docs/agents.md "Approvals"): the threshold stored with the agent's budget; asked
     // on the terminal (or the answer source `--approvals ask` names), refused when no one can answer.
@@ -324,18 +378,65 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       return 1;
     }
     const payer = createPayer({ account, network, facilitator, fetch: deps.fetch, clock: deps.clock });
+    // The agent's prepaid channels (docs/channels.md, "Agents"): state and session keys in a journal
+    // of its own, so a later run continues them, takes back their deposits and closes them.
+    channelStore = await createFileChannelWalletStore({
+      path: join(dir, `channels-${encodeURIComponent(agent)}.journal`),
+    }).catch((error: unknown) => {
+      // Another run of this agent holds the journal: this run's channels live in memory and are
+      // closed at its end.
+      logger.warn(
+        { err: error },
+        "the agent's channel journal is in use; this run keeps its channels in memory",
+      );
+      channelsDone = false;
+      return createMemoryChannelWalletStore();
+    });
+    channels = createAgentChannels({
+      agent,
+      budget,
+      account,
+      network: parseWire(NetworkSchema, network, { what: "network" }),
+      facilitator,
+      store: channelStore,
+      clock: deps.clock,
+      fetch: deps.fetch,
+    });
+    const agentChannels = channels;
+    for (const w of await agentChannels.withdrawDue().catch((error: unknown) => {
+      logger.warn({ err: error }, "could not withdraw the deposits of closed channels");
+      return [];
+    })) {
+      print(`  channel ${w.channelId}: ${usdc(w.refunded)} of its deposit back in the wallet`);
+    }
+    // The idle rule while the run lasts: a channel unused for 10 minutes is closed.
+    idleSweep = setInterval(() => {
+      agentChannels
+        .closeIdle()
+        .then((closed) => {
+          for (const c of closed)
+            print(`  channel ${c.channelId} idle: closed, ${usdc(c.returned)} back to the budget`);
+        })
+        .catch((error: unknown) => logger.warn({ err: error }, "could not close an idle channel"));
+    }, deps.watchIntervalMs ?? 60_000);
+    idleSweep.unref?.();
     // The agent's subscriptions, kept in its store (a second run reuses them) and read from the chain
     // into its ledger at the start and the end of the run (docs/budgets.md, "Subscriptions").
     const devnetFile = readDevnetFile(dir);
     const rpcUrl = env.TOLLGATE_RPC_URL ?? (devnetFile?.network === network ? devnetFile.rpcUrl : undefined);
     const chain = rpcUrl === undefined ? undefined : createPublicClient({ transport: http(rpcUrl) });
+    /** Subscriptions the policy cancelled during the run: their reason is printed once, by the check. */
+    const cancelledByPolicy = new Set<bigint>();
     const subscriptions = createSubscriptionKeeper({
       agent,
       payer,
       budget,
       logger,
       chain,
-      onAlert: (a) => print(`  subscription ${a.subscriptionId} ${a.action}: ${a.reason}`),
+      onAlert: (a) => {
+        if (a.action === "cancelled" && cancelledByPolicy.has(a.subscriptionId)) return;
+        print(`  subscription ${a.subscriptionId} ${a.action}: ${a.reason}`);
+      },
     });
     const lookAtSubscriptions = async () => {
       if (chain === undefined) return;
@@ -347,9 +448,43 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
     };
     await lookAtSubscriptions();
     const spend = createSpendCollector();
+    // Kept for the dashboard's agent views (docs/dashboard.md): spend by tool, the latest run's report.
+    const recording = startRunRecording(store, {
+      agent,
+      clock: deps.clock,
+      onError: (error) => logger.warn({ err: error }, "could not record a spend event for the dashboard"),
+    });
     let forecast: Record<string, number> = {};
     // The policy's learned demand (docs/policy.md "Learning"), kept in the agent's store across runs.
     const demand = createDemandHistory({ store, clock: deps.clock });
+    // While the run lasts, the watcher keeps looking: it records renewals and deductions as they happen
+    // and runs the policy's cancel check before each renewal comes due (it looks again when a cancel
+    // window opens), so a subscription whose renewal falls inside a long run is cancelled in time when
+    // the running forecast no longer justifies it (and one that starts inside a window, at once).
+    watcher = watchSubscriptions({
+      keeper: {
+        sync: async () => (chain === undefined ? [] : subscriptions.sync()),
+        cancel: (id, reason) => {
+          cancelledByPolicy.add(id);
+          return subscriptions.cancel(id, reason);
+        },
+      },
+      policy: {
+        agent,
+        payer,
+        demand,
+        claims: createCancelClaims({ store, clock: deps.clock }),
+        clock: deps.clock,
+      },
+      intervalMs: deps.watchIntervalMs ?? 60_000,
+      logger,
+      onCancelCheck: (outcomes) => {
+        for (const c of outcomes) {
+          if (c.outcome === "cancelled") print(`  ${c.reason}`);
+          if (c.outcome === "failed") print(`  could not cancel: ${c.reason} (${c.error})`);
+        }
+      },
+    });
     const discoverOptions: DiscoverToolsOptions = {
       market: values.market ?? env.TOLLGATE_MARKET_URL ?? DEFAULT_MARKET_URL,
       agent,
@@ -359,11 +494,15 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       logger,
       calls: createCallCounter({ clock: deps.clock }),
       subscriptions,
+      channels,
       demand,
+      // An x402 payment a seller fails is held pending and read back here (docs/budgets.md).
+      chain,
       forecast: (tool: string) =>
         forecast[tool] === undefined ? undefined : { calls: forecast[tool]!, horizonSeconds: 30 * 86_400 },
       onSpend: (event: SpendEvent) => {
         spend.record(event);
+        recording.record(event);
         print(`  ${describeSpend(event)}`);
       },
     };
@@ -421,6 +560,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
         orchestrator,
         budget,
         payer,
+        channels: agentChannels,
         print,
         signal: deps.signal,
       });
@@ -438,6 +578,8 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       failures = [...planFailures(run.plan), ...unrecoveredFailures(run.steps)];
     }
     const done = failures.length === 0;
+    await watcher.stop();
+    watcher = undefined;
     // Subscriptions the learned demand no longer justifies are cancelled before they renew, and why is said.
     for (const c of await cancelUnneededAfterRun({
       agent,
@@ -450,11 +592,37 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       print(`  ${c.outcome === "cancelled" ? c.reason : `could not cancel: ${c.reason} (${c.error})`}`);
     }
 
+    const closedChannels = await closeChannels();
+    for (const c of closedChannels) {
+      print(
+        `  channel ${c.channelId} closed: ${usdc(c.spent)} spent, ${usdc(c.returned)} back to the budget (in the wallet after the close delay)`,
+      );
+    }
+
+    // Payments whose outcome was unknown (a lost /authorize answer, an x402 seller that failed the
+    // call) are read back: committed if they settled, released once they can no longer settle; the
+    // rest stay held for the next run (docs/budgets.md).
+    for (const p of await resolvePendingPayments({ agent, budget, payer, clock: deps.clock, chain })) {
+      if (p.outcome === "pending")
+        print(`  payment ${p.nonce}: outcome not known yet, ${usdc(p.amount)} held`);
+      else print(`  payment ${p.nonce} held until its outcome was known: ${p.outcome} (${usdc(p.amount)})`);
+    }
+
+    await recording.finish();
     const report = spend.report();
     await lookAtSubscriptions();
     const budgetReport = await budget.report(agent);
     if (values.json) {
-      const outcome: RunOutcome = { agent, planner, answer, done, failures, report, budget: budgetReport };
+      const outcome: RunOutcome = {
+        agent,
+        planner,
+        answer,
+        done,
+        failures,
+        report,
+        budget: budgetReport,
+        ...(closedChannels.length > 0 ? { channels: closedChannels } : {}),
+      };
       deps.out.log(JSON.stringify(toJson(outcome), null, 2));
       return done ? 0 : 1;
     }
@@ -476,6 +644,12 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
     }
     return 1;
   } finally {
+    await watcher?.stop();
+    // A run that failed still closes what it opened (best effort: the next run retries).
+    await closeChannels().catch((error: unknown) =>
+      logger.warn({ err: error }, "could not close the run's channels"),
+    );
+    await channelStore?.close();
     await store.close();
   }
 }

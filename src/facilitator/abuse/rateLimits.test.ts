@@ -1,6 +1,8 @@
+import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
 import { createFixedClock } from "../../protocol/clock.ts";
 import { isTollgateError } from "../../protocol/errors.ts";
+import { errorResponse } from "../httpErrors.ts";
 import { bucketKey, clientAddress, createRateLimits, normalizeAddress } from "./rateLimits.ts";
 
 const start = Date.UTC(2026, 10, 24, 12);
@@ -67,6 +69,24 @@ describe("createRateLimits", () => {
     expect(refusal(() => limits.takeClient("203.0.113.10", undefined))).toBeUndefined();
     clock.advance(2_000);
     expect(refusal(() => limits.takeClient("203.0.113.9", undefined))).toBeUndefined();
+  });
+
+  it("counts POSTs and channel reads (an eth_call each) against a client, not subscription reads", async () => {
+    const limits = createRateLimits({
+      clock: createFixedClock(start),
+      perClient: { capacity: 2, refillPerSecond: 0.001 },
+    });
+    const app = new Hono();
+    app.onError((error) => errorResponse(error));
+    app.use("*", limits.clientMiddleware);
+    app.all("*", (c) => c.text("ok"));
+    const env = { incoming: { socket: { remoteAddress: "203.0.113.7" } } };
+    const status = async (method: string, path: string) => (await app.request(path, { method }, env)).status;
+    expect(await status("GET", "/subscriptions/1")).toBe(200);
+    expect(await status("GET", `/channels/0x${"ab".repeat(32)}`)).toBe(200);
+    expect(await status("POST", "/channels")).toBe(200);
+    expect(await status("GET", `/channels/0x${"cd".repeat(32)}`)).toBe(429);
+    expect(await status("GET", "/subscriptions/1")).toBe(200);
   });
 
   it("limits a payer whatever addresses it comes from, case-insensitively", () => {

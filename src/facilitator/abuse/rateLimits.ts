@@ -80,9 +80,12 @@ export function createRateLimits(options: RateLimitOptions & { clock: Clock }): 
       if (!taken.ok) refuse("for this payer", taken.retryAfterSeconds, { limit: "payer", payer });
     },
     clientMiddleware: async (c, next) => {
-      // The endpoints that cost chain work are POSTs; reads (a gate's subscription lookups) are not
-      // limited here, so a gate serving many subscribers from one address is never refused.
-      if (c.req.method === "POST") takeClient(peerAddressOf(c.env), c.req.header("x-forwarded-for"));
+      // The endpoints that cost chain work are POSTs, and the channel read, which is an eth_call per
+      // request (a gate reads a channel once and caches it). Subscription reads are not limited here,
+      // so a gate serving many subscribers from one address is never refused.
+      const costly =
+        c.req.method === "POST" || (c.req.method === "GET" && c.req.path.startsWith("/channels/"));
+      if (costly) takeClient(peerAddressOf(c.env), c.req.header("x-forwarded-for"));
       await next();
     },
   };

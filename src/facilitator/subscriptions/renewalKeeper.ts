@@ -9,9 +9,14 @@
  *   `subscription.renewed` / `subscription.renewal_failed`. The keeper itself writes no events.
  * - A failed pull is retried for the same period after `retryAfterSeconds` of chain time, at most
  *   `maxAttempts` times; a PastDue subscription is not charged again on every run.
- * - Collecting is idempotent on chain (a renewed subscription is no longer due and `collectMany`
- *   skips it), so a keeper that dies mid-run is simply run again. A lease in the store lets one
- *   facilitator instance at a time run it, so instances sharing a database do not waste gas.
+ * - Every `collectMany` goes through the transaction outbox (kind `renewal`, the due ids and periods in
+ *   its meta): signed and recorded before it is broadcast, and its outcome (the attempts bookkeeping)
+ *   recorded by the outbox handler exactly once, also when the keeper died after sending it. Ids in a
+ *   renewal still on its way are left out of the next run. Collecting is idempotent on chain too (a
+ *   renewed subscription is no longer due and `collectMany` skips it), so a keeper that dies mid-run is
+ *   simply run again. A lease in the store lets one
+ *   facilitator instance at a time run it, so instances sharing a database do not waste gas; its holder
+ *   renews it while it runs, so the lease of an instance that died expires within `leaseMs` (15 s).
  * - One subscription cannot hold back the others. Anyone may create a plan in any token, so the keeper
  *   collects only subscriptions whose plan token is one this facilitator serves (`ctx.tokens`); and a
  *   batch that would revert as a whole (a hostile token on a manager deployed before per-item
@@ -20,14 +25,19 @@
  *   every later run, and every other item of the batch is collected in the same run.
  */
 import { randomBytes } from "node:crypto";
-import { encodeFunctionData, type Hash, type Hex, type Log } from "viem";
+import type { Hash, Log } from "viem";
 import { z } from "zod";
-import { subscriptionManagerAbi } from "../../chain/contracts/artifacts/SubscriptionManager.ts";
+import { collectManyCall } from "../../chain/actions/subscriptions/collectManyCall.ts";
+import { estimateCollectMany } from "../../chain/actions/subscriptions/estimateCollectMany.ts";
 import { decodeSubscriptionEvents } from "../../chain/events/decodeSubscriptionEvents.ts";
 import { BigintColumnSchema, SafeIntColumnSchema } from "../../store/columnSchemas.ts";
 import { queryParsed } from "../../store/queryParsed.ts";
+import type { Queryable } from "../../store/store.ts";
 import { isChainUnreachable } from "../chainErrors.ts";
 import type { FacilitatorContext } from "../facilitatorModule.ts";
+import { outboxFor } from "../outbox/outboxFor.ts";
+import { openRowMeta } from "../outbox/outboxRecords.ts";
+import type { Outbox, OutboxHandler } from "../outbox/outboxTypes.ts";
 import { createWakeablePause } from "../wakeablePause.ts";
 import { isChainRefusal } from "./chainRefusal.ts";
 import type { SubscriptionIndexer } from "./subscriptionIndexer.ts";
@@ -41,8 +51,14 @@ export type RenewalKeeperOptions = {
   retryAfterSeconds?: number | undefined;
   /** Failed attempts per period after which the keeper leaves the subscription PastDue (default 4). */
   maxAttempts?: number | undefined;
-  /** How long a run may hold the lease (default 120 000 ms). */
+  /**
+   * Time to live of the keeper's lease (default 15 000 ms). The instance running renews it every third
+   * of that while its run lasts, so a run may take longer; a lease left by an instance that died (its
+   * renewals stopped) is taken over once this much time passed since its last renewal.
+   */
   leaseMs?: number | undefined;
+  /** How long a run waits for another instance's run to end before giving up (default 120 000 ms). */
+  waitForLeaseMs?: number | undefined;
 };
 
 export type KeeperRun = {
@@ -80,6 +96,14 @@ const DueRowSchema = z.object({
 type DueRow = z.infer<typeof DueRowSchema>;
 
 const LEASE_NAME = "renewal-keeper";
+/** The outbox kind of `collectMany` transactions. */
+export const RENEWAL_KIND = "renewal";
+
+/** What a renewal's outbox row carries for its handler. */
+const RenewalMetaSchema = z.object({
+  chainTime: z.number(),
+  due: z.array(z.object({ id: z.string(), periodEnd: z.number() })),
+});
 
 /**
  * Gas a batch may need per item before it is treated as poisoned and split. The contract gives each
@@ -91,8 +115,11 @@ const MAX_GAS_PER_ITEM = 250_000n;
 const BATCH_GAS_OVERHEAD = 100_000n;
 
 export function createRenewalKeeper(
-  ctx: KeeperContext,
-  deps: { indexer?: Pick<SubscriptionIndexer, "syncOnce"> | undefined } & RenewalKeeperOptions = {},
+  ctx: KeeperContext & Partial<Pick<FacilitatorContext, "outbox" | "clock">>,
+  deps: {
+    indexer?: Pick<SubscriptionIndexer, "syncOnce"> | undefined;
+    outbox?: Outbox | undefined;
+  } & RenewalKeeperOptions = {},
 ): RenewalKeeper {
   if (ctx.subscriptionManager === undefined) {
     throw new TypeError("the renewal keeper needs a SubscriptionManager address");
@@ -102,10 +129,12 @@ export function createRenewalKeeper(
   const batchSize = deps.batchSize ?? 50;
   const retryAfter = deps.retryAfterSeconds ?? 86_400;
   const maxAttempts = deps.maxAttempts ?? 4;
-  const leaseMs = deps.leaseMs ?? 120_000;
+  const leaseMs = deps.leaseMs ?? 15_000;
+  const waitForLeaseMs = deps.waitForLeaseMs ?? 120_000;
   const knownTokens = ctx.tokens.map((token) => token.address.toLowerCase());
   const holder = `${ctx.gas.address.toLowerCase()}:${randomBytes(6).toString("hex")}`;
   const log = ctx.logger.child({ component: "renewal-keeper" });
+  const outbox = deps.outbox ?? outboxFor(ctx);
 
   let running = false;
   let loopDone: Promise<void> | undefined;
@@ -123,11 +152,34 @@ export function createRenewalKeeper(
     return rows.length === 1;
   }
 
+  /** Extends this holder's lease by `leaseMs` from now; false when it is no longer this holder's. */
+  async function renewLease(): Promise<boolean> {
+    const rows = await ctx.store.query(
+      `UPDATE worker_leases SET lease_until = now() + $3 * interval '1 millisecond'
+       WHERE name = $1 AND holder = $2 RETURNING holder`,
+      [`${LEASE_NAME}:${ctx.chainId}:${manager.toLowerCase()}`, holder, leaseMs],
+    );
+    return rows.length === 1;
+  }
+
   async function releaseLease(): Promise<void> {
     await ctx.store.query("DELETE FROM worker_leases WHERE name = $1 AND holder = $2", [
       `${LEASE_NAME}:${ctx.chainId}:${manager.toLowerCase()}`,
       holder,
     ]);
+  }
+
+  /** Ids in renewals queued or on their way (this instance's or another's): not collected again yet. */
+  async function onTheirWay(): Promise<bigint[]> {
+    const metas = await openRowMeta(
+      ctx.store,
+      { chainId: ctx.chainId, sender: ctx.gas.address },
+      RENEWAL_KIND,
+    );
+    return metas.flatMap((meta) => {
+      const parsed = RenewalMetaSchema.safeParse(meta);
+      return parsed.success ? parsed.data.due.map((d) => BigInt(d.id)) : [];
+    });
   }
 
   async function dueNow(chainTime: number, exclude: readonly bigint[]) {
@@ -159,30 +211,40 @@ export function createRenewalKeeper(
     );
   }
 
-  async function recordOutcomes(
-    chainTime: number,
-    due: readonly DueRow[],
-    logs: Log[],
-  ): Promise<{ renewed: string[]; failed: string[] }> {
+  function outcomesOf(logs: readonly Log[]): { renewed: Set<string>; failed: Set<string> } {
     const renewed = new Set<string>();
     const failed = new Set<string>();
-    for (const event of decodeSubscriptionEvents(logs)) {
+    for (const event of decodeSubscriptionEvents([...logs])) {
       if (event.address.toLowerCase() !== manager.toLowerCase()) continue;
       if (event.eventName === "SubscriptionRenewed") renewed.add(event.args.subscriptionId.toString());
       if (event.eventName === "RenewalFailed") failed.add(event.args.subscriptionId.toString());
     }
-    await recordAttempts(chainTime, due, renewed, failed);
-    return { renewed: [...renewed], failed: [...failed] };
+    return { renewed, failed };
   }
+
+  /**
+   * The outbox handler of kind `renewal`: records the attempts of a mined `collectMany` in the store
+   * transaction that closes its row, whoever is alive to see the receipt. A reverted or dropped
+   * renewal records nothing: its subscriptions are still due and the next run collects them.
+   */
+  const handler: OutboxHandler = async (outcome, commit) => {
+    if (outcome.status !== "confirmed") return;
+    const meta = RenewalMetaSchema.parse(outcome.meta);
+    const due = meta.due.map((d) => ({ subscription_id: BigInt(d.id), current_period_end: d.periodEnd }));
+    const { renewed, failed } = outcomesOf(outcome.logs);
+    await commit((tx) => recordAttempts(tx, meta.chainTime, due, renewed, failed));
+  };
+  outbox.handle(RENEWAL_KIND, handler);
 
   /** Clears the attempts of renewed ids and counts a failure (with its back-off) for failed ones. */
   async function recordAttempts(
+    db: Queryable,
     chainTime: number,
     due: readonly DueRow[],
     renewed: ReadonlySet<string>,
     failed: ReadonlySet<string>,
   ): Promise<void> {
-    await ctx.store.transaction(async (tx) => {
+    await inTransaction(db, async (tx) => {
       for (const row of due) {
         const id = row.subscription_id.toString();
         if (renewed.has(id)) {
@@ -215,14 +277,47 @@ export function createRenewalKeeper(
    * Whether `collectMany(ids)` would go through as one transaction at a sane cost. A refusal (a revert,
    * out of gas at the block's limit) is an answer; any other error (the chain cannot be asked) throws.
    */
-  async function collectable(data: Hex, count: number): Promise<boolean> {
+  async function collectable(ids: readonly bigint[]): Promise<bigint | undefined> {
     try {
-      const gas = await ctx.publicClient.estimateGas({ account: ctx.gas.address, to: manager, data });
-      return gas <= BigInt(count) * MAX_GAS_PER_ITEM + BATCH_GAS_OVERHEAD;
+      const gas = await estimateCollectMany(ctx.publicClient, {
+        manager,
+        account: ctx.gas.address,
+        subscriptionIds: ids,
+      });
+      return gas <= BigInt(ids.length) * MAX_GAS_PER_ITEM + BATCH_GAS_OVERHEAD ? gas : undefined;
     } catch (error) {
-      if (isChainRefusal(error)) return false;
+      if (isChainRefusal(error)) return undefined;
       throw error;
     }
+  }
+
+  /** Sends `collectMany(rows)` through the outbox and waits for it; `undefined` when it did not go through. */
+  async function sendCollect(
+    chainTime: number,
+    rows: readonly DueRow[],
+    gas: bigint,
+  ): Promise<{ hash: Hash; logs: readonly Log[] } | undefined> {
+    const ids = rows.map((row) => row.subscription_id);
+    const id = await outbox.enqueue(ctx.store, {
+      ...collectManyCall({ manager, subscriptionIds: ids, gas: (gas * 12n) / 10n }),
+      kind: RENEWAL_KIND,
+      owner: `${ctx.chainId}:${manager.toLowerCase()}`,
+      meta: {
+        chainTime,
+        due: rows.map((row) => ({ id: row.subscription_id.toString(), periodEnd: row.current_period_end })),
+      },
+    });
+    const outcome = await outbox.waitFor(id);
+    if (outcome.status === "confirmed") return { hash: outcome.hash, logs: outcome.logs };
+    log.warn(
+      {
+        attempted: ids.length,
+        status: outcome.status,
+        ...(outcome.hash === null ? {} : { tx: outcome.hash }),
+      },
+      "renewal batch did not go through; splitting it",
+    );
+    return undefined;
   }
 
   /**
@@ -232,26 +327,14 @@ export function createRenewalKeeper(
    */
   async function collectBatch(chainTime: number, rows: readonly DueRow[], result: KeeperRun): Promise<void> {
     const ids = rows.map((row) => row.subscription_id);
-    const data = encodeFunctionData({
-      abi: subscriptionManagerAbi,
-      functionName: "collectMany",
-      args: [ids],
-    });
-    let sent: Awaited<ReturnType<typeof ctx.gas.sendAndWait>> | undefined;
-    if (await collectable(data, ids.length)) {
-      try {
-        sent = await ctx.gas.sendAndWait({ to: manager, data });
-      } catch (error) {
-        // Refused or reverted although the estimate passed (state moved, or a token that behaves
-        // differently when estimated): split like a batch that would revert.
-        if (!isChainRefusal(error)) throw error;
-        log.warn({ err: error, attempted: ids.length }, "renewal batch refused on chain; splitting it");
-      }
-    }
+    const gas = await collectable(ids);
+    // Reverted or dropped although the estimate passed (state moved, or a token that behaves differently
+    // when estimated): split like a batch that would revert.
+    const sent = gas === undefined ? undefined : await sendCollect(chainTime, rows, gas);
     if (sent === undefined) {
       if (rows.length === 1) {
         const id = ids[0]!.toString();
-        await recordAttempts(chainTime, rows, new Set(), new Set([id]));
+        await recordAttempts(ctx.store, chainTime, rows, new Set(), new Set([id]));
         result.isolated.push(id);
         log.warn({ subscriptionId: id }, "collecting this subscription reverts; set aside until its retry");
         return;
@@ -263,15 +346,16 @@ export function createRenewalKeeper(
     }
     result.transactions.push(sent.hash);
     result.attempted.push(...ids.map(String));
-    const outcome = await recordOutcomes(chainTime, rows, sent.logs as Log[]);
+    // The outbox handler recorded the attempts; the run reports them.
+    const outcome = outcomesOf(sent.logs);
     result.renewed.push(...outcome.renewed);
     result.failed.push(...outcome.failed);
     log.info(
       {
         transaction: sent.hash,
         attempted: ids.length,
-        renewed: outcome.renewed.length,
-        failed: outcome.failed.length,
+        renewed: outcome.renewed.size,
+        failed: outcome.failed.size,
       },
       "renewals collected",
     );
@@ -286,17 +370,38 @@ export function createRenewalKeeper(
       isolated: [],
       transactions: [],
     };
-    // Wait out a run another instance (or this one's loop) is making, rather than skipping.
+    // Wait out a run another instance (or this one's loop) is making, rather than skipping. A lease
+    // whose holder died expires `leaseMs` after its last renewal and is taken then.
     for (let waited = 0; !(await takeLease()); waited += 200) {
-      if (waited > leaseMs) return result;
+      if (waited > waitForLeaseMs) return result;
       await new Promise((resolve) => setTimeout(resolve, 200));
     }
+    // Renewed while the run lasts (a run waits for receipts, which may take longer than the lease).
+    // Should a renewal find the lease taken (this process stalled past its expiry), the run stops
+    // before its next batch; a batch another instance also sends is harmless: `collectMany` skips a
+    // subscription that is no longer due, and ids with a renewal on its way are left out.
+    let lost = false;
+    const heartbeat = setInterval(
+      () => {
+        renewLease().then(
+          (held) => {
+            if (!held && !lost) {
+              lost = true;
+              log.warn("renewal lease taken by another instance; this run stops after its batch");
+            }
+          },
+          () => undefined,
+        );
+      },
+      Math.max(1, Math.floor(leaseMs / 3)),
+    );
+    heartbeat.unref();
     try {
       await deps.indexer?.syncOnce();
       const block = await ctx.publicClient.getBlock({ blockTag: "latest" });
       result.chainTime = Number(block.timestamp);
-      const tried: bigint[] = [];
-      for (;;) {
+      const tried: bigint[] = await onTheirWay();
+      while (!lost) {
         const due = await dueNow(result.chainTime, tried);
         if (due.length === 0) break;
         tried.push(...due.map((row) => row.subscription_id));
@@ -305,6 +410,7 @@ export function createRenewalKeeper(
       if (result.attempted.length > 0) await deps.indexer?.syncOnce();
       return result;
     } finally {
+      clearInterval(heartbeat);
       await releaseLease().catch(() => undefined);
     }
   }
@@ -317,10 +423,21 @@ export function createRenewalKeeper(
     return current;
   }
 
+  /** Whether the index holds any subscription a run could renew (else a run would only read the chain). */
+  async function anyRenewable(): Promise<boolean> {
+    const rows = await ctx.store.query(
+      `SELECT 1 FROM subscriptions WHERE chain_id = $1 AND manager = $2 AND status IN ('Active', 'PastDue') LIMIT 1`,
+      [ctx.chainId, manager.toLowerCase()],
+    );
+    return rows.length > 0;
+  }
+
   async function loop(): Promise<void> {
     while (running) {
       try {
-        await runOnce();
+        // The indexer follows the manager's logs by itself: with no subscription in the index there is
+        // nothing due, and the run's chain reads are saved.
+        if (await anyRenewable()) await runOnce();
       } catch (error) {
         if (isChainUnreachable(error)) log.warn("chain unreachable; renewals wait for the next run");
         else log.error({ err: error }, "renewal run failed");
@@ -335,12 +452,20 @@ export function createRenewalKeeper(
     async start() {
       if (running) return;
       running = true;
+      if (outbox !== ctx.outbox) await outbox.start();
       loopDone = loop();
     },
     async stop() {
       running = false;
       sleeper.wake();
       await loopDone;
+      if (outbox !== ctx.outbox) await outbox.stop();
     },
   };
+}
+
+/** Runs `fn` in a transaction: the store's own, or the caller's when `db` is already one. */
+function inTransaction(db: Queryable, fn: (tx: Queryable) => Promise<void>): Promise<void> {
+  const store = db as Partial<Pick<KeeperContext["store"], "transaction">>;
+  return typeof store.transaction === "function" ? store.transaction(fn) : fn(db);
 }

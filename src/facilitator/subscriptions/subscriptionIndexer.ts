@@ -28,8 +28,9 @@ import { BigintColumnSchema } from "../../store/columnSchemas.ts";
 import { queryOneParsed } from "../../store/queryParsed.ts";
 import type { Queryable } from "../../store/store.ts";
 import { isChainUnreachable } from "../chainErrors.ts";
+import { acquireChainWatch } from "../chainWatch.ts";
 import type { FacilitatorContext } from "../facilitatorModule.ts";
-import { createWakeablePause } from "../wakeablePause.ts";
+import { createWakeablePause, IDLE_BACKSTOP_MS } from "../wakeablePause.ts";
 import {
   type ChainPlan,
   type ChainSubscription,
@@ -51,7 +52,11 @@ export type SubscriptionIndexerOptions = {
    * (the manager's deployment block).
    */
   start?: "genesis" | "snapshot" | bigint | undefined;
-  /** How often the chain is polled for new logs (default 1000 ms). */
+  /**
+   * How often the chain is read for new logs when nothing says there are any. With no confirmations
+   * (the default) the manager's logs wake the indexer (chainWatch.ts) and this is a backstop (default
+   * 30 s); with confirmations the head is followed at this interval (default 1000 ms).
+   */
   pollIntervalMs?: number | undefined;
   /** Blocks per `eth_getLogs` call (default 2000; halved on a refusal). */
   chunkSize?: number | undefined;
@@ -92,8 +97,8 @@ export function createSubscriptionIndexer(
   const manager: Address = ctx.subscriptionManager;
   const scope: IndexScope = { chainId: ctx.chainId, manager };
   const cursorName = `subscriptions:${ctx.chainId}:${manager.toLowerCase()}`;
-  const pollIntervalMs = options.pollIntervalMs ?? 1_000;
   const confirmations = BigInt(options.confirmations ?? 0);
+  const pollIntervalMs = options.pollIntervalMs ?? (confirmations === 0n ? IDLE_BACKSTOP_MS : 1_000);
   const start = options.start ?? (getNetworkConfig(ctx.network)?.isDevnet === false ? "snapshot" : "genesis");
   let chunkSize = BigInt(options.chunkSize ?? 2_000);
   const log: Logger = ctx.logger.child({ component: "subscription-indexer" });
@@ -104,6 +109,7 @@ export function createSubscriptionIndexer(
   let loopDone: Promise<void> | undefined;
   const sleeper = createWakeablePause();
   let poked = false;
+  let releaseWatch: (() => void) | undefined;
 
   function serialized<T>(fn: () => Promise<T>): Promise<T> {
     const next = queue.then(fn, fn);
@@ -513,8 +519,9 @@ export function createSubscriptionIndexer(
       case "SubscriptionResumed": {
         const a = event.args;
         await ensureSubscription(tx, a.subscriptionId, block);
-        // Without a charge the paid period slides by the time spent paused (its length is kept); with
-        // one, the SubscriptionRenewed just before has already set the new period.
+        // Without a charge the period goes on unchanged (it kept running while paused: periodEnd is the
+        // end it had, and period_start keeps the period's length ending there); with one, the
+        // SubscriptionRenewed just before has already set the new period.
         await updateSubscription(
           tx,
           a.subscriptionId,
@@ -634,6 +641,15 @@ export function createSubscriptionIndexer(
     async start() {
       if (running) return;
       running = true;
+      const shared = acquireChainWatch(client, log);
+      const stopWatching = shared.watch.watch(manager, () => {
+        poked = true;
+        sleeper.wake();
+      });
+      releaseWatch = () => {
+        stopWatching();
+        shared.release();
+      };
       loopDone = loop();
     },
     async stop() {
@@ -641,6 +657,8 @@ export function createSubscriptionIndexer(
       sleeper.wake();
       await loopDone;
       await queue;
+      releaseWatch?.();
+      releaseWatch = undefined;
     },
   };
 }

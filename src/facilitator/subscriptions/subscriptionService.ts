@@ -13,7 +13,6 @@
  */
 import {
   type Address,
-  encodeFunctionData,
   getAddress,
   type Hash,
   type Hex,
@@ -22,9 +21,16 @@ import {
   toBytes,
 } from "viem";
 import { z } from "zod";
-import { signatureArgs } from "../../chain/actions/usd/signatureArgs.ts";
-import { subscriptionManagerAbi } from "../../chain/contracts/artifacts/SubscriptionManager.ts";
-import { tollgateUsdAbi } from "../../chain/contracts/artifacts/TollgateUSD.ts";
+import type { RelayedCall } from "../../chain/actions/relayedCall.ts";
+import { getPlan } from "../../chain/actions/subscriptions/getPlan.ts";
+import { getSubscription } from "../../chain/actions/subscriptions/getSubscription.ts";
+import { getSubscriptionNonce } from "../../chain/actions/subscriptions/getSubscriptionNonce.ts";
+import { subscribeForRelay } from "../../chain/actions/subscriptions/subscribeForRelay.ts";
+import { subscriptionActionForRelay } from "../../chain/actions/subscriptions/subscriptionActionForRelay.ts";
+import { getPermitNonce } from "../../chain/actions/usd/getPermitNonce.ts";
+import { getTokenAllowance } from "../../chain/actions/usd/getTokenAllowance.ts";
+import { getTokenBalance } from "../../chain/actions/usd/getTokenBalance.ts";
+import { permitRelay } from "../../chain/actions/usd/permitRelay.ts";
 import { getSubscriptionIdFromReceipt } from "../../chain/events/decodeSubscriptionEvents.ts";
 import { canonicalJson } from "../../protocol/canonicalJson.ts";
 import { TollgateError } from "../../protocol/errors.ts";
@@ -134,28 +140,14 @@ export function createSubscriptionService(
   }
 
   async function readPlan(planId: bigint): Promise<PlanRow> {
-    const plan = await read<ChainPlan>(() =>
-      client.readContract({
-        address: manager,
-        abi: subscriptionManagerAbi,
-        functionName: "plans",
-        args: [planId],
-      }),
-    );
+    const plan = await read<ChainPlan>(() => getPlan(client, { manager, planId }));
     if (/^0x0{40}$/i.test(plan.provider))
       throw new TollgateError("NotFound", "no such plan", { details: { planId: planId.toString() } });
     return chainPlanToRow(planId, plan);
   }
 
   async function readSubscription(subscriptionId: bigint): Promise<ChainSubscription> {
-    const sub = await read<ChainSubscription>(() =>
-      client.readContract({
-        address: manager,
-        abi: subscriptionManagerAbi,
-        functionName: "subscriptions",
-        args: [subscriptionId],
-      }),
-    );
+    const sub = await read<ChainSubscription>(() => getSubscription(client, { manager, subscriptionId }));
     if (statusOf(sub.status) === undefined) {
       throw new TollgateError("NotFound", "no such subscription", {
         details: { subscriptionId: subscriptionId.toString() },
@@ -171,14 +163,7 @@ export function createSubscriptionService(
   }
 
   function intentNonce(subscriber: Address): Promise<bigint> {
-    return read<bigint>(() =>
-      client.readContract({
-        address: manager,
-        abi: subscriptionManagerAbi,
-        functionName: "nonces",
-        args: [subscriber],
-      }),
-    );
+    return read<bigint>(() => getSubscriptionNonce(client, { manager, subscriber }));
   }
 
   function tokenRead(token: Address, functionName: "balanceOf" | "nonces", owner: Address): Promise<bigint>;
@@ -188,19 +173,23 @@ export function createSubscriptionService(
     owner: Address,
     spender: Address,
   ): Promise<bigint>;
-  function tokenRead(token: Address, functionName: string, ...args: Address[]): Promise<bigint> {
+  function tokenRead(
+    token: Address,
+    functionName: "balanceOf" | "nonces" | "allowance",
+    owner: Address,
+    spender?: Address,
+  ): Promise<bigint> {
     return read<bigint>(() =>
-      client.readContract({ address: token, abi: tollgateUsdAbi, functionName, args } as never),
+      functionName === "balanceOf"
+        ? getTokenBalance(client, { token, owner })
+        : functionName === "nonces"
+          ? getPermitNonce(client, { token, owner })
+          : getTokenAllowance(client, { token, owner, spender: spender! }),
     );
   }
 
-  async function simulate(call: {
-    address: Address;
-    abi: typeof subscriptionManagerAbi | typeof tollgateUsdAbi;
-    functionName: string;
-    args: readonly unknown[];
-  }): Promise<void> {
-    await read(() => client.simulateContract({ ...call, account: ctx.gas.address } as never));
+  async function simulate(call: RelayedCall): Promise<void> {
+    await read(() => client.simulateContract({ ...call.simulation, account: ctx.gas.address } as never));
   }
 
   /** Brings the index up to date after a relayed call, so reads right after it see the change. */
@@ -332,12 +321,14 @@ export function createSubscriptionService(
   async function subscribe(request: SubscribeRequest): Promise<SubscribeResponse> {
     const planId = BigInt(request.planId);
     const subscriber = request.subscriber;
-    const subscribeCall = {
-      address: manager,
-      abi: subscriptionManagerAbi,
-      functionName: "subscribeFor",
-      args: [subscriber, planId, BigInt(request.maxOverage), BigInt(request.deadline), request.signature],
-    } as const;
+    const subscribeCall = subscribeForRelay({
+      manager,
+      subscriber,
+      planId,
+      maxOverage: BigInt(request.maxOverage),
+      deadline: BigInt(request.deadline),
+      signature: request.signature,
+    });
 
     return relay<SubscribeResponse, { permitTransaction?: Hash }>("subscribe", subscriber, request, {
       async prepare() {
@@ -414,20 +405,21 @@ export function createSubscriptionService(
           } catch (error) {
             if (!(error instanceof TollgateError && error.code === "InsufficientFunds")) throw error;
           }
-          const { v, r, s } = signatureArgs(permit.signature);
-          const permitCall = {
-            address: token,
-            abi: tollgateUsdAbi,
-            functionName: "permit",
-            args: [subscriber, manager, BigInt(permit.value), BigInt(permit.deadline), v, r, s],
-          } as const;
+          const permitCall = permitRelay({
+            token,
+            owner: subscriber,
+            spender: manager,
+            value: BigInt(permit.value),
+            deadline: BigInt(permit.deadline),
+            signature: permit.signature,
+          });
           await simulate(permitCall);
-          const sent = await ctx.gas.sendAndWait({ to: token, data: encodeFunctionData(permitCall) });
+          const sent = await ctx.gas.sendAndWait({ to: permitCall.to, data: permitCall.data });
           permitTransaction = sent.hash;
         }
         await simulate(subscribeCall);
         return {
-          call: { to: manager, data: encodeFunctionData(subscribeCall) },
+          call: { to: subscribeCall.to, data: subscribeCall.data },
           context: permitTransaction === undefined ? {} : { permitTransaction },
         };
       },
@@ -507,13 +499,14 @@ export function createSubscriptionService(
         details: { deadline: request.deadline, chainTime: now },
       });
     }
-    const { v, r, s } = signatureArgs(request.signature);
-    const permitCall = {
-      address: token,
-      abi: tollgateUsdAbi,
-      functionName: "permit",
-      args: [owner, manager, BigInt(request.value), BigInt(request.deadline), v, r, s],
-    } as const;
+    const permitCall = permitRelay({
+      token,
+      owner,
+      spender: manager,
+      value: BigInt(request.value),
+      deadline: BigInt(request.deadline),
+      signature: request.signature,
+    });
     let result: ApprovalResponse;
     try {
       result = await relay<ApprovalResponse, undefined>(
@@ -523,7 +516,7 @@ export function createSubscriptionService(
         {
           async prepare() {
             await simulate(permitCall);
-            return { call: { to: token, data: encodeFunctionData(permitCall) }, context: undefined };
+            return { call: { to: permitCall.to, data: permitCall.data }, context: undefined };
           },
           async finish(receipt) {
             return {
@@ -564,23 +557,21 @@ export function createSubscriptionService(
     const deadline = BigInt(request.deadline);
     const call =
       action === "overage"
-        ? ({
-            address: manager,
-            abi: subscriptionManagerAbi,
-            functionName: "setMaxOverageFor",
-            args: [
-              subscriptionId,
-              BigInt((request as SetMaxOverageRequest).maxOverage),
-              deadline,
-              request.signature,
-            ],
-          } as const)
-        : ({
-            address: manager,
-            abi: subscriptionManagerAbi,
-            functionName: `${action}For`,
-            args: [subscriptionId, deadline, request.signature],
-          } as const);
+        ? subscriptionActionForRelay({
+            manager,
+            action,
+            subscriptionId,
+            maxOverage: BigInt((request as SetMaxOverageRequest).maxOverage),
+            deadline,
+            signature: request.signature,
+          })
+        : subscriptionActionForRelay({
+            manager,
+            action,
+            subscriptionId,
+            deadline,
+            signature: request.signature,
+          });
     return relay<SubscriptionActionResponse, undefined>(
       action,
       sub.subscriber,
@@ -595,7 +586,7 @@ export function createSubscriptionService(
             });
           }
           await simulate(call);
-          return { call: { to: manager, data: encodeFunctionData(call) }, context: undefined };
+          return { call: { to: call.to, data: call.data }, context: undefined };
         },
         async finish(receipt) {
           await catchUp();

@@ -5,7 +5,9 @@
 import type { Hono } from "hono";
 import { type Address, getAddress } from "viem";
 import { z } from "zod";
-import { subscriptionManagerAbi } from "../../chain/contracts/artifacts/SubscriptionManager.ts";
+import { getIsOperator } from "../../chain/actions/subscriptions/getIsOperator.ts";
+import { getPlan } from "../../chain/actions/subscriptions/getPlan.ts";
+import { getSubscription } from "../../chain/actions/subscriptions/getSubscription.ts";
 import { UintStringSchema } from "../../protocol/amount.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
@@ -62,11 +64,10 @@ export function mountUsageRoutes(app: Hono, ctx: UsageContext, deps: { onRecorde
     const key = provider.toLowerCase();
     if ((operatorUntil.get(key) ?? 0) > ctx.clock.now()) return;
     const ok = await read<boolean>(() =>
-      ctx.publicClient.readContract({
-        address: ctx.subscriptionManager,
-        abi: subscriptionManagerAbi,
-        functionName: "isOperator",
-        args: [provider, ctx.gas.address],
+      getIsOperator(ctx.publicClient, {
+        manager: ctx.subscriptionManager,
+        provider,
+        operator: ctx.gas.address,
       }),
     );
     if (!ok) {
@@ -84,21 +85,11 @@ export function mountUsageRoutes(app: Hono, ctx: UsageContext, deps: { onRecorde
     const row = await findSubscription(ctx.store, scope, subscriptionId);
     if (row !== undefined) return getAddress(row.provider);
     const sub = await read<{ subscriber: Address; planId: bigint }>(() =>
-      ctx.publicClient.readContract({
-        address: ctx.subscriptionManager,
-        abi: subscriptionManagerAbi,
-        functionName: "subscriptions",
-        args: [subscriptionId],
-      }),
+      getSubscription(ctx.publicClient, { manager: ctx.subscriptionManager, subscriptionId }),
     );
     if (/^0x0{40}$/i.test(sub.subscriber)) return undefined;
     const plan = await read<{ provider: Address }>(() =>
-      ctx.publicClient.readContract({
-        address: ctx.subscriptionManager,
-        abi: subscriptionManagerAbi,
-        functionName: "plans",
-        args: [sub.planId],
-      }),
+      getPlan(ctx.publicClient, { manager: ctx.subscriptionManager, planId: sub.planId }),
     );
     return getAddress(plan.provider);
   }
@@ -199,12 +190,7 @@ export function mountUsageRoutes(app: Hono, ctx: UsageContext, deps: { onRecorde
     }
     const subscriptionId = BigInt(query.subscriptionId);
     const sub = await read<{ subscriber: Address; maxOverage: bigint; overageUsed: bigint }>(() =>
-      ctx.publicClient.readContract({
-        address: ctx.subscriptionManager,
-        abi: subscriptionManagerAbi,
-        functionName: "subscriptions",
-        args: [subscriptionId],
-      }),
+      getSubscription(ctx.publicClient, { manager: ctx.subscriptionManager, subscriptionId }),
     );
     if (/^0x0{40}$/i.test(sub.subscriber)) {
       throw new TollgateError("NotFound", `no subscription ${query.subscriptionId}`);

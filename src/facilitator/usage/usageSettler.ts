@@ -4,16 +4,26 @@
  *
  * Invariants (the settlement engine's, applied to deductions):
  * 1. A record is stored `pending` by `POST /usage` before anything is sent.
- * 2. Records are claimed into a batch (`submitted`) with `FOR UPDATE SKIP LOCKED`; the batch's
- *    transaction is signed and recorded (raw bytes, hash, account nonce, chain head) before it is
- *    broadcast. After a crash the recorded transaction is looked up or broadcast again, never re-signed
- *    with other contents.
- * 3. Outcomes come only from a receipt's per-item events (AllowanceDeducted / DeductionFailed, matched
+ * 2. Records are claimed into a batch (`submitted`) with `FOR UPDATE SKIP LOCKED`; once checked, the
+ *    batch's `deductAllowanceMany` call is queued in the transaction outbox (kind `usage`) in the store
+ *    transaction that marks the batch submitted. The outbox signs and records it before it is
+ *    broadcast; after a crash it is looked up or broadcast again, never re-signed with other contents.
+ * 3. Outcomes are recorded by the outbox handler of kind `usage`, in the store transaction that closes
+ *    the outbox row (so exactly once), and come only from a receipt's per-item events (AllowanceDeducted / DeductionFailed, matched
  *    by each record's unique bytes32 ref) or, when the recorded transaction lost its nonce to another,
  *    from the chain's AllowanceDeducted logs for each ref. A record whose deduction is not on chain
- *    goes back to the queue, so no path deducts twice or loses a deduction.
+ *    goes back to the queue, so no path deducts twice or loses a deduction. Beneath all of it the
+ *    contract deducts a provider's ref at most once: an item sent again fails `RefUsed`, which is
+ *    recorded as settled (by the earlier deduction's transaction), never as failed.
  *
- * 4. One record cannot hold back the others. A record on a plan whose token the facilitator does not
+ * 4. A claimed batch is queued or released, never both: queueing and releasing are each a compare-and-set
+ *    on the batch's `pending` status (the batch row is locked), and only a batch no worker has touched
+ *    for `abandonedAfterMs` is released. Instances sharing a gas key see each other's batches; a batch
+ *    another live instance is still checking (operator, token, gas estimate) was once released and its
+ *    records claimed again, while the first instance went on to queue it: each deduction landed twice.
+ *    Records are failed while checking only as long as they still belong to the batch.
+ *
+ * 5. One record cannot hold back the others. A record on a plan whose token the facilitator does not
  *    serve fails alone before anything is sent (anyone may create a plan in any token), and a batch
  *    that would revert as a whole is split in halves until the records that revert on their own are
  *    found: those fail with the decoded reason, the rest are sent. If every record reverts alone the
@@ -25,26 +35,29 @@
  * to catch up after each batch.
  */
 import type { Logger } from "pino";
-import {
-  type Address,
-  encodeFunctionData,
-  getAbiItem,
-  type Hash,
-  type Hex,
-  keccak256,
-  parseEventLogs,
-  type TransactionReceipt,
-} from "viem";
+import { type Address, type Hash, keccak256, type Log, parseEventLogs, parseTransaction } from "viem";
+import { deductAllowanceManyCall } from "../../chain/actions/subscriptions/deductAllowanceManyCall.ts";
+import { estimateDeductAllowanceMany } from "../../chain/actions/subscriptions/estimateDeductAllowanceMany.ts";
+import { getAllowanceDeductedLogs } from "../../chain/actions/subscriptions/getAllowanceDeductedLogs.ts";
+import { getIsOperator } from "../../chain/actions/subscriptions/getIsOperator.ts";
+import { getPlan } from "../../chain/actions/subscriptions/getPlan.ts";
+import { getSubscription } from "../../chain/actions/subscriptions/getSubscription.ts";
+import { simulateDeductAllowanceMany } from "../../chain/actions/subscriptions/simulateDeductAllowanceMany.ts";
 import { subscriptionManagerAbi } from "../../chain/contracts/artifacts/SubscriptionManager.ts";
 import { DeductionFailure } from "../../chain/events/subscriptionStatus.ts";
 import { type ErrorCode, TollgateError } from "../../protocol/errors.ts";
 import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
+import type { Queryable } from "../../store/store.ts";
 import { isChainUnreachable } from "../chainErrors.ts";
 import type { FacilitatorContext } from "../facilitatorModule.ts";
+import type { OutboxFaults } from "../outbox/createOutbox.ts";
+import { outboxFor } from "../outbox/outboxFor.ts";
+import { insertSignedRow } from "../outbox/outboxRecords.ts";
+import type { Outbox, OutboxHandler } from "../outbox/outboxTypes.ts";
 import { isChainRefusal } from "../subscriptions/chainRefusal.ts";
 import { toManagerError } from "../subscriptions/managerErrors.ts";
 import type { SubscriptionIndexer } from "../subscriptions/subscriptionIndexer.ts";
-import { createWakeablePause } from "../wakeablePause.ts";
+import { createWakeablePause, IDLE_BACKSTOP_MS } from "../wakeablePause.ts";
 import { type UsageBatchRow, UsageBatchRowSchema, type UsageRow, UsageRowSchema } from "./usageRecords.ts";
 
 export type UsageSettlerOptions = {
@@ -52,8 +65,17 @@ export type UsageSettlerOptions = {
   maxBatchSize?: number | undefined;
   /** How long the oldest pending record may wait for others to fill its batch (default 500 ms). */
   lingerMs?: number | undefined;
-  /** How often the loop looks for work and open batches (default 1000 ms). */
+  /**
+   * How long the loop sleeps with nothing to do before it looks anyway (default 30 s): usage recorded
+   * here or in another instance wakes it at once (the store's `usage` notification).
+   */
   pollIntervalMs?: number | undefined;
+  /**
+   * How long a claimed batch may sit unqueued before a settler releases its records (default 30 s): one
+   * claimed by an instance that died before queueing it. A live instance whose batch was released
+   * meanwhile does not queue it (the compare-and-set on its status fails).
+   */
+  abandonedAfterMs?: number | undefined;
   confirmations?: number | undefined;
   /** Test seams for crash tests, called at the named points of a batch's life. */
   faults?:
@@ -100,9 +122,15 @@ const failureByReason: Record<number, { code: ErrorCode; message: string }> = {
   },
 };
 
+/** The outbox kind of usage deduction batches. */
+export const USAGE_KIND = "usage";
+
 export function createUsageSettler(
-  ctx: SettlerContext,
-  options: UsageSettlerOptions & { indexer?: Pick<SubscriptionIndexer, "syncOnce"> | undefined } = {},
+  ctx: SettlerContext & Partial<Pick<FacilitatorContext, "outbox" | "clock">>,
+  options: UsageSettlerOptions & {
+    indexer?: Pick<SubscriptionIndexer, "syncOnce"> | undefined;
+    outbox?: Outbox | undefined;
+  } = {},
 ): UsageSettler {
   if (ctx.subscriptionManager === undefined) {
     throw new TypeError("the usage settler needs a SubscriptionManager address");
@@ -112,17 +140,24 @@ export function createUsageSettler(
   const { store, publicClient: client, gas } = ctx;
   const maxBatchSize = options.maxBatchSize ?? 100;
   const lingerMs = options.lingerMs ?? 500;
-  const pollIntervalMs = options.pollIntervalMs ?? 1_000;
-  const confirmations = options.confirmations ?? 1;
+  const abandonedAfterMs = options.abandonedAfterMs ?? 30_000;
+  // Usage recorded here or in another instance wakes the loop (the store's `usage` notification).
+  const pollIntervalMs = options.pollIntervalMs ?? IDLE_BACKSTOP_MS;
   const sender = gas.address.toLowerCase();
   const knownTokens = new Set(ctx.tokens.map((token) => token.address.toLowerCase()));
   const log: Logger = ctx.logger.child({ component: "usage-settler" });
+  const outbox =
+    options.outbox ??
+    outboxFor(ctx, { faults: usageFaults(options.faults), confirmations: options.confirmations });
 
   let queue: Promise<unknown> = Promise.resolve();
   let running = false;
   let loopDone: Promise<void> | undefined;
+  let unlisten: (() => Promise<void>) | undefined;
   const sleeper = createWakeablePause();
   let dirty = false;
+  /** When a claimed batch left unqueued (another instance's, or a dead one's) may be released, if any. */
+  let releaseDueInMs: number | undefined;
 
   function serialized<T>(fn: () => Promise<T>): Promise<T> {
     const next = queue.then(fn, fn);
@@ -172,62 +207,55 @@ export function createUsageSettler(
     });
   }
 
-  async function batchRows(batchId: number): Promise<UsageRow[]> {
-    return queryParsed(store, UsageRowSchema, "SELECT * FROM usage_records WHERE batch_id = $1 ORDER BY id", [
+  async function batchRows(db: Queryable, batchId: number): Promise<UsageRow[]> {
+    return queryParsed(db, UsageRowSchema, "SELECT * FROM usage_records WHERE batch_id = $1 ORDER BY id", [
       batchId,
     ]);
   }
 
-  async function fail(rowIds: readonly number[], code: string, message: string, txHash: Hash | null = null) {
+  /** Fails records of `batchId` that still belong to it (a batch released meanwhile fails nothing). */
+  async function fail(batchId: number, rowIds: readonly number[], code: string, message: string) {
     if (rowIds.length === 0) return;
     await store.query(
-      `UPDATE usage_records SET status = 'failed', failure_code = $2, failure_message = $3, tx_hash = $4,
-         updated_at = now() WHERE id = ANY($1::bigint[]) AND status = 'submitted'`,
-      [rowIds.map(String), code, message, txHash],
+      `UPDATE usage_records SET status = 'failed', failure_code = $2, failure_message = $3, updated_at = now()
+       WHERE id = ANY($1::bigint[]) AND status = 'submitted' AND batch_id = $4`,
+      [rowIds.map(String), code, message, batchId],
     );
   }
 
-  async function requeue(batchId: number, code: string, message: string): Promise<void> {
-    await store.transaction(async (tx) => {
-      await tx.query(
-        `UPDATE usage_records SET status = CASE WHEN attempts >= $2 THEN 'failed' ELSE 'pending' END,
-           failure_code = CASE WHEN attempts >= $2 THEN $3 END,
-           failure_message = CASE WHEN attempts >= $2 THEN $4 END,
-           batch_id = CASE WHEN attempts >= $2 THEN batch_id END, updated_at = now()
-         WHERE batch_id = $1 AND status = 'submitted'`,
-        [batchId, MAX_ATTEMPTS, code, message],
-      );
-      await tx.query("UPDATE usage_batches SET status = 'failed', updated_at = now() WHERE id = $1", [
-        batchId,
-      ]);
-    });
+  async function requeue(db: Queryable, batchId: number, code: string, message: string): Promise<void> {
+    await db.query(
+      `UPDATE usage_records SET status = CASE WHEN attempts >= $2 THEN 'failed' ELSE 'pending' END,
+         failure_code = CASE WHEN attempts >= $2 THEN $3 END,
+         failure_message = CASE WHEN attempts >= $2 THEN $4 END,
+         batch_id = CASE WHEN attempts >= $2 THEN batch_id END, updated_at = now()
+       WHERE batch_id = $1 AND status = 'submitted'`,
+      [batchId, MAX_ATTEMPTS, code, message],
+    );
+    await db.query("UPDATE usage_batches SET status = 'failed', updated_at = now() WHERE id = $1", [batchId]);
   }
 
-  // ---- sending -----------------------------------------------------------------------------------
+  // ---- checking a batch before it is queued --------------------------------------------------------
 
-  function calldata(rows: readonly UsageRow[]): Hex {
-    return encodeFunctionData({
-      abi: subscriptionManagerAbi,
-      functionName: "deductAllowanceMany",
-      args: [rows.map((r) => r.subscription_id), rows.map((r) => r.amount), rows.map((r) => r.chain_ref)],
-    });
+  function deduction(rows: readonly UsageRow[]) {
+    return {
+      manager,
+      subscriptionIds: rows.map((r) => r.subscription_id),
+      amounts: rows.map((r) => r.amount),
+      refs: rows.map((r) => r.chain_ref),
+    };
   }
 
   /** Records of providers that have not made the facilitator their operator fail here, alone. */
-  async function dropNonOperators(rows: UsageRow[]): Promise<UsageRow[]> {
+  async function dropNonOperators(batchId: number, rows: UsageRow[]): Promise<UsageRow[]> {
     const providers = [...new Set(rows.map((r) => r.provider))];
     const allowed = new Set<string>();
     for (const provider of providers) {
-      const ok = await client.readContract({
-        address: manager,
-        abi: subscriptionManagerAbi,
-        functionName: "isOperator",
-        args: [provider, gas.address],
-      });
-      if (ok) allowed.add(provider);
+      if (await getIsOperator(client, { manager, provider, operator: gas.address })) allowed.add(provider);
     }
     const refused = rows.filter((r) => !allowed.has(r.provider));
     await fail(
+      batchId,
       refused.map((r) => r.id),
       "InvalidRequest",
       `the facilitator (${gas.address}) is not an operator of the provider: call setOperator on the SubscriptionManager`,
@@ -247,29 +275,20 @@ export function createUsageSettler(
     for (const row of rows) found.set(String(row.subscription_id), row.token.toLowerCase());
     for (const id of ids) {
       if (found.has(id.toString())) continue;
-      const sub = await client.readContract({
-        address: manager,
-        abi: subscriptionManagerAbi,
-        functionName: "subscriptions",
-        args: [id],
-      });
-      const plan = await client.readContract({
-        address: manager,
-        abi: subscriptionManagerAbi,
-        functionName: "plans",
-        args: [sub.planId],
-      });
+      const sub = await getSubscription(client, { manager, subscriptionId: id });
+      const plan = await getPlan(client, { manager, planId: sub.planId });
       found.set(id.toString(), plan.token.toLowerCase());
     }
     return found;
   }
 
   /** Records on plans in a token this facilitator does not serve fail here, alone, unsent. */
-  async function dropUnknownTokens(rows: UsageRow[]): Promise<UsageRow[]> {
+  async function dropUnknownTokens(batchId: number, rows: UsageRow[]): Promise<UsageRow[]> {
     if (rows.length === 0) return rows;
     const tokens = await tokensOf([...new Set(rows.map((r) => r.subscription_id))]);
     const known = (r: UsageRow) => knownTokens.has(tokens.get(r.subscription_id.toString()) ?? "");
     await fail(
+      batchId,
       rows.filter((r) => !known(r)).map((r) => r.id),
       "InvalidRequest",
       "the subscription's plan is in a token this facilitator does not settle",
@@ -280,7 +299,7 @@ export function createUsageSettler(
   /** The gas `deductAllowanceMany(rows)` needs, or undefined when the chain refuses it. */
   async function estimate(rows: readonly UsageRow[]): Promise<bigint | undefined> {
     try {
-      return await client.estimateGas({ account: gas.address, to: manager, data: calldata(rows) });
+      return await estimateDeductAllowanceMany(client, { ...deduction(rows), account: gas.address });
     } catch (error) {
       if (isChainRefusal(error)) return undefined;
       throw error;
@@ -298,263 +317,326 @@ export function createUsageSettler(
     return out;
   }
 
+  /** Why `rows` revert, decoded from a simulation. */
+  async function refusalOf(rows: readonly UsageRow[], fallback: Error): Promise<TollgateError> {
+    return simulateDeductAllowanceMany(client, { ...deduction(rows), account: gas.address }).then(
+      () => toManagerError(fallback),
+      (error: unknown) => toManagerError(error),
+    );
+  }
+
   /** Fails records that revert alone, each with the reason its own simulation gives. */
-  async function failReverting(rows: readonly UsageRow[]): Promise<void> {
+  async function failReverting(batchId: number, rows: readonly UsageRow[]): Promise<void> {
     for (const row of rows) {
-      const refusal = await client
-        .simulateContract({
-          address: manager,
-          abi: subscriptionManagerAbi,
-          functionName: "deductAllowanceMany",
-          args: [[row.subscription_id], [row.amount], [row.chain_ref]],
-          account: gas.address,
-        })
-        .then(
-          () => new TollgateError("InvalidRequest", "the deduction reverts on chain"),
-          (error: unknown) => toManagerError(error),
-        );
-      await fail([row.id], refusal.code, `the deduction reverts on chain on its own: ${refusal.message}`);
+      const refusal = await refusalOf([row], new Error("the deduction reverts on chain"));
+      await fail(
+        batchId,
+        [row.id],
+        refusal.code,
+        `the deduction reverts on chain on its own: ${refusal.message}`,
+      );
       log.warn({ record: row.id, code: refusal.code }, "usage record reverts alone; failed without the rest");
     }
   }
 
-  async function broadcast(raw: Hex): Promise<"sent" | "known" | "nonce-used"> {
-    try {
-      await client.sendRawTransaction({ serializedTransaction: raw });
-      return "sent";
-    } catch (error) {
-      const text =
-        error instanceof Error
-          ? `${error.message} ${String((error as { details?: unknown }).details ?? "")}`
-          : "";
-      if (/already known|already imported|known transaction/i.test(text)) return "known";
-      if (/nonce too low|nonce has already been used|NonceTooLow/i.test(text)) return "nonce-used";
-      throw error;
-    }
-  }
-
-  /** Signs, records and broadcasts one batch, then records its outcome. */
-  async function send(batch: UsageBatchRow, claimed: UsageRow[]): Promise<UsageRunResult> {
-    let rows = await dropUnknownTokens(await dropNonOperators(claimed));
+  /** Checks a claimed batch and queues its transaction in the outbox; returns the outbox row, if any. */
+  async function send(
+    batch: UsageBatchRow,
+    claimed: UsageRow[],
+  ): Promise<{ outboxId?: number; failed: number }> {
+    let rows = await dropUnknownTokens(batch.id, await dropNonOperators(batch.id, claimed));
     let gasLimit = rows.length === 0 ? undefined : await estimate(rows);
     if (gasLimit === undefined && rows.length > 1) {
       const reverting = await revertingAlone(rows);
       if (reverting.length > 0 && reverting.length < rows.length) {
-        await failReverting(reverting);
+        await failReverting(batch.id, reverting);
         rows = rows.filter((r) => !reverting.includes(r));
         gasLimit = await estimate(rows);
       }
     }
     const dropped = claimed.length - rows.length;
     if (rows.length === 0) {
-      await store.query("UPDATE usage_batches SET status = 'failed', updated_at = now() WHERE id = $1", [
-        batch.id,
-      ]);
-      return { batches: 0, settled: 0, failed: dropped };
+      await store.query(
+        "UPDATE usage_batches SET status = 'failed', updated_at = now() WHERE id = $1 AND status = 'pending'",
+        [batch.id],
+      );
+      return { failed: dropped };
     }
-    const data = calldata(rows);
     if (gasLimit === undefined) {
       // The whole call would revert and no record is to blame alone (a caller fault such as an
       // operator revoked a moment ago, or records that revert only together): decode why, and retry
       // the records a bounded number of times.
       const error = new Error("the deduction batch would revert");
-      const refusal = await client
-        .simulateContract({
-          address: manager,
-          abi: subscriptionManagerAbi,
-          functionName: "deductAllowanceMany",
-          args: [rows.map((r) => r.subscription_id), rows.map((r) => r.amount), rows.map((r) => r.chain_ref)],
-          account: gas.address,
-        })
-        .then(() => toManagerError(error), toManagerError);
+      const refusal = await refusalOf(rows, error);
       log.warn(
         { batch: batch.id, code: refusal.code, err: error },
         "usage batch would revert; records requeued",
       );
-      await requeue(batch.id, refusal.code, refusal.message);
-      return { batches: 0, settled: 0, failed: dropped };
-    }
-    const fromBlock = await client.getBlockNumber({ cacheTime: 0 });
-    const nonce = await gas.takeNonce();
-    const raw = await gas.sign({ to: manager, data, gas: (gasLimit * 12n) / 10n, nonce });
-    const hash = keccak256(raw);
-    await store.query(
-      `UPDATE usage_batches SET status = 'submitted', sender_nonce = $2, tx_hash = $3, raw_tx = $4, from_block = $5,
-         item_count = $6, updated_at = now() WHERE id = $1`,
-      [batch.id, nonce, hash, raw, fromBlock, rows.length],
-    );
-    await options.faults?.afterRecord?.(batch.id);
-    const outcome = await drive(
-      { ...batch, status: "submitted", tx_hash: hash, raw_tx: raw, from_block: fromBlock },
-      true,
-    );
-    return { ...outcome, failed: outcome.failed + dropped };
-  }
-
-  /** Drives a signed, recorded batch to its recorded outcome. */
-  async function drive(batch: UsageBatchRow, fresh: boolean): Promise<UsageRunResult> {
-    const hash = batch.tx_hash as Hash;
-    const raw = batch.raw_tx as Hex;
-    if (!fresh) {
-      const receipt = await client.getTransactionReceipt({ hash }).catch((error: unknown) => {
-        if (isChainUnreachable(error)) throw error;
-        return undefined;
+      await store.transaction(async (tx) => {
+        if (await holdPending(tx, batch.id, rows)) await requeue(tx, batch.id, refusal.code, refusal.message);
       });
-      if (receipt !== undefined) return recordReceipt(batch, receipt);
+      return { failed: dropped };
     }
-    let sent: "sent" | "known" | "nonce-used";
-    try {
-      sent = await broadcast(raw);
-    } catch (error) {
-      if (isChainUnreachable(error)) throw error;
-      // The node refuses the transaction for good: use its nonce up with an empty transfer so later
-      // transactions of the gas account are not stuck behind it; the batch then resolves as displaced.
-      log.error({ batch: batch.id, err: error }, "usage batch refused by the node; filling its nonce");
-      if (batch.sender_nonce !== null) {
-        const filler = await gas.sign({
-          to: gas.address,
-          data: "0x",
-          gas: 21_000n,
-          nonce: batch.sender_nonce,
-        });
-        await broadcast(filler).catch(() => undefined);
-        await client
-          .waitForTransactionReceipt({ hash: keccak256(filler), timeout: 60_000 })
-          .catch(() => undefined);
-      }
-      sent = "nonce-used";
-    }
-    if (sent === "nonce-used") {
-      const receipt = await client.getTransactionReceipt({ hash }).catch(() => undefined);
-      if (receipt !== undefined) return recordReceipt(batch, receipt);
-      gas.resync();
-      return resolveDisplaced(batch);
-    }
-    await options.faults?.afterBroadcast?.(batch.id);
-    const receipt = await client.waitForTransactionReceipt({ hash, confirmations, timeout: 120_000 });
-    return recordReceipt(batch, receipt);
-  }
-
-  async function recordReceipt(batch: UsageBatchRow, receipt: TransactionReceipt): Promise<UsageRunResult> {
-    if (receipt.status !== "success") {
-      await requeue(batch.id, "ChainUnavailable", "the deduction transaction kept reverting");
-      log.warn({ batch: batch.id, tx: receipt.transactionHash }, "usage batch reverted; records requeued");
-      return { batches: 1, settled: 0, failed: 0 };
-    }
-    const outcomes = new Map<string, { ok: true } | { ok: false; reason: number }>();
-    for (const event of parseEventLogs({ abi: subscriptionManagerAbi, logs: receipt.logs })) {
-      if (event.address.toLowerCase() !== managerText) continue;
-      if (event.eventName === "AllowanceDeducted") outcomes.set(event.args.ref.toLowerCase(), { ok: true });
-      if (event.eventName === "DeductionFailed") {
-        outcomes.set(event.args.ref.toLowerCase(), { ok: false, reason: event.args.reason });
-      }
-    }
-    let settled = 0;
-    let failed = 0;
-    const rows = await batchRows(batch.id);
-    await store.transaction(async (tx) => {
-      for (const row of rows) {
-        if (row.status !== "submitted") continue;
-        const outcome = outcomes.get(row.chain_ref);
-        if (outcome?.ok === true) {
-          settled++;
-          await tx.query(
-            `UPDATE usage_records SET status = 'settled', tx_hash = $2, settled_at = now(), failure_code = NULL,
-               failure_message = NULL, updated_at = now() WHERE id = $1`,
-            [row.id, receipt.transactionHash],
-          );
-        } else if (outcome !== undefined) {
-          failed++;
-          const failure = failureByReason[outcome.reason] ?? {
-            code: "InvalidRequest",
-            message: `the deduction failed (reason ${outcome.reason})`,
-          };
-          await tx.query(
-            `UPDATE usage_records SET status = 'failed', failure_code = $2, failure_message = $3, tx_hash = $4,
-               updated_at = now() WHERE id = $1`,
-            [row.id, failure.code, failure.message, receipt.transactionHash],
-          );
-        } else {
-          // Not in this transaction (it carried fewer items, say after operator checks): queue it again.
-          await tx.query(
-            "UPDATE usage_records SET status = 'pending', batch_id = NULL, updated_at = now() WHERE id = $1",
-            [row.id],
-          );
-        }
-      }
+    const call = deductAllowanceManyCall({ ...deduction(rows), gas: (gasLimit * 12n) / 10n });
+    const outboxId = await store.transaction(async (tx) => {
+      if (!(await holdPending(tx, batch.id, rows))) return undefined;
+      const id = await outbox.enqueue(tx, { ...call, kind: USAGE_KIND, owner: String(batch.id) });
       await tx.query(
-        "UPDATE usage_batches SET status = 'confirmed', block_number = $2, updated_at = now() WHERE id = $1",
-        [batch.id, receipt.blockNumber],
+        `UPDATE usage_batches SET status = 'submitted', item_count = $2, outbox_id = $3, updated_at = now()
+         WHERE id = $1`,
+        [batch.id, rows.length, id],
       );
+      return id;
     });
-    log.info({ batch: batch.id, tx: receipt.transactionHash, settled, failed }, "usage batch settled");
-    return { batches: 1, settled, failed };
+    if (outboxId === undefined) {
+      log.warn({ batch: batch.id }, "usage batch was released while it was checked; not sent");
+      return { failed: 0 };
+    }
+    outbox.wake();
+    return { outboxId, failed: dropped };
   }
 
   /**
-   * The batch's transaction can never be mined (its nonce went to another one): each record's fate is
-   * read from the chain by its ref, and records not deducted go back to the queue.
+   * Locks the batch and tells whether it is still `pending` with every one of `rows` in it: only then
+   * may it be queued (or requeued). A batch released meanwhile (its records may be in another batch
+   * already) is left as it is.
    */
-  async function resolveDisplaced(batch: UsageBatchRow): Promise<UsageRunResult> {
-    const rows = await batchRows(batch.id);
+  async function holdPending(tx: Queryable, batchId: number, rows: readonly UsageRow[]): Promise<boolean> {
+    const held = await tx.query(
+      "SELECT id FROM usage_batches WHERE id = $1 AND status = 'pending' FOR UPDATE",
+      [batchId],
+    );
+    if (held.length === 0) return false;
+    const mine = await tx.query<{ id: string }>(
+      `SELECT id FROM usage_records WHERE id = ANY($1::bigint[]) AND batch_id = $2 AND status = 'submitted'
+       FOR UPDATE`,
+      [rows.map((r) => String(r.id)), batchId],
+    );
+    return mine.length === rows.length;
+  }
+
+  // ---- outcomes (the outbox handler) -----------------------------------------------------------------
+
+  type ItemOutcome = { ok: true; hash: Hash } | { ok: false; reason: number };
+
+  /**
+   * Each ref's outcome in a receipt. An item the contract skipped because the provider deducted under
+   * its ref before (`RefUsed`) is a deduction that landed: its record is settled, with the transaction
+   * of the earlier deduction when the chain's logs still show it.
+   */
+  async function receiptOutcomes(receipt: { hash: Hash; logs: Log[] }): Promise<Map<string, ItemOutcome>> {
+    const outcomes = new Map<string, ItemOutcome>();
+    for (const event of parseEventLogs({ abi: subscriptionManagerAbi, logs: receipt.logs })) {
+      if (event.address.toLowerCase() !== managerText) continue;
+      if (event.eventName === "AllowanceDeducted") {
+        outcomes.set(event.args.ref.toLowerCase(), { ok: true, hash: receipt.hash });
+        continue;
+      }
+      if (event.eventName !== "DeductionFailed") continue;
+      const ref = event.args.ref.toLowerCase();
+      if (event.args.reason === DeductionFailure.RefUsed) {
+        const earlier = await getAllowanceDeductedLogs(client, {
+          manager,
+          ref: event.args.ref,
+          fromBlock: 0n,
+        }).catch(() => []);
+        outcomes.set(ref, { ok: true, hash: earlier[0]?.transactionHash ?? receipt.hash });
+        log.warn({ ref, earlier: earlier[0]?.transactionHash }, "usage ref was deducted before; not again");
+      } else {
+        outcomes.set(ref, { ok: false, reason: event.args.reason });
+      }
+    }
+    return outcomes;
+  }
+
+  async function recordReceipt(
+    db: Queryable,
+    batchId: number,
+    receipt: { hash: Hash; blockNumber: bigint },
+    outcomes: ReadonlyMap<string, ItemOutcome>,
+  ): Promise<void> {
     let settled = 0;
-    for (const row of rows) {
+    let failed = 0;
+    for (const row of await batchRows(db, batchId)) {
       if (row.status !== "submitted") continue;
-      const logs = await client.getLogs({
-        address: manager,
-        event: getAbiItem({ abi: subscriptionManagerAbi, name: "AllowanceDeducted" }),
-        args: { ref: row.chain_ref },
-        fromBlock: batch.from_block ?? 0n,
-      });
-      const found = logs[0];
-      if (found !== undefined) {
+      const outcome = outcomes.get(row.chain_ref);
+      if (outcome?.ok === true) {
         settled++;
-        await store.query(
-          `UPDATE usage_records SET status = 'settled', tx_hash = $2, settled_at = now(), updated_at = now()
-           WHERE id = $1 AND status = 'submitted'`,
-          [row.id, found.transactionHash],
+        await db.query(
+          `UPDATE usage_records SET status = 'settled', tx_hash = $2, settled_at = now(), failure_code = NULL,
+             failure_message = NULL, updated_at = now() WHERE id = $1`,
+          [row.id, outcome.hash],
+        );
+      } else if (outcome !== undefined) {
+        failed++;
+        const failure = failureByReason[outcome.reason] ?? {
+          code: "InvalidRequest",
+          message: `the deduction failed (reason ${outcome.reason})`,
+        };
+        await db.query(
+          `UPDATE usage_records SET status = 'failed', failure_code = $2, failure_message = $3, tx_hash = $4,
+             updated_at = now() WHERE id = $1`,
+          [row.id, failure.code, failure.message, receipt.hash],
         );
       } else {
-        await store.query(
-          `UPDATE usage_records SET status = 'pending', batch_id = NULL, updated_at = now()
-           WHERE id = $1 AND status = 'submitted'`,
+        // Not in this transaction (it carried fewer items, say after operator checks): queue it again.
+        await db.query(
+          "UPDATE usage_records SET status = 'pending', batch_id = NULL, updated_at = now() WHERE id = $1",
           [row.id],
         );
       }
     }
-    await store.query("UPDATE usage_batches SET status = 'failed', updated_at = now() WHERE id = $1", [
-      batch.id,
-    ]);
-    return { batches: 0, settled, failed: 0 };
+    await db.query(
+      `UPDATE usage_batches SET status = 'confirmed', tx_hash = $2, block_number = $3, updated_at = now()
+       WHERE id = $1`,
+      [batchId, receipt.hash, receipt.blockNumber],
+    );
+    log.info({ batch: batchId, tx: receipt.hash, settled, failed }, "usage batch settled");
   }
 
+  const handler: OutboxHandler = async (outcome, commit) => {
+    const batchId = Number(outcome.owner);
+    if (outcome.status === "confirmed") {
+      const outcomes = await receiptOutcomes(outcome);
+      await commit((tx) => recordReceipt(tx, batchId, outcome, outcomes));
+    } else if (outcome.status === "reverted") {
+      await commit((tx) =>
+        requeue(tx, batchId, "ChainUnavailable", "the deduction transaction kept reverting"),
+      );
+      log.warn({ batch: batchId, tx: outcome.hash }, "usage batch reverted; records requeued");
+    } else {
+      // Never mined: each record's fate is read from the chain by its ref; records not deducted go back.
+      const rows = (await batchRows(store, batchId)).filter((r) => r.status === "submitted");
+      const found = new Map<number, Hash>();
+      for (const row of rows) {
+        const logs = await getAllowanceDeductedLogs(client, {
+          manager,
+          ref: row.chain_ref,
+          fromBlock: outcome.fromBlock ?? 0n,
+        });
+        if (logs[0] !== undefined) found.set(row.id, logs[0].transactionHash);
+      }
+      await commit(async (tx) => {
+        for (const row of rows) {
+          const hash = found.get(row.id);
+          await tx.query(
+            hash === undefined
+              ? `UPDATE usage_records SET status = 'pending', batch_id = NULL, updated_at = now()
+                 WHERE id = $1 AND status = 'submitted'`
+              : `UPDATE usage_records SET status = 'settled', tx_hash = $2, settled_at = now(), updated_at = now()
+                 WHERE id = $1 AND status = 'submitted'`,
+            hash === undefined ? [row.id] : [row.id, hash],
+          );
+        }
+        await tx.query("UPDATE usage_batches SET status = 'failed', updated_at = now() WHERE id = $1", [
+          batchId,
+        ]);
+      });
+    }
+  };
+  outbox.handle(USAGE_KIND, handler);
+
+  /** Waits for a queued batch's outcome and counts what it recorded. */
+  async function outcomeOf(batchId: number, outboxId: number): Promise<UsageRunResult> {
+    const outcome = await outbox.waitFor(outboxId);
+    const counts = await store.query<{ status: string; n: string }>(
+      `SELECT status, count(*) AS n FROM usage_records WHERE batch_id = $1 GROUP BY status`,
+      [batchId],
+    );
+    const count = (status: string) => Number(counts.find((c) => c.status === status)?.n ?? 0);
+    return {
+      batches: outcome.status === "dropped" ? 0 : 1,
+      settled: count("settled"),
+      failed: outcome.status === "confirmed" ? count("failed") : 0,
+    };
+  }
+
+  /**
+   * Open batches: those never queued (a crash between claim and queueing) release their records; those
+   * recorded by an older version (signed into `usage_batches` itself) are adopted by the outbox; the
+   * rest are waited for.
+   */
   async function reconcileUnserialized(): Promise<UsageRunResult> {
     const total: UsageRunResult = { batches: 0, settled: 0, failed: 0 };
-    const open = await queryParsed(
-      store,
-      UsageBatchRowSchema,
-      `SELECT * FROM usage_batches WHERE chain_id = $1 AND manager = $2 AND sender = $3
+    releaseDueInMs = undefined;
+    const open = await store.query<{
+      id: string;
+      outbox_id: string | null;
+      raw_tx: string | null;
+      idle_ms: string;
+    }>(
+      `SELECT id, outbox_id, raw_tx, floor(extract(epoch FROM now() - updated_at) * 1000)::bigint AS idle_ms
+       FROM usage_batches WHERE chain_id = $1 AND manager = $2 AND sender = $3
          AND status IN ('pending', 'submitted') ORDER BY id`,
       [ctx.chainId, managerText, sender],
     );
     for (const batch of open) {
-      if (batch.raw_tx === null || batch.tx_hash === null) {
-        // Claimed but never signed: nothing can have been broadcast. Release its records.
-        await store.transaction(async (tx) => {
-          await tx.query(
-            `UPDATE usage_records SET status = 'pending', batch_id = NULL, updated_at = now()
-             WHERE batch_id = $1 AND status = 'submitted'`,
-            [batch.id],
-          );
-          await tx.query("UPDATE usage_batches SET status = 'failed', updated_at = now() WHERE id = $1", [
-            batch.id,
-          ]);
-        });
+      const batchId = Number(batch.id);
+      if (batch.outbox_id !== null) {
+        add(total, await outcomeOf(batchId, Number(batch.outbox_id)));
         continue;
       }
-      add(total, await drive(batch, false));
+      if (batch.raw_tx !== null) {
+        const full = await queryOneParsed(
+          store,
+          UsageBatchRowSchema,
+          "SELECT * FROM usage_batches WHERE id = $1",
+          [batchId],
+        );
+        if (full !== undefined) {
+          const outboxId = await adoptSignedBatch(full);
+          add(total, await outcomeOf(batchId, outboxId));
+          continue;
+        }
+      }
+      // Claimed and not queued: another instance of this gas key may be checking it right now, so only a
+      // batch idle for `abandonedAfterMs` is released, and only while it is still unqueued (the compare-
+      // and-set its queueing also makes). Nothing of it can have been broadcast.
+      const dueInMs = abandonedAfterMs - Number(batch.idle_ms);
+      if (dueInMs > 0) {
+        // Looked at again once it may be released, also when nothing else wakes this loop.
+        releaseDueInMs = Math.min(releaseDueInMs ?? dueInMs, dueInMs);
+        continue;
+      }
+      await store.transaction(async (tx) => {
+        const released = await tx.query(
+          `UPDATE usage_batches SET status = 'failed', updated_at = now()
+           WHERE id = $1 AND status = 'pending' AND outbox_id IS NULL AND raw_tx IS NULL RETURNING id`,
+          [batchId],
+        );
+        if (released.length === 0) return;
+        await tx.query(
+          `UPDATE usage_records SET status = 'pending', batch_id = NULL, updated_at = now()
+           WHERE batch_id = $1 AND status = 'submitted'`,
+          [batchId],
+        );
+      });
     }
     return total;
+  }
+
+  async function adoptSignedBatch(batch: UsageBatchRow): Promise<number> {
+    const raw = batch.raw_tx as `0x${string}`;
+    const parsed = parseTransaction(raw);
+    return store.transaction(async (tx) => {
+      const id = await insertSignedRow(
+        tx,
+        { chainId: ctx.chainId, sender: gas.address },
+        {
+          kind: USAGE_KIND,
+          owner: String(batch.id),
+          to: parsed.to as Address,
+          data: parsed.data ?? "0x",
+          gas: parsed.gas ?? 0n,
+          nonce: batch.sender_nonce ?? Number(parsed.nonce ?? 0),
+          hash: keccak256(raw),
+          raw,
+          fromBlock: batch.from_block,
+        },
+      );
+      await tx.query("UPDATE usage_batches SET outbox_id = $2 WHERE id = $1", [batch.id, id]);
+      return id;
+    });
   }
 
   function add(total: UsageRunResult, part: UsageRunResult): void {
@@ -573,7 +655,9 @@ export function createUsageSettler(
         total.held = true;
         break;
       }
-      add(total, await send(claimed.batch, claimed.rows));
+      const sent = await send(claimed.batch, claimed.rows);
+      total.failed += sent.failed;
+      if (sent.outboxId !== undefined) add(total, await outcomeOf(claimed.batch.id, sent.outboxId));
       changed = true;
     }
     if (changed) {
@@ -601,7 +685,9 @@ export function createUsageSettler(
       }
       if (!running) break;
       if (dirty && !held) continue;
-      await sleeper.pause(held ? lingerMs : pollIntervalMs);
+      const idle =
+        releaseDueInMs === undefined ? pollIntervalMs : Math.min(pollIntervalMs, releaseDueInMs + 100);
+      await sleeper.pause(held ? lingerMs : idle);
     }
   }
 
@@ -620,6 +706,8 @@ export function createUsageSettler(
     async start() {
       if (running) return;
       running = true;
+      if (outbox !== ctx.outbox) await outbox.start();
+      unlisten = await store.listen("usage", () => this.signal());
       loopDone = loop();
     },
     async stop() {
@@ -627,6 +715,22 @@ export function createUsageSettler(
       sleeper.wake();
       await loopDone;
       await queue;
+      await unlisten?.();
+      unlisten = undefined;
+      if (outbox !== ctx.outbox) await outbox.stop();
+    },
+  };
+}
+
+/** The settler's crash-test faults as the outbox's, for rows of kind `usage`. */
+function usageFaults(faults: UsageSettlerOptions["faults"]): OutboxFaults | undefined {
+  if (faults === undefined) return undefined;
+  return {
+    afterSign: async (row) => {
+      if (row.kind === USAGE_KIND) await faults.afterRecord?.(Number(row.owner));
+    },
+    afterBroadcast: async (row) => {
+      if (row.kind === USAGE_KIND) await faults.afterBroadcast?.(Number(row.owner));
     },
   };
 }

@@ -471,6 +471,41 @@ describe("webhook delivery", () => {
     expect(await w.fanOut()).toBe(0);
   });
 
+  it.skipIf(process.env.DATABASE_URL === undefined)(
+    "in the background, looks again soon at an event a running transaction held back, not at the 30 s backstop (PostgreSQL)",
+    async () => {
+      await repository().create(provider, { url: "https://a.example/hooks" }, new Date(START));
+      const { fetch, received } = receiver();
+      const w = worker(fetch, createFixedClock(START));
+      w.start();
+      try {
+        let commit!: () => void;
+        const held = new Promise<void>((resolve) => {
+          commit = resolve;
+        });
+        let started = false;
+        // Another transaction with an id, as another suite's or instance's on the same server: it
+        // holds the readable horizon back while the event commits and its notification is heard.
+        const blocker = store.transaction(async (tx) => {
+          await tx.query("SELECT pg_current_xact_id()");
+          started = true;
+          await held;
+        });
+        while (!started) await new Promise((r) => setTimeout(r, 5));
+        const id = await recordEvent("payment.settled", settled(provider), { waitUntilReadable: false });
+        await new Promise((r) => setTimeout(r, 300));
+        expect(received).toEqual([]);
+        commit();
+        await blocker;
+        const deadline = Date.now() + 10_000;
+        while (received.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+        expect(received.map((r) => (JSON.parse(r.body) as WebhookEvent).id)).toEqual([`evt_${id}`]);
+      } finally {
+        await w.stop();
+      }
+    },
+  );
+
   it("runs in the background and delivers new events until stopped", async () => {
     await repository().create(provider, { url: "https://a.example/hooks" }, new Date(START));
     const { fetch, received } = receiver();
@@ -478,6 +513,49 @@ describe("webhook delivery", () => {
     w.start();
     const id = await recordEvent("payment.settled", settled(provider));
     while (received.length === 0) await new Promise((r) => setTimeout(r, 10));
+    await w.stop();
+    expect((JSON.parse(received[0]!.body) as WebhookEvent).id).toBe(`evt_${id}`);
+  });
+
+  it("runs no round per event while no endpoint exists, and wakes at once when one is registered", async () => {
+    const { fetch, received } = receiver();
+    let statements = 0;
+    const counted = new Proxy(store, {
+      get(target, key, receiverOf) {
+        const value = Reflect.get(target, key, receiverOf) as unknown;
+        if (typeof value !== "function") return value;
+        const fn = value as (...args: unknown[]) => unknown;
+        if (key === "query" || key === "transaction") {
+          return (...args: unknown[]) => {
+            statements++;
+            return fn.apply(target, args);
+          };
+        }
+        return fn.bind(target);
+      },
+    });
+    // No statement for a whole second: the worker's round (if any) is over, also on a loaded machine.
+    const quiet = async () => {
+      for (let last = -1; last !== statements; ) {
+        last = statements;
+        await new Promise((r) => setTimeout(r, 1_000));
+      }
+    };
+    // A backstop far away: only notifications can start a round in this test.
+    const w = worker(fetch, createFixedClock(START), { store: counted, pollIntervalMs: 600_000 });
+    w.start();
+    await expect.poll(() => statements).toBeGreaterThan(0);
+    await quiet();
+    const before = statements;
+    for (let i = 0; i < 10; i++) await recordEvent("payment.settled", settled(provider));
+    await quiet();
+    expect(statements - before).toBe(0);
+
+    // A registration (migration 0185's notification) wakes it: the next event is delivered at once,
+    // and the ten before the endpoint existed are not sent to it.
+    await repository().create(provider, { url: "https://a.example/hooks" }, new Date(START));
+    const id = await recordEvent("payment.settled", settled(provider));
+    await expect.poll(() => received.length, { timeout: 20_000 }).toBe(1);
     await w.stop();
     expect((JSON.parse(received[0]!.body) as WebhookEvent).id).toBe(`evt_${id}`);
   });

@@ -13,6 +13,14 @@
  *    worker that dies mid-send leaves a lease that expires, and another worker sends again: at least
  *    once, never silently dropped. Receivers de-duplicate on the event id.
  *
+ * No endpoints: a facilitator where no provider registered an endpoint (most of them, and every bench)
+ * would otherwise run a round of five or six statements for every new event. While the store holds no
+ * endpoint (read at most every `ENDPOINTS_RECHECK_MS`), new events do not wake the worker; its backstop
+ * round still moves the cursor, and a registration anywhere wakes it at once (migration 0185). The
+ * check only decides when rounds run, never what a round does: fan-out reads the endpoints in its own
+ * transaction, so an event that happened after an endpoint was registered is delivered to it whatever
+ * the check last said.
+ *
  * Every attempt first checks its target again (webhookTargets.ts: DNS may have changed since the
  * endpoint was registered) and connects to the checked address only. An attempt records its status
  * code and a bounded, sanitised status line, never the response body (SSRF: whatever answered may be
@@ -32,7 +40,7 @@ import { claimRows } from "../../store/claimRows.ts";
 import { SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
 import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
 import type { Store } from "../../store/store.ts";
-import { createWakeablePause } from "../wakeablePause.ts";
+import { createWakeablePause, IDLE_BACKSTOP_MS } from "../wakeablePause.ts";
 import { webhookEventId } from "./createWebhookRepository.ts";
 import { sanitizeStatusText, type WebhookFetch } from "./pinnedWebhookFetch.ts";
 import { signWebhookPayload } from "./signWebhookPayload.ts";
@@ -73,7 +81,11 @@ export type WebhookWorkerOptions = {
   concurrency?: number | undefined;
   /** Events read from the log per fan-out transaction (default 500). */
   fanOutBatchSize?: number | undefined;
-  /** Pause between rounds when there is nothing to do (default 500 ms). */
+  /**
+   * Longest pause between rounds when there is nothing to do (default 30 s). A new event wakes the
+   * worker at once (the store's `events` notification, from any instance); while deliveries wait for a
+   * retry or a lease, the worker looks every second at most.
+   */
   pollIntervalMs?: number | undefined;
   /**
    * How long delivered and dead deliveries (with their attempts) are kept after their last attempt
@@ -141,11 +153,11 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
   const leaseMs = positiveInt(options.leaseMs ?? timeoutMs + 30_000, "leaseMs");
   const concurrency = positiveInt(options.concurrency ?? 16, "concurrency");
   const fanOutBatchSize = positiveInt(options.fanOutBatchSize ?? 500, "fanOutBatchSize");
-  const pollIntervalMs = positiveInt(options.pollIntervalMs ?? 500, "pollIntervalMs");
+  const pollIntervalMs = positiveInt(options.pollIntervalMs ?? IDLE_BACKSTOP_MS, "pollIntervalMs");
   const retentionMs = positiveInt(options.retentionMs ?? 30 * 86_400_000, "retentionMs");
   const log = logger.child({ component: "webhooks" });
 
-  async function fanOutBatch(): Promise<{ events: number; enqueued: number }> {
+  async function fanOutBatch(): Promise<{ events: number; enqueued: number; heldBack?: boolean }> {
     return store.transaction(async (tx) => {
       // The row lock makes instances take turns; SKIP LOCKED lets a busy instance move on.
       const cursor = await queryOneParsed(
@@ -165,7 +177,16 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
         [cursor.tx, cursor.event_id, fanOutBatchSize],
       );
       const last = events.at(-1);
-      if (last === undefined) return { events: 0, enqueued: 0 };
+      if (last === undefined) {
+        // Events past the cursor that a running transaction still holds back (on PostgreSQL any
+        // transaction of the database, another schema's included): their notification has come and
+        // gone, so the loop must look again soon rather than sleep until the backstop.
+        const held = await tx.query("SELECT 1 FROM events WHERE (tx, id) > ($1::xid8, $2::bigint) LIMIT 1", [
+          cursor.tx,
+          cursor.event_id,
+        ]);
+        return { events: 0, enqueued: 0, heldBack: held.length > 0 };
+      }
       const inserted = await tx.query(
         `INSERT INTO webhook_deliveries (endpoint_id, event_id, next_attempt_at)
          SELECT w.id, e.id, $3 FROM events e
@@ -368,19 +389,57 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
   let loopDone: Promise<void> | undefined;
   const sleeper = createWakeablePause();
   const inFlight = new Set<Promise<unknown>>();
+  let unlisten: (() => Promise<void>) | undefined;
+  /** Set by a new-event notification: one that arrives during a round is not lost. */
+  let dirty = false;
+  /** Whether an endpoint existed when last read, and when (`clock.now()`); a registration clears it. */
+  let endpoints: { any: boolean; readAt: number } | undefined;
+
+  /** Whether any endpoint exists, read at most every ENDPOINTS_RECHECK_MS (see "No endpoints" above). */
+  async function anyEndpoint(): Promise<boolean> {
+    const now = clock.now();
+    if (endpoints !== undefined && now - endpoints.readAt < ENDPOINTS_RECHECK_MS) return endpoints.any;
+    const rows = await store.query("SELECT 1 FROM webhook_endpoints LIMIT 1");
+    endpoints = { any: rows.length > 0, readAt: now };
+    return endpoints.any;
+  }
+
+  /** How long until the next delivery comes due (a retry, a lease that expires), at most `pollIntervalMs`. */
+  async function untilNextDue(): Promise<number> {
+    // Two minima, each read off its partial index (webhook_deliveries_due_idx, _lease_idx): one
+    // expression over both statuses read every row, delivered ones included, on every round.
+    const rows = await store.query<{ pending: Date | null; sending: Date | null }>(
+      `SELECT (SELECT min(next_attempt_at) FROM webhook_deliveries WHERE status = 'pending') AS pending,
+              (SELECT min(lease_expires_at) FROM webhook_deliveries WHERE status = 'sending') AS sending`,
+    );
+    const times = [rows[0]?.pending, rows[0]?.sending].flatMap((d) =>
+      d == null ? [] : [new Date(d).getTime()],
+    );
+    if (times.length === 0) return pollIntervalMs;
+    // Re-read at least every second while deliveries wait: the clock may be moved (tests), and a
+    // retry is not rest.
+    return Math.min(pollIntervalMs, PENDING_POLL_MS, Math.max(1, Math.min(...times) - clock.now()));
+  }
 
   async function loop(): Promise<void> {
     let prunedAt = Number.NEGATIVE_INFINITY;
+    // Doubles while the same events stay held back (a long transaction elsewhere), up to PENDING_POLL_MS.
+    let heldBackMs = HELD_BACK_POLL_MS;
     while (running) {
       let busy = false;
+      let heldBack = false;
+      dirty = false;
       try {
         if (clock.now() - prunedAt >= PRUNE_INTERVAL_MS) {
           prunedAt = clock.now();
           const pruned = await prune();
           if (pruned > 0) log.info({ pruned }, "pruned finished webhook deliveries");
         }
+        // Read here so that a round never runs on a stale "none" for longer than the recheck period.
+        await anyEndpoint();
         const before = await fanOutBatch();
         busy = before.events === fanOutBatchSize;
+        heldBack = before.heldBack === true;
         const free = concurrency - inFlight.size;
         if (free > 0) {
           const { lease, rows } = await claim(free);
@@ -397,8 +456,12 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
       } catch (cause) {
         log.error({ err: cause }, "webhook worker round failed");
       }
-      if (running && !busy) await sleeper.pause(pollIntervalMs);
-      else if (running && inFlight.size >= concurrency) await sleeper.pause(pollIntervalMs);
+      if (running && !busy) {
+        const ms = await untilNextDue().catch(() => pollIntervalMs);
+        if (!heldBack) heldBackMs = HELD_BACK_POLL_MS;
+        if (!dirty) await sleeper.pause(heldBack ? Math.min(ms, heldBackMs) : ms);
+        if (heldBack) heldBackMs = Math.min(heldBackMs * 2, PENDING_POLL_MS);
+      } else if (running && inFlight.size >= concurrency) await sleeper.pause(pollIntervalMs);
     }
     await Promise.allSettled([...inFlight]);
   }
@@ -414,16 +477,57 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
     start() {
       if (running) return;
       running = true;
-      loopDone = loop();
+      loopDone = (async () => {
+        const wake = () => {
+          dirty = true;
+          sleeper.wake();
+        };
+        // New events to fan out (only worth a round once some endpoint exists), and deliveries queued
+        // or rescheduled or an endpoint registered.
+        const onEvents = () => {
+          if (endpoints?.any !== false) wake();
+        };
+        const onWebhooks = () => {
+          // Deliveries notify here too: only "none" needs reading again at once (a first endpoint).
+          if (endpoints?.any === false) endpoints = undefined;
+          wake();
+        };
+        const stops = await Promise.all(
+          (
+            [
+              ["events", onEvents],
+              ["webhooks", onWebhooks],
+            ] as const
+          ).map(([name, fn]) =>
+            store.listen(name, fn).catch((error: unknown) => {
+              log.warn({ err: error }, "cannot listen for webhook work; the worker looks on its own");
+              return undefined;
+            }),
+          ),
+        );
+        unlisten = async () => {
+          for (const stop of stops) await stop?.();
+        };
+        await loop();
+      })();
     },
     async stop() {
       running = false;
       sleeper.wake();
       await loopDone;
       loopDone = undefined;
+      await unlisten?.();
+      unlisten = undefined;
     },
   };
 }
+
+/** The longest pause while deliveries wait for their retry or lease. */
+const PENDING_POLL_MS = 1_000;
+/** How long "no endpoint exists" (or "some does") is trusted before the worker reads it again. */
+const ENDPOINTS_RECHECK_MS = 10_000;
+/** How soon to look first again at events a running transaction held back from the fan-out. */
+const HELD_BACK_POLL_MS = 100;
 
 function positiveInt(value: number, name: string): number {
   if (!Number.isSafeInteger(value) || value < 1)

@@ -10,8 +10,9 @@
  * it; `resolve` — when the facilitator reports an item settled or failed on chain — takes it out of
  * `unsettled`.
  *
- * Implementations: `createMemoryUsageLedger` (one process) and `createPostgresUsageLedger` (instances
- * sharing one database). Both apply the same rules (`applyUsage`), so they answer alike.
+ * Implementations: `createMemoryUsageLedger` (one process), `createPostgresUsageLedger` and
+ * `createRedisUsageLedger` (instances sharing one database or Redis; `applyDirectUsage`, the same rule
+ * counting live leases), and `createLeasedUsageLedger` over either of the shared ones (usageLeases.ts).
  */
 import { createHash } from "node:crypto";
 
@@ -63,6 +64,16 @@ export type Reservation =
       unitsUsed: bigint;
       charge: bigint;
       unsettled: bigint;
+    }
+  | {
+      ok: false;
+      /**
+       * The cap has room only on other gate instances' live leases (a leased shared ledger): retry
+       * shortly, once they are returned or reclaimed at expiry.
+       */
+      reason: "Leased";
+      unitsUsed: bigint;
+      charge: bigint;
     };
 
 /** One subscription's counts in its current cycle. */
@@ -110,6 +121,11 @@ export type UsageLedger = {
   unresolved(options: { olderThanMs: number; limit: number }): Promise<UsageBatchItem[]>;
   /** One subscription's current cycle, if any use was counted. */
   cycle(subscriptionId: bigint): Promise<UsageCycle | undefined>;
+  /**
+   * Hands back the leases this instance holds (a leased ledger), so their spent units become pending
+   * charges; called before a flush that must include everything served, and on close.
+   */
+  returnLeases?(): Promise<void>;
 };
 
 /**
@@ -119,9 +135,8 @@ export type UsageLedger = {
  *
  * Cycles: a new cycle starts when the chain's current period begins at or after the stored period's
  * end — a renewal (anchored or late), a past-due recovery, or a resume that charged a new period. A
- * resume that only restored paid time shifts the period by the paused time, which keeps the cycle
- * (so pausing cannot reset the included units), except after a pause longer than a whole interval. A
- * chain state older than the stored one (another instance's stale cache) never moves a cycle back.
+ * resume before the period's end charges nothing and leaves the period as it was (the period runs on
+ * while paused), so it keeps the cycle and pausing cannot reset the included units. A chain state older than the stored one (another instance's stale cache) never moves a cycle back.
  *
  * Cap: overage used this cycle is the larger of the chain's `overageUsed` and what this ledger charged
  * this cycle — exact when this ledger is the only one deducting, and never below either.

@@ -11,6 +11,10 @@
  * - A transient failure (facilitator unreachable) is not cached: the next use asks again. A
  *   misconfiguration is remembered for `MISCONFIGURED_RETRY_MS`, so a gate keeps answering with the
  *   same clear error instead of asking the facilitator on every request.
+ * - A plan the facilitator answers `NotFound` for is not a misconfiguration: a facilitator that just
+ *   restarted, or whose chain node came back without the latest blocks, may not see a plan that exists.
+ *   It is `ChainUnavailable` (503, `Retry-After`, `details.reason: "plan_unavailable"`), remembered for
+ *   `UNAVAILABLE_RETRY_MS` so a burst of calls asks once, and logged by the gate; never a 500.
  */
 import type { Address } from "viem";
 import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
@@ -60,12 +64,17 @@ export type PlanCatalogOptions = {
 
 /** How long a misconfigured plan is answered from memory before the facilitator is asked again. */
 const MISCONFIGURED_RETRY_MS = 30_000;
+/** How long a plan the facilitator did not find is answered 503 from memory before it is asked again. */
+const UNAVAILABLE_RETRY_MS = 2_000;
+/** `Retry-After` of a plan the facilitator did not find (seconds). */
+const UNAVAILABLE_RETRY_AFTER = 5;
 
 export function createPlanCatalog(options: PlanCatalogOptions): PlanCatalog {
   const { facilitator, payTo, network, token, clock } = options;
   const plans = new Map<string, GatePlan>();
   const loading = new Map<string, Promise<GatePlan>>();
   const misconfigured = new Map<string, { error: TollgateError; at: number }>();
+  const unavailable = new Map<string, { error: TollgateError; at: number }>();
   let manager: Promise<Address> | undefined =
     options.manager === undefined ? undefined : Promise.resolve(options.manager);
 
@@ -94,7 +103,11 @@ export function createPlanCatalog(options: PlanCatalogOptions): PlanCatalog {
       info = await getPlanInfo(facilitator, planId);
     } catch (error) {
       if (isTollgateError(error, "NotFound")) {
-        throw misconfiguration(`plan ${planId} does not exist on the facilitator's SubscriptionManager`);
+        throw new TollgateError(
+          "ChainUnavailable",
+          `subscription plan ${planId} is not visible to the facilitator yet; try again shortly`,
+          { retryAfter: UNAVAILABLE_RETRY_AFTER, details: { reason: "plan_unavailable", planId } },
+        );
       }
       throw error;
     }
@@ -127,6 +140,7 @@ export function createPlanCatalog(options: PlanCatalogOptions): PlanCatalog {
     invalidate(planId) {
       plans.delete(planId);
       misconfigured.delete(planId);
+      unavailable.delete(planId);
     },
     get(planId) {
       const cached = plans.get(planId);
@@ -135,6 +149,10 @@ export function createPlanCatalog(options: PlanCatalogOptions): PlanCatalog {
       if (failed !== undefined && clock.now() - failed.at < MISCONFIGURED_RETRY_MS) {
         return Promise.reject(failed.error);
       }
+      const missing = unavailable.get(planId);
+      if (missing !== undefined && clock.now() - missing.at < UNAVAILABLE_RETRY_MS) {
+        return Promise.reject(missing.error);
+      }
       let pending = loading.get(planId);
       if (pending === undefined) {
         pending = load(planId)
@@ -142,11 +160,14 @@ export function createPlanCatalog(options: PlanCatalogOptions): PlanCatalog {
             (plan) => {
               plans.set(planId, plan);
               misconfigured.delete(planId);
+              unavailable.delete(planId);
               return plan;
             },
             (error: unknown) => {
               if (isTollgateError(error, "InvalidRequest"))
                 misconfigured.set(planId, { error, at: clock.now() });
+              if (isTollgateError(error, "ChainUnavailable") && error.details?.reason === "plan_unavailable")
+                unavailable.set(planId, { error, at: clock.now() });
               throw error;
             },
           )

@@ -464,6 +464,35 @@ describe("paymentGate with subscription pricing: subscription requests", () => {
     expect(response.status).toBe(503);
     expect(response.headers.get("retry-after")).toBe("3");
   });
+
+  it("answers 503 with Retry-After, not 500, while the facilitator does not see the plan yet (a restart)", async () => {
+    const late = setup({
+      routes: { "GET /api/late": { pricing: [{ type: "subscription", plan: "8" }] } },
+    });
+    // The facilitator's index holds a subscription to plan 8, but its plan read does not find it yet.
+    PLANS["8"] = plan("8", { amount: "5000000", includedUnits: "3", overageUnitPrice: "1000" });
+    const id = late.facilitator.subscribe("8");
+    delete PLANS["8"];
+    try {
+      for (const response of [await late.app.request("/api/late"), await late.subscribed("/api/late", id)]) {
+        expect(response.status).toBe(503);
+        expect(response.headers.get("retry-after")).toBe("5");
+        const body = (await response.json()) as { error: { code: string; message: string } };
+        expect(body.error.code).toBe("ChainUnavailable");
+        expect(body.error.message).toMatch(/plan 8 is not visible to the facilitator yet/);
+      }
+      // A burst within the retry window asks the facilitator once.
+      const asked = late.facilitator.hits("GET /plans/:id");
+      await late.subscribed("/api/late", id);
+      expect(late.facilitator.hits("GET /plans/:id")).toBe(asked);
+      // Once the facilitator sees it, the same call is served: nothing was remembered as misconfigured.
+      PLANS["8"] = plan("8", { amount: "5000000", includedUnits: "3", overageUnitPrice: "1000" });
+      late.clock.advance(2_000);
+      expect((await late.subscribed("/api/late", id)).status).toBe(200);
+    } finally {
+      delete PLANS["8"];
+    }
+  });
 });
 
 describe("paymentGate with subscription pricing: metering", () => {

@@ -58,8 +58,8 @@ export type AllowanceDeduction = { subscriptionId: bigint; amount: bigint };
 
 /** What the gate knows of a route that accepts subscriptions. */
 export type SubscriptionRoute = {
-  /** Plan ids (canonical decimal) whose subscriptions this route serves. */
-  plans: readonly string[];
+  /** The plans (ids in canonical decimal) whose subscriptions this route serves. */
+  offers: readonly { planId: string }[];
   /** Metered units per use; `undefined` = 1 when a plan meters, `0` = never metered. */
   units: number | ((request: RouteRequest) => number) | undefined;
 };
@@ -143,6 +143,13 @@ const idlePoller: EventPoller = {
 /** Cycles whose exhaustion this gate remembers having reported (oldest forgotten first). */
 const MAX_EXHAUSTION_REPORTS = 10_000;
 
+/** A use the cap has room for only on other instances' live leases (leased shared ledgers). */
+const LEASED_MESSAGE =
+  "this subscription's remaining allowance is held by other instances of this API for a moment; retry shortly";
+
+/** A canonical decimal below 10^16: a valid `SubscriptionIdSchema` value. */
+const SHORT_ID = /^(?:0|[1-9][0-9]{0,15})$/;
+
 /** A cap reached is re-read from the chain at most this often per subscription before refusing. */
 const EXHAUSTED_REFRESH_MS = 1_000;
 
@@ -153,6 +160,8 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
     read: (id) => getSubscriptionInfo(facilitator, id, { timeoutMs: 10_000 }),
     clock,
     ttlMs: options.statusTtlMs,
+    // Refreshed in the background from ¾ of its TTL on, so requests in steady use never wait for it.
+    refreshAfterMs: (options.statusTtlMs * 3) / 4,
   });
 
   const onEvent = async (event: FeedEvent): Promise<void> => {
@@ -268,7 +277,8 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
   return {
     async check({ subscriptionId, token, route, routeRequest }) {
       startBackground();
-      if (!SubscriptionIdSchema.safeParse(subscriptionId).success) {
+      // Ids under 16 digits (every id a chain hands out for years) are checked without the schema.
+      if (!SHORT_ID.test(subscriptionId) && !SubscriptionIdSchema.safeParse(subscriptionId).success) {
         return refuse("SubscriptionAuthInvalid", "X-Tollgate-Sub must be a subscription id in decimal");
       }
       if (token === null || token === "") {
@@ -294,10 +304,11 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
           `the token is not signed by subscription ${subscriptionId}'s subscriber`,
         );
       }
-      if (!sameAddress(info.provider, payTo) || !route.plans.includes(info.planId)) {
+      const planId = info.planId;
+      if (!sameAddress(info.provider, payTo) || !route.offers.some((offer) => offer.planId === planId)) {
         return refuse(
           "PaymentRequired",
-          `subscription ${subscriptionId} is to plan ${info.planId}, which does not cover this resource (plans here: ${route.plans.join(", ")})`,
+          `subscription ${subscriptionId} is to plan ${info.planId}, which does not cover this resource (plans here: ${route.offers.map((offer) => offer.planId).join(", ")})`,
         );
       }
       // The plan is this route's; reading it through the catalog also proves it is this gate's own.
@@ -360,6 +371,9 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
           retryAfter: metering.retryAfterSeconds,
         };
       }
+      if (reservation.reason === "Leased") {
+        return { kind: "busy", message: LEASED_MESSAGE, retryAfter: 1 };
+      }
       return refuse("AllowanceExhausted", exhausted(info, plan, reservation.unitsUsed, reservation.charge));
     },
     async deduct(subscriptionId, amount) {
@@ -402,6 +416,9 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
           { retryAfter: metering.retryAfterSeconds },
         );
       }
+      if (reservation.reason === "Leased") {
+        throw new TollgateError("RateLimited", LEASED_MESSAGE, { retryAfter: 1 });
+      }
       throw new TollgateError("AllowanceExhausted", exhausted(info, plan, reservation.unitsUsed, amount), {
         details: {
           subscriptionId: id,
@@ -414,6 +431,7 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
     async flushUsage() {
       const flusher = metering?.flusher;
       if (flusher === undefined) return 0;
+      await metering?.ledger.returnLeases?.();
       const sent = await flusher.flush();
       await flusher.reconcile();
       return sent;
@@ -421,6 +439,7 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
     invalidate: (id) => statuses.invalidate(id),
     async close() {
       await poller.stop();
+      await metering?.ledger.returnLeases?.();
       await metering?.flusher?.stop();
     },
   };

@@ -114,4 +114,79 @@ describe("createSubscriptionStatusCache", () => {
     await cache.get("2");
     expect(cache.size).toBe(1 + 3);
   });
+
+  it("refreshes an Active entry ahead in the background, and never serves one past its TTL", async () => {
+    const clock = createFixedClock(0);
+    const reader = deferredReader();
+    const cache = createSubscriptionStatusCache({
+      read: reader.read,
+      clock,
+      ttlMs: 5_000,
+      refreshAfterMs: 3_000,
+    });
+    const first = cache.get("1");
+    reader.answer(info("Active"));
+    await first;
+    clock.advance(3_000);
+    // Served at once from the cache, with one read started behind it (and only one).
+    expect((await cache.get("1"))?.status).toBe("Active");
+    clock.advance(500);
+    expect((await cache.get("1"))?.status).toBe("Active");
+    expect(reader.reads).toBe(2);
+    // The background read has not answered when the entry expires: the caller waits for it.
+    clock.advance(1_500);
+    let settled = false;
+    const late = cache.get("1").then((state) => {
+      settled = true;
+      return state;
+    });
+    await Promise.resolve();
+    expect(settled).toBe(false);
+    reader.answer(info("Paused"));
+    expect((await late)?.status).toBe("Paused");
+    expect(reader.reads).toBe(2);
+  });
+
+  it("keeps serving the entry until its TTL when a background refresh fails, then reads again", async () => {
+    const clock = createFixedClock(0);
+    const reader = deferredReader();
+    const cache = createSubscriptionStatusCache({
+      read: reader.read,
+      clock,
+      ttlMs: 5_000,
+      refreshAfterMs: 3_000,
+    });
+    const first = cache.get("1");
+    reader.answer(info("Active"));
+    await first;
+    clock.advance(3_000);
+    expect((await cache.get("1"))?.status).toBe("Active");
+    reader.answer(new Error("facilitator down"));
+    await new Promise((resolve) => setImmediate(resolve));
+    clock.advance(1_000);
+    // One background attempt per entry: a failing facilitator is not asked again on every request.
+    expect((await cache.get("1"))?.status).toBe("Active");
+    expect(reader.reads).toBe(2);
+    clock.advance(1_000);
+    const expired = cache.get("1");
+    reader.answer(new Error("down at expiry"));
+    await expect(expired).rejects.toThrow("down at expiry");
+  });
+
+  it("does not refresh ahead what it refuses anyway: unknown ids cost one read per TTL", async () => {
+    const clock = createFixedClock(0);
+    const reader = deferredReader();
+    const cache = createSubscriptionStatusCache({
+      read: reader.read,
+      clock,
+      ttlMs: 5_000,
+      refreshAfterMs: 3_000,
+    });
+    const first = cache.get("9");
+    reader.answer(new TollgateError("NotFound", "no such subscription"));
+    expect(await first).toBeUndefined();
+    clock.advance(4_000);
+    expect(await cache.get("9")).toBeUndefined();
+    expect(reader.reads).toBe(1);
+  });
 });

@@ -8,6 +8,10 @@
  *
  * Invariants:
  * - Concurrent misses of one id share one request.
+ * - Refresh ahead: an Active entry past `refreshAfterMs` (the gate uses three quarters of the TTL) is still served,
+ *   and one read in the background (one per entry, even if it fails) replaces it, so a subscriber in steady use never waits for the
+ *   facilitator; the bound above does not move (an entry older than the TTL is never served), and a
+ *   background read that fails changes nothing (the next read at expiry decides).
  * - A read that was in flight when the id was invalidated is not cached: it may predate the change.
  * - "No such subscription" is cached like a state (for the same TTL), so unknown ids sent repeatedly
  *   cost the facilitator one request per TTL, not one per request.
@@ -61,19 +65,23 @@ export type SubscriptionStatusCacheOptions = {
   clock: Clock;
   /** Longest age of a cached state (default 5 000 ms). */
   ttlMs?: number | undefined;
+  /** Age after which an Active entry is read again in the background while still served (default: never). */
+  refreshAfterMs?: number | undefined;
   /** Active subscriptions held (default 10 000). */
   maxEntries?: number | undefined;
   /** Unknown ids and inactive subscriptions held (default 10 000). */
   maxNegativeEntries?: number | undefined;
 };
 
-type Entry = { state: SubscriptionState; at: number };
+/** `refreshing`: a background read was started for this entry (at most one per entry). */
+type Entry = { state: SubscriptionState; at: number; refreshing?: boolean };
 
 export function createSubscriptionStatusCache(
   options: SubscriptionStatusCacheOptions,
 ): SubscriptionStatusCache {
   const { clock, read } = options;
   const ttlMs = options.ttlMs ?? 5_000;
+  const refreshAfterMs = options.refreshAfterMs ?? Number.POSITIVE_INFINITY;
   const maxEntries = options.maxEntries ?? 10_000;
   const maxNegativeEntries = options.maxNegativeEntries ?? 10_000;
   // Insertion-ordered: the first key of each map is its oldest entry.
@@ -124,7 +132,18 @@ export function createSubscriptionStatusCache(
     get(id, getOptions = {}) {
       const maxAge = Math.min(ttlMs, getOptions.maxAgeMs ?? ttlMs);
       const entry = active.get(id) ?? negative.get(id);
-      if (entry !== undefined && clock.now() - entry.at < maxAge) return Promise.resolve(entry.state);
+      if (entry !== undefined) {
+        const age = clock.now() - entry.at;
+        if (age < maxAge) {
+          // Only Active entries: what is refused anyway (unknown ids, inactive subscriptions) keeps
+          // costing one read per TTL.
+          if (age >= refreshAfterMs && entry.state?.status === "Active" && entry.refreshing !== true) {
+            entry.refreshing = true;
+            fetchState(id).catch(() => undefined);
+          }
+          return Promise.resolve(entry.state);
+        }
+      }
       return fetchState(id);
     },
     invalidate(id) {

@@ -1,0 +1,29 @@
+import type { Address, Hex } from "viem";
+import { subscriptionManagerAbi } from "../../contracts/artifacts/SubscriptionManager.ts";
+import { type RelayedCall, relayedCall } from "../relayedCall.ts";
+
+/**
+ * A subscriber's signed lifecycle intent, relayed: `pauseFor`, `resumeFor`, `cancelFor`, or
+ * `setMaxOverageFor` when `maxOverage` is given for the `overage` action.
+ */
+export function subscriptionActionForRelay(
+  p: { manager: Address; subscriptionId: bigint; deadline: bigint; signature: Hex } & (
+    | { action: "pause" | "resume" | "cancel" }
+    | { action: "overage"; maxOverage: bigint }
+  ),
+): RelayedCall {
+  if (p.action === "overage") {
+    return relayedCall({
+      address: p.manager,
+      abi: subscriptionManagerAbi,
+      functionName: "setMaxOverageFor",
+      args: [p.subscriptionId, p.maxOverage, p.deadline, p.signature],
+    });
+  }
+  return relayedCall({
+    address: p.manager,
+    abi: subscriptionManagerAbi,
+    functionName: `${p.action}For`,
+    args: [p.subscriptionId, p.deadline, p.signature],
+  });
+}

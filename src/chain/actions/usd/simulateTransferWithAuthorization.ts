@@ -1,0 +1,33 @@
+import type { Address, Hex, PublicClient } from "viem";
+import { tollgateUsdAbi } from "../../contracts/artifacts/TollgateUSD.ts";
+import type { TransferAuthorization } from "../../signers/signTransferAuthorization.ts";
+
+export type SimulateTransferWithAuthorizationParameters = {
+  token: Address;
+  authorization: TransferAuthorization;
+  signature: Hex;
+  /** Who submits it (the BatchSettler, for a facilitator's settlement). */
+  account: Address;
+  /** The most gas the call may use. */
+  gas?: bigint | undefined;
+};
+
+/**
+ * Simulates `transferWithAuthorization` in the pending block (where a settlement lands: an idle devnet's
+ * latest block can be older than the authorization's validAfter, EIP-3009: valid strictly after it).
+ * Throws viem's error for a revert.
+ */
+export async function simulateTransferWithAuthorization(
+  client: Pick<PublicClient, "simulateContract">,
+  { token, authorization: a, signature, account, gas }: SimulateTransferWithAuthorizationParameters,
+): Promise<void> {
+  await client.simulateContract({
+    address: token,
+    abi: tollgateUsdAbi,
+    functionName: "transferWithAuthorization",
+    args: [a.from, a.to, a.value, a.validAfter, a.validBefore, a.nonce, signature],
+    account,
+    blockTag: "pending",
+    ...(gas === undefined ? {} : { gas }),
+  });
+}

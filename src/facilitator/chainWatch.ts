@@ -1,0 +1,224 @@
+/**
+ * Tells the facilitator's chain followers (the subscription indexer, the channel claim worker) when the
+ * contracts they follow may have new logs, so they read the chain then and not on a timer.
+ *
+ * How, by what the RPC offers:
+ * - WebSocket (`eth_subscribe` "logs" for the followed addresses): the node pushes each log; nothing is
+ *   polled. Used when the client's transport is a WebSocket, or on a devnet, whose node (anvil) serves
+ *   WebSocket on its HTTP port.
+ * - Otherwise, on a chain with a known block time (viem's `chain.blockTime`, 2 s on Base): one
+ *   `eth_blockNumber` per block time, and the followers are told when it moves.
+ * - Otherwise (an automining devnet without WebSocket): nothing; the followers' backstop reads find
+ *   what there is.
+ *
+ * Invariant: a follower never depends on being told. A lost push, a dropped socket or a missed block
+ * only delays it until its own backstop read (wakeablePause.ts, `IDLE_BACKSTOP_MS`), which reads from its
+ * own cursor; and every follower is told once when a subscription (re)starts, so what happened while the
+ * socket was down is read then.
+ */
+import type { Logger } from "pino";
+import {
+  type Address,
+  type Chain,
+  createPublicClient,
+  type PublicClient,
+  type Transport,
+  webSocket,
+} from "viem";
+import { getNetworkConfig } from "../chain/networks.ts";
+
+export type ChainWatch = {
+  /** Calls `listener` whenever `address` may have new logs. Returns a function that stops it. */
+  watch(address: Address, listener: () => void): () => void;
+  /** How the chain is watched (for logs and tests). */
+  readonly mode: () => "websocket" | "blocks" | "none";
+};
+
+type Listener = { address: string; fn: () => void };
+
+/** The client a watch reads from: a viem public client (its transport says where the node is). */
+export type WatchedClient = Pick<PublicClient<Transport, Chain>, "getBlockNumber" | "chain" | "transport">;
+
+/** The WebSocket URL of a client's node, when it has one. */
+export function webSocketUrlOf(client: WatchedClient, devnet: boolean): string | undefined {
+  const transport = client.transport as { type?: string; url?: string };
+  if (transport.type === "webSocket" && typeof transport.url === "string") return transport.url;
+  const fromChain = client.chain?.rpcUrls.default.webSocket?.[0];
+  if (fromChain !== undefined) return fromChain;
+  if (devnet && transport.type === "http" && typeof transport.url === "string") {
+    // anvil answers WebSocket upgrades on its HTTP port.
+    return transport.url.replace(/^http/, "ws");
+  }
+  return undefined;
+}
+
+const watches = new WeakMap<object, { watch: ChainWatch; users: number; close(): void }>();
+
+/**
+ * The chain watch shared by every follower of one client (created on first use, closed when its last
+ * follower stops).
+ */
+export function acquireChainWatch(
+  client: WatchedClient,
+  logger: Logger,
+): { watch: ChainWatch; release(): void } {
+  let entry = watches.get(client);
+  if (entry === undefined) {
+    const chainId = client.chain?.id;
+    const devnet = chainId !== undefined && getNetworkConfig(`eip155:${chainId}`)?.isDevnet === true;
+    const created = createChainWatch(client, { devnet, logger });
+    entry = { watch: created, users: 0, close: created.close };
+    watches.set(client, entry);
+  }
+  const shared = entry;
+  shared.users++;
+  let released = false;
+  return {
+    watch: shared.watch,
+    release() {
+      if (released) return;
+      released = true;
+      shared.users--;
+      if (shared.users === 0) {
+        watches.delete(client);
+        shared.close();
+      }
+    },
+  };
+}
+
+const RESUBSCRIBE_MS = 5_000;
+
+function createChainWatch(
+  client: WatchedClient,
+  options: { devnet: boolean; logger: Logger },
+): ChainWatch & { close(): void } {
+  const log = options.logger.child({ component: "chain-watch" });
+  const listeners = new Set<Listener>();
+  const wsUrl = webSocketUrlOf(client, options.devnet);
+  const blockTimeMs = client.chain?.blockTime;
+  let mode: "websocket" | "blocks" | "none" =
+    wsUrl !== undefined ? "websocket" : blockTimeMs ? "blocks" : "none";
+  let closed = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let stopSubscription: (() => void) | undefined;
+  /** Closes the socket (viem keeps one per URL; only `close` ends it). */
+  let closeSocket: (() => void) | undefined;
+  let subscribedTo = "";
+
+  const tellAll = () => {
+    for (const l of listeners) l.fn();
+  };
+  const tell = (address: string) => {
+    for (const l of listeners) if (l.address === address) l.fn();
+  };
+  const addresses = () => [...new Set([...listeners].map((l) => l.address))].sort();
+
+  // ---- WebSocket -----------------------------------------------------------------------------------
+
+  async function subscribe(): Promise<void> {
+    const wanted = addresses();
+    const key = wanted.join(",");
+    if (closed || key === subscribedTo) return;
+    stopSubscription?.();
+    stopSubscription = undefined;
+    subscribedTo = key;
+    if (wanted.length === 0) return;
+    const socket = createPublicClient({
+      chain: client.chain,
+      transport: webSocket(wsUrl, { retryCount: 0, timeout: 5_000 }),
+    });
+    try {
+      const { unsubscribe } = await socket.transport.subscribe({
+        params: ["logs", { address: wanted as Address[] }],
+        onData: (data: object) => {
+          const result: unknown = "result" in data ? data.result : undefined;
+          const raw = (result as { address?: unknown } | undefined)?.address;
+          const address = typeof raw === "string" ? raw.toLowerCase() : undefined;
+          if (address === undefined) tellAll();
+          else tell(address);
+        },
+        onError: (error: unknown) => {
+          // Closing the watch closes the socket, which reports itself closed: not a failure.
+          if (closed) return;
+          log.warn({ err: error }, "chain log subscription failed; followers read on their backstop");
+          retry();
+        },
+      });
+      const rpc = await socket.transport.getRpcClient();
+      closeSocket = () => rpc.close();
+      stopSubscription = () => {
+        unsubscribe().catch(() => undefined);
+      };
+      if (closed) {
+        closeSocket();
+        return;
+      }
+      if (closed || subscribedTo !== key) {
+        stopSubscription();
+        return;
+      }
+      // Whatever happened before the subscription began is read now.
+      tellAll();
+    } catch (error) {
+      if (closed) return;
+      log.warn({ err: error, url: wsUrl }, "cannot subscribe to chain logs over WebSocket; retrying");
+      retry();
+    }
+  }
+
+  function retry(): void {
+    stopSubscription?.();
+    stopSubscription = undefined;
+    subscribedTo = "";
+    if (closed || timer !== undefined) return;
+    timer = setTimeout(() => {
+      timer = undefined;
+      void subscribe();
+    }, RESUBSCRIBE_MS);
+    timer.unref?.();
+  }
+
+  // ---- block polling -------------------------------------------------------------------------------
+
+  let lastBlock: bigint | undefined;
+  function pollBlocks(): void {
+    if (closed || listeners.size === 0 || timer !== undefined) return;
+    timer = setTimeout(async () => {
+      try {
+        const block = await client.getBlockNumber({ cacheTime: 0 });
+        if (lastBlock === undefined || block !== lastBlock) {
+          lastBlock = block;
+          tellAll();
+        }
+      } catch {
+        // The followers' own reads report an unreachable chain.
+      }
+      timer = undefined;
+      pollBlocks();
+    }, blockTimeMs);
+    timer.unref?.();
+  }
+
+  log.debug({ mode, url: wsUrl }, "watching the chain");
+  return {
+    mode: () => mode,
+    watch(address, fn) {
+      const listener = { address: address.toLowerCase(), fn };
+      listeners.add(listener);
+      if (mode === "websocket") void subscribe();
+      else if (mode === "blocks") pollBlocks();
+      return () => {
+        listeners.delete(listener);
+        if (mode === "websocket") void subscribe();
+      };
+    },
+    close() {
+      closed = true;
+      mode = "none";
+      if (timer !== undefined) clearTimeout(timer);
+      stopSubscription?.();
+      closeSocket?.();
+    },
+  };
+}

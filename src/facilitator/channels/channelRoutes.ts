@@ -1,0 +1,90 @@
+/**
+ * HTTP routes of the channel API (docs/channels.md): `POST /channels` (relayed gasless open),
+ * `GET /channels/:id` (public chain state), `POST /channels/:id/close-request` and
+ * `POST /channels/:id/top-up` (relayed, payer-signed), `POST /channels/:id/withdraw` (relayed for anyone,
+ * pays the payer only), `POST /channels/:id/close` and `POST /channels/vouchers` (the payee's provider
+ * API key).
+ */
+import type { Hono } from "hono";
+import type { Address, Hex } from "viem";
+import { Hex32Schema } from "../../protocol/address.ts";
+import {
+  ChannelCloseRequestSchema,
+  ChannelOpenRequestSchema,
+  ChannelTopUpRequestSchema,
+} from "../../protocol/channels.ts";
+import { ChannelVouchersRequestSchema } from "../../protocol/channelVoucher.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { parseWire } from "../../protocol/parseWire.ts";
+import type { FacilitatorContext } from "../facilitatorModule.ts";
+import { readJsonBody } from "../httpErrors.ts";
+import { requireProvider } from "../providers/requireProvider.ts";
+import { channelToWire, readChainChannel } from "./channelChain.ts";
+import type { ChannelCloseService } from "./channelCloseService.ts";
+import { toChannelError } from "./channelErrors.ts";
+import type { ChannelOpenService } from "./channelOpenService.ts";
+import type { ChannelVoucherIntake } from "./channelVoucherIntake.ts";
+
+export type ChannelRouteDeps = {
+  ctx: Pick<FacilitatorContext, "store" | "publicClient" | "network" | "chainId">;
+  contract: Address;
+  opens: ChannelOpenService;
+  closes: ChannelCloseService;
+  vouchers: ChannelVoucherIntake;
+  /** New vouchers arrived: the claim worker may have a batch to send. */
+  onVouchers(): void;
+};
+
+const idParam = (text: string | undefined): Hex => parseWire(Hex32Schema, text, { what: "channel id" });
+
+export function mountChannelRoutes(app: Hono, deps: ChannelRouteDeps): void {
+  const { ctx } = deps;
+
+  app.post("/channels", async (c) => {
+    const request = await readJsonBody(c, ChannelOpenRequestSchema);
+    const { status, body } = await deps.opens.open(request);
+    return c.json(body, status);
+  });
+
+  // Registered before `/channels/:id/...` so that "vouchers" is never read as an id.
+  app.post("/channels/vouchers", requireProvider(ctx), async (c) => {
+    const { vouchers } = await readJsonBody(c, ChannelVouchersRequestSchema);
+    const results = await deps.vouchers.accept(c.get("provider").address, vouchers);
+    if (results.some((r) => r.status === "stored")) deps.onVouchers();
+    return c.json({ results });
+  });
+
+  app.get("/channels/:id", async (c) => {
+    const channelId = idParam(c.req.param("id"));
+    const where = { chainId: ctx.chainId, contract: deps.contract };
+    const channel = await readChainChannel(ctx.publicClient, where, channelId).catch((e: unknown) => {
+      throw toChannelError(e);
+    });
+    if (channel === undefined) throw new TollgateError("NotFound", "no such channel");
+    return c.json(channelToWire(channel, ctx.network));
+  });
+
+  app.post("/channels/:id/close-request", async (c) => {
+    const channelId = idParam(c.req.param("id"));
+    const request = await readJsonBody(c, ChannelCloseRequestSchema);
+    return c.json(await deps.closes.requestClose(channelId, request));
+  });
+
+  app.post("/channels/:id/top-up", async (c) => {
+    const channelId = idParam(c.req.param("id"));
+    const request = await readJsonBody(c, ChannelTopUpRequestSchema);
+    const { status, body } = await deps.closes.topUp(channelId, request);
+    return c.json(body, status);
+  });
+
+  app.post("/channels/:id/withdraw", async (c) => {
+    const channelId = idParam(c.req.param("id"));
+    return c.json(await deps.closes.withdraw(channelId));
+  });
+
+  app.post("/channels/:id/close", requireProvider(ctx), async (c) => {
+    const channelId = idParam(c.req.param("id"));
+    const result = await deps.closes.close(c.get("provider").address, channelId);
+    return c.json(result, result.status === "closed" ? 200 : 202);
+  });
+}

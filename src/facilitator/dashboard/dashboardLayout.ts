@@ -1,0 +1,101 @@
+/**
+ * The dashboard's page frame and small view helpers. Every page is a full HTML document: the only
+ * script is /dashboard/assets/dashboard.js (plus uPlot), the only styles are our stylesheets.
+ */
+import { formatUnitsExact } from "../../protocol/amount.ts";
+import { html, type SafeHtml } from "./html.ts";
+
+/** Where a signed-in page's navigation points, and who is signed in. */
+export type PageFrame = {
+  title: string;
+  /** The navigation entry to mark as current. */
+  current?: string | undefined;
+  nav: readonly { href: string; label: string }[];
+  /** "Provider 0x…" or "Agent operator"; absent on the sign-in page. */
+  who?: string | undefined;
+  /** The session's CSRF token, for the sign-out form. */
+  csrfToken?: string | undefined;
+  notice?: { text: string; error?: boolean | undefined } | undefined;
+};
+
+/** A complete page. */
+export function page(frame: PageFrame, body: SafeHtml): string {
+  const nav = frame.nav.map(
+    (item) =>
+      html`<a href="${item.href}" class="${item.href === frame.current ? "current" : ""}">${item.label}</a>`,
+  );
+  const signOut =
+    frame.csrfToken === undefined
+      ? ""
+      : html`<form method="post" action="/dashboard/logout">${csrfField(frame.csrfToken)}<button type="submit">Sign out</button></form>`;
+  const notice =
+    frame.notice === undefined
+      ? ""
+      : html`<div class="notice${frame.notice.error === true ? " error" : ""}" role="status">${frame.notice.text}</div>`;
+  return html`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="referrer" content="same-origin">
+<title>${frame.title} · Tollgate</title>
+<link rel="stylesheet" href="/dashboard/assets/uPlot.min.css">
+<link rel="stylesheet" href="/dashboard/assets/dashboard.css">
+<script src="/dashboard/assets/uPlot.min.js" defer></script>
+<script src="/dashboard/assets/dashboard.js" defer></script>
+</head>
+<body>
+<header class="top"><span class="brand">Tollgate</span><nav>${nav}</nav><div class="who">${frame.who ?? ""}${signOut}</div></header>
+<main>
+<h1>${frame.title}</h1>
+${notice}
+${body}
+</main>
+</body>
+</html>`.value;
+}
+
+/** The hidden field every state-changing form carries. */
+export function csrfField(token: string): SafeHtml {
+  return html`<input type="hidden" name="_csrf" value="${token}">`;
+}
+
+/** An amount in the token's smallest unit as token text with its symbol (`12.5 USDC`). */
+export function money(amount: bigint, token: { decimals: number; symbol: string }): string {
+  return `${formatUnitsExact(amount, token.decimals)} ${token.symbol}`;
+}
+
+/** A time as `2026-11-22 10:15 UTC`. */
+export function when(date: Date | number | null | undefined): string {
+  if (date === null || date === undefined) return "-";
+  const d = typeof date === "number" ? new Date(date * 1000) : date;
+  if (Number.isNaN(d.getTime())) return "-";
+  return `${d.toISOString().slice(0, 16).replace("T", " ")} UTC`;
+}
+
+/** A long hex value shortened for tables (`0x1234…abcd`); the full value in the title. */
+export function short(hex: string): SafeHtml {
+  const text = hex.length > 14 ? `${hex.slice(0, 6)}…${hex.slice(-4)}` : hex;
+  return html`<span class="mono" title="${hex}">${text}</span>`;
+}
+
+/** A table from headers and rows; an empty table says so. */
+export function table(
+  headers: readonly (string | { label: string; num: true })[],
+  rows: readonly SafeHtml[],
+  empty: string,
+): SafeHtml {
+  const head = headers.map((h) =>
+    typeof h === "string" ? html`<th>${h}</th>` : html`<th class="num">${h.label}</th>`,
+  );
+  if (rows.length === 0) return html`<p class="muted">${empty}</p>`;
+  return html`<table><thead><tr>${head}</tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+/** A duration in seconds as `30d`, `12h`, `90s`. */
+export function duration(seconds: number): string {
+  if (seconds % 86_400 === 0) return `${seconds / 86_400}d`;
+  if (seconds % 3_600 === 0) return `${seconds / 3_600}h`;
+  if (seconds % 60 === 0) return `${seconds / 60}m`;
+  return `${seconds}s`;
+}

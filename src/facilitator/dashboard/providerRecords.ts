@@ -1,0 +1,109 @@
+/**
+ * Read-only views of one provider's rows for the dashboard: its plans and subscriptions (the
+ * subscription index, parsed by the index's own row schemas), its recent one-time payments and payers,
+ * and its recent events of some types (failed renewals). Every query is scoped to the provider.
+ */
+import { z } from "zod";
+import { BigintColumnSchema, SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
+import { queryParsed } from "../../store/queryParsed.ts";
+import type { Queryable } from "../../store/store.ts";
+import {
+  type IndexScope,
+  type PlanRow,
+  PlanRowSchema,
+  type SubscriptionRow,
+  SubscriptionRowSchema,
+} from "../subscriptions/subscriptionRecords.ts";
+
+/** Rows shown per table: the dashboard pages, it does not export. */
+export const DASHBOARD_ROW_LIMIT = 200;
+
+/** The provider's plans, newest first. */
+export function plansOfProvider(db: Queryable, scope: IndexScope, provider: string): Promise<PlanRow[]> {
+  return queryParsed(
+    db,
+    PlanRowSchema,
+    `SELECT * FROM plans WHERE chain_id = $1 AND manager = $2 AND provider = $3
+     ORDER BY plan_id DESC LIMIT ${DASHBOARD_ROW_LIMIT}`,
+    [scope.chainId, scope.manager.toLowerCase(), provider.toLowerCase()],
+  );
+}
+
+/** The provider's subscriptions (every state), next renewal first. */
+export function subscriptionsOfProvider(
+  db: Queryable,
+  scope: IndexScope,
+  provider: string,
+): Promise<SubscriptionRow[]> {
+  return queryParsed(
+    db,
+    SubscriptionRowSchema,
+    `SELECT * FROM subscriptions WHERE chain_id = $1 AND manager = $2 AND provider = $3
+     ORDER BY current_period_end, subscription_id LIMIT ${DASHBOARD_ROW_LIMIT}`,
+    [scope.chainId, scope.manager.toLowerCase(), provider.toLowerCase()],
+  );
+}
+
+const PaymentRowSchema = z.object({
+  payer: z.string(),
+  token: z.string(),
+  amount: BigintColumnSchema,
+  tx_hash: z.string().nullable(),
+  settled_at: TimestampColumnSchema,
+});
+export type ProviderPayment = z.infer<typeof PaymentRowSchema>;
+
+/** Settled one-time payments to the provider, newest first. */
+export function recentPayments(db: Queryable, provider: string): Promise<ProviderPayment[]> {
+  return queryParsed(
+    db,
+    PaymentRowSchema,
+    `SELECT payer, token, amount, tx_hash, settled_at FROM payments
+     WHERE pay_to = $1 AND status = 'settled' ORDER BY settled_at DESC LIMIT ${DASHBOARD_ROW_LIMIT}`,
+    [provider.toLowerCase()],
+  );
+}
+
+const PayerRowSchema = z.object({
+  payer: z.string(),
+  payments: SafeIntColumnSchema,
+  volume: BigintColumnSchema,
+  last_at: TimestampColumnSchema,
+});
+export type ProviderPayer = z.infer<typeof PayerRowSchema>;
+
+/** The provider's one-time payers with their payment count and volume, largest volume first. */
+export function topPayers(db: Queryable, provider: string): Promise<ProviderPayer[]> {
+  return queryParsed(
+    db,
+    PayerRowSchema,
+    `SELECT payer, count(*) AS payments, sum(amount) AS volume, max(settled_at) AS last_at FROM payments
+     WHERE pay_to = $1 AND status = 'settled' AND amount > 0
+     GROUP BY payer ORDER BY sum(amount) DESC, payer LIMIT ${DASHBOARD_ROW_LIMIT}`,
+    [provider.toLowerCase()],
+  );
+}
+
+const EventRowSchema = z.object({
+  id: SafeIntColumnSchema,
+  type: z.string(),
+  data: z.record(z.string(), z.unknown()),
+  created_at: TimestampColumnSchema,
+});
+export type ProviderEvent = z.infer<typeof EventRowSchema>;
+
+/** The provider's latest events of the given types, newest first. */
+export function recentEventsOf(
+  db: Queryable,
+  provider: string,
+  types: readonly string[],
+): Promise<ProviderEvent[]> {
+  return queryParsed(
+    db,
+    EventRowSchema,
+    `SELECT id, type, data, created_at FROM events
+     WHERE type = ANY($2::text[]) AND lower(data ->> 'provider') = $1
+     ORDER BY id DESC LIMIT ${DASHBOARD_ROW_LIMIT}`,
+    [provider.toLowerCase(), [...types]],
+  );
+}

@@ -1,0 +1,128 @@
+/**
+ * The provider's webhook endpoints with their latest deliveries, a retry button on each dead (or
+ * delivered) one and secret rotation — through the webhook repository the `/webhooks` API uses, so
+ * the same ownership checks and state rules apply. A rotated secret is shown once, in the reply to the
+ * rotation (not cached), never in a URL.
+ */
+import type { Hono } from "hono";
+import { z } from "zod";
+import { TollgateError } from "../../protocol/errors.ts";
+import type { WebhookRepository } from "../webhooks/createWebhookRepository.ts";
+import type { WebhookDelivery } from "../webhooks/webhookApi.ts";
+import type { DashboardEnv } from "./dashboardApp.ts";
+import { csrfField, page, table, when } from "./dashboardLayout.ts";
+import { html, type SafeHtml } from "./html.ts";
+import { providerFrame, providerOf } from "./providerSection.ts";
+
+export type WebhookViewsDeps = {
+  repository: WebhookRepository;
+  clock: { now(): number };
+  /** How long a rotated-out secret keeps signing (the API's default: one day). */
+  graceSeconds?: number | undefined;
+};
+
+const ENDPOINT_ID = /^we_[A-Za-z0-9_-]{16,64}$/;
+const DELIVERY_ID = /^[0-9]{1,15}$/;
+const DELIVERIES_SHOWN = 10;
+const NOTICES = { retried: "The delivery is queued and will be sent again shortly." } as const;
+const NoticeSchema = z.enum(["retried"]).optional().catch(undefined);
+
+/** Mounts `/webhooks` (list), `…/:id/rotate` and `…/:id/deliveries/:deliveryId/retry`. */
+export function mountWebhookViews(deps: WebhookViewsDeps): (app: Hono<DashboardEnv>) => void {
+  const now = () => new Date(deps.clock.now());
+  const grace = deps.graceSeconds ?? 86_400;
+  return (app) => {
+    const render = async (
+      session: DashboardEnv["Variables"]["session"],
+      notice?: { text: string; error?: boolean },
+      rotated?: { id: string; secret: string },
+    ) => {
+      const provider = providerOf(session);
+      const endpoints = await deps.repository.list(provider, now());
+      const withDeliveries = await Promise.all(
+        endpoints.map(async (e) => ({
+          endpoint: e,
+          deliveries: await deps.repository.listDeliveries(provider, e.id, { limit: DELIVERIES_SHOWN }),
+        })),
+      );
+      const body =
+        withDeliveries.length === 0
+          ? html`<p class="muted">No webhook endpoints. Register one with <code>tollgate webhooks add &lt;url&gt;</code>.</p>`
+          : html`${withDeliveries.map(({ endpoint, deliveries }) =>
+              endpointPanel(
+                session.csrfToken,
+                endpoint,
+                deliveries,
+                rotated?.id === endpoint.id ? rotated.secret : undefined,
+              ),
+            )}`;
+      return page(providerFrame(session, "Webhooks", "/dashboard/provider/webhooks", notice), body);
+    };
+
+    app.get("/webhooks", async (c) => {
+      const done = NoticeSchema.parse(c.req.query("done"));
+      return c.html(await render(c.get("session"), done === undefined ? undefined : { text: NOTICES[done] }));
+    });
+
+    app.post("/webhooks/:id/rotate", async (c) => {
+      const session = c.get("session");
+      const id = endpointId(c.req.param("id"));
+      const rotated = await deps.repository.rotateSecret(providerOf(session), id, grace, now());
+      const until = rotated.previousSecretExpiresAt;
+      return c.html(
+        await render(
+          session,
+          {
+            text: `New signing secret for ${id}; it is shown only now. The old secret keeps signing until ${until === null ? "now" : when(new Date(until))}.`,
+          },
+          { id, secret: rotated.secret },
+        ),
+      );
+    });
+
+    app.post("/webhooks/:id/deliveries/:deliveryId/retry", async (c) => {
+      const session = c.get("session");
+      const id = endpointId(c.req.param("id"));
+      const deliveryId = c.req.param("deliveryId");
+      if (!DELIVERY_ID.test(deliveryId))
+        throw new TollgateError("NotFound", "no delivery with that id for this endpoint");
+      await deps.repository.retryDelivery(providerOf(session), id, deliveryId, now());
+      return c.redirect("/dashboard/provider/webhooks?done=retried", 303);
+    });
+  };
+}
+
+function endpointId(id: string): string {
+  if (!ENDPOINT_ID.test(id)) throw new TollgateError("NotFound", "no webhook endpoint with that id");
+  return id;
+}
+
+function endpointPanel(
+  csrf: string,
+  endpoint: Awaited<ReturnType<WebhookRepository["list"]>>[number],
+  deliveries: WebhookDelivery[],
+  newSecret: string | undefined,
+): SafeHtml {
+  const rows = deliveries.map((d) => {
+    const last = d.history[0];
+    const result =
+      last === undefined
+        ? "-"
+        : last.statusCode !== null
+          ? `HTTP ${last.statusCode}`
+          : (last.error ?? "no answer");
+    const retry =
+      d.status === "dead" || d.status === "delivered"
+        ? html`<form method="post" class="inline" action="/dashboard/provider/webhooks/${endpoint.id}/deliveries/${d.id}/retry">${csrfField(csrf)}<button type="submit" data-delivery="${d.id}">${d.status === "dead" ? "Retry" : "Send again"}</button></form>`
+        : "";
+    return html`<tr data-delivery-row="${d.id}"><td>${d.id}</td><td>${d.eventType}</td><td><code>${d.eventId}</code></td><td><span class="pill ${d.status}" data-status="${d.status}">${d.status}</span></td><td class="num">${d.attempts}</td><td>${result}</td><td>${when(new Date(d.createdAt))}</td><td>${retry}</td></tr>`;
+  });
+  return html`<section class="panel" data-endpoint="${endpoint.id}">
+<h2>${endpoint.url}</h2>
+<p class="muted"><code>${endpoint.id}</code> · events: ${endpoint.events === null ? "all" : endpoint.events.join(", ")}${endpoint.description === null ? "" : ` · ${endpoint.description}`} · since ${when(new Date(endpoint.createdAt))}${endpoint.previousSecretExpiresAt === null ? "" : ` · previous secret signs until ${when(new Date(endpoint.previousSecretExpiresAt))}`}</p>
+${newSecret === undefined ? "" : html`<p>New secret: <span class="secret" id="new-secret">${newSecret}</span></p>`}
+<form method="post" class="inline" action="/dashboard/provider/webhooks/${endpoint.id}/rotate" data-confirm="Issue a new signing secret? The old one keeps signing for a day.">${csrfField(csrf)}<button type="submit">Rotate secret</button></form>
+<h3>Latest deliveries</h3>
+${table(["Id", "Event", "Event id", "Status", { label: "Attempts", num: true }, "Last result", "Queued", ""], rows, "No deliveries yet.")}
+</section>`;
+}

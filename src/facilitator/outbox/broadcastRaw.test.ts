@@ -1,0 +1,40 @@
+import { HttpRequestError, RpcRequestError } from "viem";
+import { describe, expect, it } from "vitest";
+import { broadcastRaw } from "./broadcastRaw.ts";
+
+function nodeSaying(message: string | undefined) {
+  return {
+    sendRawTransaction: async () => {
+      if (message === undefined) return "0x" as const;
+      throw new RpcRequestError({ body: {}, url: "http://node", error: { code: -32000, message } });
+    },
+  };
+}
+
+describe("broadcastRaw", () => {
+  it("treats a transaction the node already has as sent", async () => {
+    expect(await broadcastRaw(nodeSaying(undefined), "0x01")).toEqual({ kind: "sent" });
+    expect(await broadcastRaw(nodeSaying("already known"), "0x01")).toEqual({ kind: "sent" });
+  });
+
+  it("reports a used nonce, so the caller looks for the receipt before calling it displaced", async () => {
+    expect(await broadcastRaw(nodeSaying("nonce too low: next nonce 5, tx nonce 4"), "0x01")).toEqual({
+      kind: "nonce-used",
+    });
+  });
+
+  it("reports a refusal for good with the node's reason", async () => {
+    const result = await broadcastRaw(nodeSaying("insufficient funds for gas * price + value"), "0x01");
+    expect(result.kind).toBe("refused");
+    expect(result.kind === "refused" && result.message).toMatch(/insufficient funds/);
+  });
+
+  it("throws when the node cannot be reached: nothing is known of the transaction", async () => {
+    const down = {
+      sendRawTransaction: async () => {
+        throw new HttpRequestError({ url: "http://node", details: "fetch failed" });
+      },
+    };
+    await expect(broadcastRaw(down, "0x01")).rejects.toBeInstanceOf(HttpRequestError);
+  });
+});

@@ -1,0 +1,37 @@
+/**
+ * Broadcasts a signed transaction and classifies the node's answer — the one copy of this logic. A node
+ * that already has the transaction, or mined it, is not an error: the caller goes on to its receipt.
+ */
+import type { Hex, PublicClient } from "viem";
+import { isChainUnreachable } from "../chainErrors.ts";
+
+export type BroadcastResult =
+  /** Accepted now, or the node already had it. */
+  | { kind: "sent" }
+  /** The account nonce is used: this transaction was mined, or another took its nonce. */
+  | { kind: "nonce-used" }
+  /** Refused for good (funds for gas, a malformed or underpriced transaction). */
+  | { kind: "refused"; message: string };
+
+export async function broadcastRaw(
+  client: Pick<PublicClient, "sendRawTransaction">,
+  raw: Hex,
+): Promise<BroadcastResult> {
+  try {
+    await client.sendRawTransaction({ serializedTransaction: raw });
+    return { kind: "sent" };
+  } catch (error) {
+    if (isChainUnreachable(error)) throw error;
+    const text =
+      error instanceof Error
+        ? `${error.message} ${String((error as { details?: unknown }).details ?? "")}`
+        : "";
+    if (/already known|already imported|known transaction|already in (the )?mempool/i.test(text)) {
+      return { kind: "sent" };
+    }
+    if (/nonce too low|nonce has already been used|NonceTooLow|nonce is too low/i.test(text)) {
+      return { kind: "nonce-used" };
+    }
+    return { kind: "refused", message: text.trim().slice(0, 500) || "refused by the node" };
+  }
+}

@@ -1,0 +1,96 @@
+/**
+ * Batching: pending payments of one token are claimed into a batch (`FOR UPDATE SKIP LOCKED`, so
+ * instances sharing a database claim disjoint rows) and the batch's `settle` call is queued in the
+ * transaction outbox in the same store transaction. A batch is therefore never claimed without its
+ * transaction being on its way, nor queued without its payments.
+ *
+ * Batching rule: with no batch of this engine in flight, send at once (lowest latency when idle). While
+ * one is in flight, arrivals gather into the next until it is full or its oldest payment has lingered
+ * `lingerMs`; under load this turns many payments into one transaction. Payments of a batch that
+ * reverted carry a cap (half that batch's size): the batch they join is no larger, so repeated splits
+ * isolate the payment that makes batches revert.
+ */
+import type { Address } from "viem";
+import { settleCall } from "../../chain/actions/settler/settleCall.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { queryOneParsed } from "../../store/queryParsed.ts";
+import type { Store } from "../../store/store.ts";
+import type { Outbox } from "../outbox/outboxTypes.ts";
+import { type BatchRow, BatchRowSchema, type PaymentRow, PaymentRowSchema } from "../paymentRecords.ts";
+
+/** The outbox kind of settlement batches. */
+export const SETTLEMENT_KIND = "settlement";
+
+export type ClaimedBatch = { batch: BatchRow; rows: PaymentRow[]; outboxId: number };
+
+export async function claimBatch(
+  deps: { store: Store; outbox: Outbox; network: string; batchSettler: Address },
+  rule: { maxBatchSize: number; lingerMs: number; inFlight: number },
+): Promise<ClaimedBatch | "held" | undefined> {
+  const { network } = deps;
+  return deps.store.transaction(async (tx) => {
+    const head = await tx.query<{ token: string; waiting: string; age_ms: number }>(
+      `SELECT token, count(*) OVER (PARTITION BY token) AS waiting,
+              (extract(epoch FROM now() - created_at) * 1000)::float8 AS age_ms
+       FROM payments WHERE status = 'pending' AND network = $1 ORDER BY id LIMIT 1`,
+      [network],
+    );
+    const first = head[0];
+    if (first === undefined) return undefined;
+    const token = first.token;
+    if (rule.inFlight > 0 && Number(first.waiting) < rule.maxBatchSize && first.age_ms < rule.lingerMs) {
+      return "held";
+    }
+    const capped = await tx.query<{ cap: number | null }>(
+      `SELECT min(batch_cap) AS cap FROM (SELECT batch_cap FROM payments
+         WHERE status = 'pending' AND network = $1 AND token = $2 ORDER BY id LIMIT $3) AS head`,
+      [network, token, rule.maxBatchSize],
+    );
+    const limit = Math.min(rule.maxBatchSize, capped[0]?.cap ?? rule.maxBatchSize);
+    const batch = await queryOneParsed(
+      tx,
+      BatchRowSchema,
+      `INSERT INTO settlement_batches (network, token, sender, status) VALUES ($1, $2, $3, 'submitted') RETURNING *`,
+      [network, token, deps.outbox.sender.toLowerCase()],
+    );
+    if (batch === undefined) throw new TollgateError("Internal", "batch insert returned nothing");
+    const rows = await tx.query(
+      `UPDATE payments SET status = 'submitted', batch_id = $1, attempts = attempts + 1, updated_at = now()
+       WHERE id IN (SELECT id FROM payments WHERE status = 'pending' AND network = $2 AND token = $3
+                    ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED)
+       RETURNING *`,
+      [batch.id, network, token, limit],
+    );
+    const parsed = rows.map((r) => PaymentRowSchema.parse(r)).sort((x, y) => x.id - y.id);
+    if (parsed.length === 0) {
+      await tx.query("DELETE FROM settlement_batches WHERE id = $1", [batch.id]);
+      return undefined;
+    }
+    const call = settleCall({
+      settler: deps.batchSettler,
+      token: token as Address,
+      items: parsed.map((r) => ({
+        authorization: {
+          from: r.payer,
+          to: r.pay_to,
+          value: r.amount,
+          validAfter: r.valid_after,
+          validBefore: r.valid_before,
+          nonce: r.nonce,
+        },
+        signature: r.signature,
+      })),
+    });
+    const outboxId = await deps.outbox.enqueue(tx, {
+      ...call,
+      kind: SETTLEMENT_KIND,
+      owner: String(batch.id),
+    });
+    await tx.query("UPDATE settlement_batches SET item_count = $2, outbox_id = $3 WHERE id = $1", [
+      batch.id,
+      parsed.length,
+      outboxId,
+    ]);
+    return { batch: { ...batch, item_count: parsed.length }, rows: parsed, outboxId };
+  });
+}

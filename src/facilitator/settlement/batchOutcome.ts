@@ -1,0 +1,217 @@
+/**
+ * What a settlement batch's transaction did to its payments: the outbox handler of kind `settlement`.
+ * Chain reads happen first; every write then commits in the one store transaction that records the
+ * outbox row's outcome, so a batch's outcome is recorded once whatever crashes (invariants 3–5 of
+ * settlementEngine.ts).
+ *
+ * - confirmed: each item per BatchSettler's events — `Settled` settles it, `SettleFailed` fails it
+ *   (unless its nonce was used by exactly this transfer elsewhere: settled), no event (deferred for gas)
+ *   requeues it without counting an attempt.
+ * - reverted: nothing moved. Each item is checked again; those still good go back to the queue capped
+ *   at half the batch's size, so a poisonous item ends alone and fails after MAX_ATTEMPTS.
+ * - dropped: the transaction will never be mined; each item's fate is read from the token itself.
+ */
+import type { Logger } from "pino";
+import { type Address, type Hash, type Hex, type Log, parseEventLogs } from "viem";
+import { batchSettlerAbi } from "../../chain/contracts/artifacts/BatchSettler.ts";
+import { type Clock, unixSeconds } from "../../protocol/clock.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import type { Queryable, Store } from "../../store/store.ts";
+import { refusalFromRevert } from "../chainErrors.ts";
+import type { OutboxHandler, OutboxOutcome } from "../outbox/outboxTypes.ts";
+import { batchPayments, type PaymentRow } from "../paymentRecords.ts";
+import type { PaymentChecks, Recheck } from "./paymentChecks.ts";
+import {
+  markPaymentFailed,
+  markPaymentSettled,
+  type PaymentOutcomeDeps,
+  requeuePayment,
+} from "./paymentOutcomes.ts";
+
+/**
+ * Attempts for a payment whose batch transaction reverted while it was alone in it (after the splits
+ * that isolate it), before it fails.
+ */
+const MAX_ATTEMPTS = 3;
+/** A bound on attempts whatever the batch size, so no payment cycles for ever. */
+const MAX_TOTAL_ATTEMPTS = 16;
+
+export type BatchOutcomeDeps = PaymentOutcomeDeps & {
+  store: Store;
+  batchSettler: Address;
+  checks: PaymentChecks;
+  clock: Clock;
+  logger: Logger;
+  metrics?:
+    | { onSettled(count: number, volume: bigint, token: string): void; onLatency(seconds: number): void }
+    | undefined;
+  /** After the outcome committed: the batch's payments (to wake their waiters) and whether to look for work. */
+  afterCommit(batchId: number, rows: readonly PaymentRow[]): void;
+};
+
+export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler {
+  const log = deps.logger.child({ component: "settlement" });
+
+  async function confirmed(
+    batchId: number,
+    rows: PaymentRow[],
+    outcome: Extract<OutboxOutcome, { status: "confirmed" }>,
+    commit: Parameters<OutboxHandler>[1],
+  ): Promise<void> {
+    const token = rows[0]?.token;
+    const outcomes = new Map<string, { ok: true } | { ok: false; reason: Hex }>();
+    for (const event of parseEventLogs({ abi: batchSettlerAbi, logs: outcome.logs as Log[] })) {
+      if (event.address.toLowerCase() !== deps.batchSettler.toLowerCase()) continue;
+      if (event.eventName === "Deferred") continue;
+      // Our transaction settles one token; an event naming another did not come from our call.
+      if (event.args.token.toLowerCase() !== token) continue;
+      const key = `${event.args.from.toLowerCase()}:${event.args.nonce.toLowerCase()}`;
+      if (event.eventName === "Settled") outcomes.set(key, { ok: true });
+      if (event.eventName === "SettleFailed") outcomes.set(key, { ok: false, reason: event.args.reason });
+    }
+    // An item refused for a used nonce may have been submitted by someone else first: if that transfer
+    // is exactly this payment, the payee was paid and the payment is settled (invariant 5).
+    const elsewhere = new Map<string, { hash: Hash; blockNumber: bigint }>();
+    for (const row of rows) {
+      const result = outcomes.get(`${row.payer}:${row.nonce}`);
+      if (row.status !== "submitted" || result === undefined || result.ok) continue;
+      if (refusalFromRevert(result.reason).code !== "NonceAlreadyUsed") continue;
+      const use = await deps.checks.onChainUse(row);
+      if (use.kind === "matched") elsewhere.set(row.nonce, use);
+    }
+    const now = unixSeconds(deps.clock);
+    let settledCount = 0;
+    let settledVolume = 0n;
+    let deferred = 0;
+    await commit(async (tx) => {
+      for (const row of rows) {
+        if (row.status !== "submitted") continue;
+        const result = outcomes.get(`${row.payer}:${row.nonce}`);
+        const paidElsewhere = elsewhere.get(row.nonce);
+        if (result === undefined) {
+          // Deferred by the settler (not attempted, too little gas left): not the item's fault, and
+          // not an attempt.
+          deferred++;
+          await requeuePayment(tx, row, { refundAttempt: true });
+        } else if (result.ok || paidElsewhere !== undefined) {
+          settledCount++;
+          settledVolume += row.amount;
+          const by = paidElsewhere ?? { hash: outcome.hash, blockNumber: outcome.blockNumber };
+          await markPaymentSettled(deps, tx, row, {
+            txHash: by.hash,
+            blockNumber: by.blockNumber,
+            nowSeconds: now,
+          });
+        } else {
+          await markPaymentFailed(deps, tx, row, refusalFromRevert(result.reason), outcome.hash);
+        }
+      }
+      await closeBatch(tx, batchId, "confirmed", outcome.hash, outcome.blockNumber);
+    });
+    if (deferred > 0) log.info({ batch: batchId, deferred }, "settler deferred items; they are requeued");
+    if (settledCount > 0) deps.metrics?.onSettled(settledCount, settledVolume, token ?? "");
+    for (const r of rows) deps.metrics?.onLatency((deps.clock.now() - r.created_at.getTime()) / 1000);
+  }
+
+  async function reverted(
+    batchId: number,
+    rows: PaymentRow[],
+    txHash: Hash,
+    commit: Parameters<OutboxHandler>[1],
+  ): Promise<void> {
+    const open = rows.filter((r) => r.status === "submitted");
+    const cap = Math.max(1, Math.ceil(open.length / 2));
+    const verdicts = new Map<number, Recheck>();
+    for (const row of open) verdicts.set(row.id, await deps.checks.recheck(row));
+    const now = unixSeconds(deps.clock);
+    await commit(async (tx) => {
+      for (const row of open) {
+        const verdict = verdicts.get(row.id)!;
+        if (verdict.kind === "settled") {
+          await markPaymentSettled(deps, tx, row, {
+            txHash: verdict.hash,
+            blockNumber: verdict.blockNumber,
+            nowSeconds: now,
+          });
+        } else if (verdict.kind === "failed") {
+          await markPaymentFailed(deps, tx, row, verdict.error, txHash);
+        } else if (
+          (open.length === 1 && row.attempts >= MAX_ATTEMPTS) ||
+          row.attempts >= MAX_TOTAL_ATTEMPTS
+        ) {
+          await markPaymentFailed(
+            deps,
+            tx,
+            row,
+            new TollgateError("ChainUnavailable", "the settlement transaction kept reverting"),
+            txHash,
+          );
+        } else {
+          await requeuePayment(tx, row, { cap });
+        }
+      }
+      await closeBatch(tx, batchId, "failed", txHash, null);
+    });
+    log.warn(
+      { batch: batchId, tx: txHash, items: open.length, cap },
+      "settlement transaction reverted; items checked again and split",
+    );
+  }
+
+  async function dropped(
+    batchId: number,
+    rows: PaymentRow[],
+    commit: Parameters<OutboxHandler>[1],
+  ): Promise<void> {
+    const open = rows.filter((r) => r.status === "submitted");
+    const uses = new Map<number, Awaited<ReturnType<PaymentChecks["onChainUse"]>>>();
+    for (const row of open) uses.set(row.id, await deps.checks.onChainUse(row));
+    const now = unixSeconds(deps.clock);
+    await commit(async (tx) => {
+      for (const row of open) {
+        const use = uses.get(row.id)!;
+        if (use.kind === "matched") {
+          await markPaymentSettled(deps, tx, row, {
+            txHash: use.hash,
+            blockNumber: use.blockNumber,
+            nowSeconds: now,
+          });
+        } else if (use.kind === "other") {
+          await markPaymentFailed(
+            deps,
+            tx,
+            row,
+            new TollgateError("NonceAlreadyUsed", "this authorization's nonce was already used on chain"),
+            null,
+          );
+        } else {
+          await requeuePayment(tx, row);
+        }
+      }
+      await closeBatch(tx, batchId, "failed", null, null);
+    });
+  }
+
+  return async (outcome, commit) => {
+    const batchId = Number(outcome.owner);
+    const rows = await batchPayments(deps.store, batchId);
+    if (outcome.status === "confirmed") await confirmed(batchId, rows, outcome, commit);
+    else if (outcome.status === "reverted") await reverted(batchId, rows, outcome.hash, commit);
+    else await dropped(batchId, rows, commit);
+    deps.afterCommit(batchId, rows);
+  };
+}
+
+async function closeBatch(
+  tx: Queryable,
+  batchId: number,
+  status: "confirmed" | "failed",
+  txHash: Hash | null,
+  blockNumber: bigint | null,
+): Promise<void> {
+  await tx.query(
+    `UPDATE settlement_batches SET status = $2, tx_hash = coalesce($3, tx_hash), block_number = $4, updated_at = now()
+     WHERE id = $1`,
+    [batchId, status, txHash, blockNumber],
+  );
+}

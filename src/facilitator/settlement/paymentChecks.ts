@@ -1,0 +1,208 @@
+/**
+ * The settlement engine's checks against the chain: a simulation of the transfer before a payment is
+ * queued, how an authorization's nonce stands on chain, and the re-check a payment gets before it is
+ * retried. Reads only; nothing here writes.
+ */
+import { type Address, BaseError, type Hash, type PublicClient, parseEventLogs } from "viem";
+import { SETTLER_ITEM_GAS } from "../../chain/actions/settler/settle.ts";
+import { getAuthorizationState } from "../../chain/actions/usd/getAuthorizationState.ts";
+import { getAuthorizationUsedLogs } from "../../chain/actions/usd/getAuthorizationUsedLogs.ts";
+import { simulateTransferWithAuthorization } from "../../chain/actions/usd/simulateTransferWithAuthorization.ts";
+import { tollgateUsdAbi } from "../../chain/contracts/artifacts/TollgateUSD.ts";
+import { type Clock, unixSeconds } from "../../protocol/clock.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { isChainUnreachable, toChainError } from "../chainErrors.ts";
+import {
+  type CheckablePayment,
+  checkSignedPayment,
+  type SupportedTokenConfig,
+} from "../checkSignedPayment.ts";
+import type { PaymentRow } from "../paymentRecords.ts";
+
+export type PaymentCheckClient = Pick<
+  PublicClient,
+  "simulateContract" | "readContract" | "getLogs" | "getBlockNumber" | "getTransactionReceipt"
+>;
+
+/** Seconds an authorization must still be valid for when it is checked (it must survive its batch). */
+export const MIN_REMAINING_SECONDS = 6;
+/**
+ * Gas a simulation may use: the settler's per-item cap plus the transaction's own intrinsic and calldata
+ * cost. A payer whose wallet needs more could never settle in a batch, so it is refused up front.
+ */
+const SIMULATION_GAS = SETTLER_ITEM_GAS + 40_000n;
+/**
+ * Blocks searched backwards for the transaction that used an authorization's nonce. A payment waits in
+ * the queue for seconds; a day of Base blocks is ample and within what RPC providers serve.
+ */
+const AUTHORIZATION_LOG_LOOKBACK = 50_000n;
+
+/** How an authorization's nonce stands on chain. */
+export type OnChainUse =
+  | { kind: "unused" }
+  | { kind: "matched"; hash: Hash; blockNumber: bigint }
+  | { kind: "other" };
+
+export type Recheck =
+  | { kind: "ok" }
+  | { kind: "settled"; hash: Hash; blockNumber: bigint }
+  | { kind: "failed"; error: TollgateError };
+
+export type PaymentChecks = {
+  /** The off-chain checks (checkSignedPayment.ts), at the clock's now. */
+  checkOffChain(payment: CheckablePayment): Promise<Address>;
+  /** Simulates the transfer as the settler would make it; throws the refusal as a `TollgateError`. */
+  simulate(payment: CheckablePayment): Promise<void>;
+  onChainUse(row: PaymentRow): Promise<OnChainUse>;
+  /** Checks a row again before it is retried; throws only when the chain cannot be reached. */
+  recheck(row: PaymentRow): Promise<Recheck>;
+};
+
+export function createPaymentChecks(options: {
+  client: PaymentCheckClient;
+  network: string;
+  tokens: ReadonlyMap<string, SupportedTokenConfig>;
+  batchSettler: Address;
+  clock: Clock;
+}): PaymentChecks {
+  const { client, clock } = options;
+
+  async function simulate(payment: CheckablePayment): Promise<void> {
+    const a = payment.authorization;
+    try {
+      await simulateTransferWithAuthorization(client, {
+        token: payment.token as Address,
+        authorization: {
+          from: a.from,
+          to: a.to,
+          value: BigInt(a.value),
+          validAfter: BigInt(a.validAfter),
+          validBefore: BigInt(a.validBefore),
+          nonce: a.nonce,
+        },
+        signature: payment.signature,
+        account: options.batchSettler,
+        gas: SIMULATION_GAS,
+      });
+    } catch (error) {
+      if (!isChainUnreachable(error) && isOutOfGas(error)) {
+        throw new TollgateError(
+          "InvalidSignature",
+          "the payer's wallet needs more gas to check its signature than a settlement allows",
+          { cause: error, details: { gasLimit: SETTLER_ITEM_GAS.toString() } },
+        );
+      }
+      throw toChainError(error);
+    }
+  }
+
+  /**
+   * `matched` names the transaction that moved exactly this payment (the token's `AuthorizationUsed` for
+   * (payer, nonce) followed, in the same transaction, by its `Transfer` of (payer, payTo, amount));
+   * `other` means the nonce went to something else (another authorization the payer signed with the same
+   * nonce, a cancellation) or its log is out of reach.
+   */
+  async function onChainUse(row: PaymentRow): Promise<OnChainUse> {
+    const token = row.token as Address;
+    const used = await getAuthorizationState(client, { token, authorizer: row.payer, nonce: row.nonce });
+    if (!used) return { kind: "unused" };
+    const latest = await client.getBlockNumber();
+    const logs = await getAuthorizationUsedLogs(client, {
+      token,
+      authorizer: row.payer,
+      nonce: row.nonce,
+      fromBlock: latest > AUTHORIZATION_LOG_LOOKBACK ? latest - AUTHORIZATION_LOG_LOOKBACK : 0n,
+      toBlock: latest,
+    });
+    const used0 = logs[0];
+    if (used0 === undefined || used0.transactionHash === null || used0.blockNumber === null) {
+      return { kind: "other" };
+    }
+    const receipt = await client.getTransactionReceipt({ hash: used0.transactionHash });
+    const transfer = parseEventLogs({ abi: tollgateUsdAbi, logs: receipt.logs, eventName: "Transfer" }).find(
+      (log) => log.address.toLowerCase() === row.token && (log.logIndex ?? 0) > (used0.logIndex ?? 0),
+    );
+    const matches =
+      transfer !== undefined &&
+      transfer.args.from.toLowerCase() === row.payer &&
+      transfer.args.to.toLowerCase() === row.pay_to &&
+      transfer.args.value === row.amount;
+    return matches
+      ? { kind: "matched", hash: receipt.transactionHash, blockNumber: receipt.blockNumber }
+      : { kind: "other" };
+  }
+
+  return {
+    checkOffChain: (payment) =>
+      checkSignedPayment(
+        {
+          network: options.network,
+          tokens: options.tokens,
+          nowSeconds: unixSeconds(clock),
+          minRemainingSeconds: MIN_REMAINING_SECONDS,
+        },
+        payment,
+      ),
+    simulate,
+    onChainUse,
+    async recheck(row) {
+      const use = await onChainUse(row);
+      if (use.kind === "matched") return { kind: "settled", hash: use.hash, blockNumber: use.blockNumber };
+      if (use.kind === "other") {
+        return {
+          kind: "failed",
+          error: new TollgateError(
+            "NonceAlreadyUsed",
+            "this authorization's nonce was already used on chain",
+          ),
+        };
+      }
+      if (row.valid_before <= BigInt(unixSeconds(clock) + MIN_REMAINING_SECONDS)) {
+        return {
+          kind: "failed",
+          error: new TollgateError(
+            "AuthorizationExpired",
+            "the authorization expired before it could be settled",
+          ),
+        };
+      }
+      try {
+        await simulate(checkableOf(row));
+        return { kind: "ok" };
+      } catch (error) {
+        if (error instanceof TollgateError && error.code !== "ChainUnavailable")
+          return { kind: "failed", error };
+        throw error;
+      }
+    },
+  };
+}
+
+/** The signed payment a row holds, as the checks take it. */
+export function checkableOf(row: PaymentRow): CheckablePayment {
+  return {
+    network: row.network,
+    token: row.token,
+    memo: row.memo ?? undefined,
+    authorization: {
+      from: row.payer,
+      to: row.pay_to,
+      value: row.amount.toString(),
+      validAfter: row.valid_after.toString(),
+      validBefore: row.valid_before.toString(),
+      nonce: row.nonce,
+    },
+    signature: row.signature,
+  };
+}
+
+/** True when a call or simulation ran out of gas (a wallet that burns what it is given, say). */
+function isOutOfGas(error: unknown): boolean {
+  if (!(error instanceof BaseError)) return false;
+  let text = "";
+  error.walk((e) => {
+    text += ` ${(e as Error).message} ${String((e as { details?: unknown }).details ?? "")}`;
+    return false;
+  });
+  return /out of gas|OutOfGas|gas required exceeds|gas uint64 overflow/i.test(text);
+}

@@ -1,0 +1,184 @@
+/**
+ * The gate for MCP tool calls (docs/mcp.md): a thin adapter, like the Hono one, that reads the payment
+ * credential from a call's `_meta` (src/protocol/mcpPayment.ts), asks the same framework-free core
+ * (`paymentGate`) about the capability's HTTP route, and translates its answer into MCP terms: a
+ * refusal becomes an `isError` tool result (payment required with its terms, or the §2.6 error), a
+ * pass carries the settlement for the result's `_meta`.
+ *
+ * Invariants:
+ * - One implementation of payment checks: memos, replay guard, prices, subscriptions and metering are
+ *   the gate's. A tool call is priced as `POST <path>` of its capability, so a payment made for one
+ *   tool (its memo binds the path) cannot buy another, and a payment is consumed once whichever
+ *   transport presents it.
+ * - `_meta` is untrusted: it is schema-checked and bounded before anything reads it; a bad one is an
+ *   `InvalidRequest` tool error, never a thrown fault.
+ * - Metered units come from the server (`units`), never from `_meta`.
+ */
+
+import { CHANNEL_VOUCHER_HEADER } from "../../protocol/channelVoucher.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { encodeJsonHeader, HeaderName, safeDecodeJsonHeader } from "../../protocol/header.ts";
+import {
+  type McpErrorMeta,
+  McpMetaKey,
+  McpPaymentMetaSchema,
+  type McpUsage,
+} from "../../protocol/mcpPayment.ts";
+import { summarizeIssues } from "../../protocol/parseWire.ts";
+import { X402PaymentRequiredSchema, X402SettleResponseSchema } from "../../protocol/x402.ts";
+import { CHANNEL_RECEIPT_HEADER } from "../../schemes/channel/gate.ts";
+import type { ServedSubscription } from "../deductAllowance.ts";
+import type { CompleteRequest, GatePayment, PaymentGate } from "../paymentGate.ts";
+
+/** A tool call as the gate reads it: the capability's route path, the call's `_meta`, its units. */
+export type McpGateCall = {
+  /** The capability's HTTP path (`/summarize`): the route priced and the path memos bind. */
+  path: string;
+  /** The call's `params._meta`, as received. */
+  meta: unknown;
+  /** Metered units of the call, decided by the server from the parsed input. */
+  units?: number | undefined;
+};
+
+/** An MCP `CallToolResult` as plain data (the SDK's type is structurally the same). */
+export type McpToolResult = {
+  content: { type: "text"; text: string }[];
+  structuredContent?: Record<string, unknown> | undefined;
+  isError?: boolean | undefined;
+  _meta?: Record<string, unknown> | undefined;
+};
+
+/**
+ * `pass`: run the tool, add `meta` to its result's `_meta`, and report how it went with `complete`
+ * (a status ≥ 500 hands a proof back, as over HTTP). `respond`: answer `result` without running it.
+ */
+export type McpGateResult =
+  | {
+      kind: "pass";
+      paid?: GatePayment | undefined;
+      subscription?: ServedSubscription | undefined;
+      meta: Record<string, unknown>;
+      complete: CompleteRequest;
+    }
+  | { kind: "respond"; result: McpToolResult };
+
+export type McpPaymentGate = (call: McpGateCall) => Promise<McpGateResult>;
+
+/** Largest gate answer read back (a 402 with 32 options fits many times over). */
+const MAX_ANSWER_BYTES = 256 * 1024;
+
+/**
+ * @example
+ * const gateCall = mcpPaymentGate(paymentGate({ …, routes: { "POST /summarize": { price: "0.02" } } }));
+ * const outcome = await gateCall({ path: "/summarize", meta: request.params._meta });
+ * if (outcome.kind === "respond") return outcome.result;
+ */
+export function mcpPaymentGate(gate: PaymentGate): McpPaymentGate {
+  return async function mcpPaymentGate(call) {
+    const headers = new Headers();
+    const meta = McpPaymentMetaSchema.safeParse(call.meta ?? {});
+    if (!meta.success) {
+      const problems = summarizeIssues(meta.error.issues)
+        .map((issue) => `${issue.path === "" ? "_meta" : issue.path}: ${issue.message}`)
+        .join("; ");
+      return refusal("InvalidRequest", `_meta: ${problems}`, { status: 400 });
+    }
+    const x402 = meta.data[McpMetaKey.X402Payment];
+    const proof = meta.data[McpMetaKey.TollgatePayment];
+    const subscription = meta.data[McpMetaKey.TollgateSubscription];
+    try {
+      if (x402 !== undefined) headers.set(HeaderName.X402PaymentSignature, encodeJsonHeader(x402));
+    } catch (error) {
+      const message = error instanceof TollgateError ? error.message : "not encodable";
+      return refusal("InvalidRequest", `_meta["${McpMetaKey.X402Payment}"]: ${message}`, { status: 400 });
+    }
+    if (proof !== undefined) headers.set(HeaderName.Payment, proof);
+    const voucher = meta.data[McpMetaKey.TollgateChannel];
+    if (voucher !== undefined) headers.set(CHANNEL_VOUCHER_HEADER, voucher);
+    if (subscription !== undefined) {
+      headers.set(HeaderName.Subscription, subscription.id);
+      headers.set(HeaderName.SubscriptionAuth, subscription.auth);
+    }
+    const result = await gate({ method: "POST", url: call.path, headers, units: call.units });
+    if (result.kind === "respond") return { kind: "respond", result: await toolResultOf(result.response) };
+    return {
+      kind: "pass",
+      paid: result.paid,
+      subscription: result.subscription,
+      meta: settlementMeta(result.headers),
+      complete: result.complete,
+    };
+  };
+}
+
+/** The `_meta` of a paid result: the settlement and, for a metered call, its units and overage. */
+function settlementMeta(headers: Headers): Record<string, unknown> {
+  const meta: Record<string, unknown> = {};
+  // Both headers carry `{ success, transaction, network, payer }`: x402's SettlementResponse shape.
+  const settled = headers.get(HeaderName.X402PaymentResponse) ?? headers.get(HeaderName.PaymentResponse);
+  if (settled !== null) {
+    const decoded = safeDecodeJsonHeader(settled, X402SettleResponseSchema);
+    if (decoded.ok) meta[McpMetaKey.X402PaymentResponse] = decoded.value;
+  }
+  const receipt = headers.get(CHANNEL_RECEIPT_HEADER);
+  if (receipt !== null) meta[McpMetaKey.TollgateChannelReceipt] = receipt;
+  const units = headers.get(HeaderName.Units);
+  const overage = headers.get(HeaderName.OverageCharge);
+  if (units !== null && overage !== null) {
+    meta[McpMetaKey.TollgateUsage] = { units, overage } satisfies McpUsage;
+  }
+  return meta;
+}
+
+/**
+ * A gate's refusal as a tool result. A 402 becomes x402's payment-required result (the x402 object
+ * from `PAYMENT-REQUIRED` when the gate sells a one-time payment, else the Tollgate body), with the
+ * Tollgate body under `_meta["tollgate/payment-required"]`; any other status the §2.6 error body.
+ */
+export async function toolResultOf(response: Response): Promise<McpToolResult> {
+  const text = await response.text();
+  let body: unknown;
+  try {
+    body = text.length <= MAX_ANSWER_BYTES ? JSON.parse(text) : undefined;
+  } catch {
+    body = undefined;
+  }
+  const object = typeof body === "object" && body !== null ? (body as Record<string, unknown>) : undefined;
+  if (response.status === 402 && object !== undefined) {
+    const header = response.headers.get(HeaderName.X402PaymentRequired);
+    const x402 = header === null ? undefined : safeDecodeJsonHeader(header, X402PaymentRequiredSchema);
+    const structured = x402?.ok === true ? (x402.value as Record<string, unknown>) : object;
+    return {
+      isError: true,
+      structuredContent: structured,
+      content: [{ type: "text", text: JSON.stringify(structured) }],
+      _meta: { [McpMetaKey.TollgatePaymentRequired]: object },
+    };
+  }
+  const retryAfter = Number(response.headers.get(HeaderName.RetryAfter) ?? Number.NaN);
+  const errorMeta: McpErrorMeta = {
+    status: response.status >= 400 && response.status <= 599 ? response.status : 500,
+    ...(Number.isSafeInteger(retryAfter) && retryAfter >= 0 ? { retryAfter } : {}),
+  };
+  const structured = object ?? { error: { code: "Internal", message: "the payment could not be checked" } };
+  return {
+    isError: true,
+    structuredContent: structured,
+    content: [{ type: "text", text: JSON.stringify(structured) }],
+    _meta: { [McpMetaKey.TollgateError]: errorMeta },
+  };
+}
+
+/** A refusal made before the gate was asked (a malformed `_meta`). */
+function refusal(code: "InvalidRequest", message: string, meta: McpErrorMeta): McpGateResult {
+  const structured = { error: { code, message } };
+  return {
+    kind: "respond",
+    result: {
+      isError: true,
+      structuredContent: structured,
+      content: [{ type: "text", text: JSON.stringify(structured) }],
+      _meta: { [McpMetaKey.TollgateError]: meta },
+    },
+  };
+}

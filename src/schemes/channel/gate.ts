@@ -1,0 +1,318 @@
+/**
+ * The gate part of the `channel` scheme (docs/channels.md): `{ type: "channel", amount | price }`
+ * pricing entries become `channel` offers (the price per request and the terms a payer opens a channel
+ * on); a request carrying `X-Tollgate-Channel` is checked and charged locally (`createChannelVerifier`)
+ * and its voucher persisted before the handler runs; the forwarder hands the latest vouchers to the
+ * facilitator, which claims them in batches.
+ *
+ * Settings come from `paymentGate({ schemeOptions: { channel: { contract, … } } })`
+ * (`ChannelGateOptionsSchema`); the store defaults to a journal under `.tollgate/`.
+ */
+import type { Address, Hex } from "viem";
+import { z } from "zod";
+import {
+  AmountSchema,
+  atomicAmountOf,
+  atomicPriceOf,
+  PriceTextSchema,
+  parseGateOptions,
+} from "../../gate/paymentGateOptions.ts";
+import { AddressSchema } from "../../protocol/address.ts";
+import { CHANNEL_VOUCHER_HEADER } from "../../protocol/channelVoucher.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { chainIdOf, type Network } from "../../protocol/network.ts";
+import type {
+  GateScheme,
+  GateSchemeContext,
+  GateSchemePart,
+  SchemeAcceptance,
+  SchemePaymentBase,
+} from "../types.ts";
+import { type ChannelStateSource, createFacilitatorChannelSource } from "./channelState.ts";
+import { type ChannelCharge, createChannelVerifier } from "./channelVerifier.ts";
+import {
+  CHANNEL_CLOSE_HEADER,
+  type CooperativeCloser,
+  createCooperativeCloser,
+  postChannelClose,
+} from "./cooperativeClose.ts";
+import { createJournalVoucherStore } from "./journalVoucherStore.ts";
+import { createVoucherForwarder, postChannelVouchers, type VoucherForwarder } from "./voucherForwarder.ts";
+import type { VoucherStore } from "./voucherStore.ts";
+
+/** Gate → client, on a channel-paid answer and on a channel refusal: `<channelId>.<highest>.<spent>`. */
+export const CHANNEL_RECEIPT_HEADER = "X-Tollgate-Channel-Receipt";
+
+/** Where the journal lives unless configured. */
+export const DEFAULT_CHANNEL_JOURNAL = ".tollgate/channel-vouchers.journal";
+
+/** A `channel` offer: the price per request on a route. */
+export type ChannelOffer = { scheme: "channel"; amount: bigint };
+
+/** A request paid from a channel: what handlers see as the payment. */
+export type ChannelPayment = SchemePaymentBase & {
+  scheme: "channel";
+  network: Network;
+  channelId: Hex;
+  /** The voucher's cumulative amount (what the seller may claim from the channel in all). */
+  cumulativeAmount: bigint;
+};
+
+declare module "../types.ts" {
+  interface SchemePayments {
+    channel: ChannelPayment;
+  }
+}
+
+/** `{ type: "channel", amount | price }`: pay per request from a prepaid channel. */
+export const ChannelPricingSchema = z
+  .strictObject({
+    type: z.literal("channel"),
+    amount: AmountSchema.optional(),
+    price: PriceTextSchema.optional(),
+  })
+  .refine((e) => (e.amount === undefined) !== (e.price === undefined), {
+    error: "give exactly one of `amount` (smallest units) and `price` (token text)",
+  });
+
+const isStore = (value: unknown): value is VoucherStore =>
+  typeof value === "object" && value !== null && typeof (value as VoucherStore).charge === "function";
+const isSource = (value: unknown): value is ChannelStateSource =>
+  typeof value === "object" && value !== null && typeof (value as ChannelStateSource).get === "function";
+
+/** `schemeOptions.channel` of `paymentGate`. */
+export const ChannelGateOptionsSchema = z.object({
+  /** The `TollgateChannels` contract. */
+  contract: AddressSchema,
+  /** A voucher store (journal, PostgreSQL, Redis); default: a journal at `journal`. */
+  store: z.custom<VoucherStore>(isStore).optional(),
+  /** The journal path when no `store` is given (default `.tollgate/channel-vouchers.journal`). */
+  journal: z.string().min(1).optional(),
+  /** Where channels are read from (default: the facilitator's `GET /channels/:id`). */
+  source: z.custom<ChannelStateSource>(isSource).optional(),
+  /** Smallest deposit accepted, smallest unit (default 100 × the route's price). */
+  minDeposit: AmountSchema.optional(),
+  /** Deposit suggested to payers, in requests (default 1 000 × the price). */
+  suggestedRequests: z.int().positive().max(1_000_000_000).optional(),
+  /** The shortest close delay accepted, seconds (default 3 600). */
+  minCloseDelay: z.int().nonnegative().optional(),
+  /** Refuse a closing channel this long before its withdrawal opens, seconds (default 600). */
+  closeMarginSeconds: z.int().nonnegative().optional(),
+  /** Between forwards of vouchers to the facilitator, ms (default 5 000). */
+  forwardIntervalMs: z.int().positive().optional(),
+});
+export type ChannelGateOptions = z.input<typeof ChannelGateOptionsSchema>;
+
+export const channelGate: GateSchemePart<ChannelOffer> = {
+  pricingTypes: ["channel"],
+  create: createChannelGate,
+};
+
+/** The channel gate part with its forwarder, for hosts and tests that drive it. */
+export type ChannelGateScheme = GateScheme<ChannelOffer> & {
+  /** Forwards pending vouchers now; resolves with how many the facilitator accepted. */
+  forwardVouchers(): Promise<number>;
+  /** The store, once opened. */
+  store(): Promise<VoucherStore>;
+};
+
+function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
+  const apiKey = (context.options as { providerApiKey?: unknown }).providerApiKey;
+  // Built for every gate, used by few: settings are read, and the store opened, only once a route
+  // sells by channel (a gate without channel pricing never touches the journal).
+  let settings: z.infer<typeof ChannelGateOptionsSchema> | undefined;
+  const options = (): z.infer<typeof ChannelGateOptionsSchema> => {
+    if (settings !== undefined) return settings;
+    const raw = context.options.schemeOptions?.channel;
+    if (raw === undefined) {
+      throw new TollgateError(
+        "InvalidRequest",
+        "paymentGate options: a channel pricing entry needs schemeOptions.channel.contract (the TollgateChannels address)",
+      );
+    }
+    settings = parseGateOptions(ChannelGateOptionsSchema, raw, "paymentGate options: schemeOptions.channel");
+    return settings;
+  };
+  let storeReady: Promise<VoucherStore> | undefined;
+  const openStore = (): Promise<VoucherStore> => {
+    if (storeReady === undefined) {
+      const o = options();
+      storeReady =
+        o.store !== undefined
+          ? Promise.resolve(o.store)
+          : createJournalVoucherStore({ path: o.journal ?? DEFAULT_CHANNEL_JOURNAL });
+      // An unopenable journal fails paid requests (5xx), not the process.
+      storeReady.catch((error: unknown) =>
+        context.logger?.error({ err: error }, "channel voucher store did not open"),
+      );
+    }
+    return storeReady;
+  };
+  let forwarder: VoucherForwarder | undefined;
+  let verifier: ReturnType<typeof createChannelVerifier> | undefined;
+  let closer: CooperativeCloser | undefined;
+
+  const ready = async () => {
+    if (verifier !== undefined) return verifier;
+    const store = await openStore();
+    if (verifier !== undefined) return verifier;
+    const o = options();
+    if (typeof apiKey === "string") {
+      forwarder = createVoucherForwarder({
+        store,
+        send: postChannelVouchers(context.facilitator, apiKey),
+        intervalMs: o.forwardIntervalMs,
+        logger: context.logger,
+      });
+      forwarder.start();
+      // Vouchers recovered from the store (a restart after a crash) go to the facilitator at once.
+      forwarder.flush().catch((error: unknown) => context.logger?.warn({ err: error }, "forwarding failed"));
+    } else {
+      context.logger?.warn({}, "channel vouchers are kept but not forwarded: the gate has no providerApiKey");
+    }
+    const source = o.source ?? createFacilitatorChannelSource(context.facilitator);
+    const pending = forwarder;
+    closer = createCooperativeCloser({
+      payTo: context.payTo,
+      token: context.token,
+      source,
+      store,
+      forward: () => (pending === undefined ? Promise.resolve(0) : pending.flush()),
+      closeAtFacilitator:
+        typeof apiKey === "string" ? postChannelClose(context.facilitator, apiKey) : undefined,
+      logger: context.logger,
+    });
+    verifier = createChannelVerifier({
+      chainId: chainIdOf(context.network),
+      channels: o.contract as Address,
+      payTo: context.payTo,
+      token: context.token,
+      source,
+      store,
+      clock: context.clock,
+      closeMarginSeconds: o.closeMarginSeconds,
+      onClosing: () => {
+        forwarder
+          ?.flush()
+          .catch((error: unknown) => context.logger?.warn({ err: error }, "forwarding failed"));
+      },
+    });
+    return verifier;
+  };
+
+  const receipt = (channelId: string, highest: bigint, spent: bigint) => `${channelId}.${highest}.${spent}`;
+
+  return {
+    compile(entry, where) {
+      options();
+      // A gate that sells by channel opens its store now: recovered vouchers are forwarded on start.
+      ready().catch((error: unknown) =>
+        context.logger?.error({ err: error }, "channel scheme did not start"),
+      );
+      const parsed = parseGateOptions(ChannelPricingSchema, entry, `paymentGate options: ${where}`);
+      const amount =
+        parsed.amount !== undefined
+          ? atomicAmountOf(parsed.amount, `${where}.amount`)
+          : atomicPriceOf(parsed.price as string, context.decimals, `${where}.price`);
+      return { scheme: "channel", amount };
+    },
+    offer(offer) {
+      const o = options();
+      const minDeposit =
+        o.minDeposit !== undefined ? atomicAmountOf(o.minDeposit, "schemeOptions.channel.minDeposit") : 0n;
+      return {
+        scheme: "channel",
+        amount: offer.amount,
+        extra: {
+          contract: o.contract,
+          facilitator: context.facilitator.url,
+          minDeposit: (minDeposit > offer.amount ? minDeposit : offer.amount).toString(),
+          suggestedDeposit: (offer.amount * BigInt(o.suggestedRequests ?? 1_000)).toString(),
+          minCloseDelay: o.minCloseDelay ?? 3_600,
+        },
+      };
+    },
+    credential: (request) =>
+      request.headers.get(CHANNEL_VOUCHER_HEADER) ?? request.headers.get(CHANNEL_CLOSE_HEADER),
+    async accept(header, request, route): Promise<SchemeAcceptance> {
+      if (request.headers.get(CHANNEL_VOUCHER_HEADER) === null) {
+        // A payer's cooperative close (cooperativeClose.ts): answered here, the handler never runs.
+        await ready();
+        return { kind: "respond", response: await (closer as CooperativeCloser).close(header) };
+      }
+      let price: bigint | undefined;
+      for (const offer of route.offers) if (price === undefined || offer.amount < price) price = offer.amount;
+      if (price === undefined) {
+        return {
+          kind: "refuse",
+          error: "ChannelVoucherInvalid",
+          message: "this route is not sold by channel",
+        };
+      }
+      const v = await ready();
+      const result = await v.charge(header, price);
+      if (!result.ok) {
+        context.logger?.debug(
+          { method: request.method, path: request.path, reason: result.message },
+          "voucher refused",
+        );
+        const details = result.details;
+        const channelId = header.trim().slice(0, 66);
+        return {
+          kind: "refuse",
+          error: result.error,
+          message: result.message,
+          decorate:
+            details?.highest === undefined
+              ? undefined
+              : (response) =>
+                  response.headers.set(
+                    CHANNEL_RECEIPT_HEADER,
+                    receipt(channelId, BigInt(details.highest ?? "0"), BigInt(details.spent ?? "0")),
+                  ),
+        };
+      }
+      const charge: ChannelCharge = result;
+      const headers = new Headers();
+      headers.set(
+        CHANNEL_RECEIPT_HEADER,
+        receipt(charge.channelId, charge.tally.highest, charge.tally.spent),
+      );
+      let reported = false;
+      return {
+        kind: "pass",
+        paid: {
+          scheme: "channel",
+          payer: charge.payer,
+          amount: price,
+          payTo: context.payTo,
+          network: context.network,
+          token: context.token,
+          channelId: charge.channelId,
+          cumulativeAmount: charge.cumulativeAmount,
+        },
+        headers,
+        async complete(status) {
+          if (reported || !(status >= 500)) return;
+          reported = true;
+          try {
+            await v.refund(charge);
+          } catch (error) {
+            context.logger?.warn({ err: error, channelId: charge.channelId }, "channel charge not refunded");
+          }
+        },
+      };
+    },
+    async forwardVouchers() {
+      await ready();
+      return forwarder === undefined ? 0 : forwarder.flush();
+    },
+    store: openStore,
+    async close() {
+      await forwarder?.stop();
+      if (storeReady !== undefined && settings?.store === undefined) {
+        await (await storeReady.catch(() => undefined))?.close();
+      }
+    },
+  };
+}

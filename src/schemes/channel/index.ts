@@ -1,0 +1,16 @@
+/**
+ * `channel`: pay per request from a prepaid channel. The payer deposits once (gasless, one wallet
+ * signature authorising a P-256 session key); each request carries a voucher for the running total,
+ * checked by the gate locally in about 0.1 ms and claimed on chain in batches (docs/channels.md).
+ */
+import { defineScheme } from "../registry.ts";
+import { channelClient } from "./client.ts";
+import { channelGate } from "./gate.ts";
+
+export const channelScheme = defineScheme({
+  id: "channel",
+  description:
+    "pay per request from a prepaid channel: P-256 session-key vouchers checked locally, claimed in batches",
+  gate: channelGate,
+  client: channelClient,
+});

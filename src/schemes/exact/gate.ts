@@ -1,0 +1,262 @@
+/**
+ * The gate part of `exact` (DESIGN.md §2.4): one-time pricing entries (`{ type: "one-time", amount |
+ * price }`) become offers; a request carrying a facilitator's proof (`X-PAYMENT`) is served once.
+ *
+ * Invariants (moved unchanged from `paymentGate`):
+ * - A payment is accepted at most once: after every check passes, its replay key (the EIP-3009
+ *   authorization, `proofReplayKey`) is consumed atomically in the replay guard, and only the caller
+ *   that consumed it passes. A check that could not be carried out answers 5xx and leaves the key
+ *   unconsumed, so the payer can retry the same proof instead of paying again.
+ * - A proof is used up only by a request that was served: `complete(status ≥ 500)` releases its key,
+ *   and the same proof is accepted once more until it expires.
+ * - A proof pays for the request it is shown on: its memo binds method, path and query, and its
+ *   amount covers the cheapest one-time price of that request's route now.
+ */
+import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
+import {
+  checkProofTerms,
+  checkSignatureWithFacilitator,
+  checkSignatureWithKeys,
+  type ProofSignatureCheck,
+  type SignatureVerdict,
+  verifyProofSignature,
+} from "../../gate/checkPaymentProof.ts";
+import { keccak256OfText } from "../../gate/fastKeccak.ts";
+import { GatePass } from "../../gate/gatePass.ts";
+import { faultResponse } from "../../gate/gateResponses.ts";
+import { openMemo } from "../../gate/memo.ts";
+import { safeParsePaymentProof } from "../../gate/parsePaymentProof.ts";
+import {
+  atomicAmountOf,
+  atomicPriceOf,
+  OneTimePricingSchema,
+  parseGateOptions,
+} from "../../gate/paymentGateOptions.ts";
+import { paymentReplayKey } from "../../gate/paymentReplayKey.ts";
+import {
+  createJwksResolver,
+  createStaticKeyResolver,
+  type ProofKeyResolver,
+} from "../../gate/proofKeyResolver.ts";
+import { toPaymentProof } from "../../gate/verifyPaymentProof.ts";
+import { sameAddress } from "../../protocol/address.ts";
+import { type Clock, unixSeconds } from "../../protocol/clock.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { JwksSchema } from "../../protocol/facilitator.ts";
+import { HeaderName } from "../../protocol/header.ts";
+import type { Network } from "../../protocol/network.ts";
+import type { PaymentProof } from "../../protocol/paymentProof.ts";
+import type {
+  GateScheme,
+  GateSchemeContext,
+  GateSchemePart,
+  SchemeAcceptance,
+  SchemePaymentBase,
+} from "../types.ts";
+
+/** One way to pay a route once: the price in the token's smallest unit. */
+export type ExactOffer = { scheme: "exact"; amount: bigint };
+
+/** A one-time payment proven by the facilitator's proof (`X-PAYMENT`). */
+export type ProofPayment = SchemePaymentBase & {
+  scheme: "exact";
+  network: Network;
+  /** Hash of the settling transaction. */
+  transaction: `0x${string}`;
+  memo: string;
+  proof: PaymentProof;
+};
+
+declare module "../types.ts" {
+  interface SchemePayments {
+    exact: ProofPayment;
+  }
+}
+
+/** The `exact` gate part with the gate's own `verifyPaymentProof(proof)` control. */
+export type ExactGateScheme = GateScheme<ExactOffer> & {
+  /** `true` when the proof is unexpired, signed by this gate's facilitator and pays this gate's offers. */
+  verifyProof(value: unknown): Promise<boolean>;
+};
+
+/** The least a one-time payment for a route must be now: its cheapest one-time offer. */
+export function cheapestOffer(offers: readonly { amount?: bigint | undefined }[]): bigint | undefined {
+  let cheapest: bigint | undefined;
+  for (const offer of offers) {
+    if (offer.amount !== undefined && (cheapest === undefined || offer.amount < cheapest))
+      cheapest = offer.amount;
+  }
+  return cheapest;
+}
+
+/** Compiles `{ type: "one-time", amount | price }` into an offer (shared with the x402 part). */
+export function compileOneTime(entry: unknown, decimals: number, where: string): ExactOffer {
+  const parsed = parseGateOptions(OneTimePricingSchema, entry, `paymentGate options: ${where}`);
+  const amount =
+    parsed.amount !== undefined
+      ? atomicAmountOf(parsed.amount, `${where}.amount`)
+      : atomicPriceOf(parsed.price as string, decimals, `${where}.price`);
+  return { scheme: "exact", amount };
+}
+
+export const exactGate: GateSchemePart<ExactOffer> = {
+  pricingTypes: ["one-time"],
+  create: createExactGate,
+};
+
+function createExactGate(context: GateSchemeContext): ExactGateScheme {
+  const { clock, replayGuard, logger, memoSecret, payTo, network, token } = context;
+  const { checkSignature, keys } = signatureCheckOf(
+    context.options as { proofVerification?: unknown; proofKeys?: unknown },
+    context.facilitator,
+    clock,
+  );
+
+  /** `complete` of a proof payment: hands its key back when the handler failed (status ≥ 500). */
+  const releaseOnFailure = (replayKey: string, method: string, path: string) => {
+    let reported = false;
+    return async (status: number) => {
+      if (reported) return;
+      reported = true;
+      if (!(status >= 500)) return;
+      try {
+        await replayGuard.release(replayKey);
+        logger?.warn({ method, path, status }, "handler failed; payment proof released for a retry");
+      } catch (error) {
+        logger?.warn({ err: error, method, path, status }, "payment proof could not be released");
+      }
+    };
+  };
+
+  return {
+    compile: (entry, where) => compileOneTime(entry, context.decimals, where),
+    offer: (offer) => ({ scheme: "exact", amount: offer.amount, x402: true }),
+    credential: (request) => request.headers.get(HeaderName.Payment),
+    async accept(header, request, route): Promise<SchemeAcceptance> {
+      const { method, path } = request;
+      const refuse = (reason: string): SchemeAcceptance => {
+        logger?.debug({ method, path, reason }, "payment proof refused");
+        return { kind: "refuse", error: "InvalidPaymentProof", message: `invalid payment proof: ${reason}` };
+      };
+      const parsed = safeParsePaymentProof(header);
+      if (!parsed.ok) return refuse(parsed.reason);
+      const proof = parsed.proof;
+      const minimumAmount = cheapestOffer(route.offers);
+      if (minimumAmount === undefined) return refuse("this request is not sold for a one-time payment");
+      // The replay key's keccak256 computed once, with the fast hash (same value as `proofReplayKey`).
+      const replayKey = paymentReplayKey({
+        network: proof.network,
+        token: proof.token,
+        payer: proof.payer,
+        nonce: keccak256OfText(proof.memo),
+      });
+      try {
+        const terms = checkProofTerms(proof, {
+          memoSecret,
+          clock,
+          expected: {
+            method,
+            path,
+            query: request.query,
+            // A proof pays for this request only if it covers this request's price (a route priced by
+            // a function may price another query of the same path higher).
+            minimumAmount,
+            payTo,
+            network,
+            token,
+          },
+        });
+        if (!terms.valid) return refuse(terms.reason);
+        // The key at hand is used without a promise; otherwise (a JWKS not yet read, a key rotated in,
+        // remote verification) the check may fetch.
+        const key = keys?.known?.(proof.kid);
+        const signature: SignatureVerdict =
+          key !== undefined ? verifyProofSignature(proof, key) : await checkSignature(proof);
+        if (!signature.valid) return refuse(signature.reason);
+        // Keep the key until the proof itself expires: no proof for it can be accepted after that, and
+        // an x402 payload of the same authorization is refused by the facilitator (docs/x402.md).
+        if (!(await replayGuard.consume(replayKey, proof.exp * 1000)))
+          return refuse("proof was already used");
+      } catch (error) {
+        logger?.warn({ err: error, method, path }, "payment proof could not be checked");
+        return { kind: "respond", response: faultResponse(error) };
+      }
+      const paid: ProofPayment = {
+        scheme: "exact",
+        payer: proof.payer,
+        amount: BigInt(proof.amount),
+        payTo: proof.payTo,
+        network: proof.network,
+        token: proof.token,
+        transaction: proof.tx,
+        memo: proof.memo,
+        proof,
+      };
+      return new GatePass(
+        [[HeaderName.PaymentResponse, paymentResponseHeader(proof)]],
+        paid,
+        undefined,
+        releaseOnFailure(replayKey, method, path),
+      );
+    },
+    async verifyProof(value) {
+      const proof = toPaymentProof(value);
+      if (proof === undefined || proof.exp <= unixSeconds(clock)) return false;
+      const opened = openMemo(memoSecret, proof.memo);
+      if (!opened.ok) return false;
+      const memo = opened.payload;
+      const sameTerms =
+        memo.a === proof.amount &&
+        sameAddress(memo.t, proof.payTo) &&
+        sameAddress(memo.t, payTo) &&
+        memo.n === proof.network &&
+        memo.n === network &&
+        sameAddress(memo.k, proof.token) &&
+        sameAddress(memo.k, token);
+      if (!sameTerms) return false;
+      return (await checkSignature(proof)).valid;
+    },
+  };
+}
+
+/**
+ * `X-PAYMENT-RESPONSE` for an accepted proof: what `encodeJsonHeader` writes (standard base64 of the
+ * UTF-8 JSON), with Node's native encoder, since every paid answer carries one. Never over the header
+ * limit: the proof's fields are bounded by `PaymentProofSchema`.
+ */
+export function paymentResponseHeader(proof: Pick<PaymentProof, "tx" | "network" | "payer">): string {
+  const json = JSON.stringify({
+    success: true,
+    transaction: proof.tx,
+    network: proof.network,
+    payer: proof.payer,
+  });
+  return Buffer.from(json, "utf8").toString("base64");
+}
+
+/** The gate's signature check, and the key resolver behind it when proofs are verified locally. */
+function signatureCheckOf(
+  config: { proofVerification?: unknown; proofKeys?: unknown },
+  facilitator: FacilitatorClient,
+  clock: Clock,
+): { checkSignature: ProofSignatureCheck; keys?: ProofKeyResolver } {
+  if (config.proofVerification === "remote") {
+    if (config.proofKeys !== undefined) {
+      throw new TollgateError(
+        "InvalidRequest",
+        "paymentGate options: proofKeys is for local proof verification only",
+      );
+    }
+    return { checkSignature: checkSignatureWithFacilitator(facilitator) };
+  }
+  const keys = config.proofKeys as ProofKeyResolver | { keys: unknown } | undefined;
+  let resolver: ProofKeyResolver;
+  if (keys === undefined) {
+    resolver = createJwksResolver({ loadJwks: () => facilitator.jwks(), clock });
+  } else if ("resolve" in keys) {
+    resolver = keys;
+  } else {
+    resolver = createStaticKeyResolver(parseGateOptions(JwksSchema, keys, "paymentGate options: proofKeys"));
+  }
+  return { checkSignature: checkSignatureWithKeys(resolver), keys: resolver };
+}

@@ -1,0 +1,222 @@
+/**
+ * The gate part of `subscription` (DESIGN.md §2.5): `{ type: "subscription", plan }` entries become
+ * plan offers whose terms are read from the facilitator (`GET /plans/:id`) for the 402; a request
+ * carrying `X-Tollgate-Sub` and `X-Tollgate-Sub-Auth` is served under the subscription, metered when
+ * its plan meters (`createSubscriptionGate` holds the checks, the usage ledger and the event feed).
+ * `metered` entries compile to offers of this part.
+ */
+
+import type { Address } from "viem";
+import { deductionAmount, type ServedSubscription } from "../../gate/deductAllowance.ts";
+import { GatePass } from "../../gate/gatePass.ts";
+import { checkFailureResponse, errorResponse, misconfigured } from "../../gate/gateResponses.ts";
+import { createMemoryUsageLedger } from "../../gate/metering/createMemoryUsageLedger.ts";
+import { createUsageFlusher } from "../../gate/metering/createUsageFlusher.ts";
+import type { UsageLedger } from "../../gate/metering/usageLedger.ts";
+import {
+  atomicPriceOf,
+  type GateLogger,
+  type Price,
+  parseGateOptions,
+  SubscriptionPricingSchema,
+} from "../../gate/paymentGateOptions.ts";
+import {
+  createPlanCatalog,
+  type GatePlan,
+  type PlanCatalog,
+} from "../../gate/subscriptions/createPlanCatalog.ts";
+import {
+  createSubscriptionGate,
+  type GateSubscription,
+  type SubscriptionGate,
+} from "../../gate/subscriptions/createSubscriptionGate.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { HeaderName } from "../../protocol/header.ts";
+import { optionTermsOf, type Pricing } from "../../protocol/pricing.ts";
+import type { GateScheme, GateSchemeContext, GateSchemePart, SchemeAcceptance } from "../types.ts";
+
+/** A plan that covers a route, by id (canonical decimal); its terms are read when a 402 is built. */
+export type PlanOffer = { scheme: "subscription"; planId: string };
+
+/** A plan as the one pricing type: `subscription`, with its metering terms (DESIGN.md §2.1). */
+export function planPricing(plan: GatePlan): Pricing {
+  return {
+    type: "subscription",
+    planId: plan.planId,
+    amount: plan.amount,
+    interval: plan.interval,
+    includedUnits: plan.includedUnits,
+    overageUnitPrice: plan.overageUnitPrice,
+    manager: plan.manager,
+    ...(plan.deprecated && plan.successorPlanId !== undefined
+      ? { successorPlanId: plan.successorPlanId }
+      : {}),
+  };
+}
+
+/** The settings of the gate options this part reads (checked by `PaymentGateOptionsSchema`). */
+type SubscriptionSettings = {
+  subscriptionManager?: Address;
+  subscriptionStatusTtlMs?: number;
+  subscriptionRenewalGraceSeconds?: number;
+  subscriptionEventPollMs?: number;
+  providerApiKey?: string;
+  usageLedger?: UsageLedger;
+  maxUnsettledUsage?: Price;
+  usageFlushIntervalMs?: number;
+};
+
+/**
+ * Compiles a plan reference (`{ type: "subscription" | "metered", plan }`) into a plan offer. A plan
+ * needs `publicOrigin`, the audience sub-auth tokens must name.
+ */
+export function compilePlan(entry: { plan?: unknown }, context: GateSchemeContext, where: string): PlanOffer {
+  if (context.publicOrigin === undefined) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `paymentGate options: ${where}: subscription pricing needs \`publicOrigin\`, the audience sub-auth tokens must name`,
+    );
+  }
+  const ref = entry.plan as string | bigint | { planId: string | bigint };
+  const id = typeof ref === "object" ? ref.planId : ref;
+  return { scheme: "subscription", planId: id.toString() };
+}
+
+export const subscriptionGate: GateSchemePart<PlanOffer> = {
+  pricingTypes: ["subscription"],
+  create: createSubscriptionPart,
+};
+
+function createSubscriptionPart(context: GateSchemeContext): GateScheme<PlanOffer> {
+  const { clock, facilitator, logger, decimals } = context;
+  const settings = context.options as SubscriptionSettings;
+  const plans: PlanCatalog = createPlanCatalog({
+    facilitator,
+    payTo: context.payTo,
+    network: context.network,
+    token: context.token,
+    clock,
+    manager: settings.subscriptionManager,
+  });
+  const maxUnsettled = atomicPriceOf(settings.maxUnsettledUsage ?? "10", decimals, "maxUnsettledUsage");
+
+  // Built on first use: its background work (event feed, usage flushes) starts with its first request.
+  let subscriptions: SubscriptionGate | undefined;
+  const service = (): SubscriptionGate => {
+    if (subscriptions !== undefined) return subscriptions;
+    if (context.publicOrigin === undefined) {
+      // compilePlan refuses plans without it; a routes function may still return one.
+      throw misconfigured("subscription pricing needs `publicOrigin`, the audience of sub-auth tokens");
+    }
+    const ledger = settings.usageLedger ?? createMemoryUsageLedger({ clock });
+    const flushMs = settings.usageFlushIntervalMs ?? 2_000;
+    subscriptions = createSubscriptionGate({
+      facilitator,
+      plans,
+      payTo: context.payTo,
+      audience: context.publicOrigin,
+      clock,
+      decimals,
+      statusTtlMs: settings.subscriptionStatusTtlMs ?? 5_000,
+      renewalGraceSeconds: settings.subscriptionRenewalGraceSeconds ?? 300,
+      eventPollMs: settings.subscriptionEventPollMs ?? 1_000,
+      providerApiKey: settings.providerApiKey,
+      metering: {
+        ledger,
+        flusher:
+          settings.providerApiKey === undefined
+            ? undefined
+            : createUsageFlusher({
+                ledger,
+                facilitator,
+                apiKey: settings.providerApiKey,
+                intervalMs: flushMs,
+                logger: logger as GateLogger | undefined,
+              }),
+        maxUnsettled,
+        retryAfterSeconds: Math.max(1, Math.ceil(flushMs / 1000) + 1),
+      },
+      logger: logger as GateLogger | undefined,
+    });
+    return subscriptions;
+  };
+
+  /** The subscription as handlers read it, with `deductAllowance` bound to it. */
+  const served = (subscription: GateSubscription): ServedSubscription => ({
+    ...subscription,
+    deductAllowance: async (amount) => service().deduct(subscription.subscriptionId, deductionAmount(amount)),
+  });
+
+  return {
+    compile(entry, where) {
+      const parsed = parseGateOptions(SubscriptionPricingSchema, entry, `paymentGate options: ${where}`);
+      return compilePlan(parsed, context, where);
+    },
+    async offer(offer) {
+      const terms = optionTermsOf(planPricing(await plans.get(offer.planId)));
+      return { scheme: "subscription", amount: terms.amount, tollgate: terms.tollgate };
+    },
+    credential: (request) => request.headers.get(HeaderName.Subscription),
+    async accept(subscriptionId, request, route): Promise<SchemeAcceptance> {
+      let outcome: Awaited<ReturnType<SubscriptionGate["check"]>>;
+      try {
+        outcome = await service().check({
+          subscriptionId,
+          token: request.headers.get(HeaderName.SubscriptionAuth),
+          route: request.units === undefined ? route : { offers: route.offers, units: request.units },
+          // The URL is read (and built) only by a `units` function that asks for it.
+          routeRequest: {
+            method: request.method,
+            path: request.routePath,
+            get url() {
+              return request.url;
+            },
+          },
+        });
+      } catch (fault) {
+        return {
+          kind: "respond",
+          response: checkFailureResponse(fault, "a subscription could not be checked", logger),
+        };
+      }
+      // A metered charge reserved for a failed request is not handed back: the usage ledger has no
+      // way to undo a reservation that a flush may already have batched (see docs/gate.md).
+      if (outcome.kind === "pass") {
+        // The subscriber learns what this metered request counted and was charged, so its own ledger
+        // can record it (docs/protocol.md). Only the token's signer, the subscriber, gets this answer.
+        const counted = outcome.subscription.units > 0 && outcome.subscription.unitsUsed !== undefined;
+        return new GatePass(
+          counted
+            ? [
+                [HeaderName.Units, outcome.subscription.units.toString()],
+                [HeaderName.OverageCharge, outcome.subscription.charge.toString()],
+              ]
+            : undefined,
+          undefined,
+          served(outcome.subscription),
+        );
+      }
+      if (outcome.kind === "busy") {
+        return {
+          kind: "respond",
+          response: errorResponse("RateLimited", outcome.message, 429, outcome.retryAfter),
+        };
+      }
+      logger?.debug(
+        { method: request.method, path: request.path, error: outcome.error },
+        "subscription refused",
+      );
+      return { kind: "refuse", error: outcome.error, message: outcome.message };
+    },
+    async ready(offers) {
+      await Promise.all(offers.map((offer) => plans.get(offer.planId)));
+    },
+    syncEvents: async () => {
+      await subscriptions?.syncEvents();
+    },
+    flushUsage: async () => (subscriptions === undefined ? 0 : subscriptions.flushUsage()),
+    close: async () => {
+      await subscriptions?.close();
+    },
+  };
+}

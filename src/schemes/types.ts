@@ -1,0 +1,327 @@
+/**
+ * The payment-scheme plug-in seam (DESIGN.md §1, docs/schemes.md). A scheme is one folder under
+ * `src/schemes/<id>/` exporting a `Scheme`: narrow parts for the gate (compile its pricing entries,
+ * build its `accepts` entries, find and accept its credential on a request) and for the client (tell
+ * whether it can pay an option, what one call costs, pay). Its facilitator part (check, settle) is a
+ * separate `FacilitatorScheme`, registered by the facilitator, so that a gate never loads facilitator
+ * code.
+ *
+ * Invariants the dispatcher (`paymentGate`) keeps for every gate part:
+ * - `create` runs once per gate, at construction; `compile` runs once per pricing entry, at
+ *   construction (a routes function's entries: once per returned object). Nothing of the registry is
+ *   looked up per request: a route holds its compiled offers and the parts that accept them.
+ * - `credential` is asked of a route's parts in registration order (subscription, then exact, then
+ *   x402 exact, then extra schemes); the first part that finds its credential on the request owns the
+ *   request, and only it is asked to `accept`.
+ * - A refusal is data (`refuse`): the dispatcher answers it with a fresh 402 of the route's offers. A
+ *   check that could not be carried out throws; the dispatcher answers 5xx without internals
+ *   (`ChainUnavailable` and `RateLimited` pass on their `Retry-After`).
+ * - `pass.complete(status)` is awaited by the Hono, Express and `node:http` adapters after the handler
+ *   and before the response leaves: it is the "persist before respond" hook (a scheme that must never
+ *   answer without having stored what it was paid with may store there, or in `accept` before the
+ *   handler runs, which also covers hosts that never call `complete`).
+ *
+ * Types keyed by scheme: a scheme adds its payment type (what handlers see as `c.get("payment")`) to
+ * `SchemePayments` by declaration merging, so `GatePayment` is the union over registered schemes.
+ *
+ * Stability: the channel scheme is built against these types. Changes are additive only.
+ */
+import type { Hono } from "hono";
+import type { Address } from "viem";
+import type { FacilitatorClient } from "../client/facilitatorClient.ts";
+import type { ServedSubscription } from "../gate/deductAllowance.ts";
+import type { Clock } from "../protocol/clock.ts";
+import type { GateErrorCode } from "../protocol/errors.ts";
+import type { Network } from "../protocol/network.ts";
+import type { PaymentOption, TollgateExtension } from "../protocol/paymentRequired.ts";
+import type { ReplayGuard } from "../store/replayGuard.ts";
+
+/** A scheme's id: what its `accepts` entries carry as `scheme` (`exact`, `subscription`, `channel`). */
+export type SchemeId = string;
+
+/**
+ * Per-scheme payment types, keyed by scheme id. A scheme whose accepted requests carry a payment adds
+ * it from its own folder:
+ *
+ * @example
+ * declare module "../types.ts" {
+ *   interface SchemePayments { channel: ChannelPayment }
+ * }
+ */
+// biome-ignore lint/suspicious/noEmptyInterface: filled by declaration merging, one entry per scheme.
+export interface SchemePayments {}
+
+/** What every scheme payment has in common; a `SchemePayments` entry must extend it. */
+export type SchemePaymentBase = {
+  scheme: SchemeId;
+  payer: Address;
+  /** What this request was charged, smallest unit. */
+  amount: bigint;
+  payTo: Address;
+  network: Network;
+  token: Address;
+};
+
+/** The payment a gate accepted for a request, over every registered scheme. */
+export type SchemePayment = SchemePayments[keyof SchemePayments];
+
+/** The logger gate parts write to; a pino logger satisfies it. */
+export type SchemeLogger = {
+  debug(object: object, message?: string): void;
+  warn(object: object, message?: string): void;
+  error(object: object, message?: string): void;
+};
+
+/** What a gate part is built with: the gate's configuration and injected effects, fixed per gate. */
+export type GateSchemeContext = {
+  payTo: Address;
+  network: Network;
+  token: Address;
+  /** The token's decimals, for prices given as token text. */
+  decimals: number;
+  facilitator: FacilitatorClient;
+  /** The gate's replay guard (memory, PostgreSQL or Redis), shared by every instance of one API. */
+  replayGuard: ReplayGuard;
+  clock: Clock;
+  random: (bytes: number) => Uint8Array;
+  /** The gate's HMAC key: memos, and any identity a scheme derives per API (never sent anywhere). */
+  memoSecret: Uint8Array;
+  /** How long an offer stands, seconds. */
+  memoTtlSeconds: number;
+  /** The configured public origin (`https://api.example.com`), or `undefined`. */
+  publicOrigin: string | undefined;
+  logger: SchemeLogger | undefined;
+  /** The token's EIP-712 `{ name, version }`, looked up once from the facilitator when not configured. */
+  tokenEip712(): Promise<{ name: string; version: string } | undefined>;
+  /**
+   * The whole options object the gate was given, for a scheme's own settings (built-ins read theirs,
+   * e.g. `providerApiKey`; an extra scheme reads `schemeOptions[id]`). Read once, in `create`.
+   */
+  options: Readonly<Record<string, unknown>> & { schemeOptions?: Readonly<Record<string, unknown>> };
+};
+
+/** A request as gate parts see it, normalized once by the dispatcher. */
+export type SchemeRequest = {
+  /** Upper-case method. */
+  method: string;
+  /** The normalized path (what memos bind). */
+  path: string;
+  /** The query without `?`, as sent (`""` for none). */
+  query: string;
+  /** The path decoded once, as routers match it. */
+  routePath: string;
+  /** Path and query (`/api/x?q`). */
+  target: string;
+  /** That target on `publicOrigin` (`http://localhost` without one); never the request's `Host`. */
+  url: URL;
+  headers: { get(name: string): string | null };
+  /** Metered units the host set for this request (`GateRequest.units`), if any. */
+  units: number | undefined;
+};
+
+/**
+ * One pricing entry of a route after its scheme compiled it. `scheme` names the part that builds its
+ * `accepts` entry and accepts its credential (a `metered` entry compiles to a `subscription` offer);
+ * `amount` is the price of one request under it when it has one (a one-time price, a channel's price
+ * per request), which x402 and one-time proofs are checked against.
+ */
+export type SchemeOffer = { readonly scheme: SchemeId; readonly amount?: bigint | undefined };
+
+/** The offers of one route that one part accepts, and what the route says about units. */
+export type SchemeRoute<Offer extends SchemeOffer = SchemeOffer> = {
+  /** This part's offers on the route, in pricing order. */
+  offers: readonly Offer[];
+  /** Every offer of the route, of every scheme, in pricing order. */
+  all: readonly SchemeOffer[];
+  /** Metered units per use as configured on the route (number or function of the request). */
+  units: number | ((request: { method: string; path: string; url: URL }) => number) | undefined;
+};
+
+/**
+ * An `accepts` entry as a part describes it; the dispatcher adds `network`, `token`, `payTo`, a fresh
+ * memo binding `amount`, `resource`, `description` and the facilitator's URL.
+ */
+export type SchemeOfferEntry = {
+  scheme: SchemeId;
+  /** The amount the entry states: the price per request, or per period for a plan. */
+  amount: bigint;
+  /** Terms in the `tollgate` extension property (`planId`, `interval`, `manager`, `overage`, …). */
+  tollgate?: Omit<Partial<TollgateExtension>, "facilitator" | "subscriptionScheme"> | undefined;
+  /** Scheme-specific terms, JSON (the `extra` of the entry; a channel's escrow, minimum deposit, …). */
+  extra?: Record<string, unknown> | undefined;
+  /** Whether a standard x402 client may pay this entry with x402 `exact` (`PAYMENT-REQUIRED`). */
+  x402?: boolean | undefined;
+};
+
+/** What a part answers for a request that carries its credential. */
+export type SchemeAcceptance =
+  | {
+      kind: "pass";
+      /** The payment, for handlers (`c.get("payment")`). */
+      paid?: SchemePayment | undefined;
+      /** The subscription served under (the subscription and metered schemes). */
+      subscription?: ServedSubscription | undefined;
+      /** Headers added to the handler's response (`X-PAYMENT-RESPONSE`, a channel's receipt). */
+      headers: Headers;
+      /**
+       * Told the handler's status before the response leaves (500 when it threw); adapters await it.
+       * Never rejects. Default: nothing to do.
+       */
+      complete?: ((status: number) => Promise<void>) | undefined;
+    }
+  | {
+      kind: "refuse";
+      error: GateErrorCode;
+      /** For people; the 402's `message`. */
+      message: string;
+      /** Adjusts the fresh 402 the dispatcher builds (e.g. x402's reason header). */
+      decorate?: ((response: Response) => void) | undefined;
+    }
+  | { kind: "respond"; response: Response };
+
+/**
+ * One scheme's part in one gate, built once by `GateSchemePart.create`. `offer`, `credential` and
+ * `accept` are required of a part that compiles offers of its own id or accepts other schemes' offers
+ * (`GateSchemePart.accepts`); a part whose `compile` returns offers of another scheme (`metered`
+ * compiles to `subscription` offers) omits them. The gate checks this at construction.
+ */
+export type GateScheme<Offer extends SchemeOffer = SchemeOffer> = {
+  /**
+   * Checks one pricing entry of this scheme's `pricingTypes` (already known to be an object with that
+   * `type`) and compiles it. Throws `InvalidRequest` naming `where` for a bad entry.
+   */
+  compile?(entry: Readonly<Record<string, unknown>> & { type: string }, where: string): Offer;
+  /** The `accepts` entry for one offer of this part. May read the facilitator (plan terms). */
+  offer?(offer: Offer, request: SchemeRequest): SchemeOfferEntry | Promise<SchemeOfferEntry>;
+  /**
+   * The credential this request carries for this part (a header's value), or `null` when it carries
+   * none: then the next part is asked. Must be cheap: one or two header reads, no allocation.
+   */
+  credential?(request: SchemeRequest, route: SchemeRoute<Offer>): string | null;
+  /** Verifies and charges a request that carries this part's credential. */
+  accept?(credential: string, request: SchemeRequest, route: SchemeRoute<Offer>): Promise<SchemeAcceptance>;
+  /** Optional lifecycle, run by the gate's controls of the same name. */
+  ready?(offers: readonly Offer[]): Promise<void>;
+  syncEvents?(): Promise<void>;
+  flushUsage?(): Promise<number>;
+  close?(): Promise<void>;
+};
+
+/** The gate side of a scheme: which pricing entries it compiles, and how it is built per gate. */
+export type GateSchemePart<Offer extends SchemeOffer = SchemeOffer> = {
+  /**
+   * The `type`s of gate pricing entries this part compiles (`{ type: "one-time", amount }`). Empty for
+   * a part that only accepts credentials for other parts' offers (x402 `exact` pays `one-time` offers).
+   */
+  pricingTypes: readonly string[];
+  /**
+   * Ids of other schemes whose offers this part also accepts credentials for (x402 `exact` accepts for
+   * `exact` offers). Default: its own id only.
+   */
+  accepts?: readonly SchemeId[];
+  create(context: GateSchemeContext): GateScheme<Offer>;
+};
+
+/** What a client part knows of the payer. */
+export type SchemePayer = {
+  address: Address;
+  network: Network;
+  facilitator: FacilitatorClient;
+};
+
+/** What a client part is given to pay one option for one request. */
+export type ClientPayContext = {
+  payer: SchemePayer;
+  /** The most this payment may cost, smallest unit. */
+  maxAmount: bigint;
+  /** The request being paid for (buffered; read its URL and method, not its body). */
+  request: Request;
+  signal?: AbortSignal | undefined;
+  clock: Clock;
+};
+
+/** A payment a client part made: the headers to send the request again with. */
+export type ClientPayment = {
+  headers: Record<string, string>;
+  /** What this call costs, smallest unit (for ledgers and `onPayment`). */
+  amount: bigint;
+  /** Scheme-specific receipt (an `exact` payment's proof, a channel's voucher). */
+  receipt?: unknown;
+};
+
+/** The client side of a scheme: choose, sign, pay. */
+export type ClientSchemePart = {
+  /** Whether this payer can pay `option` at all (network, facilitator, terms it understands). */
+  payable(option: PaymentOption, payer: SchemePayer): boolean;
+  /** What one call costs under `option`, smallest unit: what choosers compare with `maxPrice`. */
+  callPrice(option: PaymentOption): bigint;
+  /**
+   * Pays `option` for the request and returns the credential headers. Throws `TollgateError`
+   * (`PriceCeilingExceeded`, `AuthorizationExpired`, a facilitator code) when it cannot.
+   * Absent for a scheme whose options are taken out otherwise (subscriptions).
+   */
+  pay?(option: PaymentOption, context: ClientPayContext): Promise<ClientPayment>;
+  /**
+   * Credential headers to send before any 402 (a subscription held for the origin, an open channel
+   * for a known route), or `undefined`. Lets a paid call cost one HTTP exchange.
+   */
+  upFront?(request: Request, payer: SchemePayer): Promise<Record<string, string> | undefined>;
+  /** Told how the server answered a request paid by this part (a channel books its voucher). */
+  settled?(payment: ClientPayment, response: Response): void | Promise<void>;
+};
+
+/**
+ * A payment scheme: its id and its parts. Declare it with `defineScheme` in `src/schemes/<id>/index.ts`
+ * and register it in `builtinSchemes` — or pass it to `paymentGate({ schemes: [...] })` and
+ * `fetchWithPayment(fetch, payer, { schemes: [...] })`.
+ */
+export type Scheme<Id extends SchemeId = SchemeId> = {
+  readonly id: Id;
+  /** One line for docs and errors. */
+  readonly description: string;
+  // biome-ignore lint/suspicious/noExplicitAny: each part is typed by its own offer; the registry is not.
+  readonly gate?: GateSchemePart<any> | undefined;
+  readonly client?: ClientSchemePart | undefined;
+};
+
+/** What a facilitator part is given: the request body as received (it parses it with zod itself). */
+export type FacilitatorSchemeRequest = { body: unknown; signal?: AbortSignal | undefined };
+
+/** The answer of a facilitator part's check. */
+export type FacilitatorCheck = { valid: true } | { valid: false; reason: string };
+
+/**
+ * A facilitator part built for one facilitator. Everything a scheme does in the facilitator comes
+ * from here: its HTTP routes (`/authorize`, `/x402/*`, `/subscriptions`, `/usage`, `/channels`), its
+ * background work (renewals, usage deductions, channel claims) and, where the scheme has a one-shot
+ * check and settlement, those as functions (the same code its routes run).
+ */
+export type FacilitatorSchemeInstance<Settled = unknown> = {
+  /**
+   * Checks a payment without moving money (`exact`: a proof; x402 `exact`: a payload). Absent for a
+   * scheme whose payments are checked only on its own routes or by gates.
+   */
+  check?(request: FacilitatorSchemeRequest): Promise<FacilitatorCheck>;
+  /** Settles a payment (`exact`: an authorization). Absent as for `check`. */
+  settle?(request: FacilitatorSchemeRequest): Promise<Settled>;
+  /**
+   * Mounts the part's routes on the facilitator's app (a Hono app), after the core routes and before
+   * the modules'. The per-client rate limit and the body limit already apply.
+   */
+  routes?(app: Hono): void;
+  /** Starts the part's background work; run in list order after the outbox has started. */
+  start?(): Promise<void>;
+  /** Stops the part's background work (claim batching, watchers); run in reverse list order. */
+  close?(): Promise<void>;
+};
+
+/**
+ * The facilitator side of a scheme, registered by the facilitator from its own list
+ * (`src/facilitator/facilitatorSchemes.ts`, or `createFacilitator({ schemes: [...] })`), never loaded
+ * by a gate or a client. `Context` is what the facilitator hands its parts (store, chain clients,
+ * transaction outbox, and the parts built before this one); the facilitator defines it.
+ */
+export type FacilitatorScheme<Context = unknown, Settled = unknown> = {
+  readonly id: SchemeId;
+  create(context: Context): FacilitatorSchemeInstance<Settled>;
+};

@@ -1,0 +1,14 @@
+/**
+ * `x402Exact`: x402 v2 `exact` interop. A standard x402 client pays a route's one-time offers with
+ * `PAYMENT-SIGNATURE`, settled through the facilitator before the handler runs. Its client side pays
+ * servers that speak only x402 (`createPayX402`, used by `fetchWithPayment`).
+ */
+import { defineScheme } from "../registry.ts";
+import { x402ExactGate } from "./gate.ts";
+
+export const x402ExactScheme = defineScheme({
+  id: "x402Exact",
+  description:
+    "x402 v2 exact: a PAYMENT-SIGNATURE payload settled through the facilitator before the handler",
+  gate: x402ExactGate,
+});

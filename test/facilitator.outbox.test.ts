@@ -1,0 +1,267 @@
+/**
+ * The transaction outbox against a real devnet and store: several workers over one store never share a
+ * nonce or send a row twice; a row recorded and never broadcast is sent with its recorded bytes by the
+ * next worker; a row whose nonce another transaction took ends `dropped`; a renewal whose keeper died
+ * after recording it is collected exactly once.
+ */
+import pino from "pino";
+import { type Address, type Hash, zeroAddress } from "viem";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
+import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
+import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
+import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
+import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
+import { subscribeThroughFacilitator } from "../src/client/facilitatorSubscriptions.ts";
+import { createOutbox, type OutboxFaults } from "../src/facilitator/outbox/createOutbox.ts";
+import { createGasKey, type GasKey } from "../src/facilitator/outbox/gasKey.ts";
+import { findOutboxRow } from "../src/facilitator/outbox/outboxRecords.ts";
+import type { Outbox, OutboxOutcome } from "../src/facilitator/outbox/outboxTypes.ts";
+import { createRenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
+import { createSubscriptionIndexer } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
+import { createSubscriptionsModule } from "../src/facilitator/subscriptions/subscriptionsModule.ts";
+import { systemClock } from "../src/protocol/clock.ts";
+import { createTestStore } from "../src/store/createTestStore.ts";
+import type { Store } from "../src/store/store.ts";
+import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
+
+const logger = pino({ level: "silent" });
+let devnet: Devnet;
+const cleanups: (() => Promise<void>)[] = [];
+
+beforeAll(async () => {
+  devnet = await startDevnet({ accounts: 6 });
+});
+
+afterAll(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+  await devnet?.stop();
+});
+
+async function freshStore(): Promise<Store> {
+  const store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
+  cleanups.push(() => store.close());
+  return store;
+}
+
+function keyOf(index: number): GasKey {
+  return createGasKey({
+    account: devnet.accounts[index]!.account,
+    client: devnet.publicClient,
+    chainId: devnet.publicClient.chain.id,
+    clock: systemClock,
+  });
+}
+
+function outboxOver(store: Store, key: GasKey, faults?: OutboxFaults): Outbox {
+  const outbox = createOutbox({
+    store,
+    client: devnet.publicClient,
+    key,
+    clock: systemClock,
+    logger,
+    reconcileIntervalMs: 100,
+    staleMs: 500,
+    faults,
+  });
+  const outcomes: OutboxOutcome[] = [];
+  outbox.handle("probe", async (outcome, commit) => {
+    await commit(async (tx) => {
+      // The handler's write commits with the row's final state: count deliveries in the store.
+      await tx.query("INSERT INTO events (type, data) VALUES ('test.outbox_probe', $1)", [
+        { id: outcome.id, status: outcome.status },
+      ]);
+    });
+    outcomes.push(outcome);
+  });
+  return outbox;
+}
+
+/** A zero-value call to an address without code: it always succeeds and moves nothing. */
+function probe(owner: string) {
+  return { kind: "probe", owner, to: zeroAddress as Address, data: "0x" as const, gas: 30_000n };
+}
+
+async function deliveries(store: Store, id: number): Promise<number> {
+  const rows = await store.query<{ n: string }>(
+    "SELECT count(*) AS n FROM events WHERE type = 'test.outbox_probe' AND (data->>'id')::bigint = $1",
+    [id],
+  );
+  return Number(rows[0]?.n ?? 0);
+}
+
+describe("transaction outbox", () => {
+  it("sends every row once under distinct consecutive nonces when two workers share a store and a key", async () => {
+    const store = await freshStore();
+    const key = keyOf(1);
+    // Two outboxes over one store and one key, each with a nonce manager of its own: as two instances.
+    const a = outboxOver(store, key);
+    const b = outboxOver(store, keyOf(1));
+    const nonceBefore = await devnet.publicClient.getTransactionCount({ address: key.address });
+    await a.start();
+    await b.start();
+    try {
+      const ids: number[] = [];
+      for (let i = 0; i < 12; i++) {
+        const target = i % 2 === 0 ? a : b;
+        ids.push(await target.enqueue(store, probe(`p${i}`)));
+      }
+      const outcomes = await Promise.all(ids.map((id, i) => (i % 2 === 0 ? b : a).waitFor(id)));
+      expect(outcomes.map((o) => o.status)).toEqual(ids.map(() => "confirmed"));
+      const rows = await Promise.all(ids.map((id) => findOutboxRow(store, id)));
+      const nonces = rows.map((r) => r!.nonce!).sort((x, y) => x - y);
+      expect(nonces).toEqual(ids.map((_, i) => nonceBefore + i));
+      for (const id of ids) expect(await deliveries(store, id)).toBe(1);
+      expect(await devnet.publicClient.getTransactionCount({ address: key.address })).toBe(nonceBefore + 12);
+    } finally {
+      await a.stop();
+      await b.stop();
+    }
+  }, 60_000);
+
+  it("broadcasts the recorded bytes of a row whose worker died before broadcasting, not a new signature", async () => {
+    const store = await freshStore();
+    const key = keyOf(2);
+    let recorded: Hash | null = null;
+    const dying = outboxOver(store, key, {
+      afterSign: (row) => {
+        recorded = row.tx_hash;
+        throw new Error("simulated crash after record");
+      },
+    });
+    const id = await dying.enqueue(store, probe("crash"));
+    await expect(dying.waitFor(id)).rejects.toThrow("simulated crash");
+    expect(recorded).not.toBeNull();
+    expect((await findOutboxRow(store, id))?.status).toBe("signed");
+    await expect(devnet.publicClient.getTransaction({ hash: recorded! })).rejects.toThrow();
+
+    const next = outboxOver(store, keyOf(2));
+    const outcome = await next.waitFor(id);
+    expect(outcome).toMatchObject({ status: "confirmed", hash: recorded });
+    expect(await deliveries(store, id)).toBe(1);
+  }, 60_000);
+
+  it("ends a row dropped as displaced when another transaction took its nonce, and the next row still goes", async () => {
+    const store = await freshStore();
+    const key = keyOf(3);
+    const dying = outboxOver(store, key, {
+      afterSign: () => {
+        throw new Error("simulated crash after record");
+      },
+    });
+    const id = await dying.enqueue(store, probe("displaced"));
+    await expect(dying.waitFor(id)).rejects.toThrow("simulated crash");
+    // Someone else uses the key's next nonce (an operator sending by hand, say).
+    const hash = await devnet
+      .walletClient(devnet.accounts[3]!)
+      .sendTransaction({ to: zeroAddress, value: 0n });
+    await devnet.publicClient.waitForTransactionReceipt({ hash });
+
+    const next = outboxOver(store, keyOf(3));
+    expect(await next.waitFor(id)).toMatchObject({ status: "dropped", reason: "displaced" });
+    const after = await next.enqueue(store, probe("after"));
+    expect(await next.waitFor(after)).toMatchObject({ status: "confirmed" });
+    expect(await deliveries(store, id)).toBe(1);
+  }, 60_000);
+
+  it("drops a row the node refuses for good and fills its nonce, so the rows after it are mined", async () => {
+    const store = await freshStore();
+    const key = keyOf(2);
+    const outbox = outboxOver(store, key);
+    const nonceBefore = await devnet.publicClient.getTransactionCount({ address: key.address });
+    // Below the 21 000 gas any transaction needs: signed and recorded, then refused by the node.
+    const refused = await outbox.enqueue(store, { ...probe("too little gas"), gas: 1_000n });
+    const after = await outbox.enqueue(store, probe("after"));
+    expect(await outbox.waitFor(refused)).toMatchObject({ status: "dropped", reason: "refused" });
+    expect(await outbox.waitFor(after)).toMatchObject({ status: "confirmed" });
+    const filler = await store.query<{ nonce: string; status: string }>(
+      "SELECT nonce::text AS nonce, status FROM tx_outbox WHERE kind = 'nonce-filler'",
+    );
+    expect(filler).toEqual([{ nonce: String(nonceBefore), status: "confirmed" }]);
+    expect(await devnet.publicClient.getTransactionCount({ address: key.address })).toBe(nonceBefore + 2);
+    expect(await deliveries(store, refused)).toBe(1);
+  }, 60_000);
+});
+
+describe("renewals through the outbox", () => {
+  let tf: TestFacilitator;
+
+  beforeAll(async () => {
+    // No keeper of its own: the test's keepers are the only ones that collect, and the facilitator's
+    // outbox serves no renewal row until the test registers its keeper there, after the crash. Else the
+    // facilitator's keeper may collect first, or its outbox (woken by the row's notification) sign the
+    // renewal before the crashing outbox does, and no crash happens.
+    tf = await startTestFacilitator(devnet, {
+      gasAccount: devnet.accounts[4]!,
+      modules: [createSubscriptionsModule({ keeper: false })],
+    });
+  });
+
+  afterAll(async () => {
+    await tf?.stop();
+  });
+
+  it("collects a renewal exactly once, with the recorded transaction, when its keeper died before broadcasting it", async () => {
+    const DAY = 86_400;
+    const price = 7_000_000n;
+    const provider = devnet.accounts[5]!;
+    const planHash = await createPlan(devnet.walletClient(provider), {
+      manager: devnet.contracts.subscriptionManager,
+      token: devnet.contracts.usd,
+      amount: price,
+      interval: BigInt(30 * DAY),
+      includedUnits: 0n,
+      overageUnitPrice: 0n,
+    });
+    const planId = getPlanIdFromReceipt(
+      await devnet.publicClient.waitForTransactionReceipt({ hash: planHash }),
+    );
+    const subscriber = privateKeyToAccount(generatePrivateKey());
+    await devnet.fund(subscriber.address, { usd: 3n * price });
+    const client = createFacilitatorClient({ url: tf.url, fetch });
+    await subscribeThroughFacilitator(client, subscriber, { planId, maxOverage: 0n });
+    const balance = () =>
+      getTokenBalance(devnet.publicClient, { token: devnet.contracts.usd, owner: subscriber.address });
+    const before = await balance();
+    await devnet.advanceTime(30 * DAY + 60);
+
+    const ctx = tf.facilitator.context;
+    const indexer = createSubscriptionIndexer(ctx);
+    let recorded: Hash | null = null;
+    const dying = createOutbox({
+      store: ctx.store,
+      client: ctx.publicClient,
+      key: ctx.gas,
+      clock: systemClock,
+      logger,
+      faults: {
+        afterSign: (row) => {
+          recorded = row.tx_hash;
+          throw new Error("simulated crash after record");
+        },
+      },
+    });
+    await expect(createRenewalKeeper(ctx, { indexer, outbox: dying }).runOnce()).rejects.toThrow(
+      "simulated crash",
+    );
+    expect(await balance()).toBe(before);
+
+    // The facilitator's own outbox finds the abandoned row once it is stale and sends its bytes; a keeper
+    // run meanwhile leaves the subscription alone, as its renewal is on its way.
+    const keeper = createRenewalKeeper(ctx, { indexer });
+    const meanwhile = await keeper.runOnce();
+    expect(meanwhile.attempted).toEqual([]);
+    // The row's notification may have come while it was still queued, leaving the outbox asleep until its
+    // 30 s backstop: look now, as an instance whose outbox served renewals all along would have.
+    ctx.outbox.wake();
+    for (let i = 0; i < 200 && (await balance()) === before; i++)
+      await new Promise((r) => setTimeout(r, 100));
+    expect(await balance()).toBe(before - price);
+    const receipt = await devnet.publicClient.getTransactionReceipt({ hash: recorded! });
+    expect(receipt.status).toBe("success");
+    const again = await keeper.runOnce();
+    expect(again.attempted).toEqual([]);
+    expect(await balance()).toBe(before - price);
+  }, 90_000);
+});

@@ -1,0 +1,201 @@
+/**
+ * The transaction outbox when the chain loses transactions it recorded: a node reverted to an older
+ * state (here `evm_revert`, as a node restarted from an older state file or a deep reorg) forgets rows
+ * already delivered as confirmed, so the account's nonce falls below the rows the outbox signs next; a
+ * node that drops its mempool forgets rows still open. Either way the outbox broadcasts the recorded
+ * bytes again in nonce order, every row confirms, and nothing is signed twice or delivered twice.
+ */
+import pino from "pino";
+import { type Address, type Hash, zeroAddress } from "viem";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
+import { createOutbox, FILLER_KIND } from "../src/facilitator/outbox/createOutbox.ts";
+import { createGasKey, type GasKey } from "../src/facilitator/outbox/gasKey.ts";
+import { findOutboxRow } from "../src/facilitator/outbox/outboxRecords.ts";
+import type { Outbox } from "../src/facilitator/outbox/outboxTypes.ts";
+import { systemClock } from "../src/protocol/clock.ts";
+import { createTestStore } from "../src/store/createTestStore.ts";
+import type { Store } from "../src/store/store.ts";
+
+const logger = pino({ level: "silent" });
+let devnet: Devnet;
+const cleanups: (() => Promise<void>)[] = [];
+
+beforeAll(async () => {
+  devnet = await startDevnet({ accounts: 4 });
+});
+
+afterAll(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+  await devnet?.stop();
+});
+
+async function freshStore(): Promise<Store> {
+  const store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
+  cleanups.push(() => store.close());
+  return store;
+}
+
+function keyOf(index: number): GasKey {
+  return createGasKey({
+    account: devnet.accounts[index]!.account,
+    client: devnet.publicClient,
+    chainId: devnet.publicClient.chain.id,
+    clock: systemClock,
+  });
+}
+
+function outboxOver(store: Store, key: GasKey): Outbox {
+  const outbox = createOutbox({
+    store,
+    client: devnet.publicClient,
+    key,
+    clock: systemClock,
+    logger,
+    reconcileIntervalMs: 100,
+    staleMs: 500,
+    stuckAfterMs: 1_000,
+    // No fee bump and a long receipt wait: only the rewind repair can bring lost transactions back
+    // within the test's time.
+    bumpAfterMs: false,
+    receiptTimeoutMs: 300_000,
+  });
+  outbox.handle("probe", async (outcome, commit) => {
+    await commit(async (tx) => {
+      await tx.query("INSERT INTO events (type, data) VALUES ('test.outbox_probe', $1)", [
+        { id: outcome.id, status: outcome.status },
+      ]);
+    });
+  });
+  cleanups.push(() => outbox.stop());
+  return outbox;
+}
+
+/** A zero-value call to an address without code: it always succeeds and moves nothing. */
+function probe(owner: string) {
+  return { kind: "probe", owner, to: zeroAddress as Address, data: "0x" as const, gas: 30_000n };
+}
+
+async function deliveries(store: Store, id: number): Promise<number> {
+  const rows = await store.query<{ n: string }>(
+    "SELECT count(*) AS n FROM events WHERE type = 'test.outbox_probe' AND (data->>'id')::bigint = $1",
+    [id],
+  );
+  return Number(rows[0]?.n ?? 0);
+}
+
+async function fillers(store: Store): Promise<number> {
+  const rows = await store.query<{ n: string }>("SELECT count(*) AS n FROM tx_outbox WHERE kind = $1", [
+    FILLER_KIND,
+  ]);
+  return Number(rows[0]?.n ?? 0);
+}
+
+describe("outbox on a chain that lost its transactions", () => {
+  it("broadcasts again the recorded bytes of confirmed rows a reverted chain lost, so the rows signed after them are mined", async () => {
+    const store = await freshStore();
+    const key = keyOf(2);
+    const outbox = outboxOver(store, key);
+    const nonceBefore = await devnet.publicClient.getTransactionCount({ address: key.address });
+    const snapshot = await devnet.snapshot();
+    await outbox.start();
+
+    const early: number[] = [];
+    for (let i = 0; i < 3; i++) early.push(await outbox.enqueue(store, probe(`early${i}`)));
+    const delivered = await Promise.all(early.map((id) => outbox.waitFor(id)));
+    expect(delivered.map((o) => o.status)).toEqual(["confirmed", "confirmed", "confirmed"]);
+    const hashes = delivered.map((o) => o.hash as Hash);
+
+    // The node forgets them: its account nonce is back below the three rows already confirmed.
+    await devnet.revert(snapshot);
+    expect(await devnet.publicClient.getTransactionCount({ address: key.address })).toBe(nonceBefore);
+    for (const hash of hashes) await expect(devnet.publicClient.getTransaction({ hash })).rejects.toThrow();
+
+    // The next row is signed above the gap; it is mined only once the lost three are back.
+    const late = await outbox.enqueue(store, probe("late"));
+    const outcome = await outbox.waitFor(late);
+    expect(outcome.status).toBe("confirmed");
+    expect((await findOutboxRow(store, late))?.nonce).toBe(nonceBefore + 3);
+
+    // The same transactions (same hashes: the recorded bytes, not new signatures) are on chain again.
+    for (const hash of hashes) {
+      expect((await devnet.publicClient.getTransactionReceipt({ hash })).status).toBe("success");
+    }
+    expect(await devnet.publicClient.getTransactionCount({ address: key.address })).toBe(nonceBefore + 4);
+    for (const id of [...early, late]) expect(await deliveries(store, id)).toBe(1);
+    expect(await fillers(store)).toBe(0);
+  }, 120_000);
+
+  it("fills a lost nonce no row holds with a recorded zero-value transfer to self, and sends the confirmed row above it again", async () => {
+    const store = await freshStore();
+    const key = keyOf(1);
+    const outbox = outboxOver(store, key);
+    const nonceBefore = await devnet.publicClient.getTransactionCount({ address: key.address });
+    const snapshot = await devnet.snapshot();
+    // A transaction of the key the outbox never recorded takes a nonce (what a rewind may lose too).
+    const wallet = devnet.walletClient(devnet.accounts[1]!);
+    const foreign = await wallet.sendTransaction({ to: key.address, value: 0n });
+    await devnet.publicClient.waitForTransactionReceipt({ hash: foreign });
+    await outbox.start();
+    const first = await outbox.enqueue(store, probe("first"));
+    const firstOutcome = await outbox.waitFor(first);
+    expect((await findOutboxRow(store, first))?.nonce).toBe(nonceBefore + 1);
+
+    await devnet.revert(snapshot);
+    const late = await outbox.enqueue(store, probe("late"));
+    expect((await outbox.waitFor(late)).status).toBe("confirmed");
+
+    // The filler is mined before `late` (a lower nonce), but its own row may record that a moment later.
+    const fillerRows = () =>
+      store.query<{ nonce: string; status: string; tx_hash: Hash }>(
+        "SELECT nonce, status, tx_hash FROM tx_outbox WHERE kind = $1 AND sender = $2",
+        [FILLER_KIND, key.address.toLowerCase()],
+      );
+    await expect
+      .poll(async () => (await fillerRows()).map((r) => [Number(r.nonce), r.status]), { timeout: 20_000 })
+      .toEqual([[nonceBefore, "confirmed"]]);
+    const filler = await fillerRows();
+    const fillerTx = await devnet.publicClient.getTransaction({ hash: filler[0]!.tx_hash });
+    expect([fillerTx.to, fillerTx.value]).toEqual([key.address.toLowerCase(), 0n]);
+    // The confirmed row's own bytes, not a new signature, hold its nonce again.
+    expect(
+      (await devnet.publicClient.getTransactionReceipt({ hash: firstOutcome.hash as Hash })).status,
+    ).toBe("success");
+    expect(await devnet.publicClient.getTransactionCount({ address: key.address })).toBe(nonceBefore + 3);
+    for (const id of [first, late]) expect(await deliveries(store, id)).toBe(1);
+  }, 120_000);
+
+  it("broadcasts again the open rows a node dropped from its mempool, with their recorded bytes", async () => {
+    const store = await freshStore();
+    const key = keyOf(3);
+    const outbox = outboxOver(store, key);
+    const nonceBefore = await devnet.publicClient.getTransactionCount({ address: key.address });
+    await devnet.testClient.setAutomine(false);
+    try {
+      await outbox.start();
+      const ids = [await outbox.enqueue(store, probe("a")), await outbox.enqueue(store, probe("b"))];
+      const signed = await Promise.all(ids.map((id) => outbox.waitForHash(id)));
+      // The node loses both before mining them.
+      for (const { hash } of signed) await devnet.testClient.dropTransaction({ hash });
+      await expect(devnet.publicClient.getTransaction({ hash: signed[0]!.hash })).rejects.toThrow();
+    } finally {
+      await devnet.testClient.setAutomine(true);
+    }
+    const rows = await store.query<{ id: string }>(
+      "SELECT id FROM tx_outbox WHERE sender = $1 AND kind = 'probe' ORDER BY id",
+      [key.address.toLowerCase()],
+    );
+    const ids = rows.map((r) => Number(r.id));
+    const outcomes = await Promise.all(ids.map((id) => outbox.waitFor(id)));
+    expect(outcomes.map((o) => o.status)).toEqual(["confirmed", "confirmed"]);
+    for (const id of ids) {
+      const row = await findOutboxRow(store, id);
+      // Mined under the hash it was first signed with: broadcast again, not re-signed.
+      expect(row?.replaced_hashes).toEqual([]);
+      expect(outcomes.find((o) => o.id === id)?.hash).toBe(row?.tx_hash);
+      expect(await deliveries(store, id)).toBe(1);
+    }
+    expect(await devnet.publicClient.getTransactionCount({ address: key.address })).toBe(nonceBefore + 2);
+    expect(await fillers(store)).toBe(0);
+  }, 120_000);
+});

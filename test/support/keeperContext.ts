@@ -1,0 +1,50 @@
+/**
+ * What a renewal keeper runs on, built from plain settings, so a test and a child process of its can
+ * make keepers over one store: the store, a public client (with its own request timeout), the gas key.
+ */
+import pino from "pino";
+import { type Address, createPublicClient, type Hex, http } from "viem";
+import { privateKeyToAccount } from "viem/accounts";
+import { foundry } from "viem/chains";
+import { createGasAccount } from "../../src/facilitator/gasAccount.ts";
+import { createOutbox } from "../../src/facilitator/outbox/createOutbox.ts";
+import { createGasKey } from "../../src/facilitator/outbox/gasKey.ts";
+import {
+  createRenewalKeeper,
+  type RenewalKeeperOptions,
+} from "../../src/facilitator/subscriptions/renewalKeeper.ts";
+import { systemClock } from "../../src/protocol/clock.ts";
+import type { Store } from "../../src/store/store.ts";
+
+export function keeperOver(
+  store: Store,
+  settings: { rpcUrl: string; gasKey: Hex; manager: Address; token: Address; rpcTimeoutMs?: number },
+  options: RenewalKeeperOptions,
+) {
+  const publicClient = createPublicClient({
+    chain: foundry,
+    transport: http(settings.rpcUrl, { timeout: settings.rpcTimeoutMs ?? 10_000, retryCount: 0 }),
+  });
+  const logger = pino({ level: "silent" });
+  const key = createGasKey({
+    account: privateKeyToAccount(settings.gasKey),
+    client: publicClient,
+    chainId: foundry.id,
+    clock: systemClock,
+  });
+  const outbox = createOutbox({ store, client: publicClient, key, clock: systemClock, logger });
+  const gas = createGasAccount({ key, outbox, client: publicClient, logger });
+  return createRenewalKeeper(
+    {
+      store,
+      publicClient,
+      gas,
+      chainId: foundry.id,
+      subscriptionManager: settings.manager,
+      logger,
+      tokens: [{ address: settings.token, name: "USD Coin", version: "2", symbol: "USDC", decimals: 6 }],
+      outbox,
+    },
+    { ...options, outbox },
+  );
+}
