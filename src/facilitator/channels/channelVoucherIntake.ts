@@ -6,7 +6,8 @@
  * first time), it is this provider's (payee), it is open, the amount is within the deposit (re-read once
  * when above it: a top-up may have landed), and the session key signed it (P-256, node:crypto). A voucher
  * at or below the one held is `ignored` before any signature work, so resending is idempotent and cheap.
- * A rejected voucher changes nothing and says why; it never fails the others.
+ * A rejected voucher changes nothing and says why; it never fails the others. The verified vouchers of
+ * one handover are stored together, in one transaction.
  */
 import type { KeyObject } from "node:crypto";
 import { type Address, getAddress, type Hex } from "viem";
@@ -40,14 +41,24 @@ export function createChannelVoucherIntake(ctx: ChannelVoucherIntakeContext) {
     return upsertChannel(ctx.store, chain);
   }
 
-  async function one(payee: Address, v: ChannelVoucher): Promise<ChannelVoucherResult> {
+  /**
+   * Checks one voucher against the stored channel and the vouchers checked before it in the same
+   * handover (`pending`, the highest verified amount per channel). `store` means it passed every check.
+   */
+  async function check(
+    payee: Address,
+    v: ChannelVoucher,
+    pending: ReadonlyMap<string, bigint>,
+  ): Promise<{ result: ChannelVoucherResult; store?: { amount: bigint; signature: Hex } }> {
     const channelId = v.channelId.toLowerCase() as Hex;
     const amount = BigInt(v.cumulativeAmount);
-    const reject = (reason: string): ChannelVoucherResult => ({ channelId, status: "rejected", reason });
+    const reject = (reason: string) => ({ result: { channelId, status: "rejected" as const, reason } });
+    const ignored = { result: { channelId, status: "ignored" as const } };
     let row = (await findChannel(ctx.store, channelId)) ?? (await refresh(channelId));
     if (row === undefined) return reject("no such channel");
     if (getAddress(row.payee) !== getAddress(payee)) return reject("not a channel of this provider");
-    if (amount <= row.voucher_amount || amount <= row.claimed) return { channelId, status: "ignored" };
+    if (amount <= row.voucher_amount || amount <= row.claimed) return ignored;
+    if (amount <= (pending.get(channelId) ?? 0n)) return ignored;
     if (row.closed) return reject("channel is closed");
     if (amount > row.deposit) {
       row = (await refresh(channelId)) ?? row;
@@ -63,21 +74,47 @@ export function createChannelVoucherIntake(ctx: ChannelVoucherIntakeContext) {
     if (key === undefined || !verifyChannelVoucher(key, where, channelId, amount, signature)) {
       return reject("signature is not the channel's session key");
     }
-    const stored = await storeVoucher(
-      ctx.store,
-      channelId,
-      amount,
-      signatureHex(signature),
-      new Date(ctx.clock.now()),
-    );
-    return { channelId, status: stored ? "stored" : "ignored" };
+    return { result: { channelId, status: "stored" }, store: { amount, signature: signatureHex(signature) } };
   }
 
   return {
-    /** Checks and keeps each voucher, in order; one result per voucher. */
+    /**
+     * Checks each voucher, in order, then keeps the highest verified one per channel in one store
+     * transaction: the claim worker sees a handover whole or not at all, so a claim never takes part of
+     * it and leaves the rest under the threshold. One result per voucher.
+     */
     async accept(payee: Address, vouchers: readonly ChannelVoucher[]): Promise<ChannelVoucherResult[]> {
       const results: ChannelVoucherResult[] = [];
-      for (const v of vouchers) results.push(await one(payee, v));
+      /** Highest verified voucher per channel, and the index of the result that carries it. */
+      const best = new Map<string, { amount: bigint; signature: Hex; index: number }>();
+      const pending = new Map<string, bigint>();
+      for (const v of vouchers) {
+        const { result, store } = await check(payee, v, pending);
+        if (store !== undefined) {
+          const earlier = best.get(result.channelId);
+          // An earlier voucher of the same handover is overtaken: the channel keeps only the latest.
+          if (earlier !== undefined)
+            results[earlier.index] = { channelId: result.channelId, status: "ignored" };
+          best.set(result.channelId, { ...store, index: results.length });
+          pending.set(result.channelId, store.amount);
+        }
+        results.push(result);
+      }
+      if (best.size === 0) return results;
+      const now = new Date(ctx.clock.now());
+      // In channel order, so two handovers touching the same channels lock them in the same order.
+      const ordered = [...best.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+      const kept = await ctx.store.transaction(async (db) => {
+        const stored = new Set<string>();
+        for (const [channelId, v] of ordered) {
+          if (await storeVoucher(db, channelId as Hex, v.amount, v.signature, now)) stored.add(channelId);
+        }
+        return stored;
+      });
+      // A concurrent handover may have stored a higher voucher meanwhile: this one changed nothing.
+      for (const [channelId, v] of best) {
+        if (!kept.has(channelId)) results[v.index] = { channelId: channelId as Hex, status: "ignored" };
+      }
       return results;
     },
   };
