@@ -8,11 +8,14 @@
  * Goals (printed with the measured values): ≤ 1% of a core, ≤ 200 MB resident, ≤ 0.5 RPC calls/s, and a
  * payment's transaction reaches the node within 500 ms of the request.
  *
+ * It runs the built command line (`npm run build`, what a deployment runs: plain `node`), built afresh
+ * into a directory of its own; `--source` runs the sources through tsx instead (`npm run tollgate`).
+ *
  * Rest begins after a warm-up of `WARM_UP_SECONDS` (default 100): in the first ~90 s after start-up V8's
  * memory reducer runs a few full collections that shrink the heap (measured: resident 293 → 207 MB, a
  * few hundred ms of CPU at 38–88 s, then ~0.3 % of a core), which is start-up, not rest.
  *
- *   npx tsx bench/idleFacilitator.ts            (IDLE_SECONDS=60 for a longer window; default 40)
+ *   npx tsx bench/idleFacilitator.ts [--source]   (IDLE_SECONDS=60 for a longer window; default 40)
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -25,6 +28,7 @@ import { writeDevnetFile } from "../src/chain/devnetFile.ts";
 import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { signTransferAuthorization } from "../src/chain/signers/signTransferAuthorization.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
+import { bundleCli } from "../src/cli/bundle.ts";
 import { generateProofKey } from "../src/facilitator/proofKeys.ts";
 import { sealMemo } from "../src/gate/memo.ts";
 import { base64UrlEncode } from "../src/protocol/base64.ts";
@@ -37,6 +41,7 @@ const IDLE_MS = Number(process.env.IDLE_SECONDS ?? 40) * 1_000;
 const SAMPLE_MS = 1_000;
 const CLOCK_TICKS = 100; // USER_HZ on Linux
 const root = fileURLToPath(new URL("..", import.meta.url));
+const FROM_SOURCE = process.argv.includes("--source");
 
 /** anvil logs each JSON-RPC method it serves on a line of its own. */
 const rpcLine = /^(eth|net|web3|anvil|evm|debug|txpool|trace|ots)_[A-Za-z]+$/;
@@ -64,7 +69,12 @@ function sample(pid: number): { cpuSeconds: number; rssBytes: number } {
   return { cpuSeconds, rssBytes: rssKb * 1024 };
 }
 
-async function startFacilitatorProcess(devnet: Devnet, dir: string, port: number): Promise<ChildProcess> {
+async function startFacilitatorProcess(
+  devnet: Devnet,
+  dir: string,
+  port: number,
+  entry: string[],
+): Promise<ChildProcess> {
   writeDevnetFile(join(dir, "devnet.json"), {
     rpcUrl: devnet.rpcUrl,
     chainId: devnet.chain.id,
@@ -73,15 +83,11 @@ async function startFacilitatorProcess(devnet: Devnet, dir: string, port: number
     contracts: devnet.contracts,
     accounts: devnet.accounts.map((a) => ({ address: a.address, privateKey: a.privateKey })),
   });
-  const child = spawn(
-    process.execPath,
-    ["--import", "tsx", join(root, "src/cli/main.ts"), "facilitator", "--dir", dir, "--port", String(port)],
-    {
-      cwd: root,
-      env: { ...process.env, LOG_LEVEL: "warn", TOLLGATE_PROOF_KEYS: generateProofKey().seed },
-      stdio: ["ignore", "pipe", "pipe"],
-    },
-  );
+  const child = spawn(process.execPath, [...entry, "facilitator", "--dir", dir, "--port", String(port)], {
+    cwd: root,
+    env: { ...process.env, LOG_LEVEL: "warn", TOLLGATE_PROOF_KEYS: generateProofKey().seed },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let output = "";
   child.stdout?.on("data", (chunk: Buffer) => {
     output += chunk.toString();
@@ -184,13 +190,19 @@ const devnet = await startDevnet({
   },
 });
 const dir = mkdtempSync(join(tmpdir(), "tollgate-idle-"));
+// Inside the repository, so the build's package imports resolve from its node_modules.
+const buildDir = join(root, `.tmp-idle-build-${randomBytes(4).toString("hex")}`);
 let child: ChildProcess | undefined;
 try {
   const port = await freePort();
-  child = await startFacilitatorProcess(devnet, dir, port);
+  const entry = FROM_SOURCE
+    ? ["--import", "tsx", join(root, "src/cli/main.ts")]
+    : [await bundleCli(buildDir)];
+  child = await startFacilitatorProcess(devnet, dir, port, entry);
   const pid = child.pid!;
   console.log(
-    `facilitator pid ${pid}, devnet ${devnet.rpcUrl} (${BLOCK_TIME_SECONDS} s blocks); rest measured after a ${WARM_UP_MS / 1000} s warm-up`,
+    `facilitator pid ${pid} (${FROM_SOURCE ? "the sources through tsx" : "the built CLI, plain node"}), ` +
+      `devnet ${devnet.rpcUrl} (${BLOCK_TIME_SECONDS} s blocks); rest measured after a ${WARM_UP_MS / 1000} s warm-up`,
   );
   // Start-up (migrations, the first index pass) is not rest.
   await new Promise((r) => setTimeout(r, WARM_UP_MS));
@@ -279,4 +291,5 @@ try {
   }
   await devnet.stop();
   rmSync(dir, { recursive: true, force: true });
+  rmSync(buildDir, { recursive: true, force: true });
 }

@@ -1,0 +1,66 @@
+/**
+ * The `tollgate` command line over a set of commands: usage, `help <command>`, argument errors and the
+ * process's exit code. `main.ts` gives it the command files it finds beside it; the built CLI
+ * (`npm run build`, docs/operations.md) gives it the same commands, bundled.
+ */
+import { TollgateError } from "../protocol/errors.ts";
+
+export type CommandModule = { summary: string; run(argv: string[]): Promise<number> };
+
+/** Command name → its module, imported only when that command runs. */
+export type CommandLoaders = Readonly<Record<string, () => Promise<CommandModule>>>;
+
+/** What `node:util` `parseArgs` throws for a flag it does not know or a value it lacks. */
+function isArgumentError(error: unknown): error is Error {
+  return error instanceof Error && /^ERR_PARSE_ARGS_/.test(String((error as { code?: unknown }).code));
+}
+
+async function usage(commands: CommandLoaders): Promise<string> {
+  const names = Object.keys(commands).sort();
+  const width = Math.max(...names.map((n) => n.length));
+  const lines = await Promise.all(
+    names.map(async (n) => `  ${n.padEnd(width)}  ${(await commands[n]!()).summary}`),
+  );
+  return ["usage: tollgate <command> [options]", "", "commands:", ...lines].join("\n");
+}
+
+/** Runs one command line; resolves with the exit code. */
+export async function runCli(argv: string[], commands: CommandLoaders): Promise<number> {
+  const [first, ...after] = argv;
+  // `tollgate help <command>` is `tollgate <command> --help`.
+  const [name, ...rest] = first === "help" && after[0] !== undefined ? [after[0], "--help"] : argv;
+  if (name === undefined || name === "help" || name === "--help" || name === "-h") {
+    console.log(await usage(commands));
+    return name === undefined ? 1 : 0;
+  }
+  const load = /^[a-z][a-z0-9-]*$/.test(name) && Object.hasOwn(commands, name) ? commands[name] : undefined;
+  if (load === undefined) {
+    console.error(`tollgate: unknown command "${name}"\n\n${await usage(commands)}`);
+    return 2;
+  }
+  try {
+    return await (await load()).run(rest);
+  } catch (error) {
+    if (!isArgumentError(error)) throw error;
+    console.error(`tollgate ${name}: ${error.message}\n(\`tollgate ${name} --help\` shows the options)`);
+    return 2;
+  }
+}
+
+/** Runs the command line as the process: sets its exit code, or ends it on an error nothing caught. */
+export function runCliProcess(argv: string[], commands: CommandLoaders): void {
+  runCli(argv, commands).then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (error: unknown) => {
+      if (error instanceof TollgateError) {
+        console.error(`tollgate: ${error.code}: ${error.message}`);
+      } else {
+        console.error(error instanceof Error ? `tollgate: ${error.message}` : error);
+      }
+      // A command that failed may still hold timers or sockets it could not close: end here.
+      process.exit(1);
+    },
+  );
+}
