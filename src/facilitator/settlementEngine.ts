@@ -51,7 +51,7 @@ import {
   requeueFailedPayment,
 } from "./paymentRecords.ts";
 import type { ProofKey } from "./proofKeys.ts";
-import { claimBatch, SETTLEMENT_KIND } from "./settlement/batchClaims.ts";
+import { claimBatch, type HeldBatch, SETTLEMENT_KIND } from "./settlement/batchClaims.ts";
 import { createBatchOutcomeHandler } from "./settlement/batchOutcome.ts";
 import { createOutcomeWaiters } from "./settlement/outcomeWaiters.ts";
 import { createPaymentChecks, type PaymentCheckClient } from "./settlement/paymentChecks.ts";
@@ -176,11 +176,32 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
   const sleeper = createWakeablePause();
   /** Set by `signal()`; a signal that arrives while the loop is busy is not lost. */
   let dirty = false;
+  /** Signals since the loop's round began (new payments, and store notifications that may be ones). */
+  let arrivals = 0;
+  /**
+   * While payments are held to fill the next batch: how many more may arrive before it is full. Until
+   * then an arrival does not wake the loop (it would only find the batch still held); the linger
+   * deadline, a full batch, or a batch's outcome does.
+   */
+  let holdRoom: number | undefined;
+  /** Set by `wakeNow()`: an outcome during the round, so a hold decided in it may be stale. */
+  let outcomeSeen = false;
   /** Batches this engine queued whose outcome is not recorded yet (the batching rule reads its size). */
   const inFlight = new Set<number>();
 
+  /** New work may be waiting (a payment was queued here or elsewhere). */
   function signal(): void {
     dirty = true;
+    arrivals++;
+    if (holdRoom !== undefined && --holdRoom > 0) return;
+    sleeper.wake();
+  }
+
+  /** Look now, held or not: a batch's outcome changed what is in flight. */
+  function wakeNow(): void {
+    dirty = true;
+    outcomeSeen = true;
+    holdRoom = undefined;
     sleeper.wake();
   }
 
@@ -194,10 +215,14 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       clock,
       logger,
       metrics: options.metrics,
-      afterCommit(batchId, rows) {
+      afterCommit(batchId, rows, settled) {
         inFlight.delete(batchId);
-        for (const r of rows) waiters.notify(r.nonce);
-        signal();
+        const settledByNonce = new Map(settled.map((r) => [r.nonce, r]));
+        for (const r of rows) {
+          const row = settledByNonce.get(r.nonce);
+          waiters.notify(r.nonce, row === undefined ? undefined : { row, batchSize: rows.length });
+        }
+        wakeNow();
       },
     }),
   );
@@ -303,20 +328,22 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
 
   // ---- the batching loop -----------------------------------------------------------------------------
 
-  /** Claims batches while fewer than `maxInFlight` are in flight; true when work is held to fill a batch. */
-  async function tick(): Promise<boolean> {
+  /** Claims batches while fewer than `maxInFlight` are in flight; says so when work is held to fill one. */
+  async function tick(): Promise<HeldBatch | undefined> {
     while (running && inFlight.size < maxInFlight) {
       const claimed = await claimBatch(
         { store, outbox, network, batchSettler: options.batchSettler },
         { maxBatchSize, lingerMs, inFlight: inFlight.size },
       );
-      if (claimed === undefined) return false;
-      if (claimed === "held") return true;
+      if (claimed === undefined) return undefined;
+      if ("kind" in claimed) return claimed;
       inFlight.add(claimed.batch.id);
       options.metrics?.onBatch(claimed.rows.length);
       outbox.wake();
+      // Nothing else was pending: a payment queued since then signals, so the loop looks again anyway.
+      if (claimed.drained) return undefined;
     }
-    return false;
+    return undefined;
   }
 
   /** Forgets in-flight batches whose outcome another instance (or a reconcile) recorded. */
@@ -334,7 +361,9 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     let lastPrune = clock.now();
     while (running) {
       dirty = false;
-      let held = false;
+      arrivals = 0;
+      outcomeSeen = false;
+      let held: HeldBatch | undefined;
       try {
         held = await tick();
         if (clock.now() - lastPrune >= reconcileIntervalMs) {
@@ -345,10 +374,17 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
         log.error({ err: error }, "settlement loop error");
       }
       if (!running) break;
-      if (dirty && !held) continue;
-      await sleeper.pause(
-        held ? lingerMs : inFlight.size > 0 ? Math.min(reconcileIntervalMs, 200) : idlePollMs,
-      );
+      if (held === undefined) {
+        if (dirty) continue;
+        await sleeper.pause(inFlight.size > 0 ? Math.min(reconcileIntervalMs, 200) : idlePollMs);
+        continue;
+      }
+      // Held: wait for the oldest payment's linger to end, a full batch, or an outcome (wakeNow).
+      const room = maxBatchSize - held.waiting - arrivals;
+      if (room <= 0 || outcomeSeen) continue;
+      holdRoom = room;
+      await sleeper.pause(Math.max(1, Math.ceil(lingerMs - held.ageMs)));
+      holdRoom = undefined;
     }
   }
 
@@ -403,7 +439,10 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     }
   }
 
-  async function settle(payment: CheckablePayment, source: "tollgate" | "x402"): Promise<PaymentRow> {
+  async function settle(
+    payment: CheckablePayment,
+    source: "tollgate" | "x402",
+  ): Promise<{ row: PaymentRow; batchSize?: number }> {
     if (!running)
       throw new TollgateError("ChainUnavailable", "the settlement engine is not running", { retryAfter: 5 });
     let row: PaymentRow;
@@ -430,7 +469,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       }
       throw error;
     }
-    if (row.status === "settled") return row;
+    if (row.status === "settled") return { row };
     return waiters.waitForOutcome(row, authorizeTimeoutMs);
   }
 
@@ -441,11 +480,11 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       return payer;
     },
     async authorize(payment) {
-      const row = await settle(payment, "tollgate");
+      const { row, batchSize } = await settle(payment, "tollgate");
       if (row.proof === null) throw new TollgateError("Internal", "a settled Tollgate payment has no proof");
-      return { proof: row.proof, row, batchSize: await batchSizeOf(row) };
+      return { proof: row.proof, row, batchSize: batchSize ?? (await batchSizeOf(row)) };
     },
-    settleAuthorization: (payment) => settle(payment, "x402"),
+    settleAuthorization: async (payment) => (await settle(payment, "x402")).row,
     getPayment: (nonce) => findPaymentByNonce(store, nonce),
     async start() {
       if (running) return;

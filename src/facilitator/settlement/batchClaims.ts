@@ -21,16 +21,20 @@ import { type BatchRow, BatchRowSchema, type PaymentRow, PaymentRowSchema } from
 /** The outbox kind of settlement batches. */
 export const SETTLEMENT_KIND = "settlement";
 
-export type ClaimedBatch = { batch: BatchRow; rows: PaymentRow[]; outboxId: number };
+/** A claimed batch; `drained` when it took every payment that was pending (no need to look again). */
+export type ClaimedBatch = { batch: BatchRow; rows: PaymentRow[]; outboxId: number; drained: boolean };
+
+/** Payments held to fill the next batch: how many wait, and how long the oldest has waited. */
+export type HeldBatch = { kind: "held"; waiting: number; ageMs: number };
 
 export async function claimBatch(
   deps: { store: Store; outbox: Outbox; network: string; batchSettler: Address },
   rule: { maxBatchSize: number; lingerMs: number; inFlight: number },
-): Promise<ClaimedBatch | "held" | undefined> {
+): Promise<ClaimedBatch | HeldBatch | undefined> {
   const { network } = deps;
   return deps.store.transaction(async (tx) => {
-    const head = await tx.query<{ token: string; waiting: string; age_ms: number }>(
-      `SELECT token, count(*) OVER (PARTITION BY token) AS waiting,
+    const head = await tx.query<{ token: string; waiting: string; total: string; age_ms: number }>(
+      `SELECT token, count(*) OVER (PARTITION BY token) AS waiting, count(*) OVER () AS total,
               (extract(epoch FROM now() - created_at) * 1000)::float8 AS age_ms
        FROM payments WHERE status = 'pending' AND network = $1 ORDER BY id LIMIT 1`,
       [network],
@@ -38,8 +42,9 @@ export async function claimBatch(
     const first = head[0];
     if (first === undefined) return undefined;
     const token = first.token;
-    if (rule.inFlight > 0 && Number(first.waiting) < rule.maxBatchSize && first.age_ms < rule.lingerMs) {
-      return "held";
+    const waiting = Number(first.waiting);
+    if (rule.inFlight > 0 && waiting < rule.maxBatchSize && first.age_ms < rule.lingerMs) {
+      return { kind: "held", waiting, ageMs: first.age_ms };
     }
     const capped = await tx.query<{ cap: number | null }>(
       `SELECT min(batch_cap) AS cap FROM (SELECT batch_cap FROM payments
@@ -91,6 +96,11 @@ export async function claimBatch(
       parsed.length,
       outboxId,
     ]);
-    return { batch: { ...batch, item_count: parsed.length }, rows: parsed, outboxId };
+    return {
+      batch: { ...batch, item_count: parsed.length },
+      rows: parsed,
+      outboxId,
+      drained: parsed.length >= Number(first.total),
+    };
   });
 }

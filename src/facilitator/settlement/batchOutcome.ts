@@ -45,18 +45,32 @@ export type BatchOutcomeDeps = PaymentOutcomeDeps & {
   metrics?:
     | { onSettled(count: number, volume: bigint, token: string): void; onLatency(seconds: number): void }
     | undefined;
-  /** After the outcome committed: the batch's payments (to wake their waiters) and whether to look for work. */
-  afterCommit(batchId: number, rows: readonly PaymentRow[]): void;
+  /**
+   * After the outcome committed: the batch's payments (to wake their waiters), the rows it settled as
+   * they now are (so a waiter need not read them again), and the batch's size.
+   */
+  afterCommit(batchId: number, rows: readonly PaymentRow[], settled: readonly PaymentRow[]): void;
 };
 
 export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler {
   const log = deps.logger.child({ component: "settlement" });
+  /** Settles `row` and keeps the settled row in `into` (one list per outcome, emptied per commit try). */
+  async function settle(
+    into: PaymentRow[],
+    tx: Queryable,
+    row: PaymentRow,
+    settled: Parameters<typeof markPaymentSettled>[3],
+  ): Promise<void> {
+    const done = await markPaymentSettled(deps, tx, row, settled);
+    if (done !== undefined) into.push(done);
+  }
 
   async function confirmed(
     batchId: number,
     rows: PaymentRow[],
     outcome: Extract<OutboxOutcome, { status: "confirmed" }>,
     commit: Parameters<OutboxHandler>[1],
+    settledRows: PaymentRow[],
   ): Promise<void> {
     const token = rows[0]?.token;
     const outcomes = new Map<string, { ok: true } | { ok: false; reason: Hex }>();
@@ -84,6 +98,7 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     let settledVolume = 0n;
     let deferred = 0;
     await commit(async (tx) => {
+      settledRows.length = 0;
       for (const row of rows) {
         if (row.status !== "submitted") continue;
         const result = outcomes.get(`${row.payer}:${row.nonce}`);
@@ -97,7 +112,7 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
           settledCount++;
           settledVolume += row.amount;
           const by = paidElsewhere ?? { hash: outcome.hash, blockNumber: outcome.blockNumber };
-          await markPaymentSettled(deps, tx, row, {
+          await settle(settledRows, tx, row, {
             txHash: by.hash,
             blockNumber: by.blockNumber,
             nowSeconds: now,
@@ -118,6 +133,7 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     rows: PaymentRow[],
     txHash: Hash,
     commit: Parameters<OutboxHandler>[1],
+    settledRows: PaymentRow[],
   ): Promise<void> {
     const open = rows.filter((r) => r.status === "submitted");
     const cap = Math.max(1, Math.ceil(open.length / 2));
@@ -125,10 +141,11 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     for (const row of open) verdicts.set(row.id, await deps.checks.recheck(row));
     const now = unixSeconds(deps.clock);
     await commit(async (tx) => {
+      settledRows.length = 0;
       for (const row of open) {
         const verdict = verdicts.get(row.id)!;
         if (verdict.kind === "settled") {
-          await markPaymentSettled(deps, tx, row, {
+          await settle(settledRows, tx, row, {
             txHash: verdict.hash,
             blockNumber: verdict.blockNumber,
             nowSeconds: now,
@@ -162,16 +179,18 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     batchId: number,
     rows: PaymentRow[],
     commit: Parameters<OutboxHandler>[1],
+    settledRows: PaymentRow[],
   ): Promise<void> {
     const open = rows.filter((r) => r.status === "submitted");
     const uses = new Map<number, Awaited<ReturnType<PaymentChecks["onChainUse"]>>>();
     for (const row of open) uses.set(row.id, await deps.checks.onChainUse(row));
     const now = unixSeconds(deps.clock);
     await commit(async (tx) => {
+      settledRows.length = 0;
       for (const row of open) {
         const use = uses.get(row.id)!;
         if (use.kind === "matched") {
-          await markPaymentSettled(deps, tx, row, {
+          await settle(settledRows, tx, row, {
             txHash: use.hash,
             blockNumber: use.blockNumber,
             nowSeconds: now,
@@ -195,10 +214,11 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
   return async (outcome, commit) => {
     const batchId = Number(outcome.owner);
     const rows = await batchPayments(deps.store, batchId);
-    if (outcome.status === "confirmed") await confirmed(batchId, rows, outcome, commit);
-    else if (outcome.status === "reverted") await reverted(batchId, rows, outcome.hash, commit);
-    else await dropped(batchId, rows, commit);
-    deps.afterCommit(batchId, rows);
+    const settledRows: PaymentRow[] = [];
+    if (outcome.status === "confirmed") await confirmed(batchId, rows, outcome, commit, settledRows);
+    else if (outcome.status === "reverted") await reverted(batchId, rows, outcome.hash, commit, settledRows);
+    else await dropped(batchId, rows, commit, settledRows);
+    deps.afterCommit(batchId, rows, settledRows);
   };
 }
 

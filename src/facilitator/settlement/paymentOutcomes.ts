@@ -7,7 +7,7 @@ import type { Logger } from "pino";
 import { getAddress, type Hash } from "viem";
 import type { TollgateError } from "../../protocol/errors.ts";
 import type { Queryable } from "../../store/store.ts";
-import type { PaymentRow } from "../paymentRecords.ts";
+import { type PaymentRow, PaymentRowSchema } from "../paymentRecords.ts";
 import type { ProofKey } from "../proofKeys.ts";
 import { issuePaymentProof } from "./issuePaymentProof.ts";
 
@@ -18,14 +18,17 @@ export type PaymentOutcomeDeps = {
   onFailed?: ((code: string) => void) | undefined;
 };
 
-/** Marks a row settled by `txHash` and stores its proof; a no-op unless the row is in `from`. */
+/**
+ * Marks a row settled by `txHash` and stores its proof; a no-op unless the row is in `from`. Resolves
+ * with the settled row (what `/authorize` answers from), `undefined` when it was not in `from`.
+ */
 export async function markPaymentSettled(
   deps: PaymentOutcomeDeps,
   tx: Queryable,
   row: PaymentRow,
   settled: { txHash: Hash; blockNumber: bigint; nowSeconds: number },
   from: "submitted" | "failed" = "submitted",
-): Promise<boolean> {
+): Promise<PaymentRow | undefined> {
   const proof = issuePaymentProof(deps.proofKey(), row, {
     txHash: settled.txHash,
     nowSeconds: settled.nowSeconds,
@@ -34,10 +37,10 @@ export async function markPaymentSettled(
   const updated = await tx.query(
     `UPDATE payments SET status = 'settled', tx_hash = $2, block_number = $3, proof = $4, settled_at = now(),
        failure_code = NULL, failure_message = NULL, batch_cap = NULL, updated_at = now()
-     WHERE id = $1 AND status = $5 RETURNING id`,
+     WHERE id = $1 AND status = $5 RETURNING *`,
     [row.id, settled.txHash, settled.blockNumber, proof, from],
   );
-  if (updated.length === 0) return false;
+  if (updated.length === 0) return undefined;
   deps.logger.info(
     {
       ...paymentLogFields(row),
@@ -50,7 +53,7 @@ export async function markPaymentSettled(
   await tx.query("INSERT INTO events (type, data) VALUES ('payment.settled', $1)", [
     eventData(row, { transaction: settled.txHash, blockNumber: settled.blockNumber.toString() }),
   ]);
-  return true;
+  return PaymentRowSchema.parse(updated[0]);
 }
 
 /** Marks a submitted row failed with `refusal`; a no-op unless it is still submitted. */
