@@ -34,11 +34,24 @@ export async function markPaymentSettled(
     nowSeconds: settled.nowSeconds,
     ttlSeconds: deps.proofTtlSeconds,
   });
+  // The row and its event in one statement: the event is inserted only if the row was in `from`.
   const updated = await tx.query(
-    `UPDATE payments SET status = 'settled', tx_hash = $2, block_number = $3, proof = $4, settled_at = now(),
-       failure_code = NULL, failure_message = NULL, batch_cap = NULL, updated_at = now()
-     WHERE id = $1 AND status = $5 RETURNING *`,
-    [row.id, settled.txHash, settled.blockNumber, proof, from],
+    `WITH settled AS (
+       UPDATE payments SET status = 'settled', tx_hash = $2, block_number = $3, proof = $4, settled_at = now(),
+         failure_code = NULL, failure_message = NULL, batch_cap = NULL, updated_at = now()
+       WHERE id = $1 AND status = $5 RETURNING *
+     ), recorded AS (
+       INSERT INTO events (type, data) SELECT 'payment.settled', $6::jsonb FROM settled
+     )
+     SELECT * FROM settled`,
+    [
+      row.id,
+      settled.txHash,
+      settled.blockNumber,
+      proof,
+      from,
+      eventData(row, { transaction: settled.txHash, blockNumber: settled.blockNumber.toString() }),
+    ],
   );
   if (updated.length === 0) return undefined;
   deps.logger.info(
@@ -50,9 +63,6 @@ export async function markPaymentSettled(
     },
     "payment settled",
   );
-  await tx.query("INSERT INTO events (type, data) VALUES ('payment.settled', $1)", [
-    eventData(row, { transaction: settled.txHash, blockNumber: settled.blockNumber.toString() }),
-  ]);
   return PaymentRowSchema.parse(updated[0]);
 }
 
