@@ -188,13 +188,38 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
   let outcomeSeen = false;
   /** Batches this engine queued whose outcome is not recorded yet (the batching rule reads its size). */
   const inFlight = new Set<number>();
+  /**
+   * Whether the queue may hold payments no read of this loop has seen. Cleared when a read finds the
+   * queue empty (or a claim takes all of it) and nothing was signalled since that read began; set by
+   * every signal, a requeue, and every pause that ends by its timer (the backstop).
+   */
+  let pendingMaybe = true;
+  /** Counts signals, so a read can tell whether one came while it ran. */
+  let signals = 0;
+  /**
+   * Payments this engine is inserting or inserted whose store notification has not come back. Each
+   * insert signals the loop itself; its notification (heard by this process too) is then not a second
+   * reason to read the queue. A notification beyond these is another instance's payment.
+   */
+  let ownInserts = 0;
 
   /** New work may be waiting (a payment was queued here or elsewhere). */
   function signal(): void {
     dirty = true;
     arrivals++;
+    signals++;
+    pendingMaybe = true;
     if (holdRoom !== undefined && --holdRoom > 0) return;
     sleeper.wake();
+  }
+
+  /** The store's `payments` notification: a payment was inserted here or by another instance. */
+  function notified(): void {
+    if (ownInserts > 0) {
+      ownInserts--;
+      return;
+    }
+    signal();
   }
 
   /** Look now, held or not: a batch's outcome changed what is in flight. */
@@ -215,8 +240,9 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       clock,
       logger,
       metrics: options.metrics,
-      afterCommit(batchId, rows, settled) {
+      afterCommit(batchId, rows, settled, requeued) {
         inFlight.delete(batchId);
+        if (requeued) pendingMaybe = true;
         const settledByNonce = new Map(settled.map((r) => [r.nonce, r]));
         for (const r of rows) {
           const row = settledByNonce.get(r.nonce);
@@ -262,19 +288,27 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       if (queued === undefined) throw error;
       return resume(queued, payment);
     }
-    const inserted = await insertPayment(store, {
-      nonce: a.nonce,
-      network,
-      token: payment.token,
-      payer: a.from,
-      payTo: a.to,
-      amount: BigInt(a.value),
-      memo: payment.memo,
-      source,
-      validAfter: BigInt(a.validAfter),
-      validBefore: BigInt(a.validBefore),
-      signature: payment.signature,
-    });
+    // Counted before the insert: its notification may be heard before the insert resolves.
+    ownInserts++;
+    let inserted: PaymentRow | undefined;
+    try {
+      inserted = await insertPayment(store, {
+        nonce: a.nonce,
+        network,
+        token: payment.token,
+        payer: a.from,
+        payTo: a.to,
+        amount: BigInt(a.value),
+        memo: payment.memo,
+        source,
+        validAfter: BigInt(a.validAfter),
+        validBefore: BigInt(a.validBefore),
+        signature: payment.signature,
+      });
+    } finally {
+      // No row, no notification.
+      if (inserted === undefined) ownInserts = Math.max(0, ownInserts - 1);
+    }
     if (inserted !== undefined) {
       signal();
       return inserted;
@@ -330,18 +364,25 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
 
   /** Claims batches while fewer than `maxInFlight` are in flight; says so when work is held to fill one. */
   async function tick(): Promise<HeldBatch | undefined> {
-    while (running && inFlight.size < maxInFlight) {
+    while (running && inFlight.size < maxInFlight && pendingMaybe) {
+      const before = signals;
       const claimed = await claimBatch(
         { store, outbox, network, batchSettler: options.batchSettler },
         { maxBatchSize, lingerMs, inFlight: inFlight.size },
       );
-      if (claimed === undefined) return undefined;
+      if (claimed === undefined) {
+        if (signals === before) pendingMaybe = false;
+        return undefined;
+      }
       if ("kind" in claimed) return claimed;
       inFlight.add(claimed.batch.id);
       options.metrics?.onBatch(claimed.rows.length);
       outbox.wake();
       // Nothing else was pending: a payment queued since then signals, so the loop looks again anyway.
-      if (claimed.drained) return undefined;
+      if (claimed.drained) {
+        if (signals === before) pendingMaybe = false;
+        return undefined;
+      }
     }
     return undefined;
   }
@@ -376,7 +417,14 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       if (!running) break;
       if (held === undefined) {
         if (dirty) continue;
-        await sleeper.pause(inFlight.size > 0 ? Math.min(reconcileIntervalMs, 200) : idlePollMs);
+        const woken = await sleeper.pause(
+          inFlight.size > 0 ? Math.min(reconcileIntervalMs, 200) : idlePollMs,
+        );
+        // The backstop: a read for what no signal announced (a lost notification, a dead instance's rows).
+        if (!woken) {
+          pendingMaybe = true;
+          ownInserts = 0;
+        }
         continue;
       }
       // Held: wait for the oldest payment's linger to end, a full batch, or an outcome (wakeNow).
@@ -491,7 +539,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       running = true;
       await adoptLegacyBatches();
       // Payments another instance writes (or a request of this one) wake the loop; see `idlePollMs`.
-      unlisten = await store.listen("payments", signal);
+      unlisten = await store.listen("payments", notified);
       loopDone = loop();
     },
     stop() {

@@ -13,8 +13,8 @@
 export const IDLE_BACKSTOP_MS = 30_000;
 
 export type WakeablePause = {
-  /** Resolves after `ms`, or as soon as `wake()` is called. */
-  pause(ms: number): Promise<void>;
+  /** Resolves after `ms` (with `false`), or as soon as `wake()` is called (with `true`). */
+  pause(ms: number): Promise<boolean>;
   wake(): void;
 };
 
@@ -22,14 +22,14 @@ export function createWakeablePause(): WakeablePause {
   let wake: (() => void) | undefined;
   return {
     pause(ms) {
-      return new Promise<void>((resolve) => {
-        const timer = setTimeout(done, ms);
-        function done() {
+      return new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => done(false), ms);
+        function done(woken: boolean) {
           clearTimeout(timer);
           wake = undefined;
-          resolve();
+          resolve(woken);
         }
-        wake = done;
+        wake = () => done(true);
       });
     },
     wake() {

@@ -47,22 +47,33 @@ export type BatchOutcomeDeps = PaymentOutcomeDeps & {
     | undefined;
   /**
    * After the outcome committed: the batch's payments (to wake their waiters), the rows it settled as
-   * they now are (so a waiter need not read them again), and the batch's size.
+   * they now are (so a waiter need not read them again), and whether it put any back in the queue.
    */
-  afterCommit(batchId: number, rows: readonly PaymentRow[], settled: readonly PaymentRow[]): void;
+  afterCommit(
+    batchId: number,
+    rows: readonly PaymentRow[],
+    settled: readonly PaymentRow[],
+    requeued: boolean,
+  ): void;
 };
+
+/**
+ * What one outcome's store transaction did, for `afterCommit`: the rows it settled, and whether it put
+ * any back in the queue. Emptied at the start of each try of the commit callback.
+ */
+type Recorded = { settled: PaymentRow[]; requeued: boolean };
 
 export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler {
   const log = deps.logger.child({ component: "settlement" });
-  /** Settles `row` and keeps the settled row in `into` (one list per outcome, emptied per commit try). */
+  /** Settles `row` and keeps the settled row in `into.settled`. */
   async function settle(
-    into: PaymentRow[],
+    into: Recorded,
     tx: Queryable,
     row: PaymentRow,
     settled: Parameters<typeof markPaymentSettled>[3],
   ): Promise<void> {
     const done = await markPaymentSettled(deps, tx, row, settled);
-    if (done !== undefined) into.push(done);
+    if (done !== undefined) into.settled.push(done);
   }
 
   async function confirmed(
@@ -70,7 +81,7 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     rows: PaymentRow[],
     outcome: Extract<OutboxOutcome, { status: "confirmed" }>,
     commit: Parameters<OutboxHandler>[1],
-    settledRows: PaymentRow[],
+    recorded: Recorded,
   ): Promise<void> {
     const token = rows[0]?.token;
     const outcomes = new Map<string, { ok: true } | { ok: false; reason: Hex }>();
@@ -98,7 +109,8 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     let settledVolume = 0n;
     let deferred = 0;
     await commit(async (tx) => {
-      settledRows.length = 0;
+      recorded.settled.length = 0;
+      recorded.requeued = false;
       for (const row of rows) {
         if (row.status !== "submitted") continue;
         const result = outcomes.get(`${row.payer}:${row.nonce}`);
@@ -107,12 +119,13 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
           // Deferred by the settler (not attempted, too little gas left): not the item's fault, and
           // not an attempt.
           deferred++;
+          recorded.requeued = true;
           await requeuePayment(tx, row, { refundAttempt: true });
         } else if (result.ok || paidElsewhere !== undefined) {
           settledCount++;
           settledVolume += row.amount;
           const by = paidElsewhere ?? { hash: outcome.hash, blockNumber: outcome.blockNumber };
-          await settle(settledRows, tx, row, {
+          await settle(recorded, tx, row, {
             txHash: by.hash,
             blockNumber: by.blockNumber,
             nowSeconds: now,
@@ -133,7 +146,7 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     rows: PaymentRow[],
     txHash: Hash,
     commit: Parameters<OutboxHandler>[1],
-    settledRows: PaymentRow[],
+    recorded: Recorded,
   ): Promise<void> {
     const open = rows.filter((r) => r.status === "submitted");
     const cap = Math.max(1, Math.ceil(open.length / 2));
@@ -141,11 +154,12 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     for (const row of open) verdicts.set(row.id, await deps.checks.recheck(row));
     const now = unixSeconds(deps.clock);
     await commit(async (tx) => {
-      settledRows.length = 0;
+      recorded.settled.length = 0;
+      recorded.requeued = false;
       for (const row of open) {
         const verdict = verdicts.get(row.id)!;
         if (verdict.kind === "settled") {
-          await settle(settledRows, tx, row, {
+          await settle(recorded, tx, row, {
             txHash: verdict.hash,
             blockNumber: verdict.blockNumber,
             nowSeconds: now,
@@ -164,6 +178,7 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
             txHash,
           );
         } else {
+          recorded.requeued = true;
           await requeuePayment(tx, row, { cap });
         }
       }
@@ -179,18 +194,19 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     batchId: number,
     rows: PaymentRow[],
     commit: Parameters<OutboxHandler>[1],
-    settledRows: PaymentRow[],
+    recorded: Recorded,
   ): Promise<void> {
     const open = rows.filter((r) => r.status === "submitted");
     const uses = new Map<number, Awaited<ReturnType<PaymentChecks["onChainUse"]>>>();
     for (const row of open) uses.set(row.id, await deps.checks.onChainUse(row));
     const now = unixSeconds(deps.clock);
     await commit(async (tx) => {
-      settledRows.length = 0;
+      recorded.settled.length = 0;
+      recorded.requeued = false;
       for (const row of open) {
         const use = uses.get(row.id)!;
         if (use.kind === "matched") {
-          await settle(settledRows, tx, row, {
+          await settle(recorded, tx, row, {
             txHash: use.hash,
             blockNumber: use.blockNumber,
             nowSeconds: now,
@@ -204,6 +220,7 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
             null,
           );
         } else {
+          recorded.requeued = true;
           await requeuePayment(tx, row);
         }
       }
@@ -214,11 +231,11 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
   return async (outcome, commit) => {
     const batchId = Number(outcome.owner);
     const rows = await batchPayments(deps.store, batchId);
-    const settledRows: PaymentRow[] = [];
-    if (outcome.status === "confirmed") await confirmed(batchId, rows, outcome, commit, settledRows);
-    else if (outcome.status === "reverted") await reverted(batchId, rows, outcome.hash, commit, settledRows);
-    else await dropped(batchId, rows, commit, settledRows);
-    deps.afterCommit(batchId, rows, settledRows);
+    const recorded: Recorded = { settled: [], requeued: false };
+    if (outcome.status === "confirmed") await confirmed(batchId, rows, outcome, commit, recorded);
+    else if (outcome.status === "reverted") await reverted(batchId, rows, outcome.hash, commit, recorded);
+    else await dropped(batchId, rows, commit, recorded);
+    deps.afterCommit(batchId, rows, recorded.settled, recorded.requeued);
   };
 }
 
