@@ -24,7 +24,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { writeDevnetFile } from "../src/chain/devnetFile.ts";
+import { describeDevnet, writeDevnetFile } from "../src/chain/devnetFile.ts";
 import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { signTransferAuthorization } from "../src/chain/signers/signTransferAuthorization.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
@@ -75,14 +75,7 @@ async function startFacilitatorProcess(
   port: number,
   entry: string[],
 ): Promise<ChildProcess> {
-  writeDevnetFile(join(dir, "devnet.json"), {
-    rpcUrl: devnet.rpcUrl,
-    chainId: devnet.chain.id,
-    network: devnet.network,
-    pid: process.pid,
-    contracts: devnet.contracts,
-    accounts: devnet.accounts.map((a) => ({ address: a.address, privateKey: a.privateKey })),
-  });
+  writeDevnetFile(join(dir, "devnet.json"), describeDevnet(devnet));
   const child = spawn(process.execPath, [...entry, "facilitator", "--dir", dir, "--port", String(port)], {
     cwd: root,
     env: { ...process.env, LOG_LEVEL: "warn", TOLLGATE_PROOF_KEYS: generateProofKey().seed },

@@ -9,7 +9,7 @@ import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { writeDevnetFile } from "../src/chain/devnetFile.ts";
+import { describeDevnet, writeDevnetFile } from "../src/chain/devnetFile.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { bundleCli } from "../src/cli/bundle.ts";
 import { generateProofKey } from "../src/facilitator/proofKeys.ts";
@@ -69,14 +69,7 @@ describe("the built tollgate command", { timeout: 120_000 }, () => {
   });
 
   it("runs a facilitator with plain node: a fresh PGlite directory migrated, the dashboard's assets served", async () => {
-    writeDevnetFile(join(dir, "devnet.json"), {
-      rpcUrl: devnet.rpcUrl,
-      chainId: devnet.chain.id,
-      network: devnet.network,
-      pid: process.pid,
-      contracts: devnet.contracts,
-      accounts: devnet.accounts.map((a) => ({ address: a.address, privateKey: a.privateKey })),
-    });
+    writeDevnetFile(join(dir, "devnet.json"), describeDevnet(devnet));
     child = spawn(process.execPath, [entry, "facilitator", "--dir", dir, "--port", "0"], {
       cwd: dir,
       env: {

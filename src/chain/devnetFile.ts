@@ -8,6 +8,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { z } from "zod";
 import { ensurePrivateDir, tightenPrivateFile, writePrivateFile } from "../store/privateFiles.ts";
+import type { Devnet } from "./startDevnet.ts";
 
 const HexSchema = z.string().regex(/^0x[0-9a-fA-F]*$/);
 const AddressSchema = z.string().regex(/^0x[0-9a-fA-F]{40}$/);
@@ -35,6 +36,21 @@ export function readDevnetFile(dir = ".tollgate"): DevnetFile | undefined {
   if (!existsSync(file)) return undefined;
   tightenPrivateFile(file);
   return DevnetFileSchema.parse(JSON.parse(readFileSync(file, "utf8")));
+}
+
+/** The description of a running devnet; `pid` is the process that keeps its anvil alive. */
+export function describeDevnet(
+  devnet: Pick<Devnet, "rpcUrl" | "chain" | "network" | "contracts" | "accounts">,
+  pid: number = process.pid,
+): DevnetFile {
+  return {
+    rpcUrl: devnet.rpcUrl,
+    chainId: devnet.chain.id,
+    network: devnet.network,
+    pid,
+    contracts: devnet.contracts,
+    accounts: devnet.accounts.map(({ address, privateKey }) => ({ address, privateKey })),
+  };
 }
 
 /** Writes `file` (`<dir>/devnet.json`) 0600, creating its directory 0700. */

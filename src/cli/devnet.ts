@@ -8,7 +8,7 @@ import { createServer } from "node:net";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { createPublicClient, createTestClient, http } from "viem";
-import { type DevnetFile, DevnetFileSchema, writeDevnetFile } from "../chain/devnetFile.ts";
+import { type DevnetFile, DevnetFileSchema, describeDevnet, writeDevnetFile } from "../chain/devnetFile.ts";
 import { startAnvil } from "../chain/startAnvil.ts";
 import { setUpDevnet } from "../chain/startDevnet.ts";
 import { parseUnitsExact } from "../protocol/amount.ts";
@@ -138,15 +138,7 @@ async function up(
   });
   try {
     const devnet = await setUpDevnet(anvil.rpcUrl, count, balance, () => anvil.stop());
-    const description: DevnetFile = {
-      rpcUrl: devnet.rpcUrl,
-      chainId: devnet.chain.id,
-      network: devnet.network,
-      pid: anvil.pid,
-      contracts: devnet.contracts,
-      accounts: devnet.accounts.map(({ address, privateKey }) => ({ address, privateKey })),
-    };
-    writeDevnetFile(file, description);
+    writeDevnetFile(file, describeDevnet(devnet, anvil.pid));
     out.log(`devnet up: ${devnet.rpcUrl} (chain ${devnet.chain.id}, ${devnet.network}, pid ${anvil.pid})`);
     out.log(`  TollgateUSD          ${devnet.contracts.usd}`);
     out.log(`  SubscriptionManager  ${devnet.contracts.subscriptionManager}`);

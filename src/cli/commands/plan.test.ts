@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getIsOperator } from "../../chain/actions/subscriptions/getIsOperator.ts";
 import { getPlan } from "../../chain/actions/subscriptions/getPlan.ts";
-import type { DevnetFile } from "../../chain/devnetFile.ts";
+import { type DevnetFile, describeDevnet } from "../../chain/devnetFile.ts";
 import { type Devnet, startDevnet } from "../../chain/startDevnet.ts";
 import { planCommand } from "./plan.ts";
 
@@ -14,14 +14,7 @@ let cwd: string;
 beforeAll(async () => {
   devnet = await startDevnet({ accounts: 3 });
   cwd = mkdtempSync(join(tmpdir(), "tollgate-plan-"));
-  const file: DevnetFile = {
-    rpcUrl: devnet.rpcUrl,
-    chainId: devnet.chain.id,
-    network: devnet.network,
-    pid: process.pid,
-    contracts: devnet.contracts,
-    accounts: devnet.accounts.map((a) => ({ address: a.address, privateKey: a.privateKey })),
-  };
+  const file: DevnetFile = describeDevnet(devnet);
   writeFileSync(join(cwd, "devnet.json"), JSON.stringify(file));
 });
 

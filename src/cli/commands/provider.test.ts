@@ -11,7 +11,7 @@ import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestFacilitator, type TestFacilitator } from "../../../test/support/facilitatorHarness.ts";
 import { type CliResult, runCli } from "../../../test/support/runCli.ts";
-import type { DevnetFile } from "../../chain/devnetFile.ts";
+import { type DevnetFile, describeDevnet } from "../../chain/devnetFile.ts";
 import { type Devnet, startDevnet } from "../../chain/startDevnet.ts";
 import { PROVIDER_KEYS_FILE } from "../providerKeys.ts";
 
@@ -27,14 +27,7 @@ beforeAll(async () => {
   devnet = await startDevnet({ accounts: 3 });
   tf = await startTestFacilitator(devnet);
   dir = mkdtempSync(join(tmpdir(), "tollgate-provider-"));
-  const file: DevnetFile = {
-    rpcUrl: devnet.rpcUrl,
-    chainId: devnet.chain.id,
-    network: devnet.network,
-    pid: process.pid,
-    contracts: devnet.contracts,
-    accounts: devnet.accounts.map((a) => ({ address: a.address, privateKey: a.privateKey })),
-  };
+  const file: DevnetFile = describeDevnet(devnet);
   writeFileSync(join(dir, "devnet.json"), JSON.stringify(file), { mode: 0o600 });
   stranger = createServer((req, res) => {
     strangerRequests.push({ url: req.url, authorization: req.headers.authorization });

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type AgentStack, startAgentStack } from "../../../test/support/agentStack.ts";
 import { runCli } from "../../../test/support/runCli.ts";
 import { getTokenBalance } from "../../chain/actions/usd/getTokenBalance.ts";
-import type { DevnetFile } from "../../chain/devnetFile.ts";
+import { type DevnetFile, describeDevnet } from "../../chain/devnetFile.ts";
 import { systemClock } from "../../protocol/clock.ts";
 import { budgetCommand } from "./budget.ts";
 
@@ -28,14 +28,7 @@ beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "tollgate-run-cli-"));
   // What `tollgate devnet up` writes, for the stack's devnet.
   const { devnet } = stack;
-  const file: DevnetFile = {
-    rpcUrl: devnet.rpcUrl,
-    chainId: devnet.chain.id,
-    network: devnet.network,
-    pid: process.pid,
-    contracts: devnet.contracts,
-    accounts: devnet.accounts.map((a) => ({ address: a.address, privateKey: a.privateKey })),
-  };
+  const file: DevnetFile = describeDevnet(devnet);
   writeFileSync(join(dir, "devnet.json"), JSON.stringify(file), { mode: 0o600 });
 }, 180_000);
 
