@@ -13,20 +13,11 @@ import { Hono } from "hono";
 import type { Address, Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
-import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
-import { createChannelsModule } from "../src/facilitator/channels/channelsModule.ts";
-import {
-  createFacilitator,
-  type Facilitator,
-  type RunningServer,
-  serveApp,
-} from "../src/facilitator/createFacilitator.ts";
-import { generateProofKey } from "../src/facilitator/proofKeys.ts";
-import { providersModule } from "../src/facilitator/providers/providersModule.ts";
+import { type Facilitator, type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGate.ts";
 import { paymentGate } from "../src/gate/paymentGate.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../src/protocol/channelVoucher.ts";
@@ -36,7 +27,11 @@ import { createMemoryChannelWalletStore } from "../src/schemes/channel/channelWa
 import { CHANNEL_CLOSE_HEADER } from "../src/schemes/channel/cooperativeClose.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
-import { registerTestProvider } from "./support/channelFixtures.ts";
+import {
+  nameChannelOperator,
+  registerTestProvider,
+  startChannelFacilitator,
+} from "./support/channelFixtures.ts";
 
 const PRICE = 10_000n;
 
@@ -64,37 +59,20 @@ describe("cooperative channel close at the payer's request", () => {
     ];
     gas = devnet.accounts[5]!;
     store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
-    facilitator = createFacilitator({
+    ({ facilitator, server } = await startChannelFacilitator(devnet, {
       store,
-      publicClient: devnet.publicClient,
-      network: devnet.network,
-      gasAccount: gas.account,
-      proofKeys: [generateProofKey().key],
-      batchSettler: devnet.contracts.batchSettler,
-      channels: devnet.contracts.channels,
-      tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
-      builtinModules: false,
-      modules: [
-        providersModule,
-        // A high threshold: nothing is claimed before the close, so the close itself pays the seller.
-        createChannelsModule({
-          claims: { thresholdValue: 10n ** 18n, maxAgeMs: 3_600_000, intervalMs: 100 },
-          minDeposit: 100_000n,
-        }),
-      ],
+      gas,
+      // A high threshold: nothing is claimed before the close, so the close itself pays the seller.
+      channels: {
+        claims: { thresholdValue: 10n ** 18n, maxAgeMs: 3_600_000, intervalMs: 100 },
+        minDeposit: 100_000n,
+      },
       outbox: { reconcileIntervalMs: 100 },
-    });
-    await facilitator.start();
-    server = await serveApp(facilitator.app);
+    }));
     apiKey = await registerTestProvider(server.url, payee);
     otherApiKey = await registerTestProvider(server.url, otherPayee);
     for (const seller of [payee, otherPayee]) {
-      const hash = await setChannelOperator(devnet.walletClient(seller), {
-        channels: devnet.contracts.channels,
-        operator: gas.address,
-        allowed: true,
-      });
-      await devnet.publicClient.waitForTransactionReceipt({ hash });
+      await nameChannelOperator(devnet, seller, gas.address);
     }
   }, 120_000);
   afterAll(async () => {

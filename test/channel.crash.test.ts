@@ -11,25 +11,19 @@ import { join } from "node:path";
 import type { Address, Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
-import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
-import { createChannelsModule } from "../src/facilitator/channels/channelsModule.ts";
-import {
-  createFacilitator,
-  type Facilitator,
-  type RunningServer,
-  serveApp,
-} from "../src/facilitator/createFacilitator.ts";
-import { generateProofKey } from "../src/facilitator/proofKeys.ts";
-import { providersModule } from "../src/facilitator/providers/providersModule.ts";
+import type { Facilitator, RunningServer } from "../src/facilitator/createFacilitator.ts";
 import { createChannelFetch } from "../src/schemes/channel/channelFetch.ts";
 import { createChannelWallet } from "../src/schemes/channel/channelWallet.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
-import { registerTestProvider } from "./support/channelFixtures.ts";
+import {
+  nameChannelOperator,
+  registerTestProvider,
+  startChannelFacilitator,
+} from "./support/channelFixtures.ts";
 
 const fixture = new URL("./fixtures/channelGateProcess.ts", import.meta.url).pathname;
 const PRICE = 10_000n;
@@ -100,34 +94,17 @@ describe("channel gate crashes", () => {
     [, payer, payee] = devnet.accounts as [DevnetAccount, DevnetAccount, DevnetAccount];
     const gas = devnet.accounts[5]!;
     store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
-    facilitator = createFacilitator({
+    ({ facilitator, server } = await startChannelFacilitator(devnet, {
       store,
-      publicClient: devnet.publicClient,
-      network: devnet.network,
-      gasAccount: gas.account,
-      proofKeys: [generateProofKey().key],
-      batchSettler: devnet.contracts.batchSettler,
-      channels: devnet.contracts.channels,
-      tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
-      builtinModules: false,
-      modules: [
-        providersModule,
-        createChannelsModule({
-          claims: { thresholdValue: 1n, maxAgeMs: 3_600_000, intervalMs: 100 },
-          minDeposit: 100_000n,
-        }),
-      ],
+      gas,
+      channels: {
+        claims: { thresholdValue: 1n, maxAgeMs: 3_600_000, intervalMs: 100 },
+        minDeposit: 100_000n,
+      },
       outbox: { reconcileIntervalMs: 100 },
-    });
-    await facilitator.start();
-    server = await serveApp(facilitator.app);
+    }));
     apiKey = await registerTestProvider(server.url, payee);
-    const hash = await setChannelOperator(devnet.walletClient(payee), {
-      channels: devnet.contracts.channels,
-      operator: gas.address,
-      allowed: true,
-    });
-    await devnet.publicClient.waitForTransactionReceipt({ hash });
+    await nameChannelOperator(devnet, payee, gas.address);
   }, 60_000);
   afterAll(async () => {
     for (const gate of gates) await kill(gate);

@@ -11,7 +11,6 @@ import { Hono } from "hono";
 import { type Address, sha256, toHex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
-import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { tollgateChannelsAbi } from "../src/chain/contracts/artifacts/TollgateChannels.ts";
 import { tollgateUsdDomain } from "../src/chain/networks.ts";
@@ -19,15 +18,7 @@ import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/start
 import { createPayer } from "../src/client/createPayer.ts";
 import { createFacilitatorClient, type FetchFn } from "../src/client/facilitatorClient.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
-import { createChannelsModule } from "../src/facilitator/channels/channelsModule.ts";
-import {
-  createFacilitator,
-  type Facilitator,
-  type RunningServer,
-  serveApp,
-} from "../src/facilitator/createFacilitator.ts";
-import { generateProofKey } from "../src/facilitator/proofKeys.ts";
-import { providersModule } from "../src/facilitator/providers/providersModule.ts";
+import { type Facilitator, type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGate.ts";
 import { paymentGate } from "../src/gate/paymentGate.ts";
 import { ChannelCloseResponseSchema } from "../src/protocol/channels.ts";
@@ -41,7 +32,11 @@ import { createChannelWallet } from "../src/schemes/channel/channelWallet.ts";
 import { withChannelWallet } from "../src/schemes/channel/client.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
-import { registerTestProvider } from "./support/channelFixtures.ts";
+import {
+  nameChannelOperator,
+  registerTestProvider,
+  startChannelFacilitator,
+} from "./support/channelFixtures.ts";
 
 const PRICE = 10_000n;
 const CALLS = 100;
@@ -62,34 +57,17 @@ describe("channel scheme end to end", () => {
     [, payer, payee] = devnet.accounts as [DevnetAccount, DevnetAccount, DevnetAccount];
     gas = devnet.accounts[5]!;
     store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
-    facilitator = createFacilitator({
+    ({ facilitator, server } = await startChannelFacilitator(devnet, {
       store,
-      publicClient: devnet.publicClient,
-      network: devnet.network,
-      gasAccount: gas.account,
-      proofKeys: [generateProofKey().key],
-      batchSettler: devnet.contracts.batchSettler,
-      channels: devnet.contracts.channels,
-      tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
-      builtinModules: false,
-      modules: [
-        providersModule,
-        createChannelsModule({
-          claims: { thresholdValue: 1n, maxAgeMs: 3_600_000, intervalMs: 100 },
-          minDeposit: 100_000n,
-        }),
-      ],
+      gas,
+      channels: {
+        claims: { thresholdValue: 1n, maxAgeMs: 3_600_000, intervalMs: 100 },
+        minDeposit: 100_000n,
+      },
       outbox: { reconcileIntervalMs: 100 },
-    });
-    await facilitator.start();
-    server = await serveApp(facilitator.app);
+    }));
     apiKey = await registerTestProvider(server.url, payee);
-    const hash = await setChannelOperator(devnet.walletClient(payee), {
-      channels: devnet.contracts.channels,
-      operator: gas.address,
-      allowed: true,
-    });
-    await devnet.publicClient.waitForTransactionReceipt({ hash });
+    await nameChannelOperator(devnet, payee, gas.address);
   });
   afterAll(async () => {
     await server?.close();

@@ -10,21 +10,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
 import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { createFacilitatorClient, type FetchFn } from "../src/client/facilitatorClient.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
-import { createChannelsModule } from "../src/facilitator/channels/channelsModule.ts";
-import {
-  createFacilitator,
-  type Facilitator,
-  type RunningServer,
-  serveApp,
-} from "../src/facilitator/createFacilitator.ts";
-import { generateProofKey } from "../src/facilitator/proofKeys.ts";
-import { providersModule } from "../src/facilitator/providers/providersModule.ts";
+import { type Facilitator, type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGate.ts";
 import { paymentGate } from "../src/gate/paymentGate.ts";
 import { createChannelFetch } from "../src/schemes/channel/channelFetch.ts";
@@ -32,7 +23,11 @@ import { createChannelWallet } from "../src/schemes/channel/channelWallet.ts";
 import { withChannelWallet } from "../src/schemes/channel/client.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
-import { registerTestProvider } from "./support/channelFixtures.ts";
+import {
+  nameChannelOperator,
+  registerTestProvider,
+  startChannelFacilitator,
+} from "./support/channelFixtures.ts";
 
 const PRICE = 10_000n;
 
@@ -62,28 +57,13 @@ describe("a channel request that got no answer", () => {
     [, payer, payee] = devnet.accounts as [DevnetAccount, DevnetAccount, DevnetAccount];
     const gas = devnet.accounts[5]!;
     store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
-    facilitator = createFacilitator({
+    ({ facilitator, server } = await startChannelFacilitator(devnet, {
       store,
-      publicClient: devnet.publicClient,
-      network: devnet.network,
-      gasAccount: gas.account,
-      proofKeys: [generateProofKey().key],
-      batchSettler: devnet.contracts.batchSettler,
-      channels: devnet.contracts.channels,
-      tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
-      builtinModules: false,
-      modules: [providersModule, createChannelsModule({ minDeposit: 100_000n })],
-    });
-    await facilitator.start();
-    server = await serveApp(facilitator.app);
+      gas,
+      channels: { minDeposit: 100_000n },
+    }));
     apiKey = await registerTestProvider(server.url, payee);
-    await devnet.publicClient.waitForTransactionReceipt({
-      hash: await setChannelOperator(devnet.walletClient(payee), {
-        channels: devnet.contracts.channels,
-        operator: gas.address,
-        allowed: true,
-      }),
-    });
+    await nameChannelOperator(devnet, payee, gas.address);
   }, 120_000);
   afterAll(async () => {
     await server?.close();

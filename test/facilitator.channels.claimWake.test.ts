@@ -11,23 +11,19 @@
 import { createPublicClient, custom, type Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
-import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
 import { signChannelCloseRequest } from "../src/chain/actions/channels/signChannelCloseRequest.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
-import { createChannelsModule } from "../src/facilitator/channels/channelsModule.ts";
-import {
-  createFacilitator,
-  type Facilitator,
-  type RunningServer,
-  serveApp,
-} from "../src/facilitator/createFacilitator.ts";
-import { generateProofKey } from "../src/facilitator/proofKeys.ts";
-import { providersModule } from "../src/facilitator/providers/providersModule.ts";
+import type { Facilitator, RunningServer } from "../src/facilitator/createFacilitator.ts";
 import { ChannelVouchersResponseSchema } from "../src/protocol/channels.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
-import { registerTestProvider, signTestOpen, wireVoucher } from "./support/channelFixtures.ts";
+import {
+  nameChannelOperator,
+  registerTestProvider,
+  signTestOpen,
+  startChannelFacilitator,
+  wireVoucher,
+} from "./support/channelFixtures.ts";
 
 describe("channel claim worker wake-up after an outcome", { timeout: 60_000 }, () => {
   let devnet: Devnet;
@@ -48,35 +44,19 @@ describe("channel claim worker wake-up after an outcome", { timeout: 60_000 }, (
       transport: custom({ request: (args) => devnet.publicClient.request(args as never) }),
       pollingInterval: 50,
     });
-    facilitator = createFacilitator({
+    ({ facilitator, server } = await startChannelFacilitator(devnet, {
       store,
+      gas,
       publicClient: publicClient as typeof devnet.publicClient,
-      network: devnet.network,
-      gasAccount: gas.account,
-      proofKeys: [generateProofKey().key],
-      batchSettler: devnet.contracts.batchSettler,
-      channels: devnet.contracts.channels,
-      tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
-      builtinModules: false,
-      modules: [
-        providersModule,
-        // The default backstop (30 s): only a wake-up can make the second claim prompt.
-        createChannelsModule({
-          claims: { thresholdValue: 1_000_000n, maxAgeMs: 3_600_000, operatorCacheMs: 0 },
-          minDeposit: 100_000n,
-        }),
-      ],
+      // The default backstop (30 s): only a wake-up can make the second claim prompt.
+      channels: {
+        claims: { thresholdValue: 1_000_000n, maxAgeMs: 3_600_000, operatorCacheMs: 0 },
+        minDeposit: 100_000n,
+      },
       outbox: { reconcileIntervalMs: 50 },
-    });
-    await facilitator.start();
-    server = await serveApp(facilitator.app);
+    }));
     apiKey = await registerTestProvider(server.url, payee);
-    const hash = await setChannelOperator(devnet.walletClient(payee), {
-      channels: devnet.contracts.channels,
-      operator: gas.address,
-      allowed: true,
-    });
-    await devnet.publicClient.waitForTransactionReceipt({ hash });
+    await nameChannelOperator(devnet, payee, gas.address);
   }, 60_000);
 
   afterAll(async () => {

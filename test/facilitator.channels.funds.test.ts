@@ -10,21 +10,12 @@ import { randomBytes } from "node:crypto";
 import { type Address, type Hex, toHex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
-import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
 import { signChannelCloseRequest } from "../src/chain/actions/channels/signChannelCloseRequest.ts";
 import { signChannelTopUp } from "../src/chain/actions/channels/signChannelTopUp.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
-import { createChannelsModule } from "../src/facilitator/channels/channelsModule.ts";
-import {
-  createFacilitator,
-  type Facilitator,
-  type RunningServer,
-  serveApp,
-} from "../src/facilitator/createFacilitator.ts";
-import { generateProofKey } from "../src/facilitator/proofKeys.ts";
-import { providersModule } from "../src/facilitator/providers/providersModule.ts";
+import type { Facilitator, RunningServer } from "../src/facilitator/createFacilitator.ts";
 import {
   ChannelOpenResponseSchema,
   ChannelTopUpResponseSchema,
@@ -32,7 +23,13 @@ import {
 } from "../src/protocol/channels.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
-import { registerTestProvider, signTestOpen, wireVoucher } from "./support/channelFixtures.ts";
+import {
+  nameChannelOperator,
+  registerTestProvider,
+  signTestOpen,
+  startChannelFacilitator,
+  wireVoucher,
+} from "./support/channelFixtures.ts";
 
 const CLOSE_DELAY = 120;
 
@@ -60,41 +57,24 @@ describe("facilitator channel top-up and withdrawal", () => {
     ];
     gas = devnet.accounts[7]!;
     store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
-    facilitator = createFacilitator({
+    ({ facilitator, server } = await startChannelFacilitator(devnet, {
       store,
-      publicClient: devnet.publicClient,
-      network: devnet.network,
-      gasAccount: gas.account,
-      proofKeys: [generateProofKey().key],
-      batchSettler: devnet.contracts.batchSettler,
-      channels: devnet.contracts.channels,
-      tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
-      builtinModules: false,
-      modules: [
-        providersModule,
-        createChannelsModule({
-          claims: {
-            thresholdValue: 1_000_000_000n,
-            maxAgeMs: 3_600_000,
-            intervalMs: 100,
-            operatorCacheMs: 0,
-          },
-          minDeposit: 100_000n,
-          perPayer: { capacity: 1_000, refillPerSecond: 1_000 },
-        }),
-      ],
+      gas,
+      channels: {
+        claims: {
+          thresholdValue: 1_000_000_000n,
+          maxAgeMs: 3_600_000,
+          intervalMs: 100,
+          operatorCacheMs: 0,
+        },
+        minDeposit: 100_000n,
+        perPayer: { capacity: 1_000, refillPerSecond: 1_000 },
+      },
       outbox: { reconcileIntervalMs: 100 },
-    });
-    await facilitator.start();
-    server = await serveApp(facilitator.app);
+    }));
     url = server.url;
     apiKey = await registerTestProvider(url, payee);
-    const hash = await setChannelOperator(devnet.walletClient(payee), {
-      channels: devnet.contracts.channels,
-      operator: gas.address,
-      allowed: true,
-    });
-    await devnet.publicClient.waitForTransactionReceipt({ hash });
+    await nameChannelOperator(devnet, payee, gas.address);
   });
   afterAll(async () => {
     await server?.close();

@@ -1,21 +1,11 @@
 import { type Address, type Hex, keccak256, stringToBytes } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
-import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
 import { signChannelCloseRequest } from "../src/chain/actions/channels/signChannelCloseRequest.ts";
 import { withdrawChannel } from "../src/chain/actions/channels/withdrawChannel.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
-import { createChannelsModule } from "../src/facilitator/channels/channelsModule.ts";
-import {
-  createFacilitator,
-  type Facilitator,
-  type RunningServer,
-  serveApp,
-} from "../src/facilitator/createFacilitator.ts";
-import { generateProofKey } from "../src/facilitator/proofKeys.ts";
-import { providersModule } from "../src/facilitator/providers/providersModule.ts";
+import type { Facilitator, RunningServer } from "../src/facilitator/createFacilitator.ts";
 import {
   ChannelCloseRequestResponseSchema,
   ChannelCloseResponseSchema,
@@ -26,7 +16,13 @@ import {
 import { SupportedResponseSchema } from "../src/protocol/facilitator.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
-import { registerTestProvider, signTestOpen, wireVoucher } from "./support/channelFixtures.ts";
+import {
+  nameChannelOperator,
+  registerTestProvider,
+  signTestOpen,
+  startChannelFacilitator,
+  wireVoucher,
+} from "./support/channelFixtures.ts";
 
 const THRESHOLD = 1_000_000n;
 
@@ -55,38 +51,21 @@ describe("facilitator channels", () => {
     ];
     gas = devnet.accounts[7]!;
     store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
-    facilitator = createFacilitator({
+    ({ facilitator, server } = await startChannelFacilitator(devnet, {
       store,
-      publicClient: devnet.publicClient,
-      network: devnet.network,
-      gasAccount: gas.account,
-      proofKeys: [generateProofKey().key],
-      batchSettler: devnet.contracts.batchSettler,
-      channels: devnet.contracts.channels,
-      tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
-      builtinModules: false,
-      modules: [
-        providersModule,
-        createChannelsModule({
-          claims: { thresholdValue: THRESHOLD, maxAgeMs: 3_600_000, intervalMs: 100, operatorCacheMs: 0 },
-          minDeposit: 100_000n,
-          perPayer: { capacity: 1_000, refillPerSecond: 1_000 },
-        }),
-      ],
+      gas,
+      channels: {
+        claims: { thresholdValue: THRESHOLD, maxAgeMs: 3_600_000, intervalMs: 100, operatorCacheMs: 0 },
+        minDeposit: 100_000n,
+        perPayer: { capacity: 1_000, refillPerSecond: 1_000 },
+      },
       outbox: { reconcileIntervalMs: 100 },
-    });
-    await facilitator.start();
-    server = await serveApp(facilitator.app);
+    }));
     url = server.url;
     apiKey = await registerTestProvider(url, payee);
     otherKey = await registerTestProvider(url, otherPayee);
     // The payee lets the facilitator's gas account claim and close its channels.
-    const hash = await setChannelOperator(devnet.walletClient(payee), {
-      channels: devnet.contracts.channels,
-      operator: gas.address,
-      allowed: true,
-    });
-    await devnet.publicClient.waitForTransactionReceipt({ hash });
+    await nameChannelOperator(devnet, payee, gas.address);
   });
   afterAll(async () => {
     await server?.close();
@@ -355,13 +334,7 @@ describe("facilitator channels", () => {
         "SELECT count(*)::int AS n FROM tx_outbox WHERE kind = 'channel-claim'",
       ),
     ).toEqual(claimsBefore);
-    await devnet.publicClient.waitForTransactionReceipt({
-      hash: await setChannelOperator(devnet.walletClient(otherPayee), {
-        channels: devnet.contracts.channels,
-        operator: gas.address,
-        allowed: true,
-      }),
-    });
+    await nameChannelOperator(devnet, otherPayee, gas.address);
     expect((await hand(1_600_000n)).status).toBe(200);
     const state = await until(
       () => chainState(signed.channelId),

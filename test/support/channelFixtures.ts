@@ -4,9 +4,23 @@
  */
 import { randomBytes } from "node:crypto";
 import { type Address, type Hex, toHex } from "viem";
+import { setChannelOperator } from "../../src/chain/actions/channels/setChannelOperator.ts";
 import { signChannelOpen } from "../../src/chain/actions/channels/signChannelOpen.ts";
 import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import type { Devnet, DevnetAccount } from "../../src/chain/startDevnet.ts";
+import {
+  type ChannelsModuleOptions,
+  createChannelsModule,
+} from "../../src/facilitator/channels/channelsModule.ts";
+import {
+  type CreateFacilitatorOptions,
+  createFacilitator,
+  type Facilitator,
+  type RunningServer,
+  serveApp,
+} from "../../src/facilitator/createFacilitator.ts";
+import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
+import { providersModule } from "../../src/facilitator/providers/providersModule.ts";
 import { base64UrlEncode } from "../../src/protocol/base64.ts";
 import type { ChannelOpenRequest } from "../../src/protocol/channels.ts";
 import type { ChannelVoucher } from "../../src/protocol/channelVoucher.ts";
@@ -14,6 +28,7 @@ import {
   ProviderChallengeResponseSchema,
   ProviderRegisterResponseSchema,
 } from "../../src/protocol/subscriptions.ts";
+import type { Store } from "../../src/store/store.ts";
 import { createTestSessionKey, signTestVoucher, type TestSessionKey } from "./channelSessionKey.ts";
 
 export type SignedTestOpen = { body: ChannelOpenRequest; key: TestSessionKey; channelId: Hex };
@@ -80,6 +95,48 @@ export function wireVoucher(
     cumulativeAmount: cumulativeAmount.toString(),
     signature: base64UrlEncode(Buffer.from(signature.slice(2), "hex")),
   };
+}
+
+/**
+ * The channel suites' facilitator: providers and channels only, the devnet's contracts and token, a
+ * fresh proof key, started and listening. `publicClient` replaces the devnet's (a client without a
+ * chain watch, say).
+ */
+export async function startChannelFacilitator(
+  devnet: Devnet,
+  options: {
+    store: Store;
+    gas: DevnetAccount;
+    channels: ChannelsModuleOptions;
+    publicClient?: CreateFacilitatorOptions["publicClient"];
+    outbox?: CreateFacilitatorOptions["outbox"];
+  },
+): Promise<{ facilitator: Facilitator; server: RunningServer }> {
+  const facilitator = createFacilitator({
+    store: options.store,
+    publicClient: options.publicClient ?? devnet.publicClient,
+    network: devnet.network,
+    gasAccount: options.gas.account,
+    proofKeys: [generateProofKey().key],
+    batchSettler: devnet.contracts.batchSettler,
+    channels: devnet.contracts.channels,
+    tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+    builtinModules: false,
+    modules: [providersModule, createChannelsModule(options.channels)],
+    outbox: options.outbox,
+  });
+  await facilitator.start();
+  return { facilitator, server: await serveApp(facilitator.app) };
+}
+
+/** `payee` names `operator` (the facilitator's gas account) the operator of its channels; mined. */
+export async function nameChannelOperator(devnet: Devnet, payee: DevnetAccount, operator: Address) {
+  const hash = await setChannelOperator(devnet.walletClient(payee), {
+    channels: devnet.contracts.channels,
+    operator,
+    allowed: true,
+  });
+  await devnet.publicClient.waitForTransactionReceipt({ hash });
 }
 
 /** Registers `account` as a provider at a facilitator and returns its API key. */
