@@ -19,7 +19,6 @@ import type { OfferListing } from "../src/agent/offerCheck.ts";
 import { type PaidToolReceipt, paidTool } from "../src/agent/paidTool.ts";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
-import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
@@ -31,7 +30,7 @@ import { paymentGate } from "../src/gate/paymentGate.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../src/protocol/channelVoucher.ts";
 import { systemClock } from "../src/protocol/clock.ts";
 import { createFileChannelWalletStore } from "../src/schemes/channel/channelWalletStore.ts";
-import { registerTestProvider } from "./support/channelFixtures.ts";
+import { nameChannelOperator, registerTestProvider } from "./support/channelFixtures.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
 const PRICE = 10_000n; // 0.01 USDC
@@ -50,12 +49,7 @@ beforeAll(async () => {
   payee = devnet.accounts[2]!;
   apiKey = await registerTestProvider(tf.url, payee);
   const gas = devnet.accounts[devnet.accounts.length - 1]!;
-  const hash = await setChannelOperator(devnet.walletClient(payee), {
-    channels: devnet.contracts.channels,
-    operator: gas.address,
-    allowed: true,
-  });
-  await devnet.publicClient.waitForTransactionReceipt({ hash });
+  await nameChannelOperator(devnet, payee, gas.address);
 }, 60_000);
 
 afterAll(async () => {

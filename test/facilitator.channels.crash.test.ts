@@ -14,7 +14,6 @@ import type { Address, Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
 import { requestChannelClose } from "../src/chain/actions/channels/requestChannelClose.ts";
-import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
 import { withdrawChannel } from "../src/chain/actions/channels/withdrawChannel.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
@@ -23,6 +22,7 @@ import { ChannelVouchersResponseSchema } from "../src/protocol/channels.ts";
 import { EventFeedResponseSchema } from "../src/protocol/subscriptions.ts";
 import { createStore } from "../src/store/createStore.ts";
 import {
+  nameChannelOperator,
   registerTestProvider,
   type SignedTestOpen,
   signTestOpen,
@@ -147,13 +147,7 @@ describe("channel crash safety", () => {
       usd: devnet.contracts.usd,
       crashAfterClaimBroadcast: true,
     };
-    await devnet.publicClient.waitForTransactionReceipt({
-      hash: await setChannelOperator(devnet.walletClient(payee), {
-        channels: devnet.contracts.channels,
-        operator: gas.address,
-        allowed: true,
-      }),
-    });
+    await nameChannelOperator(devnet, payee, gas.address);
     const first = await startFacilitatorProcess(config);
     const apiKey = await registerTestProvider(first.url, payee);
     const opened: SignedTestOpen[] = [];
