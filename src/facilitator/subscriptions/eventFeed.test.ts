@@ -131,6 +131,23 @@ describe("GET /events", () => {
     expect(idle).toEqual({ events: [], next: third.next });
   });
 
+  it("orders events by transaction id as a number, so a page never ends past an event not yet served", async () => {
+    // Transaction ids 9 and 10 (written explicitly: long finished on any store): as text "10" sorts
+    // before "9", and a page of one ending at 10 would leave 9 behind its cursor for good.
+    const [late] = await store.query<{ id: string }>(
+      "INSERT INTO events (type, data, tx) VALUES ('subscription.paused', $1, '10') RETURNING id",
+      [{ subscriptionId: "tx-10", provider: PROVIDER }],
+    );
+    const [early] = await store.query<{ id: string }>(
+      "INSERT INTO events (type, data, tx) VALUES ('subscription.paused', $1, '9') RETURNING id",
+      [{ subscriptionId: "tx-9", provider: PROVIDER }],
+    );
+    const first = await poll("8.0", 1);
+    expect(first.events.map((e) => e.id)).toEqual([Number(early!.id)]);
+    const second = await poll(first.next, 1);
+    expect(second.events.map((e) => e.id)).toEqual([Number(late!.id)]);
+  });
+
   it.each([
     ["a number", "12"],
     ["a negative number", "-1"],

@@ -83,7 +83,9 @@ export const eventFeedModule = (ctx: Pick<FacilitatorContext, "store">): Facilit
       const rows = await queryParsed(
         ctx.store,
         EventRowSchema,
-        `SELECT id, tx::text AS tx, type, data, created_at FROM events WHERE ${where} ORDER BY tx, id LIMIT $3`,
+        // `events.tx`, not `tx`: a bare name in ORDER BY is the output column, here the text of the
+        // transaction id, and text puts 1000 before 999 (a page would end past events not yet served).
+        `SELECT id, tx::text AS tx, type, data, created_at FROM events WHERE ${where} ORDER BY events.tx, events.id LIMIT $3`,
         params as never,
       );
       const last = rows.at(-1);

@@ -193,6 +193,27 @@ describe("webhook fan-out", () => {
     expect(delivered).toEqual(ids.map((id) => `evt_${id}`).sort());
   });
 
+  it("reads the outbox in transaction id order as a number, so a batch never skips an event", async () => {
+    const clock = createFixedClock(START);
+    const own = "0x00000000000000000000000000000000000000dd";
+    await repository().create(own, { url: "https://order.example/hooks" }, new Date(START));
+    const { fetch, received } = receiver();
+    // Transaction ids 9 and 10, written explicitly (long finished on any store), the cursor before
+    // both: as text "10" sorts before "9", and a batch of one ending at 10 would pass 9 for good.
+    await store.query("UPDATE webhook_cursors SET (tx, event_id) = ('8', 0)");
+    const ids: number[] = [];
+    for (const tx of ["10", "9"]) {
+      const [row] = await store.query<{ id: string }>(
+        "INSERT INTO events (type, data, tx) VALUES ('payment.settled', $1, $2) RETURNING id",
+        [settled(own), tx],
+      );
+      ids.push(Number(row!.id));
+    }
+    await worker(fetch, clock, { fanOutBatchSize: 1 }).runOnce();
+    const delivered = received.map((r) => (JSON.parse(r.body) as WebhookEvent).id);
+    expect(delivered.sort()).toEqual(ids.map((id) => `evt_${id}`).sort());
+  });
+
   it.skipIf(process.env.DATABASE_URL === undefined)(
     "does not pass an event whose transaction commits after a later event's (PostgreSQL)",
     async () => {

@@ -167,13 +167,14 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
         [OUTBOX_CURSOR],
       );
       if (cursor === undefined) return { events: 0, enqueued: 0 };
-      // Only events of transactions older than every running one: that set is final (see 0020).
+      // Only events of transactions older than every running one: that set is final (see 0020). Ordered
+      // by the column (`events.tx`), not by the output's text of it, in which 1000 comes before 999.
       const events = await queryParsed(
         tx,
         EventRowSchema,
         `SELECT id, tx::text AS tx FROM events
          WHERE (tx, id) > ($1::xid8, $2::bigint) AND tx < pg_snapshot_xmin(pg_current_snapshot())
-         ORDER BY tx, id LIMIT $3`,
+         ORDER BY events.tx, events.id LIMIT $3`,
         [cursor.tx, cursor.event_id, fanOutBatchSize],
       );
       const last = events.at(-1);
