@@ -1,5 +1,6 @@
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { decodePathOnce, normalizeRequestTarget } from "./normalizeRequestTarget.ts";
+import { decodePathOnce, normalizeRequestTarget, readPath } from "./normalizeRequestTarget.ts";
 
 function read(target: string) {
   const reading = normalizeRequestTarget(target);
@@ -137,5 +138,21 @@ describe("normalizeRequestTarget", () => {
       });
     }
     expect(accepted).toBeGreaterThan(500);
+  });
+
+  it("reads a path by its one-pattern shortcut exactly as the full checks read it", () => {
+    // Paths from the characters that decide the checks: dots, slashes, escapes, unreserved letters.
+    const path = fc
+      .array(fc.constantFrom("/", ".", "a", "Z", "0", "-", "_", "~", "%2e", "%2F", "%41", "%", ";", "@"), {
+        maxLength: 12,
+      })
+      .map((parts) => `/${parts.join("")}`);
+    fc.assert(
+      fc.property(path, fc.constantFrom("", "q=1", "a=%20&b"), fc.boolean(), (rawPath, query, absolute) => {
+        const target = `${absolute ? "http://api.example" : ""}${rawPath}${query === "" ? "" : `?${query}`}`;
+        expect(normalizeRequestTarget(target)).toEqual(readPath(rawPath, query, absolute));
+      }),
+      { numRuns: 2_000 },
+    );
   });
 });

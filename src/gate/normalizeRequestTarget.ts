@@ -50,6 +50,11 @@ const PERCENT_ESCAPE = /%(?![0-9A-Fa-f]{2})/;
 const AMBIGUOUS_ESCAPE = /%(?:2[Ff]|5[Cc]|[01][0-9A-Fa-f]|7[Ff])/;
 const ABSOLUTE_FORM = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//;
 /** A segment that is `.` or `..`, literally or percent-encoded, anywhere in a path. */
+/**
+ * A path that needs none of the checks below: `/` or segments of unreserved characters that do not
+ * start with a dot (so none is `.` or `..`, and none is empty), with an optional trailing slash.
+ */
+const PLAIN_PATH = /^(?:\/|(?:\/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+\/?)$/;
 const DOT_SEGMENT = /(?:^|\/)(?:\.|%2[Ee]){1,2}(?:\/|$)/;
 const SINGLE_DOT = /^(?:\.|%2[Ee])$/;
 const DOUBLE_DOT = /^(?:\.|%2[Ee]){2}$/;
@@ -84,6 +89,23 @@ export function normalizeRequestTarget(target: string): RequestTargetReading {
   const rawPath = queryAt === -1 ? rest : rest.slice(0, queryAt);
   const query = queryAt === -1 ? "" : rest.slice(queryAt + 1);
 
+  if (PLAIN_PATH.test(rawPath)) {
+    // The common case, read by one pattern: no escapes, no empty or dot segments.
+    return {
+      ok: true,
+      path: rawPath,
+      query,
+      routePath: rawPath,
+      target: query === "" ? rawPath : `${rawPath}?${query}`,
+      dotSegments: false,
+      absoluteForm,
+    };
+  }
+  return readPath(rawPath, query, absoluteForm);
+}
+
+/** The checks of a path `PLAIN_PATH` does not match. Exported for the test that compares both. */
+export function readPath(rawPath: string, query: string, absoluteForm: boolean): RequestTargetReading {
   if (!PATH_CHARACTERS.test(rawPath)) {
     return refuse("the request path holds a character a URL path may not hold unescaped");
   }

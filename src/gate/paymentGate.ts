@@ -63,6 +63,7 @@ import {
   type RouteRequest,
   SubscriptionPricingSchema,
 } from "./paymentGateOptions.ts";
+import { RouteRequestView, SchemeRequestView } from "./requestView.ts";
 import { compileRoutePattern } from "./routePattern.ts";
 
 /** What the gate reads of a request: a web `Request` satisfies it, and adapters build it cheaply. */
@@ -417,29 +418,8 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     // The memo binds the normalized path and the query; routes are matched on the path decoded once,
     // as routers see it.
     const path = reading.path;
-    // The URL is built only if a routes function or a scheme reads it (static routes and the one-time
-    // path never do): parsing one costs more than the rest of the routing.
-    let url: URL | undefined;
-    const target: SchemeRequest = {
-      method,
-      path,
-      query: reading.query,
-      routePath: reading.routePath,
-      target: reading.target,
-      get url() {
-        url ??= new URL(reading.target, routeOrigin);
-        return url;
-      },
-      headers: request.headers,
-      units: request.units,
-    };
-    const route = resolveRoute({
-      method,
-      path: reading.routePath,
-      get url() {
-        return target.url;
-      },
-    });
+    const target = new SchemeRequestView(method, path, reading, request, routeOrigin);
+    const route = resolveRoute(new RouteRequestView(target));
     if (route === undefined) return new GatePass(undefined, undefined, undefined, completeNothing);
     if (path.length > MAX_PATH_LENGTH) {
       return {
@@ -459,7 +439,8 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
       if (credential === null) continue;
       let outcome: Awaited<ReturnType<Acceptor["part"]["accept"]>>;
       try {
-        outcome = await acceptor.part.accept(credential, target, acceptor.route);
+        const accepted = acceptor.part.accept(credential, target, acceptor.route);
+        outcome = accepted instanceof Promise ? await accepted : accepted;
       } catch (fault) {
         logger?.warn({ err: fault, method, path }, "a payment could not be checked");
         return { kind: "respond", response: faultResponse(fault) };

@@ -19,7 +19,8 @@ export const AddressSchema = z
 
 /** Case-insensitive address equality, as DESIGN.md §2 asks of every comparison of addresses. */
 export function sameAddress(a: string, b: string): boolean {
-  return a.toLowerCase() === b.toLowerCase();
+  // Equal text first: addresses read back from one source are usually spelled alike.
+  return a === b || a.toLowerCase() === b.toLowerCase();
 }
 
 function hexOfBytes(pattern: RegExp, what: string) {

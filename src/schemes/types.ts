@@ -198,8 +198,15 @@ export type GateScheme<Offer extends SchemeOffer = SchemeOffer> = {
    * none: then the next part is asked. Must be cheap: one or two header reads, no allocation.
    */
   credential?(request: SchemeRequest, route: SchemeRoute<Offer>): string | null;
-  /** Verifies and charges a request that carries this part's credential. */
-  accept?(credential: string, request: SchemeRequest, route: SchemeRoute<Offer>): Promise<SchemeAcceptance>;
+  /**
+   * Verifies and charges a request that carries this part's credential. May answer without a promise
+   * when it needs no wait (the subscription part from its caches): the gate then awaits nothing.
+   */
+  accept?(
+    credential: string,
+    request: SchemeRequest,
+    route: SchemeRoute<Offer>,
+  ): SchemeAcceptance | Promise<SchemeAcceptance>;
   /** Optional lifecycle, run by the gate's controls of the same name. */
   ready?(offers: readonly Offer[]): Promise<void>;
   syncEvents?(): Promise<void>;

@@ -8,9 +8,11 @@ import { randomBytes } from "node:crypto";
 import type { Clock } from "../../protocol/clock.ts";
 import {
   applyUsage,
+  type Reservation,
   type UsageBatchItem,
   type UsageCycle,
   type UsageLedger,
+  type UsageRequest,
   usageRef,
 } from "./usageLedger.ts";
 
@@ -34,12 +36,17 @@ export function createMemoryUsageLedger(options: { clock: Clock; ledgerId?: stri
   let unsettled = 0n;
   let nextBatch = 1;
 
+  const reserveNow = (request: UsageRequest): Reservation => {
+    const result = applyUsage(cycles.get(request.subscriptionId), unsettled, request);
+    if (result.cycle !== undefined) cycles.set(request.subscriptionId, result.cycle);
+    unsettled = result.unsettled;
+    return result.reservation;
+  };
+
   return {
+    reserveNow,
     async reserve(request) {
-      const result = applyUsage(cycles.get(request.subscriptionId), unsettled, request);
-      if (result.cycle !== undefined) cycles.set(request.subscriptionId, result.cycle);
-      unsettled = result.unsettled;
-      return result.reservation;
+      return reserveNow(request);
     },
 
     async claimBatch({ maxItems, staleMs }) {

@@ -106,6 +106,12 @@ export type UsageLedger = {
   /** Counts a use and charges it past the included units, or refuses it; atomic per subscription. */
   reserve(request: UsageRequest): Promise<Reservation>;
   /**
+   * `reserve` without a promise, for a ledger that answers from its own memory (the in-process
+   * ledger): the gate's subscription path then runs without waiting a turn. Ledgers that must reach a
+   * store leave it out.
+   */
+  reserveNow?(request: UsageRequest): Reservation;
+  /**
    * Puts every pending charge into a new batch (at most `maxItems` subscriptions), or returns a batch
    * claimed earlier but not marked sent within `staleMs` (a crash or a facilitator outage), so it is
    * sent again with the same refs. `undefined` when there is nothing to send.

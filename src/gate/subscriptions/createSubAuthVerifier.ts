@@ -25,6 +25,11 @@ export type SubAuthVerdict = { ok: true; signer: Address } | { ok: false; reason
 export type SubAuthVerifier = {
   /** Checks `token` for a request naming `subscriptionId` (canonical decimal). */
   verify(token: string, subscriptionId: string): Promise<SubAuthVerdict>;
+  /**
+   * The verdict of `verify` when it needs no recovery: the token is cached and passes every check
+   * for this id now. `undefined` otherwise (not cached, or refused: `verify` says why).
+   */
+  accepted(token: string, subscriptionId: string): (SubAuthVerdict & { ok: true }) | undefined;
   /** Drops a token from the cache: its signer turned out not to hold the subscription it names. */
   forget(token: string): void;
   readonly size: number;
@@ -49,6 +54,8 @@ type Entry = {
   sub: string;
   aud: string;
   signer: Address;
+  /** The verdict handed out on every use, built once. */
+  verdict: SubAuthVerdict & { ok: true };
 };
 
 type Claims = Pick<Entry, "exp" | "iat" | "sub" | "aud">;
@@ -94,12 +101,19 @@ export function createSubAuthVerifier(options: SubAuthVerifierOptions): SubAuthV
     forget(token) {
       entries.delete(token);
     },
+    accepted(token, subscriptionId) {
+      const cached = entries.get(token);
+      if (cached === undefined) return undefined;
+      return refusalOf(cached, subscriptionId, Math.floor(clock.now() / 1000)) === undefined
+        ? cached.verdict
+        : undefined;
+    },
     async verify(token, subscriptionId) {
       const now = Math.floor(clock.now() / 1000);
       const cached = entries.get(token);
       if (cached !== undefined) {
         const refusal = refusalOf(cached, subscriptionId, now);
-        if (refusal === undefined) return { ok: true, signer: cached.signer };
+        if (refusal === undefined) return cached.verdict;
         if (cached.exp <= now) entries.delete(token);
         return { ok: false, reason: refusal };
       }
@@ -121,8 +135,16 @@ export function createSubAuthVerifier(options: SubAuthVerifierOptions): SubAuthV
       } catch {
         return { ok: false, reason: "subscription auth token signature does not recover an address" };
       }
-      remember(token, { exp: claims.exp, iat: claims.iat, sub: claims.sub, aud: claims.aud, signer });
-      return { ok: true, signer };
+      const verdict = { ok: true, signer } as const;
+      remember(token, {
+        exp: claims.exp,
+        iat: claims.iat,
+        sub: claims.sub,
+        aud: claims.aud,
+        signer,
+        verdict,
+      });
+      return verdict;
     },
   };
 }

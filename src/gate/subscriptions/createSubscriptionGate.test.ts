@@ -7,15 +7,18 @@ import { Hono } from "hono";
 import { type Address, getAddress } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { beforeEach, describe, expect, it } from "vitest";
-import type { FetchFn } from "../../client/facilitatorClient.ts";
+import { createFacilitatorClient, type FetchFn } from "../../client/facilitatorClient.ts";
 import { base64UrlEncode } from "../../protocol/base64.ts";
 import { canonicalJson } from "../../protocol/canonicalJson.ts";
 import { createFixedClock, unixSeconds } from "../../protocol/clock.ts";
 import { type PaymentRequired, PaymentRequiredSchema, planTermsOf } from "../../protocol/paymentRequired.ts";
 import { encodeSubAuthPayload, formatSubAuthToken, subAuthMessage } from "../../protocol/subscriptionAuth.ts";
 import type { FeedEvent, PlanInfo, SubscriptionInfo } from "../../protocol/subscriptions.ts";
+import { createMemoryUsageLedger } from "../metering/createMemoryUsageLedger.ts";
 import { type GateResult, paymentGate } from "../paymentGate.ts";
 import type { PaymentGateOptions } from "../paymentGateOptions.ts";
+import { createPlanCatalog } from "./createPlanCatalog.ts";
+import { createSubscriptionGate } from "./createSubscriptionGate.ts";
 
 const NETWORK = "eip155:31337";
 const TOKEN = getAddress("0x5FbDB2315678afecb367f032d93F642f64180aa3");
@@ -698,5 +701,78 @@ describe("paymentGate with subscription pricing: renewals that do not come", () 
     expect((await kit.subscribed("/api/report", id)).status).toBe(200);
     lateBy(kit, id, start, 1);
     expect((await refusal(await kit.subscribed("/api/report", id))).message).toMatch(/overdue/);
+  });
+});
+
+describe("steady use", () => {
+  it("answers from its caches without a promise, as the path that reads answers, until something must be read", async () => {
+    const clock = createFixedClock(START_MS);
+    const facilitator = createFakeFacilitator(clock);
+    const client = createFacilitatorClient({ url: FACILITATOR, fetch: facilitator.fetch });
+    const gate = createSubscriptionGate({
+      facilitator: client,
+      plans: createPlanCatalog({ facilitator: client, payTo: PAY_TO, network: NETWORK, token: TOKEN, clock }),
+      payTo: PAY_TO,
+      audience: ORIGIN,
+      clock,
+      decimals: 6,
+      statusTtlMs: 5_000,
+      renewalGraceSeconds: 300,
+      eventPollMs: 0,
+      // Plan 6: two units included and no overage, so no flusher is needed.
+      metering: {
+        ledger: createMemoryUsageLedger({ clock }),
+        flusher: undefined,
+        maxUnsettled: 10n ** 18n,
+        retryAfterSeconds: 3,
+      },
+    });
+    const id = facilitator.subscribe("6");
+    const request = {
+      subscriptionId: id,
+      token: await token(id, {}, clock),
+      route: { offers: [{ planId: "6" }], units: undefined },
+      routeRequest: { method: "GET", path: "/api/capped", url: new URL(`${ORIGIN}/api/capped`) },
+    };
+    const first = gate.check(request);
+    expect(first).toBeInstanceOf(Promise);
+    expect(await first).toMatchObject({
+      kind: "pass",
+      subscription: { subscriptionId: BigInt(id), units: 1, unitsUsed: 1n },
+    });
+    const second = gate.check(request);
+    expect(second).not.toBeInstanceOf(Promise);
+    expect(second).toEqual({
+      kind: "pass",
+      subscription: {
+        subscriptionId: BigInt(id),
+        subscriber: subscriber.address,
+        planId: "6",
+        units: 1,
+        unitsUsed: 2n,
+        charge: 0n,
+      },
+    });
+    // Past the included units the ledger refuses: that answer may read the chain again first.
+    expect(await gate.check(request)).toMatchObject({ kind: "refuse", error: "AllowanceExhausted" });
+
+    // A token for another id, a changed state, an expired cache entry: each is read, not assumed.
+    expect(await gate.check({ ...request, subscriptionId: "99" })).toMatchObject({
+      kind: "refuse",
+      error: "SubscriptionAuthInvalid",
+    });
+    facilitator.update(id, { status: "Paused" });
+    gate.invalidate(id);
+    const paused = gate.check(request);
+    expect(paused).toBeInstanceOf(Promise);
+    expect(await paused).toMatchObject({ kind: "refuse", error: "SubscriptionNotActive" });
+    expect(gate.check(request)).toMatchObject({ kind: "refuse", error: "SubscriptionNotActive" });
+    facilitator.update(id, { status: "Active" });
+    clock.advance(5_000);
+    const reread = gate.check(request);
+    expect(reread).toBeInstanceOf(Promise);
+    expect(await reread).toMatchObject({ kind: "refuse", error: "AllowanceExhausted" });
+    expect(facilitator.hits("GET /subscriptions/:id")).toBe(3);
+    await gate.close();
   });
 });

@@ -28,7 +28,7 @@ import { SubscriptionIdSchema } from "../../protocol/subscriptionAuth.ts";
 import type { FeedEvent, SubscriptionInfo } from "../../protocol/subscriptions.ts";
 import type { UsageFlusher } from "../metering/createUsageFlusher.ts";
 import { reportAllowanceExhausted } from "../metering/postUsage.ts";
-import type { Reservation, UsageLedger } from "../metering/usageLedger.ts";
+import type { Reservation, UsageLedger, UsageRequest } from "../metering/usageLedger.ts";
 import type { GateLogger, RouteRequest } from "../paymentGateOptions.ts";
 import { createEventPoller, type EventPoller } from "./createEventPoller.ts";
 import type { GatePlan, PlanCatalog } from "./createPlanCatalog.ts";
@@ -79,7 +79,7 @@ export type SubscriptionGate = {
     token: string | null;
     route: SubscriptionRoute;
     routeRequest: RouteRequest;
-  }): Promise<SubscriptionOutcome>;
+  }): SubscriptionOutcome | Promise<SubscriptionOutcome>;
   /** Applies every facilitator event recorded so far (status and plan invalidations, settled usage). */
   syncEvents(): Promise<void>;
   /** Sends pending metered charges to the facilitator now, then looks up outcomes of older ones. */
@@ -253,6 +253,43 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
       : `subscription ${info.subscriptionId} has reached its overage cap of ${formatUnitsExact(BigInt(info.maxOverage), options.decimals)} this period (${unitsUsed} units used, ${plan.includedUnits} included): raise the cap (payer.setMaxOverage) or upgrade the plan`;
   };
 
+  /** A state's numbers as the ledger reads them, parsed once per state read from the facilitator. */
+  const parsed = new WeakMap<SubscriptionInfo, { id: bigint; maxOverage: bigint; overageUsed: bigint }>();
+  const numbersOf = (info: SubscriptionInfo) => {
+    let numbers = parsed.get(info);
+    if (numbers === undefined) {
+      numbers = {
+        id: BigInt(info.subscriptionId),
+        maxOverage: BigInt(info.maxOverage),
+        overageUsed: BigInt(info.overageUsed),
+      };
+      parsed.set(info, numbers);
+    }
+    return numbers;
+  };
+
+  const usageRequest = (
+    info: SubscriptionInfo,
+    plan: GatePlan,
+    units: number,
+    maxUnsettled: bigint,
+    charge?: bigint,
+  ): UsageRequest => {
+    const numbers = numbersOf(info);
+    return {
+      charge,
+      subscriptionId: numbers.id,
+      periodStart: info.periodStart,
+      periodEnd: info.currentPeriodEnd,
+      units,
+      includedUnits: plan.includedUnits,
+      unitPrice: plan.overageUnitPrice,
+      maxOverage: numbers.maxOverage,
+      overageUsed: numbers.overageUsed,
+      maxUnsettled,
+    };
+  };
+
   const reserve = (
     info: SubscriptionInfo,
     plan: GatePlan,
@@ -260,23 +297,150 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
     ledger: UsageLedger,
     maxUnsettled: bigint,
     charge?: bigint,
-  ) =>
-    ledger.reserve({
-      charge,
-      subscriptionId: BigInt(info.subscriptionId),
-      periodStart: info.periodStart,
-      periodEnd: info.currentPeriodEnd,
+  ) => ledger.reserve(usageRequest(info, plan, units, maxUnsettled, charge));
+
+  const pass = (
+    info: SubscriptionInfo,
+    units: number,
+    unitsUsed: bigint | undefined,
+    charge: bigint,
+  ): SubscriptionOutcome => ({
+    kind: "pass",
+    subscription: {
+      subscriptionId: numbersOf(info).id,
+      subscriber: info.subscriber,
+      planId: info.planId,
       units,
-      includedUnits: plan.includedUnits,
-      unitPrice: plan.overageUnitPrice,
-      maxOverage: BigInt(info.maxOverage),
-      overageUsed: BigInt(info.overageUsed),
-      maxUnsettled,
-    });
+      unitsUsed,
+      charge,
+    },
+  });
+
+  type CheckRequest = Parameters<SubscriptionGate["check"]>[0];
+
+  /**
+   * The checks once the token's signer, the subscription's state and its plan are known and match
+   * the route: status, renewal, units and, on a metered route, the reservation. Without a promise
+   * when the ledger answers from memory.
+   */
+  const decide = (
+    request: CheckRequest,
+    info: SubscriptionInfo,
+    plan: GatePlan,
+  ): SubscriptionOutcome | Promise<SubscriptionOutcome> => {
+    if (info.status !== "Active") {
+      const why = {
+        Paused: "is paused: resume it to use it again",
+        Cancelled: "is cancelled",
+        PastDue: "is past due: its last renewal could not be charged",
+      }[info.status];
+      return refuse("SubscriptionNotActive", `subscription ${request.subscriptionId} ${why}`);
+    }
+    if (isRenewalOverdue(info, options.renewalGraceSeconds)) {
+      return refuse("SubscriptionNotActive", renewalOverdueMessage(info));
+    }
+    const units = unitsOf(request.route, plan, request.routeRequest);
+    if (units > 0 && plan.overageUnitPrice > 0n && metering?.flusher === undefined) {
+      throw new TollgateError(
+        "InvalidRequest",
+        `paymentGate subscription pricing: plan ${plan.planId} charges overage, so the gate needs \`providerApiKey\` to settle it`,
+        { details: { reason: "gate_misconfigured" } },
+      );
+    }
+    if (units === 0 || metering === undefined) return pass(info, units, undefined, 0n);
+    const { ledger, maxUnsettled } = metering;
+    if (ledger.reserveNow !== undefined) {
+      const reservation = ledger.reserveNow(usageRequest(info, plan, units, maxUnsettled));
+      return reservation.ok
+        ? pass(info, units, reservation.unitsUsed, reservation.charge)
+        : refused(request.subscriptionId, info, plan, units, reservation);
+    }
+    return reserve(info, plan, units, ledger, maxUnsettled).then((reservation) =>
+      reservation.ok
+        ? pass(info, units, reservation.unitsUsed, reservation.charge)
+        : refused(request.subscriptionId, info, plan, units, reservation),
+    );
+  };
+
+  /** A metered use the ledger refused: at the cap, the state is read again once before refusing. */
+  const refused = async (
+    subscriptionId: string,
+    info: SubscriptionInfo,
+    plan: GatePlan,
+    units: number,
+    first: Reservation & { ok: false },
+  ): Promise<SubscriptionOutcome> => {
+    const { ledger, maxUnsettled, flusher, retryAfterSeconds } = metering as NonNullable<typeof metering>;
+    let reservation: Reservation = first;
+    if (first.reason === "AllowanceExhausted" && plan.overageUnitPrice > 0n) {
+      // The subscriber may have just raised its cap (or renewed): read the chain again before refusing.
+      const fresh = await statuses.get(subscriptionId, { maxAgeMs: EXHAUSTED_REFRESH_MS });
+      if (
+        fresh !== undefined &&
+        fresh !== info &&
+        fresh.status === "Active" &&
+        !isRenewalOverdue(fresh, options.renewalGraceSeconds)
+      ) {
+        info = fresh;
+        reservation = await reserve(info, plan, units, ledger, maxUnsettled);
+      }
+    }
+    if (reservation.ok) return pass(info, units, reservation.unitsUsed, reservation.charge);
+    if (reservation.reason === "ExposureLimit") {
+      void flusher?.flush().then(() => flusher.reconcile());
+      return {
+        kind: "busy",
+        message: "this API's metered usage awaiting settlement is at its limit; retry shortly",
+        retryAfter: retryAfterSeconds,
+      };
+    }
+    if (reservation.reason === "Leased") {
+      return { kind: "busy", message: LEASED_MESSAGE, retryAfter: 1 };
+    }
+    return refuse("AllowanceExhausted", exhausted(info, plan, reservation.unitsUsed, reservation.charge));
+  };
+
+  /** The path that may wait: a token to recover, a state or a plan to read. */
+  const checkReading = async (request: CheckRequest, token: string): Promise<SubscriptionOutcome> => {
+    const { subscriptionId, route } = request;
+    const verdict = await verifier.verify(token, subscriptionId);
+    if (!verdict.ok) return refuse("SubscriptionAuthInvalid", `subscription auth refused: ${verdict.reason}`);
+
+    const info = await statuses.get(subscriptionId);
+    if (info === undefined) {
+      // A token for an id that does not exist is a stranger's: it keeps no slot in the token cache.
+      verifier.forget(token);
+      return refuse("SubscriptionNotActive", `subscription ${subscriptionId} does not exist`);
+    }
+    if (!sameAddress(info.subscriber, verdict.signer)) {
+      verifier.forget(token);
+      return refuse(
+        "SubscriptionAuthInvalid",
+        `the token is not signed by subscription ${subscriptionId}'s subscriber`,
+      );
+    }
+    if (!covers(route, info)) {
+      return refuse(
+        "PaymentRequired",
+        `subscription ${subscriptionId} is to plan ${info.planId}, which does not cover this resource (plans here: ${route.offers.map((offer) => offer.planId).join(", ")})`,
+      );
+    }
+    // The plan is this route's; reading it through the catalog also proves it is this gate's own.
+    return decide(request, info, await plans.get(info.planId));
+  };
+
+  /** Whether the subscription is sold by this gate under one of the route's plans. */
+  const covers = (route: SubscriptionRoute, info: SubscriptionInfo): boolean => {
+    if (!sameAddress(info.provider, payTo)) return false;
+    const offers = route.offers;
+    for (let i = 0; i < offers.length; i++) if (offers[i]?.planId === info.planId) return true;
+    return false;
+  };
 
   return {
-    async check({ subscriptionId, token, route, routeRequest }) {
+    check(request) {
       startBackground();
+      const { subscriptionId, token } = request;
       // Ids under 16 digits (every id a chain hands out for years) are checked without the schema.
       if (!SHORT_ID.test(subscriptionId) && !SubscriptionIdSchema.safeParse(subscriptionId).success) {
         return refuse("SubscriptionAuthInvalid", "X-Tollgate-Sub must be a subscription id in decimal");
@@ -287,94 +451,20 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
           "X-Tollgate-Sub-Auth is missing: a subscription id alone is not a credential; sign a sub-auth token",
         );
       }
-      const verdict = await verifier.verify(token, subscriptionId);
-      if (!verdict.ok)
-        return refuse("SubscriptionAuthInvalid", `subscription auth refused: ${verdict.reason}`);
-
-      let info = await statuses.get(subscriptionId);
-      if (info === undefined) {
-        // A token for an id that does not exist is a stranger's: it keeps no slot in the token cache.
-        verifier.forget(token);
-        return refuse("SubscriptionNotActive", `subscription ${subscriptionId} does not exist`);
+      // Steady use: the token's signer, the state and the plan all cached and matching, so nothing is
+      // awaited. Anything else (a first use, a refusal) takes the path that reads and explains.
+      const verdict = verifier.accepted(token, subscriptionId);
+      const info = verdict === undefined ? undefined : statuses.cached(subscriptionId)?.state;
+      if (
+        verdict !== undefined &&
+        info !== undefined &&
+        sameAddress(info.subscriber, verdict.signer) &&
+        covers(request.route, info)
+      ) {
+        const plan = plans.peek(info.planId);
+        if (plan !== undefined) return decide(request, info, plan);
       }
-      if (!sameAddress(info.subscriber, verdict.signer)) {
-        verifier.forget(token);
-        return refuse(
-          "SubscriptionAuthInvalid",
-          `the token is not signed by subscription ${subscriptionId}'s subscriber`,
-        );
-      }
-      const planId = info.planId;
-      if (!sameAddress(info.provider, payTo) || !route.offers.some((offer) => offer.planId === planId)) {
-        return refuse(
-          "PaymentRequired",
-          `subscription ${subscriptionId} is to plan ${info.planId}, which does not cover this resource (plans here: ${route.offers.map((offer) => offer.planId).join(", ")})`,
-        );
-      }
-      // The plan is this route's; reading it through the catalog also proves it is this gate's own.
-      const plan = await plans.get(info.planId);
-      if (info.status !== "Active") {
-        const why = {
-          Paused: "is paused: resume it to use it again",
-          Cancelled: "is cancelled",
-          PastDue: "is past due: its last renewal could not be charged",
-        }[info.status];
-        return refuse("SubscriptionNotActive", `subscription ${subscriptionId} ${why}`);
-      }
-      if (isRenewalOverdue(info, options.renewalGraceSeconds)) {
-        return refuse("SubscriptionNotActive", renewalOverdueMessage(info));
-      }
-
-      const units = unitsOf(route, plan, routeRequest);
-      if (units > 0 && plan.overageUnitPrice > 0n && metering?.flusher === undefined) {
-        throw new TollgateError(
-          "InvalidRequest",
-          `paymentGate subscription pricing: plan ${plan.planId} charges overage, so the gate needs \`providerApiKey\` to settle it`,
-          { details: { reason: "gate_misconfigured" } },
-        );
-      }
-      const base = {
-        subscriptionId: BigInt(subscriptionId),
-        subscriber: info.subscriber,
-        planId: info.planId,
-        units,
-      };
-      if (units === 0 || metering === undefined) {
-        return { kind: "pass", subscription: { ...base, unitsUsed: undefined, charge: 0n } };
-      }
-      let reservation: Reservation = await reserve(info, plan, units, metering.ledger, metering.maxUnsettled);
-      if (!reservation.ok && reservation.reason === "AllowanceExhausted" && plan.overageUnitPrice > 0n) {
-        // The subscriber may have just raised its cap (or renewed): read the chain again before refusing.
-        const fresh = await statuses.get(subscriptionId, { maxAgeMs: EXHAUSTED_REFRESH_MS });
-        if (
-          fresh !== undefined &&
-          fresh !== info &&
-          fresh.status === "Active" &&
-          !isRenewalOverdue(fresh, options.renewalGraceSeconds)
-        ) {
-          info = fresh;
-          reservation = await reserve(info, plan, units, metering.ledger, metering.maxUnsettled);
-        }
-      }
-      if (reservation.ok) {
-        return {
-          kind: "pass",
-          subscription: { ...base, unitsUsed: reservation.unitsUsed, charge: reservation.charge },
-        };
-      }
-      if (reservation.reason === "ExposureLimit") {
-        const flusher = metering.flusher;
-        void flusher?.flush().then(() => flusher.reconcile());
-        return {
-          kind: "busy",
-          message: "this API's metered usage awaiting settlement is at its limit; retry shortly",
-          retryAfter: metering.retryAfterSeconds,
-        };
-      }
-      if (reservation.reason === "Leased") {
-        return { kind: "busy", message: LEASED_MESSAGE, retryAfter: 1 };
-      }
-      return refuse("AllowanceExhausted", exhausted(info, plan, reservation.unitsUsed, reservation.charge));
+      return checkReading(request, token);
     },
     async deduct(subscriptionId, amount) {
       if (metering?.flusher === undefined) {

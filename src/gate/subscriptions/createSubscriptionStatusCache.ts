@@ -54,6 +54,11 @@ export type SubscriptionState = SubscriptionInfo | undefined;
 export type SubscriptionStatusCache = {
   /** The cached state if fresh, else read now. `maxAgeMs` tightens the TTL for this call. */
   get(subscriptionId: string, options?: { maxAgeMs?: number }): Promise<SubscriptionState>;
+  /**
+   * What `get` would answer without a read, as `{ state }`; `undefined` when it would have to read.
+   * Starts the same refresh ahead as `get`.
+   */
+  cached(subscriptionId: string): { readonly state: SubscriptionState } | undefined;
   /** Drops the id (a newer state exists on chain). */
   invalidate(subscriptionId: string): void;
   readonly size: number;
@@ -125,27 +130,30 @@ export function createSubscriptionStatusCache(
     return pending;
   };
 
+  /** The entry if younger than `maxAge`, starting its refresh ahead when due. */
+  const fresh = (id: string, maxAge: number): Entry | undefined => {
+    const entry = active.get(id) ?? negative.get(id);
+    if (entry === undefined) return undefined;
+    const age = clock.now() - entry.at;
+    if (age >= maxAge) return undefined;
+    // Only Active entries: what is refused anyway (unknown ids, inactive subscriptions) keeps
+    // costing one read per TTL.
+    if (age >= refreshAfterMs && entry.state?.status === "Active" && entry.refreshing !== true) {
+      entry.refreshing = true;
+      fetchState(id).catch(() => undefined);
+    }
+    return entry;
+  };
+
   return {
     get size() {
       return active.size + negative.size;
     },
     get(id, getOptions = {}) {
-      const maxAge = Math.min(ttlMs, getOptions.maxAgeMs ?? ttlMs);
-      const entry = active.get(id) ?? negative.get(id);
-      if (entry !== undefined) {
-        const age = clock.now() - entry.at;
-        if (age < maxAge) {
-          // Only Active entries: what is refused anyway (unknown ids, inactive subscriptions) keeps
-          // costing one read per TTL.
-          if (age >= refreshAfterMs && entry.state?.status === "Active" && entry.refreshing !== true) {
-            entry.refreshing = true;
-            fetchState(id).catch(() => undefined);
-          }
-          return Promise.resolve(entry.state);
-        }
-      }
-      return fetchState(id);
+      const entry = fresh(id, Math.min(ttlMs, getOptions.maxAgeMs ?? ttlMs));
+      return entry === undefined ? fetchState(id) : Promise.resolve(entry.state);
     },
+    cached: (id) => fresh(id, ttlMs),
     invalidate(id) {
       active.delete(id);
       negative.delete(id);

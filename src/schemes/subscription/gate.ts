@@ -20,6 +20,7 @@ import {
   parseGateOptions,
   SubscriptionPricingSchema,
 } from "../../gate/paymentGateOptions.ts";
+import { RouteRequestView } from "../../gate/requestView.ts";
 import {
   createPlanCatalog,
   type GatePlan,
@@ -29,11 +30,18 @@ import {
   createSubscriptionGate,
   type GateSubscription,
   type SubscriptionGate,
+  type SubscriptionOutcome,
 } from "../../gate/subscriptions/createSubscriptionGate.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { HeaderName } from "../../protocol/header.ts";
 import { optionTermsOf, type Pricing } from "../../protocol/pricing.ts";
-import type { GateScheme, GateSchemeContext, GateSchemePart, SchemeAcceptance } from "../types.ts";
+import type {
+  GateScheme,
+  GateSchemeContext,
+  GateSchemePart,
+  SchemeAcceptance,
+  SchemeRequest,
+} from "../types.ts";
 
 /** A plan that covers a route, by id (canonical decimal); its terms are read when a 402 is built. */
 export type PlanOffer = { scheme: "subscription"; planId: string };
@@ -141,11 +149,59 @@ function createSubscriptionPart(context: GateSchemeContext): GateScheme<PlanOffe
     return subscriptions;
   };
 
+  /** Charges against one subscription's allowance (`ServedSubscription.deductAllowance`). */
+  const deductFrom =
+    (subscriptionId: bigint): ServedSubscription["deductAllowance"] =>
+    // Returned, not named: built per served request, so no name is attached to it at run time.
+    async (amount) =>
+      service().deduct(subscriptionId, deductionAmount(amount));
+
   /** The subscription as handlers read it, with `deductAllowance` bound to it. */
   const served = (subscription: GateSubscription): ServedSubscription => ({
-    ...subscription,
-    deductAllowance: async (amount) => service().deduct(subscription.subscriptionId, deductionAmount(amount)),
+    subscriptionId: subscription.subscriptionId,
+    subscriber: subscription.subscriber,
+    planId: subscription.planId,
+    units: subscription.units,
+    unitsUsed: subscription.unitsUsed,
+    charge: subscription.charge,
+    deductAllowance: deductFrom(subscription.subscriptionId),
   });
+
+  const checkFault = (fault: unknown): SchemeAcceptance => ({
+    kind: "respond",
+    response: checkFailureResponse(fault, "a subscription could not be checked", logger),
+  });
+
+  const acceptance = (outcome: SubscriptionOutcome, request: SchemeRequest): SchemeAcceptance => {
+    // A metered charge reserved for a failed request is not handed back: the usage ledger has no
+    // way to undo a reservation that a flush may already have batched (see docs/gate.md).
+    if (outcome.kind === "pass") {
+      // The subscriber learns what this metered request counted and was charged, so its own ledger
+      // can record it (docs/protocol.md). Only the token's signer, the subscriber, gets this answer.
+      const counted = outcome.subscription.units > 0 && outcome.subscription.unitsUsed !== undefined;
+      return new GatePass(
+        counted
+          ? [
+              [HeaderName.Units, outcome.subscription.units.toString()],
+              [HeaderName.OverageCharge, outcome.subscription.charge.toString()],
+            ]
+          : undefined,
+        undefined,
+        served(outcome.subscription),
+      );
+    }
+    if (outcome.kind === "busy") {
+      return {
+        kind: "respond",
+        response: errorResponse("RateLimited", outcome.message, 429, outcome.retryAfter),
+      };
+    }
+    logger?.debug(
+      { method: request.method, path: request.path, error: outcome.error },
+      "subscription refused",
+    );
+    return { kind: "refuse", error: outcome.error, message: outcome.message };
+  };
 
   return {
     compile(entry, where) {
@@ -157,56 +213,23 @@ function createSubscriptionPart(context: GateSchemeContext): GateScheme<PlanOffe
       return { scheme: "subscription", amount: terms.amount, tollgate: terms.tollgate };
     },
     credential: (request) => request.headers.get(HeaderName.Subscription),
-    async accept(subscriptionId, request, route): Promise<SchemeAcceptance> {
-      let outcome: Awaited<ReturnType<SubscriptionGate["check"]>>;
+    accept(subscriptionId, request, route) {
+      let outcome: ReturnType<SubscriptionGate["check"]>;
       try {
-        outcome = await service().check({
+        outcome = service().check({
           subscriptionId,
           token: request.headers.get(HeaderName.SubscriptionAuth),
           route: request.units === undefined ? route : { offers: route.offers, units: request.units },
           // The URL is read (and built) only by a `units` function that asks for it.
-          routeRequest: {
-            method: request.method,
-            path: request.routePath,
-            get url() {
-              return request.url;
-            },
-          },
+          routeRequest: new RouteRequestView(request),
         });
       } catch (fault) {
-        return {
-          kind: "respond",
-          response: checkFailureResponse(fault, "a subscription could not be checked", logger),
-        };
+        return checkFault(fault);
       }
-      // A metered charge reserved for a failed request is not handed back: the usage ledger has no
-      // way to undo a reservation that a flush may already have batched (see docs/gate.md).
-      if (outcome.kind === "pass") {
-        // The subscriber learns what this metered request counted and was charged, so its own ledger
-        // can record it (docs/protocol.md). Only the token's signer, the subscriber, gets this answer.
-        const counted = outcome.subscription.units > 0 && outcome.subscription.unitsUsed !== undefined;
-        return new GatePass(
-          counted
-            ? [
-                [HeaderName.Units, outcome.subscription.units.toString()],
-                [HeaderName.OverageCharge, outcome.subscription.charge.toString()],
-              ]
-            : undefined,
-          undefined,
-          served(outcome.subscription),
-        );
-      }
-      if (outcome.kind === "busy") {
-        return {
-          kind: "respond",
-          response: errorResponse("RateLimited", outcome.message, 429, outcome.retryAfter),
-        };
-      }
-      logger?.debug(
-        { method: request.method, path: request.path, error: outcome.error },
-        "subscription refused",
-      );
-      return { kind: "refuse", error: outcome.error, message: outcome.message };
+      // A subscriber in steady use is answered from the caches, without a promise.
+      return outcome instanceof Promise
+        ? outcome.then((settled) => acceptance(settled, request), checkFault)
+        : acceptance(outcome, request);
     },
     async ready(offers) {
       await Promise.all(offers.map((offer) => plans.get(offer.planId)));

@@ -1,0 +1,60 @@
+/**
+ * The request objects the gate hands to scheme parts, routes functions and `units` functions, built
+ * once per paid request. Classes, so that building one allocates a plain object and no accessor
+ * (an object literal with a getter costs several times as much); the URL is a prototype getter, so a
+ * copy made with `{ ...request }` has none: read `url` from the request itself.
+ */
+import type { SchemeRequest } from "../schemes/types.ts";
+import type { NormalizedTarget } from "./normalizeRequestTarget.ts";
+import type { GateRequest } from "./paymentGate.ts";
+import type { RouteRequest } from "./paymentGateOptions.ts";
+
+/**
+ * A request as gate parts read it. Its URL is built only if a routes function or a scheme reads it
+ * (static routes and the one-time path never do): parsing one costs more than the rest of the
+ * routing. A class, so that a request allocates one plain object and no accessor.
+ */
+export class SchemeRequestView implements SchemeRequest {
+  readonly method: string;
+  readonly path: string;
+  readonly query: string;
+  readonly routePath: string;
+  readonly target: string;
+  readonly headers: SchemeRequest["headers"];
+  readonly units: number | undefined;
+  readonly #origin: string;
+  #url: URL | undefined;
+
+  constructor(method: string, path: string, reading: NormalizedTarget, request: GateRequest, origin: string) {
+    this.method = method;
+    this.path = path;
+    this.query = reading.query;
+    this.routePath = reading.routePath;
+    this.target = reading.target;
+    this.headers = request.headers;
+    this.units = request.units;
+    this.#origin = origin;
+  }
+
+  get url(): URL {
+    this.#url ??= new URL(this.target, this.#origin);
+    return this.#url;
+  }
+}
+
+/** The request as routes and `units` functions read it: the path routers match, the URL when asked. */
+export class RouteRequestView implements RouteRequest {
+  readonly method: string;
+  readonly path: string;
+  readonly #request: { readonly url: URL };
+
+  constructor(request: { readonly method: string; readonly routePath: string; readonly url: URL }) {
+    this.method = request.method;
+    this.path = request.routePath;
+    this.#request = request;
+  }
+
+  get url(): URL {
+    return this.#request.url;
+  }
+}
