@@ -14,6 +14,8 @@
  *
  * Goals (printed with the measured ratios): subscription and in-memory metered paths ≥ 0.85× the
  * ungated route, in process and over a socket; shared ledgers ≥ 0.5× the in-memory metered path.
+ * Each path is compared with the bare ungated route and with the ungated route sent the same headers
+ * as a subscriber (what carrying them costs the server, gate or not).
  *
  * The facilitator is an in-process Hono app speaking the real wire formats (plans, subscriptions, the
  * event feed — polled every second as in production — and usage). 64 subscribers take turns, each
@@ -233,6 +235,9 @@ async function headersFor(offset: number): Promise<Record<string, string>[]> {
 }
 const routes = [
   { name: "ungated", path: "/free/item", headers: [{}] as Record<string, string>[] },
+  // The same request as a subscriber's, to a route without a gate: what carrying the headers costs
+  // (a web Request checks every header value as it is built), which is not the gate's doing.
+  { name: "ungated, same headers", path: "/free/item", headers: await headersFor(0) },
   { name: "subscription", path: "/sub/item", headers: await headersFor(0) },
   { name: "metered", path: "/metered/item", headers: await headersFor(100) },
   ...(await Promise.all(
@@ -440,15 +445,19 @@ for (const driver of ["inProcess", "socket"] as const) {
     goalRows.push([
       `${label}: ${what}`,
       `≥ ${target}x`,
-      `${measuredRatio.toFixed(2)}x`,
+      `${measuredRatio.toFixed(3)}x`,
       measuredRatio >= target ? "holds" : "MISSED",
     ]);
-  goal("subscription vs ungated", rate("subscription") / rate("ungated"), 0.85);
-  goal("metered (in-memory) vs ungated", rate("metered") / rate("ungated"), 0.85);
+  for (const base of ["ungated", "ungated, same headers"]) {
+    goal(`subscription vs ${base}`, rate("subscription") / rate(base), 0.85);
+    goal(`metered (in-memory) vs ${base}`, rate("metered") / rate(base), 0.85);
+  }
   if (driver === "inProcess") {
     const cpuOf = (name: string) => cpuPer(merge(measured.get(name)!.inProcess));
-    goal("subscription vs ungated, by CPU time", cpuOf("ungated") / cpuOf("subscription"), 0.85);
-    goal("metered (in-memory) vs ungated, by CPU time", cpuOf("ungated") / cpuOf("metered"), 0.85);
+    for (const base of ["ungated", "ungated, same headers"]) {
+      goal(`subscription vs ${base}, by CPU time`, cpuOf(base) / cpuOf("subscription"), 0.85);
+      goal(`metered (in-memory) vs ${base}, by CPU time`, cpuOf(base) / cpuOf("metered"), 0.85);
+    }
   }
   for (const { name } of sharedLedgers)
     goal(`${name} vs in-memory metered`, rate(name) / rate("metered"), 0.5);

@@ -134,15 +134,12 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
     credential: (request) => request.headers.get(HeaderName.Payment),
     async accept(header, request, route): Promise<SchemeAcceptance> {
       const { method, path } = request;
-      const refuse = (reason: string): SchemeAcceptance => {
-        logger?.debug({ method, path, reason }, "payment proof refused");
-        return { kind: "refuse", error: "InvalidPaymentProof", message: `invalid payment proof: ${reason}` };
-      };
       const parsed = safeParsePaymentProof(header);
-      if (!parsed.ok) return refuse(parsed.reason);
+      if (!parsed.ok) return refusal(logger, method, path, parsed.reason);
       const proof = parsed.proof;
       const minimumAmount = cheapestOffer(route.offers);
-      if (minimumAmount === undefined) return refuse("this request is not sold for a one-time payment");
+      if (minimumAmount === undefined)
+        return refusal(logger, method, path, "this request is not sold for a one-time payment");
       // The replay key's keccak256 computed once, with the fast hash (same value as `proofReplayKey`).
       const replayKey = paymentReplayKey({
         network: proof.network,
@@ -166,17 +163,17 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
             token,
           },
         });
-        if (!terms.valid) return refuse(terms.reason);
+        if (!terms.valid) return refusal(logger, method, path, terms.reason);
         // The key at hand is used without a promise; otherwise (a JWKS not yet read, a key rotated in,
         // remote verification) the check may fetch.
         const key = keys?.known?.(proof.kid);
         const signature: SignatureVerdict =
           key !== undefined ? verifyProofSignature(proof, key) : await checkSignature(proof);
-        if (!signature.valid) return refuse(signature.reason);
+        if (!signature.valid) return refusal(logger, method, path, signature.reason);
         // Keep the key until the proof itself expires: no proof for it can be accepted after that, and
         // an x402 payload of the same authorization is refused by the facilitator (docs/x402.md).
         if (!(await replayGuard.consume(replayKey, proof.exp * 1000)))
-          return refuse("proof was already used");
+          return refusal(logger, method, path, "proof was already used");
       } catch (error) {
         logger?.warn({ err: error, method, path }, "payment proof could not be checked");
         return { kind: "respond", response: faultResponse(error) };
@@ -217,6 +214,17 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
       return (await checkSignature(proof)).valid;
     },
   };
+}
+
+/** A proof refused, logged at debug level. */
+function refusal(
+  logger: GateSchemeContext["logger"],
+  method: string,
+  path: string,
+  reason: string,
+): SchemeAcceptance {
+  logger?.debug({ method, path, reason }, "payment proof refused");
+  return { kind: "refuse", error: "InvalidPaymentProof", message: `invalid payment proof: ${reason}` };
 }
 
 /**
