@@ -440,7 +440,11 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
       let outcome: Awaited<ReturnType<Acceptor["part"]["accept"]>>;
       try {
         const accepted = acceptor.part.accept(credential, target, acceptor.route);
-        outcome = accepted instanceof Promise ? await accepted : accepted;
+        // A part's own promise type (another realm's, a thenable) is awaited too.
+        outcome =
+          typeof (accepted as { then?: unknown }).then === "function"
+            ? await accepted
+            : (accepted as typeof outcome);
       } catch (fault) {
         logger?.warn({ err: fault, method, path }, "a payment could not be checked");
         return { kind: "respond", response: faultResponse(fault) };

@@ -169,8 +169,7 @@ export function applyUsage(
   const units = BigInt(request.units);
   const before = cycle.units;
   const after = before + units;
-  const over = (n: bigint) => (n > request.includedUnits ? n - request.includedUnits : 0n);
-  const billable = over(after) - over(before);
+  const billable = beyond(after, request.includedUnits) - beyond(before, request.includedUnits);
   const charge = billable * request.unitPrice + (request.charge ?? 0n);
   if (charge > 0n || billable > 0n) {
     const used = larger(request.overageUsed, cycle.overage);
@@ -201,6 +200,11 @@ export function applyUsage(
  */
 export function usageRef(ledgerId: string, batchId: string, subscriptionId: bigint): string {
   return `tg${createHash("sha256").update(`${ledgerId}:${batchId}:${subscriptionId}`).digest("hex").slice(0, 40)}`;
+}
+
+/** Units past the included ones. */
+function beyond(units: bigint, included: bigint): bigint {
+  return units > included ? units - included : 0n;
 }
 
 function larger(a: bigint, b: bigint): bigint {
