@@ -181,17 +181,27 @@ export function createOutbox(options: OutboxOptions): Outbox {
     track: (row, fresh) => void track(row, fresh),
   });
 
+  /**
+   * A producer said rows were committed (`wake`) since the last signing pass began: that pass need
+   * not look first whether any is queued.
+   */
+  let committed = false;
+
   /** Signs queued rows, one pass at a time (signQueuedRows.ts). */
   function signQueued(): Promise<OutboxRow[]> {
-    const run = () =>
-      signQueuedRows({
+    const run = () => {
+      const told = committed;
+      committed = false;
+      return signQueuedRows({
         store,
         key,
         scope,
         kinds: [...handlers.keys()],
         limit: maxSignPerPass,
         fromBlock: async () => driver.lastSeenBlock() ?? (await client.getBlockNumber()),
+        knownQueued: told,
       });
+    };
     const result = signing.then(run, run);
     signing = result.catch(() => undefined);
     return result;
@@ -201,6 +211,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
   function track(row: OutboxRow, fresh: boolean): Promise<void> {
     const existing = inFlight.get(row.id);
     if (existing !== undefined) return existing;
+    let failed = false;
     const promise = driver
       .drive(row, fresh)
       .then(() => setChainDown(false))
@@ -214,13 +225,20 @@ export function createOutbox(options: OutboxOptions): Outbox {
         }
         outcomeWaiters.settle(row.id, (w) => w.reject(error));
         hashWaiters.settle(row.id, (w) => w.reject(error));
+        failed = true;
         throw error;
       })
       .finally(() => {
         inFlight.delete(row.id);
         drivingSince.delete(row.id);
-        dirty = true;
-        sleeper.wake();
+        // A row that failed is reconciled by a pass at once. One that finished leaves nothing to sign
+        // (rows enqueued meanwhile woke the loop themselves) and its housekeeping waits for the pause
+        // the loop is in (at most `reconcileIntervalMs` while rows were in flight): not waking here
+        // keeps the loop's store reads off the path of the outcome's waiters.
+        if (failed) {
+          dirty = true;
+          sleeper.wake();
+        }
       });
     // A tracked promise is awaited by `flush`/`waitFor` when they need its error; never unhandled.
     promise.catch(() => undefined);
@@ -358,6 +376,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
       return id;
     },
     wake() {
+      committed = true;
       dirty = true;
       sleeper.wake();
     },

@@ -23,10 +23,13 @@ export async function signQueuedRows(deps: {
   limit: number;
   /** A block at or before the one the rows can land in. */
   fromBlock: () => Promise<bigint>;
+  /** A producer has just said rows were committed: no need to look whether any is queued first. */
+  knownQueued?: boolean;
 }): Promise<OutboxRow[]> {
   const { store, key, scope, kinds } = deps;
-  // Look before reading the chain: an idle pass costs one indexed query and no RPC call.
-  if (!(await hasQueuedRows(store, scope, kinds))) return [];
+  // Look before reading the chain: an idle pass costs one indexed query and no RPC call. A pass a
+  // producer asked for skips the look; if another worker took its rows, the claim below finds none.
+  if (deps.knownQueued !== true && !(await hasQueuedRows(store, scope, kinds))) return [];
   const floor = await key.nonces.floor();
   const fees = await key.fees();
   const fromBlock = await deps.fromBlock();

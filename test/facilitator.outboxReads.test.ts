@@ -1,0 +1,81 @@
+/**
+ * What the outbox reads per payment. A signing pass a producer asked for (`outbox.wake()` after its
+ * rows committed) used to look first whether any row was queued, and every finished row woke the
+ * worker into another pass of looks (queued rows, other workers' open rows) just as the payment's
+ * outcome was being answered. Now the producer's word is taken, and a finished row wakes nobody.
+ */
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
+import { createTestStore } from "../src/store/createTestStore.ts";
+import type { Queryable, Store } from "../src/store/store.ts";
+import { signTestPayment, startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
+
+describe("outbox reads per payment", { timeout: 90_000 }, () => {
+  let devnet: Devnet;
+  let store: Store;
+  let tf: TestFacilitator;
+  const seen: string[] = [];
+
+  /** The store, recording every statement sent through it or its transactions. */
+  function recorded(inner: Store): Store {
+    const watch = (db: Queryable): Queryable => ({
+      query(sql, params) {
+        seen.push(sql);
+        return db.query(sql, params);
+      },
+      exec: (sql) => db.exec(sql),
+    });
+    return Object.assign(Object.create(inner) as Store, {
+      query: watch(inner).query,
+      transaction: <T>(fn: (tx: Queryable) => Promise<T>) => inner.transaction((tx) => fn(watch(tx))),
+    });
+  }
+
+  beforeAll(async () => {
+    devnet = await startDevnet({ accounts: 4 });
+    store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
+    tf = await startTestFacilitator(devnet, { store: recorded(store) });
+  });
+  afterAll(async () => {
+    await tf?.stop();
+    await store?.close();
+    await devnet?.stop();
+  });
+
+  it("signs a batch the engine enqueued without looking for queued rows first, and looks for nothing once it settled", async () => {
+    const payTo = devnet.accounts[2]!.address;
+    const payers = [];
+    for (let i = 0; i < 5; i++) {
+      const privateKey = generatePrivateKey();
+      const account = privateKeyToAccount(privateKey);
+      await devnet.fund(account.address, { usd: 1_000_000n });
+      payers.push(
+        await signTestPayment(
+          devnet,
+          { address: account.address, privateKey, account },
+          { payTo, amount: 10_000n },
+        ),
+      );
+    }
+    const from = seen.length;
+    for (const signedPayment of payers) {
+      const response = await fetch(`${tf.url}/authorize`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ signedPayment }),
+      });
+      expect(response.status).toBe(200);
+    }
+    const looks = seen
+      .slice(from)
+      .filter((sql) =>
+        /SELECT 1 FROM tx_outbox WHERE status = 'queued'|SELECT id FROM tx_outbox WHERE status IN/.test(sql),
+      );
+    const signed = seen.slice(from).filter((sql) => /UPDATE tx_outbox SET status = 'signed'/.test(sql));
+    expect(signed).toHaveLength(5);
+    // Before: a look before each signing pass and two after each row settled (15 here). Now none
+    // but the worker's periodic pass, should one fall in these few hundred milliseconds.
+    expect(looks.length).toBeLessThanOrEqual(2);
+  });
+});
