@@ -8,8 +8,9 @@ import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
-import type { Queryable, Store } from "../src/store/store.ts";
+import type { Store } from "../src/store/store.ts";
 import { signTestPayment, startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
+import { recordedStore } from "./support/recordedStore.ts";
 
 describe("outbox reads per payment", { timeout: 90_000 }, () => {
   let devnet: Devnet;
@@ -17,25 +18,10 @@ describe("outbox reads per payment", { timeout: 90_000 }, () => {
   let tf: TestFacilitator;
   const seen: string[] = [];
 
-  /** The store, recording every statement sent through it or its transactions. */
-  function recorded(inner: Store): Store {
-    const watch = (db: Queryable): Queryable => ({
-      query(sql, params) {
-        seen.push(sql);
-        return db.query(sql, params);
-      },
-      exec: (sql) => db.exec(sql),
-    });
-    return Object.assign(Object.create(inner) as Store, {
-      query: watch(inner).query,
-      transaction: <T>(fn: (tx: Queryable) => Promise<T>) => inner.transaction((tx) => fn(watch(tx))),
-    });
-  }
-
   beforeAll(async () => {
     devnet = await startDevnet({ accounts: 4 });
     store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
-    tf = await startTestFacilitator(devnet, { store: recorded(store) });
+    tf = await startTestFacilitator(devnet, { store: recordedStore(store, seen) });
   });
   afterAll(async () => {
     await tf?.stop();

@@ -11,8 +11,7 @@ import type { RouteRequest } from "./paymentGateOptions.ts";
 
 /**
  * A request as gate parts read it. Its URL is built only if a routes function or a scheme reads it
- * (static routes and the one-time path never do): parsing one costs more than the rest of the
- * routing. A class, so that a request allocates one plain object and no accessor.
+ * (static routes and the one-time path never do): parsing one costs more than the rest of the routing.
  */
 export class SchemeRequestView implements SchemeRequest {
   readonly method: string;
