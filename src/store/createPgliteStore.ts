@@ -7,6 +7,7 @@ import { PGlite, type Transaction } from "@electric-sql/pglite";
 import { assertSchemaName } from "./assertSchemaName.ts";
 import { type LockDataDirOptions, lockDataDir } from "./lockDataDir.ts";
 import { notificationChannel } from "./notificationChannel.ts";
+import { PgliteStatements } from "./pgliteStatements.ts";
 import { ensurePrivateDir, tightenTree } from "./privateFiles.ts";
 import type { Queryable, SqlParam, Store } from "./store.ts";
 import { noSchemaError, transactionEndedError } from "./storeErrors.ts";
@@ -17,12 +18,22 @@ const INT8_OID = 20;
 const NUMERIC_OID = 1700;
 
 /**
- * PGlite's start parameters with a smaller buffer pool: 16 MB of shared buffers instead of PostgreSQL's
- * 128 MB, which PGlite allocates inside its WebAssembly memory (resident for the process's life). A
- * Tollgate store's working set is small, and its pages stay in the OS page cache or PGlite's in-memory
- * file system anyway: resident memory drops by ~120 MB (docs/facilitator.md, "At rest").
+ * PGlite's start parameters:
+ * - a smaller buffer pool: 16 MB of shared buffers instead of PostgreSQL's 128 MB, which PGlite
+ *   allocates inside its WebAssembly memory (resident for the process's life). A Tollgate store's
+ *   working set is small, and its pages stay in the OS page cache or PGlite's in-memory file system
+ *   anyway: resident memory drops by ~120 MB (docs/facilitator.md, "At rest");
+ * - every prepared statement planned for its parameters (pgliteStatements.ts), as PostgreSQL plans
+ *   the pg driver's unnamed statements: a generic plan, which PostgreSQL would switch to after five
+ *   runs, cannot see that a queue's rows are nearly all in one state and scans a growing table.
  */
-const startParams = [...PGlite.defaultStartParams, "-c", "shared_buffers=16MB"];
+const startParams = [
+  ...PGlite.defaultStartParams,
+  "-c",
+  "shared_buffers=16MB",
+  "-c",
+  "plan_cache_mode=force_custom_plan",
+];
 
 /**
  * Creates a fresh on-disk database in a short-lived child process. PGlite runs initdb as a WebAssembly
@@ -97,18 +108,31 @@ export async function createPgliteStore(options: {
   }
   const scope = createTransactionScope();
 
-  const handle = (target: Pick<Transaction, "query" | "exec">, isOpen: () => boolean): Queryable => ({
+  // Parameterised statements run prepared (pgliteStatements.ts) under PGlite's own locks: one
+  // statement at a time, and outside a transaction only while none is open.
+  const statements = new PgliteStatements(db);
+  const direct: Queryable = {
+    query<Row>(sql: string, params: readonly SqlParam[] = []) {
+      const values = toSqlParams(params);
+      return db._runExclusiveTransaction(() =>
+        db._runExclusiveQuery(() => statements.run<Row>(sql, values, false)),
+      );
+    },
+    async exec(sql: string) {
+      await db.exec(statements.forget() + sql);
+    },
+  };
+  const inTransaction = (tx: Transaction, isOpen: () => boolean): Queryable => ({
     async query<Row>(sql: string, params: readonly SqlParam[] = []) {
       if (!isOpen()) throw transactionEndedError();
-      const result = await target.query<Row>(sql, toSqlParams(params));
-      return result.rows;
+      const values = toSqlParams(params);
+      return db._runExclusiveQuery(() => statements.run<Row>(sql, values, true));
     },
     async exec(sql: string) {
       if (!isOpen()) throw transactionEndedError();
-      await target.exec(sql);
+      await tx.exec(statements.forget() + sql);
     },
   });
-  const direct = handle(db, () => true);
 
   return {
     kind: "pglite",
@@ -125,7 +149,7 @@ export async function createPgliteStore(options: {
       scope.assertOutside("transaction");
       return db.transaction((tx) => {
         let open = true;
-        return scope.run(() => fn(handle(tx, () => open))).finally(() => (open = false));
+        return scope.run(() => fn(inTransaction(tx, () => open))).finally(() => (open = false));
       });
     },
     async listen(name, fn) {
@@ -138,7 +162,9 @@ export async function createPgliteStore(options: {
     async dropSchema() {
       scope.assertOutside("dropSchema");
       if (schema === undefined) throw noSchemaError();
-      await db.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE; SET search_path TO public`);
+      await db.exec(
+        `${statements.forget()}DROP SCHEMA IF EXISTS ${schema} CASCADE; SET search_path TO public`,
+      );
     },
     async close() {
       try {
