@@ -3,18 +3,14 @@
  * that can be refused without a round trip to the chain, cheapest first. Throws a `TollgateError`
  * with the code a client can act on; returns the recovered payer on success.
  */
-import { type Address, hexToBigInt, recoverTypedDataAddress } from "viem";
+import { type Address, hexToBigInt } from "viem";
+import { recoverTransferSigner } from "../chain/signers/recoverTransferSigner.ts";
 import { sameAddress } from "../protocol/address.ts";
 import { base64UrlDecode, utf8Decode } from "../protocol/base64.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import { memoNonce } from "../protocol/memo.ts";
 import { chainIdOf } from "../protocol/network.ts";
-import {
-  type Authorization,
-  authorizationMessage,
-  tokenDomain,
-  transferWithAuthorizationTypes,
-} from "../protocol/signedPayment.ts";
+import type { Authorization } from "../protocol/signedPayment.ts";
 
 /** secp256k1 group order / 2: EIP-2 and the token contracts refuse an `s` above it. */
 const HALF_ORDER = 0x7fffffffffffffffffffffffffffffff5d576e7357a4501ddfe92f46681b20a0n;
@@ -122,7 +118,7 @@ export async function checkSignedPayment(
   }
   const cacheKey = recoveryKey(token, payment);
   let signer = recoveredSigners.get(cacheKey);
-  if (signer === undefined) signer = await recoverSigner(token, payment, cacheKey);
+  if (signer === undefined) signer = recoverSigner(token, payment, cacheKey);
   if (!sameAddress(signer, a.from)) {
     throw new TollgateError("InvalidSignature", "signature was not made by the authorization's `from`", {
       details: { from: a.from, recovered: signer },
@@ -180,28 +176,24 @@ function recoveryKey(token: SupportedTokenConfig, payment: CheckablePayment): st
   ].join("|");
 }
 
-async function recoverSigner(
-  token: SupportedTokenConfig,
-  payment: CheckablePayment,
-  cacheKey: string,
-): Promise<Address> {
-  const a = payment.authorization;
-  let signer: Address;
+function recoverSigner(token: SupportedTokenConfig, payment: CheckablePayment, cacheKey: string): Address {
+  let signer: Address | undefined;
   try {
-    signer = await recoverTypedDataAddress({
-      domain: tokenDomain({
+    signer = recoverTransferSigner(
+      {
         name: token.name,
         version: token.version,
         chainId: chainIdOf(payment.network),
         verifyingContract: token.address,
-      }),
-      types: transferWithAuthorizationTypes,
-      primaryType: "TransferWithAuthorization",
-      message: authorizationMessage(a),
-      signature: payment.signature,
-    });
+      },
+      payment.authorization,
+      payment.signature,
+    );
   } catch (cause) {
     throw new TollgateError("InvalidSignature", "signature does not recover to an address", { cause });
+  }
+  if (signer === undefined) {
+    throw new TollgateError("InvalidSignature", "signature does not recover to an address", {});
   }
   if (recoveredSigners.size >= MAX_RECOVERED_SIGNERS) {
     const oldest = recoveredSigners.keys().next();

@@ -1,5 +1,6 @@
-import { type Hex, hexToBigInt, isAddressEqual, recoverTypedDataAddress, size } from "viem";
-import { type TokenDomain, transferWithAuthorizationTypes } from "./eip712Types.ts";
+import { type Address, type Hex, hexToBigInt, isAddressEqual, size } from "viem";
+import type { TokenDomain } from "./eip712Types.ts";
+import { recoverTransferSigner } from "./recoverTransferSigner.ts";
 import type { TransferAuthorization } from "./signTransferAuthorization.ts";
 
 /** secp256k1's group order n; a canonical (low-s) signature has s <= n / 2 (EIP-2). */
@@ -32,18 +33,14 @@ export async function verifyTransferAuthorization({
 }): Promise<VerifyTransferAuthorizationResult> {
   if (!/^0x[0-9a-fA-F]{130}$/.test(signature)) return { valid: false, reason: "MalformedSignature" };
   if (!isLowS(signature)) return { valid: false, reason: "HighS" };
+  let signer: Address | undefined;
   try {
-    const signer = await recoverTypedDataAddress({
-      domain,
-      types: transferWithAuthorizationTypes,
-      primaryType: "TransferWithAuthorization",
-      message: authorization,
-      signature,
-    });
-    return isAddressEqual(signer, authorization.from)
-      ? { valid: true }
-      : { valid: false, reason: "WrongSigner" };
+    signer = recoverTransferSigner(domain, authorization, signature);
   } catch {
     return { valid: false, reason: "MalformedSignature" };
   }
+  if (signer === undefined) return { valid: false, reason: "MalformedSignature" };
+  return isAddressEqual(signer, authorization.from)
+    ? { valid: true }
+    : { valid: false, reason: "WrongSigner" };
 }
