@@ -102,9 +102,35 @@ describe("settlement engine reads while a batch is held", { timeout: 90_000 }, (
     // The answers come from the rows the outcome wrote: no waiter read its payment again once the
     // batch settled (a waiter also looks every 250 ms meanwhile, for outcomes other instances record;
     // one of those may just fall after the outcome), and no batch was read back for an answer.
-    const outcomeAt = seen.findLastIndex((sql) => /UPDATE payments SET status = 'settled'/.test(sql));
+    const outcomeAt = seen.findLastIndex((sql) => /UPDATE payments p SET status = 'settled'/.test(sql));
     expect(outcomeAt).toBeGreaterThan(from);
     expect(count(/FROM payments WHERE nonce = \$1/, outcomeAt)).toBeLessThanOrEqual(2);
     expect(count(/FROM settlement_batches WHERE id = \$1/, from)).toBe(0);
+
+    // Each batch costs the store one statement to claim its rows (the batch row inserted with them)
+    // and one to settle them all and close the batch, however many payments it holds.
+    expect(count(/INSERT INTO settlement_batches/)).toBe(2);
+    expect(count(/UPDATE payments SET status = 'submitted'/)).toBe(2);
+    expect(count(/min\(batch_cap\)/)).toBe(count(queueScan));
+    expect(count(/UPDATE payments p SET status = 'settled'/)).toBe(2);
+    // The batch closed in that statement, not in one of its own.
+    expect(
+      seen
+        .filter((sql) => /UPDATE settlement_batches SET status/.test(sql))
+        .every((sql) => /UPDATE payments p SET status = 'settled'/.test(sql)),
+    ).toBe(true);
+    const events = await store.query<{ type: string; nonce: string }>(
+      "SELECT type, data->>'nonce' AS nonce FROM events WHERE type LIKE 'payment.%' ORDER BY id",
+    );
+    expect(events.map((e) => e.type)).toEqual(Array(6).fill("payment.settled"));
+    expect(new Set(events.map((e) => e.nonce)).size).toBe(6);
+    const batches = await store.query<{ status: string; item_count: number; tx_hash: string | null }>(
+      "SELECT status, item_count, tx_hash FROM settlement_batches ORDER BY id",
+    );
+    expect(batches.map((b) => [b.status, b.item_count])).toEqual([
+      ["confirmed", 1],
+      ["confirmed", 5],
+    ]);
+    expect(batches[1]?.tx_hash).toBe(settled[0]?.transaction);
   });
 });

@@ -13,7 +13,6 @@
 import type { Address } from "viem";
 import { settleCall } from "../../chain/actions/settler/settleCall.ts";
 import { TollgateError } from "../../protocol/errors.ts";
-import { queryOneParsed } from "../../store/queryParsed.ts";
 import type { Store } from "../../store/store.ts";
 import type { Outbox } from "../outbox/outboxTypes.ts";
 import { type BatchRow, BatchRowSchema, type PaymentRow, PaymentRowSchema } from "../paymentRecords.ts";
@@ -33,11 +32,21 @@ export async function claimBatch(
 ): Promise<ClaimedBatch | HeldBatch | undefined> {
   const { network } = deps;
   return deps.store.transaction(async (tx) => {
-    const head = await tx.query<{ token: string; waiting: string; total: string; age_ms: number }>(
-      `SELECT token, count(*) OVER (PARTITION BY token) AS waiting, count(*) OVER () AS total,
-              (extract(epoch FROM now() - created_at) * 1000)::float8 AS age_ms
-       FROM payments WHERE status = 'pending' AND network = $1 ORDER BY id LIMIT 1`,
-      [network],
+    // The head of the queue and, for its token, the smallest cap among the next batch's rows.
+    const head = await tx.query<{
+      token: string;
+      waiting: string;
+      total: string;
+      age_ms: number;
+      cap: number | null;
+    }>(
+      `SELECT h.*, (SELECT min(batch_cap) FROM (SELECT batch_cap FROM payments
+                      WHERE status = 'pending' AND network = $1 AND token = h.token
+                      ORDER BY id LIMIT $2) AS next) AS cap
+       FROM (SELECT token, count(*) OVER (PARTITION BY token) AS waiting, count(*) OVER () AS total,
+                    (extract(epoch FROM now() - created_at) * 1000)::float8 AS age_ms
+             FROM payments WHERE status = 'pending' AND network = $1 ORDER BY id LIMIT 1) AS h`,
+      [network, rule.maxBatchSize],
     );
     const first = head[0];
     if (first === undefined) return undefined;
@@ -46,31 +55,45 @@ export async function claimBatch(
     if (rule.inFlight > 0 && waiting < rule.maxBatchSize && first.age_ms < rule.lingerMs) {
       return { kind: "held", waiting, ageMs: first.age_ms };
     }
-    const capped = await tx.query<{ cap: number | null }>(
-      `SELECT min(batch_cap) AS cap FROM (SELECT batch_cap FROM payments
-         WHERE status = 'pending' AND network = $1 AND token = $2 ORDER BY id LIMIT $3) AS head`,
-      [network, token, rule.maxBatchSize],
+    const limit = Math.min(rule.maxBatchSize, first.cap ?? rule.maxBatchSize);
+    const sender = deps.outbox.sender.toLowerCase();
+    // The batch row and its claim in one statement; the batch's id comes back on every row, and alone
+    // (with no payment columns) when the rows were claimed by another instance in the meantime.
+    const claimed = await tx.query<Record<string, unknown> & { new_batch_id: string; id: unknown }>(
+      `WITH batch AS (
+         INSERT INTO settlement_batches (network, token, sender, status) VALUES ($1, $2, $3, 'submitted')
+         RETURNING id
+       ), claimed AS (
+         UPDATE payments SET status = 'submitted', batch_id = (SELECT id FROM batch), attempts = attempts + 1,
+           updated_at = now()
+         WHERE id IN (SELECT id FROM payments WHERE status = 'pending' AND network = $1 AND token = $2
+                      ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED)
+         RETURNING *
+       )
+       SELECT batch.id AS new_batch_id, claimed.* FROM batch LEFT JOIN claimed ON true`,
+      [network, token, sender, limit],
     );
-    const limit = Math.min(rule.maxBatchSize, capped[0]?.cap ?? rule.maxBatchSize);
-    const batch = await queryOneParsed(
-      tx,
-      BatchRowSchema,
-      `INSERT INTO settlement_batches (network, token, sender, status) VALUES ($1, $2, $3, 'submitted') RETURNING *`,
-      [network, token, deps.outbox.sender.toLowerCase()],
-    );
-    if (batch === undefined) throw new TollgateError("Internal", "batch insert returned nothing");
-    const rows = await tx.query(
-      `UPDATE payments SET status = 'submitted', batch_id = $1, attempts = attempts + 1, updated_at = now()
-       WHERE id IN (SELECT id FROM payments WHERE status = 'pending' AND network = $2 AND token = $3
-                    ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED)
-       RETURNING *`,
-      [batch.id, network, token, limit],
-    );
-    const parsed = rows.map((r) => PaymentRowSchema.parse(r)).sort((x, y) => x.id - y.id);
+    const batchId = Number(claimed[0]?.new_batch_id);
+    if (!Number.isSafeInteger(batchId)) throw new TollgateError("Internal", "batch insert returned nothing");
+    const parsed = claimed
+      .filter((r) => r.id !== null)
+      .map((r) => PaymentRowSchema.parse(r))
+      .sort((x, y) => x.id - y.id);
     if (parsed.length === 0) {
-      await tx.query("DELETE FROM settlement_batches WHERE id = $1", [batch.id]);
+      await tx.query("DELETE FROM settlement_batches WHERE id = $1", [batchId]);
       return undefined;
     }
+    const batch: BatchRow = BatchRowSchema.parse({
+      id: batchId,
+      status: "submitted",
+      network,
+      token,
+      sender,
+      sender_nonce: null,
+      tx_hash: null,
+      raw_tx: null,
+      item_count: parsed.length,
+    });
     const call = settleCall({
       settler: deps.batchSettler,
       token: token as Address,
@@ -97,7 +120,7 @@ export async function claimBatch(
       outboxId,
     ]);
     return {
-      batch: { ...batch, item_count: parsed.length },
+      batch,
       rows: parsed,
       outboxId,
       drained: parsed.length >= Number(first.total),

@@ -22,10 +22,12 @@ import type { OutboxHandler, OutboxOutcome } from "../outbox/outboxTypes.ts";
 import { batchPayments, type PaymentRow } from "../paymentRecords.ts";
 import type { PaymentChecks, Recheck } from "./paymentChecks.ts";
 import {
+  type BatchClose,
   markPaymentFailed,
-  markPaymentSettled,
+  markPaymentsSettled,
   type PaymentOutcomeDeps,
   requeuePayment,
+  type Settlement,
 } from "./paymentOutcomes.ts";
 
 /**
@@ -65,15 +67,17 @@ type Recorded = { settled: PaymentRow[]; requeued: boolean };
 
 export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler {
   const log = deps.logger.child({ component: "settlement" });
-  /** Settles `row` and keeps the settled row in `into.settled`. */
-  async function settle(
+  /**
+   * Ends an outcome's commit: settles the rows gathered in `settle` and closes the batch in one
+   * statement, and keeps the settled rows in `into.settled`.
+   */
+  async function settleAndClose(
     into: Recorded,
     tx: Queryable,
-    row: PaymentRow,
-    settled: Parameters<typeof markPaymentSettled>[3],
+    settle: { row: PaymentRow; settled: Settlement }[],
+    close: BatchClose,
   ): Promise<void> {
-    const done = await markPaymentSettled(deps, tx, row, settled);
-    if (done !== undefined) into.settled.push(done);
+    into.settled.push(...(await markPaymentsSettled(deps, tx, settle, { close })));
   }
 
   async function confirmed(
@@ -111,6 +115,7 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     await commit(async (tx) => {
       recorded.settled.length = 0;
       recorded.requeued = false;
+      const settle: { row: PaymentRow; settled: Settlement }[] = [];
       for (const row of rows) {
         if (row.status !== "submitted") continue;
         const result = outcomes.get(`${row.payer}:${row.nonce}`);
@@ -125,16 +130,17 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
           settledCount++;
           settledVolume += row.amount;
           const by = paidElsewhere ?? { hash: outcome.hash, blockNumber: outcome.blockNumber };
-          await settle(recorded, tx, row, {
-            txHash: by.hash,
-            blockNumber: by.blockNumber,
-            nowSeconds: now,
-          });
+          settle.push({ row, settled: { txHash: by.hash, blockNumber: by.blockNumber, nowSeconds: now } });
         } else {
           await markPaymentFailed(deps, tx, row, refusalFromRevert(result.reason), outcome.hash);
         }
       }
-      await closeBatch(tx, batchId, "confirmed", outcome.hash, outcome.blockNumber);
+      await settleAndClose(recorded, tx, settle, {
+        id: batchId,
+        status: "confirmed",
+        txHash: outcome.hash,
+        blockNumber: outcome.blockNumber,
+      });
     });
     if (deferred > 0) log.info({ batch: batchId, deferred }, "settler deferred items; they are requeued");
     if (settledCount > 0) deps.metrics?.onSettled(settledCount, settledVolume, token ?? "");
@@ -156,13 +162,13 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     await commit(async (tx) => {
       recorded.settled.length = 0;
       recorded.requeued = false;
+      const settle: { row: PaymentRow; settled: Settlement }[] = [];
       for (const row of open) {
         const verdict = verdicts.get(row.id)!;
         if (verdict.kind === "settled") {
-          await settle(recorded, tx, row, {
-            txHash: verdict.hash,
-            blockNumber: verdict.blockNumber,
-            nowSeconds: now,
+          settle.push({
+            row,
+            settled: { txHash: verdict.hash, blockNumber: verdict.blockNumber, nowSeconds: now },
           });
         } else if (verdict.kind === "failed") {
           await markPaymentFailed(deps, tx, row, verdict.error, txHash);
@@ -182,7 +188,12 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
           await requeuePayment(tx, row, { cap });
         }
       }
-      await closeBatch(tx, batchId, "failed", txHash, null);
+      await settleAndClose(recorded, tx, settle, {
+        id: batchId,
+        status: "failed",
+        txHash,
+        blockNumber: null,
+      });
     });
     log.warn(
       { batch: batchId, tx: txHash, items: open.length, cap },
@@ -203,14 +214,11 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     await commit(async (tx) => {
       recorded.settled.length = 0;
       recorded.requeued = false;
+      const settle: { row: PaymentRow; settled: Settlement }[] = [];
       for (const row of open) {
         const use = uses.get(row.id)!;
         if (use.kind === "matched") {
-          await settle(recorded, tx, row, {
-            txHash: use.hash,
-            blockNumber: use.blockNumber,
-            nowSeconds: now,
-          });
+          settle.push({ row, settled: { txHash: use.hash, blockNumber: use.blockNumber, nowSeconds: now } });
         } else if (use.kind === "other") {
           await markPaymentFailed(
             deps,
@@ -224,7 +232,12 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
           await requeuePayment(tx, row);
         }
       }
-      await closeBatch(tx, batchId, "failed", null, null);
+      await settleAndClose(recorded, tx, settle, {
+        id: batchId,
+        status: "failed",
+        txHash: null,
+        blockNumber: null,
+      });
     });
   }
 
@@ -237,18 +250,4 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     else await dropped(batchId, rows, commit, recorded);
     deps.afterCommit(batchId, rows, recorded.settled, recorded.requeued);
   };
-}
-
-async function closeBatch(
-  tx: Queryable,
-  batchId: number,
-  status: "confirmed" | "failed",
-  txHash: Hash | null,
-  blockNumber: bigint | null,
-): Promise<void> {
-  await tx.query(
-    `UPDATE settlement_batches SET status = $2, tx_hash = coalesce($3, tx_hash), block_number = $4, updated_at = now()
-     WHERE id = $1`,
-    [batchId, status, txHash, blockNumber],
-  );
 }

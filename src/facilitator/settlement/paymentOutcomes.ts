@@ -18,6 +18,16 @@ export type PaymentOutcomeDeps = {
   onFailed?: ((code: string) => void) | undefined;
 };
 
+export type Settlement = { txHash: Hash; blockNumber: bigint; nowSeconds: number };
+
+/** A batch closed by the same statement that settles its payments (`markPaymentsSettled`). */
+export type BatchClose = {
+  id: number;
+  status: "confirmed" | "failed";
+  txHash: Hash | null;
+  blockNumber: bigint | null;
+};
+
 /**
  * Marks a row settled by `txHash` and stores its proof; a no-op unless the row is in `from`. Resolves
  * with the settled row (what `/authorize` answers from), `undefined` when it was not in `from`.
@@ -26,44 +36,101 @@ export async function markPaymentSettled(
   deps: PaymentOutcomeDeps,
   tx: Queryable,
   row: PaymentRow,
-  settled: { txHash: Hash; blockNumber: bigint; nowSeconds: number },
+  settled: Settlement,
   from: "submitted" | "failed" = "submitted",
 ): Promise<PaymentRow | undefined> {
-  const proof = issuePaymentProof(deps.proofKey(), row, {
-    txHash: settled.txHash,
-    nowSeconds: settled.nowSeconds,
-    ttlSeconds: deps.proofTtlSeconds,
-  });
-  // The row and its event in one statement: the event is inserted only if the row was in `from`.
+  const [done] = await markPaymentsSettled(deps, tx, [{ row, settled }], { from });
+  return done;
+}
+
+/**
+ * Marks rows settled, each by its own transaction, with their proofs and `payment.settled` events,
+ * and with `close` also closes their batch: one statement for all of it, so that a batch's outcome
+ * costs the store one round trip however many payments it settled. Each row is a compare-and-set on
+ * its status (`from`) and, when `close` names a batch, on being in that batch; resolves with the rows
+ * it settled as they now are, in id order.
+ */
+export async function markPaymentsSettled(
+  deps: PaymentOutcomeDeps,
+  tx: Queryable,
+  items: readonly { row: PaymentRow; settled: Settlement }[],
+  options: { from?: "submitted" | "failed" | undefined; close?: BatchClose | undefined } = {},
+): Promise<PaymentRow[]> {
+  if (items.length === 0 && options.close === undefined) return [];
+  const key = deps.proofKey();
+  const ids: number[] = [];
+  const hashes: string[] = [];
+  const blocks: bigint[] = [];
+  const proofs: string[] = [];
+  const events: string[] = [];
+  for (const { row, settled } of items) {
+    ids.push(row.id);
+    hashes.push(settled.txHash);
+    blocks.push(settled.blockNumber);
+    proofs.push(
+      JSON.stringify(
+        issuePaymentProof(key, row, {
+          txHash: settled.txHash,
+          nowSeconds: settled.nowSeconds,
+          ttlSeconds: deps.proofTtlSeconds,
+        }),
+      ),
+    );
+    events.push(
+      JSON.stringify(
+        eventData(row, { transaction: settled.txHash, blockNumber: settled.blockNumber.toString() }),
+      ),
+    );
+  }
+  const close = options.close;
+  // The rows, their events (inserted only for rows that were in `from`) and the batch in one statement.
   const updated = await tx.query(
-    `WITH settled AS (
-       UPDATE payments SET status = 'settled', tx_hash = $2, block_number = $3, proof = $4, settled_at = now(),
-         failure_code = NULL, failure_message = NULL, batch_cap = NULL, updated_at = now()
-       WHERE id = $1 AND status = $5 RETURNING *
+    `WITH input AS (
+       SELECT * FROM unnest($1::bigint[], $2::text[], $3::numeric[], $4::text[], $5::text[])
+         AS i(id, tx_hash, block_number, proof, event)
+     ), settled AS (
+       UPDATE payments p SET status = 'settled', tx_hash = i.tx_hash, block_number = i.block_number,
+         proof = i.proof::jsonb, settled_at = now(), failure_code = NULL, failure_message = NULL,
+         batch_cap = NULL, updated_at = now()
+       FROM input i
+       WHERE p.id = i.id AND p.status = $6 AND ($7::bigint IS NULL OR p.batch_id = $7)
+       RETURNING p.*, i.event AS settled_event
      ), recorded AS (
-       INSERT INTO events (type, data) SELECT 'payment.settled', $6::jsonb FROM settled
+       INSERT INTO events (type, data) SELECT 'payment.settled', settled_event::jsonb FROM settled ORDER BY id
+     ), closed AS (
+       UPDATE settlement_batches SET status = $8, tx_hash = coalesce($9, tx_hash), block_number = $10,
+         updated_at = now()
+       WHERE id = $7
      )
-     SELECT * FROM settled`,
+     SELECT * FROM settled ORDER BY id`,
     [
-      row.id,
-      settled.txHash,
-      settled.blockNumber,
-      proof,
-      from,
-      eventData(row, { transaction: settled.txHash, blockNumber: settled.blockNumber.toString() }),
+      ids,
+      hashes,
+      blocks,
+      proofs,
+      events,
+      options.from ?? "submitted",
+      close?.id ?? null,
+      close?.status ?? null,
+      close?.txHash ?? null,
+      close?.blockNumber ?? null,
     ],
   );
-  if (updated.length === 0) return undefined;
-  deps.logger.info(
-    {
-      ...paymentLogFields(row),
-      event: "payment.settled",
-      transaction: settled.txHash,
-      blockNumber: settled.blockNumber.toString(),
-    },
-    "payment settled",
-  );
-  return PaymentRowSchema.parse(updated[0]);
+  const rows = updated.map((r) => PaymentRowSchema.parse(r));
+  const byId = new Map(items.map((item) => [item.row.id, item.settled]));
+  for (const row of rows) {
+    const settled = byId.get(row.id);
+    deps.logger.info(
+      {
+        ...paymentLogFields(row),
+        event: "payment.settled",
+        transaction: settled?.txHash,
+        blockNumber: settled?.blockNumber.toString(),
+      },
+      "payment settled",
+    );
+  }
+  return rows;
 }
 
 /** Marks a submitted row failed with `refusal`; a no-op unless it is still submitted. */
