@@ -106,6 +106,8 @@ describe("settlement engine reads while a batch is held", { timeout: 90_000 }, (
     expect(outcomeAt).toBeGreaterThan(from);
     expect(count(/FROM payments WHERE nonce = \$1/, outcomeAt)).toBeLessThanOrEqual(2);
     expect(count(/FROM settlement_batches WHERE id = \$1/, from)).toBe(0);
+    // Nor were a batch's payments read back for its outcome: this process claimed them and kept them.
+    expect(count(/FROM payments WHERE batch_id = \$1/)).toBe(0);
 
     // Each batch costs the store one statement to claim its rows (the batch row inserted with them)
     // and one to settle them all and close the batch, however many payments it holds.

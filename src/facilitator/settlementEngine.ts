@@ -188,6 +188,8 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
   let outcomeSeen = false;
   /** Batches this engine queued whose outcome is not recorded yet (the batching rule reads its size). */
   const inFlight = new Set<number>();
+  /** The rows of each batch in flight as its claim wrote them, for its outcome (batchOutcome.ts). */
+  const claimedRows = new Map<number, PaymentRow[]>();
   /**
    * Whether the queue may hold payments no read of this loop has seen. Cleared when a read finds the
    * queue empty (or a claim takes all of it) and nothing was signalled since that read began; set by
@@ -240,8 +242,14 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       clock,
       logger,
       metrics: options.metrics,
+      claimedRows(batchId) {
+        const rows = claimedRows.get(batchId);
+        claimedRows.delete(batchId);
+        return rows;
+      },
       afterCommit(batchId, rows, settled, requeued) {
         inFlight.delete(batchId);
+        claimedRows.delete(batchId);
         if (requeued) pendingMaybe = true;
         const settledByNonce = new Map(settled.map((r) => [r.nonce, r]));
         for (const r of rows) {
@@ -376,6 +384,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       }
       if ("kind" in claimed) return claimed;
       inFlight.add(claimed.batch.id);
+      claimedRows.set(claimed.batch.id, claimed.rows);
       options.metrics?.onBatch(claimed.rows.length);
       outbox.wake();
       // Nothing else was pending: a payment queued since then signals, so the loop looks again anyway.
@@ -395,7 +404,11 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       [[...inFlight].map(String)],
     );
     const still = new Set(open.map((r) => Number(r.id)));
-    for (const id of inFlight) if (!still.has(id)) inFlight.delete(id);
+    for (const id of inFlight) {
+      if (still.has(id)) continue;
+      inFlight.delete(id);
+      claimedRows.delete(id);
+    }
   }
 
   async function loop(): Promise<void> {

@@ -48,6 +48,14 @@ export type BatchOutcomeDeps = PaymentOutcomeDeps & {
     | { onSettled(count: number, volume: bigint, token: string): void; onLatency(seconds: number): void }
     | undefined;
   /**
+   * The payments this process claimed into `batchId`, as the claim wrote them, if it still holds them
+   * (it forgets them here): the outcome then need not read them back. Every write of an outcome is a
+   * compare-and-set on the row being submitted in this batch, so a row another instance changed since
+   * the claim is left alone. Without them (another process claimed the batch, a restart), the rows
+   * are read from the store.
+   */
+  claimedRows?: ((batchId: number) => PaymentRow[] | undefined) | undefined;
+  /**
    * After the outcome committed: the batch's payments (to wake their waiters), the rows it settled as
    * they now are (so a waiter need not read them again), and whether it put any back in the queue.
    */
@@ -243,7 +251,7 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
 
   return async (outcome, commit) => {
     const batchId = Number(outcome.owner);
-    const rows = await batchPayments(deps.store, batchId);
+    const rows = deps.claimedRows?.(batchId) ?? (await batchPayments(deps.store, batchId));
     const recorded: Recorded = { settled: [], requeued: false };
     if (outcome.status === "confirmed") await confirmed(batchId, rows, outcome, commit, recorded);
     else if (outcome.status === "reverted") await reverted(batchId, rows, outcome.hash, commit, recorded);

@@ -61,21 +61,19 @@ export async function markPaymentsSettled(
   const ids: number[] = [];
   const hashes: string[] = [];
   const blocks: bigint[] = [];
-  const proofs: string[] = [];
+  const proofs: (string | null)[] = [];
   const events: string[] = [];
   for (const { row, settled } of items) {
     ids.push(row.id);
     hashes.push(settled.txHash);
     blocks.push(settled.blockNumber);
-    proofs.push(
-      JSON.stringify(
-        issuePaymentProof(key, row, {
-          txHash: settled.txHash,
-          nowSeconds: settled.nowSeconds,
-          ttlSeconds: deps.proofTtlSeconds,
-        }),
-      ),
-    );
+    const proof = issuePaymentProof(key, row, {
+      txHash: settled.txHash,
+      nowSeconds: settled.nowSeconds,
+      ttlSeconds: deps.proofTtlSeconds,
+    });
+    // An x402 payment has no proof: SQL NULL, not JSON null.
+    proofs.push(proof === null ? null : JSON.stringify(proof));
     events.push(
       JSON.stringify(
         eventData(row, { transaction: settled.txHash, blockNumber: settled.blockNumber.toString() }),
@@ -133,7 +131,7 @@ export async function markPaymentsSettled(
   return rows;
 }
 
-/** Marks a submitted row failed with `refusal`; a no-op unless it is still submitted. */
+/** Marks a submitted row failed with `refusal`; a no-op unless it is still submitted in its batch. */
 export async function markPaymentFailed(
   deps: PaymentOutcomeDeps,
   tx: Queryable,
@@ -143,8 +141,8 @@ export async function markPaymentFailed(
 ): Promise<void> {
   const updated = await tx.query(
     `UPDATE payments SET status = 'failed', failure_code = $2, failure_message = $3, tx_hash = $4,
-       updated_at = now() WHERE id = $1 AND status = 'submitted' RETURNING id`,
-    [row.id, refusal.code, refusal.message, txHash],
+       updated_at = now() WHERE id = $1 AND status = 'submitted' AND batch_id = $5 RETURNING id`,
+    [row.id, refusal.code, refusal.message, txHash, row.batch_id],
   );
   if (updated.length === 0) return;
   const transaction = txHash === null ? {} : { transaction: txHash };
@@ -158,7 +156,10 @@ export async function markPaymentFailed(
   deps.onFailed?.(refusal.code);
 }
 
-/** Puts a submitted row back in the queue (optionally capped to a batch size, see batchClaims.ts). */
+/**
+ * Puts a submitted row back in the queue (optionally capped to a batch size, see batchClaims.ts); a
+ * no-op unless it is still submitted in its batch.
+ */
 export async function requeuePayment(
   tx: Queryable,
   row: PaymentRow,
@@ -168,8 +169,8 @@ export async function requeuePayment(
     `UPDATE payments SET status = 'pending', batch_id = NULL, updated_at = now(),
        batch_cap = coalesce($2, batch_cap),
        attempts = CASE WHEN $3 THEN greatest(attempts - 1, 0) ELSE attempts END
-     WHERE id = $1 AND status = 'submitted'`,
-    [row.id, options.cap ?? null, options.refundAttempt === true],
+     WHERE id = $1 AND status = 'submitted' AND batch_id = $4`,
+    [row.id, options.cap ?? null, options.refundAttempt === true, row.batch_id],
   );
 }
 
