@@ -11,6 +11,7 @@ import { privateKeyToAccount } from "viem/accounts";
 import { createPayer } from "../../src/client/createPayer.ts";
 import type { FetchFn } from "../../src/client/facilitatorClient.ts";
 import { fetchWithPayment } from "../../src/client/fetchWithPayment.ts";
+import { privateKeyAccount } from "../../src/client/privateKeyAccount.ts";
 import type { Network } from "../../src/protocol/network.ts";
 
 export type PayerSpec =
@@ -18,11 +19,17 @@ export type PayerSpec =
   | { kind: "x402"; network: Network; asset: Address };
 
 export function payingFetchOf(spec: PayerSpec, privateKey: Hex): FetchFn {
-  const account = privateKeyToAccount(privateKey);
   if (spec.kind === "tollgate") {
+    // Tollgate's own account helper (EIP-3009 transfers signed with libsecp256k1); x402's examples
+    // build their signer with viem's privateKeyToAccount, as below.
     return fetchWithPayment(
       fetch,
-      createPayer({ account, network: spec.network, facilitator: spec.facilitatorUrl, fetch }),
+      createPayer({
+        account: privateKeyAccount(privateKey),
+        network: spec.network,
+        facilitator: spec.facilitatorUrl,
+        fetch,
+      }),
       { maxPrice: BigInt(spec.maxPrice) },
     );
   }
@@ -30,7 +37,10 @@ export function payingFetchOf(spec: PayerSpec, privateKey: Hex): FetchFn {
   return wrapFetchWithPayment(
     fetch,
     new x402Client()
-      .register(spec.network as `${string}:${string}`, new ExactEvmClientScheme(account))
+      .register(
+        spec.network as `${string}:${string}`,
+        new ExactEvmClientScheme(privateKeyToAccount(privateKey)),
+      )
       .setSpendControls({ allowedAssets: [{ network: spec.network, asset: spec.asset }] }),
   ) as FetchFn;
 }

@@ -31,6 +31,7 @@ export { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
 export { payerReadHeaders } from "./payerReadHeaders.ts";
 export type { PaymentTerms } from "./paymentTerms.ts";
 export { createPayX402, createX402Payment } from "./payX402.ts";
+export { privateKeyAccount } from "./privateKeyAccount.ts";
 export { type PaymentRequiredOffer, readPaymentRequired } from "./readPaymentRequired.ts";
 export { type ProviderSigner, registerProvider } from "./registerProvider.ts";
 export { subscribeToPlan } from "./subscribeToPlan.ts";

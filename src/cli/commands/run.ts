@@ -14,7 +14,6 @@ import { parseArgs } from "node:util";
 import type { StructuredToolInterface } from "@langchain/core/tools";
 import pino, { type Logger } from "pino";
 import { createPublicClient, http } from "viem";
-import { privateKeyToAccount } from "viem/accounts";
 import { z } from "zod";
 import { approvalFor, getApprovalThreshold } from "../../agent/budget/approvalThreshold.ts";
 import type { BudgetReport } from "../../agent/budget/budgetReport.ts";
@@ -52,6 +51,7 @@ import {
 import { readDevnetFile } from "../../chain/devnetFile.ts";
 import { createPayer, type Payer } from "../../client/createPayer.ts";
 import { createFacilitatorClient, type FetchFn } from "../../client/facilitatorClient.ts";
+import { privateKeyAccount } from "../../client/privateKeyAccount.ts";
 import { startRunRecording } from "../../facilitator/dashboard/agent/runSpendRecords.ts";
 import { DEFAULT_MARKET_URL } from "../../market/marketApi.ts";
 import { formatUnitsExact } from "../../protocol/amount.ts";
@@ -294,10 +294,10 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
   let accountSource: string | undefined;
   const account = (() => {
     if (values.key !== undefined) {
-      return privateKeyToAccount(parseWire(PrivateKeySchema, values.key, { what: "--key" }));
+      return privateKeyAccount(parseWire(PrivateKeySchema, values.key, { what: "--key" }));
     }
     if (values.account === undefined && env.TOLLGATE_AGENT_KEY !== undefined) {
-      return privateKeyToAccount(env.TOLLGATE_AGENT_KEY);
+      return privateKeyAccount(env.TOLLGATE_AGENT_KEY);
     }
     const devnet = readDevnetFile(dir);
     if (devnet === undefined) {
@@ -316,7 +316,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       );
     }
     accountSource = `devnet account ${index}`;
-    return privateKeyToAccount(parseWire(PrivateKeySchema, entry.privateKey, { what: "devnet key" }));
+    return privateKeyAccount(parseWire(PrivateKeySchema, entry.privateKey, { what: "devnet key" }));
   })();
 
   const facilitator = createFacilitatorClient({

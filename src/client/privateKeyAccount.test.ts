@@ -1,0 +1,94 @@
+import fc from "fast-check";
+import { type Address, type Hex, recoverTypedDataAddress } from "viem";
+import { privateKeyToAccount } from "viem/accounts";
+import { describe, expect, it } from "vitest";
+import { permitTypes, transferWithAuthorizationTypes } from "../chain/signers/eip712Types.ts";
+import { privateKeyAccount, transferDigestOf } from "./privateKeyAccount.ts";
+
+const N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n;
+const hexOf = (bytes: Uint8Array): Hex => `0x${Buffer.from(bytes).toString("hex")}`;
+const address = fc.uint8Array({ minLength: 20, maxLength: 20 }).map((b) => hexOf(b) as Address);
+const uint256 = fc.bigInt({ min: 0n, max: (1n << 256n) - 1n });
+const privateKey = fc
+  .bigInt({ min: 1n, max: N - 1n })
+  .map((k) => `0x${k.toString(16).padStart(64, "0")}` as Hex);
+const domain = fc.record({
+  name: fc.string({ maxLength: 30 }),
+  version: fc.constantFrom("1", "2"),
+  chainId: fc.oneof(fc.integer({ min: 1, max: 2 ** 40 }), fc.bigInt({ min: 1n, max: 2n ** 40n })),
+  verifyingContract: address,
+});
+const transfer = fc.record({
+  from: address,
+  to: address,
+  value: uint256,
+  validAfter: uint256,
+  validBefore: uint256,
+  nonce: fc.uint8Array({ minLength: 32, maxLength: 32 }).map(hexOf),
+});
+
+describe("privateKeyAccount", () => {
+  it("signs EIP-3009 transfers byte for byte as viem's account does", async () => {
+    await fc.assert(
+      fc.asyncProperty(privateKey, domain, transfer, async (key, d, message) => {
+        const parameters = {
+          domain: d,
+          types: transferWithAuthorizationTypes,
+          primaryType: "TransferWithAuthorization" as const,
+          message,
+        };
+        // The fast path signs it (not viem behind it).
+        expect(transferDigestOf(parameters)).toBeInstanceOf(Uint8Array);
+        const fast = await privateKeyAccount(key).signTypedData(parameters);
+        expect(fast).toBe(await privateKeyToAccount(key).signTypedData(parameters));
+        expect(await recoverTypedDataAddress({ ...parameters, signature: fast })).toBe(
+          privateKeyToAccount(key).address,
+        );
+      }),
+      { numRuns: 100 },
+    );
+  });
+
+  it("leaves every other signature to viem: other types, other domains, messages", async () => {
+    const key = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d" as const;
+    const fast = privateKeyAccount(key);
+    const viem = privateKeyToAccount(key);
+    expect(fast.address).toBe(viem.address);
+    const permit = {
+      domain: { name: "USD Coin", version: "2", chainId: 1, verifyingContract: viem.address },
+      types: permitTypes,
+      primaryType: "Permit" as const,
+      message: { owner: viem.address, spender: viem.address, value: 1n, nonce: 0n, deadline: 9n },
+    };
+    expect(await fast.signTypedData(permit)).toBe(await viem.signTypedData(permit));
+    // A domain with a salt is not the plain token domain: viem hashes it.
+    const salted = {
+      domain: {
+        name: "USD Coin",
+        version: "2",
+        chainId: 1,
+        verifyingContract: viem.address,
+        salt: `0x${"11".repeat(32)}` as Hex,
+      },
+      types: transferWithAuthorizationTypes,
+      primaryType: "TransferWithAuthorization" as const,
+      message: {
+        from: viem.address,
+        to: viem.address,
+        value: 1n,
+        validAfter: 0n,
+        validBefore: 9n,
+        nonce: `0x${"22".repeat(32)}` as Hex,
+      },
+    };
+    expect(await fast.signTypedData(salted)).toBe(await viem.signTypedData(salted));
+    expect(transferDigestOf(permit)).toBeUndefined();
+    expect(transferDigestOf(salted)).toBeUndefined();
+    // A value out of range is refused by viem, as before.
+    const { salt: _salt, ...plainDomain } = salted.domain;
+    const tooLarge = { ...salted, domain: plainDomain, message: { ...salted.message, value: 1n << 256n } };
+    expect(transferDigestOf(tooLarge)).toBeUndefined();
+    await expect(fast.signTypedData(tooLarge)).rejects.toThrow();
+    expect(await fast.signMessage({ message: "hello" })).toBe(await viem.signMessage({ message: "hello" }));
+  });
+});
