@@ -6,6 +6,7 @@ import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
 import { type Address, createPublicClient, type Hex, http } from "viem";
 import { tollgateUsdDomain } from "../../src/chain/networks.ts";
+import { privateKeyAccount } from "../../src/chain/signers/privateKeyAccount.ts";
 import type { Devnet, DevnetAccount } from "../../src/chain/startDevnet.ts";
 import type { FetchFn } from "../../src/client/facilitatorClient.ts";
 import { createFacilitator, serveApp } from "../../src/facilitator/createFacilitator.ts";
@@ -56,7 +57,8 @@ export async function startTollgateStack(options: {
     store,
     publicClient,
     network: devnet.network,
-    gasAccount: options.gas.account,
+    // Tollgate's account helper: its batch transactions signed by libsecp256k1 (privateKeyAccount.ts).
+    gasAccount: privateKeyAccount(options.gas.privateKey),
     proofKeys: [generateProofKey().key],
     batchSettler: devnet.contracts.batchSettler,
     subscriptionManager: devnet.contracts.subscriptionManager,

@@ -143,6 +143,12 @@ export {
   type TokenDomain,
   transferWithAuthorizationTypes,
 } from "./signers/eip712Types.ts";
+export { privateKeyAccount } from "./signers/privateKeyAccount.ts";
+export {
+  recoverTransferSigner,
+  type TransferAuthorizationFields,
+  transferAuthorizationDigest,
+} from "./signers/recoverTransferSigner.ts";
 export { signCancelAuthorization } from "./signers/signCancelAuthorization.ts";
 export { signPermit } from "./signers/signPermit.ts";
 export { signReceiveAuthorization } from "./signers/signReceiveAuthorization.ts";

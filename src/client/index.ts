@@ -1,4 +1,6 @@
 /** `tollgate/client`: the payer library — `createPayer`, `fetchWithPayment` and the facilitator client (DESIGN.md §6). */
+
+export { privateKeyAccount } from "../chain/signers/privateKeyAccount.ts";
 export {
   type CreatePayerOptions,
   createPayer,
@@ -31,7 +33,6 @@ export { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
 export { payerReadHeaders } from "./payerReadHeaders.ts";
 export type { PaymentTerms } from "./paymentTerms.ts";
 export { createPayX402, createX402Payment } from "./payX402.ts";
-export { privateKeyAccount } from "./privateKeyAccount.ts";
 export { type PaymentRequiredOffer, readPaymentRequired } from "./readPaymentRequired.ts";
 export { type ProviderSigner, registerProvider } from "./registerProvider.ts";
 export { subscribeToPlan } from "./subscribeToPlan.ts";

@@ -9,6 +9,7 @@ import { createWalletClient, defineChain, http } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { readDevnetFile } from "../../chain/devnetFile.ts";
 import { getNetworkConfig } from "../../chain/networks.ts";
+import { privateKeyAccount } from "../../chain/signers/privateKeyAccount.ts";
 import {
   type CreateFacilitatorOptions,
   createFacilitator,
@@ -90,7 +91,7 @@ export async function run(argv: string[]): Promise<number> {
     store,
     rpcUrl: config.rpcUrl,
     network: config.network,
-    gasAccount: privateKeyToAccount(config.gasKey),
+    gasAccount: privateKeyAccount(config.gasKey),
     proofKeys: config.proofKeys,
     batchSettler: config.batchSettler,
     subscriptionManager: config.subscriptionManager,

@@ -49,9 +49,9 @@ import {
   watchSubscriptions,
 } from "../../agent/subscriptions/watchSubscriptions.ts";
 import { readDevnetFile } from "../../chain/devnetFile.ts";
+import { privateKeyAccount } from "../../chain/signers/privateKeyAccount.ts";
 import { createPayer, type Payer } from "../../client/createPayer.ts";
 import { createFacilitatorClient, type FetchFn } from "../../client/facilitatorClient.ts";
-import { privateKeyAccount } from "../../client/privateKeyAccount.ts";
 import { startRunRecording } from "../../facilitator/dashboard/agent/runSpendRecords.ts";
 import { DEFAULT_MARKET_URL } from "../../market/marketApi.ts";
 import { formatUnitsExact } from "../../protocol/amount.ts";

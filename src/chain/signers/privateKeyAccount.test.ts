@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { type Address, type Hex, recoverTypedDataAddress } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { describe, expect, it } from "vitest";
-import { permitTypes, transferWithAuthorizationTypes } from "../chain/signers/eip712Types.ts";
+import { permitTypes, transferWithAuthorizationTypes } from "./eip712Types.ts";
 import { privateKeyAccount, transferDigestOf } from "./privateKeyAccount.ts";
 
 const N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n;
@@ -46,6 +46,46 @@ describe("privateKeyAccount", () => {
         );
       }),
       { numRuns: 100 },
+    );
+  });
+
+  it("signs transactions and hashes byte for byte as viem's account does", async () => {
+    const gwei = fc.bigInt({ min: 0n, max: 10n ** 12n });
+    const eip1559 = fc
+      .record({
+        type: fc.constant("eip1559" as const),
+        chainId: fc.integer({ min: 1, max: 2 ** 31 }),
+        nonce: fc.integer({ min: 0, max: 2 ** 31 }),
+        to: address,
+        value: fc.bigInt({ min: 0n, max: 10n ** 24n }),
+        data: fc.uint8Array({ maxLength: 200 }).map(hexOf),
+        gas: fc.bigInt({ min: 21_000n, max: 30_000_000n }),
+        maxFeePerGas: gwei,
+        maxPriorityFeePerGas: gwei,
+      })
+      .map((t) => ({ ...t, maxFeePerGas: t.maxFeePerGas + t.maxPriorityFeePerGas }));
+    const legacy = fc.record({
+      type: fc.constant("legacy" as const),
+      chainId: fc.integer({ min: 1, max: 2 ** 31 }),
+      nonce: fc.integer({ min: 0, max: 2 ** 31 }),
+      to: address,
+      value: fc.bigInt({ min: 0n, max: 10n ** 24n }),
+      gas: fc.bigInt({ min: 21_000n, max: 30_000_000n }),
+      gasPrice: gwei,
+    });
+    await fc.assert(
+      fc.asyncProperty(
+        privateKey,
+        fc.oneof(eip1559, legacy),
+        fc.uint8Array({ minLength: 32, maxLength: 32 }),
+        async (key, transaction, hash) => {
+          const fast = privateKeyAccount(key);
+          const viem = privateKeyToAccount(key);
+          expect(await fast.signTransaction(transaction)).toBe(await viem.signTransaction(transaction));
+          expect(await fast.sign?.({ hash: hexOf(hash) })).toBe(await viem.sign({ hash: hexOf(hash) }));
+        },
+      ),
+      { numRuns: 60 },
     );
   });
 
