@@ -123,6 +123,9 @@ describe("privateKeyAccount", () => {
     };
     expect(await fast.signTypedData(salted)).toBe(await viem.signTypedData(salted));
     expect(transferDigestOf(permit)).toBeUndefined();
+    expect(
+      transferDigestOf({ ...permit, primaryType: "TransferWithAuthorization", types: undefined }),
+    ).toBeUndefined();
     expect(transferDigestOf(salted)).toBeUndefined();
     // A value out of range is refused by viem, as before.
     const { salt: _salt, ...plainDomain } = salted.domain;

@@ -43,7 +43,8 @@ type TypedDataInput = { primaryType?: unknown; types?: unknown; domain?: unknown
  */
 export function transferDigestOf(parameters: TypedDataInput): Uint8Array | undefined {
   if (parameters.primaryType !== "TransferWithAuthorization") return undefined;
-  const types = parameters.types as Record<string, readonly { name: string; type: string }[]>;
+  const types = parameters.types as Record<string, readonly { name: string; type: string }[]> | undefined;
+  if (typeof types !== "object" || types === null) return undefined;
   const typeNames = Object.keys(types).filter((name) => name !== "EIP712Domain");
   const fields = types.TransferWithAuthorization;
   if (typeNames.length !== 1 || fields === undefined) return undefined;
