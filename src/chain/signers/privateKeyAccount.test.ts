@@ -1,31 +1,19 @@
 import fc from "fast-check";
-import { type Address, type Hex, recoverTypedDataAddress } from "viem";
+import { type Hex, recoverTypedDataAddress } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { describe, expect, it } from "vitest";
+import {
+  address,
+  hexOf,
+  privateKey,
+  tokenDomain,
+  transferAuthorization as transfer,
+} from "../../../test/support/transferArbitraries.ts";
 import { permitTypes, transferWithAuthorizationTypes } from "./eip712Types.ts";
 import { privateKeyAccount, transferDigestOf } from "./privateKeyAccount.ts";
 
-const N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n;
-const hexOf = (bytes: Uint8Array): Hex => `0x${Buffer.from(bytes).toString("hex")}`;
-const address = fc.uint8Array({ minLength: 20, maxLength: 20 }).map((b) => hexOf(b) as Address);
-const uint256 = fc.bigInt({ min: 0n, max: (1n << 256n) - 1n });
-const privateKey = fc
-  .bigInt({ min: 1n, max: N - 1n })
-  .map((k) => `0x${k.toString(16).padStart(64, "0")}` as Hex);
-const domain = fc.record({
-  name: fc.string({ maxLength: 30 }),
-  version: fc.constantFrom("1", "2"),
-  chainId: fc.oneof(fc.integer({ min: 1, max: 2 ** 40 }), fc.bigInt({ min: 1n, max: 2n ** 40n })),
-  verifyingContract: address,
-});
-const transfer = fc.record({
-  from: address,
-  to: address,
-  value: uint256,
-  validAfter: uint256,
-  validBefore: uint256,
-  nonce: fc.uint8Array({ minLength: 32, maxLength: 32 }).map(hexOf),
-});
+/** Token domains with the chain id as a number or a bigint, both of which viem takes. */
+const domain = tokenDomain.chain((d) => fc.constantFrom(d, { ...d, chainId: BigInt(d.chainId) }));
 
 describe("privateKeyAccount", () => {
   it("signs EIP-3009 transfers byte for byte as viem's account does", async () => {

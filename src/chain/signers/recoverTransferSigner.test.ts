@@ -1,40 +1,21 @@
 import fc from "fast-check";
-import { type Address, getAddress, type Hex, hashTypedData, recoverTypedDataAddress } from "viem";
+import { getAddress, type Hex, hashTypedData, recoverTypedDataAddress } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { describe, expect, it } from "vitest";
+import {
+  transferAuthorization as authorization,
+  tokenDomain as domain,
+  hexOf,
+  MAX_UINT256,
+  SECP256K1_N as N,
+  privateKey,
+} from "../../../test/support/transferArbitraries.ts";
 import { type TokenDomain, transferWithAuthorizationTypes } from "./eip712Types.ts";
 import {
   recoverTransferSigner,
   type TransferAuthorizationFields,
   transferAuthorizationDigest,
 } from "./recoverTransferSigner.ts";
-
-const N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n;
-const MAX_UINT256 = (1n << 256n) - 1n;
-
-const hexOf = (bytes: Uint8Array): Hex => `0x${Buffer.from(bytes).toString("hex")}`;
-const address = fc.uint8Array({ minLength: 20, maxLength: 20 }).map((b) => hexOf(b) as Address);
-const uint256 = fc.oneof(
-  fc.bigInt({ min: 0n, max: MAX_UINT256 }),
-  fc.constantFrom(0n, 1n, 10_000n, MAX_UINT256),
-);
-const domain = fc.record({
-  name: fc.string({ maxLength: 40 }),
-  version: fc.constantFrom("1", "2", "10"),
-  chainId: fc.integer({ min: 1, max: 2 ** 40 }),
-  verifyingContract: address,
-});
-const authorization = fc.record({
-  from: address,
-  to: address,
-  value: uint256,
-  validAfter: uint256,
-  validBefore: uint256,
-  nonce: fc.uint8Array({ minLength: 32, maxLength: 32 }).map(hexOf),
-});
-const privateKey = fc
-  .bigInt({ min: 1n, max: N - 1n })
-  .map((k) => `0x${k.toString(16).padStart(64, "0")}` as Hex);
 
 /** viem's answer, the reference: the recovered address, or `undefined` where it throws. */
 async function viemSigner(d: TokenDomain, a: TransferAuthorizationFields, signature: Hex) {
