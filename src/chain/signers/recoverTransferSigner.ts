@@ -11,7 +11,13 @@
  * digest, the same recovery ids accepted (v 27/28 or 0/1), the same signatures refused.
  */
 import { recover } from "tiny-secp256k1";
-import { type Address, getAddress, type Hex, hashDomain, keccak256 } from "viem";
+import {
+  type Address,
+  domainSeparator as eip712DomainSeparator,
+  getAddress,
+  type Hex,
+  keccak256,
+} from "viem";
 import type { TokenDomain } from "./eip712Types.ts";
 
 export type TransferAuthorizationFields = {
@@ -44,20 +50,7 @@ function domainSeparator(domain: TokenDomain): Buffer {
   const key = `${domain.name}\n${domain.version}\n${domain.chainId}\n${domain.verifyingContract.toLowerCase()}`;
   let separator = separators.get(key);
   if (separator === undefined) {
-    separator = Buffer.from(
-      hashDomain({
-        domain: { ...domain, chainId: BigInt(domain.chainId) },
-        types: {
-          EIP712Domain: [
-            { name: "name", type: "string" },
-            { name: "version", type: "string" },
-            { name: "chainId", type: "uint256" },
-            { name: "verifyingContract", type: "address" },
-          ],
-        },
-      }).slice(2),
-      "hex",
-    );
+    separator = Buffer.from(eip712DomainSeparator({ domain }).slice(2), "hex");
     if (separators.size >= MAX_SEPARATORS) separators.clear();
     separators.set(key, separator);
   }
