@@ -78,8 +78,9 @@ export class PgliteStatements {
   }
 
   /**
-   * Runs a script (migrations, DDL) after forgetting every prepared statement: the script may drop or
-   * change what they were planned against.
+   * Forgets every prepared statement, for a script (migrations, DDL) that may drop or change what they
+   * were planned against; returns the SQL to put in front of that script (`DEALLOCATE ALL;`, or
+   * nothing when none is prepared).
    */
   forget(): string {
     if (this.#statements.size === 0) return "";
