@@ -1,11 +1,19 @@
 /**
  * A usage ledger shared by every gate instance using one database (PGlite or PostgreSQL; tables of
  * migrations 0050 and 0103). It leases allowance (`acquire` / `spend` / `release`, see usageLeases.ts);
- * wrap it in `createLeasedUsageLedger` so that uses are spent from leases. A use within the included units is one conditional `UPDATE`; any other runs in one
- * transaction holding the subscription's cycle row lock
- * (taken by the upsert that also creates it), and the ledger row lock when it charges, always in that
- * order; claiming a batch skips locked rows instead of waiting (`FOR UPDATE SKIP LOCKED`), so a flush
- * never blocks requests and instances flushing together split the work.
+ * wrap it in `createLeasedUsageLedger` so that uses are spent from leases.
+ *
+ * - A use within the included units is one conditional `UPDATE`; any other use, a grant and a return
+ *   run in one transaction holding the subscription's cycle row lock (a return: its lease's row first),
+ *   and write the ledger row — the exposure every instance shares — only in their last statement, so
+ *   that row is locked for that statement and the commit, never across a round trip. The exposure is
+ *   read without a lock and its bound re-checked where it is written; only when it moved past the bound
+ *   does the transaction take the row's lock and decide again.
+ * - Returns are grouped (one transaction ends every lease handed back meanwhile) and grants run at most
+ *   two at a time, so that a burst of either waits in the process, not on connections the uses' spends
+ *   need.
+ * - Claiming a batch skips locked rows instead of waiting (`FOR UPDATE SKIP LOCKED`), so a flush never
+ *   blocks requests and instances flushing together split the work.
  */
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
@@ -19,11 +27,18 @@ import {
   endLease,
   firstUseOf,
   grantSize,
+  type LeaseGrant,
   type SharedCycle,
   type SharedUsageLedger,
   type StoredLease,
 } from "./usageLeases.ts";
-import { type UsageBatchItem, type UsageCycle, usageRef } from "./usageLedger.ts";
+import {
+  type Reservation,
+  type UsageBatchItem,
+  type UsageCycle,
+  type UsageRequest,
+  usageRef,
+} from "./usageLedger.ts";
 
 const CycleRowSchema = z.object({
   period_start: SafeIntColumnSchema,
@@ -47,6 +62,26 @@ const LeaseRowSchema = z.object({
   unit_price: BigintColumnSchema,
   worst: BigintColumnSchema,
 });
+
+/** Rows of one or two columns, parsed with schemas built once (a zod object schema compiles its parser on first use). */
+const IdRowSchema = z.object({ id: BigintColumnSchema });
+const SerialRowSchema = z.object({ id: SafeIntColumnSchema });
+const UnitsRowSchema = z.object({ units: BigintColumnSchema });
+const UnsettledRowSchema = z.object({ unsettled: BigintColumnSchema });
+const CountRowSchema = z.object({ n: SafeIntColumnSchema });
+const WrittenRowSchema = z.object({ ok: z.boolean() });
+const LedgerIdRowSchema = z.object({ ledger_id: z.string() });
+const PendingRowSchema = z.object({ subscription_id: BigintColumnSchema, pending: BigintColumnSchema });
+/** The cycle row locked by `lockCycle`, with the ledger's exposure as this transaction's snapshot saw it. */
+const LockedCycleRowSchema = CycleRowSchema.extend({ ledger_unsettled: BigintColumnSchema });
+
+const EndedLeaseRowSchema = LeaseRowSchema.extend({ id: BigintColumnSchema });
+const KeyedCycleRowSchema = CycleRowSchema.extend({ subscription_id: BigintColumnSchema });
+
+/** Most leases one return transaction ends. */
+const MAX_RETURN_BATCH = 100;
+/** Grant transactions one ledger runs at once. */
+const MAX_CONCURRENT_GRANTS = 2;
 
 const ItemRowSchema = z.object({
   ref: z.string(),
@@ -89,28 +124,33 @@ export async function createPostgresUsageLedger(
   );
   const ledgerRow = await queryOneParsed(
     store,
-    z.object({ ledger_id: z.string() }),
+    LedgerIdRowSchema,
     "SELECT ledger_id FROM gate_usage_ledgers WHERE name = $1",
     [name],
   );
   if (ledgerRow === undefined) throw new TollgateError("Internal", "usage ledger row vanished");
   const ledgerId = ledgerRow.ledger_id;
 
-  /** The subscription's cycle row, created if missing, locked until the transaction ends. */
+  /**
+   * The subscription's cycle row, created if missing, locked until the transaction ends; with the
+   * ledger's exposure as this statement's snapshot saw it (not locked: a grant re-checks its bound
+   * where it writes, see `insertLease`).
+   */
   const lockCycle = async (tx: Queryable, subscriptionId: bigint, periodStart: number, periodEnd: number) => {
     const row = await queryOneParsed(
       tx,
-      CycleRowSchema,
+      LockedCycleRowSchema,
       `INSERT INTO gate_usage_cycles AS c (ledger, subscription_id, period_start, period_end)
        VALUES ($1, $2, $3, $4)
        ON CONFLICT (ledger, subscription_id) DO UPDATE SET ledger = c.ledger
        RETURNING ${CYCLE_COLUMNS.split(", ")
          .map((c) => `c.${c}`)
-         .join(", ")}`,
+         .join(", ")},
+         (SELECT unsettled FROM gate_usage_ledgers WHERE name = $1) AS ledger_unsettled`,
       [name, subscriptionId, periodStart, periodEnd],
     );
     if (row === undefined) throw new TollgateError("Internal", "usage cycle upsert returned no row");
-    return cycleOf(row);
+    return { cycle: cycleOf(row), unsettledSeen: row.ledger_unsettled };
   };
   // FOR NO KEY UPDATE, not FOR UPDATE: inserting a cycle or lease row takes a KEY SHARE lock on the
   // ledger row (the foreign key), which FOR UPDATE conflicts with — two uses of new subscriptions
@@ -118,17 +158,43 @@ export async function createPostgresUsageLedger(
   const lockUnsettled = async (tx: Queryable): Promise<bigint> => {
     const ledger = await queryOneParsed(
       tx,
-      z.object({ unsettled: BigintColumnSchema }),
+      UnsettledRowSchema,
       "SELECT unsettled FROM gate_usage_ledgers WHERE name = $1 FOR NO KEY UPDATE",
       [name],
     );
     return ledger?.unsettled ?? 0n;
   };
-  const writeCycle = (tx: Queryable, subscriptionId: bigint, cycle: SharedCycle) =>
-    tx.query(
-      `UPDATE gate_usage_cycles SET period_start = $3, period_end = $4, units = $5, overage = $6,
-         pending = $7, leased = $8, epoch = $9, updated_at = now()
-       WHERE ledger = $1 AND subscription_id = $2`,
+  /**
+   * Writes a cycle and moves the ledger's exposure by `delta`, in one statement that is the
+   * transaction's last before its commit: the ledger row, which every instance's grants, charges and
+   * returns update, stays locked for that statement and the commit only, never across a round trip of
+   * the caller's. With a `bound`, nothing is written unless the exposure stays within it (checked on
+   * the row's current value, under its lock); answers whether it was written. A `delta` of 0 leaves
+   * the ledger row alone.
+   */
+  const writeCycleAndExposure = async (
+    tx: Queryable,
+    subscriptionId: bigint,
+    cycle: SharedCycle,
+    delta: bigint,
+    bound: bigint | undefined,
+  ): Promise<boolean> => {
+    const row = await queryOneParsed(
+      tx,
+      WrittenRowSchema,
+      `WITH exposure AS (
+         UPDATE gate_usage_ledgers SET unsettled = unsettled + $10::numeric
+         WHERE name = $1 AND $10::numeric <> 0
+           AND ($11::numeric IS NULL OR unsettled + $10::numeric <= $11::numeric)
+         RETURNING 1
+       ), applied AS (
+         SELECT ($10::numeric = 0 OR EXISTS (SELECT 1 FROM exposure)) AS ok
+       ), cycle AS (
+         UPDATE gate_usage_cycles SET period_start = $3, period_end = $4, units = $5, overage = $6,
+           pending = $7, leased = $8, epoch = $9, updated_at = now()
+         WHERE ledger = $1 AND subscription_id = $2::numeric AND (SELECT ok FROM applied)
+       )
+       SELECT ok FROM applied`,
       [
         name,
         subscriptionId,
@@ -139,54 +205,199 @@ export async function createPostgresUsageLedger(
         cycle.pending,
         cycle.leased,
         cycle.epoch,
+        delta,
+        bound ?? null,
       ],
     );
-  const writeUnsettled = (tx: Queryable, unsettled: bigint) =>
-    tx.query("UPDATE gate_usage_ledgers SET unsettled = $2 WHERE name = $1", [name, unsettled]);
+    return row?.ok === true;
+  };
 
-  /** Ends one lease (returned or reclaimed) in one transaction: cycle lock, lease, ledger, in that order. */
-  const endOne = (leaseId: string, state: "returned" | "reclaimed", onlyExpired: boolean) =>
+  /**
+   * A use spent straight through the store (no lease), in a transaction holding its cycle's lock:
+   * judged against the exposure the cycle's statement saw and written with that bound re-checked; when
+   * the exposure moved past it (or the use was refused for exposure), judged again under the ledger
+   * row's lock, as every use once was.
+   */
+  const spendDirect = async (
+    tx: Queryable,
+    stored: SharedCycle,
+    unsettledSeen: bigint,
+    request: UsageRequest,
+  ): Promise<Reservation> => {
+    const seen = applyDirectUsage(stored, unsettledSeen, request);
+    if (seen.cycle !== undefined) {
+      const delta = seen.unsettled - unsettledSeen;
+      if (await writeCycleAndExposure(tx, request.subscriptionId, seen.cycle, delta, request.maxUnsettled)) {
+        return seen.reservation;
+      }
+    } else if (seen.reservation.ok || seen.reservation.reason !== "ExposureLimit") {
+      return seen.reservation;
+    }
+    const unsettled = await lockUnsettled(tx);
+    const locked = applyDirectUsage(stored, unsettled, request);
+    if (locked.cycle !== undefined) {
+      await writeCycleAndExposure(
+        tx,
+        request.subscriptionId,
+        locked.cycle,
+        locked.unsettled - unsettled,
+        undefined,
+      );
+    }
+    return locked.reservation;
+  };
+
+  /**
+   * Inserts a granted lease, writes its cycle and adds its worst charge to the ledger's exposure, in
+   * one statement and only if the exposure then stays within `maxUnsettled` (checked on the row's
+   * current value, under its lock): the lease's id, or `undefined` when the bound no longer holds
+   * (nothing written).
+   */
+  const insertLease = async (
+    tx: Queryable,
+    request: UsageRequest,
+    cycle: SharedCycle,
+    grant: LeaseGrant,
+    ttlMs: number,
+  ): Promise<bigint | undefined> => {
+    const row = await queryOneParsed(
+      tx,
+      IdRowSchema,
+      `WITH exposure AS (
+         UPDATE gate_usage_ledgers SET unsettled = unsettled + $9::numeric
+         WHERE name = $1 AND unsettled + $9::numeric <= $11::numeric
+         RETURNING 1
+       ), lease AS (
+         INSERT INTO gate_usage_leases (ledger, subscription_id, epoch, units, spent, base, included_units,
+           unit_price, worst, expires_at)
+         SELECT $1, $2::numeric, $3::integer, $4::bigint, $5::bigint, $6::bigint, $7::bigint, $8::numeric,
+           $9::numeric, now() + $10::bigint * interval '1 millisecond'
+         FROM exposure
+         RETURNING id
+       ), cycle AS (
+         UPDATE gate_usage_cycles SET period_start = $12, period_end = $13, units = $14, overage = $15,
+           pending = $16, leased = $17, epoch = $3::integer, updated_at = now()
+         WHERE ledger = $1 AND subscription_id = $2::numeric AND EXISTS (SELECT 1 FROM exposure)
+       )
+       SELECT id FROM lease`,
+      [
+        name,
+        request.subscriptionId,
+        cycle.epoch,
+        grant.units,
+        BigInt(request.units),
+        grant.base,
+        grant.includedUnits,
+        grant.unitPrice,
+        grant.worst,
+        ttlMs,
+        request.maxUnsettled,
+        cycle.periodStart,
+        cycle.periodEnd,
+        cycle.units,
+        cycle.overage,
+        cycle.pending,
+        cycle.leased,
+      ],
+    );
+    return row?.id;
+  };
+
+  /**
+   * Ends leases (returned or reclaimed) in one transaction: the leases, fenced on their state and
+   * locked in id order; then their cycles' locks, in subscription order; then every cycle and the
+   * exposure in one statement. Each block's worst charge leaves the exposure and its real charge
+   * enters it; leases of one subscription end into its cycle one after the other, in id order, as
+   * separate transactions would. Answers how many ended.
+   */
+  const endLeases = (leaseIds: readonly string[], state: "returned" | "reclaimed", onlyExpired: boolean) =>
     store.transaction(async (tx) => {
-      const head = await queryOneParsed(
+      const leases = await queryParsed(
         tx,
-        z.object({ subscription_id: BigintColumnSchema }),
-        "SELECT subscription_id FROM gate_usage_leases WHERE id = $1 AND ledger = $2 AND state = 'active'",
-        [leaseId, name],
-      );
-      if (head === undefined) return false;
-      const cycleRow = await queryOneParsed(
-        tx,
-        CycleRowSchema,
-        `SELECT ${CYCLE_COLUMNS} FROM gate_usage_cycles WHERE ledger = $1 AND subscription_id = $2 FOR UPDATE`,
-        [name, head.subscription_id],
-      );
-      const lease = await queryOneParsed(
-        tx,
-        LeaseRowSchema,
+        EndedLeaseRowSchema,
         `UPDATE gate_usage_leases SET state = $3, ended_at = now()
-         WHERE id = $1 AND ledger = $2 AND state = 'active' ${onlyExpired ? "AND expires_at <= now()" : ""}
-         RETURNING subscription_id, epoch, units, spent, base, included_units, unit_price, worst`,
-        [leaseId, name, state],
+         WHERE id IN (
+           SELECT id FROM gate_usage_leases
+           WHERE id = ANY($1::bigint[]) AND ledger = $2 AND state = 'active'
+             ${onlyExpired ? "AND expires_at <= now()" : ""}
+           ORDER BY id FOR UPDATE
+         ) AND state = 'active'
+         RETURNING id, subscription_id, epoch, units, spent, base, included_units, unit_price, worst`,
+        [leaseIds, name, state],
       );
-      if (lease === undefined) return false;
-      const unsettled = await lockUnsettled(tx);
-      const ended = endLease(
-        cycleRow === undefined ? undefined : cycleOf(cycleRow),
-        unsettled,
-        {
-          epoch: lease.epoch,
-          units: lease.units,
-          base: lease.base,
-          includedUnits: lease.included_units,
-          unitPrice: lease.unit_price,
-          worst: lease.worst,
-        },
-        lease.spent,
+      if (leases.length === 0) return 0;
+      const cycleRows = await queryParsed(
+        tx,
+        KeyedCycleRowSchema,
+        `SELECT subscription_id, ${CYCLE_COLUMNS} FROM gate_usage_cycles
+         WHERE ledger = $1 AND subscription_id = ANY($2::numeric[])
+         ORDER BY subscription_id FOR UPDATE`,
+        [name, [...new Set(leases.map((lease) => lease.subscription_id.toString()))]],
       );
-      if (ended.cycle !== undefined) await writeCycle(tx, lease.subscription_id, ended.cycle);
-      await writeUnsettled(tx, ended.unsettled);
-      return true;
+      const cycles = new Map(cycleRows.map((row) => [row.subscription_id, cycleOf(row)]));
+      let delta = 0n;
+      for (const lease of leases.sort((x, y) => (x.id < y.id ? -1 : 1))) {
+        // With the exposure taken as exactly the block's worst, `endLease` answers the real charge; the
+        // store applies the difference to whatever the exposure is by then.
+        const ended = endLease(
+          cycles.get(lease.subscription_id),
+          lease.worst,
+          {
+            epoch: lease.epoch,
+            units: lease.units,
+            base: lease.base,
+            includedUnits: lease.included_units,
+            unitPrice: lease.unit_price,
+            worst: lease.worst,
+          },
+          lease.spent,
+        );
+        if (ended.cycle !== undefined) cycles.set(lease.subscription_id, ended.cycle);
+        delta += ended.charge - lease.worst;
+      }
+      const written = [...cycles];
+      await tx.query(
+        `WITH exposure AS (
+           UPDATE gate_usage_ledgers SET unsettled = GREATEST(0, unsettled + $2::numeric)
+           WHERE name = $1 AND $2::numeric <> 0
+         )
+         UPDATE gate_usage_cycles c SET period_start = v.period_start, period_end = v.period_end,
+           units = v.units, overage = v.overage, pending = v.pending, leased = v.leased, epoch = v.epoch,
+           updated_at = now()
+         FROM (
+           SELECT unnest($3::numeric[]) AS subscription_id, unnest($4::bigint[]) AS period_start,
+             unnest($5::bigint[]) AS period_end, unnest($6::bigint[]) AS units,
+             unnest($7::numeric[]) AS overage, unnest($8::numeric[]) AS pending,
+             unnest($9::bigint[]) AS leased, unnest($10::integer[]) AS epoch
+         ) v
+         WHERE c.ledger = $1 AND c.subscription_id = v.subscription_id`,
+        [
+          name,
+          delta,
+          written.map(([id]) => id.toString()),
+          written.map(([, cycle]) => cycle.periodStart),
+          written.map(([, cycle]) => cycle.periodEnd),
+          written.map(([, cycle]) => cycle.units.toString()),
+          written.map(([, cycle]) => cycle.overage.toString()),
+          written.map(([, cycle]) => cycle.pending.toString()),
+          written.map(([, cycle]) => cycle.leased.toString()),
+          written.map(([, cycle]) => cycle.epoch),
+        ],
+      );
+      return leases.length;
     });
+
+  /**
+   * Returns go out together: leases handed back while an earlier return is in flight end in the next
+   * transaction, one at a time, so that returns (a burst of them on a flush or a close) take one
+   * connection and one lock of the ledger row per batch rather than one each.
+   */
+  const returns = groupCommit<string>((leaseIds) => endLeases(leaseIds, "returned", false), MAX_RETURN_BATCH);
+  /**
+   * Grants queue here rather than for a connection: each one writes the ledger row, so more of them in
+   * flight only wait on its lock, holding connections that the uses' writes need.
+   */
+  const grants = concurrencyLimit(MAX_CONCURRENT_GRANTS);
 
   return {
     async reserve(request) {
@@ -200,7 +411,7 @@ export async function createPostgresUsageLedger(
           ? []
           : await queryParsed(
               store,
-              z.object({ units: BigintColumnSchema }),
+              UnitsRowSchema,
               `UPDATE gate_usage_cycles SET units = units + $5, updated_at = now()
          WHERE ledger = $1 AND subscription_id = $2 AND period_start = $3 AND period_end = $4
            AND units + leased + $5::bigint <= $6::numeric
@@ -217,77 +428,59 @@ export async function createPostgresUsageLedger(
       const counted = fast[0];
       if (counted !== undefined) return { ok: true, unitsUsed: counted.units, charge: 0n };
       return store.transaction(async (tx) => {
-        const stored = await lockCycle(tx, request.subscriptionId, request.periodStart, request.periodEnd);
-        // First without the exposure figure: only a use that charges needs the ledger row (and its lock).
-        let result = applyDirectUsage(stored, 0n, { ...request, maxUnsettled: 2n ** 256n });
-        let unsettled: bigint | undefined;
-        if (result.reservation.ok && result.reservation.charge > 0n) {
-          unsettled = await lockUnsettled(tx);
-          result = applyDirectUsage(stored, unsettled, request);
-        }
-        if (result.cycle !== undefined) {
-          await writeCycle(tx, request.subscriptionId, result.cycle);
-          if (unsettled !== undefined && result.unsettled !== unsettled)
-            await writeUnsettled(tx, result.unsettled);
-        }
-        return result.reservation;
+        const { cycle, unsettledSeen } = await lockCycle(
+          tx,
+          request.subscriptionId,
+          request.periodStart,
+          request.periodEnd,
+        );
+        return spendDirect(tx, cycle, unsettledSeen, request);
       });
     },
 
     acquire(request, want, ttlMs) {
-      return store.transaction(async (tx) => {
-        const stored = await lockCycle(tx, request.subscriptionId, request.periodStart, request.periodEnd);
-        const unsettled = await lockUnsettled(tx);
-        const granted = grantSize(stored, unsettled, request, BigInt(want));
-        if (granted === undefined) {
-          const direct = applyDirectUsage(stored, unsettled, request);
-          if (direct.cycle !== undefined) {
-            await writeCycle(tx, request.subscriptionId, direct.cycle);
-            if (direct.unsettled !== unsettled) await writeUnsettled(tx, direct.unsettled);
-          }
-          return { lease: undefined, reservation: direct.reservation };
-        }
-        const { cycle, grant } = granted;
-        const units = BigInt(request.units);
-        const row = await queryOneParsed(
-          tx,
-          z.object({ id: BigintColumnSchema }),
-          `INSERT INTO gate_usage_leases (ledger, subscription_id, epoch, units, spent, base, included_units,
-             unit_price, worst, expires_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + $10 * interval '1 millisecond')
-           RETURNING id`,
-          [
-            name,
+      return grants(() =>
+        store.transaction(async (tx) => {
+          const { cycle: stored, unsettledSeen } = await lockCycle(
+            tx,
             request.subscriptionId,
-            cycle.epoch,
-            grant.units,
-            units,
-            grant.base,
-            grant.includedUnits,
-            grant.unitPrice,
-            grant.worst,
-            ttlMs,
-          ],
-        );
-        if (row === undefined) throw new TollgateError("Internal", "usage lease insert returned no row");
-        await writeCycle(tx, request.subscriptionId, cycle);
-        await writeUnsettled(tx, unsettled + grant.worst);
-        const lease: StoredLease = {
-          ...grant,
-          id: row.id.toString(),
-          subscriptionId: request.subscriptionId,
-          epoch: cycle.epoch,
-          spent: units,
-        };
-        return { lease, reservation: firstUseOf(grant, units) };
-      });
+            request.periodStart,
+            request.periodEnd,
+          );
+          const units = BigInt(request.units);
+          // Sized against the exposure the cycle's statement saw; written only if the bound still holds,
+          // else sized again under the ledger row's lock.
+          for (const underLock of [false, true]) {
+            const unsettled = underLock ? await lockUnsettled(tx) : unsettledSeen;
+            const granted = grantSize(stored, unsettled, request, BigInt(want));
+            if (granted === undefined) {
+              return { lease: undefined, reservation: await spendDirect(tx, stored, unsettled, request) };
+            }
+            const { cycle, grant } = granted;
+            const id = await insertLease(tx, request, cycle, grant, ttlMs);
+            if (id === undefined) continue;
+            const lease: StoredLease = {
+              ...grant,
+              id: id.toString(),
+              subscriptionId: request.subscriptionId,
+              epoch: cycle.epoch,
+              spent: units,
+            };
+            return { lease, reservation: firstUseOf(grant, units) };
+          }
+          throw new TollgateError(
+            "Internal",
+            "a usage lease sized under the ledger row's lock was not written",
+          );
+        }),
+      );
     },
 
     async spend(spends) {
       if (spends.length === 0) return new Set();
       const rows = await queryParsed(
         store,
-        z.object({ id: BigintColumnSchema }),
+        IdRowSchema,
         `UPDATE gate_usage_leases l SET spent = l.spent + s.units
          FROM (SELECT unnest($2::bigint[]) AS id, unnest($3::bigint[]) AS units) s
          WHERE l.id = s.id AND l.ledger = $1 AND l.state = 'active' AND l.expires_at > now()
@@ -298,21 +491,22 @@ export async function createPostgresUsageLedger(
       return new Set(rows.map((row) => row.id.toString()));
     },
 
-    async release(leaseId) {
-      await endOne(leaseId, "returned", false);
-    },
+    release: (leaseId) => returns(leaseId),
 
     async reclaimExpired(limit) {
       const expired = await queryParsed(
         store,
-        z.object({ id: BigintColumnSchema }),
+        IdRowSchema,
         `SELECT id FROM gate_usage_leases WHERE ledger = $1 AND state = 'active' AND expires_at <= now()
          ORDER BY expires_at LIMIT $2`,
         [name, limit],
       );
-      let reclaimed = 0;
-      for (const { id } of expired) if (await endOne(id.toString(), "reclaimed", true)) reclaimed++;
-      return reclaimed;
+      if (expired.length === 0) return 0;
+      return endLeases(
+        expired.map(({ id }) => id.toString()),
+        "reclaimed",
+        true,
+      );
     },
 
     claimBatch({ maxItems, staleMs }) {
@@ -320,7 +514,7 @@ export async function createPostgresUsageLedger(
       return store.transaction(async (tx) => {
         const stale = await queryOneParsed(
           tx,
-          z.object({ id: SafeIntColumnSchema }),
+          SerialRowSchema,
           `SELECT id FROM gate_usage_batches
            WHERE ledger = $1 AND status = 'claimed' AND claimed_at_ms <= $2
            ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`,
@@ -338,7 +532,7 @@ export async function createPostgresUsageLedger(
         }
         const picked = await queryParsed(
           tx,
-          z.object({ subscription_id: BigintColumnSchema, pending: BigintColumnSchema }),
+          PendingRowSchema,
           `SELECT subscription_id, pending FROM gate_usage_cycles
            WHERE ledger = $1 AND pending > 0
            ORDER BY subscription_id LIMIT $2 FOR UPDATE SKIP LOCKED`,
@@ -347,7 +541,7 @@ export async function createPostgresUsageLedger(
         if (picked.length === 0) return undefined;
         const batch = await queryOneParsed(
           tx,
-          z.object({ id: SafeIntColumnSchema }),
+          SerialRowSchema,
           "INSERT INTO gate_usage_batches (ledger, claimed_at_ms) VALUES ($1, $2) RETURNING id",
           [name, now],
         );
@@ -398,7 +592,7 @@ export async function createPostgresUsageLedger(
       // One statement: the items resolved now (not before) are subtracted from the exposure, once.
       const rows = await queryParsed(
         store,
-        z.object({ n: SafeIntColumnSchema }),
+        CountRowSchema,
         `WITH outcome AS (
            SELECT unnest($2::text[]) AS ref, unnest($3::text[]) AS status
          ), done AS (
@@ -419,7 +613,7 @@ export async function createPostgresUsageLedger(
     async unsettled() {
       const row = await queryOneParsed(
         store,
-        z.object({ unsettled: BigintColumnSchema }),
+        UnsettledRowSchema,
         "SELECT unsettled FROM gate_usage_ledgers WHERE name = $1",
         [name],
       );
@@ -452,4 +646,54 @@ export async function createPostgresUsageLedger(
 
 function itemOf(row: z.output<typeof ItemRowSchema>): UsageBatchItem {
   return { ref: row.ref, subscriptionId: row.subscription_id, amount: row.amount };
+}
+
+/**
+ * Group commit: items added while a run of `write` is in flight go into the next run (at most
+ * `maxBatch` each), one run at a time; each `add` settles with its run.
+ */
+function groupCommit<T>(
+  write: (items: T[]) => Promise<unknown>,
+  maxBatch: number,
+): (item: T) => Promise<void> {
+  let queue: { item: T; resolve(): void; reject(error: unknown): void }[] = [];
+  let running = false;
+  const drain = async () => {
+    while (queue.length > 0) {
+      const batch = queue.slice(0, maxBatch);
+      queue = queue.slice(maxBatch);
+      try {
+        await write(batch.map((entry) => entry.item));
+        for (const entry of batch) entry.resolve();
+      } catch (error) {
+        for (const entry of batch) entry.reject(error);
+      }
+    }
+    running = false;
+  };
+  return (item) =>
+    new Promise<void>((resolve, reject) => {
+      queue.push({ item, resolve, reject });
+      if (!running) {
+        running = true;
+        queueMicrotask(() => void drain());
+      }
+    });
+}
+
+/** Runs at most `limit` of the functions given to it at once, the others in arrival order. */
+function concurrencyLimit(limit: number): <T>(run: () => Promise<T>) => Promise<T> {
+  let active = 0;
+  const waiting: (() => void)[] = [];
+  return async (run) => {
+    if (active >= limit) await new Promise<void>((resolve) => waiting.push(resolve));
+    else active++;
+    try {
+      return await run();
+    } finally {
+      const next = waiting.shift();
+      if (next === undefined) active--;
+      else next();
+    }
+  };
 }

@@ -113,6 +113,50 @@ function leasedSuite(
     expect((await shared.cycle(id))?.overage).toBe(owed(CAP_UNITS));
   });
 
+  it("ends leases returned together exactly as it ends them one at a time", async () => {
+    const opened = await open();
+    const previous = close;
+    close = async () => {
+      await previous?.();
+      await opened.close();
+    };
+    const shared = await opened.shared();
+    const base = BigInt(randomBytes(3).readUIntBE(0, 3)) * 10n;
+    // Two subscriptions, each with two leases spent partly, across the included units' edge (20).
+    const leaseUp = async (offset: bigint) => {
+      const ids: string[] = [];
+      for (const [id, spends] of [
+        [base + offset, [5n, 9n]],
+        [base + offset + 1n, [15n, 3n]],
+      ] as const) {
+        for (const spent of spends) {
+          const { lease } = await shared.acquire(request(id), 16, 60_000);
+          if (lease === undefined) throw new Error("expected a lease");
+          expect(await shared.spend([{ leaseId: lease.id, units: spent }])).toEqual(new Set([lease.id]));
+          ids.push(lease.id);
+        }
+      }
+      return ids;
+    };
+    const together = await leaseUp(0n);
+    const apart = await leaseUp(2n);
+    await Promise.all(together.map((id) => shared.release(id)));
+    for (const id of apart) await shared.release(id);
+    // First uses (1 each) plus the spends: 1+5 + 1+9 = 16 and 1+15 + 1+3 = 20 units.
+    for (const [offset, units] of [
+      [0n, 16n],
+      [1n, 20n],
+    ] as const) {
+      const one = await shared.cycle(base + offset);
+      expect(one).toEqual(await shared.cycle(base + offset + 2n));
+      expect(one?.units).toBe(units);
+      expect(one?.overage).toBe(owed(Number(units)));
+    }
+    // Every block's worst charge left the exposure and only the real charges stayed.
+    expect(await shared.unsettled()).toBe(2n * (owed(16) + owed(20)));
+    expect(await pendingAfterFlush(shared)).toBe(2n * (owed(16) + owed(20)));
+  });
+
   it("answers Leased, not AllowanceExhausted, while the missing room sits on a live lease", async () => {
     const opened = await open();
     const previous = close;
