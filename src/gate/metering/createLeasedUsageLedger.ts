@@ -12,8 +12,8 @@
  *   half its lifetime, and on `close()`. A lease not returned by its expiry (by the store's clock) is
  *   reclaimed by any instance with the units persisted into it; a spend into it afterwards is refused
  *   by the store (fencing), and the use goes through a new lease or the direct path instead.
- * - Lease sizes adapt per subscription: doubled after a lease was used up, halved after one came
- *   back less than half spent, and capped by the store to a quarter of the cap's room left, so near
+ * - Lease sizes adapt per subscription: four times larger after a lease was used up, halved after one
+ *   came back less than half spent (kept when a flush or a close handed it back), and capped by the store to a quarter of the cap's room left, so near
  *   the cap leases shrink and the last units are spent directly in the shared store.
  */
 import type { Clock } from "../../protocol/clock.ts";
@@ -59,6 +59,9 @@ type Local = {
   release: (() => void) | undefined;
 };
 
+/** A lease used up makes the subscription's next one this many times larger (up to `maxLeaseUnits`). */
+const GROWTH = 4;
+
 /** Attempts of one use before it is spent directly (each attempt ends a lease or acquires one). */
 const MAX_ATTEMPTS = 6;
 
@@ -86,14 +89,19 @@ export function createLeasedUsageLedger(options: LeasedUsageLedgerOptions): Leas
     timer.unref?.();
   };
 
-  /** Ends a held lease: once its uses in flight are persisted, the store counts it and frees the rest. */
-  const end = (local: Local): Promise<void> => {
+  /**
+   * Ends a held lease: once its uses in flight are persisted, the store counts it and frees the rest.
+   * The subscription's next lease is sized by how this one went, unless it was handed back for a
+   * reason that says nothing of demand (`resize` false: a flush, a close).
+   */
+  const end = (local: Local, resize = true): Promise<void> => {
     if (local.ended !== undefined) return local.ended;
     if (held.get(local.lease.subscriptionId) === local) held.delete(local.lease.subscriptionId);
     const want = wants.get(local.lease.subscriptionId) ?? minLease;
-    const next =
-      local.spent >= local.lease.units
-        ? Math.min(maxLease, want * 2)
+    const next = !resize
+      ? want
+      : local.spent >= local.lease.units
+        ? Math.min(maxLease, want * GROWTH)
         : local.spent * 2n < local.lease.units
           ? Math.max(minLease, Math.floor(want / 2))
           : want;
@@ -229,12 +237,12 @@ export function createLeasedUsageLedger(options: LeasedUsageLedgerOptions): Leas
       })),
     tick,
     async returnLeases() {
-      await Promise.all([...held.values()].map(end));
+      await Promise.all([...held.values()].map((local) => end(local, false)));
     },
     async close() {
       closed = true;
       if (timer !== undefined) clearInterval(timer);
-      await Promise.all([...held.values()].map(end));
+      await Promise.all([...held.values()].map((local) => end(local, false)));
     },
   };
 }

@@ -157,6 +157,27 @@ function leasedSuite(
     expect(await pendingAfterFlush(shared)).toBe(2n * (owed(16) + owed(20)));
   });
 
+  it("sizes the next lease by demand: four times larger after one was used up, kept when a flush hands it back", async () => {
+    const opened = await open();
+    const previous = close;
+    close = async () => {
+      await previous?.();
+      await opened.close();
+    };
+    const ledger = createLeasedUsageLedger({ shared: await opened.shared(), clock, minLeaseUnits: 8 });
+    const wide = { ...request(BigInt(randomBytes(4).readUInt32BE())), maxOverage: 10n ** 30n };
+    for (let i = 0; i < 8; i++) expect((await ledger.reserve(wide)).ok).toBe(true);
+    // The first lease (8 units) is used up: the next one is 32.
+    expect((await ledger.reserve(wide)).ok).toBe(true);
+    expect(ledger.leases()).toEqual([expect.objectContaining({ units: 32n, spent: 1n })]);
+    // A flush hands it back barely spent; that says nothing of demand, so the next is 32 again.
+    await ledger.returnLeases();
+    expect(ledger.leases()).toEqual([]);
+    expect((await ledger.reserve(wide)).ok).toBe(true);
+    expect(ledger.leases()).toEqual([expect.objectContaining({ units: 32n, spent: 1n })]);
+    await ledger.close();
+  });
+
   it("answers Leased, not AllowanceExhausted, while the missing room sits on a live lease", async () => {
     const opened = await open();
     const previous = close;
