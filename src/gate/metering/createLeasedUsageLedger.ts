@@ -42,6 +42,8 @@ export type LeasedUsageLedger = UsageLedger & {
   leases(): HeldLease[];
   /** Returns idle and ageing leases and reclaims expired ones (run on a timer; exposed for tests). */
   tick(): Promise<void>;
+  /** Returns every lease this instance holds (before a flush that must count everything served). */
+  returnLeases(): Promise<void>;
   /** Stops the timer and returns every lease. */
   close(): Promise<void>;
 };
