@@ -61,6 +61,10 @@ import type { ReplayGuard } from "../store/replayGuard.ts";
 import type { OneTimeOffer } from "./composePaymentRequired.ts";
 import { paymentReplayKey } from "./paymentReplayKey.ts";
 
+/** Built once, for the two headers decoded here before their own checks. */
+const AnyJsonSchema = z.unknown();
+const AnyObjectSchema = z.looseObject({});
+
 /** An offer of a route as the gate prices it: one-time offers (`OneTimeOffer`) and any other scheme. */
 type PricedOffer = OneTimeOffer | { scheme: string; amount: bigint };
 
@@ -342,7 +346,7 @@ export function withX402Reason(response: Response, reason: string): Response {
   const header = response.headers.get(HeaderName.X402PaymentRequired);
   if (header === null) return response;
   try {
-    const paymentRequired = decodeJsonHeader(header, z.looseObject({}));
+    const paymentRequired = decodeJsonHeader(header, AnyObjectSchema);
     response.headers.set(
       HeaderName.X402PaymentRequired,
       encodeJsonHeader({ ...paymentRequired, error: reason }),
@@ -357,7 +361,7 @@ type ReadPayload = { ok: true; payload: X402PaymentPayload } | { ok: false; reas
 
 /** `PAYMENT-SIGNATURE` → payload: at most 8 KiB, strict base64, UTF-8 JSON, x402 v2's schema. */
 function readPayload(header: string): ReadPayload {
-  const json = safeDecodeJsonHeader(header, z.unknown());
+  const json = safeDecodeJsonHeader(header, AnyJsonSchema);
   if (!json.ok) {
     return {
       ok: false,

@@ -27,6 +27,9 @@ import { queryOneParsed, queryParsed } from "../store/queryParsed.ts";
 import type { Store } from "../store/store.ts";
 import type { SellerDocumentFetcher } from "./fetchSellerDocument.ts";
 
+/** Built once: a zod object schema compiles its parser on first use. */
+const DueSellerRowSchema = z.object({ address: z.string(), base_url: z.string() });
+
 export type SellerLivenessOptions = {
   /** Seconds between checks of a seller that answers (default 300). */
   checkIntervalSeconds?: number | undefined;
@@ -232,7 +235,7 @@ export function createSellerLiveness(
     const now = at(0);
     const claimed = await queryParsed(
       store,
-      z.object({ address: z.string(), base_url: z.string() }),
+      DueSellerRowSchema,
       `UPDATE market_sellers SET next_check_at = $2, checked_at = $1
         WHERE address IN (SELECT address FROM market_sellers
                            WHERE removed_at IS NULL AND (next_check_at IS NULL OR next_check_at <= $1)

@@ -35,6 +35,12 @@ import {
 } from "./budgetLimits.ts";
 import { type BudgetReport, type BudgetUsage, buildBudgetReport } from "./budgetReport.ts";
 
+/** Row schemas, built once (a zod object schema compiles its parser on first use). */
+const AgentRowSchema = z.object({ agent: z.string() });
+const ReservedRowSchema = z.object({ reserved: BigintColumnSchema });
+const HeldRowSchema = z.object({ held: BigintColumnSchema });
+const NonceSchema = z.string().regex(/^0x[0-9a-fA-F]{64}$/);
+
 const DAY_MS = 86_400_000;
 /** Long enough for a payment's round trips and retries, short enough that a crash frees budget soon. */
 const DEFAULT_RESERVATION_TTL_SECONDS = 900;
@@ -550,12 +556,9 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
   }
 
   async function lockSpend(tx: Queryable, id: string): Promise<SpendRow> {
-    const owner = await queryOneParsed(
-      tx,
-      z.object({ agent: z.string() }),
-      "SELECT agent FROM agent_spends WHERE id = $1",
-      [id],
-    );
+    const owner = await queryOneParsed(tx, AgentRowSchema, "SELECT agent FROM agent_spends WHERE id = $1", [
+      id,
+    ]);
     if (owner === undefined) {
       throw new TollgateError(ErrorCode.NotFound, "no such reservation", { details: { id } });
     }
@@ -788,7 +791,7 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
     },
 
     async pend(reservation, payment) {
-      const nonce = parseOrThrow(z.string().regex(/^0x[0-9a-fA-F]{64}$/), payment.nonce, "payment nonce");
+      const nonce = parseOrThrow(NonceSchema, payment.nonce, "payment nonce");
       const payer = parseOrThrow(AddressSchema, payment.payer, "payer address");
       const token =
         payment.token === undefined ? undefined : parseOrThrow(AddressSchema, payment.token, "token address");
@@ -847,7 +850,7 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
       const agent = parseOrThrow(AgentIdSchema, agentInput, "agent name");
       const row = await queryOneParsed(
         store,
-        z.object({ reserved: BigintColumnSchema }),
+        ReservedRowSchema,
         `SELECT reserved FROM agent_spends
           WHERE id = $1 AND agent = $2 AND status = 'reserved' AND parent_id IS NULL AND expires_at > $3`,
         [id, agent, new Date(clock.now())],
@@ -887,7 +890,7 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
         const report = assertHoldFits(await loadReport(tx, agent, "FOR UPDATE"), agent, target);
         const rows = await queryParsed(
           tx,
-          z.object({ held: BigintColumnSchema }),
+          HeldRowSchema,
           `INSERT INTO agent_holds (agent, ref, provider, held, charged, updated_at) VALUES ($1, $2, $3, $4, 0, $5)
            ON CONFLICT (agent, ref) DO UPDATE SET held = agent_holds.held + EXCLUDED.held, updated_at = EXCLUDED.updated_at
            RETURNING held`,
@@ -969,7 +972,7 @@ export function createBudgetLedger(options: BudgetLedgerOptions): BudgetLedger {
         await tx.query("SELECT 1 FROM agent_budgets WHERE agent = $1 FOR UPDATE", [agent]);
         const rows = await queryParsed(
           tx,
-          z.object({ held: BigintColumnSchema }),
+          HeldRowSchema,
           `UPDATE agent_holds h SET held = 0, updated_at = $3 FROM (SELECT held FROM agent_holds WHERE agent = $1 AND ref = $2) old
             WHERE h.agent = $1 AND h.ref = $2 RETURNING old.held`,
           [agent, ref, new Date(clock.now())],

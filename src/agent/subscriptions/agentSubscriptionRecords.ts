@@ -9,6 +9,9 @@ import { BigintColumnSchema, TimestampColumnSchema } from "../../store/columnSch
 import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
 import type { Queryable } from "../../store/store.ts";
 
+/** Built once: a zod object schema compiles its parser on first use. */
+const HeldRowSchema = z.object({ held: BigintColumnSchema });
+
 export const AgentSubscriptionStatusSchema = z.enum(["claimed", "active", "paused", "ended"]);
 export type AgentSubscriptionStatus = z.infer<typeof AgentSubscriptionStatusSchema>;
 
@@ -216,7 +219,7 @@ export async function otherHoldsOfWallet(
 ): Promise<bigint> {
   const row = await queryOneParsed(
     q,
-    z.object({ held: BigintColumnSchema }),
+    HeldRowSchema,
     `SELECT coalesce(sum(h.held), 0) AS held FROM agent_plan_subscriptions s
        JOIN agent_holds h ON h.agent = s.agent AND h.ref = 'subscription:' || s.id
       WHERE s.subscriber = $1 AND s.manager = $2 AND s.token = $3 AND s.status IN ('active', 'paused')

@@ -9,6 +9,14 @@ import { BigintColumnSchema, SafeIntColumnSchema, TimestampColumnSchema } from "
 import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
 import type { Queryable } from "../../store/store.ts";
 
+/** Built once: a zod object schema compiles its parser on first use. */
+const ClaimableSummaryRowSchema = z.object({
+  value: BigintColumnSchema.nullable(),
+  count: SafeIntColumnSchema,
+  oldest: TimestampColumnSchema.nullable(),
+  closing: SafeIntColumnSchema,
+});
+
 const HexColumn = z.string().regex(/^0x[0-9a-f]*$/);
 const AddressColumn = z.string().regex(/^0x[0-9a-f]{40}$/);
 
@@ -174,12 +182,7 @@ export async function claimableSummary(
 ): Promise<{ value: bigint; count: number; oldest: Date | null; closing: number }> {
   const row = await queryOneParsed(
     db,
-    z.object({
-      value: BigintColumnSchema.nullable(),
-      count: SafeIntColumnSchema,
-      oldest: TimestampColumnSchema.nullable(),
-      closing: SafeIntColumnSchema,
-    }),
+    ClaimableSummaryRowSchema,
     `SELECT sum(voucher_amount - claimed) AS value, count(*)::int AS count, min(unclaimed_since) AS oldest,
        count(*) FILTER (WHERE close_requested_at > 0)::int AS closing
      FROM channels

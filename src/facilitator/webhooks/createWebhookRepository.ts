@@ -20,6 +20,9 @@ import type {
 import { WebhookDeliveryStatusSchema } from "./webhookApi.ts";
 import type { WebhookSecretBox } from "./webhookSecretBox.ts";
 
+/** Built once: a zod object schema compiles its parser on first use. */
+const DeliveryStatusRowSchema = z.object({ id: SafeIntColumnSchema, status: z.string() });
+
 export type WebhookRepositoryOptions = {
   store: Store;
   /** Random bytes for endpoint ids and secrets. */
@@ -313,7 +316,7 @@ export function createWebhookRepository(options: WebhookRepositoryOptions) {
       await ownedEndpoint(store, provider, endpointId);
       const rows = await queryParsed(
         store,
-        z.object({ id: SafeIntColumnSchema, status: z.string() }),
+        DeliveryStatusRowSchema,
         "SELECT id, status FROM webhook_deliveries WHERE id = $1 AND endpoint_id = $2",
         [deliveryId, endpointId],
       );
