@@ -251,7 +251,8 @@ export async function createPostgresUsageLedger(
    * Inserts a granted lease, writes its cycle and adds its worst charge to the ledger's exposure, in
    * one statement and only if the exposure then stays within `maxUnsettled` (checked on the row's
    * current value, under its lock): the lease's id, or `undefined` when the bound no longer holds
-   * (nothing written).
+   * (nothing written). A lease that cannot charge (within the included units) leaves the ledger row
+   * alone, as its return does.
    */
   const insertLease = async (
     tx: Queryable,
@@ -265,19 +266,21 @@ export async function createPostgresUsageLedger(
       IdRowSchema,
       `WITH exposure AS (
          UPDATE gate_usage_ledgers SET unsettled = unsettled + $9::numeric
-         WHERE name = $1 AND unsettled + $9::numeric <= $11::numeric
+         WHERE name = $1 AND $9::numeric <> 0 AND unsettled + $9::numeric <= $11::numeric
          RETURNING 1
+       ), admitted AS (
+         SELECT ($9::numeric = 0 OR EXISTS (SELECT 1 FROM exposure)) AS ok
        ), lease AS (
          INSERT INTO gate_usage_leases (ledger, subscription_id, epoch, units, spent, base, included_units,
            unit_price, worst, expires_at)
          SELECT $1, $2::numeric, $3::integer, $4::bigint, $5::bigint, $6::bigint, $7::bigint, $8::numeric,
            $9::numeric, now() + $10::bigint * interval '1 millisecond'
-         FROM exposure
+         FROM admitted WHERE ok
          RETURNING id
        ), cycle AS (
          UPDATE gate_usage_cycles SET period_start = $12, period_end = $13, units = $14, overage = $15,
            pending = $16, leased = $17, epoch = $3::integer, updated_at = now()
-         WHERE ledger = $1 AND subscription_id = $2::numeric AND EXISTS (SELECT 1 FROM exposure)
+         WHERE ledger = $1 AND subscription_id = $2::numeric AND (SELECT ok FROM admitted)
        )
        SELECT id FROM lease`,
       [

@@ -228,6 +228,56 @@ describe.runIf(process.env.DATABASE_URL)("leased usage ledger over PostgreSQL, m
   });
 });
 
+describe.runIf(process.env.DATABASE_URL)("PostgreSQL usage ledger and its shared row", () => {
+  it("grants, spends and returns a lease within the included units while another transaction holds the ledger row", {
+    timeout: 60_000,
+  }, async () => {
+    const store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
+    const name = `row-${randomBytes(4).toString("hex")}`;
+    const shared = await createPostgresUsageLedger(store, { name, clock });
+    let letGo!: () => void;
+    const holding = new Promise<void>((resolve) => {
+      letGo = resolve;
+    });
+    let rowLocked!: () => void;
+    const locked = new Promise<void>((resolve) => {
+      rowLocked = resolve;
+    });
+    // Another instance mid-way through a charge: the exposure row locked as a write locks it.
+    const holder = store.transaction(async (tx) => {
+      await tx.query("SELECT 1 FROM gate_usage_ledgers WHERE name = $1 FOR NO KEY UPDATE", [name]);
+      rowLocked();
+      await holding;
+    });
+    try {
+      await locked;
+      const within = async <T>(work: Promise<T>): Promise<T> => {
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const late = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error("waited for the ledger row")), 5_000);
+        });
+        try {
+          return await Promise.race([work, late]);
+        } finally {
+          clearTimeout(timer);
+        }
+      };
+      const id = BigInt(randomBytes(4).readUInt32BE());
+      // 8 units from 0: all within the 20 included, so the block can charge nothing.
+      const { lease } = await within(shared.acquire(request(id), 8, 60_000));
+      if (lease === undefined) throw new Error("expected a lease");
+      expect(lease.worst).toBe(0n);
+      expect(await within(shared.spend([{ leaseId: lease.id, units: 3n }]))).toEqual(new Set([lease.id]));
+      await within(shared.release(lease.id));
+      expect((await shared.cycle(id))?.units).toBe(4n);
+    } finally {
+      letGo();
+      await holder;
+      await store.close();
+    }
+  });
+});
+
 describe("leased usage ledger over PGlite (PostgreSQL when DATABASE_URL is set)", () => {
   leasedSuite(async () => {
     const store: Store = await createTestStore({ databaseUrl: process.env.DATABASE_URL || undefined });
