@@ -1,7 +1,9 @@
 import { createServer } from "node:net";
+import { toHex } from "viem";
+import { mnemonicToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tollgateUsdAbi } from "./contracts/artifacts/TollgateUSD.ts";
-import { type Devnet, devnetPrivateKey, startDevnet } from "./startDevnet.ts";
+import { anvilMnemonic, type Devnet, devnetPrivateKey, startDevnet } from "./startDevnet.ts";
 
 function canListen(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -24,6 +26,13 @@ describe("startDevnet", () => {
     expect(devnet.accounts).toHaveLength(3);
     expect(devnet.deployer.address).toBe("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
     expect(devnetPrivateKey(1)).toBe("0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d");
+  });
+
+  it("derives each dev key as viem derives it from the mnemonic", () => {
+    for (const index of [0, 2, 9, 10, 137]) {
+      const hdKey = mnemonicToAccount(anvilMnemonic, { addressIndex: index }).getHdKey();
+      expect(devnetPrivateKey(index)).toBe(toHex(hdKey.privateKey!));
+    }
   });
 
   it("deploys the contracts and funds every account with test USD", async () => {
