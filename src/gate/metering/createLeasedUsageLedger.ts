@@ -13,8 +13,9 @@
  *   reclaimed by any instance with the units persisted into it; a spend into it afterwards is refused
  *   by the store (fencing), and the use goes through a new lease or the direct path instead.
  * - Lease sizes adapt per subscription: four times larger after a lease was used up, halved after one
- *   came back less than half spent (kept when a flush or a close handed it back), and capped by the store to a quarter of the cap's room left, so near
- *   the cap leases shrink and the last units are spent directly in the shared store.
+ *   came back less than half spent (kept when a flush or a close handed it back), and capped by the
+ *   store to a quarter of the cap's room left, so near the cap leases shrink and the last units are
+ *   spent directly in the shared store.
  */
 import type { Clock } from "../../protocol/clock.ts";
 import type { GateLogger } from "../paymentGateOptions.ts";
