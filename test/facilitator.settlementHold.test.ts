@@ -105,14 +105,19 @@ describe("settlement engine reads while a batch is held", { timeout: 90_000 }, (
     const outcomeAt = seen.findLastIndex((sql) => /UPDATE payments p SET status = 'settled'/.test(sql));
     expect(outcomeAt).toBeGreaterThan(from);
     expect(count(/FROM payments WHERE nonce = \$1/, outcomeAt)).toBeLessThanOrEqual(2);
-    expect(count(/FROM settlement_batches WHERE id = \$1/, from)).toBe(0);
+    // (The empty claim below deletes its batch row by id: that is not a read.)
+    expect(count(/SELECT \* FROM settlement_batches WHERE id = \$1/, from)).toBe(0);
     // Nor were a batch's payments read back for its outcome: this process claimed them and kept them.
     expect(count(/FROM payments WHERE batch_id = \$1/)).toBe(0);
 
     // Each batch costs the store one statement to claim its rows (the batch row inserted with them)
     // and one to settle them all and close the batch, however many payments it holds.
-    expect(count(/INSERT INTO settlement_batches/)).toBe(2);
-    expect(count(/UPDATE payments SET status = 'submitted'/)).toBe(2);
+    // A claim that finds the rows locked by another transaction (SKIP LOCKED) deletes the empty batch
+    // it inserted: a wasted pair of statements, not a batch (seen once in CI on PostgreSQL).
+    const emptyClaims = count(/DELETE FROM settlement_batches WHERE id = \$1/);
+    expect(emptyClaims).toBeLessThanOrEqual(2);
+    expect(count(/INSERT INTO settlement_batches/) - emptyClaims).toBe(2);
+    expect(count(/UPDATE payments SET status = 'submitted'/) - emptyClaims).toBe(2);
     expect(count(/min\(batch_cap\)/)).toBe(count(queueScan));
     expect(count(/UPDATE payments p SET status = 'settled'/)).toBe(2);
     // The batch closed in that statement, not in one of its own.
