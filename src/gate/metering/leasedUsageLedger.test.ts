@@ -49,6 +49,16 @@ function leasedSuite(
   afterAll(async () => {
     await close?.();
   });
+  /** Opens the ledger once more for a test, closed after the suite with the ones before it. */
+  const openAnother = async () => {
+    const opened = await open();
+    const previous = close;
+    close = async () => {
+      await previous?.();
+      await opened.close();
+    };
+    return opened;
+  };
 
   it("holds the cap exactly across three instances under 200 concurrent uses, charging count-based", {
     timeout: 180_000,
@@ -83,12 +93,7 @@ function leasedSuite(
   });
 
   it("reclaims an abandoned lease at its expiry with exactly its persisted units and refuses its late spends", async () => {
-    const opened = await open();
-    const previous = close;
-    close = async () => {
-      await previous?.();
-      await opened.close();
-    };
+    const opened = await openAnother();
     const shared = await opened.shared();
     const id = BigInt(randomBytes(4).readUInt32BE());
     // A lease long enough that the steps before its expiry finish on a loaded machine (CI runs every
@@ -114,12 +119,7 @@ function leasedSuite(
   });
 
   it("ends leases returned together exactly as it ends them one at a time", async () => {
-    const opened = await open();
-    const previous = close;
-    close = async () => {
-      await previous?.();
-      await opened.close();
-    };
+    const opened = await openAnother();
     const shared = await opened.shared();
     const base = BigInt(randomBytes(3).readUIntBE(0, 3)) * 10n;
     // Two subscriptions, each with two leases spent partly, across the included units' edge (20).
@@ -158,12 +158,7 @@ function leasedSuite(
   });
 
   it("sizes the next lease by demand: four times larger after one was used up, kept when a flush hands it back", async () => {
-    const opened = await open();
-    const previous = close;
-    close = async () => {
-      await previous?.();
-      await opened.close();
-    };
+    const opened = await openAnother();
     const ledger = createLeasedUsageLedger({ shared: await opened.shared(), clock, minLeaseUnits: 8 });
     const wide = { ...request(BigInt(randomBytes(4).readUInt32BE())), maxOverage: 10n ** 30n };
     for (let i = 0; i < 8; i++) expect((await ledger.reserve(wide)).ok).toBe(true);
@@ -179,12 +174,7 @@ function leasedSuite(
   });
 
   it("answers Leased, not AllowanceExhausted, while the missing room sits on a live lease", async () => {
-    const opened = await open();
-    const previous = close;
-    close = async () => {
-      await previous?.();
-      await opened.close();
-    };
+    const opened = await openAnother();
     const shared = await opened.shared();
     const id = BigInt(randomBytes(4).readUInt32BE());
     const small = { ...request(id), maxOverage: 0n, unitPrice: 0n };
