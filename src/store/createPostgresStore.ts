@@ -9,6 +9,8 @@ import { createTransactionScope } from "./transactionScope.ts";
 
 const INT8_OID = 20;
 const NUMERIC_OID = 1700;
+/** Statement texts a store prepares at most; texts beyond these run unnamed, as before. */
+export const MAX_PREPARED_TEXTS = 1_000;
 
 /**
  * A PostgreSQL server reached through a `pg` pool. Each transaction holds one pooled connection from
@@ -19,6 +21,12 @@ export async function createPostgresStore(options: {
   databaseUrl: string;
   schema?: string | undefined;
   maxConnections?: number | undefined;
+  /**
+   * Run parameterised statements as named prepared statements, each text parsed once per connection
+   * (default true). Turn off behind a pooler that cannot keep them (PgBouncer before 1.21 in
+   * transaction mode).
+   */
+  preparedStatements?: boolean | undefined;
   logger?: Logger | undefined;
 }): Promise<Store> {
   const schema = options.schema === undefined ? undefined : assertSchemaName(options.schema);
@@ -57,11 +65,53 @@ export async function createPostgresStore(options: {
   const scope = createTransactionScope();
   let closed = false;
 
-  const handle = (client: pg.Pool | pg.PoolClient, isOpen: () => boolean): Queryable => ({
+  // ---- prepared statements ---------------------------------------------------------------------------
+  // Each parameterised text gets a name of its own the first time it runs; the driver parses it once per
+  // connection under that name and afterwards sends only bind and execute. PostgreSQL then also keeps
+  // its plan (its default `plan_cache_mode`: planned for the parameters five times, then a generic plan
+  // where that is estimated no dearer; ANALYZE invalidates kept plans). Texts without parameters keep
+  // the simple protocol (a script of several statements stays allowed).
+  const prepare = options.preparedStatements !== false;
+  const names = new Map<string, string>();
+  let named = 0;
+  const nameOf = (sql: string, params: readonly SqlParam[]): string | undefined => {
+    if (!prepare || params.length === 0) return undefined;
+    let name = names.get(sql);
+    if (name === undefined && names.size < MAX_PREPARED_TEXTS) {
+      name = `tollgate_${(named++).toString(36)}`;
+      names.set(sql, name);
+    }
+    return name;
+  };
+  const run = async <Row>(
+    client: pg.Pool | pg.PoolClient,
+    sql: string,
+    params: readonly SqlParam[],
+    inTransaction: boolean,
+  ): Promise<Row[]> => {
+    const values = toSqlParams(params);
+    const name = nameOf(sql, params);
+    try {
+      return (await client.query({ name, text: sql, values })).rows as Row[];
+    } catch (error) {
+      if (name === undefined || !isStalePreparedStatement(error)) throw error;
+      // The statement this connection kept no longer fits (a table it reads changed shape) or is gone
+      // (a pooler dropped it): the text runs under a new name from now on, parsed afresh. Outside a
+      // transaction it runs again at once; PostgreSQL refused it before executing anything.
+      if (names.get(sql) === name) names.delete(sql);
+      if (inTransaction) throw error;
+      return (await client.query({ name: nameOf(sql, params), text: sql, values })).rows as Row[];
+    }
+  };
+
+  const handle = (
+    client: pg.Pool | pg.PoolClient,
+    isOpen: () => boolean,
+    inTransaction: boolean,
+  ): Queryable => ({
     async query<Row>(sql: string, params: readonly SqlParam[] = []) {
       if (!isOpen()) throw transactionEndedError();
-      const result = await client.query(sql, toSqlParams(params));
-      return result.rows as Row[];
+      return run<Row>(client, sql, params, inTransaction);
     },
     async exec(sql: string) {
       if (!isOpen()) throw transactionEndedError();
@@ -69,7 +119,7 @@ export async function createPostgresStore(options: {
       await client.query(sql);
     },
   });
-  const direct = handle(pool, () => true);
+  const direct = handle(pool, () => true, false);
 
   // ---- work notifications: one connection of its own LISTENs for every channel of this store --------
   const listeners = new Map<string, Set<() => void>>();
@@ -144,7 +194,7 @@ export async function createPostgresStore(options: {
         await client.query("BEGIN");
         let open = true;
         try {
-          const result = await scope.run(() => fn(handle(client, () => open)));
+          const result = await scope.run(() => fn(handle(client, () => open, true)));
           await client.query("COMMIT");
           return result;
         } catch (error) {
@@ -193,4 +243,18 @@ export async function createPostgresStore(options: {
       await pool.end();
     },
   };
+}
+
+/**
+ * PostgreSQL refused a prepared statement it cannot run as prepared: its kept plan's result type changed
+ * (0A000, a column added to or dropped from a table it reads with `*`), or the connection does not hold
+ * it (26000) or already holds one of its name (42P05), as behind a pooler that moves sessions.
+ */
+function isStalePreparedStatement(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (code === "26000" || code === "42P05") return true;
+  return (
+    code === "0A000" &&
+    String((error as { message?: unknown }).message).includes("cached plan must not change")
+  );
 }

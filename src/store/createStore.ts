@@ -21,6 +21,7 @@ export async function createStore(options: StoreOptions = {}): Promise<Store> {
           databaseUrl: options.databaseUrl,
           schema: options.schema,
           maxConnections: options.maxConnections,
+          preparedStatements: options.preparedStatements,
           logger: options.logger,
         })
       : await createPgliteStore({

@@ -77,5 +77,10 @@ export type StoreOptions = {
   migrate?: boolean | undefined;
   /** Largest number of PostgreSQL connections in the pool (default 10). */
   maxConnections?: number | undefined;
+  /**
+   * PostgreSQL: run parameterised statements prepared, parsed once per connection (default true); off
+   * behind a pooler that cannot keep prepared statements (docs/operations-storage.md).
+   */
+  preparedStatements?: boolean | undefined;
   logger?: Logger | undefined;
 };
