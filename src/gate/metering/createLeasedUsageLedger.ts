@@ -82,7 +82,7 @@ export function createLeasedUsageLedger(options: LeasedUsageLedgerOptions): Leas
   const held = new Map<bigint, Local>();
   const acquiring = new Map<bigint, Promise<unknown>>();
   const wants = new Map<bigint, number>();
-  const writer = createSpendWriter(shared);
+  const writer = createSpendWriter(shared, shared.spendWrites ?? 1);
   let timer: ReturnType<typeof setInterval> | undefined;
   let closed = false;
 
@@ -203,8 +203,12 @@ export function createLeasedUsageLedger(options: LeasedUsageLedgerOptions): Leas
           if (spent !== undefined) return spent;
           continue;
         }
-        // The lease in hand cannot take this use: hand it back first, so its room counts again.
-        if (local !== undefined) await end(local);
+        // The lease in hand cannot take this use: hand it back first, so its room counts again. Then
+        // look again: while it was being handed back, another use may have acquired the next one.
+        if (local !== undefined) {
+          await end(local);
+          continue;
+        }
         const pending = acquiring.get(id);
         if (pending !== undefined) {
           await pending.catch(() => {});
@@ -251,25 +255,44 @@ export function createLeasedUsageLedger(options: LeasedUsageLedgerOptions): Leas
 }
 
 /**
- * Group commit of spends: uses arriving while a write is in flight go out together in the next one,
- * summed per lease, so concurrent requests share one round trip to the store.
+ * Group commit of spends: uses arriving while writes are in flight go out together in the next one,
+ * summed per lease, so concurrent requests share one round trip to the store. At most `maxWrites` are
+ * in flight, and a lease is in one of them at most, so two writes never wait for each other's row
+ * locks (a write locks its leases in whatever order the store's join takes them).
  */
-function createSpendWriter(shared: Pick<SharedUsageLedger, "spend">) {
+function createSpendWriter(shared: Pick<SharedUsageLedger, "spend">, maxWrites: number) {
   type Waiter = { resolve(taken: boolean): void; reject(error: unknown): void };
-  let queue = new Map<string, { units: bigint; waiters: Waiter[] }>();
-  let running = false;
-  const drain = async () => {
-    while (queue.size > 0) {
-      const batch = queue;
-      queue = new Map();
-      try {
-        const taken = await shared.spend([...batch].map(([leaseId, { units }]) => ({ leaseId, units })));
-        for (const [leaseId, entry] of batch) for (const w of entry.waiters) w.resolve(taken.has(leaseId));
-      } catch (error) {
-        for (const entry of batch.values()) for (const w of entry.waiters) w.reject(error);
-      }
+  type Entry = { units: bigint; waiters: Waiter[] };
+  const queue = new Map<string, Entry>();
+  /** Leases in a write in flight: their next uses wait for it. */
+  const writing = new Set<string>();
+  let writes = 0;
+  let scheduled = false;
+  const write = async (batch: Map<string, Entry>) => {
+    try {
+      const taken = await shared.spend([...batch].map(([leaseId, { units }]) => ({ leaseId, units })));
+      for (const [leaseId, entry] of batch) for (const w of entry.waiters) w.resolve(taken.has(leaseId));
+    } catch (error) {
+      for (const entry of batch.values()) for (const w of entry.waiters) w.reject(error);
+    } finally {
+      for (const leaseId of batch.keys()) writing.delete(leaseId);
+      writes--;
+      launch();
     }
-    running = false;
+  };
+  const launch = () => {
+    scheduled = false;
+    while (writes < maxWrites && queue.size > 0) {
+      const batch = new Map<string, Entry>();
+      for (const [leaseId, entry] of queue) if (!writing.has(leaseId)) batch.set(leaseId, entry);
+      if (batch.size === 0) return;
+      for (const leaseId of batch.keys()) {
+        queue.delete(leaseId);
+        writing.add(leaseId);
+      }
+      writes++;
+      void write(batch);
+    }
   };
   return {
     spend(leaseId: string, units: bigint): Promise<boolean> {
@@ -278,10 +301,10 @@ function createSpendWriter(shared: Pick<SharedUsageLedger, "spend">) {
         entry.units += units;
         entry.waiters.push({ resolve, reject });
         queue.set(leaseId, entry);
-        if (!running) {
-          running = true;
+        if (!scheduled && writes < maxWrites) {
+          scheduled = true;
           // Uses of this same turn of the event loop join the first write.
-          queueMicrotask(() => void drain());
+          queueMicrotask(launch);
         }
       });
     },

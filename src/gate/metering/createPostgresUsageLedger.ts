@@ -403,6 +403,9 @@ export async function createPostgresUsageLedger(
   const grants = concurrencyLimit(MAX_CONCURRENT_GRANTS);
 
   return {
+    // Two spend writes of an instance commit side by side (PostgreSQL flushes concurrent commits
+    // together): in gateSubscriptions.ts 1.23x the requests over a socket against one at a time.
+    spendWrites: 2,
     async reserve(request) {
       // Fast path, one statement and no transaction: a use within the included units of the cycle
       // already stored for this very period, with no lease out, is a conditional increment (what

@@ -157,6 +157,46 @@ function leasedSuite(
     expect(await pendingAfterFlush(shared)).toBe(2n * (owed(16) + owed(20)));
   });
 
+  it("writes spends as many at a time as the store takes, never one lease in two, and counts every use answered", async () => {
+    const opened = await openAnother();
+    const real = await opened.shared();
+    // The real ledger, its spend writes watched: which leases each write in flight carries.
+    const inFlight: Set<string>[] = [];
+    let overlaps = 0;
+    let mostAtOnce = 0;
+    const shared: SharedUsageLedger = Object.assign(Object.create(real) as SharedUsageLedger, {
+      async spend(spends: Parameters<SharedUsageLedger["spend"]>[0]) {
+        const leases = new Set(spends.map((s) => s.leaseId));
+        for (const other of inFlight) for (const id of leases) if (other.has(id)) overlaps++;
+        inFlight.push(leases);
+        mostAtOnce = Math.max(mostAtOnce, inFlight.length);
+        try {
+          return await real.spend(spends);
+        } finally {
+          inFlight.splice(inFlight.indexOf(leases), 1);
+        }
+      },
+    });
+    const ledger = createLeasedUsageLedger({ shared, clock });
+    const base = BigInt(randomBytes(3).readUIntBE(0, 3)) * 10n;
+    let next = 0;
+    const answered = new Map<bigint, number>();
+    const worker = async () => {
+      for (let i = 0; i < 30; i++) {
+        const id = base + BigInt(next++ % 4);
+        const reservation = await ledger.reserve({ ...request(id), maxOverage: 10n ** 30n });
+        expect(reservation.ok).toBe(true);
+        answered.set(id, (answered.get(id) ?? 0) + 1);
+      }
+    };
+    await Promise.all(Array.from({ length: 16 }, worker));
+    await ledger.close();
+    expect(overlaps).toBe(0);
+    // PostgreSQL takes two at a time, Redis one.
+    expect(mostAtOnce).toBe(real.spendWrites ?? 1);
+    for (const [id, uses] of answered) expect((await real.cycle(id))?.units).toBe(BigInt(uses));
+  });
+
   it("sizes the next lease by demand: four times larger after one was used up, kept when a flush hands it back", async () => {
     const opened = await openAnother();
     const ledger = createLeasedUsageLedger({ shared: await opened.shared(), clock, minLeaseUnits: 8 });

@@ -234,6 +234,12 @@ export type SharedUsageLedger = UsageLedger & {
    * that took their units. A lease returned, reclaimed or expired takes none (fencing).
    */
   spend(spends: readonly LeaseSpend[]): Promise<Set<string>>;
+  /**
+   * How many `spend` writes one instance keeps in flight at once (default 1): more where the store
+   * runs them side by side and commits them together (PostgreSQL), one where it runs them one after
+   * another anyway (Redis).
+   */
+  readonly spendWrites?: number;
   /** Ends a lease: its spent units are counted and charged, the rest go back. Idempotent. */
   release(leaseId: string): Promise<void>;
   /** Ends leases past their expiry (a crashed or stalled instance's) with the units persisted into them. */
