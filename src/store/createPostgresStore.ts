@@ -11,6 +11,8 @@ const INT8_OID = 20;
 const NUMERIC_OID = 1700;
 /** Statement texts a store prepares at most; texts beyond these run unnamed, as before. */
 export const MAX_PREPARED_TEXTS = 1_000;
+/** Prepared statements found missing on the server after which a store stops preparing any. */
+export const MAX_LOST_STATEMENTS = 16;
 
 /**
  * A PostgreSQL server reached through a `pg` pool. Each transaction holds one pooled connection from
@@ -71,7 +73,9 @@ export async function createPostgresStore(options: {
   // its plan (its default `plan_cache_mode`: planned for the parameters five times, then a generic plan
   // where that is estimated no dearer; ANALYZE invalidates kept plans). Texts without parameters keep
   // the simple protocol (a script of several statements stays allowed).
-  const prepare = options.preparedStatements !== false;
+  let prepare = options.preparedStatements !== false;
+  /** Statements the server did not hold when the driver ran them by name (see `run`). */
+  let lost = 0;
   const names = new Map<string, string>();
   let named = 0;
   const nameOf = (sql: string, params: readonly SqlParam[]): string | undefined => {
@@ -99,6 +103,16 @@ export async function createPostgresStore(options: {
       // (a pooler dropped it): the text runs under a new name from now on, parsed afresh. Outside a
       // transaction it runs again at once; PostgreSQL refused it before executing anything.
       if (names.get(sql) === name) names.delete(sql);
+      // A server that keeps losing them sits behind a pooler handing each statement to another
+      // session (PgBouncer before 1.21 in transaction mode): stop naming statements at all.
+      if ((error as { code?: unknown }).code !== "0A000" && ++lost === MAX_LOST_STATEMENTS && prepare) {
+        prepare = false;
+        names.clear();
+        options.logger?.warn(
+          { lost },
+          "PostgreSQL keeps losing prepared statements (a pooler in transaction mode?): statements now run unnamed; set preparedStatements: false to start so",
+        );
+      }
       if (inTransaction) throw error;
       return (await client.query({ name: nameOf(sql, params), text: sql, values })).rows as Row[];
     }

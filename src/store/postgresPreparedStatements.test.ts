@@ -6,7 +6,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { afterEach, describe, expect, it } from "vitest";
-import { MAX_PREPARED_TEXTS } from "./createPostgresStore.ts";
+import { MAX_LOST_STATEMENTS, MAX_PREPARED_TEXTS } from "./createPostgresStore.ts";
 import { createStore } from "./createStore.ts";
 import type { Store } from "./store.ts";
 
@@ -95,6 +95,22 @@ describe.runIf(databaseUrl)("PostgreSQL store: prepared statements", () => {
     await store.exec("DEALLOCATE ALL");
     expect(await store.query(sql, [2])).toEqual([{ name: "two" }]);
     expect(await prepared(store)).toEqual([{ statement: sql }]);
+  });
+
+  it("stops preparing statements when the server keeps losing them, as behind a pooler in transaction mode", async () => {
+    const store = await open();
+    const sql = "SELECT name FROM items WHERE id = $1";
+    // Each round: the statement is prepared, then the session forgets it, as a pooler that hands the
+    // next statement to another server session would; every query still answers.
+    for (let i = 0; i < MAX_LOST_STATEMENTS; i++) {
+      await store.exec("DEALLOCATE ALL");
+      expect(await store.query(sql, [1])).toEqual([{ name: "one" }]);
+      expect(await store.query(sql, [1])).toEqual([{ name: "one" }]);
+    }
+    await store.exec("DEALLOCATE ALL");
+    expect(await store.query(sql, [2])).toEqual([{ name: "two" }]);
+    expect(await store.query("SELECT id FROM items WHERE name = $1", ["one"])).toEqual([{ id: 1 }]);
+    expect(await prepared(store)).toEqual([]);
   });
 
   it("keeps at most MAX_PREPARED_TEXTS texts prepared and runs the rest unnamed", async () => {
