@@ -262,13 +262,12 @@ export async function createPostgresStore(options: {
 /**
  * PostgreSQL refused a prepared statement it cannot run as prepared: its kept plan's result type changed
  * (0A000, a column added to or dropped from a table it reads with `*`), or the connection does not hold
- * it (26000) or already holds one of its name (42P05), as behind a pooler that moves sessions.
+ * it (26000) or already holds one of its name (42P05), as behind a pooler that moves sessions. The
+ * first is told apart from other 0A000 refusals by the server function that raised it, not by its
+ * message, which the server translates under another `lc_messages`.
  */
 function isStalePreparedStatement(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
+  const { code, routine } = (error ?? {}) as { code?: unknown; routine?: unknown };
   if (code === "26000" || code === "42P05") return true;
-  return (
-    code === "0A000" &&
-    String((error as { message?: unknown }).message).includes("cached plan must not change")
-  );
+  return code === "0A000" && routine === "RevalidateCachedQuery";
 }
