@@ -161,7 +161,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     batchSettler: options.batchSettler,
     clock,
   });
-  const waiters = createOutcomeWaiters({ store, clock });
+  const waiters = createOutcomeWaiters({ store, clock, logger: log });
   const outcomeDeps: PaymentOutcomeDeps = {
     proofKey: options.proofKey,
     proofTtlSeconds: options.proofTtlSeconds ?? 300,
