@@ -6,13 +6,14 @@
  * secret. The MAC input is the UTF-8 bytes of `json`, which are exactly the bytes the first part
  * decodes to, so a verifier never re-serializes anything.
  */
-import { type Hex, hexToBytes, keccak256, sha256 } from "viem";
+import { type Hex, hexToBytes, sha256 } from "viem";
 import { z } from "zod";
 import { AddressSchema } from "./address.ts";
 import { AtomicAmountSchema } from "./amount.ts";
 import { base64UrlDecode, base64UrlEncode, utf8Decode, utf8Encode } from "./base64.ts";
 import { canonicalJson } from "./canonicalJson.ts";
 import { TollgateError } from "./errors.ts";
+import { keccak256OfText } from "./fastKeccak.ts";
 import { NetworkSchema } from "./network.ts";
 import { parseWire } from "./parseWire.ts";
 
@@ -95,7 +96,7 @@ export function memoQueryHash(query: string): string | undefined {
  * One memo, one nonce: the token contract refuses the second use of a nonce, so a memo pays once.
  */
 export function memoNonce(memo: string): Hex {
-  return keccak256(utf8Encode(memo));
+  return keccak256OfText(memo);
 }
 
 /**

@@ -18,6 +18,7 @@ import {
   type Hex,
   keccak256,
 } from "viem";
+import { keccak256Bytes } from "../../protocol/fastKeccak.ts";
 import type { TokenDomain } from "./eip712Types.ts";
 
 export type TransferAuthorizationFields = {
@@ -91,8 +92,8 @@ export function transferAuthorizationDigest(
   message[0] = 0x19;
   message[1] = 0x01;
   domainSeparator(domain).copy(message, 2);
-  message.set(keccak256(struct, "bytes"), 34);
-  return keccak256(message, "bytes");
+  message.set(keccak256Bytes(struct), 34);
+  return keccak256Bytes(message);
 }
 
 /**
@@ -114,8 +115,8 @@ export function recoverDigestSigner(digest: Uint8Array, signature: Hex): Address
   }
   if (publicKey === null) return undefined;
   // The address is the last 20 bytes of keccak256 of the key's x ‖ y.
-  const hash = keccak256(publicKey.subarray(1), "hex");
-  return getAddress(`0x${hash.slice(26)}`);
+  const hash = keccak256Bytes(publicKey.subarray(1));
+  return getAddress(`0x${Buffer.from(hash.buffer, hash.byteOffset + 12, 20).toString("hex")}`);
 }
 
 /** The signer of `authorization` under `domain`, or `undefined` when `signature` recovers no key. */

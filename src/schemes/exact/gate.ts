@@ -21,7 +21,6 @@ import {
   type SignatureVerdict,
   verifyProofSignature,
 } from "../../gate/checkPaymentProof.ts";
-import { keccak256OfText } from "../../gate/fastKeccak.ts";
 import { GatePass } from "../../gate/gatePass.ts";
 import { faultResponse } from "../../gate/gateResponses.ts";
 import { openMemo } from "../../gate/memo.ts";
@@ -43,6 +42,7 @@ import { sameAddress } from "../../protocol/address.ts";
 import { type Clock, unixSeconds } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { JwksSchema } from "../../protocol/facilitator.ts";
+import { keccak256OfText } from "../../protocol/fastKeccak.ts";
 import { HeaderName } from "../../protocol/header.ts";
 import type { Network } from "../../protocol/network.ts";
 import type { PaymentProof } from "../../protocol/paymentProof.ts";
