@@ -561,6 +561,8 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
         sleeper.wake();
         await loopDone;
         await unlisten?.();
+        // No outcome is recorded here any more: calls still waiting get a 503 to send again.
+        waiters.close();
       })();
       return stopping;
     },

@@ -159,4 +159,26 @@ describe("outcome waiters", () => {
       down = false;
     }
   });
+
+  it("answers every waiter 503 at once when the engine stops, and makes no more looks", async () => {
+    const waiters = createOutcomeWaiters({ store: counted, clock: systemClock, pollMs: POLL_MS });
+    const rows = [await pending(), await pending()];
+    const answers = rows.map((row) => waiters.waitForOutcome(row, 30_000).catch((e: unknown) => e));
+    await sleep(POLL_MS * 2);
+    const started = Date.now();
+    waiters.close();
+    const errors = await Promise.all(answers);
+    expect(Date.now() - started).toBeLessThan(50);
+    for (const [i, error] of errors.entries()) {
+      expect(error).toBeInstanceOf(TollgateError);
+      expect((error as TollgateError).code).toBe("ChainUnavailable");
+      expect((error as TollgateError).retryAfter).toBe(5);
+      expect((error as TollgateError).details).toMatchObject({ nonce: rows[i]?.nonce });
+    }
+    const late = await waiters.waitForOutcome(await pending(), 30_000).catch((e: unknown) => e);
+    expect((late as TollgateError).code).toBe("ChainUnavailable");
+    statements = [];
+    await sleep(POLL_MS * 3);
+    expect(statements).toEqual([]);
+  });
 });

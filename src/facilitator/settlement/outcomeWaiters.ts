@@ -28,6 +28,12 @@ export type OutcomeWaiters = {
    * `batchSize` is the size of the batch the payment settled in.
    */
   waitForOutcome(row: PaymentRow, timeoutMs: number): Promise<{ row: PaymentRow; batchSize?: number }>;
+  /**
+   * The engine stops: every waiter, and any that comes later, is answered 503 at once (the payment
+   * carries on in the store; sent again, it gets its outcome from whichever instance runs), and no
+   * more looks are made.
+   */
+  close(): void;
 };
 
 /** How often the waiting payments are looked up together while any request waits. */
@@ -44,7 +50,7 @@ const FINAL_ROWS_SQL =
 
 type Waiter = {
   deadline: number;
-  done(outcome: SettledOutcome | "timeout"): void;
+  done(outcome: SettledOutcome | "timeout" | "stopped"): void;
 };
 
 export function createOutcomeWaiters(deps: {
@@ -61,6 +67,7 @@ export function createOutcomeWaiters(deps: {
   /** A lookup was asked for while one was running: it may have read before the outcome committed. */
   let lookAgain = false;
   let failedLookups = 0;
+  let closed = false;
 
   function wake(nonce: string, outcome: SettledOutcome): void {
     const set = waiting.get(nonce);
@@ -70,7 +77,7 @@ export function createOutcomeWaiters(deps: {
   }
 
   function schedule(delayMs: number): void {
-    if (looking || waiting.size === 0) return;
+    if (closed || looking || waiting.size === 0) return;
     if (timer !== undefined) {
       if (delayMs > 0) return;
       clearTimeout(timer);
@@ -121,10 +128,22 @@ export function createOutcomeWaiters(deps: {
       if (looking) lookAgain = true;
       else schedule(0);
     },
+    close() {
+      closed = true;
+      clearTimeout(timer);
+      timer = undefined;
+      const sets = [...waiting.values()];
+      waiting.clear();
+      for (const set of sets) for (const waiter of set) waiter.done("stopped");
+    },
     async waitForOutcome(row, timeoutMs) {
-      let outcome: SettledOutcome | "timeout" = { row, batchSize: 1 };
+      let outcome: SettledOutcome | "timeout" | "stopped" = { row, batchSize: 1 };
       if (row.status !== "settled" && row.status !== "failed") {
-        outcome = await new Promise<SettledOutcome | "timeout">((resolve) => {
+        outcome = await new Promise<SettledOutcome | "timeout" | "stopped">((resolve) => {
+          if (closed) {
+            resolve("stopped");
+            return;
+          }
           let set = waiting.get(row.nonce);
           if (set === undefined) {
             set = new Set();
@@ -134,10 +153,12 @@ export function createOutcomeWaiters(deps: {
           schedule(Math.max(0, Math.min(pollMs, timeoutMs)));
         });
       }
-      if (outcome === "timeout") {
+      if (outcome === "timeout" || outcome === "stopped") {
         throw new TollgateError(
           "ChainUnavailable",
-          "settlement is taking longer than expected; send the same payment again to get its outcome",
+          outcome === "timeout"
+            ? "settlement is taking longer than expected; send the same payment again to get its outcome"
+            : "the facilitator is stopping; send the same payment again to get its outcome",
           { retryAfter: 5, details: { nonce: row.nonce, status: row.status } },
         );
       }
