@@ -137,6 +137,22 @@ describe("outcome waiters", () => {
     expect((error as TollgateError).details).toMatchObject({ nonce: row.nonce });
   });
 
+  it("answers a payment whose outcome the look finds at its deadline with the outcome, not a 503", async () => {
+    let now = 1_000_000;
+    const clock = { now: () => now };
+    const waiters = createOutcomeWaiters({ store: counted, clock, pollMs: POLL_MS });
+    const row = await pending();
+    const answer = waiters.waitForOutcome(row, 5_000);
+    await sleep(POLL_MS * 2);
+    // Settled elsewhere, and the deadline passes before the next round reads it.
+    await settleElsewhere([row]);
+    now += 10_000;
+    await expect(answer).resolves.toMatchObject({
+      row: { nonce: row.nonce, status: "settled" },
+      batchSize: 1,
+    });
+  });
+
   it("keeps waiting through a store that cannot be reached, and answers once it can", async () => {
     const warnings: unknown[] = [];
     const logger = { warn: (...args: unknown[]) => warnings.push(args) } as never;

@@ -85,20 +85,24 @@ export function createOutcomeWaiters(deps: {
     timer = setTimeout(look, delayMs);
   }
 
+  /** Answers 503 to the waiters whose deadline passed. */
+  function expire(now: number): void {
+    for (const [nonce, set] of waiting) {
+      for (const waiter of set) {
+        if (waiter.deadline > now) continue;
+        set.delete(waiter);
+        waiter.done("timeout");
+      }
+      if (set.size === 0) waiting.delete(nonce);
+    }
+  }
+
   async function look(): Promise<void> {
     timer = undefined;
     looking = true;
     lookAgain = false;
     try {
-      const now = deps.clock.now();
-      for (const [nonce, set] of waiting) {
-        for (const waiter of set) {
-          if (waiter.deadline > now) continue;
-          set.delete(waiter);
-          waiter.done("timeout");
-        }
-        if (set.size === 0) waiting.delete(nonce);
-      }
+      // Every waiter, those past their deadline too: an outcome found now is answered, not a 503.
       const nonces = [...waiting.keys()];
       for (let i = 0; i < nonces.length; i += NONCES_PER_LOOKUP) {
         const rows = await queryParsed(deps.store, FinalRowSchema, FINAL_ROWS_SQL, [
@@ -113,6 +117,7 @@ export function createOutcomeWaiters(deps: {
       if (failedLookups++ === 0)
         deps.logger?.warn({ err: error }, "cannot look up the outcomes of waiting payments; retrying");
     } finally {
+      expire(deps.clock.now());
       looking = false;
       schedule(lookAgain ? 0 : pollMs);
     }
