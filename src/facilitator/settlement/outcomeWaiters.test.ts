@@ -1,10 +1,11 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { insertTestPayment } from "../../../test/support/paymentRows.ts";
 import { systemClock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { createTestStore } from "../../store/createTestStore.ts";
 import type { Store } from "../../store/store.ts";
-import { findPaymentByNonce, insertPayment, type PaymentRow } from "../paymentRecords.ts";
+import type { PaymentRow } from "../paymentRecords.ts";
 import { createOutcomeWaiters } from "./outcomeWaiters.ts";
 
 const hex = (bytes: number) => `0x${randomBytes(bytes).toString("hex")}` as const;
@@ -33,22 +34,7 @@ describe("outcome waiters", () => {
     await store?.close();
   });
 
-  async function pending(): Promise<PaymentRow> {
-    const inserted = await insertPayment(store, {
-      nonce: hex(32),
-      network: "eip155:31337",
-      token: hex(20),
-      payer: hex(20),
-      payTo: hex(20),
-      amount: 10_000n,
-      memo: undefined,
-      source: "x402",
-      validAfter: 0n,
-      validBefore: 4_000_000_000n,
-      signature: hex(65),
-    });
-    return (await findPaymentByNonce(store, inserted!.nonce))!;
-  }
+  const pending = () => insertTestPayment(store);
   /** What another instance's outcome leaves behind: the rows settled in a batch of `count` items. */
   async function settleElsewhere(rows: readonly PaymentRow[]): Promise<number> {
     const [batch] = await store.query<{ id: string }>(

@@ -1,10 +1,11 @@
 import { randomBytes } from "node:crypto";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { insertTestPayment } from "../../../test/support/paymentRows.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { createTestStore } from "../../store/createTestStore.ts";
 import type { Store } from "../../store/store.ts";
-import { findPaymentByNonce, insertPayment, type PaymentRow } from "../paymentRecords.ts";
+import { findPaymentByNonce, type PaymentRow } from "../paymentRecords.ts";
 import { generateProofKey } from "../proofKeys.ts";
 import {
   markPaymentFailed,
@@ -39,24 +40,12 @@ describe("payment outcomes", () => {
   }
   /** A payment claimed into `batchId`, as the claim's RETURNING * gives it. */
   async function claimed(batchId: number, memo?: string): Promise<PaymentRow> {
-    const inserted = await insertPayment(store, {
-      nonce: hex(32),
-      network: "eip155:31337",
-      token: hex(20),
-      payer: hex(20),
-      payTo: hex(20),
-      amount: 10_000n,
-      memo,
-      source: memo === undefined ? "x402" : "tollgate",
-      validAfter: 0n,
-      validBefore: 4_000_000_000n,
-      signature: hex(65),
-    });
+    const inserted = await insertTestPayment(store, memo);
     await store.query("UPDATE payments SET status = 'submitted', batch_id = $2, attempts = 1 WHERE id = $1", [
-      inserted?.id,
+      inserted.id,
       batchId,
     ]);
-    return (await findPaymentByNonce(store, inserted!.nonce))!;
+    return (await findPaymentByNonce(store, inserted.nonce))!;
   }
   const eventsFor = async (nonce: string) =>
     (
