@@ -31,7 +31,7 @@ import {
   OneTimePricingSchema,
   parseGateOptions,
 } from "../../gate/paymentGateOptions.ts";
-import { paymentReplayKey } from "../../gate/paymentReplayKey.ts";
+import { proofReplayKey } from "../../gate/paymentReplayKey.ts";
 import {
   createJwksResolver,
   createStaticKeyResolver,
@@ -42,7 +42,6 @@ import { sameAddress } from "../../protocol/address.ts";
 import { type Clock, unixSeconds } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { JwksSchema } from "../../protocol/facilitator.ts";
-import { keccak256OfText } from "../../protocol/fastKeccak.ts";
 import { HeaderName } from "../../protocol/header.ts";
 import type { Network } from "../../protocol/network.ts";
 import type { PaymentProof } from "../../protocol/paymentProof.ts";
@@ -140,13 +139,8 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
       const minimumAmount = cheapestOffer(route.offers);
       if (minimumAmount === undefined)
         return refusal(logger, method, path, "this request is not sold for a one-time payment");
-      // The replay key's keccak256 computed once, with the fast hash (same value as `proofReplayKey`).
-      const replayKey = paymentReplayKey({
-        network: proof.network,
-        token: proof.token,
-        payer: proof.payer,
-        nonce: keccak256OfText(proof.memo),
-      });
+      // Computed once per request (one keccak256 of the memo, js-sha3 through `memoNonce`).
+      const replayKey = proofReplayKey(proof);
       try {
         const terms = checkProofTerms(proof, {
           memoSecret,
