@@ -4,7 +4,8 @@
  */
 import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
-import { type Address, createPublicClient, type Hex, http } from "viem";
+import { type Address, createPublicClient, type Hex } from "viem";
+import { batchingHttp } from "../../src/chain/batchingHttp.ts";
 import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { privateKeyAccount } from "../../src/chain/signers/privateKeyAccount.ts";
 import type { Devnet, DevnetAccount } from "../../src/chain/startDevnet.ts";
@@ -50,7 +51,7 @@ export async function startTollgateStack(options: {
   // The client createFacilitator would build from an RPC URL on a devnet, with its calls counted.
   const publicClient = createPublicClient({
     chain: devnet.chain,
-    transport: http(devnet.rpcUrl, { retryCount: 1, timeout: 10_000, fetchFn: options.rpc.fetchFn }),
+    transport: batchingHttp(devnet.rpcUrl, { retryCount: 1, timeout: 10_000, fetchFn: options.rpc.fetchFn }),
     pollingInterval: 50,
   });
   const facilitator = createFacilitator({

@@ -10,11 +10,11 @@ import {
   type Address,
   type Chain,
   createPublicClient,
-  http,
   type LocalAccount,
   type PublicClient,
   type Transport,
 } from "viem";
+import { batchingHttp } from "../chain/batchingHttp.ts";
 import { devnetChain, getNetworkConfig } from "../chain/networks.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
@@ -60,6 +60,12 @@ export type CreateFacilitatorOptions = {
   store: Store;
   /** The chain: an RPC URL, or a viem public client for it. */
   rpcUrl?: string | undefined;
+  /**
+   * How the client built from `rpcUrl` sends calls (src/chain/batchingHttp.ts): each on its own while
+   * fewer than `maxInFlight` (4) are open, the ones that wait as JSON-RPC batches of at most
+   * `maxBatchSize` (100; 1 never batches).
+   */
+  rpcBatch?: { maxInFlight?: number | undefined; maxBatchSize?: number | undefined } | undefined;
   publicClient?: PublicClient<Transport, Chain> | undefined;
   network: `eip155:${number}`;
   /** The key that pays gas for settlement and relayed calls. */
@@ -171,7 +177,16 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     options.publicClient ??
     createPublicClient({
       chain: config?.chain ?? { ...devnetChain, id: chainId },
-      transport: http(options.rpcUrl, { retryCount: 1, timeout: 10_000 }),
+      transport: batchingHttp(options.rpcUrl, {
+        retryCount: 1,
+        timeout: 10_000,
+        ...options.rpcBatch,
+        onBatchRefused: (reason) =>
+          logger.warn(
+            { reason },
+            "the RPC node refused a batch of calls; sending them one by one from now on",
+          ),
+      }),
       // A devnet mines on demand: poll receipts quickly. Real chains have block times of seconds.
       pollingInterval: config?.isDevnet === false ? 1_000 : 50,
     });

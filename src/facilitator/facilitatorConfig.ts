@@ -42,6 +42,11 @@ const RateLimitSchema = z
 export const FacilitatorEnvSchema = z.object({
   TOLLGATE_DIR: z.string().default(".tollgate"),
   TOLLGATE_RPC_URL: z.url().optional(),
+  /**
+   * The most JSON-RPC calls sent in one batch when calls pile up (src/chain/batchingHttp.ts); 1 never
+   * batches, for a node that bills or limits batches. Default 100.
+   */
+  TOLLGATE_RPC_BATCH_SIZE: z.coerce.number().int().min(1).max(1000).default(100),
   TOLLGATE_NETWORK: NetworkSchema.optional(),
   TOLLGATE_GAS_KEY: PrivateKeySchema.optional(),
   /** Comma-separated proof-key seeds (base64url or 0x-hex, 32 bytes); the first signs. */
@@ -88,6 +93,8 @@ export type FacilitatorEnv = z.infer<typeof FacilitatorEnvSchema>;
 export type FacilitatorConfig = {
   dir: string;
   rpcUrl: string;
+  /** TOLLGATE_RPC_BATCH_SIZE. */
+  rpcBatchSize: number;
   network: `eip155:${number}`;
   gasKey: `0x${string}`;
   proofKeys: ProofKey[];
@@ -182,6 +189,7 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
   return {
     dir,
     rpcUrl,
+    rpcBatchSize: env.TOLLGATE_RPC_BATCH_SIZE,
     network,
     gasKey,
     proofKeys: loadProofKeys(env, dir, onDevnet),

@@ -144,6 +144,16 @@ describe("tollgate facilitator configuration", () => {
     }
   });
 
+  it("reads the RPC batch size, 100 unless told, and refuses nonsense", () => {
+    expect(configFrom([]).rpcBatchSize).toBe(100);
+    expect(configFrom([], { ...environment, TOLLGATE_RPC_BATCH_SIZE: "1" }).rpcBatchSize).toBe(1);
+    for (const bad of ["0", "many", "2.5", "1001"]) {
+      expect(() => configFrom([], { ...environment, TOLLGATE_RPC_BATCH_SIZE: bad })).toThrow(
+        /TOLLGATE_RPC_BATCH_SIZE/,
+      );
+    }
+  });
+
   it("has no flag for the keys", () => {
     expect(() => facilitatorEnvironment(["--gas-key", environment.TOLLGATE_GAS_KEY], environment)).toThrow();
     expect(() => facilitatorEnvironment(["--proof-keys", seedA], environment)).toThrow();

@@ -90,6 +90,7 @@ export async function run(argv: string[]): Promise<number> {
   const facilitator = createFacilitator({
     store,
     rpcUrl: config.rpcUrl,
+    rpcBatch: { maxBatchSize: config.rpcBatchSize },
     network: config.network,
     gasAccount: privateKeyAccount(config.gasKey),
     proofKeys: config.proofKeys,
