@@ -4,7 +4,7 @@ import { insertTestPayment } from "../../../test/support/paymentRows.ts";
 import { systemClock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { createTestStore } from "../../store/createTestStore.ts";
-import type { Store } from "../../store/store.ts";
+import type { SqlParam, Store } from "../../store/store.ts";
 import type { PaymentRow } from "../paymentRecords.ts";
 import { createOutcomeWaiters } from "./outcomeWaiters.ts";
 
@@ -18,15 +18,25 @@ describe("outcome waiters", () => {
   /** The store as the waiters see it: every statement counted, and made to fail while `down`. */
   let statements: string[] = [];
   let down = false;
+  /** Called once, with the next shared look's rows read, before the look is answered. */
+  let afterNextLookRead: (() => Promise<void>) | undefined;
   let counted: Store;
   beforeAll(async () => {
     store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
     counted = {
       ...store,
-      query(sql, params) {
+      query<Row>(sql: string, params?: readonly SqlParam[]): Promise<Row[]> {
         statements.push(sql);
         if (down) return Promise.reject(new Error("connection refused"));
-        return store.query(sql, params);
+        const hook = sql.includes("outcome_batch_size") ? afterNextLookRead : undefined;
+        if (hook !== undefined) {
+          afterNextLookRead = undefined;
+          return store.query<Row>(sql, params).then(async (rows) => {
+            await hook();
+            return rows;
+          });
+        }
+        return store.query<Row>(sql, params);
       },
     };
   });
@@ -130,9 +140,15 @@ describe("outcome waiters", () => {
     const row = await pending();
     const answer = waiters.waitForOutcome(row, 5_000);
     await sleep(POLL_MS * 2);
-    // Settled elsewhere, and the deadline passes before the next round reads it.
-    await settleElsewhere([row]);
-    now += 10_000;
+    // A round reads the row still open; then another instance settles it, and the deadline passes
+    // before the next round: that round must read the outcome before it times anyone out.
+    afterNextLookRead = async () => {
+      await settleElsewhere([row]);
+      // After the round that read the open row has dealt with it (its answer runs in microtasks).
+      setTimeout(() => {
+        now += 10_000;
+      }, 0);
+    };
     await expect(answer).resolves.toMatchObject({
       row: { nonce: row.nonce, status: "settled" },
       batchSize: 1,
