@@ -98,6 +98,42 @@ export async function insertPayment(db: Queryable, p: NewPayment): Promise<Payme
   );
 }
 
+/**
+ * Inserts pending payments in one statement (the payments checked together, settlement/coalescer.ts);
+ * returns the rows inserted, in no particular order. A nonce already stored, or given twice, is
+ * inserted once at most (`ON CONFLICT DO NOTHING`): the caller looks up the row that holds it.
+ */
+export async function insertPayments(db: Queryable, payments: readonly NewPayment[]): Promise<PaymentRow[]> {
+  const column = <T>(pick: (p: NewPayment) => T) => payments.map(pick);
+  return queryParsed(
+    db,
+    PaymentRowSchema,
+    `INSERT INTO payments (nonce, network, token, payer, pay_to, amount, memo, scheme, source,
+       valid_after, valid_before, signature)
+     SELECT nonce, network, token, payer, pay_to, amount, memo, 'exact', source, valid_after, valid_before,
+       signature
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::numeric[], $7::text[],
+       $8::text[], $9::numeric[], $10::numeric[], $11::text[])
+       AS input (nonce, network, token, payer, pay_to, amount, memo, source, valid_after, valid_before,
+         signature)
+     ON CONFLICT (nonce) DO NOTHING
+     RETURNING *`,
+    [
+      column((p) => p.nonce.toLowerCase()),
+      column((p) => p.network),
+      column((p) => p.token.toLowerCase()),
+      column((p) => p.payer.toLowerCase()),
+      column((p) => p.payTo.toLowerCase()),
+      column((p) => p.amount),
+      column((p) => p.memo ?? null),
+      column((p) => p.source),
+      column((p) => p.validAfter),
+      column((p) => p.validBefore),
+      column((p) => p.signature.toLowerCase()),
+    ],
+  );
+}
+
 export function findPaymentByNonce(db: Queryable, nonce: string): Promise<PaymentRow | undefined> {
   return queryOneParsed(db, PaymentRowSchema, "SELECT * FROM payments WHERE nonce = $1", [
     nonce.toLowerCase(),

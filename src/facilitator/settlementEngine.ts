@@ -46,13 +46,16 @@ import type { Outbox } from "./outbox/outboxTypes.ts";
 import {
   BatchRowSchema,
   findPaymentByNonce,
-  insertPayment,
+  findPaymentsByNonce,
+  insertPayments,
+  type NewPayment,
   type PaymentRow,
   requeueFailedPayment,
 } from "./paymentRecords.ts";
 import type { ProofKey } from "./proofKeys.ts";
 import { claimBatch, type HeldBatch, SETTLEMENT_KIND } from "./settlement/batchClaims.ts";
 import { createBatchOutcomeHandler } from "./settlement/batchOutcome.ts";
+import { createCoalescer } from "./settlement/coalescer.ts";
 import { createOutcomeWaiters } from "./settlement/outcomeWaiters.ts";
 import { createPaymentChecks, type PaymentCheckClient } from "./settlement/paymentChecks.ts";
 import { markPaymentSettled, type PaymentOutcomeDeps } from "./settlement/paymentOutcomes.ts";
@@ -199,12 +202,44 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
   /** Counts signals, so a read can tell whether one came while it ran. */
   let signals = 0;
   /**
-   * Payments this engine is inserting or inserted whose store notification has not come back. Each
-   * insert signals the loop itself; its notification (heard by this process too) is then not a second
-   * reason to read the queue. A notification beyond these is another instance's payment.
+   * Insert statements this engine is running or ran whose store notification has not come back (the
+   * trigger notifies once per statement, whatever it inserted). Each inserted payment signals the loop
+   * itself; the statement's notification (heard by this process too) is then not a second reason to
+   * read the queue. A notification beyond these is another instance's payment.
    */
   let ownInserts = 0;
-
+  /**
+   * The queue's two statements per incoming payment, shared by the payments checked at the same time
+   * (settlement/coalescer.ts): its nonce looked up, and its row inserted. A lone payment runs each at
+   * once; a burst costs one lookup and one insert per round instead of one of each per payment.
+   */
+  const lookUpPayment = createCoalescer<string, PaymentRow | undefined>(async (nonces) => {
+    if (nonces.length === 1) return [await findPaymentByNonce(store, nonces[0]!)];
+    const rows = await findPaymentsByNonce(store, nonces);
+    const byNonce = new Map<string, PaymentRow>(rows.map((row) => [row.nonce, row]));
+    return nonces.map((nonce) => byNonce.get(nonce.toLowerCase()));
+  });
+  const insertPaymentRow = createCoalescer<NewPayment, PaymentRow | undefined>(async (payments) => {
+    // One payment per nonce in the statement (the first); a second one naming it lost to the first,
+    // as it would to a row already there, and looks up what holds the nonce. So every row the
+    // statement returns is exactly the payment it is handed to.
+    const first = new Map<string, NewPayment>();
+    for (const p of payments) if (!first.has(p.nonce.toLowerCase())) first.set(p.nonce.toLowerCase(), p);
+    // Counted before the statement: its notification may be heard before the statement resolves.
+    ownInserts++;
+    let rows: PaymentRow[];
+    try {
+      rows = await insertPayments(store, [...first.values()]);
+    } catch (error) {
+      // Not committed, so no notification.
+      ownInserts = Math.max(0, ownInserts - 1);
+      throw error;
+    }
+    const inserted = new Map<string, PaymentRow>(rows.map((row) => [row.nonce, row]));
+    return payments.map((p) =>
+      first.get(p.nonce.toLowerCase()) === p ? inserted.get(p.nonce.toLowerCase()) : undefined,
+    );
+  });
   /** New work may be waiting (a payment was queued here or elsewhere). */
   function signal(): void {
     dirty = true;
@@ -282,7 +317,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
   async function enqueue(payment: CheckablePayment, source: "tollgate" | "x402"): Promise<PaymentRow> {
     const a = payment.authorization;
     await checks.checkOffChain(payment);
-    const existing = await findPaymentByNonce(store, a.nonce);
+    const existing = await lookUpPayment(a.nonce);
     if (existing !== undefined) return resume(existing, payment);
     try {
       await checks.simulate(payment);
@@ -296,33 +331,25 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       if (queued === undefined) throw error;
       return resume(queued, payment);
     }
-    // Counted before the insert: its notification may be heard before the insert resolves.
-    ownInserts++;
-    let inserted: PaymentRow | undefined;
-    try {
-      inserted = await insertPayment(store, {
-        nonce: a.nonce,
-        network,
-        token: payment.token,
-        payer: a.from,
-        payTo: a.to,
-        amount: BigInt(a.value),
-        memo: payment.memo,
-        source,
-        validAfter: BigInt(a.validAfter),
-        validBefore: BigInt(a.validBefore),
-        signature: payment.signature,
-      });
-    } finally {
-      // No row, no notification.
-      if (inserted === undefined) ownInserts = Math.max(0, ownInserts - 1);
-    }
+    const inserted = await insertPaymentRow({
+      nonce: a.nonce,
+      network,
+      token: payment.token,
+      payer: a.from,
+      payTo: a.to,
+      amount: BigInt(a.value),
+      memo: payment.memo,
+      source,
+      validAfter: BigInt(a.validAfter),
+      validBefore: BigInt(a.validBefore),
+      signature: payment.signature,
+    });
     if (inserted !== undefined) {
       signal();
       return inserted;
     }
     // Lost the insert race to an identical (or conflicting) request.
-    const winner = await findPaymentByNonce(store, a.nonce);
+    const winner = await lookUpPayment(a.nonce);
     if (winner === undefined) throw new TollgateError("Internal", "payment row vanished after a conflict");
     return resume(winner, payment);
   }
