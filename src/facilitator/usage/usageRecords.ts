@@ -80,12 +80,16 @@ export async function recordUsage(
   return db.transaction(async (tx) => {
     const out: { row: UsageRow; duplicate: boolean }[] = [];
     for (const record of records) {
+      // No conflict target: the row has two unique keys, (provider, ref) and its hash `chain_ref`, and
+      // two inserts of one ref racing past each other's first check meet on whichever index comes
+      // second; with a target naming only the first, the other ended in a unique violation (a 500).
+      // Both keys say the same thing, so either conflict means "already recorded".
       const inserted = await queryOneParsed(
         tx,
         UsageRowSchema,
         `INSERT INTO usage_records (chain_id, manager, provider, ref, chain_ref, subscription_id, amount)
          VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (chain_id, manager, provider, ref) DO NOTHING RETURNING *`,
+         ON CONFLICT DO NOTHING RETURNING *`,
         [
           scope.chainId,
           scope.manager.toLowerCase(),
