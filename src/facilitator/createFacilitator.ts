@@ -61,11 +61,17 @@ export type CreateFacilitatorOptions = {
   /** The chain: an RPC URL, or a viem public client for it. */
   rpcUrl?: string | undefined;
   /**
-   * How the client built from `rpcUrl` sends calls (src/chain/batchingHttp.ts): each on its own while
-   * fewer than `maxInFlight` (4) are open, the ones that wait as JSON-RPC batches of at most
-   * `maxBatchSize` (100; 1 never batches).
+   * How the client built from `rpcUrl` sends calls (src/chain/batchingHttp.ts): a call at once when no
+   * request is open, the ones made meanwhile as one JSON-RPC batch of at most `maxBatchSize` (100; 1
+   * never batches); a call that waited `maxWaitMs` (50) opens another request, up to `maxInFlight` (4).
    */
-  rpcBatch?: { maxInFlight?: number | undefined; maxBatchSize?: number | undefined } | undefined;
+  rpcBatch?:
+    | {
+        maxBatchSize?: number | undefined;
+        maxWaitMs?: number | undefined;
+        maxInFlight?: number | undefined;
+      }
+    | undefined;
   publicClient?: PublicClient<Transport, Chain> | undefined;
   network: `eip155:${number}`;
   /** The key that pays gas for settlement and relayed calls. */
