@@ -74,28 +74,7 @@ export type NewPayment = {
 
 /** Inserts a pending payment; returns `undefined` when a payment with this nonce already exists. */
 export async function insertPayment(db: Queryable, p: NewPayment): Promise<PaymentRow | undefined> {
-  return queryOneParsed(
-    db,
-    PaymentRowSchema,
-    `INSERT INTO payments (nonce, network, token, payer, pay_to, amount, memo, scheme, source,
-       valid_after, valid_before, signature)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, 'exact', $8, $9, $10, $11)
-     ON CONFLICT (nonce) DO NOTHING
-     RETURNING *`,
-    [
-      p.nonce.toLowerCase(),
-      p.network,
-      p.token.toLowerCase(),
-      p.payer.toLowerCase(),
-      p.payTo.toLowerCase(),
-      p.amount,
-      p.memo ?? null,
-      p.source,
-      p.validAfter,
-      p.validBefore,
-      p.signature.toLowerCase(),
-    ],
-  );
+  return (await insertPayments(db, [p]))[0];
 }
 
 /**
