@@ -77,26 +77,22 @@ export function findChannelByOpenNonce(db: Queryable, nonce: Hex): Promise<Chann
 
 /**
  * Records a channel read from the chain, or refreshes the chain columns of a known one. `claimed` and
- * `deposit` only move forward here: a stale read never undoes a newer one.
+ * `deposit` only move forward here: a stale read never undoes a newer one. The open nonce and
+ * transaction are written only by `recordOpenTransaction`: `open_nonce` is the table's second unique
+ * key, and an insert carrying it could meet a concurrent one there, past `ON CONFLICT (channel_id)`.
  */
-export async function upsertChannel(
-  db: Queryable,
-  c: ChainChannel,
-  open?: { nonce: Hex; tx: Hex | null },
-): Promise<ChannelRow> {
+export async function upsertChannel(db: Queryable, c: ChainChannel): Promise<ChannelRow> {
   const rows = await queryParsed(
     db,
     ChannelRowSchema,
     `INSERT INTO channels (channel_id, chain_id, contract, payer, payee, token, deposit, claimed,
-       session_key_x, session_key_y, close_delay, close_requested_at, closed, open_nonce, open_tx)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+       session_key_x, session_key_y, close_delay, close_requested_at, closed)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
      ON CONFLICT (channel_id) DO UPDATE SET
        deposit = GREATEST(channels.deposit, EXCLUDED.deposit),
        claimed = GREATEST(channels.claimed, EXCLUDED.claimed),
        close_requested_at = GREATEST(channels.close_requested_at, EXCLUDED.close_requested_at),
        closed = channels.closed OR EXCLUDED.closed,
-       open_nonce = COALESCE(channels.open_nonce, EXCLUDED.open_nonce),
-       open_tx = COALESCE(channels.open_tx, EXCLUDED.open_tx),
        updated_at = now()
      RETURNING *`,
     [
@@ -113,8 +109,6 @@ export async function upsertChannel(
       c.closeDelay,
       c.closeRequestedAt,
       c.closed,
-      open === undefined ? null : lower(open.nonce),
-      open?.tx == null ? null : lower(open.tx),
     ],
   );
   return rows[0]!;
