@@ -5,7 +5,7 @@
  * after recording it is collected exactly once.
  */
 import pino from "pino";
-import { type Address, type Hash, zeroAddress } from "viem";
+import { type Address, type Hash, TransactionReceiptNotFoundError, zeroAddress } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
@@ -14,7 +14,12 @@ import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEven
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
 import { subscribeThroughFacilitator } from "../src/client/facilitatorSubscriptions.ts";
-import { createOutbox, type OutboxFaults } from "../src/facilitator/outbox/createOutbox.ts";
+import {
+  createOutbox,
+  type OutboxClient,
+  type OutboxFaults,
+  receiptPollsFor,
+} from "../src/facilitator/outbox/createOutbox.ts";
 import { createGasKey, type GasKey } from "../src/facilitator/outbox/gasKey.ts";
 import { findOutboxRow } from "../src/facilitator/outbox/outboxRecords.ts";
 import type { Outbox, OutboxOutcome } from "../src/facilitator/outbox/outboxTypes.ts";
@@ -54,10 +59,15 @@ function keyOf(index: number): GasKey {
   });
 }
 
-function outboxOver(store: Store, key: GasKey, faults?: OutboxFaults): Outbox {
+function outboxOver(
+  store: Store,
+  key: GasKey,
+  faults?: OutboxFaults,
+  client: OutboxClient = devnet.publicClient,
+): Outbox {
   const outbox = createOutbox({
     store,
-    client: devnet.publicClient,
+    client,
     key,
     clock: systemClock,
     logger,
@@ -182,6 +192,73 @@ describe("transaction outbox", () => {
     expect(await devnet.publicClient.getTransactionCount({ address: key.address })).toBe(nonceBefore + 2);
     expect(await deliveries(store, refused)).toBe(1);
   }, 60_000);
+});
+
+describe("receipts of fresh transactions", () => {
+  /**
+   * The devnet's client with a node that shows each receipt only from its third look, as a node that
+   * answers a send before it seals the block (anvil's automine, slower as its chain grows), and a
+   * count of the waits on new blocks.
+   */
+  function slowReceipts(pollingInterval: number) {
+    const base = devnet.publicClient;
+    const looks = new Map<string, number>();
+    const waited: string[] = [];
+    const client: OutboxClient = {
+      ...base,
+      pollingInterval,
+      getTransactionReceipt: async (args) => {
+        const seen = (looks.get(args.hash) ?? 0) + 1;
+        looks.set(args.hash, seen);
+        if (seen < 3) throw new TransactionReceiptNotFoundError({ hash: args.hash });
+        return base.getTransactionReceipt(args);
+      },
+      waitForTransactionReceipt: (args) => {
+        waited.push(args.hash);
+        return base.waitForTransactionReceipt(args);
+      },
+    };
+    return { client, looks, waited };
+  }
+
+  it("finds a receipt the node shows a moment after the send with short looks, not a wait on new blocks", async () => {
+    const store = await freshStore();
+    const node = slowReceipts(50);
+    const outbox = outboxOver(store, keyOf(1), undefined, node.client);
+    try {
+      const id = await outbox.enqueue(store, probe("slow receipt"));
+      expect(await outbox.waitFor(id)).toMatchObject({ status: "confirmed" });
+      const hash = (await findOutboxRow(store, id))!.tx_hash!;
+      expect(node.looks.get(hash)).toBeGreaterThanOrEqual(3);
+      expect(node.waited).toEqual([]);
+      expect(await deliveries(store, id)).toBe(1);
+    } finally {
+      await outbox.stop();
+    }
+  }, 60_000);
+
+  it("waits on new blocks at once when the client polls slowly (a chain with real block times)", async () => {
+    const store = await freshStore();
+    const node = slowReceipts(1_000);
+    const outbox = outboxOver(store, keyOf(1), undefined, node.client);
+    try {
+      const id = await outbox.enqueue(store, probe("slow chain"));
+      expect(await outbox.waitFor(id)).toMatchObject({ status: "confirmed" });
+      const hash = (await findOutboxRow(store, id))!.tx_hash!;
+      expect(node.waited).toEqual([hash]);
+      expect(await deliveries(store, id)).toBe(1);
+    } finally {
+      await outbox.stop();
+    }
+  }, 60_000);
+
+  it("looks at doubling delays that fit in a fast polling interval, and not at all past 250 ms", () => {
+    expect(receiptPollsFor(50)).toEqual([0, 2, 4, 8, 16]);
+    expect(receiptPollsFor(250)).toEqual([0, 2, 4, 8, 16, 32, 64]);
+    expect(receiptPollsFor(251)).toEqual([]);
+    expect(receiptPollsFor(1_000)).toEqual([]);
+    expect(receiptPollsFor(undefined)).toEqual([]);
+  });
 });
 
 describe("renewals through the outbox", () => {

@@ -20,6 +20,7 @@ import {
   keccak256,
   parseTransaction,
   type TransactionReceipt,
+  TransactionReceiptNotFoundError,
   WaitForTransactionReceiptTimeoutError,
 } from "viem";
 import { TollgateError } from "../../protocol/errors.ts";
@@ -75,6 +76,8 @@ export type RowDriverOptions = {
   receiptTimeoutMs: number;
   /** How long a broadcast row may sit unmined before it is replaced with a higher fee; `false`: never. */
   bumpAfterMs: number | false;
+  /** Delays of the looks for a fresh broadcast's receipt before the wait on new blocks (createOutbox.ts). */
+  receiptPollsMs: readonly number[];
   /** The highest `maxFeePerGas` a replacement may offer; `undefined`: no ceiling. */
   maxFeePerGas: bigint | undefined;
   faults: OutboxFaults | undefined;
@@ -216,6 +219,24 @@ export function createRowDriver(options: RowDriverOptions): RowDriver {
     return recorded;
   }
 
+  /**
+   * The receipt of a transaction just broadcast, looked for at the short delays of `receiptPollsMs`;
+   * `undefined` when none of those looks found it (or the node failed one: the wait on new blocks
+   * deals with that).
+   */
+  async function earlyReceipt(hash: Hash): Promise<TransactionReceipt | undefined> {
+    if (confirmations > 1) return undefined;
+    for (const delay of options.receiptPollsMs) {
+      if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
+      try {
+        return await client.getTransactionReceipt({ hash });
+      } catch (error) {
+        if (!(error instanceof TransactionReceiptNotFoundError)) return undefined;
+      }
+    }
+    return undefined;
+  }
+
   /** Waits for a receipt of any of the row's transactions, replacing it while it sits unmined. */
   async function awaitReceipt(first: OutboxRow): Promise<{ row: OutboxRow; receipt: TransactionReceipt }> {
     let row = first;
@@ -290,6 +311,8 @@ export function createRowDriver(options: RowDriverOptions): RowDriver {
       w.resolve({ id: row.id, hash: row.tx_hash!, nonce: row.nonce! }),
     );
     await options.faults?.afterBroadcast?.(row);
+    const early = await earlyReceipt(row.tx_hash);
+    if (early !== undefined) return finish(row, outcomeOf(row, early));
     const { row: latest, receipt } = await awaitReceipt(row);
     return finish(latest, outcomeOf(latest, receipt));
   }
