@@ -10,16 +10,18 @@ export type SimulateTransferWithAuthorizationParameters = {
   account: Address;
   /** The most gas the call may use. */
   gas?: bigint | undefined;
+  /** The block simulated on (default `pending`, see below). */
+  blockTag?: "latest" | "pending" | undefined;
 };
 
 /**
- * Simulates `transferWithAuthorization` in the pending block (where a settlement lands: an idle devnet's
- * latest block can be older than the authorization's validAfter, EIP-3009: valid strictly after it).
- * Throws viem's error for a revert.
+ * Simulates `transferWithAuthorization`, by default in the pending block (where a settlement lands: an
+ * idle devnet's latest block can be older than the authorization's validAfter, EIP-3009: valid strictly
+ * after it). Throws viem's error for a revert.
  */
 export async function simulateTransferWithAuthorization(
   client: Pick<PublicClient, "simulateContract">,
-  { token, authorization: a, signature, account, gas }: SimulateTransferWithAuthorizationParameters,
+  { token, authorization: a, signature, account, gas, blockTag }: SimulateTransferWithAuthorizationParameters,
 ): Promise<void> {
   await client.simulateContract({
     address: token,
@@ -27,7 +29,7 @@ export async function simulateTransferWithAuthorization(
     functionName: "transferWithAuthorization",
     args: [a.from, a.to, a.value, a.validAfter, a.validBefore, a.nonce, signature],
     account,
-    blockTag: "pending",
+    blockTag: blockTag ?? "pending",
     ...(gas === undefined ? {} : { gas }),
   });
 }
