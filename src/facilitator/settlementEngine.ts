@@ -89,7 +89,10 @@ export type SettlementEngineOptions = {
    * it is sent in a batch of its own (default 200 ms).
    */
   lingerMs?: number | undefined;
-  /** Batches in flight at once (pipelined under consecutive account nonces). */
+  /**
+   * Batches in flight at once (pipelined under consecutive account nonces; default 6). Six batches of
+   * 100 payments from plain accounts use ~28 M gas, about what a 30 M-gas block holds (docs/facilitator.md).
+   */
   maxInFlight?: number | undefined;
   /** Accepted for compatibility; confirmations are the outbox's (createFacilitator's `confirmations`). */
   confirmations?: number | undefined;
@@ -151,7 +154,7 @@ export function settlementFaults(faults: SettlementEngineOptions["faults"]): Out
 export function createSettlementEngine(options: SettlementEngineOptions): SettlementEngine {
   const { store, outbox, network, clock, logger } = options;
   const maxBatchSize = options.maxBatchSize ?? 100;
-  const maxInFlight = options.maxInFlight ?? 4;
+  const maxInFlight = options.maxInFlight ?? 6;
   const lingerMs = options.lingerMs ?? 200;
   const authorizeTimeoutMs = options.authorizeTimeoutMs ?? 30_000;
   const reconcileIntervalMs = options.reconcileIntervalMs ?? 1_000;
