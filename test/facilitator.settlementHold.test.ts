@@ -142,3 +142,58 @@ describe("settlement engine reads while a batch is held", { timeout: 90_000 }, (
     expect(batches[1]?.tx_hash).toBe(settled[0]?.transaction);
   });
 });
+
+describe("how long a payment is held behind a batch in flight", { timeout: 90_000 }, () => {
+  let devnet: Devnet;
+  let tf: TestFacilitator;
+
+  beforeAll(async () => {
+    devnet = await startDevnet({ accounts: 4 });
+    // A linger of a minute: only the engine's own measure of how long batches take to land can end
+    // a hold sooner than the outcome of the batch in flight.
+    tf = await startTestFacilitator(devnet, { settlement: { lingerMs: 60_000 } });
+  });
+  afterAll(async () => {
+    await devnet?.testClient.setAutomine(true).catch(() => undefined);
+    await tf?.stop();
+    await devnet?.stop();
+  });
+
+  const authorize = (signedPayment: unknown) =>
+    fetch(`${tf.url}/authorize`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ signedPayment }),
+    });
+  const pendingTransactions = async () =>
+    Object.values((await devnet.testClient.getTxpoolContent()).pending).flatMap((byNonce) =>
+      Object.values(byNonce),
+    ).length;
+
+  it("sends a held payment in a batch of its own once it waited as long as recent batches took to land", async () => {
+    const payTo = devnet.accounts[2]!.address;
+    const payer = devnet.accounts[1]!;
+    // Batches that land at once (automine): the engine learns they take tens of milliseconds.
+    for (let i = 0; i < 3; i++) {
+      const answer = await authorize(await signTestPayment(devnet, payer, { payTo, amount: 10_000n }));
+      expect(answer.status).toBe(200);
+    }
+    const inFlight = await signTestPayment(devnet, payer, { payTo, amount: 10_000n });
+    const held = await signTestPayment(devnet, payer, { payTo, amount: 10_000n });
+
+    await devnet.testClient.setAutomine(false);
+    const first = authorize(inFlight);
+    await expect.poll(pendingTransactions, { timeout: 20_000 }).toBe(1);
+    const second = authorize(held);
+    // Held behind the unmined batch for at most what batches took to land, not the minute's linger:
+    // its own batch reaches the node while the first is still unmined.
+    await expect.poll(pendingTransactions, { timeout: 20_000 }).toBe(2);
+
+    await devnet.testClient.setAutomine(true);
+    await devnet.mine(1);
+    for (const answer of [await first, await second]) {
+      expect(answer.status).toBe(200);
+      expect(((await answer.json()) as { settled: { batchSize: number } }).settled.batchSize).toBe(1);
+    }
+  });
+});
