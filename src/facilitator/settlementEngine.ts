@@ -86,7 +86,7 @@ export type SettlementEngineOptions = {
   maxBatchSize?: number | undefined;
   /**
    * While a batch is in flight, how long a new payment may wait for others to join its batch before
-   * it is sent in a batch of its own (default 200 ms); never longer than recent batches took to land.
+   * it is sent in a batch of its own (default 200 ms).
    */
   lingerMs?: number | undefined;
   /**
@@ -121,9 +121,6 @@ export type SettlementEngineOptions = {
 };
 
 export type SettledPayment = { row: PaymentRow; batchSize: number };
-
-/** The shortest hold for a batch, however fast batches land. */
-const MIN_HOLD_MS = 5;
 
 export type SettlementEngine = {
   /** Checks, settles and proves a Tollgate payment; idempotent on the authorization nonce. */
@@ -199,18 +196,6 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
   const inFlight = new Set<number>();
   /** The rows of each batch in flight as its claim wrote them, for its outcome (batchOutcome.ts). */
   const claimedRows = new Map<number, PaymentRow[]>();
-  /** When each batch in flight was claimed (clock ms). */
-  const claimedAt = new Map<number, number>();
-  /**
-   * How long this engine's recent batches took from their claim to their outcome (ms, a moving
-   * average; none before the first). A payment is held for a batch at most that long, and at most
-   * `lingerMs`: holding it longer only delays it, since the batch in flight lands by then and the held
-   * ones go at once. On a chain that mines on demand a batch lands in tens of milliseconds; on one with
-   * 2-second blocks in seconds, where `lingerMs` rules.
-   */
-  let landingMs: number | undefined;
-  const holdFor = () =>
-    landingMs === undefined ? lingerMs : Math.min(lingerMs, Math.max(MIN_HOLD_MS, landingMs));
   /**
    * Whether the queue may hold payments no read of this loop has seen. Cleared when a read finds the
    * queue empty (or a claim takes all of it) and nothing was signalled since that read began; set by
@@ -303,12 +288,6 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       afterCommit(batchId, rows, settled, requeued) {
         inFlight.delete(batchId);
         claimedRows.delete(batchId);
-        const claimed = claimedAt.get(batchId);
-        claimedAt.delete(batchId);
-        if (claimed !== undefined) {
-          const took = Math.max(0, clock.now() - claimed);
-          landingMs = landingMs === undefined ? took : landingMs * 0.8 + took * 0.2;
-        }
         if (requeued) pendingMaybe = true;
         const settledByNonce = new Map(settled.map((r) => [r.nonce, r]));
         for (const r of rows) {
@@ -427,7 +406,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       const before = signals;
       const claimed = await claimBatch(
         { store, outbox, network, batchSettler: options.batchSettler },
-        { maxBatchSize, lingerMs: holdFor(), inFlight: inFlight.size },
+        { maxBatchSize, lingerMs, inFlight: inFlight.size },
       );
       if (claimed === undefined) {
         if (signals === before) pendingMaybe = false;
@@ -436,7 +415,6 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       if ("kind" in claimed) return claimed;
       inFlight.add(claimed.batch.id);
       claimedRows.set(claimed.batch.id, claimed.rows);
-      claimedAt.set(claimed.batch.id, clock.now());
       options.metrics?.onBatch(claimed.rows.length);
       outbox.wake();
       // Nothing else was pending: a payment queued since then signals, so the loop looks again anyway.
@@ -460,7 +438,6 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       if (still.has(id)) continue;
       inFlight.delete(id);
       claimedRows.delete(id);
-      claimedAt.delete(id);
     }
   }
 
@@ -497,7 +474,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       const room = maxBatchSize - held.waiting - arrivals;
       if (room <= 0 || outcomeSeen) continue;
       holdRoom = room;
-      await sleeper.pause(Math.max(1, Math.ceil(holdFor() - held.ageMs)));
+      await sleeper.pause(Math.max(1, Math.ceil(lingerMs - held.ageMs)));
       holdRoom = undefined;
     }
   }
