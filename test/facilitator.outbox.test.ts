@@ -30,6 +30,7 @@ import { systemClock } from "../src/protocol/clock.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
+import { recordedStore } from "./support/recordedStore.ts";
 
 const logger = pino({ level: "silent" });
 let devnet: Devnet;
@@ -192,6 +193,37 @@ describe("transaction outbox", () => {
     expect(await devnet.publicClient.getTransactionCount({ address: key.address })).toBe(nonceBefore + 2);
     expect(await deliveries(store, refused)).toBe(1);
   }, 60_000);
+
+  it("signs a call in its producer's transaction, and gives its nonce back when that transaction rolls back", async () => {
+    const store = await freshStore();
+    const key = keyOf(2);
+    const outbox = outboxOver(store, key);
+    const nonceBefore = await devnet.publicClient.getTransactionCount({ address: key.address });
+    await expect(
+      outbox.signingTransaction(async (_tx, enqueue) => {
+        await enqueue(probe("rolled back"));
+        throw new Error("the producer failed after its call was signed");
+      }),
+    ).rejects.toThrow("the producer failed");
+    expect(await store.query("SELECT id FROM tx_outbox")).toEqual([]);
+    // Signed in the producer's transaction with the nonce the rolled-back call had taken (a gap there
+    // would leave it unmined for good), and broadcast once that transaction committed, with no wake.
+    const id = await outbox.signingTransaction(async (tx, enqueue) => {
+      const queued = await enqueue(probe("committed"));
+      const inside = await tx.query<{ status: string; nonce: string }>(
+        "SELECT status, nonce::text AS nonce FROM tx_outbox WHERE id = $1",
+        [queued],
+      );
+      expect(inside).toEqual([{ status: "signed", nonce: String(nonceBefore) }]);
+      return queued;
+    });
+    expect(await outbox.waitFor(id)).toMatchObject({ status: "confirmed" });
+    expect(await deliveries(store, id)).toBe(1);
+    expect(await devnet.publicClient.getTransactionCount({ address: key.address })).toBe(nonceBefore + 1);
+    await expect(
+      outbox.signingTransaction((_tx, enqueue) => enqueue({ ...probe("no handler"), kind: "unknown" })),
+    ).rejects.toThrow('register a handler for outbox kind "unknown"');
+  }, 60_000);
 });
 
 describe("receipts of fresh transactions", () => {
@@ -200,7 +232,8 @@ describe("receipts of fresh transactions", () => {
    * answers a send before it seals the block (anvil's automine, slower as its chain grows), and a
    * count of the waits on new blocks.
    */
-  function slowReceipts(pollingInterval: number) {
+  /** The devnet's client polling every `pollingInterval` ms, whose receipts show from look `misses + 1` on. */
+  function slowReceipts(pollingInterval: number, misses = 2) {
     const base = devnet.publicClient;
     const looks = new Map<string, number>();
     const waited: string[] = [];
@@ -210,7 +243,7 @@ describe("receipts of fresh transactions", () => {
       getTransactionReceipt: async (args) => {
         const seen = (looks.get(args.hash) ?? 0) + 1;
         looks.set(args.hash, seen);
-        if (seen < 3) throw new TransactionReceiptNotFoundError({ hash: args.hash });
+        if (seen <= misses) throw new TransactionReceiptNotFoundError({ hash: args.hash });
         return base.getTransactionReceipt(args);
       },
       waitForTransactionReceipt: (args) => {
@@ -223,16 +256,23 @@ describe("receipts of fresh transactions", () => {
 
   /**
    * Sends one probe through an outbox over `node`'s client: it must end confirmed and delivered once.
-   * Returns the transaction's hash.
+   * Returns the transaction's hash and how many times its broadcast was recorded.
    */
-  async function probeThrough(node: ReturnType<typeof slowReceipts>, owner: string): Promise<string> {
-    const store = await freshStore();
+  async function probeThrough(
+    node: ReturnType<typeof slowReceipts>,
+    owner: string,
+  ): Promise<{ hash: string; broadcastRecords: number }> {
+    const seen: string[] = [];
+    const store = recordedStore(await freshStore(), seen);
     const outbox = outboxOver(store, keyOf(1), undefined, node.client);
     try {
       const id = await outbox.enqueue(store, probe(owner));
       expect(await outbox.waitFor(id)).toMatchObject({ status: "confirmed" });
       expect(await deliveries(store, id)).toBe(1);
-      return (await findOutboxRow(store, id))!.tx_hash!;
+      return {
+        hash: (await findOutboxRow(store, id))!.tx_hash!,
+        broadcastRecords: seen.filter((sql) => /SET status = 'broadcast'/.test(sql)).length,
+      };
     } finally {
       await outbox.stop();
     }
@@ -240,15 +280,26 @@ describe("receipts of fresh transactions", () => {
 
   it("finds a receipt the node shows a moment after the send with short looks, not a wait on new blocks", async () => {
     const node = slowReceipts(50);
-    const hash = await probeThrough(node, "slow receipt");
+    const { hash, broadcastRecords } = await probeThrough(node, "slow receipt");
     expect(node.looks.get(hash)).toBeGreaterThanOrEqual(3);
     expect(node.waited).toEqual([]);
+    // The first look missed: the broadcast is recorded while the looks go on.
+    expect(broadcastRecords).toBe(1);
+  }, 60_000);
+
+  it("goes from signed to its outcome with no write between when the first look finds the receipt", async () => {
+    const node = slowReceipts(50, 0);
+    const { hash, broadcastRecords } = await probeThrough(node, "mined at once");
+    expect(node.looks.get(hash)).toBe(1);
+    expect(node.waited).toEqual([]);
+    expect(broadcastRecords).toBe(0);
   }, 60_000);
 
   it("waits on new blocks at once when the client polls slowly (a chain with real block times)", async () => {
     const node = slowReceipts(1_000);
-    const hash = await probeThrough(node, "slow chain");
+    const { hash, broadcastRecords } = await probeThrough(node, "slow chain");
     expect(node.waited).toEqual([hash]);
+    expect(broadcastRecords).toBe(1);
   }, 60_000);
 
   it("looks at doubling delays that fit in a fast polling interval, and not at all past 250 ms", () => {

@@ -2,7 +2,8 @@
  * What the outbox reads per payment. A signing pass a producer asked for (`outbox.wake()` after its
  * rows committed) used to look first whether any row was queued, and every finished row woke the
  * worker into another pass of looks (queued rows, other workers' open rows) just as the payment's
- * outcome was being answered. Now the producer's word is taken, and a finished row wakes nobody.
+ * outcome was being answered. Now a settlement batch is signed in the transaction that claims it (the
+ * outbox's `signingTransaction`), and a finished row wakes nobody.
  */
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -10,7 +11,7 @@ import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import { signTestPayment, startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
-import { recordedStore } from "./support/recordedStore.ts";
+import { recordedStore, TRANSACTION_MARK } from "./support/recordedStore.ts";
 
 describe("outbox reads per payment", { timeout: 90_000 }, () => {
   let devnet: Devnet;
@@ -34,7 +35,7 @@ describe("outbox reads per payment", { timeout: 90_000 }, () => {
     await devnet?.stop();
   });
 
-  it("signs a batch the engine enqueued without looking for queued rows first, and looks for nothing once it settled", async () => {
+  it("signs each batch in the transaction that claims it, and looks for nothing once it settled", async () => {
     const payTo = devnet.accounts[2]!.address;
     const payers = [];
     for (let i = 0; i < 5; i++) {
@@ -58,15 +59,21 @@ describe("outbox reads per payment", { timeout: 90_000 }, () => {
       });
       expect(response.status).toBe(200);
     }
-    const looks = seen
-      .slice(from)
-      .filter((sql) =>
-        /SELECT 1 FROM tx_outbox WHERE status = 'queued'|SELECT id FROM tx_outbox WHERE status IN/.test(sql),
-      );
-    const signed = seen.slice(from).filter((sql) => /UPDATE tx_outbox SET status = 'signed'/.test(sql));
-    expect(signed).toHaveLength(5);
+    const after = seen.slice(from);
+    const looks = after.filter((sql) =>
+      /SELECT 1 FROM tx_outbox WHERE status = 'queued'|SELECT id FROM tx_outbox WHERE status IN/.test(sql),
+    );
     // Before: a look before each signing pass and two after each row settled (15 here). Now none:
     // the worker's periodic pass, the only other one, is a minute away.
     expect(looks).toEqual([]);
+    // Each batch is signed in the transaction that claims it: inserted signed, never queued first and
+    // signed by a second transaction of the worker.
+    expect(after.filter((sql) => /INSERT INTO tx_outbox .*'signed'/s.test(sql))).toHaveLength(5);
+    expect(
+      after.filter((sql) => /UPDATE tx_outbox SET status = 'signed'|WHERE status = 'queued'/.test(sql)),
+    ).toEqual([]);
+    // Two store transactions per payment: claim and sign, then its outcome (three before: the claim,
+    // the worker's signing, the outcome).
+    expect(after.filter((sql) => sql === TRANSACTION_MARK)).toHaveLength(10);
   });
 });

@@ -416,7 +416,6 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       inFlight.add(claimed.batch.id);
       claimedRows.set(claimed.batch.id, claimed.rows);
       options.metrics?.onBatch(claimed.rows.length);
-      outbox.wake();
       // Nothing else was pending: a payment queued since then signals, so the loop looks again anyway.
       if (claimed.drained) {
         if (signals === before) pendingMaybe = false;

@@ -33,11 +33,11 @@ import { isChainUnreachable } from "../chainErrors.ts";
 import { createWakeablePause, IDLE_BACKSTOP_MS } from "../wakeablePause.ts";
 import type { GasKey } from "./gasKey.ts";
 import { insertOutboxRow, type OutboxRow, openOutboxRows, touchRows } from "./outboxRecords.ts";
-import type { Outbox, OutboxHandler, OutboxOutcome, OutboxSigned } from "./outboxTypes.ts";
+import type { Outbox, OutboxHandler, OutboxOutcome, OutboxRequest, OutboxSigned } from "./outboxTypes.ts";
 import { type OutboxWaitDeps, waitForOutcome, waitForSigned } from "./outboxWaits.ts";
 import { repairRewind } from "./rewindRepair.ts";
 import { createRowDriver, FILLER_KIND, type OutboxFaults } from "./rowDriver.ts";
-import { signQueuedRows } from "./signQueuedRows.ts";
+import { signInTransaction, signQueuedRows } from "./signQueuedRows.ts";
 import { createWaiterMap } from "./waiterMap.ts";
 
 export { FILLER_KIND, type OutboxFaults } from "./rowDriver.ts";
@@ -379,13 +379,31 @@ export function createOutbox(options: OutboxOptions): Outbox {
     signAndSend,
   };
 
+  function checkKind(request: OutboxRequest): void {
+    if (!handlers.has(request.kind)) {
+      throw new TypeError(`register a handler for outbox kind "${request.kind}" before enqueueing it`);
+    }
+  }
+
   return {
     store,
     sender: key.address,
+    async signingTransaction(work) {
+      const { result, signed } = await signInTransaction(
+        {
+          store,
+          key,
+          scope,
+          check: checkKind,
+          fromBlock: async () => driver.lastSeenBlock() ?? (await client.getBlockNumber()),
+        },
+        work,
+      );
+      for (const row of signed) track(row, true);
+      return result;
+    },
     async enqueue(db, request) {
-      if (!handlers.has(request.kind)) {
-        throw new TypeError(`register a handler for outbox kind "${request.kind}" before enqueueing it`);
-      }
+      checkKind(request);
       const id = await insertOutboxRow(db, scope, request);
       if (db === store) this.wake();
       return id;

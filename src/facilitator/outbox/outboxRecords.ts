@@ -149,10 +149,21 @@ export async function insertSignedRow(
   scope: { chainId: number; sender: Address },
   row: OutboxRequest & { nonce: number; hash: Hash; raw: Hex; fromBlock: bigint | null },
 ): Promise<number> {
-  const rows = await db.query<{ id: string }>(
+  return (await insertSigned(db, scope, row)).id;
+}
+
+/** Inserts a row already signed (status `signed`) and returns it as stored. */
+export async function insertSigned(
+  db: Queryable,
+  scope: { chainId: number; sender: Address },
+  row: OutboxRequest & { nonce: number; hash: Hash; raw: Hex; fromBlock: bigint | null },
+): Promise<OutboxRow> {
+  const rows = await queryParsed(
+    db,
+    OutboxRowSchema,
     `INSERT INTO tx_outbox (chain_id, sender, kind, owner, meta, to_address, data, value, gas_limit, status,
        nonce, tx_hash, raw_tx, from_block, signed_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'signed', $10, $11, $12, $13, now()) RETURNING id`,
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'signed', $10, $11, $12, $13, now()) RETURNING *`,
     [
       scope.chainId,
       scope.sender.toLowerCase(),
@@ -169,7 +180,7 @@ export async function insertSignedRow(
       row.fromBlock,
     ],
   );
-  return Number(rows[0]!.id);
+  return rows[0]!;
 }
 
 /** signed → broadcast (a no-op in any other state). Refreshes `updated_at`, which reconcile reads as liveness. */

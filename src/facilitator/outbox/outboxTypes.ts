@@ -78,6 +78,17 @@ export type Outbox = {
    * Returns the row id. Call `wake()` once the transaction has committed.
    */
   enqueue(db: Queryable, request: OutboxRequest): Promise<number>;
+  /**
+   * Runs `work` in one store transaction in which `enqueue` queues each call *signed*: it takes the gas
+   * key's next nonce in that transaction and records the signed bytes with the producer's rows, so no
+   * second transaction signs it (a settlement batch is claimed and signed in one commit). Once the
+   * transaction commits, this worker broadcasts the rows at once (no `wake()` needed); when it rolls
+   * back, nothing was signed. The gas key's nonce row stays locked from the first `enqueue` to the
+   * commit: keep the work after it short.
+   */
+  signingTransaction<T>(
+    work: (tx: Queryable, enqueue: (request: OutboxRequest) => Promise<number>) => Promise<T>,
+  ): Promise<T>;
   /** Tells the worker new rows are committed (in process; PostgreSQL LISTEN/NOTIFY can call it too). */
   wake(): void;
   /** Registers the handler of a kind; a later registration of the same kind replaces it. */

@@ -222,18 +222,34 @@ export function createRowDriver(options: RowDriverOptions): RowDriver {
   /**
    * The receipt of a transaction just broadcast, looked for at the short delays of `receiptPollsMs`;
    * `undefined` when none of those looks found it (or the node failed one: the wait on new blocks
-   * deals with that).
+   * deals with that). The broadcast is recorded (`record`) once the first look missed, while the looks
+   * go on, and in any case before `undefined` is returned: a transaction a node mined at once goes from
+   * `signed` to its outcome with no write in between. A failed record is thrown when no receipt was
+   * found; when one was, the outcome's own write follows (and the row is open either way).
    */
-  async function earlyReceipt(hash: Hash): Promise<TransactionReceipt | undefined> {
-    if (confirmations > 1) return undefined;
-    for (const delay of options.receiptPollsMs) {
+  async function earlyReceipt(
+    hash: Hash,
+    record: () => Promise<void>,
+  ): Promise<TransactionReceipt | undefined> {
+    let recording: Promise<void> | undefined;
+    const recordOnce = () => {
+      if (recording === undefined) {
+        recording = record();
+        recording.catch(() => undefined);
+      }
+      return recording;
+    };
+    const polls = confirmations > 1 ? [] : options.receiptPollsMs;
+    for (const delay of polls) {
       if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
       try {
         return await client.getTransactionReceipt({ hash });
       } catch (error) {
-        if (!(error instanceof TransactionReceiptNotFoundError)) return undefined;
+        if (!(error instanceof TransactionReceiptNotFoundError)) break;
       }
+      void recordOnce();
     }
+    await recordOnce();
     return undefined;
   }
 
@@ -306,12 +322,11 @@ export function createRowDriver(options: RowDriverOptions): RowDriver {
       if (row.replaced_hashes.length === 0) return refuse(row, sent.message);
       log.warn({ id: row.id, reason: sent.message }, "the node refused a replaced transaction; waiting");
     }
-    await markBroadcast(store, row.id);
     options.hashWaiters.settle(row.id, (w) =>
       w.resolve({ id: row.id, hash: row.tx_hash!, nonce: row.nonce! }),
     );
     await options.faults?.afterBroadcast?.(row);
-    const early = await earlyReceipt(row.tx_hash);
+    const early = await earlyReceipt(row.tx_hash, () => markBroadcast(store, row.id));
     if (early !== undefined) return finish(row, outcomeOf(row, early));
     const { row: latest, receipt } = await awaitReceipt(row);
     return finish(latest, outcomeOf(latest, receipt));

@@ -1,8 +1,10 @@
 /**
  * Batching: pending payments of one token are claimed into a batch (`FOR UPDATE SKIP LOCKED`, so
- * instances sharing a database claim disjoint rows) and the batch's `settle` call is queued in the
- * transaction outbox in the same store transaction. A batch is therefore never claimed without its
- * transaction being on its way, nor queued without its payments.
+ * instances sharing a database claim disjoint rows) and the batch's `settle` call is signed into the
+ * transaction outbox in the same store transaction (the outbox's `signingTransaction`: the gas key's
+ * nonce taken and the signed bytes recorded there). A batch is therefore never claimed without its
+ * transaction recorded, nor its transaction recorded without its payments; the outbox broadcasts it
+ * once that transaction commits.
  *
  * Batching rule: with no batch of this engine in flight, send at once (lowest latency when idle). While
  * one is in flight, arrivals gather into the next until it is full or its oldest payment has lingered
@@ -31,32 +33,33 @@ export async function claimBatch(
   rule: { maxBatchSize: number; lingerMs: number; inFlight: number },
 ): Promise<ClaimedBatch | HeldBatch | undefined> {
   const { network } = deps;
-  return deps.store.transaction(async (tx) => {
-    // The head of the queue and, for its token, the smallest cap among the next batch's rows.
-    const head = await tx.query<{
-      token: string;
-      waiting: string;
-      total: string;
-      age_ms: number;
-      cap: number | null;
-    }>(
-      `SELECT h.*, (SELECT min(batch_cap) FROM (SELECT batch_cap FROM payments
-                      WHERE status = 'pending' AND network = $1 AND token = h.token
-                      ORDER BY id LIMIT $2) AS next) AS cap
-       FROM (SELECT token, count(*) OVER (PARTITION BY token) AS waiting, count(*) OVER () AS total,
-                    (extract(epoch FROM now() - created_at) * 1000)::float8 AS age_ms
-             FROM payments WHERE status = 'pending' AND network = $1 ORDER BY id LIMIT 1) AS h`,
-      [network, rule.maxBatchSize],
-    );
-    const first = head[0];
-    if (first === undefined) return undefined;
-    const token = first.token;
-    const waiting = Number(first.waiting);
-    if (rule.inFlight > 0 && waiting < rule.maxBatchSize && first.age_ms < rule.lingerMs) {
-      return { kind: "held", waiting, ageMs: first.age_ms };
-    }
-    const limit = Math.min(rule.maxBatchSize, first.cap ?? rule.maxBatchSize);
-    const sender = deps.outbox.sender.toLowerCase();
+  // The head of the queue and, for its token, the smallest cap among the next batch's rows. Read on its
+  // own: deciding to hold costs one statement, and the claim below takes only rows still pending.
+  const head = await deps.store.query<{
+    token: string;
+    waiting: string;
+    total: string;
+    age_ms: number;
+    cap: number | null;
+  }>(
+    `SELECT h.*, (SELECT min(batch_cap) FROM (SELECT batch_cap FROM payments
+                    WHERE status = 'pending' AND network = $1 AND token = h.token
+                    ORDER BY id LIMIT $2) AS next) AS cap
+     FROM (SELECT token, count(*) OVER (PARTITION BY token) AS waiting, count(*) OVER () AS total,
+                  (extract(epoch FROM now() - created_at) * 1000)::float8 AS age_ms
+           FROM payments WHERE status = 'pending' AND network = $1 ORDER BY id LIMIT 1) AS h`,
+    [network, rule.maxBatchSize],
+  );
+  const first = head[0];
+  if (first === undefined) return undefined;
+  const token = first.token;
+  const waiting = Number(first.waiting);
+  if (rule.inFlight > 0 && waiting < rule.maxBatchSize && first.age_ms < rule.lingerMs) {
+    return { kind: "held", waiting, ageMs: first.age_ms };
+  }
+  const limit = Math.min(rule.maxBatchSize, first.cap ?? rule.maxBatchSize);
+  const sender = deps.outbox.sender.toLowerCase();
+  return deps.outbox.signingTransaction(async (tx, enqueue) => {
     // The batch row and its claim in one statement; the batch's id comes back on every row, and alone
     // (with no payment columns) when the rows were claimed by another instance in the meantime.
     const claimed = await tx.query<Record<string, unknown> & { new_batch_id: string; id: unknown }>(
@@ -109,7 +112,7 @@ export async function claimBatch(
         signature: r.signature,
       })),
     });
-    const outboxId = await deps.outbox.enqueue(tx, {
+    const outboxId = await enqueue({
       ...call,
       kind: SETTLEMENT_KIND,
       owner: String(batch.id),
