@@ -295,6 +295,40 @@ describe("receipts of fresh transactions", () => {
     expect(broadcastRecords).toBe(0);
   }, 60_000);
 
+  it("answers waitForHash once the row is broadcast, though a row mined at the first look stays signed until its outcome", async () => {
+    const base = devnet.publicClient;
+    // A node whose first look always finds the receipt (it waits for the block behind the look).
+    const client: OutboxClient = {
+      ...base,
+      pollingInterval: 50,
+      getTransactionReceipt: (args) => base.waitForTransactionReceipt({ hash: args.hash }),
+    };
+    const store = await freshStore();
+    const outbox = outboxOver(store, keyOf(3), undefined, client);
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    // An outcome that waits for the test: the row stays open meanwhile.
+    outbox.handle("held", async (_outcome, commit) => {
+      await released;
+      await commit(async () => {});
+    });
+    try {
+      const id = await outbox.enqueue(store, { ...probe("held"), kind: "held" });
+      const signed = await Promise.race([
+        outbox.waitForHash(id),
+        new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 5_000)),
+      ]);
+      const row = await findOutboxRow(store, id);
+      expect(row?.status).toBe("signed");
+      expect(signed).toEqual({ id, hash: row?.tx_hash, nonce: row?.nonce });
+    } finally {
+      release();
+      await outbox.flush();
+    }
+  }, 60_000);
+
   it("waits on new blocks at once when the client polls slowly (a chain with real block times)", async () => {
     const node = slowReceipts(1_000);
     const { hash, broadcastRecords } = await probeThrough(node, "slow chain");

@@ -26,20 +26,23 @@ export type OutboxWaitDeps = {
   signAndSend(): Promise<void>;
 };
 
-/** Resolves after `ms` or when the row's waiters are settled, whichever comes first. */
+/**
+ * Resolves with what the row's waiters are settled with, or `undefined` after `ms`, whichever comes
+ * first; a rejection rejects only with `rejectOnError`.
+ */
 function nudgeOrTimeout<T>(
   waiters: WaiterMap<T>,
   id: number,
   ms: number,
   rejectOnError: boolean,
-): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(done, ms);
-    const remove = waiters.add(id, { resolve: done, reject: rejectOnError ? fail : done });
-    function done() {
+): Promise<T | undefined> {
+  return new Promise<T | undefined>((resolve, reject) => {
+    const timer = setTimeout(() => done(undefined), ms);
+    const remove = waiters.add(id, { resolve: done, reject: rejectOnError ? fail : () => done(undefined) });
+    function done(value: T | undefined) {
       clearTimeout(timer);
       remove();
-      resolve();
+      resolve(value);
     }
     function fail(error: unknown) {
       clearTimeout(timer);
@@ -89,6 +92,9 @@ export async function waitForSigned(deps: OutboxWaitDeps, id: number): Promise<O
     }
     if (!deps.running() && deps.inFlight(id) === undefined) await deps.signAndSend();
     deps.wake();
-    await nudgeOrTimeout(deps.hashWaiters, id, 250, true);
+    // The worker's word that it broadcast the row: the row may still read `signed` (a transaction
+    // found mined at the first look is not recorded `broadcast`, rowDriver.ts).
+    const sent = await nudgeOrTimeout(deps.hashWaiters, id, 250, true);
+    if (sent !== undefined) return sent;
   }
 }
