@@ -3,7 +3,8 @@
  * rows committed) used to look first whether any row was queued, and every finished row woke the
  * worker into another pass of looks (queued rows, other workers' open rows) just as the payment's
  * outcome was being answered. Now a settlement batch is signed in the transaction that claims it (the
- * outbox's `signingTransaction`), and a finished row wakes nobody.
+ * outbox's `signingTransaction`), a payment that finds the engine idle is inserted in that same
+ * transaction, and a finished row wakes nobody.
  */
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -35,7 +36,7 @@ describe("outbox reads per payment", { timeout: 90_000 }, () => {
     await devnet?.stop();
   });
 
-  it("signs each batch in the transaction that claims it, and looks for nothing once it settled", async () => {
+  it("inserts, claims and signs a lone payment in one transaction, and looks for nothing once it settled", async () => {
     const payTo = devnet.accounts[2]!.address;
     const payers = [];
     for (let i = 0; i < 5; i++) {
@@ -75,5 +76,15 @@ describe("outbox reads per payment", { timeout: 90_000 }, () => {
     // Two store transactions per payment: claim and sign, then its outcome (three before: the claim,
     // the worker's signing, the outcome).
     expect(after.filter((sql) => sql === TRANSACTION_MARK)).toHaveLength(10);
+    // Each payment found the engine idle: its row went in already claimed, first thing in the
+    // transaction that signs its batch, and the queue was never read (before: its own insert, then a
+    // read of the queue's head, then the claim).
+    expect(after.filter((sql) => /count\(\*\) OVER \(PARTITION BY token\)/.test(sql))).toEqual([]);
+    const inserts = after.flatMap((sql, i) => (/INSERT INTO payments/.test(sql) ? [i] : []));
+    expect(inserts).toHaveLength(5);
+    for (const i of inserts) {
+      expect(after[i]).toMatch(/'submitted', batch\.id/);
+      expect(after[i - 1]).toBe(TRANSACTION_MARK);
+    }
   });
 });

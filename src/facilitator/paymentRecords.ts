@@ -113,6 +113,48 @@ export async function insertPayments(db: Queryable, payments: readonly NewPaymen
   );
 }
 
+/**
+ * Inserts one payment already claimed into a new batch of its own — the batch row (`submitted`) and the
+ * payment (`submitted`, its first attempt) in one statement. Returns the row, whose `batch_id` names
+ * the batch; `undefined` when a payment with this nonce already exists, in which case the batch row was
+ * inserted all the same and the caller rolls its transaction back.
+ */
+export async function insertClaimedPayment(
+  db: Queryable,
+  p: NewPayment,
+  sender: string,
+): Promise<PaymentRow | undefined> {
+  return queryOneParsed(
+    db,
+    PaymentRowSchema,
+    `WITH batch AS (
+       INSERT INTO settlement_batches (network, token, sender, status) VALUES ($2, $3, $12, 'submitted')
+       RETURNING id
+     )
+     INSERT INTO payments (nonce, network, token, payer, pay_to, amount, memo, scheme, source,
+       valid_after, valid_before, signature, status, batch_id, attempts)
+     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::numeric, $7::text, 'exact', $8::text,
+       $9::numeric, $10::numeric, $11::text, 'submitted', batch.id, 1
+     FROM batch
+     ON CONFLICT (nonce) DO NOTHING
+     RETURNING *`,
+    [
+      p.nonce.toLowerCase(),
+      p.network,
+      p.token.toLowerCase(),
+      p.payer.toLowerCase(),
+      p.payTo.toLowerCase(),
+      p.amount,
+      p.memo ?? null,
+      p.source,
+      p.validAfter,
+      p.validBefore,
+      p.signature.toLowerCase(),
+      sender.toLowerCase(),
+    ],
+  );
+}
+
 export function findPaymentByNonce(db: Queryable, nonce: string): Promise<PaymentRow | undefined> {
   return queryOneParsed(db, PaymentRowSchema, "SELECT * FROM payments WHERE nonce = $1", [
     nonce.toLowerCase(),

@@ -53,7 +53,7 @@ import {
   requeueFailedPayment,
 } from "./paymentRecords.ts";
 import type { ProofKey } from "./proofKeys.ts";
-import { claimBatch, type HeldBatch, SETTLEMENT_KIND } from "./settlement/batchClaims.ts";
+import { claimBatch, type HeldBatch, insertAndClaim, SETTLEMENT_KIND } from "./settlement/batchClaims.ts";
 import { createBatchOutcomeHandler } from "./settlement/batchOutcome.ts";
 import { createCoalescer } from "./settlement/coalescer.ts";
 import { createOutcomeWaiters } from "./settlement/outcomeWaiters.ts";
@@ -211,6 +211,10 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
    * read the queue. A notification beyond these is another instance's payment.
    */
   let ownInserts = 0;
+  /** A claim of the loop is running (`tick`). */
+  let claiming = false;
+  /** A lone payment is being inserted and claimed at once (`insertAlone`); one at a time. */
+  let lone = false;
   /**
    * The queue's two statements per incoming payment, shared by the payments checked at the same time
    * (settlement/coalescer.ts): its nonce looked up, and its row inserted. A lone payment runs each at
@@ -243,6 +247,42 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       first.get(p.nonce.toLowerCase()) === p ? inserted.get(p.nonce.toLowerCase()) : undefined,
     );
   });
+  /**
+   * A payment that arrives with nothing in flight, no claim running and no other lone payment on its
+   * way is sent at once, alone, by the batching rule: its row goes in already claimed into a batch of
+   * its own, signed, in one transaction (batchClaims.ts `insertAndClaim`). Any other arrival is queued
+   * for the loop. `undefined` when its nonce is taken.
+   */
+  async function insertRow(payment: NewPayment): Promise<PaymentRow | undefined> {
+    if (!running || lone || claiming || inFlight.size > 0) {
+      const row = await insertPaymentRow(payment);
+      if (row !== undefined) signal();
+      return row;
+    }
+    lone = true;
+    // Counted before the statement, as for a queued insert; nothing is notified when it rolls back.
+    ownInserts++;
+    try {
+      const claimed = await insertAndClaim(
+        { store, outbox, network, batchSettler: options.batchSettler },
+        payment,
+      );
+      if (claimed === undefined) {
+        ownInserts = Math.max(0, ownInserts - 1);
+        return undefined;
+      }
+      inFlight.add(claimed.batch.id);
+      claimedRows.set(claimed.batch.id, claimed.rows);
+      options.metrics?.onBatch(claimed.rows.length);
+      return claimed.rows[0];
+    } catch (error) {
+      ownInserts = Math.max(0, ownInserts - 1);
+      throw error;
+    } finally {
+      lone = false;
+    }
+  }
+
   /** New work may be waiting (a payment was queued here or elsewhere). */
   function signal(): void {
     dirty = true;
@@ -334,7 +374,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       if (queued === undefined) throw error;
       return resume(queued, payment);
     }
-    const inserted = await insertPaymentRow({
+    const inserted = await insertRow({
       nonce: a.nonce,
       network,
       token: payment.token,
@@ -347,10 +387,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       validBefore: BigInt(a.validBefore),
       signature: payment.signature,
     });
-    if (inserted !== undefined) {
-      signal();
-      return inserted;
-    }
+    if (inserted !== undefined) return inserted;
     // Lost the insert race to an identical (or conflicting) request.
     const winner = await lookUpPayment(a.nonce);
     if (winner === undefined) throw new TollgateError("Internal", "payment row vanished after a conflict");
@@ -404,10 +441,13 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
   async function tick(): Promise<HeldBatch | undefined> {
     while (running && inFlight.size < maxInFlight && pendingMaybe) {
       const before = signals;
+      claiming = true;
       const claimed = await claimBatch(
         { store, outbox, network, batchSettler: options.batchSettler },
         { maxBatchSize, lingerMs, inFlight: inFlight.size },
-      );
+      ).finally(() => {
+        claiming = false;
+      });
       if (claimed === undefined) {
         if (signals === before) pendingMaybe = false;
         return undefined;

@@ -6,6 +6,9 @@
  * transaction recorded, nor its transaction recorded without its payments; the outbox broadcasts it
  * once that transaction commits.
  *
+ * A payment that finds its engine idle skips the queue: it is inserted already claimed into a batch of
+ * its own, signed in the same transaction (`insertAndClaim`) — what the rule below would do with it.
+ *
  * Batching rule: with no batch of this engine in flight, send at once (lowest latency when idle). While
  * one is in flight, arrivals gather into the next until it is full or its oldest payment has lingered
  * `lingerMs`; under load this turns many payments into one transaction. Payments of a batch that
@@ -15,9 +18,16 @@
 import type { Address } from "viem";
 import { settleCall } from "../../chain/actions/settler/settleCall.ts";
 import { TollgateError } from "../../protocol/errors.ts";
-import type { Store } from "../../store/store.ts";
-import type { Outbox } from "../outbox/outboxTypes.ts";
-import { type BatchRow, BatchRowSchema, type PaymentRow, PaymentRowSchema } from "../paymentRecords.ts";
+import type { Queryable, Store } from "../../store/store.ts";
+import type { Outbox, OutboxRequest } from "../outbox/outboxTypes.ts";
+import {
+  type BatchRow,
+  BatchRowSchema,
+  insertClaimedPayment,
+  type NewPayment,
+  type PaymentRow,
+  PaymentRowSchema,
+} from "../paymentRecords.ts";
 
 /** The outbox kind of settlement batches. */
 export const SETTLEMENT_KIND = "settlement";
@@ -86,42 +96,7 @@ export async function claimBatch(
       await tx.query("DELETE FROM settlement_batches WHERE id = $1", [batchId]);
       return undefined;
     }
-    const batch: BatchRow = BatchRowSchema.parse({
-      id: batchId,
-      status: "submitted",
-      network,
-      token,
-      sender,
-      sender_nonce: null,
-      tx_hash: null,
-      raw_tx: null,
-      item_count: parsed.length,
-    });
-    const call = settleCall({
-      settler: deps.batchSettler,
-      token: token as Address,
-      items: parsed.map((r) => ({
-        authorization: {
-          from: r.payer,
-          to: r.pay_to,
-          value: r.amount,
-          validAfter: r.valid_after,
-          validBefore: r.valid_before,
-          nonce: r.nonce,
-        },
-        signature: r.signature,
-      })),
-    });
-    const outboxId = await enqueue({
-      ...call,
-      kind: SETTLEMENT_KIND,
-      owner: String(batch.id),
-    });
-    await tx.query("UPDATE settlement_batches SET item_count = $2, outbox_id = $3 WHERE id = $1", [
-      batch.id,
-      parsed.length,
-      outboxId,
-    ]);
+    const { batch, outboxId } = await signBatch(deps, tx, enqueue, { id: batchId, token, rows: parsed });
     return {
       batch,
       rows: parsed,
@@ -129,4 +104,80 @@ export async function claimBatch(
       drained: parsed.length >= Number(first.total),
     };
   });
+}
+
+/**
+ * The path of a payment that arrives while its engine has nothing in flight and no claim running: the
+ * batching rule would send it at once, alone, so its row is inserted already claimed into a batch of its
+ * own and that batch's call signed, in one store transaction. What the usual path spends between the
+ * insert and the claim — the insert's own commit, the read of the queue's head, the loop's turn — is
+ * saved; the batch, its rows and its transaction are what a claim writes. `undefined` when the nonce is
+ * taken (nothing is written; the caller looks up the row that holds it).
+ */
+export async function insertAndClaim(
+  deps: { store: Store; outbox: Outbox; network: string; batchSettler: Address },
+  payment: NewPayment,
+): Promise<ClaimedBatch | undefined> {
+  try {
+    return await deps.outbox.signingTransaction(async (tx, enqueue) => {
+      const row = await insertClaimedPayment(tx, payment, deps.outbox.sender);
+      if (row === undefined) throw nonceTaken;
+      if (row.batch_id === null) throw new TollgateError("Internal", "a claimed payment has no batch");
+      const { batch, outboxId } = await signBatch(deps, tx, enqueue, {
+        id: row.batch_id,
+        token: row.token,
+        rows: [row],
+      });
+      return { batch, rows: [row], outboxId, drained: true };
+    });
+  } catch (error) {
+    if (error === nonceTaken) return undefined;
+    throw error;
+  }
+}
+
+/** Thrown to roll back `insertAndClaim`'s transaction (its batch row) when the nonce was taken. */
+const nonceTaken = new Error("nonce taken");
+
+/** A claimed batch's `settle` call, signed into the outbox in the claim's transaction, and its count. */
+async function signBatch(
+  deps: { outbox: Outbox; network: string; batchSettler: Address },
+  tx: Queryable,
+  enqueue: (request: OutboxRequest) => Promise<number>,
+  claimed: { id: number; token: string; rows: readonly PaymentRow[] },
+): Promise<{ batch: BatchRow; outboxId: number }> {
+  const { rows, token } = claimed;
+  const batch: BatchRow = BatchRowSchema.parse({
+    id: claimed.id,
+    status: "submitted",
+    network: deps.network,
+    token,
+    sender: deps.outbox.sender.toLowerCase(),
+    sender_nonce: null,
+    tx_hash: null,
+    raw_tx: null,
+    item_count: rows.length,
+  });
+  const call = settleCall({
+    settler: deps.batchSettler,
+    token: token as Address,
+    items: rows.map((r) => ({
+      authorization: {
+        from: r.payer,
+        to: r.pay_to,
+        value: r.amount,
+        validAfter: r.valid_after,
+        validBefore: r.valid_before,
+        nonce: r.nonce,
+      },
+      signature: r.signature,
+    })),
+  });
+  const outboxId = await enqueue({ ...call, kind: SETTLEMENT_KIND, owner: String(batch.id) });
+  await tx.query("UPDATE settlement_batches SET item_count = $2, outbox_id = $3 WHERE id = $1", [
+    batch.id,
+    rows.length,
+    outboxId,
+  ]);
+  return { batch, outboxId };
 }
