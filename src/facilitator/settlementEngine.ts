@@ -213,7 +213,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
   let ownInserts = 0;
   /** A claim of the loop is running (`tick`). */
   let claiming = false;
-  /** A lone payment is being inserted and claimed at once (`insertAlone`); one at a time. */
+  /** A lone payment is being inserted and claimed at once (`insertRow`); one at a time. */
   let lone = false;
   /**
    * The queue's two statements per incoming payment, shared by the payments checked at the same time
