@@ -232,7 +232,11 @@ describe("receipts of fresh transactions", () => {
    * answers a send before it seals the block (anvil's automine, slower as its chain grows), and a
    * count of the waits on new blocks.
    */
-  /** The devnet's client polling every `pollingInterval` ms, whose receipts show from look `misses + 1` on. */
+  /**
+   * The devnet's client polling every `pollingInterval` ms, whose receipts show from look `misses + 1`
+   * on: such a look waits for the block behind it, since anvil may seal it a moment after the send
+   * (later on a loaded machine), which would be a miss the test did not ask for.
+   */
   function slowReceipts(pollingInterval: number, misses = 2) {
     const base = devnet.publicClient;
     const looks = new Map<string, number>();
@@ -244,7 +248,7 @@ describe("receipts of fresh transactions", () => {
         const seen = (looks.get(args.hash) ?? 0) + 1;
         looks.set(args.hash, seen);
         if (seen <= misses) throw new TransactionReceiptNotFoundError({ hash: args.hash });
-        return base.getTransactionReceipt(args);
+        return base.waitForTransactionReceipt({ hash: args.hash, timeout: 10_000 });
       },
       waitForTransactionReceipt: (args) => {
         waited.push(args.hash);
