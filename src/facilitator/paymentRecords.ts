@@ -77,13 +77,31 @@ export async function insertPayment(db: Queryable, p: NewPayment): Promise<Payme
   return (await insertPayments(db, [p]))[0];
 }
 
+/** A new payment's values as stored (addresses, nonce and signature lowercase), in the inserts' column order. */
+function storedValues(p: NewPayment) {
+  return [
+    p.nonce.toLowerCase(),
+    p.network,
+    p.token.toLowerCase(),
+    p.payer.toLowerCase(),
+    p.payTo.toLowerCase(),
+    p.amount,
+    p.memo ?? null,
+    p.source,
+    p.validAfter,
+    p.validBefore,
+    p.signature.toLowerCase(),
+  ] as const;
+}
+
 /**
  * Inserts pending payments in one statement (the payments checked together, settlement/coalescer.ts);
  * returns the rows inserted, in no particular order. A nonce already stored, or given twice, is
  * inserted once at most (`ON CONFLICT DO NOTHING`): the caller looks up the row that holds it.
  */
 export async function insertPayments(db: Queryable, payments: readonly NewPayment[]): Promise<PaymentRow[]> {
-  const column = <T>(pick: (p: NewPayment) => T) => payments.map(pick);
+  if (payments.length === 0) return [];
+  const rows = payments.map(storedValues);
   return queryParsed(
     db,
     PaymentRowSchema,
@@ -97,19 +115,8 @@ export async function insertPayments(db: Queryable, payments: readonly NewPaymen
          signature)
      ON CONFLICT (nonce) DO NOTHING
      RETURNING *`,
-    [
-      column((p) => p.nonce.toLowerCase()),
-      column((p) => p.network),
-      column((p) => p.token.toLowerCase()),
-      column((p) => p.payer.toLowerCase()),
-      column((p) => p.payTo.toLowerCase()),
-      column((p) => p.amount),
-      column((p) => p.memo ?? null),
-      column((p) => p.source),
-      column((p) => p.validAfter),
-      column((p) => p.validBefore),
-      column((p) => p.signature.toLowerCase()),
-    ],
+    // One array per column ($1 … $11), each holding that value of every payment.
+    rows[0]!.map((_, i) => rows.map((row) => row[i])),
   );
 }
 
@@ -138,20 +145,7 @@ export async function insertClaimedPayment(
      FROM batch
      ON CONFLICT (nonce) DO NOTHING
      RETURNING *`,
-    [
-      p.nonce.toLowerCase(),
-      p.network,
-      p.token.toLowerCase(),
-      p.payer.toLowerCase(),
-      p.payTo.toLowerCase(),
-      p.amount,
-      p.memo ?? null,
-      p.source,
-      p.validAfter,
-      p.validBefore,
-      p.signature.toLowerCase(),
-      sender.toLowerCase(),
-    ],
+    [...storedValues(p), sender.toLowerCase()],
   );
 }
 
