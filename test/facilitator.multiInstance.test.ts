@@ -138,8 +138,9 @@ describe.skipIf(!DATABASE_URL)("two facilitator instances on one PostgreSQL", ()
     // Every transaction the key sent is one outbox row, each on its own nonce, none lost to a nonce clash.
     const store = await createStore({ databaseUrl: DATABASE_URL, schema, migrate: false });
     try {
+      // Ordered by the numeric column: the text alias would put nonce 10 between 1 and 2.
       const rows = await store.query<{ status: string; nonce: string }>(
-        "SELECT status, nonce::text AS nonce FROM tx_outbox ORDER BY nonce",
+        "SELECT status, nonce::text AS nonce FROM tx_outbox ORDER BY tx_outbox.nonce",
       );
       expect(rows.every((r) => r.status === "confirmed")).toBe(true);
       expect(rows.map((r) => Number(r.nonce))).toEqual(rows.map((_, i) => nonceBefore + i));
