@@ -2,7 +2,8 @@
  * A viem local account for a private key whose hot signatures are made by libsecp256k1
  * (tiny-secp256k1, WebAssembly) instead of @noble/curves: EIP-3009 `TransferWithAuthorization` — the
  * signature behind every one-time payment — over the hand-encoded digest of recoverTransferSigner.ts
- * (~0.28 ms here against ~0.94 ms for viem's `signTypedData`, docs/client.md), transactions and raw
+ * (~0.28 ms here against ~0.94 ms for viem's `signTypedData`, docs/client.md), transactions (plain
+ * EIP-1559 ones encoded and hashed without viem's hex round trips: eip1559Encoding.ts) and raw
  * hashes. Other typed data, messages and EIP-7702 authorizations are viem's `privateKeyToAccount`,
  * unchanged.
  *
@@ -23,6 +24,7 @@ import {
 } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import type { TokenDomain } from "./eip712Types.ts";
+import { asPlainEip1559, encodeEip1559, keccak256Of } from "./eip1559Encoding.ts";
 import { type TransferAuthorizationFields, transferAuthorizationDigest } from "./recoverTransferSigner.ts";
 
 const TRANSFER_FIELDS = [
@@ -93,6 +95,12 @@ export function privateKeyAccount(privateKey: Hex): LocalAccount<"privateKey"> {
       return serializeSignature(signHash(hexToBytes(hash), secret));
     },
     async signTransaction(transaction, options) {
+      // The gas key's plain EIP-1559 transactions: encoded once into bytes, hashed with js-sha3.
+      const plain = options?.serializer === undefined ? asPlainEip1559(transaction) : undefined;
+      if (plain !== undefined) {
+        const signature = signHash(keccak256Of(encodeEip1559(plain)), secret);
+        return `0x${encodeEip1559(plain, signature).toString("hex")}` as never;
+      }
       const serializer = (options?.serializer ??
         serializeTransaction) as SerializeTransactionFn<TransactionSerializable>;
       // As viem: a blob transaction is signed without its sidecars.

@@ -17,7 +17,8 @@
  *    row waits for its receipt for long, or the chain comes back after being unreachable.
  */
 import type { Logger } from "pino";
-import { type Address, type Hex, keccak256, type PublicClient } from "viem";
+import type { Address, Hex, PublicClient } from "viem";
+import { transactionHashOf } from "../../chain/signers/eip1559Encoding.ts";
 import type { Store } from "../../store/store.ts";
 import { broadcastRaw } from "./broadcastRaw.ts";
 import type { GasKey } from "./gasKey.ts";
@@ -98,7 +99,7 @@ export async function repairRewind(deps: {
         data: "0x",
         gas: 21_000n,
         nonce,
-        hash: keccak256(raw),
+        hash: transactionHashOf(raw),
         raw,
         fromBlock: null,
       });

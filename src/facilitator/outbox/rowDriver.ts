@@ -17,12 +17,12 @@
 import type { Logger } from "pino";
 import {
   type Hash,
-  keccak256,
   parseTransaction,
   type TransactionReceipt,
   TransactionReceiptNotFoundError,
   WaitForTransactionReceiptTimeoutError,
 } from "viem";
+import { transactionHashOf } from "../../chain/signers/eip1559Encoding.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { Queryable, Store } from "../../store/store.ts";
 import { broadcastRaw } from "./broadcastRaw.ts";
@@ -159,7 +159,7 @@ export function createRowDriver(options: RowDriverOptions): RowDriver {
         data: "0x",
         gas: 21_000n,
         nonce,
-        hash: keccak256(raw),
+        hash: transactionHashOf(raw),
         raw,
         fromBlock: row.from_block,
       });
@@ -197,7 +197,10 @@ export function createRowDriver(options: RowDriverOptions): RowDriver {
       { to: row.to_address, data: row.data, gas: row.gas_limit, nonce: row.nonce, value: row.value },
       fees,
     );
-    const recorded = await recordReplacement(store, row.id, row.tx_hash, { hash: keccak256(raw), raw });
+    const recorded = await recordReplacement(store, row.id, row.tx_hash, {
+      hash: transactionHashOf(raw),
+      raw,
+    });
     if (recorded === undefined) return (await findOutboxRow(store, row.id)) ?? row;
     log.warn(
       {

@@ -6,7 +6,8 @@
  * A producer may instead have its calls signed in its own transaction (`signInTransaction`, the outbox's
  * `signingTransaction`): the same steps, with its rows, in its commit.
  */
-import { type Address, keccak256 } from "viem";
+import type { Address } from "viem";
+import { transactionHashOf } from "../../chain/signers/eip1559Encoding.ts";
 import type { Queryable, Store } from "../../store/store.ts";
 import type { GasFees, GasKey } from "./gasKey.ts";
 import {
@@ -50,7 +51,7 @@ export async function signQueuedRows(deps: {
           { to: row.to_address, data: row.data, gas: row.gas_limit, nonce, value: row.value },
           fees,
         );
-        const hash = keccak256(raw);
+        const hash = transactionHashOf(raw);
         await markSigned(tx, row.id, { nonce, hash, raw, fromBlock });
         signed.push({ ...row, status: "signed", nonce, tx_hash: hash, raw_tx: raw, from_block: fromBlock });
         next = nonce + 1;
@@ -107,7 +108,7 @@ export async function signInTransaction<T>(
         const row = await insertSigned(tx, scope, {
           ...request,
           nonce,
-          hash: keccak256(raw),
+          hash: transactionHashOf(raw),
           raw,
           fromBlock,
         });
