@@ -1,6 +1,7 @@
-import { decodeErrorResult, type Hex, type Log, parseEventLogs } from "viem";
+import { decodeErrorResult, getAddress, type Hex, type Log } from "viem";
 import { batchSettlerAbi } from "../contracts/artifacts/BatchSettler.ts";
 import { tollgateUsdAbi } from "../contracts/artifacts/TollgateUSD.ts";
+import { readSettlerLogs } from "./settlerLogs.ts";
 
 export type SettlementOutcome = { from: Hex; nonce: Hex } & (
   | { ok: true }
@@ -16,13 +17,19 @@ export type SettlementOutcome = { from: Hex; nonce: Hex } & (
  */
 export function decodeSettlerEvents(logs: Log[]): SettlementOutcome[] {
   const outcomes: SettlementOutcome[] = [];
-  for (const event of parseEventLogs({ abi: batchSettlerAbi, logs })) {
+  for (const event of readSettlerLogs(logs)) {
     if (event.eventName === "Settled") {
-      outcomes.push({ from: event.args.from, nonce: event.args.nonce, ok: true });
+      outcomes.push({ from: getAddress(event.from), nonce: event.nonce, ok: true });
     } else if (event.eventName === "SettleFailed") {
-      const { from, nonce, reason } = event.args;
+      const { nonce, reason } = event;
       const error = revertErrorName(reason);
-      outcomes.push({ from, nonce, ok: false, reason, ...(error === undefined ? {} : { error }) });
+      outcomes.push({
+        from: getAddress(event.from),
+        nonce,
+        ok: false,
+        reason,
+        ...(error === undefined ? {} : { error }),
+      });
     }
   }
   return outcomes;
@@ -30,8 +37,9 @@ export function decodeSettlerEvents(logs: Log[]): SettlementOutcome[] {
 
 /** The items a settle call left unattempted for lack of gas (`Deferred`), or `undefined` when none. */
 export function decodeSettlerDeferred(logs: Log[]): { firstIndex: number; count: number } | undefined {
-  for (const event of parseEventLogs({ abi: batchSettlerAbi, logs, eventName: "Deferred" })) {
-    return { firstIndex: Number(event.args.firstIndex), count: Number(event.args.count) };
+  for (const event of readSettlerLogs(logs)) {
+    if (event.eventName === "Deferred")
+      return { firstIndex: Number(event.firstIndex), count: Number(event.count) };
   }
   return undefined;
 }

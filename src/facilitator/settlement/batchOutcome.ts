@@ -12,8 +12,8 @@
  * - dropped: the transaction will never be mined; each item's fate is read from the token itself.
  */
 import type { Logger } from "pino";
-import { type Address, type Hash, type Hex, type Log, parseEventLogs } from "viem";
-import { batchSettlerAbi } from "../../chain/contracts/artifacts/BatchSettler.ts";
+import type { Address, Hash, Hex } from "viem";
+import { readSettlerLogs } from "../../chain/events/settlerLogs.ts";
 import { type Clock, unixSeconds } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { Queryable, Store } from "../../store/store.ts";
@@ -97,14 +97,15 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
   ): Promise<void> {
     const token = rows[0]?.token;
     const outcomes = new Map<string, { ok: true } | { ok: false; reason: Hex }>();
-    for (const event of parseEventLogs({ abi: batchSettlerAbi, logs: outcome.logs as Log[] })) {
-      if (event.address.toLowerCase() !== deps.batchSettler.toLowerCase()) continue;
+    const settler = deps.batchSettler.toLowerCase();
+    for (const event of readSettlerLogs(outcome.logs)) {
+      if (event.address !== settler) continue;
       if (event.eventName === "Deferred") continue;
       // Our transaction settles one token; an event naming another did not come from our call.
-      if (event.args.token.toLowerCase() !== token) continue;
-      const key = `${event.args.from.toLowerCase()}:${event.args.nonce.toLowerCase()}`;
+      if (event.token !== token) continue;
+      const key = `${event.from}:${event.nonce}`;
       if (event.eventName === "Settled") outcomes.set(key, { ok: true });
-      if (event.eventName === "SettleFailed") outcomes.set(key, { ok: false, reason: event.args.reason });
+      if (event.eventName === "SettleFailed") outcomes.set(key, { ok: false, reason: event.reason });
     }
     // An item refused for a used nonce may have been submitted by someone else first: if that transfer
     // is exactly this payment, the payee was paid and the payment is settled (invariant 5).
