@@ -80,6 +80,9 @@ describe("outbox reads per payment", { timeout: 90_000 }, () => {
     // transaction that signs its batch, and the queue was never read (before: its own insert, then a
     // read of the queue's head, then the claim).
     expect(after.filter((sql) => /count\(\*\) OVER \(PARTITION BY token\)/.test(sql))).toEqual([]);
+    // Nor was the payment looked up by its nonce before its insert: a new payment goes from its checks
+    // straight to the insert, which is what finds one already recorded.
+    expect(after.filter((sql) => /FROM payments WHERE nonce = (\$1|ANY)/.test(sql))).toEqual([]);
     const inserts = after.flatMap((sql, i) => (/INSERT INTO payments/.test(sql) ? [i] : []));
     expect(inserts).toHaveLength(5);
     for (const i of inserts) {

@@ -468,4 +468,21 @@ describe("when the chain RPC goes away", () => {
     expect(up.status).toBe(200);
     expect(await balanceOf(payer.address)).toBe(before - 30_000n);
   });
+
+  it("answers a payment it already settled from its record while the chain is unreachable", async () => {
+    const payment = await signTestPayment(devnet, payer, { payTo: payTo.address, amount: 20_000n });
+    const first = await authorize(payment, viaProxy.url);
+    expect(first.status).toBe(200);
+    const { proof } = (await first.json()) as { proof: unknown };
+    // A new payment is simulated before any store read; for one already recorded, the chain's answer
+    // (here: none) gives way to the record.
+    await proxy.cut();
+    try {
+      const again = await authorize(payment, viaProxy.url);
+      expect(again.status).toBe(200);
+      expect(((await again.json()) as { proof: unknown }).proof).toEqual(proof);
+    } finally {
+      await proxy.restore();
+    }
+  });
 });

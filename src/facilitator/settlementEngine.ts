@@ -360,17 +360,18 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
   async function enqueue(payment: CheckablePayment, source: "tollgate" | "x402"): Promise<PaymentRow> {
     const a = payment.authorization;
     await checks.checkOffChain(payment);
-    const existing = await lookUpPayment(a.nonce);
-    if (existing !== undefined) return resume(existing, payment);
+    // No read of the store first: nearly every payment is new, and one already there is found when
+    // its insert meets the nonce (below) or when the chain refuses it here.
     try {
       await checks.simulate(payment);
     } catch (error) {
-      // Between the read above and the simulation, another request (on this instance or another one)
-      // may have queued this nonce and its batch used it on chain. The row answers, not the chain: the
-      // same signed payment waits for that row's outcome (its proof), a different one is refused by
-      // `resume`. A row is always written before its nonce is sent, so no row means someone else used it.
-      if (!(error instanceof TollgateError) || error.code !== "NonceAlreadyUsed") throw error;
-      const queued = await findPaymentByNonce(store, a.nonce);
+      // The row answers, not the chain: a payment queued before (on this instance or another one) may
+      // have been settled since (nonce used), its payer's balance moved after it was queued, or the node
+      // be unreachable; the same signed payment then waits for that row's outcome (its proof), and a
+      // different one is refused by `resume`. A row is always written before its nonce is sent, so no
+      // row means someone else used the nonce, and the chain's refusal stands.
+      if (!(error instanceof TollgateError)) throw error;
+      const queued = await lookUpPayment(a.nonce);
       if (queued === undefined) throw error;
       return resume(queued, payment);
     }
