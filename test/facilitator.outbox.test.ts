@@ -224,6 +224,37 @@ describe("transaction outbox", () => {
       outbox.signingTransaction((_tx, enqueue) => enqueue({ ...probe("no handler"), kind: "unknown" })),
     ).rejects.toThrow('register a handler for outbox kind "unknown"');
   }, 60_000);
+
+  it("stores the key's next nonce with each row it signs in a producer's transaction, in no statement of its own", async () => {
+    const seen: string[] = [];
+    const store = recordedStore(await freshStore(), seen);
+    const key = keyOf(2);
+    const outbox = outboxOver(store, key);
+    const nonceBefore = await devnet.publicClient.getTransactionCount({ address: key.address });
+    const from = seen.length;
+    const ids = await outbox.signingTransaction(async (_tx, enqueue) => [
+      await enqueue(probe("first of two")),
+      await enqueue(probe("second of two")),
+    ]);
+    // The lock that takes the nonce, then one statement per row; nothing else touches tx_senders.
+    expect(seen.slice(from).filter((sql) => /tx_senders/.test(sql))).toHaveLength(3);
+    expect(seen.slice(from).filter((sql) => /^\s*UPDATE tx_senders/.test(sql))).toEqual([]);
+    const senders = await store.query<{ next_nonce: string }>(
+      "SELECT next_nonce::text AS next_nonce FROM tx_senders WHERE sender = $1",
+      [key.address.toLowerCase()],
+    );
+    expect(senders).toEqual([{ next_nonce: String(nonceBefore + 2) }]);
+    for (const id of ids) expect(await outbox.waitFor(id)).toMatchObject({ status: "confirmed" });
+    // A call signed afterwards (by another process reading the stored nonce as well) takes the next one.
+    const later = outboxOver(store, keyOf(2));
+    const id = await later.enqueue(store, probe("after both"));
+    expect(await later.waitFor(id)).toMatchObject({ status: "confirmed" });
+    const row = await store.query<{ nonce: string }>(
+      "SELECT nonce::text AS nonce FROM tx_outbox WHERE id = $1",
+      [id],
+    );
+    expect(row).toEqual([{ nonce: String(nonceBefore + 2) }]);
+  }, 60_000);
 });
 
 describe("receipts of fresh transactions", () => {

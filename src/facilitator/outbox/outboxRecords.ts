@@ -164,21 +164,54 @@ export async function insertSigned(
     `INSERT INTO tx_outbox (chain_id, sender, kind, owner, meta, to_address, data, value, gas_limit, status,
        nonce, tx_hash, raw_tx, from_block, signed_at)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'signed', $10, $11, $12, $13, now()) RETURNING *`,
-    [
-      scope.chainId,
-      scope.sender.toLowerCase(),
-      row.kind,
-      row.owner,
-      row.meta === undefined ? null : JSON.stringify(row.meta),
-      row.to.toLowerCase(),
-      row.data.toLowerCase(),
-      row.value ?? 0n,
-      row.gas,
-      row.nonce,
-      row.hash,
-      row.raw,
-      row.fromBlock,
-    ],
+    signedValues(scope, row),
+  );
+  return rows[0]!;
+}
+
+/** The thirteen values of a signed row's insert, normalised as stored. */
+function signedValues(
+  scope: { chainId: number; sender: Address },
+  row: OutboxRequest & { nonce: number; hash: Hash; raw: Hex; fromBlock: bigint | null },
+) {
+  return [
+    scope.chainId,
+    scope.sender.toLowerCase(),
+    row.kind,
+    row.owner,
+    row.meta === undefined ? null : JSON.stringify(row.meta),
+    row.to.toLowerCase(),
+    row.data.toLowerCase(),
+    row.value ?? 0n,
+    row.gas,
+    row.nonce,
+    row.hash,
+    row.raw,
+    row.fromBlock,
+  ];
+}
+
+/**
+ * `insertSigned` for a row whose nonce was taken from the gas key's `tx_senders` row, locked by this
+ * transaction (`lockNextNonce`): the same statement stores the next nonce (this one's + 1), so a
+ * signing transaction needs no statement of its own for it before its commit.
+ */
+export async function insertSignedTakingNonce(
+  db: Queryable,
+  scope: { chainId: number; sender: Address },
+  row: OutboxRequest & { nonce: number; hash: Hash; raw: Hex; fromBlock: bigint | null },
+): Promise<OutboxRow> {
+  const rows = await queryParsed(
+    db,
+    OutboxRowSchema,
+    `WITH sender AS (
+       UPDATE tx_senders SET next_nonce = $10::bigint + 1, updated_at = now()
+       WHERE chain_id = $1 AND sender = $2
+     )
+     INSERT INTO tx_outbox (chain_id, sender, kind, owner, meta, to_address, data, value, gas_limit, status,
+       nonce, tx_hash, raw_tx, from_block, signed_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'signed', $10::bigint, $11, $12, $13, now()) RETURNING *`,
+    signedValues(scope, row),
   );
   return rows[0]!;
 }

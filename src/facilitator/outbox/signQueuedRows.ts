@@ -13,7 +13,7 @@ import type { GasFees, GasKey } from "./gasKey.ts";
 import {
   claimQueuedRows,
   hasQueuedRows,
-  insertSigned,
+  insertSignedTakingNonce,
   lockNextNonce,
   markSigned,
   type OutboxRow,
@@ -69,8 +69,8 @@ export async function signQueuedRows(deps: {
 /**
  * Runs `work` in one store transaction in which `enqueue` signs each call at once: the first call locks
  * the gas key's `tx_senders` row and takes the next nonce (as a signing pass does), each is signed and
- * inserted `signed`, and the next nonce is stored before the commit. Resolves with `work`'s result and the
- * rows signed, once committed; when the transaction fails, the nonces taken in this process are given
+ * inserted `signed` with the next nonce stored by the same statement. Resolves with `work`'s result and
+ * the rows signed, once committed; when the transaction fails, the nonces taken in this process are given
  * back (`resync`) and the error is thrown.
  */
 export async function signInTransaction<T>(
@@ -105,7 +105,7 @@ export async function signInTransaction<T>(
           { to: request.to, data: request.data, gas: request.gas, nonce, value: request.value },
           fees,
         );
-        const row = await insertSigned(tx, scope, {
+        const row = await insertSignedTakingNonce(tx, scope, {
           ...request,
           nonce,
           hash: transactionHashOf(raw),
@@ -123,7 +123,9 @@ export async function signInTransaction<T>(
         return run;
       };
       const result = await work(tx, enqueue);
-      if (next !== undefined) await storeNextNonce(tx, scope, next);
+      // A call `work` did not wait for is signed before the commit. Each row's insert stored the nonce
+      // after its own, so nothing more is written.
+      await queue;
       return { result, signed };
     });
   } catch (error) {
