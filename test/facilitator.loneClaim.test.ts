@@ -2,17 +2,19 @@
  * A payment that finds its engine idle is inserted already claimed into a batch of its own, and that
  * batch's call signed, in one store transaction (settlement/batchClaims.ts `insertAndClaim`). What the
  * transaction writes, and what it leaves when the nonce is taken: nothing at all (the batch row it
- * inserted is rolled back with it), and no nonce of the gas key used up.
+ * inserted is rolled back with it), and no nonce of the gas key used up. And a claim from the queue
+ * that finds the queue's head itself (`claimBatch` with `claimAtOnce`) takes what the claim after a read
+ * of the head takes: oldest first, no more than the smallest cap among them.
  */
 import pino from "pino";
 import { type Address, getAddress, type Hex, keccak256, toHex } from "viem";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createOutbox } from "../src/facilitator/outbox/createOutbox.ts";
 import { createGasKey } from "../src/facilitator/outbox/gasKey.ts";
 import type { Outbox } from "../src/facilitator/outbox/outboxTypes.ts";
 import { insertPayment, type NewPayment } from "../src/facilitator/paymentRecords.ts";
-import { insertAndClaim, SETTLEMENT_KIND } from "../src/facilitator/settlement/batchClaims.ts";
+import { claimBatch, insertAndClaim, SETTLEMENT_KIND } from "../src/facilitator/settlement/batchClaims.ts";
 import { systemClock } from "../src/protocol/clock.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
@@ -126,4 +128,61 @@ describe("a lone payment inserted and claimed at once", () => {
     expect(nonce).toEqual([{ nonce: String(nonceBefore) }]);
     expect(await outbox.waitFor(next!.outboxId)).toMatchObject({ status: "confirmed" });
   });
+});
+
+describe("a claim that finds the queue's head itself", () => {
+  const rule = { maxBatchSize: 10, lingerMs: 200, inFlight: 0 };
+  /** Three pending payments, the second capped at batches of two (as after a batch of four reverted). */
+  async function queueThree(label: string): Promise<string[]> {
+    const nonces: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const row = await insertPayment(store, newPayment(`${label} ${i}`));
+      nonces.push(row!.nonce);
+    }
+    await store.query("UPDATE payments SET batch_cap = 2 WHERE nonce = $1", [nonces[1]]);
+    return nonces;
+  }
+  // The payment the tests above left pending (its nonce taken) is not this describe's queue.
+  beforeEach(async () => {
+    await store.query("DELETE FROM payments WHERE status = 'pending'");
+  });
+  const pendingCount = async () =>
+    Number(
+      (await store.query<{ n: string }>("SELECT count(*) AS n FROM payments WHERE status = 'pending'"))[0]!.n,
+    );
+
+  it("writes nothing when the queue is empty", async () => {
+    expect(await pendingCount()).toBe(0);
+    const batches = await countOf("settlement_batches");
+    const rows = await countOf("tx_outbox");
+    expect(await claimBatch(deps(), { ...rule, claimAtOnce: true })).toBeUndefined();
+    expect(await countOf("settlement_batches")).toBe(batches);
+    expect(await countOf("tx_outbox")).toBe(rows);
+  });
+
+  for (const claimAtOnce of [false, true]) {
+    it(`claims the oldest payments up to the smallest cap among them (${claimAtOnce ? "no read of the head first" : "after a read of the head"})`, async () => {
+      const nonces = await queueThree(`capped ${claimAtOnce}`);
+      const first = await claimBatch(deps(), { ...rule, claimAtOnce });
+      expect(first && "batch" in first).toBe(true);
+      const claimed = first as Exclude<typeof first, undefined | { kind: "held" }>;
+      expect(claimed.rows.map((r) => r.nonce)).toEqual(nonces.slice(0, 2));
+      expect(claimed.drained).toBe(false);
+      expect(claimed.rows.every((r) => r.status === "submitted" && r.batch_id === claimed.batch.id)).toBe(
+        true,
+      );
+      const stored = await store.query<{ item_count: number; token: string }>(
+        "SELECT item_count, token FROM settlement_batches WHERE id = $1",
+        [claimed.batch.id],
+      );
+      expect(stored).toEqual([{ item_count: 2, token: devnet.contracts.usd.toLowerCase() }]);
+      const second = await claimBatch(deps(), { ...rule, claimAtOnce });
+      const rest = second as Exclude<typeof second, undefined | { kind: "held" }>;
+      expect(rest.rows.map((r) => r.nonce)).toEqual(nonces.slice(2));
+      expect(rest.drained).toBe(true);
+      expect(await pendingCount()).toBe(0);
+      for (const c of [claimed, rest])
+        expect(await outbox.waitFor(c.outboxId)).toMatchObject({ status: "confirmed" });
+    });
+  }
 });

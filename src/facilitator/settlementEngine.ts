@@ -192,6 +192,10 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
   let holdRoom: number | undefined;
   /** Set by `wakeNow()`: an outcome during the round, so a hold decided in it may be stale. */
   let outcomeSeen = false;
+  /** A hold just ended by its deadline or a full batch: the next claim takes the head at once. */
+  let holdEnded = false;
+  /** `signals` when the loop's last round began (arrivals since then make a claim due when idle). */
+  let signalsSeen = 0;
   /** Batches this engine queued whose outcome is not recorded yet (the batching rule reads its size). */
   const inFlight = new Set<number>();
   /** The rows of each batch in flight as its claim wrote them, for its outcome (batchOutcome.ts). */
@@ -440,12 +444,18 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
 
   /** Claims batches while fewer than `maxInFlight` are in flight; says so when work is held to fill one. */
   async function tick(): Promise<HeldBatch | undefined> {
+    // A claim is due without a look at the queue's head when a hold just ended, or when nothing is in
+    // flight and payments were queued since the last round (not on the start-up or backstop round,
+    // which may well find nothing).
+    let claimAtOnce = holdEnded || (inFlight.size === 0 && signals !== signalsSeen);
+    holdEnded = false;
+    signalsSeen = signals;
     while (running && inFlight.size < maxInFlight && pendingMaybe) {
       const before = signals;
       claiming = true;
       const claimed = await claimBatch(
         { store, outbox, network, batchSettler: options.batchSettler },
-        { maxBatchSize, lingerMs, inFlight: inFlight.size },
+        { maxBatchSize, lingerMs, inFlight: inFlight.size, claimAtOnce },
       ).finally(() => {
         claiming = false;
       });
@@ -454,6 +464,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
         return undefined;
       }
       if ("kind" in claimed) return claimed;
+      claimAtOnce = false;
       inFlight.add(claimed.batch.id);
       claimedRows.set(claimed.batch.id, claimed.rows);
       options.metrics?.onBatch(claimed.rows.length);
@@ -516,6 +527,8 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       holdRoom = room;
       await sleeper.pause(Math.max(1, Math.ceil(lingerMs - held.ageMs)));
       holdRoom = undefined;
+      // Ended by its deadline or by a full batch, not by an outcome: the next claim need not look first.
+      holdEnded = !outcomeSeen;
     }
   }
 

@@ -40,8 +40,19 @@ export type HeldBatch = { kind: "held"; waiting: number; ageMs: number };
 
 export async function claimBatch(
   deps: { store: Store; outbox: Outbox; network: string; batchSettler: Address },
-  rule: { maxBatchSize: number; lingerMs: number; inFlight: number },
+  rule: {
+    maxBatchSize: number;
+    lingerMs: number;
+    inFlight: number;
+    /**
+     * The caller knows a claim is due (nothing in flight and payments just queued, or a hold that ended
+     * by its deadline or a full batch): the claiming statement finds the head itself, with no read of
+     * its own first.
+     */
+    claimAtOnce?: boolean | undefined;
+  },
 ): Promise<ClaimedBatch | HeldBatch | undefined> {
+  if (rule.claimAtOnce === true) return claimHead(deps, rule.maxBatchSize);
   const { network } = deps;
   // The head of the queue and, for its token, the smallest cap among the next batch's rows. Read on its
   // own: deciding to hold costs one statement, and the claim below takes only rows still pending.
@@ -103,6 +114,73 @@ export async function claimBatch(
       outboxId,
       drained: parsed.length >= Number(first.total),
     };
+  });
+}
+
+/**
+ * `claimBatch` with the head of the queue read by the claiming statement: its token, the smallest cap
+ * among the next batch's rows and the count of pending payments (for `drained`) come from the same
+ * snapshot the claim runs on. Saves the head's own statement when no hold is to be decided. An empty
+ * queue writes nothing, but costs a transaction where the head's read is one statement: the loop reads
+ * first when it does not know of queued payments (at start, on its backstop round).
+ */
+async function claimHead(
+  deps: { store: Store; outbox: Outbox; network: string; batchSettler: Address },
+  maxBatchSize: number,
+): Promise<ClaimedBatch | undefined> {
+  const { network } = deps;
+  const sender = deps.outbox.sender.toLowerCase();
+  return deps.outbox.signingTransaction(async (tx, enqueue) => {
+    const claimed = await tx.query<
+      Record<string, unknown> & {
+        new_batch_id: string;
+        batch_token: string;
+        pending_total: string;
+        id: unknown;
+      }
+    >(
+      `WITH head AS (
+         SELECT token FROM payments WHERE status = 'pending' AND network = $1 ORDER BY id LIMIT 1
+       ), batch AS (
+         INSERT INTO settlement_batches (network, token, sender, status)
+         SELECT $1, token, $2, 'submitted' FROM head
+         RETURNING id, token
+       ), claimed AS (
+         UPDATE payments SET status = 'submitted', batch_id = (SELECT id FROM batch), attempts = attempts + 1,
+           updated_at = now()
+         WHERE id IN (SELECT id FROM payments WHERE status = 'pending' AND network = $1
+                        AND token = (SELECT token FROM head)
+                      ORDER BY id
+                      LIMIT least($3::int, coalesce((SELECT min(batch_cap) FROM (
+                        SELECT batch_cap FROM payments WHERE status = 'pending' AND network = $1
+                          AND token = (SELECT token FROM head) ORDER BY id LIMIT $3::int) AS next), $3::int))
+                      FOR UPDATE SKIP LOCKED)
+         RETURNING *
+       )
+       SELECT batch.id AS new_batch_id, batch.token AS batch_token,
+              (SELECT count(*) FROM payments WHERE status = 'pending' AND network = $1) AS pending_total,
+              claimed.*
+       FROM batch LEFT JOIN claimed ON true`,
+      [network, sender, maxBatchSize],
+    );
+    const first = claimed[0];
+    if (first === undefined) return undefined;
+    const batchId = Number(first.new_batch_id);
+    if (!Number.isSafeInteger(batchId)) throw new TollgateError("Internal", "batch insert returned no id");
+    const parsed = claimed
+      .filter((r) => r.id !== null)
+      .map((r) => PaymentRowSchema.parse(r))
+      .sort((x, y) => x.id - y.id);
+    if (parsed.length === 0) {
+      await tx.query("DELETE FROM settlement_batches WHERE id = $1", [batchId]);
+      return undefined;
+    }
+    const { batch, outboxId } = await signBatch(deps, tx, enqueue, {
+      id: batchId,
+      token: first.batch_token,
+      rows: parsed,
+    });
+    return { batch, rows: parsed, outboxId, drained: parsed.length >= Number(first.pending_total) };
   });
 }
 
