@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { keccak256, stringToBytes } from "viem";
 import { describe, expect, it } from "vitest";
-import { keccak256Bytes, keccak256OfText } from "./fastKeccak.ts";
+import { keccak256Bytes, keccak256Hex, keccak256OfText } from "./fastKeccak.ts";
 import { memoNonce } from "./memo.ts";
 
 describe("the hot paths' keccak256", () => {
@@ -28,6 +28,7 @@ describe("the hot paths' keccak256", () => {
     fc.assert(
       fc.property(fc.uint8Array({ maxLength: 400 }), (bytes) => {
         expect(keccak256Bytes(bytes)).toEqual(keccak256(bytes, "bytes"));
+        expect(keccak256Hex(bytes)).toBe(keccak256(bytes));
       }),
       { numRuns: 500 },
     );

@@ -18,6 +18,11 @@ export function keccak256OfText(text: string): Hex {
   return `0x${sha3.keccak256(encoder.encode(text))}`;
 }
 
+/** `keccak256(bytes)` as lower-case 0x-hex, equal to viem's `keccak256(bytes)`. */
+export function keccak256Hex(bytes: Uint8Array): Hex {
+  return `0x${sha3.keccak256(bytes)}`;
+}
+
 /** `keccak256(bytes)` as 32 bytes, equal to viem's `keccak256(bytes, "bytes")`. */
 export function keccak256Bytes(bytes: Uint8Array): Uint8Array {
   return new Uint8Array(sha3.keccak256.arrayBuffer(bytes));

@@ -23,8 +23,9 @@ import {
   type TransactionSerializable,
 } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
+import { keccak256Bytes } from "../../protocol/fastKeccak.ts";
 import type { TokenDomain } from "./eip712Types.ts";
-import { asPlainEip1559, encodeEip1559, keccak256Of } from "./eip1559Encoding.ts";
+import { asPlainEip1559, encodeEip1559 } from "./eip1559Encoding.ts";
 import { type TransferAuthorizationFields, transferAuthorizationDigest } from "./recoverTransferSigner.ts";
 
 const TRANSFER_FIELDS = [
@@ -98,7 +99,7 @@ export function privateKeyAccount(privateKey: Hex): LocalAccount<"privateKey"> {
       // The gas key's plain EIP-1559 transactions: encoded once into bytes, hashed with js-sha3.
       const plain = options?.serializer === undefined ? asPlainEip1559(transaction) : undefined;
       if (plain !== undefined) {
-        const signature = signHash(keccak256Of(encodeEip1559(plain)), secret);
+        const signature = signHash(keccak256Bytes(encodeEip1559(plain)), secret);
         return `0x${encodeEip1559(plain, signature).toString("hex")}` as never;
       }
       const serializer = (options?.serializer ??
