@@ -90,7 +90,9 @@ export type OutboxOptions = {
   maxFeePerGas?: bigint | undefined;
   /**
    * How long a row may wait for its receipt before the worker asks whether the chain lost transactions
-   * it recorded (default 15 000 ms; rewindRepair.ts). Also the least time between two such checks.
+   * it recorded (default 6 000 ms, three blocks of a 2-second chain; rewindRepair.ts). Also the least
+   * time between two such checks, each two RPC calls. On a chain with slow blocks, set it to a few of
+   * them.
    */
   stuckAfterMs?: number | undefined;
   /**
@@ -126,7 +128,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
   const receiptTimeoutMs = options.receiptTimeoutMs ?? 120_000;
   const maxSignPerPass = options.maxSignPerPass ?? 64;
   const idlePollMs = options.idlePollMs ?? IDLE_BACKSTOP_MS;
-  const stuckAfterMs = options.stuckAfterMs ?? 15_000;
+  const stuckAfterMs = options.stuckAfterMs ?? 6_000;
   let unlisten: (() => Promise<void>) | undefined;
   let laterCheck: ReturnType<typeof setTimeout> | undefined;
   /**
