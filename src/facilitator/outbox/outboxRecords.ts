@@ -56,19 +56,24 @@ export async function insertOutboxRow(
   const rows = await db.query<{ id: string }>(
     `INSERT INTO tx_outbox (chain_id, sender, kind, owner, meta, to_address, data, value, gas_limit)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
-    [
-      scope.chainId,
-      scope.sender.toLowerCase(),
-      request.kind,
-      request.owner,
-      request.meta === undefined ? null : JSON.stringify(request.meta),
-      request.to.toLowerCase(),
-      request.data.toLowerCase(),
-      request.value ?? 0n,
-      request.gas,
-    ],
+    requestValues(scope, request),
   );
   return Number(rows[0]!.id);
+}
+
+/** The nine values of a row's request, normalised as stored (the first nine of a signed row's too). */
+function requestValues(scope: { chainId: number; sender: Address }, request: OutboxRequest) {
+  return [
+    scope.chainId,
+    scope.sender.toLowerCase(),
+    request.kind,
+    request.owner,
+    request.meta === undefined ? null : JSON.stringify(request.meta),
+    request.to.toLowerCase(),
+    request.data.toLowerCase(),
+    request.value ?? 0n,
+    request.gas,
+  ];
 }
 
 /** Claims queued rows of the given kinds, oldest first, skipping rows another worker holds. */
@@ -174,21 +179,7 @@ function signedValues(
   scope: { chainId: number; sender: Address },
   row: OutboxRequest & { nonce: number; hash: Hash; raw: Hex; fromBlock: bigint | null },
 ) {
-  return [
-    scope.chainId,
-    scope.sender.toLowerCase(),
-    row.kind,
-    row.owner,
-    row.meta === undefined ? null : JSON.stringify(row.meta),
-    row.to.toLowerCase(),
-    row.data.toLowerCase(),
-    row.value ?? 0n,
-    row.gas,
-    row.nonce,
-    row.hash,
-    row.raw,
-    row.fromBlock,
-  ];
+  return [...requestValues(scope, row), row.nonce, row.hash, row.raw, row.fromBlock];
 }
 
 /**
