@@ -97,16 +97,9 @@ export async function claimBatch(
        SELECT batch.id AS new_batch_id, claimed.* FROM batch LEFT JOIN claimed ON true`,
       [network, token, sender, limit],
     );
-    const batchId = Number(claimed[0]?.new_batch_id);
-    if (!Number.isSafeInteger(batchId)) throw new TollgateError("Internal", "batch insert returned nothing");
-    const parsed = claimed
-      .filter((r) => r.id !== null)
-      .map((r) => PaymentRowSchema.parse(r))
-      .sort((x, y) => x.id - y.id);
-    if (parsed.length === 0) {
-      await tx.query("DELETE FROM settlement_batches WHERE id = $1", [batchId]);
-      return undefined;
-    }
+    const rows = await claimedRows(tx, claimed);
+    if (rows === undefined) return undefined;
+    const { batchId, parsed } = rows;
     const { batch, outboxId } = await signBatch(deps, tx, enqueue, { id: batchId, token, rows: parsed });
     return {
       batch,
@@ -164,17 +157,11 @@ async function claimHead(
       [network, sender, maxBatchSize],
     );
     const first = claimed[0];
+    // No head: the queue was empty and no batch row was inserted.
     if (first === undefined) return undefined;
-    const batchId = Number(first.new_batch_id);
-    if (!Number.isSafeInteger(batchId)) throw new TollgateError("Internal", "batch insert returned no id");
-    const parsed = claimed
-      .filter((r) => r.id !== null)
-      .map((r) => PaymentRowSchema.parse(r))
-      .sort((x, y) => x.id - y.id);
-    if (parsed.length === 0) {
-      await tx.query("DELETE FROM settlement_batches WHERE id = $1", [batchId]);
-      return undefined;
-    }
+    const rows = await claimedRows(tx, claimed);
+    if (rows === undefined) return undefined;
+    const { batchId, parsed } = rows;
     const { batch, outboxId } = await signBatch(deps, tx, enqueue, {
       id: batchId,
       token: first.batch_token,
@@ -212,6 +199,26 @@ export async function insertAndClaim(
     if (error === nonceTaken) return undefined;
     throw error;
   }
+}
+
+/**
+ * The payments a claiming statement returned (each row carries the new batch's id, one row with no
+ * payment columns when it claimed nothing), oldest first; `undefined` when it claimed nothing (the rows
+ * were locked by another instance meanwhile), after deleting the empty batch it inserted.
+ */
+async function claimedRows(
+  tx: Queryable,
+  claimed: readonly (Record<string, unknown> & { new_batch_id: string; id: unknown })[],
+): Promise<{ batchId: number; parsed: PaymentRow[] } | undefined> {
+  const batchId = Number(claimed[0]?.new_batch_id);
+  if (!Number.isSafeInteger(batchId)) throw new TollgateError("Internal", "batch insert returned nothing");
+  const parsed = claimed
+    .filter((r) => r.id !== null)
+    .map((r) => PaymentRowSchema.parse(r))
+    .sort((x, y) => x.id - y.id);
+  if (parsed.length > 0) return { batchId, parsed };
+  await tx.query("DELETE FROM settlement_batches WHERE id = $1", [batchId]);
+  return undefined;
 }
 
 /** Thrown to roll back `insertAndClaim`'s transaction (its batch row) when the nonce was taken. */
