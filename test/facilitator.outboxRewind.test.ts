@@ -9,7 +9,7 @@ import pino from "pino";
 import { type Address, type Hash, zeroAddress } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
-import { createOutbox, FILLER_KIND } from "../src/facilitator/outbox/createOutbox.ts";
+import { createOutbox, FILLER_KIND, type OutboxClient } from "../src/facilitator/outbox/createOutbox.ts";
 import { createGasKey, type GasKey } from "../src/facilitator/outbox/gasKey.ts";
 import { findOutboxRow } from "../src/facilitator/outbox/outboxRecords.ts";
 import type { Outbox } from "../src/facilitator/outbox/outboxTypes.ts";
@@ -22,7 +22,7 @@ let devnet: Devnet;
 const cleanups: (() => Promise<void>)[] = [];
 
 beforeAll(async () => {
-  devnet = await startDevnet({ accounts: 4 });
+  devnet = await startDevnet({ accounts: 5 });
 });
 
 afterAll(async () => {
@@ -45,16 +45,20 @@ function keyOf(index: number): GasKey {
   });
 }
 
-function outboxOver(store: Store, key: GasKey): Outbox {
+function outboxOver(
+  store: Store,
+  key: GasKey,
+  options: { stuckAfterMs?: number; client?: OutboxClient } = {},
+): Outbox {
   const outbox = createOutbox({
     store,
-    client: devnet.publicClient,
+    client: options.client ?? devnet.publicClient,
     key,
     clock: systemClock,
     logger,
     reconcileIntervalMs: 100,
     staleMs: 500,
-    stuckAfterMs: 1_000,
+    stuckAfterMs: options.stuckAfterMs ?? 1_000,
     // No fee bump and a long receipt wait: only the rewind repair can bring lost transactions back
     // within the test's time.
     bumpAfterMs: false,
@@ -198,4 +202,66 @@ describe("outbox on a chain that lost its transactions", () => {
     expect(await devnet.publicClient.getTransactionCount({ address: key.address })).toBe(nonceBefore + 2);
     expect(await fillers(store)).toBe(0);
   }, 120_000);
+
+  it("asks the chain as soon as a block is mined without the rows it broadcast, not after stuckAfterMs", async () => {
+    const store = await freshStore();
+    const key = keyOf(4);
+    // The time rule alone would wait two minutes: only a block passing the rows over can start the
+    // repair within this test's time.
+    const outbox = outboxOver(store, key, { stuckAfterMs: 120_000 });
+    const nonceBefore = await devnet.publicClient.getTransactionCount({ address: key.address });
+    let ids: number[];
+    await devnet.testClient.setAutomine(false);
+    try {
+      await outbox.start();
+      ids = [await outbox.enqueue(store, probe("c")), await outbox.enqueue(store, probe("d"))];
+      const signed = await Promise.all(ids.map((id) => outbox.waitForHash(id)));
+      for (const { hash } of signed) await devnet.testClient.dropTransaction({ hash });
+      // A block without them, as a node whose pool lost them mines one.
+      await devnet.testClient.mine({ blocks: 1 });
+    } finally {
+      await devnet.testClient.setAutomine(true);
+    }
+    const outcomes = await Promise.all(ids.map((id) => outbox.waitFor(id)));
+    expect(outcomes.map((o) => o.status)).toEqual(["confirmed", "confirmed"]);
+    for (const id of ids) {
+      const row = await findOutboxRow(store, id);
+      expect(row?.replaced_hashes).toEqual([]);
+      expect(await deliveries(store, id)).toBe(1);
+    }
+    expect(await devnet.publicClient.getTransactionCount({ address: key.address })).toBe(nonceBefore + 2);
+  }, 20_000);
+
+  it("costs no check while no block is mined, however long a row waits", async () => {
+    const store = await freshStore();
+    const key = keyOf(4);
+    const chain = devnet.publicClient;
+    let checks = 0;
+    const client: OutboxClient = {
+      pollingInterval: chain.pollingInterval,
+      sendRawTransaction: (args) => chain.sendRawTransaction(args),
+      getTransactionReceipt: (args) => chain.getTransactionReceipt(args),
+      waitForTransactionReceipt: (args) => chain.waitForTransactionReceipt(args),
+      getBlockNumber: (args) => chain.getBlockNumber(args),
+      getTransactionCount: (args) => {
+        if (args.blockTag === "pending") checks++;
+        return chain.getTransactionCount(args);
+      },
+    };
+    const outbox = outboxOver(store, key, { stuckAfterMs: 120_000, client });
+    await devnet.testClient.setAutomine(false);
+    let id: number;
+    try {
+      await outbox.start();
+      id = await outbox.enqueue(store, probe("e"));
+      await outbox.waitForHash(id);
+      // Three head reads' worth of waiting on a chain that mines nothing.
+      await new Promise((resolve) => setTimeout(resolve, 3_000));
+      expect(checks).toBe(0);
+    } finally {
+      await devnet.testClient.setAutomine(true);
+    }
+    await devnet.testClient.mine({ blocks: 1 });
+    expect((await outbox.waitFor(id)).status).toBe("confirmed");
+  }, 20_000);
 });

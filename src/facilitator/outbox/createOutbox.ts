@@ -19,8 +19,10 @@
  *    it starts): a live instance refreshes its rows while it waits for their receipts.
  * 6. A chain that lost recorded transactions (restored from an older state, a deep reorg, a dropped
  *    mempool) gets them again from their recorded bytes, in nonce order (rewindRepair.ts). The check
- *    costs two RPC calls and runs only when a row here waits for its receipt longer than
- *    `stuckAfterMs`, at most once per `stuckAfterMs`, and once when the chain comes back.
+ *    costs two RPC calls and runs when a block was mined after a row's broadcast without it (the head
+ *    read at most once a second, and only while a row has waited a second), at most once per block;
+ *    when a row waits for its receipt longer than `stuckAfterMs`, at most once per `stuckAfterMs`; and
+ *    once when the chain comes back.
  *
  * Parts: signing (signQueuedRows.ts), driving one row (rowDriver.ts), waiting on rows (outboxWaits.ts),
  * and here the passes that tie them together (sign → track → reconcile → heartbeat).
@@ -92,7 +94,8 @@ export type OutboxOptions = {
    * How long a row may wait for its receipt before the worker asks whether the chain lost transactions
    * it recorded (default 6 000 ms, three blocks of a 2-second chain; rewindRepair.ts). Also the least
    * time between two such checks, each two RPC calls. On a chain with slow blocks, set it to a few of
-   * them.
+   * them. Independently, a row passed over by a block (the head moved past the block known when it was
+   * broadcast, by `confirmations`) asks at once, at most once per block.
    */
   stuckAfterMs?: number | undefined;
   /**
@@ -158,6 +161,18 @@ export function createOutbox(options: OutboxOptions): Outbox {
   const inFlight = new Map<number, Promise<void>>();
   /** When this worker began driving each row in flight. */
   const drivingSince = new Map<number, number>();
+  /**
+   * The newest block known when this worker began driving each row in flight: the head read last, the
+   * newest receipt's, or the block the row was signed at (`undefined`: none known; the first head read
+   * gives it one). Any of them may be behind the chain, which can only cost a check that finds nothing.
+   * A head past it by `confirmations` without the row's outcome means a block was mined without it.
+   */
+  const drivingFromBlock = new Map<number, bigint | undefined>();
+  /** The chain's head as last read for the lost-transaction check, and when. */
+  let head: bigint | undefined;
+  let headReadAt = 0;
+  /** The head at the last lost-transaction check: one check per block at most. */
+  let headChecked: bigint | undefined;
   const outcomeWaiters = createWaiterMap<OutboxOutcome>();
   const hashWaiters = createWaiterMap<OutboxSigned>();
   const sleeper = createWakeablePause();
@@ -248,6 +263,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
       .finally(() => {
         inFlight.delete(row.id);
         drivingSince.delete(row.id);
+        drivingFromBlock.delete(row.id);
         // A row that failed is reconciled by a pass at once. One that finished leaves nothing to sign
         // (rows enqueued meanwhile woke the loop themselves) and its housekeeping waits for the pause
         // the loop is in (at most `reconcileIntervalMs` while rows were in flight): not waking here
@@ -261,12 +277,44 @@ export function createOutbox(options: OutboxOptions): Outbox {
     promise.catch(() => undefined);
     inFlight.set(row.id, promise);
     drivingSince.set(row.id, clock.now());
+    drivingFromBlock.set(row.id, newest(newest(head, driver.lastSeenBlock()), row.from_block ?? undefined));
     return promise;
+  }
+
+  /**
+   * Reads the chain's head for the lost-transaction check: only while a row here has waited
+   * `HEAD_READ_MS` (a row mined at once never costs a read) and at most once per `HEAD_READ_MS`. viem
+   * answers from the block number its receipt waits polled last, when that is fresh.
+   */
+  async function readHead(): Promise<void> {
+    const now = clock.now();
+    const every = Math.min(HEAD_READ_MS, stuckAfterMs);
+    if (now - headReadAt < every) return;
+    let waited = false;
+    for (const since of drivingSince.values()) if (now - since >= every) waited = true;
+    if (!waited) return;
+    headReadAt = now;
+    try {
+      head = await client.getBlockNumber();
+    } catch {
+      // An unreachable chain is the passes' business; the time rule still holds.
+      return;
+    }
+    for (const [id, from] of drivingFromBlock) if (from === undefined) drivingFromBlock.set(id, head);
+  }
+
+  /** Whether a block was mined after a row's broadcast without it (and not checked for yet). */
+  function passedOver(): boolean {
+    if (head === undefined || (headChecked !== undefined && head <= headChecked)) return false;
+    for (const from of drivingFromBlock.values()) {
+      if (from !== undefined && head >= from + BigInt(confirmations)) return true;
+    }
+    return false;
   }
 
   /** Whether a row here has waited long enough to ask the chain whether it lost transactions. */
   function rewindCheckWanted(): boolean {
-    if (rewindCheckDue) return true;
+    if (rewindCheckDue || passedOver()) return true;
     const now = clock.now();
     if (now - lastRewindCheck < stuckAfterMs) return false;
     for (const since of drivingSince.values()) if (now - since >= stuckAfterMs) return true;
@@ -275,16 +323,21 @@ export function createOutbox(options: OutboxOptions): Outbox {
 
   /** Re-broadcasts what a rewound chain lost (rewindRepair.ts); one repair at a time. */
   function repairIfRewound(): Promise<void> {
-    if (!rewindCheckWanted()) return Promise.resolve();
     repairing ??= (async () => {
+      await readHead();
+      if (!rewindCheckWanted()) return;
       lastRewindCheck = clock.now();
       rewindCheckDue = false;
+      headChecked = head;
       const repair = await repairRewind({ store, client, key, scope, logger: log });
       if (repair === undefined) return;
       for (const filler of repair.fillers) track(filler, false);
       // Rows waiting here began a new wait: do not check again before they had time to be mined.
       const now = clock.now();
-      for (const id of drivingSince.keys()) drivingSince.set(id, now);
+      for (const id of drivingSince.keys()) {
+        drivingSince.set(id, now);
+        drivingFromBlock.set(id, head);
+      }
     })().finally(() => {
       repairing = undefined;
     });
@@ -438,6 +491,19 @@ export function createOutbox(options: OutboxOptions): Outbox {
       unlisten = undefined;
     },
   };
+}
+
+/**
+ * How long a row waits before the worker reads the chain's head for the lost-transaction check, and
+ * the least time between two reads (capped by `stuckAfterMs`).
+ */
+const HEAD_READ_MS = 1_000;
+
+/** The larger of two block numbers, either possibly unknown. */
+function newest(a: bigint | undefined, b: bigint | undefined): bigint | undefined {
+  if (a === undefined) return b;
+  if (b === undefined) return a;
+  return a > b ? a : b;
 }
 
 /** Resolves `value` after `ms` without keeping the process alive. */
