@@ -19,10 +19,10 @@
  *    it starts): a live instance refreshes its rows while it waits for their receipts.
  * 6. A chain that lost recorded transactions (restored from an older state, a deep reorg, a dropped
  *    mempool) gets them again from their recorded bytes, in nonce order (rewindRepair.ts). The check
- *    costs two RPC calls and runs when a block was mined after a row's broadcast without it (the head
- *    read at most once a second, and only while a row has waited a second), at most once per block;
- *    when a row waits for its receipt longer than `stuckAfterMs`, at most once per `stuckAfterMs`; and
- *    once when the chain comes back.
+ *    costs two RPC calls and runs when a whole block was mined after a row's broadcast without it
+ *    (the head read at most once a second, and only while a row has waited a second), at most once per
+ *    block; when a row waits for its receipt longer than `stuckAfterMs`, at most once per
+ *    `stuckAfterMs`; and once when the chain comes back.
  *
  * Parts: signing (signQueuedRows.ts), driving one row (rowDriver.ts), waiting on rows (outboxWaits.ts),
  * and here the passes that tie them together (sign → track → reconcile → heartbeat).
@@ -94,8 +94,8 @@ export type OutboxOptions = {
    * How long a row may wait for its receipt before the worker asks whether the chain lost transactions
    * it recorded (default 6 000 ms, three blocks of a 2-second chain; rewindRepair.ts). Also the least
    * time between two such checks, each two RPC calls. On a chain with slow blocks, set it to a few of
-   * them. Independently, a row passed over by a block (the head moved past the block known when it was
-   * broadcast, by `confirmations`) asks at once, at most once per block.
+   * them. Independently, a row passed over by a whole block (the head moved more than `confirmations`
+   * past the block known when it was broadcast) asks at once, at most once per block.
    */
   stuckAfterMs?: number | undefined;
   /**
@@ -164,8 +164,10 @@ export function createOutbox(options: OutboxOptions): Outbox {
   /**
    * The newest block known when this worker began driving each row in flight: the head read last, the
    * newest receipt's, or the block the row was signed at (`undefined`: none known; the first head read
-   * gives it one). Any of them may be behind the chain, which can only cost a check that finds nothing.
-   * A head past it by `confirmations` without the row's outcome means a block was mined without it.
+   * gives it one). Any of them may be a block behind the chain, so the row may have reached the node
+   * only in time for the block after it: a head more than `confirmations` past it without the row's
+   * outcome means a whole block was mined without the row. A nearer head could be a receipt not
+   * fetched yet, and would cost a check that finds nothing.
    */
   const drivingFromBlock = new Map<number, bigint | undefined>();
   /** The chain's head as last read for the lost-transaction check, and when. */
@@ -303,11 +305,11 @@ export function createOutbox(options: OutboxOptions): Outbox {
     for (const [id, from] of drivingFromBlock) if (from === undefined) drivingFromBlock.set(id, head);
   }
 
-  /** Whether a block was mined after a row's broadcast without it (and not checked for yet). */
+  /** Whether a whole block was mined after a row's broadcast without it (and not checked for yet). */
   function passedOver(): boolean {
     if (head === undefined || (headChecked !== undefined && head <= headChecked)) return false;
     for (const from of drivingFromBlock.values()) {
-      if (from !== undefined && head >= from + BigInt(confirmations)) return true;
+      if (from !== undefined && head > from + BigInt(confirmations)) return true;
     }
     return false;
   }
