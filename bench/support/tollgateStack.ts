@@ -4,6 +4,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
+import pino from "pino";
 import { type Address, createPublicClient, type Hex } from "viem";
 import { batchingHttp } from "../../src/chain/batchingHttp.ts";
 import { tollgateUsdDomain } from "../../src/chain/networks.ts";
@@ -55,6 +56,9 @@ export async function startTollgateStack(options: {
     pollingInterval: 50,
   });
   const facilitator = createFacilitator({
+    // `TOLLGATE_BENCH_LOG=warn` (or another pino level) prints the facilitator's log to stderr: a
+    // stalled cell then shows what the facilitator did (a repaired nonce gap, a chain that went away).
+    logger: benchLogger(),
     store,
     publicClient,
     network: devnet.network,
@@ -108,4 +112,11 @@ export async function startTollgateStack(options: {
       await store.close();
     },
   };
+}
+
+/** The facilitator's logger for a bench run: silent unless `TOLLGATE_BENCH_LOG` names a level. */
+function benchLogger(): pino.Logger | undefined {
+  const level = process.env.TOLLGATE_BENCH_LOG;
+  if (level === undefined || level === "") return undefined;
+  return pino({ level, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination(2));
 }
