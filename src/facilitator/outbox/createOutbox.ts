@@ -159,17 +159,15 @@ export function createOutbox(options: OutboxOptions): Outbox {
 
   const handlers = new Map<string, OutboxHandler>([[FILLER_KIND, async () => {}]]);
   const inFlight = new Map<number, Promise<void>>();
-  /** When this worker began driving each row in flight. */
-  const drivingSince = new Map<number, number>();
   /**
-   * The newest block known when this worker began driving each row in flight: the head read last, the
-   * newest receipt's, or the block the row was signed at (`undefined`: none known; the first head read
-   * gives it one). Any of them may be a block behind the chain, so the row may have reached the node
-   * only in time for the block after it: a head more than `confirmations` past it without the row's
-   * outcome means a whole block was mined without the row. A nearer head could be a receipt not
-   * fetched yet, and would cost a check that finds nothing.
+   * Each row in flight: when this worker began driving it (`since`), and the newest block known then
+   * (`fromBlock`): the head read last, the newest receipt's, or the block the row was signed at
+   * (`undefined`: none known; the first head read gives it one). Any of them may be a block behind the
+   * chain, so the row may have reached the node only in time for the block after it: a head more than
+   * `confirmations` past it without the row's outcome means a whole block was mined without the row. A
+   * nearer head could be a receipt not fetched yet, and would cost a check that finds nothing.
    */
-  const drivingFromBlock = new Map<number, bigint | undefined>();
+  const driving = new Map<number, { since: number; fromBlock: bigint | undefined }>();
   /** The chain's head as last read for the lost-transaction check, and when. */
   let head: bigint | undefined;
   let headReadAt = 0;
@@ -264,8 +262,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
       })
       .finally(() => {
         inFlight.delete(row.id);
-        drivingSince.delete(row.id);
-        drivingFromBlock.delete(row.id);
+        driving.delete(row.id);
         // A row that failed is reconciled by a pass at once. One that finished leaves nothing to sign
         // (rows enqueued meanwhile woke the loop themselves) and its housekeeping waits for the pause
         // the loop is in (at most `reconcileIntervalMs` while rows were in flight): not waking here
@@ -278,8 +275,10 @@ export function createOutbox(options: OutboxOptions): Outbox {
     // A tracked promise is awaited by `flush`/`waitFor` when they need its error; never unhandled.
     promise.catch(() => undefined);
     inFlight.set(row.id, promise);
-    drivingSince.set(row.id, clock.now());
-    drivingFromBlock.set(row.id, newest(newest(head, driver.lastSeenBlock()), row.from_block ?? undefined));
+    driving.set(row.id, {
+      since: clock.now(),
+      fromBlock: newest(newest(head, driver.lastSeenBlock()), row.from_block ?? undefined),
+    });
     return promise;
   }
 
@@ -292,9 +291,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
     const now = clock.now();
     const every = Math.min(HEAD_READ_MS, stuckAfterMs);
     if (now - headReadAt < every) return;
-    let waited = false;
-    for (const since of drivingSince.values()) if (now - since >= every) waited = true;
-    if (!waited) return;
+    if (!waitedFor(now, every)) return;
     headReadAt = now;
     try {
       head = await client.getBlockNumber();
@@ -302,14 +299,14 @@ export function createOutbox(options: OutboxOptions): Outbox {
       // An unreachable chain is the passes' business; the time rule still holds.
       return;
     }
-    for (const [id, from] of drivingFromBlock) if (from === undefined) drivingFromBlock.set(id, head);
+    for (const row of driving.values()) row.fromBlock ??= head;
   }
 
   /** Whether a whole block was mined after a row's broadcast without it (and not checked for yet). */
   function passedOver(): boolean {
     if (head === undefined || (headChecked !== undefined && head <= headChecked)) return false;
-    for (const from of drivingFromBlock.values()) {
-      if (from !== undefined && head > from + BigInt(confirmations)) return true;
+    for (const { fromBlock } of driving.values()) {
+      if (fromBlock !== undefined && head > fromBlock + BigInt(confirmations)) return true;
     }
     return false;
   }
@@ -319,7 +316,12 @@ export function createOutbox(options: OutboxOptions): Outbox {
     if (rewindCheckDue || passedOver()) return true;
     const now = clock.now();
     if (now - lastRewindCheck < stuckAfterMs) return false;
-    for (const since of drivingSince.values()) if (now - since >= stuckAfterMs) return true;
+    return waitedFor(now, stuckAfterMs);
+  }
+
+  /** Whether a row here has been driven for at least `ms`. */
+  function waitedFor(now: number, ms: number): boolean {
+    for (const { since } of driving.values()) if (now - since >= ms) return true;
     return false;
   }
 
@@ -336,9 +338,9 @@ export function createOutbox(options: OutboxOptions): Outbox {
       for (const filler of repair.fillers) track(filler, false);
       // Rows waiting here began a new wait: do not check again before they had time to be mined.
       const now = clock.now();
-      for (const id of drivingSince.keys()) {
-        drivingSince.set(id, now);
-        drivingFromBlock.set(id, head);
+      for (const row of driving.values()) {
+        row.since = now;
+        row.fromBlock = head;
       }
     })().finally(() => {
       repairing = undefined;
