@@ -93,6 +93,38 @@ function countingClient(): { client: OutboxClient; checks: () => number } {
   return { client, checks: () => checks };
 }
 
+/** Runs `fn` with automine off (a node that holds transactions in its pool), turning it back on after. */
+async function withoutAutomine<T>(fn: () => Promise<T>): Promise<T> {
+  await devnet.testClient.setAutomine(false);
+  try {
+    return await fn();
+  } finally {
+    await devnet.testClient.setAutomine(true);
+  }
+}
+
+/** Enqueues two probes, waits for their broadcast, and has the node lose both from its pool. */
+async function dropTwo(store: Store, outbox: Outbox, owners: [string, string]): Promise<number[]> {
+  await outbox.start();
+  const ids = [await outbox.enqueue(store, probe(owners[0])), await outbox.enqueue(store, probe(owners[1]))];
+  const signed = await Promise.all(ids.map((id) => outbox.waitForHash(id)));
+  for (const { hash } of signed) await devnet.testClient.dropTransaction({ hash });
+  await expect(devnet.publicClient.getTransaction({ hash: signed[0]!.hash })).rejects.toThrow();
+  return ids;
+}
+
+/** Each row confirmed under the hash it was first signed with (broadcast again, not re-signed), once. */
+async function expectRebroadcast(store: Store, outbox: Outbox, ids: readonly number[]): Promise<void> {
+  const outcomes = await Promise.all(ids.map((id) => outbox.waitFor(id)));
+  expect(outcomes.map((o) => o.status)).toEqual(ids.map(() => "confirmed"));
+  for (const id of ids) {
+    const row = await findOutboxRow(store, id);
+    expect(row?.replaced_hashes).toEqual([]);
+    expect(outcomes.find((o) => o.id === id)?.hash).toBe(row?.tx_hash);
+    expect(await deliveries(store, id)).toBe(1);
+  }
+}
+
 /** A zero-value call to an address without code: it always succeeds and moves nothing. */
 function probe(owner: string) {
   return { kind: "probe", owner, to: zeroAddress as Address, data: "0x" as const, gas: 30_000n };
@@ -192,31 +224,17 @@ describe("outbox on a chain that lost its transactions", () => {
     const key = keyOf(3);
     const outbox = outboxOver(store, key);
     const nonceBefore = await devnet.publicClient.getTransactionCount({ address: key.address });
-    await devnet.testClient.setAutomine(false);
-    try {
-      await outbox.start();
-      const ids = [await outbox.enqueue(store, probe("a")), await outbox.enqueue(store, probe("b"))];
-      const signed = await Promise.all(ids.map((id) => outbox.waitForHash(id)));
-      // The node loses both before mining them.
-      for (const { hash } of signed) await devnet.testClient.dropTransaction({ hash });
-      await expect(devnet.publicClient.getTransaction({ hash: signed[0]!.hash })).rejects.toThrow();
-    } finally {
-      await devnet.testClient.setAutomine(true);
-    }
+    // The node loses both before mining them.
+    await withoutAutomine(() => dropTwo(store, outbox, ["a", "b"]));
     const rows = await store.query<{ id: string }>(
       "SELECT id FROM tx_outbox WHERE sender = $1 AND kind = 'probe' ORDER BY id",
       [key.address.toLowerCase()],
     );
-    const ids = rows.map((r) => Number(r.id));
-    const outcomes = await Promise.all(ids.map((id) => outbox.waitFor(id)));
-    expect(outcomes.map((o) => o.status)).toEqual(["confirmed", "confirmed"]);
-    for (const id of ids) {
-      const row = await findOutboxRow(store, id);
-      // Mined under the hash it was first signed with: broadcast again, not re-signed.
-      expect(row?.replaced_hashes).toEqual([]);
-      expect(outcomes.find((o) => o.id === id)?.hash).toBe(row?.tx_hash);
-      expect(await deliveries(store, id)).toBe(1);
-    }
+    await expectRebroadcast(
+      store,
+      outbox,
+      rows.map((r) => Number(r.id)),
+    );
     expect(await devnet.publicClient.getTransactionCount({ address: key.address })).toBe(nonceBefore + 2);
     expect(await fillers(store)).toBe(0);
   }, 120_000);
@@ -229,13 +247,8 @@ describe("outbox on a chain that lost its transactions", () => {
     const { client, checks } = countingClient();
     const outbox = outboxOver(store, key, { stuckAfterMs: 120_000, client });
     const nonceBefore = await devnet.publicClient.getTransactionCount({ address: key.address });
-    let ids: number[];
-    await devnet.testClient.setAutomine(false);
-    try {
-      await outbox.start();
-      ids = [await outbox.enqueue(store, probe("c")), await outbox.enqueue(store, probe("d"))];
-      const signed = await Promise.all(ids.map((id) => outbox.waitForHash(id)));
-      for (const { hash } of signed) await devnet.testClient.dropTransaction({ hash });
+    const ids = await withoutAutomine(async () => {
+      const dropped = await dropTwo(store, outbox, ["c", "d"]);
       // One block without them could be one they reached the node too late for: no check yet (two
       // head reads' worth of waiting).
       await devnet.testClient.mine({ blocks: 1 });
@@ -243,16 +256,9 @@ describe("outbox on a chain that lost its transactions", () => {
       expect(checks()).toBe(0);
       // The next is a whole block after the one they could first have been in.
       await devnet.testClient.mine({ blocks: 1 });
-    } finally {
-      await devnet.testClient.setAutomine(true);
-    }
-    const outcomes = await Promise.all(ids.map((id) => outbox.waitFor(id)));
-    expect(outcomes.map((o) => o.status)).toEqual(["confirmed", "confirmed"]);
-    for (const id of ids) {
-      const row = await findOutboxRow(store, id);
-      expect(row?.replaced_hashes).toEqual([]);
-      expect(await deliveries(store, id)).toBe(1);
-    }
+      return dropped;
+    });
+    await expectRebroadcast(store, outbox, ids);
     expect(await devnet.publicClient.getTransactionCount({ address: key.address })).toBe(nonceBefore + 2);
   }, 20_000);
 
@@ -261,18 +267,15 @@ describe("outbox on a chain that lost its transactions", () => {
     const key = keyOf(4);
     const { client, checks } = countingClient();
     const outbox = outboxOver(store, key, { stuckAfterMs: 120_000, client });
-    await devnet.testClient.setAutomine(false);
-    let id: number;
-    try {
+    const id = await withoutAutomine(async () => {
       await outbox.start();
-      id = await outbox.enqueue(store, probe("e"));
-      await outbox.waitForHash(id);
+      const queued = await outbox.enqueue(store, probe("e"));
+      await outbox.waitForHash(queued);
       // Three head reads' worth of waiting on a chain that mines nothing.
       await new Promise((resolve) => setTimeout(resolve, 3_000));
       expect(checks()).toBe(0);
-    } finally {
-      await devnet.testClient.setAutomine(true);
-    }
+      return queued;
+    });
     await devnet.testClient.mine({ blocks: 1 });
     expect((await outbox.waitFor(id)).status).toBe("confirmed");
   }, 20_000);
