@@ -1,10 +1,31 @@
 import fc from "fast-check";
 import { keccak256, stringToBytes } from "viem";
-import { describe, expect, it } from "vitest";
-import { keccak256Bytes, keccak256Hex, keccak256OfText } from "./fastKeccak.ts";
+import { beforeAll, describe, expect, it } from "vitest";
+import {
+  keccak256Bytes,
+  keccak256Hex,
+  keccak256HexInJavaScript,
+  keccak256OfText,
+  keccakImplementation,
+  keccakReady,
+} from "./fastKeccak.ts";
 import { memoNonce } from "./memo.ts";
 
 describe("the hot paths' keccak256", () => {
+  beforeAll(async () => {
+    await keccakReady;
+  });
+
+  it("answers with the WebAssembly keccak once it is compiled, and its JavaScript fallback agrees", () => {
+    expect(keccakImplementation()).toBe("wasm");
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 600 }), (bytes) => {
+        expect(keccak256HexInJavaScript(bytes)).toBe(keccak256(bytes));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
   it("keccak256OfText equals viem's keccak256 of the UTF-8 bytes for any text, memos, non-ASCII and lone surrogates included", () => {
     fc.assert(
       fc.property(fc.string({ unit: "grapheme", maxLength: 600 }), (text) => {

@@ -96,7 +96,7 @@ export function privateKeyAccount(privateKey: Hex): LocalAccount<"privateKey"> {
       return serializeSignature(signHash(hexToBytes(hash), secret));
     },
     async signTransaction(transaction, options) {
-      // The gas key's plain EIP-1559 transactions: encoded once into bytes, hashed with js-sha3.
+      // The gas key's plain EIP-1559 transactions: encoded once into bytes, hashed by fastKeccak.ts.
       const plain = options?.serializer === undefined ? asPlainEip1559(transaction) : undefined;
       if (plain !== undefined) {
         const signature = signHash(keccak256Bytes(encodeEip1559(plain)), secret);

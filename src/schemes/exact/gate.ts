@@ -139,7 +139,7 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
       const minimumAmount = cheapestOffer(route.offers);
       if (minimumAmount === undefined)
         return refusal(logger, method, path, "this request is not sold for a one-time payment");
-      // Computed once per request (one keccak256 of the memo, js-sha3 through `memoNonce`).
+      // Computed once per request (one keccak256 of the memo, through `memoNonce`: fastKeccak.ts).
       const replayKey = proofReplayKey(proof);
       try {
         const terms = checkProofTerms(proof, {
