@@ -5,8 +5,8 @@
  * recovered signature and one per transaction it signs.
  *
  * Two implementations, same function, same output (a property test compares both with viem's):
- * hash-wasm's WebAssembly keccak, about 3–4× faster than js-sha3 on a memo (2.3 against 8–10 µs in a
- * loop here, 2× that in place on the gate's path), and js-sha3 in JavaScript, which answers until the
+ * hash-wasm's WebAssembly keccak, 4–6× faster than js-sha3 (a memo 1.5 against 7.6 µs, a 33 KB batch
+ * transaction 118 against 691 µs: docs/benchmarks.md), and js-sha3 in JavaScript, which answers until the
  * WebAssembly module is compiled (it starts compiling when this module loads; `keccakReady` resolves
  * once it is in use) and for good where WebAssembly cannot run. Both are synchronous, so callers never
  * wait. No `Buffer` is required, so payers outside Node can use it as well.
