@@ -4,9 +4,15 @@ import { createRequire } from "node:module";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { PGlite, type Transaction } from "@electric-sql/pglite";
+import type { Logger } from "pino";
 import { assertSchemaName } from "./assertSchemaName.ts";
 import { type LockDataDirOptions, lockDataDir } from "./lockDataDir.ts";
 import { notificationChannel } from "./notificationChannel.ts";
+import {
+  type MaintenancePass,
+  type PgliteMaintenanceOptions,
+  startPgliteMaintenance,
+} from "./pgliteMaintenance.ts";
 import { PgliteStatements } from "./pgliteStatements.ts";
 import { ensurePrivateDir, tightenTree } from "./privateFiles.ts";
 import type { Queryable, SqlParam, Store } from "./store.ts";
@@ -25,7 +31,8 @@ const NUMERIC_OID = 1700;
  *   anyway: resident memory drops by ~120 MB (docs/facilitator.md, "At rest");
  * - every prepared statement planned for its parameters (pgliteStatements.ts), as PostgreSQL plans
  *   the pg driver's unnamed statements: a generic plan, which PostgreSQL would switch to after five
- *   runs, cannot see that a queue's rows are nearly all in one state and scans a growing table.
+ *   runs, cannot see that a queue's rows are nearly all in one state and scans a growing table
+ *   (pgliteMaintenance.test.ts shows one, once the maintenance pass has given the planner statistics).
  */
 const startParams = [
   ...PGlite.defaultStartParams,
@@ -78,7 +85,16 @@ export async function createPgliteStore(options: {
   lock?: LockDataDirOptions | undefined;
   /** An in-memory database's starting contents, a `dumpDataDir()` tarball (test stores, createTestStore.ts). */
   loadDataDir?: Blob | undefined;
-}): Promise<Store & { dumpDataDir(): Promise<Blob> }> {
+  /** When to vacuum and analyse (pgliteMaintenance.ts); `false` never does on its own. */
+  maintenance?: PgliteMaintenanceOptions | false | undefined;
+  logger?: Logger | undefined;
+}): Promise<
+  Store & {
+    dumpDataDir(): Promise<Blob>;
+    /** Vacuums and analyses the tables past PostgreSQL's autovacuum thresholds, now. */
+    maintain(): Promise<MaintenancePass>;
+  }
+> {
   const schema = options.schema === undefined ? undefined : assertSchemaName(options.schema);
   const inMemory = options.dataDir.startsWith("memory://");
   let unlock = () => {};
@@ -111,14 +127,24 @@ export async function createPgliteStore(options: {
   // Parameterised statements run prepared (pgliteStatements.ts) under PGlite's own locks: one
   // statement at a time, and outside a transaction only while none is open.
   const statements = new PgliteStatements(db);
+  // Statements run through the store, for the maintenance pass to tell a quiet store from a busy one.
+  let activity = 0;
+  const maintenance = startPgliteMaintenance({
+    db,
+    activity: () => activity,
+    settings: options.maintenance,
+    logger: options.logger,
+  });
   const direct: Queryable = {
     query<Row>(sql: string, params: readonly SqlParam[] = []) {
+      activity++;
       const values = toSqlParams(params);
       return db._runExclusiveTransaction(() =>
         db._runExclusiveQuery(() => statements.run<Row>(sql, values, false)),
       );
     },
     async exec(sql: string) {
+      activity++;
       await db.exec(statements.forget() + sql);
     },
   };
@@ -147,6 +173,7 @@ export async function createPgliteStore(options: {
     },
     transaction(fn) {
       scope.assertOutside("transaction");
+      activity++;
       return db.transaction((tx) => {
         let open = true;
         return scope.run(() => fn(inTransaction(tx, () => open))).finally(() => (open = false));
@@ -166,8 +193,13 @@ export async function createPgliteStore(options: {
         `${statements.forget()}DROP SCHEMA IF EXISTS ${schema} CASCADE; SET search_path TO public`,
       );
     },
+    maintain() {
+      scope.assertOutside("maintain");
+      return maintenance.runNow();
+    },
     async close() {
       try {
+        await maintenance.stop();
         if (!db.closed) await db.close();
         // Files PGlite created while open (WAL segments, new relations) are 0666 until now.
         if (!inMemory) tightenTree(options.dataDir);

@@ -28,6 +28,8 @@ export async function createStore(options: StoreOptions = {}): Promise<Store> {
           dataDir: options.dataDir ?? defaultDataDir,
           schema: options.schema,
           lock: options.lock,
+          maintenance: options.maintenance,
+          logger: options.logger,
         });
   if (options.migrate !== false) {
     try {

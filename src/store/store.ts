@@ -13,6 +13,7 @@
  */
 import type { Logger } from "pino";
 import type { LockDataDirOptions } from "./lockDataDir.ts";
+import type { PgliteMaintenanceOptions } from "./pgliteMaintenance.ts";
 
 /** A value that may be bound to a `$n` placeholder. */
 export type SqlParam =
@@ -71,6 +72,11 @@ export type StoreOptions = {
   dataDir?: string | undefined;
   /** PGlite on disk: how long to wait for another holder of `dataDir` (default: refuse at once). */
   lock?: LockDataDirOptions | undefined;
+  /**
+   * PGlite: when to vacuum and analyse its tables, which PGlite has no autovacuum for (default: every
+   * 30 s look for a quiet moment, at most 5 min apart under load; `false`: never on its own).
+   */
+  maintenance?: PgliteMaintenanceOptions | false | undefined;
   /** Put every table into this schema (created if missing). Lowercase letters, digits, `_`. */
   schema?: string | undefined;
   /** Apply pending migrations before returning (default true). */
