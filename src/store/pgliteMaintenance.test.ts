@@ -1,3 +1,5 @@
+import { Writable } from "node:stream";
+import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createPgliteStore } from "./createPgliteStore.ts";
 import type { Store } from "./store.ts";
@@ -51,7 +53,17 @@ afterEach(async () => {
 
 describe("embedded store maintenance", () => {
   it("vacuums and analyses the tables past the autovacuum thresholds, and only those", async () => {
-    const store = await storeWith({ dataDir: "memory://", maintenance: false });
+    const lines: { level: number; msg: string; vacuumed?: string[] }[] = [];
+    const logger = pino(
+      { level: "debug" },
+      new Writable({
+        write(chunk: Buffer, _encoding, done) {
+          for (const line of chunk.toString().split("\n").filter(Boolean)) lines.push(JSON.parse(line));
+          done();
+        },
+      }),
+    );
+    const store = await storeWith({ dataDir: "memory://", maintenance: false, logger });
     await churn(store, 2_000, 3);
     await store.exec("CREATE TABLE t_quiet (id int PRIMARY KEY)");
     await store.query("INSERT INTO t_quiet VALUES (1), (2)");
@@ -69,8 +81,14 @@ describe("embedded store maintenance", () => {
     expect(after.last_analyze).toBeInstanceOf(Date);
     expect(after.reltuples).toBe(2_000);
 
-    // Nothing changed since: nothing to do.
+    // What the pass did is in the log (at info instead of debug when it held the store long).
+    expect(lines.filter((line) => line.msg.startsWith("embedded store maintained"))).toEqual([
+      expect.objectContaining({ vacuumed: ["t_queue"] }),
+    ]);
+
+    // Nothing changed since: nothing to do, nothing logged.
     expect(await store.maintain()).toMatchObject({ vacuumed: [], analysed: [] });
+    expect(lines.filter((line) => line.msg.startsWith("embedded store maintained"))).toHaveLength(1);
   });
 
   it("keeps the store's prepared statements and works in a schema of its own", async () => {
