@@ -64,7 +64,11 @@ export async function createTestStore(
   if (options.databaseUrl === undefined || options.databaseUrl === "") {
     if (options.migrate === false)
       return createStore({ dataDir: "memory://", logger: options.logger, migrate: false });
-    const store = await createPgliteStore({ dataDir: "memory://", loadDataDir: await migratedTemplate() });
+    const store = await createPgliteStore({
+      dataDir: "memory://",
+      loadDataDir: await migratedTemplate(),
+      logger: options.logger,
+    });
     try {
       // Nothing left to apply; still checks the template against the migrations, as a fresh store would.
       await migrate(store, { logger: options.logger });
