@@ -135,11 +135,11 @@ describe("embedded store maintenance", () => {
   it("runs a pass on its own once the store is quiet, and not while it is busy", async () => {
     const store = await storeWith({
       dataDir: "memory://",
-      maintenance: { intervalMs: 40, maxDeferMs: 60_000 },
+      maintenance: { intervalMs: 100, maxDeferMs: 60_000 },
     });
     await churn(store, 1_000, 2);
-    // Busy: a statement between every two looks, for ten looks.
-    const busyUntil = Date.now() + 400;
+    // Busy: statements every few ms, for ten looks.
+    const busyUntil = Date.now() + 1_000;
     while (Date.now() < busyUntil) {
       await store.query("UPDATE t_queue SET tries = tries + 1 WHERE id = $1", [1]);
       await new Promise((resolve) => setTimeout(resolve, 5));
@@ -147,7 +147,7 @@ describe("embedded store maintenance", () => {
     expect((await statsOf(store)).last_vacuum).toBeNull();
     // Quiet: the next looks find nothing new and run the pass.
     const vacuumed = await until(async () => {
-      await new Promise((resolve) => setTimeout(resolve, 150));
+      await new Promise((resolve) => setTimeout(resolve, 250));
       return (await statsOf(store)).last_vacuum !== null;
     }, 5_000);
     expect(vacuumed).toBe(true);

@@ -47,8 +47,8 @@ const ANALYZE_SCALE = 0.1;
 /**
  * Transaction ids a table's or the database's oldest unfrozen row may be behind before it is vacuumed
  * whatever its counts: PostgreSQL's `vacuum_freeze_table_age`, at which a vacuum freezes every page.
- * PostgreSQL stops taking writes at ~2 000 million; an embedded store on ~10 transactions a payment
- * reaches this after ~15 million payments.
+ * PostgreSQL stops taking writes at ~2 000 million; a store that writes ten transactions per payment
+ * reaches this age after 15 million payments.
  */
 const FREEZE_AGE = 150_000_000;
 
