@@ -2,10 +2,9 @@ import { randomBytes } from "node:crypto";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Writable } from "node:stream";
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isTollgateError } from "../protocol/errors.ts";
+import { capturingLogger } from "./capturingLogger.ts";
 import { createStore } from "./createStore.ts";
 import { loadMigrations, type Migration, migrate } from "./migrate.ts";
 import type { Store } from "./store.ts";
@@ -21,25 +20,6 @@ const three = [
   migration(1, "a", "CREATE TABLE m_items (id int PRIMARY KEY)"),
   migration(2, "b", "ALTER TABLE m_items ADD COLUMN amount numeric(78,0); INSERT INTO m_items VALUES (1, 5)"),
 ];
-
-function capturingLogger(): { logger: pino.Logger; lines: () => Record<string, unknown>[] } {
-  const chunks: string[] = [];
-  const stream = new Writable({
-    write(chunk, _encoding, done) {
-      chunks.push(String(chunk));
-      done();
-    },
-  });
-  return {
-    logger: pino({ level: "debug" }, stream),
-    lines: () =>
-      chunks
-        .join("")
-        .split("\n")
-        .filter(Boolean)
-        .map((line) => JSON.parse(line) as Record<string, unknown>),
-  };
-}
 
 describe("loadMigrations", () => {
   let dir: string;
