@@ -1,12 +1,16 @@
 /**
  * The chain watch on a devnet: a log of a watched address reaches its listener over anvil's WebSocket,
  * and releasing the watch closes the socket without reporting a failure (the facilitator logged two
- * warnings at every stop).
+ * warnings at every stop). A node that goes away and comes back costs one warning, and the watch
+ * subscribes again on its own socket.
  */
 import { Writable } from "node:stream";
+import { inspect } from "node:util";
 import pino from "pino";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Devnet, startDevnet } from "../chain/startDevnet.ts";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { type Anvil, startAnvil } from "../chain/startAnvil.ts";
+import { type Devnet, setUpDevnet, startDevnet } from "../chain/startDevnet.ts";
+import { capturingLogger } from "../store/capturingLogger.ts";
 import { acquireChainWatch } from "./chainWatch.ts";
 
 let devnet: Devnet;
@@ -49,5 +53,52 @@ describe("acquireChainWatch", () => {
     release();
     await new Promise((r) => setTimeout(r, 300));
     expect(lines.filter((l) => l.level >= 40).map((l) => l.msg)).toEqual([]);
+  });
+
+  it("reports a node that went away once, and subscribes again on a new socket when it is back", async () => {
+    // A node of its own, on a port it comes back on; the same deployer deploys the same addresses.
+    let anvil: Anvil = await startAnvil({ accounts: 2 });
+    const port = anvil.port;
+    let node = await setUpDevnet(anvil.rpcUrl, 2, 10n ** 12n, () => anvil.stop());
+    const printed: string[] = [];
+    const console_ = vi.spyOn(console, "error").mockImplementation((...args: unknown[]) => {
+      printed.push(inspect(args));
+    });
+    const { logger, lines } = capturingLogger();
+    const { watch, release } = acquireChainWatch(node.publicClient, logger, { resubscribeMs: 200 });
+    try {
+      let told = 0;
+      watch.watch(node.contracts.usd, () => {
+        told++;
+      });
+      await expect.poll(() => told, { timeout: 10_000 }).toBeGreaterThan(0);
+
+      await anvil.stop();
+      // Down for a dozen resubscription attempts.
+      await new Promise((resolve) => setTimeout(resolve, 2_500));
+      anvil = await startAnvil({ accounts: 2, port });
+      node = await setUpDevnet(anvil.rpcUrl, 2, 10n ** 12n, () => anvil.stop());
+      await expect
+        .poll(() => lines().some((line) => line.msg === "chain log subscription restored"), {
+          timeout: 10_000,
+        })
+        .toBe(true);
+      const before = told;
+      await node.fund(node.accounts[1]!.address, { usd: 1n });
+      await expect.poll(() => told, { timeout: 10_000 }).toBeGreaterThan(before);
+
+      // One warning for the outage, its attempts at debug; nothing printed beside the log.
+      const warnings = lines().filter((line) => Number(line.level) >= 40);
+      expect(warnings.map((line) => line.msg)).toHaveLength(1);
+      const attempts = lines().filter(
+        (line) => Number(line.level) === 20 && String(line.msg).startsWith("cannot subscribe to chain logs"),
+      );
+      expect(attempts.length).toBeGreaterThan(3);
+      expect(printed.filter((text) => text.includes(`:${port}`))).toEqual([]);
+    } finally {
+      release();
+      console_.mockRestore();
+      await anvil.stop();
+    }
   });
 });

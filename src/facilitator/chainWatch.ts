@@ -61,12 +61,17 @@ const watches = new WeakMap<object, { watch: ChainWatch; users: number; close():
 export function acquireChainWatch(
   client: WatchedClient,
   logger: Logger,
+  options: { resubscribeMs?: number } = {},
 ): { watch: ChainWatch; release(): void } {
   let entry = watches.get(client);
   if (entry === undefined) {
     const chainId = client.chain?.id;
     const devnet = chainId !== undefined && getNetworkConfig(`eip155:${chainId}`)?.isDevnet === true;
-    const created = createChainWatch(client, { devnet, logger });
+    const created = createChainWatch(client, {
+      devnet,
+      logger,
+      resubscribeMs: options.resubscribeMs ?? RESUBSCRIBE_MS,
+    });
     entry = { watch: created, users: 0, close: created.close };
     watches.set(client, entry);
   }
@@ -91,7 +96,7 @@ const RESUBSCRIBE_MS = 5_000;
 
 function createChainWatch(
   client: WatchedClient,
-  options: { devnet: boolean; logger: Logger },
+  options: { devnet: boolean; logger: Logger; resubscribeMs: number },
 ): ChainWatch & { close(): void } {
   const log = options.logger.child({ component: "chain-watch" });
   const listeners = new Set<Listener>();
@@ -105,6 +110,13 @@ function createChainWatch(
   /** Closes the socket (viem keeps one per URL; only `close` ends it). */
   let closeSocket: (() => void) | undefined;
   let subscribedTo = "";
+  /** Whether the subscription is down: its outage was reported once, at warn; the rest go to debug. */
+  let failing = false;
+  const failed = (error: unknown, message: string) => {
+    if (failing) log.debug({ err: error, url: wsUrl }, message);
+    else log.warn({ err: error, url: wsUrl }, message);
+    failing = true;
+  };
 
   const tellAll = () => {
     for (const l of listeners) l.fn();
@@ -126,9 +138,18 @@ function createChainWatch(
     if (wanted.length === 0) return;
     const socket = createPublicClient({
       chain: client.chain,
-      transport: webSocket(wsUrl, { retryCount: 0, timeout: 5_000 }),
+      // Reconnecting is the watch's own (`retry`): viem's would also print each failed attempt to the
+      // console, and keep reconnecting a socket the watch no longer holds.
+      transport: webSocket(wsUrl, { retryCount: 0, timeout: 5_000, reconnect: false }),
     });
     try {
+      // The socket first, held: however this attempt ends, the watch can close it.
+      const rpc = await socket.transport.getRpcClient();
+      closeSocket = () => rpc.close();
+      if (closed) {
+        closeSocket();
+        return;
+      }
       const { unsubscribe } = await socket.transport.subscribe({
         params: ["logs", { address: wanted as Address[] }],
         onData: (data: object) => {
@@ -141,12 +162,10 @@ function createChainWatch(
         onError: (error: unknown) => {
           // Closing the watch closes the socket, which reports itself closed: not a failure.
           if (closed) return;
-          log.warn({ err: error }, "chain log subscription failed; followers read on their backstop");
+          failed(error, "chain log subscription failed; followers read on their backstop");
           retry();
         },
       });
-      const rpc = await socket.transport.getRpcClient();
-      closeSocket = () => rpc.close();
       stopSubscription = () => {
         unsubscribe().catch(() => undefined);
       };
@@ -154,15 +173,22 @@ function createChainWatch(
         closeSocket();
         return;
       }
-      if (closed || subscribedTo !== key) {
+      if (subscribedTo !== key) {
         stopSubscription();
         return;
       }
-      // Whatever happened before the subscription began is read now.
+      if (failing) {
+        failing = false;
+        log.info({ url: wsUrl }, "chain log subscription restored");
+      }
+      // Whatever happened before the subscription began (or while it was down) is read now.
       tellAll();
     } catch (error) {
-      if (closed) return;
-      log.warn({ err: error, url: wsUrl }, "cannot subscribe to chain logs over WebSocket; retrying");
+      if (closed) {
+        closeSocket?.();
+        return;
+      }
+      failed(error, "cannot subscribe to chain logs over WebSocket; retrying");
       retry();
     }
   }
@@ -170,12 +196,15 @@ function createChainWatch(
   function retry(): void {
     stopSubscription?.();
     stopSubscription = undefined;
+    // A socket that failed is not used again: the next attempt opens its own.
+    closeSocket?.();
+    closeSocket = undefined;
     subscribedTo = "";
     if (closed || timer !== undefined) return;
     timer = setTimeout(() => {
       timer = undefined;
       void subscribe();
-    }, RESUBSCRIBE_MS);
+    }, options.resubscribeMs);
     timer.unref?.();
   }
 
