@@ -38,9 +38,9 @@ export default defineConfig({
           include,
           exclude: [...configDefaults.exclude, ...isolated],
           // Files run one after another in a worker that keeps its module cache: importing viem,
-          // LangChain and the store once per worker instead of once per file takes about a third
-          // off the suite. Every file still starts and stops its own devnet and
-          // stores; a file that leaves a timer or a connection behind shows in the files after it.
+          // LangChain and the store once per worker instead of once per file takes about a quarter
+          // off the suite. Every file still starts and stops its own devnet and stores; a file that
+          // leaves a timer or a connection behind shows in the files after it.
           isolate: false,
         },
       },
