@@ -16,6 +16,7 @@ import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build, type Plugin } from "esbuild";
+import { commandSummary } from "./runCli.ts";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const commandsDir = join(root, "src/cli/commands");
@@ -28,17 +29,24 @@ function commandNames(): string[] {
     .sort();
 }
 
-/** The entry: the command table, each command imported when it runs. */
+/** The entry: the command table, each command imported when it runs, and their summaries. */
 function entrySource(): string {
-  const table = commandNames()
+  const names = commandNames();
+  const table = names
     .map(
       (name) =>
         `  ${JSON.stringify(name)}: () => import(${JSON.stringify(`./src/cli/commands/${name}.ts`)}),`,
     )
     .join("\n");
+  const summaries = Object.fromEntries(
+    names.flatMap((name) => {
+      const summary = commandSummary(readFileSync(join(commandsDir, `${name}.ts`), "utf8"));
+      return summary === undefined ? [] : [[name, summary]];
+    }),
+  );
   return [
     `import { runCliProcess } from "./src/cli/runCli.ts";`,
-    `runCliProcess(process.argv.slice(2), {\n${table}\n});`,
+    `runCliProcess(process.argv.slice(2), {\n${table}\n}, ${JSON.stringify(summaries)});`,
   ].join("\n");
 }
 

@@ -10,32 +10,59 @@ export type CommandModule = { summary: string; run(argv: string[]): Promise<numb
 /** Command name → its module, imported only when that command runs. */
 export type CommandLoaders = Readonly<Record<string, () => Promise<CommandModule>>>;
 
+/** Command name → its `summary`, when known without importing the command (`commandSummary`). */
+export type CommandSummaries = Readonly<Record<string, string>>;
+
+/**
+ * A command's `summary` read from its source, without running it: the string literal of
+ * `export const summary = "…";`. `undefined` when the file writes it any other way (the usage then
+ * imports that command, as it did for every command before).
+ */
+export function commandSummary(source: string): string | undefined {
+  const literal = /^export const summary\s*=\s*("(?:[^"\\\n]|\\.)*")\s*;/m.exec(source)?.[1];
+  if (literal === undefined) return undefined;
+  try {
+    return JSON.parse(literal) as string;
+  } catch {
+    return undefined;
+  }
+}
+
 /** What `node:util` `parseArgs` throws for a flag it does not know or a value it lacks. */
 function isArgumentError(error: unknown): error is Error {
   return error instanceof Error && /^ERR_PARSE_ARGS_/.test(String((error as { code?: unknown }).code));
 }
 
-async function usage(commands: CommandLoaders): Promise<string> {
+async function usage(commands: CommandLoaders, summaries: CommandSummaries): Promise<string> {
   const names = Object.keys(commands).sort();
   const width = Math.max(...names.map((n) => n.length));
+  // A command's module (and everything it imports: LangChain, PGlite…) is loaded here only when its
+  // summary could not be read without it.
   const lines = await Promise.all(
-    names.map(async (n) => `  ${n.padEnd(width)}  ${(await commands[n]!()).summary}`),
+    names.map(
+      async (n) =>
+        `  ${n.padEnd(width)}  ${Object.hasOwn(summaries, n) ? summaries[n] : (await commands[n]!()).summary}`,
+    ),
   );
   return ["usage: tollgate <command> [options]", "", "commands:", ...lines].join("\n");
 }
 
 /** Runs one command line; resolves with the exit code. */
-export async function runCli(argv: string[], commands: CommandLoaders): Promise<number> {
+export async function runCli(
+  argv: string[],
+  commands: CommandLoaders,
+  summaries: CommandSummaries = {},
+): Promise<number> {
   const [first, ...after] = argv;
   // `tollgate help <command>` is `tollgate <command> --help`.
   const [name, ...rest] = first === "help" && after[0] !== undefined ? [after[0], "--help"] : argv;
   if (name === undefined || name === "help" || name === "--help" || name === "-h") {
-    console.log(await usage(commands));
+    console.log(await usage(commands, summaries));
     return name === undefined ? 1 : 0;
   }
   const load = /^[a-z][a-z0-9-]*$/.test(name) && Object.hasOwn(commands, name) ? commands[name] : undefined;
   if (load === undefined) {
-    console.error(`tollgate: unknown command "${name}"\n\n${await usage(commands)}`);
+    console.error(`tollgate: unknown command "${name}"\n\n${await usage(commands, summaries)}`);
     return 2;
   }
   try {
@@ -48,8 +75,12 @@ export async function runCli(argv: string[], commands: CommandLoaders): Promise<
 }
 
 /** Runs the command line as the process: sets its exit code, or ends it on an error nothing caught. */
-export function runCliProcess(argv: string[], commands: CommandLoaders): void {
-  runCli(argv, commands).then(
+export function runCliProcess(
+  argv: string[],
+  commands: CommandLoaders,
+  summaries: CommandSummaries = {},
+): void {
+  runCli(argv, commands, summaries).then(
     (code) => {
       process.exitCode = code;
     },
