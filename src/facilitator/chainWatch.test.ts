@@ -4,9 +4,7 @@
  * warnings at every stop). A node that goes away and comes back costs one warning, and the watch
  * subscribes again on its own socket.
  */
-import { Writable } from "node:stream";
 import { inspect } from "node:util";
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type Anvil, startAnvil } from "../chain/startAnvil.ts";
 import { type Devnet, setUpDevnet, startDevnet } from "../chain/startDevnet.ts";
@@ -25,16 +23,7 @@ afterAll(async () => {
 
 describe("acquireChainWatch", () => {
   it("tells a listener of its address's logs over WebSocket, and closes quietly when released", async () => {
-    const lines: { level: number; msg: string }[] = [];
-    const logger = pino(
-      { level: "debug" },
-      new Writable({
-        write(chunk: Buffer, _encoding, done) {
-          for (const line of chunk.toString().split("\n").filter(Boolean)) lines.push(JSON.parse(line));
-          done();
-        },
-      }),
-    );
+    const { logger, lines } = capturingLogger();
     const { watch, release } = acquireChainWatch(devnet.publicClient, logger);
     expect(watch.mode()).toBe("websocket");
     let told = 0;
@@ -52,7 +41,11 @@ describe("acquireChainWatch", () => {
     stopOther();
     release();
     await new Promise((r) => setTimeout(r, 300));
-    expect(lines.filter((l) => l.level >= 40).map((l) => l.msg)).toEqual([]);
+    expect(
+      lines()
+        .filter((l) => Number(l.level) >= 40)
+        .map((l) => l.msg),
+    ).toEqual([]);
   });
 
   it("reports a node that went away once, and subscribes again on a new socket when it is back", async () => {
