@@ -12,38 +12,27 @@
  * file's URL seen from there, so a module that finds files beside it (migrations, dashboard assets)
  * finds them in `src/` as it does when run from source.
  */
-import { readdirSync, readFileSync, rmSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { dirname, join, relative, resolve, sep } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { build, type Plugin } from "esbuild";
-import { commandSummary } from "./runCli.ts";
+import { commandNamesIn, readCommandSummaries } from "./runCli.ts";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const commandsDir = join(root, "src/cli/commands");
 const ENTRY = "tollgate-cli-entry";
 
-function commandNames(): string[] {
-  return readdirSync(commandsDir)
-    .filter((file) => file.endsWith(".ts") && !file.endsWith(".test.ts"))
-    .map((file) => file.slice(0, -3))
-    .sort();
-}
-
 /** The entry: the command table, each command imported when it runs, and their summaries. */
 function entrySource(): string {
-  const names = commandNames();
+  const dir = pathToFileURL(`${commandsDir}/`);
+  const names = commandNamesIn(dir);
   const table = names
     .map(
       (name) =>
         `  ${JSON.stringify(name)}: () => import(${JSON.stringify(`./src/cli/commands/${name}.ts`)}),`,
     )
     .join("\n");
-  const summaries = Object.fromEntries(
-    names.flatMap((name) => {
-      const summary = commandSummary(readFileSync(join(commandsDir, `${name}.ts`), "utf8"));
-      return summary === undefined ? [] : [[name, summary]];
-    }),
-  );
+  const summaries = readCommandSummaries(dir, names);
   return [
     `import { runCliProcess } from "./src/cli/runCli.ts";`,
     `runCliProcess(process.argv.slice(2), {\n${table}\n}, ${JSON.stringify(summaries)});`,

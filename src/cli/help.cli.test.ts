@@ -8,11 +8,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { type CliResult, runCli } from "../../test/support/runCli.ts";
+import { commandNamesIn } from "./runCli.ts";
 
-const commands = readdirSync(new URL("./commands/", import.meta.url))
-  .filter((file) => file.endsWith(".ts") && !file.endsWith(".test.ts"))
-  .map((file) => file.slice(0, -3))
-  .sort();
+const commands = commandNamesIn(new URL("./commands/", import.meta.url));
 
 /** Subcommands asked for help: the usage is the command's, and nothing runs. */
 const subcommands: string[][] = [

@@ -4,23 +4,14 @@
  * and `tollgate --help` reads the summaries from the files instead of importing every command).
  * Adding a command is adding a file.
  */
-import { readdirSync, readFileSync } from "node:fs";
-import { type CommandLoaders, type CommandSummaries, commandSummary, runCliProcess } from "./runCli.ts";
+import { type CommandLoaders, commandNamesIn, readCommandSummaries, runCliProcess } from "./runCli.ts";
 
 const commandsDir = new URL("./commands/", import.meta.url);
-const files = readdirSync(commandsDir).filter((file) => file.endsWith(".ts") && !file.endsWith(".test.ts"));
+const names = commandNamesIn(commandsDir);
 
 /** Every `commands/<name>.ts` (tests aside), loaded only when it runs. */
 const commands: CommandLoaders = Object.fromEntries(
-  files.map((file) => [file.slice(0, -3), () => import(new URL(file, commandsDir).href)]),
+  names.map((name) => [name, () => import(new URL(`${name}.ts`, commandsDir).href)]),
 );
 
-/** The summaries the usage lists, from the files' text (a dozen small reads, well under a millisecond). */
-const summaries: CommandSummaries = Object.fromEntries(
-  files.flatMap((file) => {
-    const summary = commandSummary(readFileSync(new URL(file, commandsDir), "utf8"));
-    return summary === undefined ? [] : [[file.slice(0, -3), summary]];
-  }),
-);
-
-runCliProcess(process.argv.slice(2), commands, summaries);
+runCliProcess(process.argv.slice(2), commands, readCommandSummaries(commandsDir, names));

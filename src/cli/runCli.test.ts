@@ -3,20 +3,26 @@
  * read from the files' text (`commandSummary`), and each must be exactly what its module exports, or
  * the list would say something the command does not.
  */
-import { readdirSync, readFileSync } from "node:fs";
 import { describe, expect, it, vi } from "vitest";
-import { type CommandLoaders, type CommandModule, commandSummary, runCli } from "./runCli.ts";
+import {
+  type CommandLoaders,
+  type CommandModule,
+  commandNamesIn,
+  commandSummary,
+  readCommandSummaries,
+  runCli,
+} from "./runCli.ts";
 
 const commandsDir = new URL("./commands/", import.meta.url);
-const files = readdirSync(commandsDir).filter((file) => file.endsWith(".ts") && !file.endsWith(".test.ts"));
+const names = commandNamesIn(commandsDir);
 
 describe("commandSummary", () => {
   it("reads every command's summary from its file exactly as its module exports it", async () => {
-    expect(files.length).toBeGreaterThan(5);
-    for (const file of files) {
-      const read = commandSummary(readFileSync(new URL(file, commandsDir), "utf8"));
-      const module = (await import(new URL(file, commandsDir).href)) as CommandModule;
-      expect({ file, summary: read }).toEqual({ file, summary: module.summary });
+    expect(names.length).toBeGreaterThan(5);
+    const read = readCommandSummaries(commandsDir, names);
+    for (const name of names) {
+      const module = (await import(new URL(`${name}.ts`, commandsDir).href)) as CommandModule;
+      expect({ name, summary: read[name] }).toEqual({ name, summary: module.summary });
     }
   });
 

@@ -3,6 +3,7 @@
  * process's exit code. `main.ts` gives it the command files it finds beside it; the built CLI
  * (`npm run build`, docs/operations.md) gives it the same commands, bundled.
  */
+import { readdirSync, readFileSync } from "node:fs";
 import { TollgateError } from "../protocol/errors.ts";
 
 export type CommandModule = { summary: string; run(argv: string[]): Promise<number> };
@@ -26,6 +27,24 @@ export function commandSummary(source: string): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** The commands in `dir` (a `file:` URL ending in `/`): every `<name>.ts` but tests, by name, sorted. */
+export function commandNamesIn(dir: URL): string[] {
+  return readdirSync(dir)
+    .filter((file) => file.endsWith(".ts") && !file.endsWith(".test.ts"))
+    .map((file) => file.slice(0, -3))
+    .sort();
+}
+
+/** The summaries `commandSummary` reads from the files of `names` in `dir` (a dozen small reads). */
+export function readCommandSummaries(dir: URL, names: readonly string[]): CommandSummaries {
+  return Object.fromEntries(
+    names.flatMap((name) => {
+      const summary = commandSummary(readFileSync(new URL(`${name}.ts`, dir), "utf8"));
+      return summary === undefined ? [] : [[name, summary]];
+    }),
+  );
 }
 
 /** What `node:util` `parseArgs` throws for a flag it does not know or a value it lacks. */
