@@ -56,7 +56,8 @@ const watches = new WeakMap<object, { watch: ChainWatch; users: number; close():
 
 /**
  * The chain watch shared by every follower of one client (created on first use, closed when its last
- * follower stops).
+ * follower stops). `resubscribeMs` (default 5 000, shorter in tests) is the wait between attempts after
+ * the socket fails; it applies to the watch this call creates, not to one already shared.
  */
 export function acquireChainWatch(
   client: WatchedClient,
