@@ -6,8 +6,9 @@
  */
 import { inspect } from "node:util";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { startTcpProxy } from "../../test/support/tcpProxy.ts";
 import { type Anvil, startAnvil } from "../chain/startAnvil.ts";
-import { type Devnet, setUpDevnet, startDevnet } from "../chain/startDevnet.ts";
+import { connectDevnet, type Devnet, setUpDevnet, startDevnet } from "../chain/startDevnet.ts";
 import { capturingLogger } from "../store/capturingLogger.ts";
 import { acquireChainWatch } from "./chainWatch.ts";
 
@@ -92,6 +93,45 @@ describe("acquireChainWatch", () => {
       release();
       console_.mockRestore();
       await anvil.stop();
+    }
+  });
+
+  it("gives up a socket whose connection was dropped under it, once, and subscribes again when the path is back", async () => {
+    // The node stays up; the path to it is cut, which drops the open socket with a subscription on its
+    // way. Closing a socket that has just failed makes it report its close to the watch again (each
+    // request and subscription still on it): that must not start another close.
+    const url = new URL(devnet.rpcUrl);
+    const proxy = await startTcpProxy({ host: url.hostname, port: Number(url.port) });
+    const client = connectDevnet(proxy.url, 2, async () => undefined).publicClient;
+    const { logger, lines } = capturingLogger();
+    const { watch, release } = acquireChainWatch(client, logger, { resubscribeMs: 200 });
+    try {
+      let told = 0;
+      watch.watch(devnet.contracts.usd, () => {
+        told++;
+      });
+      await expect.poll(() => told, { timeout: 10_000 }).toBeGreaterThan(0);
+      // A second follower: the watch subscribes again for both, and the path is cut under that request.
+      watch.watch(devnet.contracts.batchSettler, () => {});
+      await new Promise((resolve) => setImmediate(resolve));
+      await proxy.cut();
+      await expect
+        .poll(() => lines().filter((line) => Number(line.level) >= 40).length, { timeout: 10_000 })
+        .toBe(1);
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      await proxy.restore();
+      await expect
+        .poll(() => lines().some((line) => line.msg === "chain log subscription restored"), {
+          timeout: 10_000,
+        })
+        .toBe(true);
+      const before = told;
+      await devnet.fund(devnet.accounts[1]!.address, { usd: 1n });
+      await expect.poll(() => told, { timeout: 10_000 }).toBeGreaterThan(before);
+      expect(lines().filter((line) => Number(line.level) >= 40)).toHaveLength(1);
+    } finally {
+      release();
+      await proxy.close();
     }
   });
 });

@@ -195,12 +195,16 @@ function createChainWatch(
   }
 
   function retry(): void {
-    stopSubscription?.();
+    const stop = stopSubscription;
     stopSubscription = undefined;
-    // A socket that failed is not used again: the next attempt opens its own.
-    closeSocket?.();
+    stop?.();
+    // A socket that failed is not used again: the next attempt opens its own. Its handle is dropped
+    // before it is closed: closing reports the close to every request and subscription still on it,
+    // whose errors come back here, and must find nothing left to close.
+    const close = closeSocket;
     closeSocket = undefined;
     subscribedTo = "";
+    close?.();
     if (closed || timer !== undefined) return;
     timer = setTimeout(() => {
       timer = undefined;
