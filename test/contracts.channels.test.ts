@@ -173,6 +173,8 @@ describe("TollgateChannels", () => {
         closeDelay: CLOSE_DELAY,
         closeRequestedAt: 0n,
         closed: false,
+        // The salt's first 8 bytes: which of the payee's gates the channel is for.
+        tag: opened.args.salt.slice(0, 18),
       });
       expect(await balance(payer.address)).toBe(payerBefore - DEPOSIT);
       expect(await balance(channels)).toBeGreaterThanOrEqual(DEPOSIT);
@@ -253,7 +255,12 @@ describe("TollgateChannels", () => {
         token: usd,
         salt,
       });
-      expect(await read(id)).toMatchObject({ payer: payer.address, deposit: DEPOSIT, claimed: 0n });
+      expect(await read(id)).toMatchObject({
+        payer: payer.address,
+        deposit: DEPOSIT,
+        claimed: 0n,
+        tag: salt.slice(0, 18),
+      });
     });
 
     it("refuses to open a channel id twice, gasless or direct", async () => {

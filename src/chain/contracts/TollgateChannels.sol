@@ -46,6 +46,11 @@ contract TollgateChannels is EIP712, ReentrancyGuard {
         uint64 closeRequestedAt;
         address token;
         bool closed;
+        /// The salt's first 8 bytes, kept (in the slot `token` and `closed` leave free) so the payee's gates
+        /// can tell from the channel alone which of their voucher stores it was opened for: a payer opens
+        /// with a salt that starts with the tag a gate offers, and a gate serves only channels carrying its
+        /// own (docs/channels.md, "One voucher, one gate").
+        bytes8 tag;
         uint128 deposit;
         uint128 claimed;
         bytes32 sessionKeyX;
@@ -273,6 +278,7 @@ contract TollgateChannels is EIP712, ReentrancyGuard {
         c.deposit = uint128(amount);
         c.sessionKeyX = sessionKeyX;
         c.sessionKeyY = sessionKeyY;
+        c.tag = bytes8(salt);
         emit ChannelOpened(channelId, payer, payee, token, amount, sessionKeyX, sessionKeyY, closeDelay);
     }
 
