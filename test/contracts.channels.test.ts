@@ -284,6 +284,37 @@ describe("TollgateChannels", () => {
       expect(await revertOf(direct)).toBe("ChannelExists");
     });
 
+    it("refuses a close delay under an hour, gasless or direct, so a payer can never withdraw before the payee can claim; an hour opens", async () => {
+      const key = createTestSessionKey();
+      const direct = (closeDelay: bigint) =>
+        openChannel(wallet(payer), {
+          channels,
+          payee: payee.address,
+          token: usd,
+          amount: DEPOSIT,
+          sessionKeyX: key.x,
+          sessionKeyY: key.y,
+          closeDelay,
+          salt: nextSalt(),
+        });
+      await wait(await approveToken(wallet(payer), { token: usd, spender: channels, amount: DEPOSIT }));
+      for (const closeDelay of [0n, 1n, CLOSE_DELAY - 1n]) {
+        expect(await revertOf(direct(closeDelay))).toBe("InvalidTerms");
+      }
+      const { args } = await signOpen(payer, payee);
+      expect(await revertOf(openChannelWithAuthorization(wallet(relayer), { ...args, closeDelay: 0n }))).toBe(
+        "InvalidTerms",
+      );
+      expect(
+        await readContract(devnet.publicClient, {
+          address: channels,
+          abi: tollgateChannelsAbi,
+          functionName: "MIN_CLOSE_DELAY",
+        }),
+      ).toBe(CLOSE_DELAY);
+      await wait(await direct(CLOSE_DELAY));
+    });
+
     it("refuses an empty deposit, a zero session key and a close delay above 30 days", async () => {
       const key = createTestSessionKey();
       const base = {
@@ -648,6 +679,40 @@ describe("TollgateChannels", () => {
   });
 
   describe("bounded items", () => {
+    /** A channel in a token that burns every gas it is given once armed. */
+    async function openHostile(): Promise<OpenedChannel> {
+      const { abi, bytecode } = compileFixtureContracts("HostileChannelToken.sol").GasBurningChannelToken!;
+      const deployed = await wait(await deployContract(wallet(relayer), { abi, bytecode }));
+      const hostile = deployed.contractAddress!;
+      const call = async (functionName: string, args: readonly unknown[], by = payer) =>
+        wait(await writeContract(wallet(by), { address: hostile, abi, functionName, args } as never));
+      await call("mint", [payer.address, DEPOSIT]);
+      await call("approve", [channels, DEPOSIT]);
+      const key = createTestSessionKey();
+      const salt = nextSalt();
+      await wait(
+        await openChannel(wallet(payer), {
+          channels,
+          payee: payee.address,
+          token: hostile,
+          amount: DEPOSIT,
+          sessionKeyX: key.x,
+          sessionKeyY: key.y,
+          closeDelay: CLOSE_DELAY,
+          salt,
+        }),
+      );
+      await call("arm", []);
+      const id = computeChannelId({
+        ...domain(),
+        payer: payer.address,
+        payee: payee.address,
+        token: hostile,
+        salt,
+      });
+      return { id, key, payer, payee };
+    }
+
     it("fails the claim of a channel whose token burns gas alone, within a bounded gas", async () => {
       const { abi, bytecode } = compileFixtureContracts("HostileChannelToken.sol").GasBurningChannelToken!;
       const deployed = await wait(await deployContract(wallet(relayer), { abi, bytecode }));
@@ -689,23 +754,49 @@ describe("TollgateChannels", () => {
       expect(result.receipt.gasUsed).toBeLessThan(claimChannelsGasLimit(3));
     });
 
-    it("defers the items it cannot give their full gas instead of failing them; sent again, they pay", async () => {
+    it("defers the items a gas-burning token left too little gas for instead of failing them; sent again, they pay", async () => {
+      const bad = [await openHostile(), await openHostile(), await openHostile()];
       const opened = [await openGasless(), await openGasless(), await openGasless()];
-      const receipt = await wait(
-        await claimChannels(wallet(payee), {
-          channels,
-          claims: opened.map((c) => claim(c, 5_000n)),
-          gas: 240_000n,
-        }),
-      );
+      const claims = [...bad.map((c) => claim(c, 10_000n)), ...opened.map((c) => claim(c, 5_000n))];
+      // The least gas the contract starts this batch with (what estimation finds): enough for six honest
+      // items, not for three after three tokens that burn their whole TRANSFER_GAS.
+      const gas = await devnet.publicClient.estimateContractGas({
+        address: channels,
+        abi: tollgateChannelsAbi,
+        functionName: "claimMany",
+        args: [claims],
+        account: payee.account,
+      });
+      const receipt = await wait(await claimChannels(wallet(payee), { channels, claims, gas }));
       const { outcomes, deferred } = decodeChannelClaims(receipt.logs);
-      expect(outcomes.map((o) => o.ok)).toEqual([true]);
-      expect(deferred).toEqual({ firstIndex: 1, count: 2 });
-      const rest = await claimAll(
-        payee,
-        opened.slice(1).map((c) => claim(c, 5_000n)),
+      expect(outcomes.slice(0, 3).map((o) => (o.ok ? "ok" : o.reason))).toEqual(
+        Array(3).fill("TransferFailed"),
       );
+      expect(deferred?.firstIndex).toBeGreaterThanOrEqual(3);
+      const rest = await claimAll(payee, claims.slice(deferred!.firstIndex));
       expect(rest.outcomes.every((o) => o.ok)).toBe(true);
+    });
+
+    it("refuses a batch given less gas than its items need (never a mined no-op); the limit eth_estimateGas finds pays every item", async () => {
+      const opened = [await openGasless(), await openGasless(), await openGasless()];
+      const claims = opened.map((c) => claim(c, 5_000n));
+      const call = {
+        address: channels,
+        abi: tollgateChannelsAbi,
+        functionName: "claimMany",
+        args: [claims],
+        account: payee.account,
+      } as const;
+      // Before, the lowest gas at which the call succeeded deferred every item: estimating mined nothing.
+      expect(await revertOf(devnet.publicClient.simulateContract({ ...call, gas: 150_000n } as never))).toBe(
+        "ClaimGasTooLow",
+      );
+      const gas = await devnet.publicClient.estimateContractGas(call);
+      const receipt = await wait(await claimChannels(wallet(payee), { channels, claims, gas }));
+      const { outcomes, deferred } = decodeChannelClaims(receipt.logs);
+      expect(outcomes.map((o) => o.ok)).toEqual([true, true, true]);
+      expect(deferred).toBeUndefined();
+      for (const c of opened) expect((await read(c.id)).claimed).toBe(5_000n);
     });
   });
 

@@ -87,6 +87,17 @@ contract TollgateChannels is EIP712, ReentrancyGuard {
     uint256 public constant ITEM_GAS_REQUIRED = (TRANSFER_GAS * 64) / 63 + VERIFY_GAS + 40_000;
     /// Longest close delay a channel may have: 30 days.
     uint64 public constant MAX_CLOSE_DELAY = 30 days;
+    /// Shortest close delay a channel may have: 1 hour. The delay is the payee's only time to claim what it
+    /// served once the payer asks to close; a shorter one lets a payer request and withdraw (in one block at
+    /// a delay of 0) before any voucher can land. An hour covers a gate's claim margin (Tollgate's default
+    /// 10 minutes), the seconds it takes to notice the request, and a claim waiting out congestion or an
+    /// operator restart, whoever opened the channel. Payers who want out sooner close cooperatively.
+    uint64 public constant MIN_CLOSE_DELAY = 1 hours;
+    /// Gas an honest item uses at most (a first claim on a channel, a fresh payee balance; bench/gas.ts
+    /// measures about 35 000 in a batch of 100). `claimMany` needs ITEM_GAS_REQUIRED for its first item and
+    /// this much for each further one before it starts, so the lowest gas at which it succeeds (what
+    /// eth_estimateGas finds) attempts every item whose token behaves, never none.
+    uint256 public constant ITEM_GAS_TYPICAL = 80_000;
 
     /// Why a claim item paid nothing (ClaimFailed.reason).
     uint8 public constant FAILURE_NO_CHANNEL = 1;
@@ -134,6 +145,8 @@ contract TollgateChannels is EIP712, ReentrancyGuard {
     error TransferFailed(address token, address to, uint256 amount);
     error SignatureExpired(uint256 deadline);
     error InvalidSignature();
+    /// `claimMany` was given less gas than its items need before it starts (see ITEM_GAS_TYPICAL).
+    error ClaimGasTooLow(uint256 required);
 
     constructor() EIP712("Tollgate Channels", "1") {}
 
@@ -191,6 +204,9 @@ contract TollgateChannels is EIP712, ReentrancyGuard {
     // ---------------------------------------------------------------- operators
 
     /// @notice Lets `operator` claim and cooperatively close the caller's channels (per payee).
+    /// @dev An operator is trusted like the payee's own key for every channel of that payee: it may close one
+    /// at once with no new voucher (`closeWithVoucher` with an amount at or below `claimed`), which refunds
+    /// the payer and forfeits the vouchers not yet claimed. It cannot pay anyone but the payee and payer.
     function setOperator(address operator, bool allowed) external {
         isOperator[msg.sender][operator] = allowed;
         emit OperatorSet(msg.sender, operator, allowed);
@@ -265,7 +281,8 @@ contract TollgateChannels is EIP712, ReentrancyGuard {
     ) private returns (bytes32 channelId) {
         if (
             payer == address(0) || payee == address(0) || token.code.length == 0 || amount == 0
-                || amount > type(uint128).max || sessionKeyX == 0 || sessionKeyY == 0 || closeDelay > MAX_CLOSE_DELAY
+                || amount > type(uint128).max || sessionKeyX == 0 || sessionKeyY == 0 || closeDelay < MIN_CLOSE_DELAY
+                || closeDelay > MAX_CLOSE_DELAY
         ) revert InvalidTerms();
         channelId = channelIdOf(payer, payee, token, salt);
         Channel storage c = _channels[channelId];
@@ -296,9 +313,16 @@ contract TollgateChannels is EIP712, ReentrancyGuard {
     /// @notice Pays each item's `cumulativeAmount - claimed` to its channel's payee. The caller must be the
     /// payee or its operator for each item. An item that fails (unknown or closed channel, caller not
     /// allowed, bad signature, above the deposit, nothing new, transfer failed) emits ClaimFailed and pays
-    /// nothing; the others go on. `paid[i]` is what item i paid.
+    /// nothing; the others go on. `paid[i]` is what item i paid. Reverts ClaimGasTooLow unless it starts
+    /// with ITEM_GAS_REQUIRED + (items - 1) * ITEM_GAS_TYPICAL; items after a token that burnt its gas may
+    /// still be deferred (ClaimsDeferred).
     function claimMany(Claim[] calldata claims) external nonReentrant returns (uint256[] memory paid) {
         paid = new uint256[](claims.length);
+        if (claims.length == 0) return paid;
+        // A call that could attempt nothing (or only some honest items) would be mined as a no-op: refuse it,
+        // so a gas limit from eth_estimateGas is one under which every honest item is attempted.
+        uint256 required = ITEM_GAS_REQUIRED + (claims.length - 1) * ITEM_GAS_TYPICAL;
+        if (gasleft() < required) revert ClaimGasTooLow(required);
         for (uint256 i = 0; i < claims.length; ++i) {
             // Invariant: an attempted item was offered its full TRANSFER_GAS, so an honest claim never fails
             // for lack of gas that an earlier token burnt; it is deferred instead.

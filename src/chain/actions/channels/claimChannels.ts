@@ -11,14 +11,21 @@ export type ClaimChannelsParameters = {
   channels: Address;
   claims: readonly ChannelClaim[];
   /**
-   * Gas limit; by default `claimChannelsGasLimit(claims.length)`. Not estimated: the contract defers the
-   * items it cannot give their full per-item gas, so the lowest gas at which the call succeeds claims none.
+   * Gas limit; by default `claimChannelsGasLimit(claims.length)`. An estimate works too: the contract
+   * refuses (`ClaimGasTooLow`) to start with less than its honest items need, so the lowest gas at which
+   * the call succeeds attempts them all; the default adds room for items whose token burns gas.
    */
   gas?: bigint | undefined;
 };
 
 /** TollgateChannels' `ITEM_GAS_REQUIRED`: the gas left that an item needs before it is attempted. */
 export const CHANNEL_CLAIM_ITEM_GAS_REQUIRED = (100_000n * 64n) / 63n + 50_000n + 40_000n;
+
+/**
+ * TollgateChannels' `ITEM_GAS_TYPICAL`: what `claimMany` needs left per item after the first before it
+ * starts (else it reverts `ClaimGasTooLow`).
+ */
+export const CHANNEL_CLAIM_ITEM_GAS_TYPICAL = 80_000n;
 
 /**
  * A gas limit under which every honest item of a claim batch is attempted: a fixed part, a generous
