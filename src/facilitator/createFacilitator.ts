@@ -42,6 +42,7 @@ import { builtinModules } from "./modules.ts";
 import { createOutbox, type OutboxOptions } from "./outbox/createOutbox.ts";
 import { createGasKey } from "./outbox/gasKey.ts";
 import type { ProofKey } from "./proofKeys.ts";
+import { findProviderByApiKey } from "./providers/requireProvider.ts";
 import {
   createSettlementEngine,
   type SettlementEngine,
@@ -206,7 +207,12 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     minAmount: t.minAmount ?? defaultMinAmount(options.network, t.decimals),
   }));
   const tokens = new Map(tokenConfigs.map((t) => [t.address.toLowerCase(), t]));
-  const rateLimits = createRateLimits({ ...options.rateLimits, clock });
+  const rateLimits = createRateLimits({
+    ...options.rateLimits,
+    clock,
+    // A gate's requests with its provider key take that provider's own allowance (abuse/rateLimits.ts).
+    findProvider: (apiKey) => findProviderByApiKey(options.store, apiKey),
+  });
   const proofKeys = options.proofKeys;
   const key = createGasKey({ account: options.gasAccount, client: publicClient, chainId, clock });
   // One outbox for every transaction of the gas key: settlement, relayed calls, renewals, usage, claims.

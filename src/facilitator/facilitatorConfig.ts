@@ -75,6 +75,8 @@ export const FacilitatorEnvSchema = z.object({
   TOLLGATE_RATE_LIMIT_CLIENT: RateLimitSchema.optional(),
   /** Rate limit per payer address (default 60:10). */
   TOLLGATE_RATE_LIMIT_PAYER: RateLimitSchema.optional(),
+  /** Rate limit per provider, for requests with its API key instead of the client's (default 600:100). */
+  TOLLGATE_RATE_LIMIT_PROVIDER: RateLimitSchema.optional(),
   /** Comma-separated addresses of reverse proxies whose X-Forwarded-For is believed (default none). */
   TOLLGATE_TRUSTED_PROXIES: CommaListSchema.refine((list) => list.every((a) => isIP(a) !== 0), {
     error: "expected IP addresses, comma-separated",
@@ -215,6 +217,7 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
     rateLimits: {
       perClient: env.TOLLGATE_RATE_LIMIT_CLIENT,
       perPayer: env.TOLLGATE_RATE_LIMIT_PAYER,
+      perProvider: env.TOLLGATE_RATE_LIMIT_PROVIDER,
       trustedProxies: env.TOLLGATE_TRUSTED_PROXIES,
     },
     metricsToken: env.TOLLGATE_METRICS_TOKEN === "" ? undefined : env.TOLLGATE_METRICS_TOKEN,

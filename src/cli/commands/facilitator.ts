@@ -70,7 +70,8 @@ export async function run(argv: string[]): Promise<number> {
         "environment: TOLLGATE_RPC_URL TOLLGATE_NETWORK TOLLGATE_GAS_KEY TOLLGATE_PROOF_KEYS TOLLGATE_TOKEN\n" +
         "  TOLLGATE_BATCH_SETTLER TOLLGATE_SUBSCRIPTION_MANAGER TOLLGATE_CONFIRMATIONS DATABASE_URL LOG_LEVEL\n" +
         "  TOLLGATE_MIN_AMOUNT (smallest unit; default 10000 on Base, 1 on a devnet)\n" +
-        "  TOLLGATE_RATE_LIMIT_CLIENT TOLLGATE_RATE_LIMIT_PAYER (<burst>:<per second> or off; default 120:20, 60:10)\n" +
+        "  TOLLGATE_RATE_LIMIT_CLIENT TOLLGATE_RATE_LIMIT_PAYER TOLLGATE_RATE_LIMIT_PROVIDER (<burst>:<per second>\n" +
+        "  or off; default 120:20, 60:10, 600:100)\n" +
         "  TOLLGATE_TRUSTED_PROXIES (reverse proxies whose X-Forwarded-For is believed; default none)\n" +
         "  TOLLGATE_METRICS_TOKEN (unset: /metrics answers loopback peers only)\n" +
         "  TOLLGATE_WEBHOOK_KEYS (keys sealing webhook secrets; default: generated into <dir>/webhook-secret-key)\n" +

@@ -98,6 +98,89 @@ describe("createRateLimits", () => {
     expect(error?.details).toMatchObject({ limit: "payer" });
   });
 
+  describe("requests with a provider API key", () => {
+    const gateKey = `tg_${"g".repeat(32)}`;
+    const strangerKey = `tg_${"s".repeat(32)}`;
+    const keys = new Map([
+      [gateKey, { address: "0x00000000000000000000000000000000000070A1" }],
+      [strangerKey, { address: "0x00000000000000000000000000000000000051A0" }],
+    ]);
+    const channelRead = `/channels/0x${"ab".repeat(32)}`;
+
+    function appWith(rules: Parameters<typeof createRateLimits>[0]) {
+      const looked: string[] = [];
+      const limits = createRateLimits({
+        ...rules,
+        findProvider: async (apiKey) => {
+          looked.push(apiKey);
+          return keys.get(apiKey);
+        },
+      });
+      const app = new Hono();
+      app.onError((error) => errorResponse(error));
+      app.use("*", limits.clientMiddleware);
+      app.all("*", (c) => c.text("ok"));
+      const from = (address: string) => ({ incoming: { socket: { remoteAddress: address } } });
+      const read = async (address: string, key?: string) => {
+        const headers: Record<string, string> = key === undefined ? {} : { authorization: `Bearer ${key}` };
+        const response = await app.request(channelRead, { headers }, from(address));
+        if (response.status === 200) return { status: 200, limit: undefined };
+        const body = (await response.json()) as { error: { details?: { limit?: string } } };
+        return { status: response.status, limit: body.error.details?.limit };
+      };
+      return { read, looked };
+    }
+
+    it("takes the provider's bucket, not the address's: strangers at the gate's address cannot spend it", async () => {
+      const { read } = appWith({
+        clock: createFixedClock(start),
+        perClient: { capacity: 2, refillPerSecond: 0.001 },
+        perProvider: { capacity: 5, refillPerSecond: 0.001 },
+      });
+      // Anonymous requests (and made-up keys) from the gate's address empty the address's bucket…
+      expect(await read("203.0.113.7")).toEqual({ status: 200, limit: undefined });
+      expect(await read("203.0.113.7", `tg_${"x".repeat(32)}`)).toEqual({ status: 200, limit: undefined });
+      expect(await read("203.0.113.7")).toEqual({ status: 429, limit: "client" });
+      // …and the gate, with its key, still has its own allowance.
+      for (let i = 0; i < 5; i++) expect((await read("203.0.113.7", gateKey)).status).toBe(200);
+      expect(await read("203.0.113.7", gateKey)).toEqual({ status: 429, limit: "provider" });
+    });
+
+    it("gives a stranger's own key its own provider's bucket, never another provider's", async () => {
+      const { read } = appWith({
+        clock: createFixedClock(start),
+        perProvider: { capacity: 3, refillPerSecond: 0.001 },
+      });
+      for (let i = 0; i < 3; i++) expect((await read("198.51.100.9", strangerKey)).status).toBe(200);
+      expect(await read("198.51.100.9", strangerKey)).toEqual({ status: 429, limit: "provider" });
+      expect((await read("203.0.113.7", gateKey)).status).toBe(200);
+      expect((await read("198.51.100.9", gateKey)).status).toBe(200);
+    });
+
+    it("bounds keyed requests per address, so many registered providers do not multiply one host's rate", async () => {
+      const { read } = appWith({
+        clock: createFixedClock(start),
+        perProvider: { capacity: 100, refillPerSecond: 0.001 },
+        perKeyedClient: { capacity: 3, refillPerSecond: 0.001 },
+      });
+      expect((await read("198.51.100.9", strangerKey)).status).toBe(200);
+      expect((await read("198.51.100.9", gateKey)).status).toBe(200);
+      expect((await read("198.51.100.9", strangerKey)).status).toBe(200);
+      expect(await read("198.51.100.9", gateKey)).toEqual({ status: 429, limit: "keyedClient" });
+      expect((await read("203.0.113.7", gateKey)).status).toBe(200);
+    });
+
+    it("looks up only well-formed keys; anything else is anonymous", async () => {
+      const { read, looked } = appWith({
+        clock: createFixedClock(start),
+        perClient: { capacity: 1, refillPerSecond: 0.001 },
+      });
+      expect((await read("203.0.113.7", "not-a-key")).status).toBe(200);
+      expect(await read("203.0.113.7", `tg_${"y".repeat(40)}`)).toEqual({ status: 429, limit: "client" });
+      expect(looked).toEqual([]);
+    });
+  });
+
   it("turns a limit off with false", () => {
     const clock = createFixedClock(start);
     const limits = createRateLimits({ clock, perClient: false, perPayer: false });

@@ -8,6 +8,14 @@
  * taken only after the signature recovered to the payer, so nobody can exhaust another payer's bucket
  * by sending junk in its name.
  *
+ * A request carrying an active provider API key (`Authorization: Bearer tg_…`, as a gate sends its
+ * channel reads and voucher forwards) is counted against that provider's bucket instead of the
+ * anonymous per-address one, so strangers sharing, or flooding from, a gate's address cannot spend the
+ * gate's allowance; and against a per-address bucket of keyed requests, which bounds a host that
+ * registers many providers (registration is free) to a few providers' allowance. A key that is
+ * unknown or revoked is no key: the request takes the anonymous bucket. A stranger's own key spends
+ * only its own provider's bucket, since the bucket is named by the provider the key was issued to.
+ *
  * Client address: the TCP peer's address. `X-Forwarded-For` is read only when the peer is one of the
  * configured `trustedProxies` (the facilitator sits behind them); then the client is the right-most
  * address of the header that is not itself a trusted proxy, since every proxy appends the address it
@@ -28,6 +36,16 @@ export type RateLimitOptions = {
   /** Per payer address; `false` turns the limit off. Default 60 at once, 10 per second. */
   perPayer?: TokenBucketRule | false | undefined;
   /**
+   * Per provider, for requests carrying its active API key (instead of `perClient`); `false` turns the
+   * limit off. Default 600 at once, 100 per second.
+   */
+  perProvider?: TokenBucketRule | false | undefined;
+  /**
+   * Per client address, for requests carrying an active API key of any provider; `false` turns the
+   * limit off. Default 1 200 at once, 200 per second.
+   */
+  perKeyedClient?: TokenBucketRule | false | undefined;
+  /**
    * Addresses of the reverse proxies in front of the facilitator, whose `X-Forwarded-For` is believed.
    * Empty (the default) believes no header: the TCP peer is the client.
    */
@@ -38,9 +56,17 @@ export type RateLimitOptions = {
 
 export const defaultClientLimit: TokenBucketRule = { capacity: 120, refillPerSecond: 20 };
 export const defaultPayerLimit: TokenBucketRule = { capacity: 60, refillPerSecond: 10 };
+export const defaultProviderLimit: TokenBucketRule = { capacity: 600, refillPerSecond: 100 };
+export const defaultKeyedClientLimit: TokenBucketRule = { capacity: 1_200, refillPerSecond: 200 };
+
+/** A provider API key's shape (`tg_` and 32 base64url characters): anything else is not looked up. */
+const BEARER_KEY = /^Bearer\s+(tg_[A-Za-z0-9_-]{32})\s*$/i;
 
 export type RateLimits = {
-  /** Hono middleware: takes the client address's bucket for a POST, or answers 429. */
+  /**
+   * Hono middleware: takes the client address's bucket for a POST or a channel read — or, with an
+   * active provider API key, the provider's and the keyed requests' bucket — or answers 429.
+   */
   clientMiddleware: MiddlewareHandler;
   /** Takes the client address's bucket for a request (`peer` = TCP peer address, if known). */
   takeClient(peer: string | undefined, forwardedFor: string | undefined): void;
@@ -48,7 +74,16 @@ export type RateLimits = {
   takePayer(payer: string): void;
 };
 
-export function createRateLimits(options: RateLimitOptions & { clock: Clock }): RateLimits {
+export type RateLimitDeps = {
+  clock: Clock;
+  /**
+   * The provider holding an active API key (requireProvider.ts's `findProviderByApiKey` over the
+   * store). Without it every request is anonymous and takes `perClient`.
+   */
+  findProvider?: ((apiKey: string) => Promise<{ address: string } | undefined>) | undefined;
+};
+
+export function createRateLimits(options: RateLimitOptions & RateLimitDeps): RateLimits {
   const { clock } = options;
   const buckets = (rule: TokenBucketRule | false | undefined, fallback: TokenBucketRule) =>
     rule === false
@@ -56,6 +91,9 @@ export function createRateLimits(options: RateLimitOptions & { clock: Clock }): 
       : createTokenBuckets({ ...(rule ?? fallback), clock, maxKeys: options.maxKeys });
   const clients: TokenBuckets | undefined = buckets(options.perClient, defaultClientLimit);
   const payers: TokenBuckets | undefined = buckets(options.perPayer, defaultPayerLimit);
+  const providers: TokenBuckets | undefined = buckets(options.perProvider, defaultProviderLimit);
+  const keyedClients: TokenBuckets | undefined = buckets(options.perKeyedClient, defaultKeyedClientLimit);
+  const findProvider = options.findProvider;
   const trusted = new Set((options.trustedProxies ?? []).map((a) => normalizeAddress(a) ?? a));
 
   const refuse = (what: string, retryAfter: number, details: Record<string, unknown>): never => {
@@ -72,6 +110,35 @@ export function createRateLimits(options: RateLimitOptions & { clock: Clock }): 
     if (!taken.ok) refuse("from this client address", taken.retryAfterSeconds, { limit: "client" });
   };
 
+  /**
+   * The buckets of a request with a provider API key: false when the key is not an active one (the
+   * caller takes the anonymous bucket then). The key is looked up before any bucket is taken, so a
+   * stranger sending made-up keys from a gate's address spends nothing of the gate's: an indexed read
+   * by the key's hash, as every provider endpoint makes for any key it is sent.
+   */
+  const takeProvider = async (
+    authorization: string | undefined,
+    peer: string | undefined,
+    forwardedFor: string | undefined,
+  ): Promise<boolean> => {
+    if (findProvider === undefined || authorization === undefined) return false;
+    const key = BEARER_KEY.exec(authorization)?.[1];
+    if (key === undefined) return false;
+    const provider = await findProvider(key);
+    if (provider === undefined) return false;
+    const client = keyedClients?.take(bucketKey(clientAddress(peer, forwardedFor, trusted)));
+    if (client !== undefined && !client.ok) {
+      refuse("with provider keys from this client address", client.retryAfterSeconds, {
+        limit: "keyedClient",
+      });
+    }
+    const taken = providers?.take(provider.address.toLowerCase());
+    if (taken !== undefined && !taken.ok) {
+      refuse("for this provider", taken.retryAfterSeconds, { limit: "provider", provider: provider.address });
+    }
+    return true;
+  };
+
   return {
     takeClient,
     takePayer(payer) {
@@ -85,7 +152,12 @@ export function createRateLimits(options: RateLimitOptions & { clock: Clock }): 
       // so a gate serving many subscribers from one address is never refused.
       const costly =
         c.req.method === "POST" || (c.req.method === "GET" && c.req.path.startsWith("/channels/"));
-      if (costly) takeClient(peerAddressOf(c.env), c.req.header("x-forwarded-for"));
+      if (costly) {
+        const peer = peerAddressOf(c.env);
+        const forwardedFor = c.req.header("x-forwarded-for");
+        const keyed = await takeProvider(c.req.header("authorization"), peer, forwardedFor);
+        if (!keyed) takeClient(peer, forwardedFor);
+      }
       await next();
     },
   };
