@@ -33,6 +33,7 @@ import {
   getSubscriptionIdFromReceipt,
   getSubscriptionNonce,
   getTokenBalance,
+  NO_SPEND_LIMIT,
   pause,
   pauseFor,
   permit,
@@ -41,11 +42,13 @@ import {
   SubscriptionStatus,
   setMaxOverageFor,
   setOperator,
+  setSpendLimitFor,
   signCancelIntent,
   signPauseIntent,
   signPermit,
   signResumeIntent,
   signSetMaxOverageIntent,
+  signSetSpendLimitIntent,
   signSubscribeIntent,
   startDevnet,
   subscribe,
@@ -492,6 +495,7 @@ describe("SubscriptionManager", () => {
       manager: manager(),
       planId,
       maxOverage: 7n,
+      spendLimit: NO_SPEND_LIMIT,
       nonce,
       deadline,
     });
@@ -501,6 +505,7 @@ describe("SubscriptionManager", () => {
         subscriber: account.address,
         planId,
         maxOverage: 7n,
+        spendLimit: NO_SPEND_LIMIT,
         deadline,
         signature: intent,
       }),
@@ -522,6 +527,7 @@ describe("SubscriptionManager", () => {
             subscriber: account.address,
             planId,
             maxOverage: 7n,
+            spendLimit: NO_SPEND_LIMIT,
             deadline,
             signature: intent,
           }),
@@ -587,6 +593,147 @@ describe("SubscriptionManager", () => {
     signature = await signCancelIntent(subscriber.account, { ...common, nonce: await nonce() });
     await wait(await cancelFor(relayer, { manager: manager(), subscriptionId: id, deadline, signature }));
     expect((await read(id)).status).toBe(SubscriptionStatus.Cancelled);
+  });
+
+  describe("the spend limit a subscriber signs", () => {
+    it("bounds everything pulled for one subscription, whatever the shared approval allows: renewals go PastDue, deductions fail, a resume reverts", async () => {
+      const planId = await newPlan(1_000n);
+      await approve(subscriber); // one unlimited approval shared by both subscriptions below
+      const subscribeLimited = async (spendLimit: bigint) =>
+        getSubscriptionIdFromReceipt(
+          await wait(
+            await subscribe(wallet(subscriber), {
+              manager: manager(),
+              planId,
+              maxOverage: 5_000n,
+              spendLimit,
+            }),
+          ),
+        );
+      const a = await subscribeLimited(3_500n);
+      const b = await subscribeLimited(2_000n);
+      expect(await read(a)).toMatchObject({ spendLimit: 3_500n, spent: 1_000n });
+      const start = await balance(subscriber.address);
+
+      // Overage: a deduction that would pass the limit fails (one call reverts, a batch item fails alone).
+      expect(
+        (
+          await revertOf(
+            deductAllowance(wallet(provider), {
+              manager: manager(),
+              subscriptionId: a,
+              amount: 2_600n,
+              ref: ref("a-big"),
+            }),
+          )
+        ).errorName,
+      ).toBe("SpendLimitReached");
+      const batch = await wait(
+        await deductAllowanceMany(wallet(provider), {
+          manager: manager(),
+          subscriptionIds: [a, a],
+          amounts: [2_000n, 600n],
+          refs: [ref("a1"), ref("a2")],
+        }),
+      );
+      expect(
+        decodeSubscriptionEvents(batch.logs).map((e) => [
+          e.eventName,
+          (e.args as { reason?: number }).reason,
+        ]),
+      ).toEqual([
+        ["AllowanceDeducted", undefined],
+        ["DeductionFailed", DeductionFailure.SpendLimit],
+      ]);
+      expect((await read(a)).spent).toBe(3_000n);
+
+      // A renewal that would pass the limit is not pulled: PastDue, RenewalFailed says why.
+      await devnet.advanceTime(INTERVAL);
+      const renewal = await wait(await collect(wallet(stranger), { manager: manager(), subscriptionId: a }));
+      const failed = decodeSubscriptionEvents(renewal.logs).find((e) => e.eventName === "RenewalFailed");
+      expect(failed).toBeDefined();
+      expect((await read(a)).status).toBe(SubscriptionStatus.PastDue);
+      // b renews from the same approval, within its own limit, and stops at it.
+      await wait(await collect(wallet(stranger), { manager: manager(), subscriptionId: b }));
+      expect(await read(b)).toMatchObject({ status: SubscriptionStatus.Active, spent: 2_000n });
+      await wait(await pause(wallet(subscriber), { manager: manager(), subscriptionId: b }));
+      await devnet.advanceTime(INTERVAL);
+      expect(
+        (await revertOf(resume(wallet(subscriber), { manager: manager(), subscriptionId: b }))).errorName,
+      ).toBe("SpendLimitReached");
+      expect(await balance(subscriber.address)).toBe(start - 2_000n - 1_000n);
+
+      // The subscriber raises a limit with a relayed intent; the renewal then goes through.
+      const deadline = (await devnet.publicClient.getBlock()).timestamp + 3600n;
+      const nonce = await getSubscriptionNonce(devnet.publicClient, {
+        manager: manager(),
+        subscriber: subscriber.address,
+      });
+      const signature = await signSetSpendLimitIntent(subscriber.account, {
+        chainId: devnet.chain.id,
+        manager: manager(),
+        subscriptionId: a,
+        spendLimit: 4_000n,
+        nonce,
+        deadline,
+      });
+      await wait(
+        await setSpendLimitFor(wallet(operator), {
+          manager: manager(),
+          subscriptionId: a,
+          spendLimit: 4_000n,
+          deadline,
+          signature,
+        }),
+      );
+      await wait(await collect(wallet(stranger), { manager: manager(), subscriptionId: a }));
+      expect(await read(a)).toMatchObject({
+        status: SubscriptionStatus.Active,
+        spent: 4_000n,
+        spendLimit: 4_000n,
+      });
+    });
+
+    it("refuses a subscribe whose first period is above the limit, and a relayed subscribe whose signed limit differs", async () => {
+      const planId = await newPlan(1_000n);
+      await approve(subscriber);
+      expect(
+        (
+          await revertOf(
+            subscribe(wallet(subscriber), { manager: manager(), planId, maxOverage: 0n, spendLimit: 999n }),
+          )
+        ).errorName,
+      ).toBe("SpendLimitReached");
+      const deadline = (await devnet.publicClient.getBlock()).timestamp + 3600n;
+      const nonce = await getSubscriptionNonce(devnet.publicClient, {
+        manager: manager(),
+        subscriber: subscriber.address,
+      });
+      const signature = await signSubscribeIntent(subscriber.account, {
+        chainId: devnet.chain.id,
+        manager: manager(),
+        planId,
+        maxOverage: 0n,
+        spendLimit: 1_000n,
+        nonce,
+        deadline,
+      });
+      expect(
+        (
+          await revertOf(
+            subscribeFor(wallet(operator), {
+              manager: manager(),
+              subscriber: subscriber.address,
+              planId,
+              maxOverage: 0n,
+              spendLimit: NO_SPEND_LIMIT,
+              deadline,
+              signature,
+            }),
+          )
+        ).errorName,
+      ).toBe("InvalidSignature");
+    });
   });
 
   it("lets only the plan's provider or its operator deduct allowance", async () => {

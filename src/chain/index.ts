@@ -46,6 +46,11 @@ export {
   setMaxOverageFor,
 } from "./actions/subscriptions/setMaxOverageFor.ts";
 export { type SetOperatorParameters, setOperator } from "./actions/subscriptions/setOperator.ts";
+export { type SetSpendLimitParameters, setSpendLimit } from "./actions/subscriptions/setSpendLimit.ts";
+export {
+  type SetSpendLimitForParameters,
+  setSpendLimitFor,
+} from "./actions/subscriptions/setSpendLimitFor.ts";
 export { type SubscribeParameters, subscribe } from "./actions/subscriptions/subscribe.ts";
 export { type SubscribeForParameters, subscribeFor } from "./actions/subscriptions/subscribeFor.ts";
 export { type ApproveTokenParameters, approveToken } from "./actions/usd/approveToken.ts";
@@ -131,11 +136,13 @@ export {
 export {
   cancelAuthorizationTypes,
   cancelIntentTypes,
+  NO_SPEND_LIMIT,
   pauseIntentTypes,
   permitTypes,
   receiveWithAuthorizationTypes,
   resumeIntentTypes,
   setMaxOverageIntentTypes,
+  setSpendLimitIntentTypes,
   subscribeIntentTypes,
   subscriptionManagerDomain,
   subscriptionManagerDomainName,
@@ -158,6 +165,7 @@ export {
   signPauseIntent,
   signResumeIntent,
   signSetMaxOverageIntent,
+  signSetSpendLimitIntent,
   signSubscribeIntent,
 } from "./signers/signSubscriptionIntents.ts";
 export {

@@ -175,6 +175,8 @@ export type Payer = {
   cancel(subscriptionId: bigint | string): Promise<SubscriptionInfo>;
   /** Sets the most overage deducted per period (token units as a number or text, or a bigint of smallest units), relayed. */
   setMaxOverage(subscriptionId: bigint | string, maxOverage: TokenAmountInput): Promise<SubscriptionInfo>;
+  /** Sets the most ever pulled for a subscription in total (relayed; same units as `setMaxOverage`). */
+  setSpendLimit(subscriptionId: bigint | string, spendLimit: TokenAmountInput): Promise<SubscriptionInfo>;
   /**
    * Reads one of this payer's payments back from the facilitator (`GET /payments/:nonce`, signed with
    * `X-Tollgate-Payer-Auth`): its status and, once settled, its proof. `nonce` is the EIP-3009 nonce,
@@ -294,7 +296,10 @@ export function createPayer(options: CreatePayerOptions): Payer {
   };
   const change = async (
     subscriptionId: bigint | string,
-    p: { action: "pause" | "resume" | "cancel" } | { action: "overage"; maxOverage: bigint },
+    p:
+      | { action: "pause" | "resume" | "cancel" }
+      | { action: "overage"; maxOverage: bigint }
+      | { action: "limit"; spendLimit: bigint },
   ): Promise<SubscriptionInfo> => {
     const reply = await changeSubscriptionThroughFacilitator(facilitator, account, {
       subscriptionId: idOf(subscriptionId),
@@ -400,6 +405,8 @@ export function createPayer(options: CreatePayerOptions): Payer {
     },
     setMaxOverage: async (subscriptionId, maxOverage) =>
       change(subscriptionId, { action: "overage", maxOverage: parseTokenAmount(maxOverage, "maxOverage") }),
+    setSpendLimit: async (subscriptionId, spendLimit) =>
+      change(subscriptionId, { action: "limit", spendLimit: parseTokenAmount(spendLimit, "spendLimit") }),
     async payment(nonce) {
       const { signMessage } = account;
       if (signMessage === undefined) {

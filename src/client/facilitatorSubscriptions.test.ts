@@ -119,6 +119,7 @@ describe("subscribeThroughFacilitator", () => {
           subscriber: account.address,
           planId: 3n,
           maxOverage: 2_000_000n,
+          spendLimit: 2n ** 256n - 1n,
           nonce: 4n,
           deadline: BigInt(body.deadline),
         },

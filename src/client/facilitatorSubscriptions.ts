@@ -5,17 +5,18 @@
  *
  * Low-level: `getPlanInfo`, `getSubscriptionInfo`, `getSubscriberInfo`, `relaySubscribe`,
  * `relaySubscriptionAction`, `signSubscribeRequest`, `signSubscriptionActionRequest`,
- * `signSetMaxOverageRequest`, `relayApproval`, `signApprovalRequest`. High-level: `subscribeThroughFacilitator`,
+ * `signSetMaxOverageRequest`, `signSetSpendLimitRequest`, `relayApproval`, `signApprovalRequest`. High-level: `subscribeThroughFacilitator`,
  * `changeSubscriptionThroughFacilitator`, `approveThroughFacilitator`.
  */
 import type { Address } from "viem";
-import type { TokenDomain } from "../chain/signers/eip712Types.ts";
+import { NO_SPEND_LIMIT, type TokenDomain } from "../chain/signers/eip712Types.ts";
 import { signPermit } from "../chain/signers/signPermit.ts";
 import {
   signCancelIntent,
   signPauseIntent,
   signResumeIntent,
   signSetMaxOverageIntent,
+  signSetSpendLimitIntent,
   signSubscribeIntent,
 } from "../chain/signers/signSubscriptionIntents.ts";
 import type { TypedDataSigner } from "../chain/signers/typedDataSigner.ts";
@@ -30,6 +31,7 @@ import {
   type PlanInfo,
   PlanInfoSchema,
   type SetMaxOverageRequest,
+  type SetSpendLimitRequest,
   type SubscribeRequest,
   type SubscribeResponse,
   SubscribeResponseSchema,
@@ -95,7 +97,7 @@ export function relaySubscriptionAction(
   client: SubscriptionsClient,
   subscriptionId: bigint | string,
   action: SubscriptionAction,
-  request: SubscriptionActionRequest | SetMaxOverageRequest,
+  request: SubscriptionActionRequest | SetMaxOverageRequest | SetSpendLimitRequest,
   options?: RequestOptions,
 ): Promise<SubscriptionActionResponse> {
   return client.request(
@@ -158,12 +160,15 @@ export async function signSubscribeRequest(
   p: IntentDomainParams & {
     planId: bigint;
     maxOverage: bigint;
+    /** The most ever pulled for the subscription; default none (`NO_SPEND_LIMIT` is signed). */
+    spendLimit?: bigint | undefined;
     nonce: bigint;
     deadline: bigint;
     permit?: { domain: TokenDomain; value: bigint; nonce: bigint; deadline: bigint } | undefined;
   },
 ): Promise<SubscribeRequest> {
-  const signature = await signSubscribeIntent(signer, p);
+  const spendLimit = p.spendLimit ?? NO_SPEND_LIMIT;
+  const signature = await signSubscribeIntent(signer, { ...p, spendLimit });
   const request: SubscribeRequest = {
     subscriber: signer.address,
     planId: p.planId.toString(),
@@ -171,6 +176,7 @@ export async function signSubscribeRequest(
     deadline: p.deadline.toString(),
     signature,
   };
+  if (p.spendLimit !== undefined) request.spendLimit = p.spendLimit.toString();
   if (p.permit !== undefined) {
     const permitSignature = await signPermit(signer, {
       domain: p.permit.domain,
@@ -201,6 +207,15 @@ export async function signSubscriptionActionRequest(
   const sign = { pause: signPauseIntent, resume: signResumeIntent, cancel: signCancelIntent }[p.action];
   const signature = await sign(signer, p);
   return { deadline: p.deadline.toString(), signature };
+}
+
+/** Signs the body of `POST /subscriptions/:id/limit`. */
+export async function signSetSpendLimitRequest(
+  signer: TypedDataSigner,
+  p: IntentDomainParams & { subscriptionId: bigint; spendLimit: bigint; nonce: bigint; deadline: bigint },
+): Promise<SetSpendLimitRequest> {
+  const signature = await signSetSpendLimitIntent(signer, p);
+  return { spendLimit: p.spendLimit.toString(), deadline: p.deadline.toString(), signature };
 }
 
 /** Signs the body of `POST /subscriptions/:id/overage`. */
@@ -245,6 +260,8 @@ export async function subscribeThroughFacilitator(
   p: {
     planId: bigint;
     maxOverage: bigint;
+    /** The most ever pulled for the subscription, signed into the intent (default: no limit). */
+    spendLimit?: bigint | undefined;
     approval?: bigint | undefined;
     /** Permit exactly `approval` whenever the allowance differs from it, not only when it is short. */
     exactApproval?: boolean | undefined;
@@ -284,6 +301,7 @@ export async function subscribeThroughFacilitator(
     manager,
     planId: p.planId,
     maxOverage: p.maxOverage,
+    spendLimit: p.spendLimit,
     nonce: BigInt(info.intentNonce),
     deadline,
     permit,
@@ -298,6 +316,7 @@ export async function changeSubscriptionThroughFacilitator(
   p: { subscriptionId: bigint; deadlineSeconds?: number | undefined } & (
     | { action: "pause" | "resume" | "cancel" }
     | { action: "overage"; maxOverage: bigint }
+    | { action: "limit"; spendLimit: bigint }
   ),
   options?: RequestOptions,
 ): Promise<SubscriptionActionResponse> {
@@ -313,7 +332,9 @@ export async function changeSubscriptionThroughFacilitator(
   const request =
     p.action === "overage"
       ? await signSetMaxOverageRequest(signer, { ...common, maxOverage: p.maxOverage })
-      : await signSubscriptionActionRequest(signer, { ...common, action: p.action });
+      : p.action === "limit"
+        ? await signSetSpendLimitRequest(signer, { ...common, spendLimit: p.spendLimit })
+        : await signSubscriptionActionRequest(signer, { ...common, action: p.action });
   return relaySubscriptionAction(client, p.subscriptionId, p.action, request, options);
 }
 

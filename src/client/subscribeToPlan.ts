@@ -45,6 +45,12 @@ export type SubscribeToPlanOptions = {
    */
   maxOverage?: TokenAmountInput | undefined;
   /**
+   * The most the SubscriptionManager may ever pull for this subscription (first period, renewals and
+   * overage together), signed into the subscribe and enforced on every pull, whatever the shared token
+   * approval allows: token units (number or text) or a bigint of smallest units. Default: no limit.
+   */
+  spendLimit?: TokenAmountInput | undefined;
+  /**
    * What the SubscriptionManager may pull over time, when an approval (or permit) is needed: token
    * units (number or text) or a bigint of smallest units. Default 12 × (price + maxOverage), a year
    * of monthly renewals.
@@ -110,6 +116,8 @@ export async function subscribeToPlan(
   }
   const planId = parsePlanId(options.planId);
   const maxOverage = parseTokenAmount(options.maxOverage ?? 0n, "maxOverage");
+  const spendLimit =
+    options.spendLimit === undefined ? undefined : parseTokenAmount(options.spendLimit, "spendLimit");
   const approvalOption =
     options.approval === undefined ? undefined : parseTokenAmount(options.approval, "approval");
   const maxPrice = options.maxPrice === undefined ? undefined : parsePriceCeiling(options.maxPrice);
@@ -140,7 +148,7 @@ export async function subscribeToPlan(
     const reply = await subscribeThroughFacilitator(
       context.facilitator,
       context.signer,
-      { planId, maxOverage, approval, exactApproval: options.exactApproval },
+      { planId, maxOverage, spendLimit, approval, exactApproval: options.exactApproval },
       requestOptions,
     );
     return {
@@ -150,12 +158,18 @@ export async function subscribeToPlan(
       plan,
     };
   }
-  return subscribeDirectly(context, { plan, maxOverage, approval, exact: options.exactApproval === true });
+  return subscribeDirectly(context, {
+    plan,
+    maxOverage,
+    spendLimit,
+    approval,
+    exact: options.exactApproval === true,
+  });
 }
 
 async function subscribeDirectly(
   context: SubscribeContext,
-  p: { plan: PlanInfo; maxOverage: bigint; approval: bigint; exact: boolean },
+  p: { plan: PlanInfo; maxOverage: bigint; spendLimit: bigint | undefined; approval: bigint; exact: boolean },
 ): Promise<SubscribeResult> {
   const wallet = context.walletClient;
   if (wallet === undefined) {
@@ -196,6 +210,7 @@ async function subscribeDirectly(
       manager,
       planId: BigInt(p.plan.planId),
       maxOverage: p.maxOverage,
+      spendLimit: p.spendLimit,
     });
     const receipt = await client.waitForTransactionReceipt({ hash });
     if (receipt.status !== "success") {

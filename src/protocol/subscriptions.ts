@@ -105,6 +105,13 @@ export const SubscriptionInfoSchema = z.object({
   pausedRemaining: z.int().nonnegative(),
   maxOverage: AtomicAmountSchema,
   overageUsed: AtomicAmountSchema,
+  /**
+   * The most that may ever be pulled for the subscription (first period, renewals and overage), as
+   * the subscriber signed or raised it; 2^256 − 1 is no limit. Absent from an older facilitator.
+   */
+  spendLimit: AtomicAmountSchema.optional(),
+  /** Everything pulled for it so far, counted against `spendLimit`. */
+  spent: AtomicAmountSchema.optional(),
   /** The chain's latest block time when this was read. */
   chainTime: ChainTimeSchema,
 });
@@ -126,6 +133,8 @@ export const SubscribeRequestSchema = z.strictObject({
   subscriber: AddressSchema,
   planId: UintStringSchema,
   maxOverage: AtomicAmountSchema,
+  /** The spend limit the intent signed; absent means none (2^256 − 1 signed). */
+  spendLimit: AtomicAmountSchema.optional(),
   deadline: UintStringSchema,
   signature: SignatureSchema,
   permit: PermitSchema.optional(),
@@ -169,7 +178,7 @@ export const ApprovalResponseSchema = z.object({
 export type ApprovalResponse = z.infer<typeof ApprovalResponseSchema>;
 
 /** Relayed lifecycle actions: `POST /subscriptions/:id/<action>`. */
-export const SubscriptionActionSchema = z.enum(["pause", "resume", "cancel", "overage"]);
+export const SubscriptionActionSchema = z.enum(["pause", "resume", "cancel", "overage", "limit"]);
 export type SubscriptionAction = z.infer<typeof SubscriptionActionSchema>;
 
 /** `POST /subscriptions/:id/{pause|resume|cancel}` request: the subscriber's signed intent. */
@@ -186,6 +195,14 @@ export const SetMaxOverageRequestSchema = z.strictObject({
   signature: SignatureSchema,
 });
 export type SetMaxOverageRequest = z.infer<typeof SetMaxOverageRequestSchema>;
+
+/** `POST /subscriptions/:id/limit` request: a signed `SetSpendLimit` intent. */
+export const SetSpendLimitRequestSchema = z.strictObject({
+  spendLimit: AtomicAmountSchema,
+  deadline: UintStringSchema,
+  signature: SignatureSchema,
+});
+export type SetSpendLimitRequest = z.infer<typeof SetSpendLimitRequestSchema>;
 
 /** Reply to every relayed lifecycle action: the transaction and the subscription after it. */
 export const SubscriptionActionResponseSchema = z.object({

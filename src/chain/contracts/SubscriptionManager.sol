@@ -11,7 +11,9 @@ import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol
 /// @notice Recurring plans paid in any ERC-20 (real USDC included): the manager pulls each period's price
 /// from the subscriber to the plan's provider with `transferFrom` under the subscriber's approval, and
 /// lets the provider (or an operator it named, such as a facilitator) deduct metered overage up to a
-/// per-cycle cap the subscriber chose.
+/// per-cycle cap the subscriber chose. Every pull of a subscription also counts against its spend
+/// limit, a total the subscriber signed when subscribing (and may raise): one token approval shared by
+/// a wallet's subscriptions can then never fund one subscription out of what it was given for another.
 /// @dev Billing rules (docs/contracts.md states them for users):
 /// - A subscription's period is [periodStart, currentPeriodEnd). It is due when block.timestamp >=
 ///   currentPeriodEnd; anyone may then `collect` it.
@@ -25,6 +27,10 @@ import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol
 ///   subscription Active again in the same period (no charge); resuming at or after it charges a new
 ///   period starting at the resume (a failed pull reverts, leaving it Paused). A paused subscription is
 ///   never due: `collect` reverts and `collectMany` skips it.
+/// - Spend limit: `spent` counts everything pulled for a subscription (first period, renewals, the
+///   charge of a resume, overage). A pull that would take `spent` past `spendLimit` does not happen: a
+///   subscribe or resume reverts SpendLimitReached, a renewal fails (PastDue, RenewalFailed carrying
+///   that error), a deduction fails (AllowanceExhausted / FAILURE_SPEND_LIMIT). type(uint256).max is no limit.
 contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
     enum Status {
         None,
@@ -58,6 +64,10 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         uint64 pausedRemaining;
         uint256 maxOverage;
         uint256 overageUsed;
+        /// The most that may ever be pulled for this subscription, as the subscriber signed it (or raised it).
+        uint256 spendLimit;
+        /// Everything pulled for it so far; never above spendLimit.
+        uint256 spent;
     }
 
     /// Why a batch item did not go through (DeductionFailed.reason).
@@ -66,6 +76,8 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
     uint8 public constant FAILURE_TRANSFER_FAILED = 3;
     /// The provider's ref was deducted before (the earlier AllowanceDeducted is the deduction).
     uint8 public constant FAILURE_REF_USED = 4;
+    /// The deduction would take the subscription past its spend limit.
+    uint8 public constant FAILURE_SPEND_LIMIT = 5;
 
     /// Gas forwarded to the token's `transferFrom` in each pull. A standard ERC-20 (USDC included) needs
     /// well under half of it even when the payee's balance slot is new; a token that wants more fails
@@ -80,7 +92,9 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
     uint256 private constant PULL_GAS_RESERVE = PULL_GAS + PULL_GAS / 63 + 5_000;
 
     bytes32 public constant SUBSCRIBE_TYPEHASH =
-        keccak256("Subscribe(address subscriber,uint256 planId,uint256 maxOverage,uint256 nonce,uint256 deadline)");
+        keccak256(
+            "Subscribe(address subscriber,uint256 planId,uint256 maxOverage,uint256 spendLimit,uint256 nonce,uint256 deadline)"
+        );
     bytes32 public constant PAUSE_TYPEHASH =
         keccak256("Pause(uint256 subscriptionId,uint256 nonce,uint256 deadline)");
     bytes32 public constant RESUME_TYPEHASH =
@@ -89,6 +103,8 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         keccak256("Cancel(uint256 subscriptionId,uint256 nonce,uint256 deadline)");
     bytes32 public constant SET_MAX_OVERAGE_TYPEHASH =
         keccak256("SetMaxOverage(uint256 subscriptionId,uint256 maxOverage,uint256 nonce,uint256 deadline)");
+    bytes32 public constant SET_SPEND_LIMIT_TYPEHASH =
+        keccak256("SetSpendLimit(uint256 subscriptionId,uint256 spendLimit,uint256 nonce,uint256 deadline)");
 
     uint256 public planCount;
     uint256 public subscriptionCount;
@@ -118,7 +134,8 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         uint256 amount,
         uint64 periodStart,
         uint64 periodEnd,
-        uint256 maxOverage
+        uint256 maxOverage,
+        uint256 spendLimit
     );
     event SubscriptionRenewed(
         uint256 indexed subscriptionId, uint256 indexed planId, uint256 amount, uint64 periodStart, uint64 periodEnd
@@ -128,6 +145,7 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
     event SubscriptionResumed(uint256 indexed subscriptionId, uint64 periodEnd, bool charged);
     event SubscriptionCancelled(uint256 indexed subscriptionId, address indexed by);
     event MaxOverageSet(uint256 indexed subscriptionId, uint256 maxOverage);
+    event SpendLimitSet(uint256 indexed subscriptionId, uint256 spendLimit);
     event AllowanceDeducted(
         uint256 indexed subscriptionId, bytes32 indexed ref, uint256 amount, uint256 overageUsed, uint256 maxOverage
     );
@@ -151,6 +169,8 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
     error RefAlreadyUsed(uint256 subscriptionId, bytes32 ref);
     /// The transaction's gas limit left too little for a token call to get PULL_GAS; send more gas.
     error InsufficientGasForPull(uint256 gasLeft, uint256 needed);
+    /// A pull of `amount` would take the subscription's total past the spend limit its subscriber signed.
+    error SpendLimitReached(uint256 subscriptionId, uint256 spent, uint256 spendLimit, uint256 amount);
 
     constructor() EIP712("Tollgate SubscriptionManager", "1") {}
 
@@ -219,9 +239,14 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
 
     // ---------------------------------------------------------------- subscribe
 
-    /// @notice Subscribes the caller and charges the first period at once.
-    function subscribe(uint256 planId, uint256 maxOverage) external nonReentrant returns (uint256) {
-        return _subscribe(msg.sender, planId, maxOverage);
+    /// @notice Subscribes the caller and charges the first period at once. Nothing beyond `spendLimit`
+    /// in total (first period included) is ever pulled for the subscription; type(uint256).max for no limit.
+    function subscribe(uint256 planId, uint256 maxOverage, uint256 spendLimit)
+        external
+        nonReentrant
+        returns (uint256)
+    {
+        return _subscribe(msg.sender, planId, maxOverage, spendLimit);
     }
 
     /// @notice Relayed subscribe: `signature` is the subscriber's EIP-712 Subscribe intent, so a relayer
@@ -230,20 +255,26 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         address subscriber,
         uint256 planId,
         uint256 maxOverage,
+        uint256 spendLimit,
         uint256 deadline,
         bytes calldata signature
     ) external nonReentrant returns (uint256) {
         if (block.timestamp > deadline) revert SignatureExpired(deadline);
-        bytes32 structHash =
-            keccak256(abi.encode(SUBSCRIBE_TYPEHASH, subscriber, planId, maxOverage, _useNonce(subscriber), deadline));
+        bytes32 structHash = keccak256(
+            abi.encode(SUBSCRIBE_TYPEHASH, subscriber, planId, maxOverage, spendLimit, _useNonce(subscriber), deadline)
+        );
         _checkSignature(subscriber, structHash, signature);
-        return _subscribe(subscriber, planId, maxOverage);
+        return _subscribe(subscriber, planId, maxOverage, spendLimit);
     }
 
-    function _subscribe(address subscriber, uint256 planId, uint256 maxOverage) private returns (uint256 id) {
+    function _subscribe(address subscriber, uint256 planId, uint256 maxOverage, uint256 spendLimit)
+        private
+        returns (uint256 id)
+    {
         Plan storage p = _plans[planId];
         if (p.provider == address(0)) revert PlanNotFound(planId);
         if (p.deprecated) revert PlanIsDeprecated(planId, p.successorPlanId);
+        if (p.amount > spendLimit) revert SpendLimitReached(subscriptionCount + 1, 0, spendLimit, p.amount);
         _pull(p.token, subscriber, p.provider, p.amount);
         id = ++subscriptionCount;
         uint64 start = uint64(block.timestamp);
@@ -257,9 +288,11 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
             currentPeriodEnd: end,
             pausedRemaining: 0,
             maxOverage: maxOverage,
-            overageUsed: 0
+            overageUsed: 0,
+            spendLimit: spendLimit,
+            spent: p.amount
         });
-        emit SubscriptionCreated(id, planId, subscriber, p.amount, start, end, maxOverage);
+        emit SubscriptionCreated(id, planId, subscriber, p.amount, start, end, maxOverage, spendLimit);
     }
 
     // ---------------------------------------------------------------- renewals
@@ -285,12 +318,19 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
 
     function _renew(uint256 id, Subscription storage s) private returns (bool) {
         Plan storage p = _plans[s.planId];
-        (bool ok, bytes memory reason) = _tryPull(p.token, s.subscriber, p.provider, p.amount);
+        bool ok;
+        bytes memory reason;
+        if (_withinSpendLimit(s, p.amount)) {
+            (ok, reason) = _tryPull(p.token, s.subscriber, p.provider, p.amount);
+        } else {
+            reason = abi.encodeWithSelector(SpendLimitReached.selector, id, s.spent, s.spendLimit, p.amount);
+        }
         if (!ok) {
             s.status = Status.PastDue;
             emit RenewalFailed(id, s.planId, p.amount, reason);
             return false;
         }
+        s.spent += p.amount;
         uint64 start = s.currentPeriodEnd;
         if (s.status == Status.PastDue || start + p.interval <= block.timestamp) start = uint64(block.timestamp);
         s.status = Status.Active;
@@ -352,6 +392,25 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         _setMaxOverage(subscriptionId, s, maxOverage);
     }
 
+    /// @notice Sets the most that may ever be pulled for the subscription in total (what it already
+    /// spent included). A limit at or below `spent` stops every further pull.
+    function setSpendLimit(uint256 subscriptionId, uint256 spendLimit) external nonReentrant {
+        _setSpendLimit(subscriptionId, _subscriberOnly(subscriptionId), spendLimit);
+    }
+
+    function setSpendLimitFor(uint256 subscriptionId, uint256 spendLimit, uint256 deadline, bytes calldata signature)
+        external
+        nonReentrant
+    {
+        if (block.timestamp > deadline) revert SignatureExpired(deadline);
+        Subscription storage s = _existing(subscriptionId);
+        bytes32 structHash = keccak256(
+            abi.encode(SET_SPEND_LIMIT_TYPEHASH, subscriptionId, spendLimit, _useNonce(s.subscriber), deadline)
+        );
+        _checkSignature(s.subscriber, structHash, signature);
+        _setSpendLimit(subscriptionId, s, spendLimit);
+    }
+
     function _pause(uint256 id, Subscription storage s) private {
         if (s.status != Status.Active) revert InvalidStatus(id, s.status);
         uint64 remaining = block.timestamp < s.currentPeriodEnd ? s.currentPeriodEnd - uint64(block.timestamp) : 0;
@@ -374,7 +433,9 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         // The period ended (before or while paused): resuming starts (and charges) a new one. A failed pull
         // reverts, leaving the subscription Paused, so the subscriber learns at once that it cannot pay.
         Plan storage p = _plans[s.planId];
+        if (!_withinSpendLimit(s, p.amount)) revert SpendLimitReached(id, s.spent, s.spendLimit, p.amount);
         _pull(p.token, s.subscriber, p.provider, p.amount);
+        s.spent += p.amount;
         s.periodStart = nowTs;
         s.currentPeriodEnd = nowTs + p.interval;
         s.overageUsed = 0;
@@ -395,6 +456,12 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         emit MaxOverageSet(id, maxOverage);
     }
 
+    function _setSpendLimit(uint256 id, Subscription storage s, uint256 spendLimit) private {
+        if (s.status == Status.Cancelled) revert InvalidStatus(id, s.status);
+        s.spendLimit = spendLimit;
+        emit SpendLimitSet(id, spendLimit);
+    }
+
     // ---------------------------------------------------------------- metered allowance
 
     /// @notice Pulls `amount` of metered overage from the subscriber to the provider now. Only the plan's
@@ -407,9 +474,11 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         if (refUsed[p.provider][ref]) revert RefAlreadyUsed(subscriptionId, ref);
         if (s.status != Status.Active) revert InvalidStatus(subscriptionId, s.status);
         if (!_withinCap(s, amount)) revert AllowanceExhausted(subscriptionId, s.overageUsed, s.maxOverage, amount);
+        if (!_withinSpendLimit(s, amount)) revert SpendLimitReached(subscriptionId, s.spent, s.spendLimit, amount);
         refUsed[p.provider][ref] = true;
         uint256 used = s.overageUsed + amount;
         s.overageUsed = used;
+        s.spent += amount;
         _pull(p.token, s.subscriber, p.provider, amount);
         emit AllowanceDeducted(subscriptionId, ref, amount, used, s.maxOverage);
     }
@@ -447,6 +516,10 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
             emit DeductionFailed(id, ref, amount, FAILURE_ALLOWANCE_EXHAUSTED);
             return false;
         }
+        if (!_withinSpendLimit(s, amount)) {
+            emit DeductionFailed(id, ref, amount, FAILURE_SPEND_LIMIT);
+            return false;
+        }
         (bool pulled,) = _tryPull(p.token, s.subscriber, p.provider, amount);
         if (!pulled) {
             emit DeductionFailed(id, ref, amount, FAILURE_TRANSFER_FAILED);
@@ -456,6 +529,8 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         // Cannot overflow: _withinCap showed overageUsed + amount <= maxOverage.
         uint256 used = s.overageUsed + amount;
         s.overageUsed = used;
+        // Cannot overflow: _withinSpendLimit showed spent + amount <= spendLimit.
+        s.spent += amount;
         emit AllowanceDeducted(id, ref, amount, used, s.maxOverage);
         return true;
     }
@@ -479,6 +554,13 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         uint256 used = s.overageUsed;
         uint256 cap = s.maxOverage;
         return used <= cap && amount <= cap - used;
+    }
+
+    /// spent + amount <= spendLimit, written so that no amount can overflow.
+    function _withinSpendLimit(Subscription storage s, uint256 amount) private view returns (bool) {
+        uint256 spent = s.spent;
+        uint256 limit = s.spendLimit;
+        return spent <= limit && amount <= limit - spent;
     }
 
     function _checkProviderOrOperator(uint256 id, address provider) private view {

@@ -25,4 +25,6 @@ export const DeductionFailure = {
   TransferFailed: 3,
   /** The provider deducted under this ref before: the earlier AllowanceDeducted is the deduction. */
   RefUsed: 4,
+  /** The deduction would take the subscription past the spend limit its subscriber signed. */
+  SpendLimit: 5,
 } as const;

@@ -61,10 +61,14 @@ export const subscribeIntentTypes = {
     { name: "subscriber", type: "address" },
     { name: "planId", type: "uint256" },
     { name: "maxOverage", type: "uint256" },
+    { name: "spendLimit", type: "uint256" },
     { name: "nonce", type: "uint256" },
     { name: "deadline", type: "uint256" },
   ],
 } as const;
+
+/** A spend limit of type(uint256).max: the subscription's total is not bounded beyond the allowance. */
+export const NO_SPEND_LIMIT = 2n ** 256n - 1n;
 
 const subscriptionAction = [
   { name: "subscriptionId", type: "uint256" },
@@ -75,6 +79,15 @@ const subscriptionAction = [
 export const pauseIntentTypes = { Pause: subscriptionAction } as const;
 export const resumeIntentTypes = { Resume: subscriptionAction } as const;
 export const cancelIntentTypes = { Cancel: subscriptionAction } as const;
+
+export const setSpendLimitIntentTypes = {
+  SetSpendLimit: [
+    { name: "subscriptionId", type: "uint256" },
+    { name: "spendLimit", type: "uint256" },
+    { name: "nonce", type: "uint256" },
+    { name: "deadline", type: "uint256" },
+  ],
+} as const;
 
 export const setMaxOverageIntentTypes = {
   SetMaxOverage: [

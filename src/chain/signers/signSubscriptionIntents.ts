@@ -9,6 +9,7 @@ import {
   pauseIntentTypes,
   resumeIntentTypes,
   setMaxOverageIntentTypes,
+  setSpendLimitIntentTypes,
   subscribeIntentTypes,
   subscriptionManagerDomain,
 } from "./eip712Types.ts";
@@ -16,10 +17,19 @@ import type { TypedDataSigner } from "./typedDataSigner.ts";
 
 export type IntentDomain = { chainId: number; manager: Address };
 
-/** Signs a Subscribe intent for `subscribeFor`: the signer subscribes to `planId` with a per-cycle overage cap. */
+/**
+ * Signs a Subscribe intent for `subscribeFor`: the signer subscribes to `planId` with a per-cycle
+ * overage cap and a spend limit (the most ever pulled for the subscription; `NO_SPEND_LIMIT` for none).
+ */
 export function signSubscribeIntent(
   signer: TypedDataSigner,
-  p: IntentDomain & { planId: bigint; maxOverage: bigint; nonce: bigint; deadline: bigint },
+  p: IntentDomain & {
+    planId: bigint;
+    maxOverage: bigint;
+    spendLimit: bigint;
+    nonce: bigint;
+    deadline: bigint;
+  },
 ): Promise<Hex> {
   return signer.signTypedData({
     domain: subscriptionManagerDomain(p.chainId, p.manager),
@@ -29,6 +39,7 @@ export function signSubscribeIntent(
       subscriber: signer.address,
       planId: p.planId,
       maxOverage: p.maxOverage,
+      spendLimit: p.spendLimit,
       nonce: p.nonce,
       deadline: p.deadline,
     },
@@ -81,5 +92,18 @@ export function signSetMaxOverageIntent(
     types: setMaxOverageIntentTypes,
     primaryType: "SetMaxOverage",
     message: { ...message(p), maxOverage: p.maxOverage },
+  });
+}
+
+/** Signs a SetSpendLimit intent for `setSpendLimitFor`. */
+export function signSetSpendLimitIntent(
+  signer: TypedDataSigner,
+  p: ActionIntent & { spendLimit: bigint },
+): Promise<Hex> {
+  return signer.signTypedData({
+    domain: subscriptionManagerDomain(p.chainId, p.manager),
+    types: setSpendLimitIntentTypes,
+    primaryType: "SetSpendLimit",
+    message: { ...message(p), spendLimit: p.spendLimit },
   });
 }

@@ -110,6 +110,8 @@ export type ChainSubscription = {
   pausedRemaining: bigint;
   maxOverage: bigint;
   overageUsed: bigint;
+  spendLimit: bigint;
+  spent: bigint;
 };
 
 /** A plan as `plans(id)` returns it. */
@@ -171,6 +173,8 @@ export function subscriptionToWire(
     pausedRemaining: Number(sub.pausedRemaining),
     maxOverage: sub.maxOverage.toString(),
     overageUsed: sub.overageUsed.toString(),
+    spendLimit: sub.spendLimit.toString(),
+    spent: sub.spent.toString(),
     chainTime,
   };
 }

@@ -32,6 +32,7 @@ import { getTokenAllowance } from "../../chain/actions/usd/getTokenAllowance.ts"
 import { getTokenBalance } from "../../chain/actions/usd/getTokenBalance.ts";
 import { permitRelay } from "../../chain/actions/usd/permitRelay.ts";
 import { getSubscriptionIdFromReceipt } from "../../chain/events/decodeSubscriptionEvents.ts";
+import { NO_SPEND_LIMIT } from "../../chain/signers/eip712Types.ts";
 import { canonicalJson } from "../../protocol/canonicalJson.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type {
@@ -39,6 +40,7 @@ import type {
   ApprovalResponse,
   PlanInfo,
   SetMaxOverageRequest,
+  SetSpendLimitRequest,
   SubscribeRequest,
   SubscribeResponse,
   SubscriberInfo,
@@ -74,7 +76,7 @@ export type SubscriptionService = {
   act(
     subscriptionId: bigint,
     action: SubscriptionAction,
-    request: SubscriptionActionRequest | SetMaxOverageRequest,
+    request: SubscriptionActionRequest | SetMaxOverageRequest | SetSpendLimitRequest,
   ): Promise<SubscriptionActionResponse>;
 };
 
@@ -326,6 +328,7 @@ export function createSubscriptionService(
       subscriber,
       planId,
       maxOverage: BigInt(request.maxOverage),
+      spendLimit: request.spendLimit === undefined ? NO_SPEND_LIMIT : BigInt(request.spendLimit),
       deadline: BigInt(request.deadline),
       signature: request.signature,
     });
@@ -551,7 +554,7 @@ export function createSubscriptionService(
   async function act(
     subscriptionId: bigint,
     action: SubscriptionAction,
-    request: SubscriptionActionRequest | SetMaxOverageRequest,
+    request: SubscriptionActionRequest | SetMaxOverageRequest | SetSpendLimitRequest,
   ): Promise<SubscriptionActionResponse> {
     const sub = await readSubscription(subscriptionId);
     const deadline = BigInt(request.deadline);
@@ -565,13 +568,22 @@ export function createSubscriptionService(
             deadline,
             signature: request.signature,
           })
-        : subscriptionActionForRelay({
-            manager,
-            action,
-            subscriptionId,
-            deadline,
-            signature: request.signature,
-          });
+        : action === "limit"
+          ? subscriptionActionForRelay({
+              manager,
+              action,
+              subscriptionId,
+              spendLimit: BigInt((request as SetSpendLimitRequest).spendLimit),
+              deadline,
+              signature: request.signature,
+            })
+          : subscriptionActionForRelay({
+              manager,
+              action,
+              subscriptionId,
+              deadline,
+              signature: request.signature,
+            });
     return relay<SubscriptionActionResponse, undefined>(
       action,
       sub.subscriber,

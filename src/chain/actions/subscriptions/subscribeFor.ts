@@ -9,6 +9,8 @@ export type SubscribeForParameters = {
   subscriber: Address;
   planId: bigint;
   maxOverage: bigint;
+  /** The spend limit the intent signed. */
+  spendLimit: bigint;
   deadline: bigint;
   /** the subscriber's Subscribe intent (`signSubscribeIntent`) */
   signature: Hex;
@@ -17,12 +19,12 @@ export type SubscribeForParameters = {
 /** Relays a subscriber's signed Subscribe intent; the client pays the gas. Returns the transaction hash. */
 export function subscribeFor(
   client: WriteClient,
-  { manager, subscriber, planId, maxOverage, deadline, signature }: SubscribeForParameters,
+  { manager, subscriber, planId, maxOverage, spendLimit, deadline, signature }: SubscribeForParameters,
 ): Promise<Hash> {
   return writeContract(client, {
     address: manager,
     abi: subscriptionManagerAbi,
     functionName: "subscribeFor",
-    args: [subscriber, planId, maxOverage, deadline, signature],
+    args: [subscriber, planId, maxOverage, spendLimit, deadline, signature],
   });
 }

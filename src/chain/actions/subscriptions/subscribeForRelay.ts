@@ -8,6 +8,7 @@ export function subscribeForRelay(p: {
   subscriber: Address;
   planId: bigint;
   maxOverage: bigint;
+  spendLimit: bigint;
   deadline: bigint;
   signature: Hex;
 }): RelayedCall {
@@ -15,6 +16,6 @@ export function subscribeForRelay(p: {
     address: p.manager,
     abi: subscriptionManagerAbi,
     functionName: "subscribeFor",
-    args: [p.subscriber, p.planId, p.maxOverage, p.deadline, p.signature],
+    args: [p.subscriber, p.planId, p.maxOverage, p.spendLimit, p.deadline, p.signature],
   });
 }
