@@ -65,7 +65,8 @@ async function acceptedCount(gates: PaymentGate[], header: string, times: number
     Array.from({ length: times }, (_, i) => gates[i % gates.length]!(request(header))),
   );
   for (const result of results) {
-    if (result.kind === "respond") expect(result.response.status).toBe(402);
+    // 402 for a proof used, 503 PaymentInFlight for one a pass still holds (never completed here).
+    if (result.kind === "respond") expect([402, 503]).toContain(result.response.status);
   }
   return results.filter((r) => r.kind === "pass").length;
 }

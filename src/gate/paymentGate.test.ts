@@ -358,6 +358,8 @@ describe("paymentGate: a proof is used up only by a request that was served", ()
       kit.script.push(status);
       expect((await pay(kit, proof)).status).toBe(status);
       kit.served.length = 0;
+      // Used for good, not merely in flight: the lease passing changes nothing.
+      kit.clock.advance(61_000);
       await expectRefused(kit, await pay(kit, proof), /already used/);
     },
   );
@@ -377,14 +379,25 @@ describe("paymentGate: a proof is used up only by a request that was served", ()
     expect((await kit.gate(request())).kind).toBe("respond");
   });
 
-  it("keeps the proof used up when the adapter never reports the handler's status", async () => {
+  it("holds a proof whose request never reported in flight, then serves the same request again after the lease, three times at most", async () => {
     const proof = proofFor(kit, await offer(kit));
-    const request = new Request("http://gate.test/api/reports/1", {
-      headers: { "X-PAYMENT": encodeJsonHeader(proof) },
-    });
-    expect((await kit.gate(request)).kind).toBe("pass");
-    const again = await kit.gate(request);
-    expect(again.kind === "respond" && again.response.status).toBe(402);
+    const request = () =>
+      new Request("http://gate.test/api/reports/1", { headers: { "X-PAYMENT": encodeJsonHeader(proof) } });
+    expect((await kit.gate(request())).kind).toBe("pass");
+    // The gate that took it may still answer: a re-send is told to wait out the lease (default 60 s).
+    kit.clock.advance(20_000);
+    const early = await kit.gate(request());
+    if (early.kind !== "respond") throw new Error("expected a refusal while in flight");
+    expect(early.response.status).toBe(503);
+    expect(early.response.headers.get("retry-after")).toBe("40");
+    expect(await early.response.json()).toMatchObject({ error: { code: "PaymentInFlight" } });
+    kit.clock.advance(40_000);
+    expect((await kit.gate(request())).kind).toBe("pass");
+    kit.clock.advance(60_000);
+    expect((await kit.gate(request())).kind).toBe("pass");
+    kit.clock.advance(60_000);
+    const spent = await kit.gate(request());
+    expect(spent.kind === "respond" && spent.response.status).toBe(402);
   });
 });
 
@@ -406,7 +419,8 @@ describe("paymentGate: attacks are refused with 402 InvalidPaymentProof and the 
     const responses = await Promise.all(Array.from({ length: 25 }, () => pay(kit, proof)));
     const statuses = responses.map((r) => r.status).sort();
     expect(statuses.filter((s) => s === 200)).toHaveLength(1);
-    expect(statuses.filter((s) => s === 402)).toHaveLength(24);
+    // 503 PaymentInFlight while the one that passed is being served, 402 once it was.
+    expect(statuses.filter((s) => s === 402 || s === 503)).toHaveLength(24);
     expect(kit.served).toHaveLength(1);
   });
 

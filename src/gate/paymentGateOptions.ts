@@ -277,7 +277,14 @@ export const PaymentGateOptionsSchema = z.strictObject({
   description: z.string().max(1024).optional(),
   /** Remembers consumed memos. Default: in memory, for one process. */
   replayGuard: z
-    .custom<ReplayGuard>(hasMethods("consume", "release"), { error: "expected a ReplayGuard" })
+    .custom<ReplayGuard>(
+      (value) =>
+        hasMethods("consume", "release")(value) &&
+        // Claims come as a pair: one without the other would hold proofs in flight for good.
+        (hasMethods("claim", "settle")(value) ||
+          ((value as ReplayGuard).claim === undefined && (value as ReplayGuard).settle === undefined)),
+      { error: "expected a ReplayGuard (claim and settle both, or neither)" },
+    )
     .optional(),
   clock: z.custom<Clock>(hasMethods("now"), { error: "expected a Clock" }).optional(),
   /** The `fetch` the facilitator client uses when `facilitator` is a URL (default: the global one). */
@@ -299,6 +306,13 @@ export const PaymentGateOptionsSchema = z.strictObject({
     .optional(),
   /** How long a 402 offer stands (default 300 s). */
   memoTtlSeconds: z.int().min(10).max(3600).optional(),
+  /**
+   * How long a proof (`X-PAYMENT`) is held in flight for the request it was accepted on (default 60 s),
+   * when the replay guard has claims: the gate's promise that a handler it runs answers within it. A
+   * proof whose request never completed (the gate died) is accepted again for the same request after
+   * this, up to twice; a handler still running past it may be run a second time by such a retry.
+   */
+  proofLeaseSeconds: z.int().min(1).max(3600).optional(),
   /**
    * The origin clients reach this API at (`https://api.example.com`): the origin of `resource.url` in
    * 402s, and the audience every sub-auth token must name. Required with subscription pricing. The

@@ -38,6 +38,7 @@ describe("error catalogue", () => {
         "UnsupportedToken",
         "RateLimited",
         "ChainUnavailable",
+        "PaymentInFlight",
         "BudgetExceeded",
         "ApprovalDenied",
         "PriceCeilingExceeded",

@@ -37,6 +37,11 @@ export const ErrorCode = {
   UnsupportedToken: "UnsupportedToken",
   RateLimited: "RateLimited",
   ChainUnavailable: "ChainUnavailable",
+  /**
+   * A gate's answer to a proof its request is still being served with (or was, by a gate that died
+   * before answering): re-send the same proof after `Retry-After`, when its claim lapses.
+   */
+  PaymentInFlight: "PaymentInFlight",
   // Client-side only.
   BudgetExceeded: "BudgetExceeded",
   ApprovalDenied: "ApprovalDenied",
@@ -104,6 +109,7 @@ const statusByCode: Record<ErrorCode, number> = {
   UnsupportedToken: 422,
   RateLimited: 429,
   ChainUnavailable: 503,
+  PaymentInFlight: 503,
   BudgetExceeded: 402,
   ApprovalDenied: 403,
   PriceCeilingExceeded: 402,

@@ -1,6 +1,6 @@
 import type { Clock } from "../protocol/clock.ts";
 import { ErrorCode, TollgateError } from "../protocol/errors.ts";
-import type { ReplayGuard } from "./replayGuard.ts";
+import { checkClaimRequest, claimRequestHash, newClaimToken, type ReplayGuard } from "./replayGuard.ts";
 
 /**
  * A replay guard for a single gate process. Expired keys are purged as time passes (a min-heap by
@@ -19,49 +19,93 @@ export function createMemoryReplayGuard(options: {
   if (!Number.isSafeInteger(maxEntries) || maxEntries < 1) {
     throw new TollgateError(ErrorCode.Internal, `maxEntries must be a positive integer: ${maxEntries}`);
   }
-  // Invariant: every key of `expiries` has a heap entry carrying its map value. A released key leaves
-  // its entry behind until that entry's expiry (re-consuming it adds another), so purging removes a key
-  // only when the entry popped is the key's current one; the heap holds at most the keys consumed
-  // within one memo lifetime.
-  const expiries = new Map<string, number>();
+  // Invariant: every key of `held` has a heap entry carrying its expiry. A released key leaves its entry
+  // behind until that entry's expiry (re-consuming it adds another), so purging removes a key only when
+  // the entry popped is the key's current one; the heap holds at most the keys consumed within one
+  // memo lifetime.
+  const held = new Map<string, Held>();
   const heap: { key: string; expiresAtMs: number }[] = [];
 
   const purge = (now: number) => {
     for (let top = heap[0]; top !== undefined && top.expiresAtMs <= now; top = heap[0]) {
       popMin(heap);
-      if (expiries.get(top.key) === top.expiresAtMs) expiries.delete(top.key);
+      if (held.get(top.key)?.expiresAtMs === top.expiresAtMs) held.delete(top.key);
     }
   };
+  /** Remembers a new key; throws `RateLimited` when full (the caller checked it is not held). */
+  const add = (key: string, entry: Held, now: number) => {
+    if (held.size >= maxEntries) {
+      const earliest = heap[0]!.expiresAtMs;
+      throw new TollgateError(ErrorCode.RateLimited, "replay guard is full of unexpired payments", {
+        details: { maxEntries },
+        retryAfter: Math.max(1, Math.ceil((earliest - now) / 1000)),
+      });
+    }
+    held.set(key, entry);
+    push(heap, { key, expiresAtMs: entry.expiresAtMs });
+  };
 
+  // Every method below is synchronous after its first line, so concurrent calls cannot interleave
+  // between a check and a set.
   return {
     get size() {
-      return expiries.size;
+      return held.size;
     },
     async consume(key, expiresAtMs) {
       const now = options.clock.now();
       purge(now);
-      // Everything below is synchronous, so concurrent calls cannot interleave between check and set.
-      if (!(expiresAtMs > now) || expiries.has(key)) return false;
-      if (expiries.size >= maxEntries) {
-        const earliest = heap[0]!.expiresAtMs;
-        throw new TollgateError(ErrorCode.RateLimited, "replay guard is full of unexpired payments", {
-          details: { maxEntries },
-          retryAfter: Math.max(1, Math.ceil((earliest - now) / 1000)),
-        });
-      }
-      expiries.set(key, expiresAtMs);
-      push(heap, { key, expiresAtMs });
+      if (!(expiresAtMs > now) || held.has(key)) return false;
+      add(key, { expiresAtMs }, now);
       return true;
     },
-    async release(key) {
-      expiries.delete(key);
+    async claim(key, expiresAtMs, request) {
+      checkClaimRequest(request);
+      const now = options.clock.now();
+      purge(now);
+      if (!(expiresAtMs > now)) return { ok: false, reason: "used" };
+      const requestHash = claimRequestHash(request.request);
+      const token = newClaimToken();
+      const current = held.get(key);
+      if (current === undefined) {
+        add(
+          key,
+          { expiresAtMs, claim: { requestHash, token, leaseUntilMs: now + request.leaseMs, claims: 1 } },
+          now,
+        );
+        return { ok: true, token };
+      }
+      const claim = current.claim;
+      if (claim === undefined || claim.requestHash !== requestHash) return { ok: false, reason: "used" };
+      if (claim.leaseUntilMs > now) {
+        return { ok: false, reason: "in-flight", retryAfterMs: claim.leaseUntilMs - now };
+      }
+      if (claim.claims >= request.maxClaims) return { ok: false, reason: "used" };
+      current.claim = { requestHash, token, leaseUntilMs: now + request.leaseMs, claims: claim.claims + 1 };
+      return { ok: true, token };
+    },
+    async settle(key, expiresAtMs) {
+      const now = options.clock.now();
+      purge(now);
+      const current = held.get(key);
+      if (current !== undefined) current.claim = undefined;
+      else if (expiresAtMs > now) add(key, { expiresAtMs }, now);
+    },
+    async release(key, token) {
+      const current = held.get(key);
+      if (current !== undefined && current.claim?.token === token) held.delete(key);
     },
     async close() {
-      expiries.clear();
+      held.clear();
       heap.length = 0;
     },
   };
 }
+
+/** A remembered key: used for good, or in flight under a claim. */
+type Held = {
+  expiresAtMs: number;
+  claim?: { requestHash: string; token: string; leaseUntilMs: number; claims: number } | undefined;
+};
 
 type Entry = { key: string; expiresAtMs: number };
 

@@ -1,12 +1,20 @@
+import { createHash } from "node:crypto";
 import type { Logger } from "pino";
 import { createClient } from "redis";
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { ErrorCode, TollgateError } from "../protocol/errors.ts";
-import { type ReplayGuard, replayKeyHash } from "./replayGuard.ts";
+import {
+  checkClaimRequest,
+  claimRequestHash,
+  newClaimToken,
+  type ReplayGuard,
+  replayKeyHash,
+} from "./replayGuard.ts";
 
 /** The Redis commands the guard needs; a connected client of the `redis` package satisfies it. */
 export type RedisReplayClient = {
-  del(key: string): Promise<unknown>;
+  evalSha(sha: string, options: { keys: string[]; arguments: string[] }): Promise<unknown>;
+  eval(script: string, options: { keys: string[]; arguments: string[] }): Promise<unknown>;
   set(
     key: string,
     value: string,
@@ -33,7 +41,9 @@ export type RedisReplayGuardOptions = (
 /**
  * A replay guard shared by every gate instance using one Redis: `SET key 1 NX PXAT expiry` is one
  * atomic command that succeeds for exactly one caller, and Redis itself drops the key when it expires.
- * Keys are `prefix` + base64url(sha256(memo)).
+ * Claims, settling and releasing are Lua scripts, each atomic on its key. Keys are `prefix` +
+ * base64url(sha256(memo)); a key used for good holds `1`, a claim
+ * `c|<lease until ms>|<claims>|<token>|<sha256 of the request, hex>`.
  * @example
  * const guard = await createRedisReplayGuard({ url: env.REDIS_URL, logger });
  */
@@ -60,11 +70,17 @@ export async function createRedisReplayGuard(
   }
 
   const redisKey = (key: string) => `${prefix}${replayKeyHash(key).toString("base64url")}`;
+  const run = async (script: string, key: string, args: string[]): Promise<unknown> => {
+    try {
+      return await client.evalSha(sha1(script), { keys: [key], arguments: args });
+    } catch (error) {
+      if (!String((error as Error)?.message ?? "").includes("NOSCRIPT")) throw error;
+      return await client.eval(script, { keys: [key], arguments: args });
+    }
+  };
   return {
     async consume(key, expiresAtMs) {
-      if (!Number.isSafeInteger(expiresAtMs)) {
-        throw new TollgateError(ErrorCode.Internal, `expiresAtMs must be an integer: ${expiresAtMs}`);
-      }
+      checkExpiry(expiresAtMs);
       if (expiresAtMs <= clock.now()) return false;
       const reply = await client.set(redisKey(key), "1", {
         condition: "NX",
@@ -72,11 +88,79 @@ export async function createRedisReplayGuard(
       });
       return reply === "OK";
     },
-    async release(key) {
-      await client.del(redisKey(key));
+    async claim(key, expiresAtMs, claim) {
+      checkExpiry(expiresAtMs);
+      checkClaimRequest(claim);
+      const now = clock.now();
+      if (expiresAtMs <= now) return { ok: false, reason: "used" };
+      const token = newClaimToken();
+      const reply = (await run(CLAIM_LUA, redisKey(key), [
+        String(now),
+        String(now + claim.leaseMs),
+        String(expiresAtMs + skewToleranceMs),
+        claimRequestHash(claim.request),
+        token,
+        String(claim.maxClaims),
+      ])) as [number, number];
+      if (reply[0] === 1) return { ok: true, token };
+      if (reply[0] === 2) return { ok: false, reason: "in-flight", retryAfterMs: Number(reply[1]) };
+      return { ok: false, reason: "used" };
+    },
+    async settle(key, expiresAtMs) {
+      checkExpiry(expiresAtMs);
+      if (expiresAtMs <= clock.now()) return;
+      await run(SETTLE_LUA, redisKey(key), [String(expiresAtMs + skewToleranceMs)]);
+    },
+    async release(key, token) {
+      await run(RELEASE_LUA, redisKey(key), [token ?? ""]);
     },
     async close() {
       await owned?.close();
     },
   };
 }
+
+function checkExpiry(expiresAtMs: number): void {
+  if (!Number.isSafeInteger(expiresAtMs)) {
+    throw new TollgateError(ErrorCode.Internal, `expiresAtMs must be an integer: ${expiresAtMs}`);
+  }
+}
+
+const sha1 = (script: string) => createHash("sha1").update(script).digest("hex");
+
+/**
+ * KEYS[1] the key; ARGV now, lease until, key expiry (PXAT), request hash, token, max claims.
+ * Replies {1, 0} won, {2, ms left} in flight for this request, {0, 0} used.
+ */
+const CLAIM_LUA = `
+local v = redis.call('GET', KEYS[1])
+local function put(claims)
+  redis.call('SET', KEYS[1], 'c|' .. ARGV[2] .. '|' .. claims .. '|' .. ARGV[5] .. '|' .. ARGV[4], 'PXAT', ARGV[3])
+end
+if not v then
+  put(1)
+  return {1, 0}
+end
+local lease, claims, _, request = string.match(v, '^c|(%d+)|(%d+)|([^|]+)|(%x+)$')
+if not lease or request ~= ARGV[4] then return {0, 0} end
+local left = tonumber(lease) - tonumber(ARGV[1])
+if left > 0 then return {2, left} end
+if tonumber(claims) >= tonumber(ARGV[6]) then return {0, 0} end
+put(tonumber(claims) + 1)
+return {1, 0}
+`;
+
+/** KEYS[1] the key; ARGV key expiry (PXAT). Used for good, whoever held it. */
+const SETTLE_LUA = `redis.call('SET', KEYS[1], '1', 'PXAT', ARGV[1]) return 1`;
+
+/** KEYS[1] the key; ARGV the claim's token, or '' for a key used by `consume`. */
+const RELEASE_LUA = `
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+if ARGV[1] == '' then
+  if v == '1' then return redis.call('DEL', KEYS[1]) end
+  return 0
+end
+if string.match(v, '^c|%d+|%d+|([^|]+)|') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`;

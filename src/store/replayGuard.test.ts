@@ -16,8 +16,14 @@ const redisUrl = process.env.REDIS_URL || undefined;
 
 const T0 = 1_763_800_000_000;
 
-/** Two guards over one backend (the same guard twice for a single-process backend), a clock's now. */
-type Setup = { guards: [ReplayGuard, ReplayGuard]; now: () => number };
+/**
+ * Two guards over one backend (the same guard twice for a single-process backend), a clock's now, and
+ * a way to move that clock (shared by both guards).
+ */
+type Setup = { guards: [ReplayGuard, ReplayGuard]; now: () => number; advance(ms: number): void };
+
+/** A claim for `request` with a 1 s lease. */
+const claimFor = (request: string, maxClaims = 3) => ({ request, leaseMs: 1_000, maxClaims });
 
 /** The contract of replayGuard.ts, run against each implementation. */
 function contractSuite(setup: () => Promise<Setup>) {
@@ -90,6 +96,97 @@ function contractSuite(setup: () => Promise<Setup>) {
     expect(await s.guards[1].consume(key, s.now() + 60_000)).toBe(false);
   });
 
+  describe("claims", () => {
+    const claim = (i: 0 | 1, key: string, request = "GET /a", maxClaims = 3) =>
+      s.guards[i].claim!(key, s.now() + 60_000, claimFor(request, maxClaims));
+    const won = (outcomes: { ok: boolean }[]) => outcomes.filter((o) => o.ok).length;
+
+    it("gives a key to exactly one of 40 concurrent claims between two instances, and consume then refuses it", async () => {
+      const key = memo();
+      const outcomes = await Promise.all(Array.from({ length: 40 }, (_, i) => claim((i % 2) as 0 | 1, key)));
+      expect(won(outcomes)).toBe(1);
+      expect(await s.guards[1].consume(key, s.now() + 60_000)).toBe(false);
+    });
+
+    it("tells a claim for the same request that the key is in flight and for how long, another request that it is used", async () => {
+      const key = memo();
+      expect((await claim(0, key)).ok).toBe(true);
+      s.advance(400);
+      expect(await claim(1, key)).toEqual({ ok: false, reason: "in-flight", retryAfterMs: 600 });
+      expect(await claim(1, key, "GET /b")).toEqual({ ok: false, reason: "used" });
+      const consumed = memo();
+      expect(await s.guards[0].consume(consumed, s.now() + 60_000)).toBe(true);
+      expect(await claim(1, consumed)).toEqual({ ok: false, reason: "used" });
+    });
+
+    it("lets exactly one claim for the same request take a passed lease over, between two instances", async () => {
+      const key = memo();
+      expect((await claim(0, key)).ok).toBe(true);
+      s.advance(1_000);
+      const outcomes = await Promise.all(Array.from({ length: 20 }, (_, i) => claim((i % 2) as 0 | 1, key)));
+      expect(won(outcomes)).toBe(1);
+      // The takeover has its own lease.
+      expect(await claim(0, key)).toEqual({ ok: false, reason: "in-flight", retryAfterMs: 1_000 });
+    });
+
+    it("never lets another request or a consume take a passed lease over", async () => {
+      const key = memo();
+      expect((await claim(0, key)).ok).toBe(true);
+      s.advance(5_000);
+      expect(await claim(1, key, "GET /b")).toEqual({ ok: false, reason: "used" });
+      expect(await s.guards[1].consume(key, s.now() + 60_000)).toBe(false);
+      expect((await claim(1, key)).ok).toBe(true);
+    });
+
+    it("refuses a takeover once the key has had maxClaims claims", async () => {
+      const key = memo();
+      expect((await claim(0, key, "GET /a", 2)).ok).toBe(true);
+      s.advance(1_000);
+      expect((await claim(1, key, "GET /a", 2)).ok).toBe(true);
+      s.advance(1_000);
+      expect(await claim(0, key, "GET /a", 2)).toEqual({ ok: false, reason: "used" });
+    });
+
+    it("uses a settled key for good: no takeover after its lease, and its holder's token releases nothing", async () => {
+      const key = memo();
+      const first = await claim(0, key);
+      if (!first.ok) throw new Error("claim lost");
+      await s.guards[1].settle!(key, s.now() + 60_000);
+      await s.guards[0].release(key, first.token);
+      s.advance(5_000);
+      expect(await claim(0, key)).toEqual({ ok: false, reason: "used" });
+      expect(await s.guards[1].consume(key, s.now() + 60_000)).toBe(false);
+      // Settling a key nobody holds remembers it too.
+      const absent = memo();
+      await s.guards[0].settle!(absent, s.now() + 60_000);
+      expect(await claim(1, absent)).toEqual({ ok: false, reason: "used" });
+    });
+
+    it("releases a claim by its own token only, for one later claim", async () => {
+      const key = memo();
+      const first = await claim(0, key);
+      if (!first.ok) throw new Error("claim lost");
+      s.advance(1_000);
+      const second = await claim(1, key);
+      if (!second.ok) throw new Error("takeover lost");
+      // The first holder's late release, a token-less release and a wrong token leave the takeover.
+      await s.guards[0].release(key, first.token);
+      await s.guards[0].release(key);
+      await s.guards[1].release(key, "not-the-token");
+      expect(await claim(0, key)).toMatchObject({ ok: false, reason: "in-flight" });
+      await s.guards[1].release(key, second.token);
+      const again = await Promise.all([claim(0, key), claim(1, key), claim(0, key, "GET /b")]);
+      expect(won(again)).toBe(1);
+    });
+
+    it("does not release a key used by consume when given a token", async () => {
+      const key = memo();
+      expect(await s.guards[0].consume(key, s.now() + 60_000)).toBe(true);
+      await s.guards[1].release(key, "some-token");
+      expect(await s.guards[1].consume(key, s.now() + 60_000)).toBe(false);
+    });
+  });
+
   it("treats a very long key as itself, not as a prefix", async () => {
     const long = "m".repeat(10_000);
     expect(await s.guards[0].consume(`${long}a`, s.now() + 60_000)).toBe(true);
@@ -103,7 +200,7 @@ describe("memory replay guard", () => {
     contractSuite(async () => {
       const clock = createFixedClock(T0);
       const guard = createMemoryReplayGuard({ clock });
-      return { guards: [guard, guard], now: clock.now };
+      return { guards: [guard, guard], now: clock.now, advance: clock.advance };
     });
   });
 
@@ -185,6 +282,7 @@ describe("PostgreSQL-dialect replay guard on PGlite", () => {
       return {
         guards: [createPostgresReplayGuard(shared, { clock }), createPostgresReplayGuard(shared, { clock })],
         now: clock.now,
+        advance: clock.advance,
       };
     });
   });
@@ -244,6 +342,7 @@ describe.runIf(databaseUrl)("PostgreSQL replay guard on PostgreSQL", () => {
           createPostgresReplayGuard(stores[1]!, { clock }),
         ],
         now: clock.now,
+        advance: clock.advance,
       };
     });
   });
@@ -264,10 +363,12 @@ describe.runIf(redisUrl)("Redis replay guard", () => {
 
   describe("contract, two clients on one server", () => {
     contractSuite(async () => {
-      const a = await createRedisReplayGuard({ url: redisUrl!, prefix });
-      const b = await createRedisReplayGuard({ url: redisUrl!, prefix });
+      // The gates' clock, moved by the tests; it starts at Redis's time, which expires the keys.
+      const clock = createFixedClock(systemClock.now());
+      const a = await createRedisReplayGuard({ url: redisUrl!, prefix, clock });
+      const b = await createRedisReplayGuard({ url: redisUrl!, prefix, clock });
       opened.push(a, b);
-      return { guards: [a, b], now: systemClock.now };
+      return { guards: [a, b], now: clock.now, advance: clock.advance };
     });
   });
 

@@ -7,8 +7,14 @@
  *   authorization, `proofReplayKey`) is consumed atomically in the replay guard, and only the caller
  *   that consumed it passes. A check that could not be carried out answers 5xx and leaves the key
  *   unconsumed, so the payer can retry the same proof instead of paying again.
- * - A proof is used up only by a request that was served: `complete(status ≥ 500)` releases its key,
- *   and the same proof is accepted once more until it expires.
+ * - A proof is used up only by a request that was served. With a replay guard that has claims (every
+ *   built-in one), the key is claimed in flight for this request (method, path and query) for
+ *   `proofLeaseSeconds`, and marked used when the adapter reports an answer below 500; an answer of
+ *   500 or more releases it, and the same proof is accepted once more until it expires. A claim never
+ *   reported (the gate died before answering) lapses with its lease: the same request with the same
+ *   proof is then accepted again, at most `MAX_PROOF_CLAIMS` times in all; before that, it is answered
+ *   `PaymentInFlight` (503, `Retry-After`). No other request, and no x402 payload of the same
+ *   authorization, can take a claim over. A guard without claims consumes the key for good.
  * - A proof pays for the request it is shown on: its memo binds method, path and query, and its
  *   amount covers the cheapest one-time price of that request's route now.
  */
@@ -22,7 +28,7 @@ import {
   verifyProofSignature,
 } from "../../gate/checkPaymentProof.ts";
 import { GatePass } from "../../gate/gatePass.ts";
-import { faultResponse } from "../../gate/gateResponses.ts";
+import { errorResponse, faultResponse } from "../../gate/gateResponses.ts";
 import { openMemo } from "../../gate/memo.ts";
 import { safeParsePaymentProof } from "../../gate/parsePaymentProof.ts";
 import {
@@ -111,15 +117,35 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
     clock,
   );
 
-  /** `complete` of a proof payment: hands its key back when the handler failed (status ≥ 500). */
-  const releaseOnFailure = (replayKey: string, method: string, path: string) => {
+  const leaseMs = ((context.options as { proofLeaseSeconds?: number }).proofLeaseSeconds ?? 60) * 1000;
+
+  /**
+   * `complete` of a proof payment: hands its key back when the handler failed (status ≥ 500), marks a
+   * claimed key used when it answered. A failed settle leaves the claim to lapse: a retry of the same
+   * request after the lease is then served once more, which costs the gate, never the payer.
+   */
+  const completeProof = (
+    replayKey: string,
+    claimToken: string | undefined,
+    expiresAtMs: number,
+    method: string,
+    path: string,
+  ) => {
     let reported = false;
     return async (status: number) => {
       if (reported) return;
       reported = true;
-      if (!(status >= 500)) return;
+      if (!(status >= 500)) {
+        if (claimToken === undefined) return;
+        try {
+          await replayGuard.settle?.(replayKey, expiresAtMs);
+        } catch (error) {
+          logger?.warn({ err: error, method, path, status }, "payment proof could not be marked used");
+        }
+        return;
+      }
       try {
-        await replayGuard.release(replayKey);
+        await replayGuard.release(replayKey, claimToken);
         logger?.warn({ method, path, status }, "handler failed; payment proof released for a retry");
       } catch (error) {
         logger?.warn({ err: error, method, path, status }, "payment proof could not be released");
@@ -141,6 +167,7 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
         return refusal(logger, method, path, "this request is not sold for a one-time payment");
       // Computed once per request (one keccak256 of the memo, through `memoNonce`: fastKeccak.ts).
       const replayKey = proofReplayKey(proof);
+      let claimToken: string | undefined;
       try {
         const terms = checkProofTerms(proof, {
           memoSecret,
@@ -166,8 +193,33 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
         if (!signature.valid) return refusal(logger, method, path, signature.reason);
         // Keep the key until the proof itself expires: no proof for it can be accepted after that, and
         // an x402 payload of the same authorization is refused by the facilitator (docs/x402.md).
-        if (!(await replayGuard.consume(replayKey, proof.exp * 1000)))
-          return refusal(logger, method, path, "proof was already used");
+        if (replayGuard.claim === undefined) {
+          if (!(await replayGuard.consume(replayKey, proof.exp * 1000)))
+            return refusal(logger, method, path, "proof was already used");
+        } else {
+          // The claim is for this request: the memo already binds method, path and query, and the
+          // guard holds the claim to them too, so no other request (nor an x402 payload of the same
+          // authorization, which consumes) can take a lapsed claim over.
+          const claimed = await replayGuard.claim(replayKey, proof.exp * 1000, {
+            request: `exact ${method} ${path}?${request.query}`,
+            leaseMs,
+            maxClaims: MAX_PROOF_CLAIMS,
+          });
+          if (!claimed.ok && claimed.reason === "in-flight") {
+            logger?.debug({ method, path }, "payment proof in flight");
+            return {
+              kind: "respond",
+              response: errorResponse(
+                "PaymentInFlight",
+                "this proof is held by the same request still being served (or whose gate failed before answering); send it again after Retry-After",
+                503,
+                Math.max(1, Math.ceil(claimed.retryAfterMs / 1000)),
+              ),
+            };
+          }
+          if (!claimed.ok) return refusal(logger, method, path, "proof was already used");
+          claimToken = claimed.token;
+        }
       } catch (error) {
         logger?.warn({ err: error, method, path }, "payment proof could not be checked");
         return { kind: "respond", response: faultResponse(error) };
@@ -187,7 +239,7 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
         [[HeaderName.PaymentResponse, paymentResponseHeader(proof)]],
         paid,
         undefined,
-        releaseOnFailure(replayKey, method, path),
+        completeProof(replayKey, claimToken, proof.exp * 1000, method, path),
       );
     },
     async verifyProof(value) {
@@ -209,6 +261,12 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
     },
   };
 }
+
+/**
+ * Claims a proof's key may have while it lives: the first and two retries after a gate died before
+ * answering. Bounds what a host that never reports `complete` gives away per payment.
+ */
+export const MAX_PROOF_CLAIMS = 3;
 
 /** A proof refused, logged at debug level. */
 function refusal(
