@@ -133,7 +133,7 @@ describe("cooperative channel close at the payer's request", () => {
     return { wallet, walletStore, paidFetch: createChannelFetch(fetch, { wallet, maxPrice: PRICE }) };
   }
 
-  const termsOf = (seller: DevnetAccount): ChannelTermsInput => ({
+  const termsOf = (seller: DevnetAccount, tag: Hex | undefined): ChannelTermsInput => ({
     network: devnet.network,
     contract: devnet.contracts.channels,
     facilitator: server.url,
@@ -142,6 +142,7 @@ describe("cooperative channel close at the payer's request", () => {
     price: PRICE,
     minDeposit: 0n,
     minCloseDelay: 0,
+    tag,
   });
 
   const askGate = (url: string, channelId: string) =>
@@ -157,7 +158,7 @@ describe("cooperative channel close at the payer's request", () => {
     const channelId = channel!.channelId;
     expect(channel).toMatchObject({ deposit: 50n * PRICE, signed: 7n * PRICE });
     // A voucher signed but not yet shown: it must not be served once the close began.
-    const unsent = wallet.payNow(termsOf(payee))!;
+    const unsent = wallet.payNow(termsOf(payee, channel!.tag))!;
     expect(await balance(payer.address)).toBe(payerBefore - 50n * PRICE);
 
     const outcome = await wallet.requestClose(channelId);

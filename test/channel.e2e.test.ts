@@ -155,6 +155,7 @@ describe("channel scheme end to end", () => {
         price: PRICE,
         minDeposit: 0n,
         minCloseDelay: 0,
+        tag: channel!.tag,
       })!;
       const voucher = parseChannelVoucher(next.header);
       expect(voucher.cumulativeAmount).toBe(101n * PRICE);

@@ -247,6 +247,45 @@ describe.each(backends.filter((b) => b.skip !== true))("$name voucher store", (b
       ).toMatchObject({ charged: false, sealed: true });
       expect((await store.unforwarded(10)).some((v) => v.channelId === id)).toBe(false);
     }));
+
+  it("names itself by one 8-byte tag, the same every time it is asked, and another store by another", async () => {
+    const first = await backend.open();
+    const second = await backend.open();
+    try {
+      const tag = await first.tag();
+      expect(tag).toMatch(/^0x[0-9a-f]{16}$/);
+      expect(await first.tag()).toBe(tag);
+      expect(await second.tag()).not.toBe(tag);
+    } finally {
+      await first.close();
+      await second.close();
+    }
+  });
+});
+
+describe("store tags shared by instances", () => {
+  it("gives every instance on one database the same tag, made once", async () => {
+    const db = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
+    try {
+      const tags = await Promise.all([1, 2, 3].map(() => createPostgresVoucherStore(db).tag()));
+      expect(new Set(tags).size).toBe(1);
+      expect(await createPostgresVoucherStore(db).tag()).toBe(tags[0]);
+    } finally {
+      await db.close();
+    }
+  });
+
+  it.skipIf(REDIS_URL === undefined)("gives every instance on one Redis namespace the same tag", async () => {
+    const prefix = `test:channel:${randomBytes(4).toString("hex")}:`;
+    const stores = await Promise.all([1, 2].map(() => createRedisVoucherStore({ url: REDIS_URL!, prefix })));
+    try {
+      const tags = await Promise.all(stores.map((s) => s.tag()));
+      expect(tags[0]).toMatch(/^0x[0-9a-f]{16}$/);
+      expect(tags[1]).toBe(tags[0]);
+    } finally {
+      for (const s of stores) await s.close();
+    }
+  });
 });
 
 describe("journal voucher store recovery", () => {
@@ -259,16 +298,23 @@ describe("journal voucher store recovery", () => {
     await first.charge({ channelId: a, cumulativeAmount: 20n, signature: sig(2), price: 10n, floor: 0n });
     await first.charge({ channelId: b, cumulativeAmount: 7n, signature: sig(3), price: 7n, floor: 0n });
     await first.markForwarded(b, 7n);
+    const tag = await first.tag();
     await first.close();
     appendFileSync(path, `C ${a} 999 999 0 0 AAAA`); // torn: no signature, no newline
     const second = await createJournalVoucherStore({ path });
+    // The journal keeps its tag: a restarted gate goes on serving the channels opened for it.
+    expect(await second.tag()).toBe(tag);
     expect(await second.tally(a)).toEqual({ highest: 20n, spent: 20n });
     expect(await second.tally(b)).toEqual({ highest: 7n, spent: 7n });
     expect(await second.unforwarded(10)).toEqual([
       { channelId: a, cumulativeAmount: 20n, signature: sig(2) },
     ]);
-    // Compacted on open: one line per channel.
-    expect(readFileSync(path, "utf8").trim().split("\n")).toHaveLength(2);
+    // Compacted on open: the tag, then one line per channel.
+    expect(readFileSync(path, "utf8").trim().split("\n")).toEqual([
+      `T ${tag}`,
+      expect.stringMatching(/^C /),
+      expect.stringMatching(/^C /),
+    ]);
     await second.close();
   });
 

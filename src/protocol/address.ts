@@ -33,6 +33,9 @@ function hexOfBytes(pattern: RegExp, what: string) {
 /** Any whole number of bytes as 0x-hex (possibly `0x` for none); lowercased. */
 export const HexSchema = hexOfBytes(/^0x(?:[0-9a-fA-F]{2})*$/, "0x-prefixed hex of whole bytes");
 
+/** 8 bytes as 0x-hex (a channel's tag); lowercased. */
+export const Hex8Schema = hexOfBytes(/^0x[0-9a-fA-F]{16}$/, "0x-prefixed 8-byte hex");
+
 /** 32 bytes as 0x-hex (hashes, EIP-3009 nonces, transaction hashes); lowercased. */
 export const Hex32Schema = hexOfBytes(/^0x[0-9a-fA-F]{64}$/, "0x-prefixed 32-byte hex");
 

@@ -15,7 +15,7 @@
  */
 import { type Address, type Hex, hexToBytes } from "viem";
 import { z } from "zod";
-import { AddressSchema, Hex32Schema } from "./address.ts";
+import { AddressSchema, Hex8Schema, Hex32Schema } from "./address.ts";
 import { AtomicAmountSchema, MAX_UINT256 } from "./amount.ts";
 import { base64UrlDecode, base64UrlEncode } from "./base64.ts";
 import { TollgateError } from "./errors.ts";
@@ -57,6 +57,12 @@ export type ParsedChannelVoucher = {
 export type ChannelVoucherDomain = { chainId: number | bigint; channels: Address };
 
 /**
+ * A channel's tag: the first 8 bytes of its salt, kept by the contract. A gate offers the tag of its
+ * voucher store and serves only channels carrying it, so a voucher is served by one store's gates only.
+ */
+export const ChannelTagSchema = Hex8Schema;
+
+/**
  * The `tollgate.channel` extension of a 402 `channel` option: the terms on which the gate accepts
  * vouchers. The option's own `amount` is the route's price per request; `payTo`, `token` and
  * `network` are the channel's payee, token and chain.
@@ -72,6 +78,11 @@ export const ChannelTermsSchema = z.object({
   suggestedDeposit: AtomicAmountSchema,
   /** The shortest close delay (seconds) the gate accepts: its time to claim after a close request. */
   minCloseDelay: z.int().nonnegative(),
+  /**
+   * The tag of the gate's voucher store: a payer opens the channel with a salt that starts with it (the
+   * gate serves no other channel). Absent from gates that predate it; their channels carry a random salt.
+   */
+  tag: ChannelTagSchema.optional(),
 });
 export type ChannelTerms = z.infer<typeof ChannelTermsSchema>;
 

@@ -6,7 +6,7 @@
  * Amounts and chain timestamps are decimal strings; addresses come out checksummed.
  */
 import { z } from "zod";
-import { AddressSchema, Hex32Schema, HexSchema } from "./address.ts";
+import { AddressSchema, Hex8Schema, Hex32Schema, HexSchema } from "./address.ts";
 import { AtomicAmountSchema, UintStringSchema } from "./amount.ts";
 import { NetworkSchema } from "./network.ts";
 
@@ -62,6 +62,11 @@ export const ChannelStateSchema = z.object({
   /** When the payer may withdraw (closeRequestedAt + closeDelay); 0 while no close was requested. */
   closableAt: z.int().nonnegative(),
   closed: z.boolean(),
+  /**
+   * The salt's first 8 bytes, as the contract keeps them: which of the payee's gates (voucher stores)
+   * the channel was opened for (docs/channels.md, "One voucher, one gate"). Present when read from the chain.
+   */
+  tag: Hex8Schema.optional(),
 });
 export type ChannelState = z.infer<typeof ChannelStateSchema>;
 

@@ -34,6 +34,7 @@ export async function readChainChannel(
     closeDelay: Number(c.closeDelay),
     closeRequestedAt: Number(c.closeRequestedAt),
     closed: c.closed,
+    tag: c.tag.toLowerCase() as Hex,
   };
 }
 
@@ -67,6 +68,7 @@ export function channelToWire(c: ChainChannel, network: `eip155:${number}`): Cha
     closeRequestedAt: c.closeRequestedAt,
     closableAt: c.closeRequestedAt === 0 ? 0 : c.closeRequestedAt + c.closeDelay,
     closed: c.closed,
+    ...(c.tag === undefined ? {} : { tag: c.tag }),
   };
 }
 

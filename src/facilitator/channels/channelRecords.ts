@@ -61,6 +61,8 @@ export type ChainChannel = {
   closeDelay: number;
   closeRequestedAt: number;
   closed: boolean;
+  /** The salt's first 8 bytes (`TollgateChannels.Channel.tag`); known when read from the chain. */
+  tag?: Hex | undefined;
 };
 
 const lower = (text: string) => text.toLowerCase();

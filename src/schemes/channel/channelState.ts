@@ -13,7 +13,7 @@ import { z } from "zod";
 import { readChannel } from "../../chain/actions/channels/readChannel.ts";
 import type { ReadClient } from "../../chain/clientTypes.ts";
 import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
-import { AddressSchema, Hex32Schema } from "../../protocol/address.ts";
+import { AddressSchema, Hex8Schema, Hex32Schema } from "../../protocol/address.ts";
 import { AtomicBigIntSchema } from "../../protocol/amount.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 
@@ -37,6 +37,11 @@ export type ChannelState = {
   /** Unix seconds of the payer's close request; 0 while none. */
   closeRequestedAt: number;
   closed: boolean;
+  /**
+   * The salt's first 8 bytes as the contract keeps them: the tag of the voucher store the channel was
+   * opened for (a gate serves only its own); `undefined` when the source did not say.
+   */
+  tag: Hex | undefined;
 };
 
 /** Where a gate reads channels from. `undefined`: no such channel (never opened). */
@@ -57,6 +62,7 @@ export const ChannelStateResponseSchema = z.object({
   closeDelay: z.coerce.number().int().nonnegative(),
   closeRequestedAt: z.coerce.number().int().nonnegative(),
   closed: z.boolean(),
+  tag: Hex8Schema.optional(),
 });
 export type ChannelStateResponse = z.infer<typeof ChannelStateResponseSchema>;
 
@@ -109,7 +115,7 @@ export function createFacilitatorChannelSource(
       if (reply.channelId !== channelId) {
         throw new TollgateError("ChainUnavailable", "facilitator answered for another channel");
       }
-      return toChannelState(reply);
+      return toChannelState({ ...reply, tag: reply.tag });
     },
   };
 }
@@ -135,6 +141,7 @@ export function createChainChannelSource(client: ReadClient, channels: Address):
         closeDelay: Number(c.closeDelay),
         closeRequestedAt: Number(c.closeRequestedAt),
         closed: c.closed,
+        tag: c.tag.toLowerCase() as Hex,
       });
     },
   };

@@ -17,5 +17,6 @@ export function channelTermsOf(option: PaymentOption): ChannelTermsInput | undef
     price: BigInt(option.amount),
     minDeposit: BigInt(parsed.data.minDeposit),
     minCloseDelay: parsed.data.minCloseDelay,
+    ...(parsed.data.tag === undefined ? {} : { tag: parsed.data.tag }),
   };
 }

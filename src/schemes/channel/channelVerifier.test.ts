@@ -14,6 +14,8 @@ const payTo: Address = "0x00000000000000000000000000000000000070A1";
 const token: Address = "0x0000000000000000000000000000000000000dC1";
 const payer: Address = "0x00000000000000000000000000000000000000A1";
 const PRICE = 1_000n;
+/** The gate's store tag; test channels are opened for it unless they say otherwise. */
+const TAG: Hex = "0x00000000000007a6";
 const NOW = 1_800_000_000_000;
 
 type TestChannel = { id: Hex; key: SessionKey; state: ChannelState; voucher(cumulative: bigint): string };
@@ -35,6 +37,7 @@ function testChannel(
     closeDelay: 3_600,
     closeRequestedAt: 0,
     closed: false,
+    tag: TAG,
     ...overrides,
   })!;
   const signer = createVoucherSigner(key, { chainId, channels }, id);
@@ -65,6 +68,7 @@ function setup(list: TestChannel[], store: VoucherStore = createMemoryVoucherSto
     token,
     source: src.source,
     store,
+    tag: TAG,
     clock,
     onClosing: (id) => closing.push(id),
   });
@@ -159,6 +163,21 @@ describe("channel verifier", () => {
       error: "ChannelVoucherInvalid",
       message: expect.stringContaining("another token"),
     });
+  });
+
+  it("refuses a channel opened for another gate's tag, or for none, and charges nothing for it", async () => {
+    const otherGate = testChannel({ tag: "0x00000000000007a7" });
+    const untagged = testChannel({ tag: undefined });
+    const { verifier, store } = setup([otherGate, untagged]);
+    for (const ch of [otherGate, untagged]) {
+      expect(await verifier.charge(ch.voucher(PRICE), PRICE)).toMatchObject({
+        ok: false,
+        error: "ChannelVoucherInvalid",
+        message: "the channel was opened for another gate",
+        details: { tag: TAG },
+      });
+      expect(await store.tally(ch.id)).toBeUndefined();
+    }
   });
 
   it("refuses a voucher signed for another chain or another contract", async () => {

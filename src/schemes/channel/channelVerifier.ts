@@ -13,6 +13,9 @@
  * - A voucher is accepted only for a channel whose payee and token are this gate's, signed by that
  *   channel's session key over this chain id and contract: one for another channel, seller, chain or
  *   contract fails the signature check or the payee check.
+ * - A voucher is accepted only for a channel whose tag (its salt's first 8 bytes, kept on chain) is the
+ *   store's `tag`: a channel is served by the gates of one voucher store only, so its vouchers' value is
+ *   charged once however many gates the seller runs (docs/channels.md, "One voucher, one gate").
  * - A voucher above the deposit is never accepted (after one refetch of the channel, for a top-up).
  * - A channel that is closed, or whose close was requested and whose withdrawal opens within
  *   `closeMarginSeconds`, is refused: the seller keeps that margin to claim what it served.
@@ -38,6 +41,8 @@ export type ChannelVerifierOptions = ChannelVoucherDomain & {
   token: Address;
   source: ChannelStateSource;
   store: VoucherStore;
+  /** The store's tag (`store.tag()`): only channels opened with it are served. */
+  tag: Hex;
   clock?: Clock | undefined;
   /** Refuse a closing channel this long before its withdrawal opens (default 600 s). */
   closeMarginSeconds?: number | undefined;
@@ -109,6 +114,7 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
   const maxChannels = options.maxChannels ?? 100_000;
   const payTo = options.payTo.toLowerCase();
   const token = options.token.toLowerCase();
+  const tag = options.tag.toLowerCase();
   const domain: ChannelVoucherDomain = { chainId: options.chainId, channels: options.channels };
   const cache = new Map<string, Cached>();
   const unknown = new Map<string, number>();
@@ -190,6 +196,11 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
       }
       if (state.token.toLowerCase() !== token)
         return refuse("ChannelVoucherInvalid", "the channel holds another token");
+      if (state.tag?.toLowerCase() !== tag) {
+        // Another gate's (another voucher store's) channel: its vouchers are charged there, and a store
+        // cannot see what another charged, so serving them here would serve their value twice.
+        return refuse("ChannelVoucherInvalid", "the channel was opened for another gate", { tag });
+      }
       if (closing(state)) {
         return refuse("ChannelClosing", state.closed ? "the channel is closed" : "the channel is closing");
       }

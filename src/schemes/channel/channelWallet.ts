@@ -15,6 +15,10 @@
  *   through `approveTopUp` (the budget's hooks), each before its authorization leaves the process.
  * - A channel running low is topped up (relayed, gasless) rather than replaced, sized like a new one;
  *   payments keep using its remainder meanwhile, so steady state never waits for a block.
+ * - A channel is opened for one gate's tag (its salt starts with the tag the 402 offered) and pays only
+ *   terms with that tag: channels are kept per (contract, payee, token, tag).
+ * - No channel is opened whose close delay is above `maxCloseDelay`: a seller cannot lock the deposit
+ *   longer than the payer's bound should it vanish.
  */
 import { randomBytes } from "node:crypto";
 import type { Address, Hex } from "viem";
@@ -65,7 +69,38 @@ export type ChannelTermsInput = {
   price: bigint;
   minDeposit: bigint;
   minCloseDelay: number;
+  /** The tag of the gate's voucher store: the channel's salt starts with it (absent from older gates). */
+  tag?: Hex | undefined;
 };
+
+/** The longest close delay a payer accepts unless configured: one day. */
+export const DEFAULT_MAX_CHANNEL_CLOSE_DELAY = 86_400;
+
+/**
+ * `OfferMismatch` when a gate's minimum close delay is above the payer's bound: the payer's deposit would
+ * be locked longer than it accepts after a close request, should the seller vanish. `undefined` when it
+ * is within.
+ */
+export function closeDelayRefusal(
+  terms: Pick<ChannelTermsInput, "minCloseDelay" | "payee">,
+  maxCloseDelay: number,
+  tool?: string,
+): TollgateError | undefined {
+  if (terms.minCloseDelay <= maxCloseDelay) return undefined;
+  return new TollgateError(
+    "OfferMismatch",
+    `${tool === undefined ? "" : `${tool}: `}the seller's gate asks a channel close delay of at least ${terms.minCloseDelay} s, above the payer's bound of ${maxCloseDelay} s; refused before opening a channel`,
+    {
+      details: {
+        ...(tool === undefined ? {} : { tool }),
+        field: "closeDelay",
+        payee: terms.payee,
+        asked: String(terms.minCloseDelay),
+        bound: String(maxCloseDelay),
+      },
+    },
+  );
+}
 
 export type ChannelWalletOptions = {
   account: TypedDataSigner;
@@ -83,6 +118,11 @@ export type ChannelWalletOptions = {
   maxDeposit?: bigint | undefined;
   /** Close delay asked for, seconds (default 3 600, raised to the gate's minimum). */
   closeDelay?: number | undefined;
+  /**
+   * The longest close delay the payer accepts, seconds (default one day): a gate whose minimum is above
+   * it is refused (`OfferMismatch`, `details.field` "closeDelay") before anything is signed.
+   */
+  maxCloseDelay?: number | undefined;
   /** Open the next channel when less than this share of the deposit is left (default 0.25). */
   renewBelow?: number | undefined;
   /**
@@ -176,8 +216,8 @@ function maxOf(a: bigint, b: bigint): bigint {
   return b;
 }
 
-const keyOf = (t: { contract: string; payee: string; token: string }) =>
-  `${t.contract}|${t.payee}|${t.token}`.toLowerCase();
+const keyOf = (t: { contract: string; payee: string; token: string; tag?: string | undefined }) =>
+  `${t.contract}|${t.payee}|${t.token}|${t.tag ?? ""}`.toLowerCase();
 
 type Live = { record: ChannelRecord; signer: VoucherSigner };
 
@@ -297,9 +337,14 @@ export function createChannelWallet(options: ChannelWalletOptions): ChannelWalle
     if (terms.network !== options.network) {
       throw new TollgateError("UnsupportedNetwork", "the channel is on another network than the payer");
     }
+    const refusal = closeDelayRefusal(terms, options.maxCloseDelay ?? DEFAULT_MAX_CHANNEL_CLOSE_DELAY);
+    if (refusal !== undefined) throw refusal;
     const amount = depositFor(terms, calls);
     const key = createSessionKey();
-    const salt = `0x${Buffer.from(random(32)).toString("hex")}` as Hex;
+    // The gate's tag first (the contract keeps the salt's first 8 bytes): only that gate's store serves it.
+    const tag = terms.tag?.toLowerCase() as Hex | undefined;
+    const salt =
+      `0x${tag === undefined ? "" : tag.slice(2)}${Buffer.from(random(tag === undefined ? 32 : 24)).toString("hex")}` as Hex;
     const closeDelay = Math.max(options.closeDelay ?? 3_600, terms.minCloseDelay);
     const now = unixSeconds(clock);
     const validBefore = BigInt(now + 600);
@@ -331,6 +376,7 @@ export function createChannelWallet(options: ChannelWalletOptions): ChannelWalle
       owed: 0n,
       closeDelay,
       salt,
+      ...(tag === undefined ? {} : { tag }),
       sessionKey: exportSessionKey(key),
       status: "opening",
       openValidBefore: Number(validBefore),
@@ -422,6 +468,7 @@ export function createChannelWallet(options: ChannelWalletOptions): ChannelWalle
       price: 0n,
       minDeposit: 0n,
       minCloseDelay: r.closeDelay,
+      tag: r.tag,
     };
     const salt = `0x${Buffer.from(random(32)).toString("hex")}` as Hex;
     const validBefore = BigInt(unixSeconds(clock) + 600);

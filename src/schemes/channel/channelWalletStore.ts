@@ -11,7 +11,7 @@
 import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { z } from "zod";
-import { AddressSchema, Hex32Schema } from "../../protocol/address.ts";
+import { AddressSchema, Hex8Schema, Hex32Schema } from "../../protocol/address.ts";
 import { AtomicBigIntSchema } from "../../protocol/amount.ts";
 import { NetworkSchema } from "../../protocol/network.ts";
 import { HttpUrlSchema } from "../../protocol/paymentRequired.ts";
@@ -34,6 +34,11 @@ export const ChannelRecordSchema = z.object({
   owed: AtomicBigIntSchema,
   closeDelay: z.int().nonnegative(),
   salt: Hex32Schema,
+  /**
+   * The gate's tag the channel was opened for (the salt's first 8 bytes): its vouchers are paid to gates
+   * offering this tag only. Absent for channels opened for gates without one.
+   */
+  tag: Hex8Schema.optional(),
   /** The P-256 session key, PKCS#8 DER in base64url. */
   sessionKey: z.string().min(1).max(1024),
   /** `opening`: signed, not yet confirmed open; `closing`: close asked; `closed`: settled on chain. */

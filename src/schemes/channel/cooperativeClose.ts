@@ -17,7 +17,8 @@
  * the close, and only the payee or its operator may send `closeWithVoucher`); the seller cannot take more
  * than the latest voucher (the contract pays a session-key-signed cumulative amount at most, up to the
  * deposit); a replay finds the channel closed and answers the outcome read from the chain; a header for a
- * channel whose payer did not ask to close, or of another seller, is refused and seals nothing.
+ * channel whose payer did not ask to close, of another seller or of another of its gates (another voucher
+ * store's tag: that store holds its vouchers), is refused and seals nothing.
  */
 import type { Address, Hex } from "viem";
 import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
@@ -46,6 +47,8 @@ export function postChannelClose(
 export type CooperativeCloserOptions = {
   payTo: Address;
   token: Address;
+  /** The store's tag: only channels opened for it are closed here (their vouchers are in this store). */
+  tag: Hex;
   /** Read afresh for every close (the close request must be on chain). */
   source: ChannelStateSource;
   store: VoucherStore;
@@ -66,13 +69,14 @@ const json = (body: unknown, status: number) =>
 
 /**
  * @example
- * const closer = createCooperativeCloser({ payTo, token, source, store, forward: forwarder.flush,
+ * const closer = createCooperativeCloser({ payTo, token, tag: await store.tag(), source, store, forward: forwarder.flush,
  *   closeAtFacilitator: postChannelClose(facilitator, apiKey) });
  * const response = await closer.close(request.headers.get(CHANNEL_CLOSE_HEADER) ?? "");
  */
 export function createCooperativeCloser(options: CooperativeCloserOptions) {
   const payTo = options.payTo.toLowerCase();
   const token = options.token.toLowerCase();
+  const tag = options.tag.toLowerCase();
   /** One close per channel at a time in this process; concurrent askers share its answer. */
   const flights = new Map<string, Promise<Response>>();
 
@@ -80,6 +84,9 @@ export function createCooperativeCloser(options: CooperativeCloserOptions) {
     const state = await options.source.get(channelId);
     if (state === undefined || state.payee.toLowerCase() !== payTo || state.token.toLowerCase() !== token) {
       return errorResponse("NotFound", "no such channel of this seller", httpStatusOf("NotFound"));
+    }
+    if (state.tag?.toLowerCase() !== tag) {
+      return errorResponse("NotFound", "the channel was opened for another gate", httpStatusOf("NotFound"));
     }
     if (state.closed) {
       return json(

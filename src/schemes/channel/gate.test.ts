@@ -20,6 +20,8 @@ const PAY_TO: Address = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 const PAYER: Address = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
 const CONTRACT: Address = "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512";
 const PRICE = 10_000n;
+/** The gate's store tag: the test channel was opened for it. */
+const TAG: Hex = "0x0000000000000a7e";
 
 const noNetwork: FetchFn = async (input) => {
   throw new Error(`unexpected fetch of ${String(input)}`);
@@ -40,8 +42,9 @@ function setup() {
     closeDelay: 3_600,
     closeRequestedAt: 0,
     closed: false,
+    tag: TAG,
   })!;
-  const store = createMemoryVoucherStore();
+  const store = createMemoryVoucherStore({ tag: TAG });
   const gate = paymentGate({
     payTo: PAY_TO,
     network: NETWORK,
@@ -83,7 +86,7 @@ function setup() {
 }
 
 describe("channel scheme at the gate", () => {
-  it("offers a channel option with the contract, facilitator, minimum and suggested deposit", async () => {
+  it("offers a channel option with the contract, facilitator, minimum and suggested deposit and its store's tag", async () => {
     const { get } = setup();
     const response = await get("/api/item");
     expect(response.status).toBe(402);
@@ -96,6 +99,7 @@ describe("channel scheme at the gate", () => {
       minDeposit: "500000",
       suggestedDeposit: "10000000",
       minCloseDelay: 3_600,
+      tag: TAG,
     });
     expect(body.accepts.map((o) => o.scheme)).toContain("exact");
   });

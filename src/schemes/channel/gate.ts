@@ -152,9 +152,22 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
   let verifier: ReturnType<typeof createChannelVerifier> | undefined;
   let closer: CooperativeCloser | undefined;
 
+  let tagReady: Promise<Hex> | undefined;
+  /** The store's tag, read once: the 402 offers it and the verifier serves only channels carrying it. */
+  const storeTag = (): Promise<Hex> => {
+    if (tagReady === undefined) {
+      tagReady = openStore().then((store) => store.tag());
+      tagReady.catch(() => {
+        tagReady = undefined;
+      });
+    }
+    return tagReady;
+  };
+
   const ready = async () => {
     if (verifier !== undefined) return verifier;
     const store = await openStore();
+    const tag = await storeTag();
     if (verifier !== undefined) return verifier;
     const o = options();
     if (typeof apiKey === "string") {
@@ -175,6 +188,7 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
     closer = createCooperativeCloser({
       payTo: context.payTo,
       token: context.token,
+      tag,
       source,
       store,
       forward: () => (pending === undefined ? Promise.resolve(0) : pending.flush()),
@@ -189,6 +203,7 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
       token: context.token,
       source,
       store,
+      tag,
       clock: context.clock,
       closeMarginSeconds: o.closeMarginSeconds,
       onClosing: () => {
@@ -216,8 +231,11 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
           : atomicPriceOf(parsed.price as string, context.decimals, `${where}.price`);
       return { scheme: "channel", amount };
     },
-    offer(offer) {
+    async offer(offer) {
       const o = options();
+      // A fault of the store (its tag unreadable) is a fault of the 402, not an offer without a tag: a
+      // payer must never open a channel no gate of this store would serve.
+      const tag = await storeTag();
       const minDeposit =
         o.minDeposit !== undefined ? atomicAmountOf(o.minDeposit, "schemeOptions.channel.minDeposit") : 0n;
       return {
@@ -229,6 +247,7 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
           minDeposit: (minDeposit > offer.amount ? minDeposit : offer.amount).toString(),
           suggestedDeposit: (offer.amount * BigInt(o.suggestedRequests ?? 1_000)).toString(),
           minCloseDelay: o.minCloseDelay ?? 3_600,
+          tag,
         },
       };
     },

@@ -6,7 +6,8 @@
  * the gate process being killed (SIGKILL, OOM, a crash) at any later instant; `fsync: true` also makes
  * it survive the machine losing power, at the cost of one disk flush per paid request.
  *
- * Format: one line per change, `C <channelId> <highest> <spent> <forwarded> <floor> <signature>[ S]`,
+ * Format: the store's tag first, `T <tag>` (made when the journal is created; a journal without one gets
+ * one when opened), then one line per change, `C <channelId> <highest> <spent> <forwarded> <floor> <signature>[ S]`,
  * the channel's whole record, so the last line of a channel is its state (`-` for a channel sealed
  * before any voucher; ` S` once sealed for a cooperative close). Opening replays the file, keeps
  * each channel's last record, ignores a torn last line, and rewrites the file compacted (temp file,
@@ -27,7 +28,7 @@ import type { Hex } from "viem";
 import { base64UrlDecode, base64UrlEncode } from "../../protocol/base64.ts";
 import { lockDataDir } from "../../store/lockDataDir.ts";
 import { ensurePrivateDir, openPrivateAppend } from "../../store/privateFiles.ts";
-import { type ChannelRecord, createTallyMap, type VoucherStore } from "./voucherStore.ts";
+import { type ChannelRecord, createTallyMap, newChannelTag, type VoucherStore } from "./voucherStore.ts";
 
 export type JournalVoucherStoreOptions = {
   /** The journal file (created 0600; its directory 0700). */
@@ -38,6 +39,13 @@ export type JournalVoucherStoreOptions = {
 
 const LINE =
   /^C (0x[0-9a-f]{64}) (0|[1-9][0-9]*) (0|[1-9][0-9]*) (0|[1-9][0-9]*) (0|[1-9][0-9]*) ([A-Za-z0-9_-]{86}|-)( S)?$/;
+
+const TAG_LINE = /^T (0x[0-9a-f]{16})$/m;
+
+/** The tag a journal's text names, if any. */
+export function journalTag(text: string): Hex | undefined {
+  return TAG_LINE.exec(text)?.[1] as Hex | undefined;
+}
 
 function formatRecord(channelId: string, r: ChannelRecord): string {
   const signature = r.signature.length === 0 ? "-" : base64UrlEncode(r.signature);
@@ -72,14 +80,17 @@ export async function createJournalVoucherStore(options: JournalVoucherStoreOpti
   const unlock = await lockDataDir(options.path);
   let fd: number;
   let map: ReturnType<typeof createTallyMap>;
+  let tag: Hex;
   try {
-    const records = existsSync(options.path) ? replayJournal(readFileSync(options.path, "utf8")) : new Map();
+    const old = existsSync(options.path) ? readFileSync(options.path, "utf8") : "";
+    const records = replayJournal(old);
     map = createTallyMap(records);
-    // Compact: the recovered records alone, written whole before the old journal is replaced.
+    tag = journalTag(old) ?? newChannelTag();
+    // Compact: the tag and the recovered records alone, written whole before the old journal is replaced.
     const tmp = `${options.path}.tmp`;
     const tmpFd = openSync(tmp, "w", 0o600);
     try {
-      let text = "";
+      let text = `T ${tag}\n`;
       for (const [id, record] of records) text += formatRecord(id, record);
       writeSync(tmpFd, text);
       fsyncSync(tmpFd);
@@ -141,6 +152,9 @@ export async function createJournalVoucherStore(options: JournalVoucherStoreOpti
       // Durable before it resolves: a restarted gate still charges the channel no more.
       if (changed) append(channelId, record);
       return { highest: record.highest, spent: record.spent };
+    },
+    async tag() {
+      return tag;
     },
     async close() {
       if (!open) return;

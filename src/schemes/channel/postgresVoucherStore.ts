@@ -4,16 +4,18 @@
  * of concurrent charges across instances each sees the tally the last one committed; it resolves after
  * the commit, so a served request's voucher is durable before the answer leaves. A sealed channel
  * (`sealed`, migration 0165: a cooperative close) fails that `UPDATE`'s condition, so no instance
- * charges it after the seal committed.
+ * charges it after the seal committed. The store's tag is one row of `gate_channel_store` (migration
+ * 0191), made by the first instance that asks.
  */
 import type { Hex } from "viem";
 import { z } from "zod";
 import { BigintColumnSchema } from "../../store/columnSchemas.ts";
 import type { Queryable } from "../../store/store.ts";
-import type { ChannelTally, VoucherStore } from "./voucherStore.ts";
+import { type ChannelTally, newChannelTag, type VoucherStore } from "./voucherStore.ts";
 
 const TallyRowSchema = z.object({ highest: BigintColumnSchema, spent: BigintColumnSchema });
 const SealedRowSchema = z.object({ sealed: z.boolean() });
+const TagRowSchema = z.object({ tag: z.string().regex(/^0x[0-9a-f]{16}$/) });
 const VoucherRowSchema = z.object({
   channel_id: z.string().regex(/^0x[0-9a-f]{64}$/),
   highest: BigintColumnSchema,
@@ -31,6 +33,7 @@ function tallyOf(row: unknown): ChannelTally {
 export function createPostgresVoucherStore(db: Queryable): VoucherStore {
   // Channels this process has made sure have a row: the insert runs once per channel per process.
   const known = new Set<string>();
+  let tag: Hex | undefined;
   return {
     async charge(input) {
       if (!known.has(input.channelId)) {
@@ -109,6 +112,16 @@ export function createPostgresVoucherStore(db: Queryable): VoucherStore {
         [channelId],
       );
       return tallyOf(rows[0]);
+    },
+    async tag() {
+      if (tag !== undefined) return tag;
+      // Of concurrent first instances one insert wins; the others wait for its commit and read its tag.
+      await db.query("INSERT INTO gate_channel_store (id, tag) VALUES (1, $1) ON CONFLICT (id) DO NOTHING", [
+        newChannelTag(),
+      ]);
+      const rows = await db.query("SELECT tag FROM gate_channel_store WHERE id = 1");
+      tag = TagRowSchema.parse(rows[0]).tag as Hex;
+      return tag;
     },
     async close() {},
   };

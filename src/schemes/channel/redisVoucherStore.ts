@@ -2,7 +2,8 @@
  * A voucher store shared by several gate instances of one seller through Redis. Each channel is a hash
  * (`<prefix><channelId>`: `h` highest, `s` spent, `f` forwarded, `fl` floor, `sig` signature, `x` = `1`
  * once sealed for a cooperative close) and a set
- * (`<prefix>pending`) lists channels holding a voucher not yet forwarded. Every operation is one Lua
+ * (`<prefix>pending`) lists channels holding a voucher not yet forwarded; `<prefix>tag` is the store's
+ * tag, made by the first instance that asks. Every operation is one Lua
  * script, which Redis runs atomically: a charge reads and writes a channel with nothing in between.
  * Amounts are uint256, beyond Lua's doubles, so the scripts compare and add canonical decimal strings.
  * A charge resolves once Redis has acknowledged the write; durability across a Redis restart is
@@ -14,7 +15,7 @@ import { createClient } from "redis";
 import type { Hex } from "viem";
 import { base64UrlDecode, base64UrlEncode } from "../../protocol/base64.ts";
 import { TollgateError } from "../../protocol/errors.ts";
-import type { ChannelTally, VoucherStore } from "./voucherStore.ts";
+import { type ChannelTally, newChannelTag, type VoucherStore } from "./voucherStore.ts";
 
 /** The Redis commands the store needs; a connected client of the `redis` package satisfies it. */
 export type RedisVoucherClient = {
@@ -112,6 +113,14 @@ if cmp(ARGV[2], h) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) end
 return 1
 `;
 
+// KEYS[1] the tag's key; ARGV: a fresh tag, kept only when the store has none yet.
+const TAG_LUA = `
+local t = redis.call('GET', KEYS[1])
+if t then return t end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]
+`;
+
 // KEYS[1] pending set; ARGV: prefix, limit. Returns flat [id, highest, signature, …].
 const PENDING_LUA = `
 local ids = redis.call('SRANDMEMBER', KEYS[1], tonumber(ARGV[2]))
@@ -170,6 +179,7 @@ export async function createRedisVoucherStore(options: RedisVoucherStoreOptions)
     client = options.client;
   }
   const pending = `${prefix}pending`;
+  let tag: Hex | undefined;
 
   const run = async (script: string, keys: string[], args: string[]): Promise<unknown> => {
     try {
@@ -228,6 +238,15 @@ export async function createRedisVoucherStore(options: RedisVoucherStoreOptions)
     async seal(channelId, floor) {
       const reply = (await run(SEAL_LUA, [prefix + channelId], [floor.toString()])) as unknown[];
       return { highest: decimal(reply[0]), spent: decimal(reply[1]) };
+    },
+    async tag() {
+      if (tag !== undefined) return tag;
+      const reply = String(await run(TAG_LUA, [`${prefix}tag`], [newChannelTag()]));
+      if (!/^0x[0-9a-f]{16}$/.test(reply)) {
+        throw new TollgateError("Internal", "the Redis voucher store holds a malformed tag");
+      }
+      tag = reply as Hex;
+      return tag;
     },
     async close() {
       await owned?.close();

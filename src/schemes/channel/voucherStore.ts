@@ -23,7 +23,12 @@
  *   before the seal, and every charge after it resolves `{ charged: false, sealed: true }`, across
  *   processes for the shared stores and across restarts. So the tally `seal` returns is final: the
  *   voucher it holds covers every request the seller served on the channel.
+ * - `tag` is the store's identity: 8 random bytes made once with the store (the journal's file, the
+ *   PostgreSQL database, the Redis namespace) and the same for every instance sharing it and across
+ *   restarts. Its gates offer it and serve only channels opened with it, so two stores never charge the
+ *   same channel (docs/channels.md, "One voucher, one gate").
  */
+import { randomBytes } from "node:crypto";
 import type { Hex } from "viem";
 
 /** A channel's two numbers. */
@@ -61,8 +66,15 @@ export type VoucherStore = {
    * afterwards. Returns the final tally. Sealing again returns the same tally.
    */
   seal(channelId: Hex, floor: bigint): Promise<ChannelTally>;
+  /** The store's channel tag (8 bytes, lowercase 0x-hex): the same for its whole life. */
+  tag(): Promise<Hex>;
   close(): Promise<void>;
 };
+
+/** A fresh store tag: 8 random bytes. */
+export function newChannelTag(): Hex {
+  return `0x${randomBytes(8).toString("hex")}`;
+}
 
 /** The tally after charging `price` on voucher `cumulative`, or `undefined` when it does not cover it. */
 export function chargeTally(
@@ -167,8 +179,9 @@ export function createTallyMap(records: Map<string, ChannelRecord> = new Map()) 
  * A voucher store in this process's memory: for tests and for a gate that accepts losing what it
  * served since the last forward when the process dies (prefer the journal, the default).
  */
-export function createMemoryVoucherStore(): VoucherStore {
+export function createMemoryVoucherStore(options: { tag?: Hex | undefined } = {}): VoucherStore {
   const map = createTallyMap();
+  const tag = (options.tag ?? newChannelTag()).toLowerCase() as Hex;
   return {
     async charge(input) {
       const { charged, tally, sealed } = map.charge(input);
@@ -190,6 +203,9 @@ export function createMemoryVoucherStore(): VoucherStore {
     async seal(channelId, floor) {
       const { record } = map.seal(channelId, floor);
       return { highest: record.highest, spent: record.spent };
+    },
+    async tag() {
+      return tag;
     },
     async close() {},
   };
