@@ -34,7 +34,7 @@ import { startTestFacilitator, type TestFacilitator } from "./support/facilitato
 
 const PRICE = 10_000n; // 0.01 USDC
 const HOUR = 3_600;
-const CLOSE_DELAY = 60;
+const CLOSE_DELAY = 3_600; // TollgateChannels.MIN_CLOSE_DELAY
 
 let devnet: Devnet;
 let tf: TestFacilitator;

@@ -31,7 +31,7 @@ import {
   wireVoucher,
 } from "./support/channelFixtures.ts";
 
-const CLOSE_DELAY = 120;
+const CLOSE_DELAY = 3_600; // TollgateChannels.MIN_CLOSE_DELAY
 
 describe("facilitator channel top-up and withdrawal", () => {
   let devnet: Devnet;

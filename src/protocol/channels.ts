@@ -13,6 +13,12 @@ import { NetworkSchema } from "./network.ts";
 /** TollgateChannels' MAX_CLOSE_DELAY: 30 days. */
 export const MAX_CHANNEL_CLOSE_DELAY = 30 * 86_400;
 
+/**
+ * TollgateChannels' MIN_CLOSE_DELAY: 1 hour. The contract refuses to open a channel with less, however
+ * it is opened: the delay is the payee's time to claim after a close request (docs/contracts.md).
+ */
+export const MIN_CHANNEL_CLOSE_DELAY = 3_600;
+
 /** An EIP-3009 / EIP-712 signature: 65 bytes for an EOA, longer for an ERC-1271 wallet. */
 const WalletSignatureSchema = HexSchema.refine((hex) => hex.length >= 132 && hex.length <= 4098, {
   error: "expected a 0x-hex signature of 65 to 2048 bytes",

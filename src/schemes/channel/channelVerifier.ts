@@ -2,10 +2,12 @@
  * The request path of the `channel` scheme at the gate: check a voucher locally and charge it.
  *
  * Per request: parse the header (no JSON, no zod), find the channel in the cache (fetched once from the
- * source, then refreshed in the background), check it is this gate's (payee, token) and open, verify the
- * P-256 signature over the 160-byte message (one `crypto.verify`), check the deposit, then charge the
- * voucher store — which persists the new tally before this resolves. No facilitator or chain round
- * trip unless the channel is new to this gate or the voucher exceeds the cached deposit (a top-up).
+ * source, then refreshed in the background every `refreshMs`), check it is this gate's (payee, token)
+ * on the offer's terms and open, verify the P-256 signature over the 160-byte message (one
+ * `crypto.verify`), check the deposit, then charge the voucher store — which persists the new tally
+ * before this resolves. No facilitator or chain round trip unless the channel is new to this gate, its
+ * cached state is older than `maxStaleMs` (a channel idle that long), or the voucher exceeds the cached
+ * deposit (a top-up).
  *
  * Invariants:
  * - A request passes only after `store.charge` resolved with `charged`: the voucher it paid with is
@@ -17,6 +19,16 @@
  *   store's `tag`: a channel is served by the gates of one voucher store only, so its vouchers' value is
  *   charged once however many gates the seller runs (docs/channels.md, "One voucher, one gate").
  * - A voucher above the deposit is never accepted (after one refetch of the channel, for a top-up).
+ * - A channel whose close delay is under `minCloseDelay`, or whose deposit is under the offer's minimum
+ *   (`minDeposit`, at least the price), is refused, whoever opened it: the offer states both and a payer
+ *   may open on chain itself, past the facilitator's own minimum.
+ * - The seller is never served out of time to claim: a voucher is served only against channel state read
+ *   at most `maxStaleMs` before (a cached entry older than that is refetched before it serves), so a close
+ *   requested after that read opens the withdrawal at least `closeDelay − maxStaleMs` later; and
+ *   `minCloseDelay ≥ closeMarginSeconds + maxStaleMs` is required at creation. Hence once a close is
+ *   requested the gate stops serving with at least `closeMarginSeconds` left to claim — by the refusal
+ *   below once it knows of the request, by the bound while it does not. Busy channels refresh in the
+ *   background every `refreshMs` (< `maxStaleMs`), so the hot path does not wait for the source.
  * - A channel that is closed, or whose close was requested and whose withdrawal opens within
  *   `closeMarginSeconds`, is refused: the seller keeps that margin to claim what it served.
  * - A channel sealed in the store (a cooperative close began) is refused, by every instance sharing it.
@@ -31,7 +43,7 @@ import {
   safeParseChannelVoucher,
 } from "../../protocol/channelVoucher.ts";
 import { type Clock, systemClock } from "../../protocol/clock.ts";
-import type { GateErrorCode } from "../../protocol/errors.ts";
+import { type GateErrorCode, TollgateError } from "../../protocol/errors.ts";
 import type { ChannelState, ChannelStateSource } from "./channelState.ts";
 import type { ChannelTally, VoucherStore } from "./voucherStore.ts";
 
@@ -46,8 +58,17 @@ export type ChannelVerifierOptions = ChannelVoucherDomain & {
   clock?: Clock | undefined;
   /** Refuse a closing channel this long before its withdrawal opens (default 600 s). */
   closeMarginSeconds?: number | undefined;
-  /** Refetch a cached channel in the background after this long (default 15 000 ms). */
+  /**
+   * The shortest close delay served, seconds (the offer's `minCloseDelay`; default 3 600). Must be at
+   * least `closeMarginSeconds` + `maxStaleMs`: else a close could go unseen until inside the margin.
+   */
+  minCloseDelay?: number | undefined;
+  /** The smallest deposit served, smallest unit (the offer's `minDeposit`; default 0: the price). */
+  minDeposit?: bigint | undefined;
+  /** Refetch a cached channel in the background after this long (default 10 000 ms). */
   refreshMs?: number | undefined;
+  /** Never serve from a cached channel older than this: refetch it first (default 30 000 ms). */
+  maxStaleMs?: number | undefined;
   /** Remember an unknown channel id this long (default 5 000 ms), so random ids cost one fetch. */
   unknownTtlMs?: number | undefined;
   /** Channels cached at most (default 100 000); the oldest are dropped first. */
@@ -93,6 +114,9 @@ export type ChannelVerifier = {
   channel(channelId: Hex): Promise<ChannelState | undefined>;
 };
 
+/** How old a cached channel may be and still serve, unless configured (`maxStaleMs`). */
+export const DEFAULT_CHANNEL_MAX_STALE_MS = 30_000;
+
 const refuse = (error: GateErrorCode, message: string, details?: Record<string, string>): ChannelRefusal => ({
   ok: false,
   error,
@@ -109,7 +133,18 @@ const refuse = (error: GateErrorCode, message: string, details?: Record<string, 
 export function createChannelVerifier(options: ChannelVerifierOptions): ChannelVerifier {
   const clock = options.clock ?? systemClock;
   const closeMarginSeconds = options.closeMarginSeconds ?? 600;
-  const refreshMs = options.refreshMs ?? 15_000;
+  const minCloseDelay = options.minCloseDelay ?? 3_600;
+  const minDeposit = options.minDeposit ?? 0n;
+  const maxStaleMs = options.maxStaleMs ?? DEFAULT_CHANNEL_MAX_STALE_MS;
+  const refreshMs = Math.min(options.refreshMs ?? 10_000, maxStaleMs);
+  if (minCloseDelay < closeMarginSeconds + Math.ceil(maxStaleMs / 1000)) {
+    // Served channels could then reach their margin before the gate saw the close request (or, with a
+    // margin at or above the delay, nothing would ever be served).
+    throw new TollgateError(
+      "InvalidRequest",
+      `channel minCloseDelay (${minCloseDelay} s) must be at least closeMarginSeconds (${closeMarginSeconds} s) + maxStaleMs (${maxStaleMs} ms)`,
+    );
+  }
   const unknownTtlMs = options.unknownTtlMs ?? 5_000;
   const maxChannels = options.maxChannels ?? 100_000;
   const payTo = options.payTo.toLowerCase();
@@ -120,13 +155,14 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
   const unknown = new Map<string, number>();
   const inflight = new Map<string, Promise<Cached | undefined>>();
 
-  const remember = (state: ChannelState): Cached => {
+  /** `readAt`: when the read began; the state is at least that fresh, perhaps no fresher. */
+  const remember = (state: ChannelState, readAt: number): Cached => {
     const previous = cache.get(state.channelId);
     const entry: Cached = {
       state,
       prefix: previous?.prefix ?? channelVoucherPrefix(domain, state.channelId),
       verifyKey: { key: state.sessionKey, dsaEncoding: "ieee-p1363" },
-      fetchedAt: clock.now(),
+      fetchedAt: readAt,
       refreshing: false,
     };
     if (previous === undefined && cache.size >= maxChannels) {
@@ -143,6 +179,7 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
   const fetch = (channelId: Hex): Promise<Cached | undefined> => {
     let pending = inflight.get(channelId);
     if (pending === undefined) {
+      const readAt = clock.now();
       pending = options.source
         .get(channelId)
         .then((state) => {
@@ -153,7 +190,7 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
             return undefined;
           }
           unknown.delete(channelId);
-          return remember(state);
+          return remember(state, readAt);
         })
         .finally(() => inflight.delete(channelId));
       inflight.set(channelId, pending);
@@ -164,7 +201,10 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
   const lookup = async (channelId: Hex): Promise<Cached | undefined> => {
     const cached = cache.get(channelId);
     if (cached !== undefined) {
-      if (!cached.refreshing && clock.now() - cached.fetchedAt >= refreshMs) {
+      const age = clock.now() - cached.fetchedAt;
+      // Too old to vouch that no close was requested since (see the invariants): read it before serving.
+      if (age >= maxStaleMs) return fetch(channelId);
+      if (!cached.refreshing && age >= refreshMs) {
         cached.refreshing = true;
         // Background: the request goes on with what is cached (only deposit and close state change).
         fetch(channelId).catch(() => {
@@ -203,6 +243,21 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
       }
       if (closing(state)) {
         return refuse("ChannelClosing", state.closed ? "the channel is closed" : "the channel is closing");
+      }
+      if (state.closeDelay < minCloseDelay) {
+        // A payer could ask to close and withdraw before this gate's vouchers can be claimed.
+        return refuse("ChannelVoucherInvalid", "the channel's close delay is under this gate's minimum", {
+          closeDelay: String(state.closeDelay),
+          minCloseDelay: String(minCloseDelay),
+        });
+      }
+      const minimum = minDeposit > price ? minDeposit : price;
+      if (state.deposit < minimum) {
+        // Checked on the cached state: a top-up is seen at the next refresh, never at a payer's request.
+        return refuse("ChannelVoucherInvalid", "the channel's deposit is under this gate's minimum", {
+          deposit: state.deposit.toString(),
+          minDeposit: minimum.toString(),
+        });
       }
       const message = channelVoucherMessageFrom(entry.prefix, voucher.cumulativeAmount);
       if (!verify("sha256", message, entry.verifyKey, voucher.signature)) {

@@ -23,6 +23,7 @@ import {
   defineFacilitatorScheme,
   type FacilitatorSchemeContext,
 } from "../../facilitator/facilitatorSchemeParts.ts";
+import { MIN_CHANNEL_CLOSE_DELAY } from "../../protocol/channels.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 
 export type ChannelFacilitatorOptions = {
@@ -33,7 +34,10 @@ export type ChannelFacilitatorOptions = {
    * token's minimum payment.
    */
   minDeposit?: bigint | undefined;
-  /** The shortest close delay relayed, seconds (default 60). Gates ask for their own minimum on top. */
+  /**
+   * The shortest close delay relayed, seconds (default, and never less than, TollgateChannels'
+   * MIN_CLOSE_DELAY: an hour). Gates ask for their own minimum on top.
+   */
   minCloseDelay?: number | undefined;
   /** Relayed opens and close requests per payer (default: the same rule as `/authorize`). */
   perPayer?: TokenBucketRule | false | undefined;
@@ -81,7 +85,7 @@ export function channelFacilitator(options: ChannelFacilitatorOptions = {}) {
         { ...ctx, contract },
         {
           minDeposit,
-          minCloseDelay: options.minCloseDelay ?? 60,
+          minCloseDelay: Math.max(options.minCloseDelay ?? MIN_CHANNEL_CLOSE_DELAY, MIN_CHANNEL_CLOSE_DELAY),
           minRemainingSeconds: options.minRemainingSeconds ?? 10,
           takePayer,
           isSessionKey: (x: Hex, y: Hex) => sessionKey(x, y) !== undefined,

@@ -18,6 +18,7 @@ import {
   parseGateOptions,
 } from "../../gate/paymentGateOptions.ts";
 import { AddressSchema } from "../../protocol/address.ts";
+import { MIN_CHANNEL_CLOSE_DELAY } from "../../protocol/channels.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../../protocol/channelVoucher.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { chainIdOf, type Network } from "../../protocol/network.ts";
@@ -29,7 +30,11 @@ import type {
   SchemePaymentBase,
 } from "../types.ts";
 import { type ChannelStateSource, createFacilitatorChannelSource } from "./channelState.ts";
-import { type ChannelCharge, createChannelVerifier } from "./channelVerifier.ts";
+import {
+  type ChannelCharge,
+  createChannelVerifier,
+  DEFAULT_CHANNEL_MAX_STALE_MS,
+} from "./channelVerifier.ts";
 import {
   CHANNEL_CLOSE_HEADER,
   type CooperativeCloser,
@@ -94,7 +99,11 @@ export const ChannelGateOptionsSchema = z.object({
   minDeposit: AmountSchema.optional(),
   /** Deposit suggested to payers, in requests (default 1 000 × the price). */
   suggestedRequests: z.int().positive().max(1_000_000_000).optional(),
-  /** The shortest close delay accepted, seconds (default 3 600). */
+  /**
+   * The shortest close delay accepted, seconds (default 3 600, never under TollgateChannels'
+   * MIN_CLOSE_DELAY). At least `closeMarginSeconds` + 30 s: the gate must see a close request before
+   * the margin begins.
+   */
   minCloseDelay: z.int().nonnegative().optional(),
   /** Refuse a closing channel this long before its withdrawal opens, seconds (default 600). */
   closeMarginSeconds: z.int().nonnegative().optional(),
@@ -102,6 +111,14 @@ export const ChannelGateOptionsSchema = z.object({
   forwardIntervalMs: z.int().positive().optional(),
 });
 export type ChannelGateOptions = z.input<typeof ChannelGateOptionsSchema>;
+
+/** The close delay a gate offers and serves: the configured one, never under the contract's floor. */
+const minCloseDelayOf = (o: z.infer<typeof ChannelGateOptionsSchema>): number =>
+  Math.max(o.minCloseDelay ?? 3_600, MIN_CHANNEL_CLOSE_DELAY);
+
+/** The smallest deposit configured (the offer raises it to the route's price). */
+const minDepositOf = (o: z.infer<typeof ChannelGateOptionsSchema>): bigint =>
+  o.minDeposit !== undefined ? atomicAmountOf(o.minDeposit, "schemeOptions.channel.minDeposit") : 0n;
 
 export const channelGate: GateSchemePart<ChannelOffer> = {
   pricingTypes: ["channel"],
@@ -130,7 +147,19 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
         "paymentGate options: a channel pricing entry needs schemeOptions.channel.contract (the TollgateChannels address)",
       );
     }
-    settings = parseGateOptions(ChannelGateOptionsSchema, raw, "paymentGate options: schemeOptions.channel");
+    const parsed = parseGateOptions(
+      ChannelGateOptionsSchema,
+      raw,
+      "paymentGate options: schemeOptions.channel",
+    );
+    const margin = parsed.closeMarginSeconds ?? 600;
+    if (minCloseDelayOf(parsed) < margin + DEFAULT_CHANNEL_MAX_STALE_MS / 1000) {
+      throw new TollgateError(
+        "InvalidRequest",
+        `paymentGate options: schemeOptions.channel.minCloseDelay must be at least closeMarginSeconds + ${DEFAULT_CHANNEL_MAX_STALE_MS / 1000} s (the time to see a close request)`,
+      );
+    }
+    settings = parsed;
     return settings;
   };
   let storeReady: Promise<VoucherStore> | undefined;
@@ -206,6 +235,8 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
       tag,
       clock: context.clock,
       closeMarginSeconds: o.closeMarginSeconds,
+      minCloseDelay: minCloseDelayOf(o),
+      minDeposit: minDepositOf(o),
       onClosing: () => {
         forwarder
           ?.flush()
@@ -236,8 +267,7 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
       // A fault of the store (its tag unreadable) is a fault of the 402, not an offer without a tag: a
       // payer must never open a channel no gate of this store would serve.
       const tag = await storeTag();
-      const minDeposit =
-        o.minDeposit !== undefined ? atomicAmountOf(o.minDeposit, "schemeOptions.channel.minDeposit") : 0n;
+      const minDeposit = minDepositOf(o);
       return {
         scheme: "channel",
         amount: offer.amount,
@@ -246,7 +276,7 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
           facilitator: context.facilitator.url,
           minDeposit: (minDeposit > offer.amount ? minDeposit : offer.amount).toString(),
           suggestedDeposit: (offer.amount * BigInt(o.suggestedRequests ?? 1_000)).toString(),
-          minCloseDelay: o.minCloseDelay ?? 3_600,
+          minCloseDelay: minCloseDelayOf(o),
           tag,
         },
       };
