@@ -3,13 +3,20 @@ import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
 import type { Clock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
-import type { Health, SupportedResponse } from "../protocol/facilitator.ts";
+import {
+  type Health,
+  HealthSchema,
+  JwksSchema,
+  type SupportedResponse,
+  SupportedResponseSchema,
+} from "../protocol/facilitator.ts";
 import type { Store } from "../store/store.ts";
 import { errorResponse } from "./httpErrors.ts";
 import type { FacilitatorMetrics } from "./metrics.ts";
 import { assertMetricsReader, type MetricsAccess } from "./metricsAccess.ts";
-import { buildOpenApiDocument } from "./openApi.ts";
+import { openApiDocumentOf } from "./openApi.ts";
 import { jwksOf, type ProofKey } from "./proofKeys.ts";
+import { routeDoc } from "./routeDocs.ts";
 
 export type FacilitatorAppDeps = {
   store: Store;
@@ -70,29 +77,62 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
     }
   }
 
-  app.get("/supported", (c) => c.json(deps.supported));
-  app.get("/.well-known/jwks.json", (c) => {
-    c.header("cache-control", "public, max-age=300");
-    return c.json(jwksOf(deps.proofKeys()));
-  });
+  app.get(
+    "/supported",
+    routeDoc({
+      summary: "Networks, tokens and schemes this facilitator settles",
+      response: SupportedResponseSchema,
+    }),
+    (c) => c.json(deps.supported),
+  );
+  app.get(
+    "/.well-known/jwks.json",
+    routeDoc({ summary: "Public keys that sign payment proofs", response: JwksSchema }),
+    (c) => {
+      c.header("cache-control", "public, max-age=300");
+      return c.json(jwksOf(deps.proofKeys()));
+    },
+  );
 
-  app.get("/healthz", async (c) => {
-    const checks: NonNullable<Health["checks"]> = {};
-    const [chain, db] = await Promise.allSettled([deps.chainHealth(), store.query("SELECT 1")]);
-    checks.chain = chain.status === "fulfilled" ? { ok: true } : { ok: false, message: "RPC unreachable" };
-    checks.store = db.status === "fulfilled" ? { ok: true } : { ok: false, message: "store unreachable" };
-    const ok = Object.values(checks).every((x) => x.ok);
-    const body: Health = { status: ok ? "ok" : "degraded", checks };
-    return c.json(body, ok ? 200 : 503);
-  });
+  app.get(
+    "/healthz",
+    routeDoc({ summary: "Liveness of the chain RPC and the store", response: HealthSchema, errors: [503] }),
+    async (c) => {
+      const checks: NonNullable<Health["checks"]> = {};
+      const [chain, db] = await Promise.allSettled([deps.chainHealth(), store.query("SELECT 1")]);
+      checks.chain = chain.status === "fulfilled" ? { ok: true } : { ok: false, message: "RPC unreachable" };
+      checks.store = db.status === "fulfilled" ? { ok: true } : { ok: false, message: "store unreachable" };
+      const ok = Object.values(checks).every((x) => x.ok);
+      const body: Health = { status: ok ? "ok" : "degraded", checks };
+      return c.json(body, ok ? 200 : 503);
+    },
+  );
 
-  app.get("/metrics", async (c) => {
-    assertMetricsReader(c, deps.metricsAccess ?? {});
-    c.header("content-type", metrics.registry.contentType);
-    return c.body(await metrics.registry.metrics());
-  });
+  app.get(
+    "/metrics",
+    routeDoc({
+      summary:
+        "Prometheus metrics: settled count and volume, failures, batch sizes, settlement latency (loopback peers or the metrics token)",
+      response: { media: "text/plain; version=0.0.4" },
+      errors: [401],
+      auth: ["metricsToken"],
+    }),
+    async (c) => {
+      assertMetricsReader(c, deps.metricsAccess ?? {});
+      c.header("content-type", metrics.registry.contentType);
+      return c.body(await metrics.registry.metrics());
+    },
+  );
 
-  app.get("/openapi.json", (c) => c.json(buildOpenApiDocument()));
+  // Built from `app.routes` on the first request, once `extend` has mounted every route.
+  app.get(
+    "/openapi.json",
+    routeDoc({
+      summary: "This document: every route served here, with its credentials",
+      response: { media: "application/json" },
+    }),
+    (c) => c.json(openApiDocumentOf(app)),
+  );
 
   deps.extend?.(app);
 

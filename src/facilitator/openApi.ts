@@ -1,7 +1,10 @@
 /**
- * The facilitator's OpenAPI 3.1 document, generated from the same zod schemas that validate its
- * requests and responses, so the document cannot drift from what the service accepts.
+ * The facilitator's OpenAPI 3.1 document, built from the routes its Hono app serves and the
+ * documentation each route's registration carries (routeDocs.ts), with the zod schemas that validate
+ * the requests and replies: a served route is always listed, with the credentials that admit a caller,
+ * and nothing is listed that is not served.
  */
+import type { Hono } from "hono";
 import { z } from "zod";
 import {
   ChannelCloseRequestResponseSchema,
@@ -34,25 +37,14 @@ import {
   X402VerifyRequestSchema,
   X402VerifyResponseSchema,
 } from "../protocol/x402.ts";
-
-type Operation = {
-  summary: string;
-  request?: string;
-  /** A schema name for a JSON reply, or `text` for a plain-text one (Prometheus exposition). */
-  response: string | { text: string };
-  errors?: number[];
-  /** Path parameters, by name, with the JSON Schema of each. */
-  parameters?: Record<string, Record<string, unknown>>;
-  /** Credentials accepted (any one of them), by security scheme name; absent = public. */
-  security?: (keyof typeof securitySchemes)[];
-};
+import { openApiPath, pathParams, type RouteAuth, type ServedRoute, servedRoutes } from "./routeDocs.ts";
 
 /** The credentials of docs/facilitator.md, "Who may read what". */
 const securitySchemes = {
   providerKey: {
     type: "http",
     scheme: "bearer",
-    description: "A provider API key (`POST /providers`): the payee of the payment read",
+    description: "A provider API key (`POST /providers`), as `Authorization: Bearer tg_…`",
   },
   payerAuth: {
     type: "apiKey",
@@ -66,8 +58,16 @@ const securitySchemes = {
     scheme: "bearer",
     description: "TOLLGATE_METRICS_TOKEN; without one configured, only loopback peers are answered",
   },
-} as const;
+  dashboardSession: {
+    type: "apiKey",
+    in: "cookie",
+    name: "tollgate_session",
+    description:
+      "A dashboard session (`POST /dashboard/login` with a provider API key or the agent token); form posts also carry its CSRF token",
+  },
+} as const satisfies Record<RouteAuth, unknown>;
 
+/** Schemas published by name under `components.schemas`; others are written in place. */
 const schemas: Record<string, z.ZodType> = {
   AuthorizeRequest: AuthorizeRequestSchema,
   AuthorizeResponse: AuthorizeResponseSchema,
@@ -96,203 +96,118 @@ const schemas: Record<string, z.ZodType> = {
   ChannelVouchersResponse: ChannelVouchersResponseSchema,
 };
 
-const channelIdParameter = { id: { type: "string", pattern: "^0x[0-9a-fA-F]{64}$" } };
-
-const operations: Record<string, Record<string, Operation>> = {
-  "/authorize": {
-    post: {
-      summary:
-        "Settle a signed EIP-3009 payment and return its Ed25519 payment proof (idempotent on the nonce)",
-      request: "AuthorizeRequest",
-      response: "AuthorizeResponse",
-      errors: [400, 402, 409, 413, 422, 429, 503],
-    },
-  },
-  "/verify": {
-    post: {
-      summary: "Check a payment proof",
-      request: "VerifyRequest",
-      response: "VerifyResponse",
-      errors: [400, 413],
-    },
-  },
-  "/payments/{nonce}": {
-    get: {
-      summary:
-        "A payment's status, transaction and proof, by its EIP-3009 nonce (= keccak256(memo)), for its payer or payee only",
-      parameters: { nonce: { type: "string", pattern: "^0x[0-9a-fA-F]{64}$" } },
-      response: "PaymentRecord",
-      errors: [400, 401, 404],
-      security: ["providerKey", "payerAuth"],
-    },
-  },
-  "/channels": {
-    post: {
-      summary:
-        "Relay a payer's gasless channel open (EIP-3009 ReceiveWithAuthorization binding the terms; idempotent on its nonce)",
-      request: "ChannelOpenRequest",
-      response: "ChannelOpenResponse",
-      errors: [400, 402, 409, 413, 422, 429, 503],
-    },
-  },
-  "/channels/vouchers": {
-    post: {
-      summary: "Hand over a gate's latest channel vouchers for batched claims (the payee's provider key)",
-      request: "ChannelVouchersRequest",
-      response: "ChannelVouchersResponse",
-      errors: [400, 401, 413, 429, 503],
-      security: ["providerKey"],
-    },
-  },
-  "/channels/{id}": {
-    get: {
-      summary:
-        "A channel's public chain state: payer, payee, token, deposit, claimed, session key, close state",
-      parameters: channelIdParameter,
-      response: "ChannelState",
-      errors: [400, 404, 503],
-    },
-  },
-  "/channels/{id}/close-request": {
-    post: {
-      summary: "Relay the payer's EIP-712 RequestClose; the payer may withdraw after the close delay",
-      parameters: channelIdParameter,
-      request: "ChannelCloseRequest",
-      response: "ChannelCloseRequestResponse",
-      errors: [400, 404, 413, 422, 429, 503],
-    },
-  },
-  "/channels/{id}/top-up": {
-    post: {
-      summary:
-        "Relay the payer's EIP-3009 top-up of its channel (nonce topUpNonce(channelId, salt)); 201, or 200 for a repeat",
-      parameters: channelIdParameter,
-      request: "ChannelTopUpRequest",
-      response: "ChannelTopUpResponse",
-      errors: [400, 402, 404, 413, 422, 429, 503],
-    },
-  },
-  "/channels/{id}/withdraw": {
-    post: {
-      summary:
-        "Relay the payer's withdrawal of the unclaimed deposit once the close delay is over (anyone may ask; it pays the payer only)",
-      parameters: channelIdParameter,
-      response: "ChannelWithdrawResponse",
-      errors: [400, 404, 429, 503],
-    },
-  },
-  "/channels/{id}/close": {
-    post: {
-      summary:
-        "Cooperative close by the payee with its latest voucher: claims it and refunds the rest to the payer (202 while on its way)",
-      parameters: channelIdParameter,
-      response: "ChannelCloseResponse",
-      errors: [400, 401, 404, 429, 503],
-      security: ["providerKey"],
-    },
-  },
-  "/x402/verify": {
-    post: {
-      summary: "x402 v2: check an `exact` EVM payment payload against its requirements without settling",
-      request: "X402VerifyRequest",
-      response: "X402VerifyResponse",
-      errors: [400, 413, 503],
-    },
-  },
-  "/x402/settle": {
-    post: {
-      summary: "x402 v2: settle an `exact` EVM payment payload on chain (idempotent on the nonce)",
-      request: "X402SettleRequest",
-      response: "X402SettleResponse",
-      errors: [400, 413, 503],
-    },
-  },
-  "/x402/supported": {
-    get: { summary: "x402 v2: the scheme and network kinds settled here", response: "X402SupportedResponse" },
-  },
-  "/metrics": {
-    get: {
-      summary:
-        "Prometheus metrics: settled count and volume, failures, batch sizes, settlement latency (loopback peers or the metrics token)",
-      response: { text: "text/plain; version=0.0.4" },
-      errors: [401],
-      security: ["metricsToken"],
-    },
-  },
-  "/openapi.json": {
-    get: { summary: "This document", response: { text: "application/json" } },
-  },
-  "/supported": {
-    get: { summary: "Networks, tokens and schemes this facilitator settles", response: "SupportedResponse" },
-  },
-  "/.well-known/jwks.json": { get: { summary: "Public keys that sign payment proofs", response: "Jwks" } },
-  "/healthz": {
-    get: { summary: "Liveness of the chain RPC and the store", response: "Health", errors: [503] },
-  },
-};
-
-let cached: Record<string, unknown> | undefined;
+let cachedComponents: Record<string, unknown> | undefined;
+const documents = new WeakMap<object, Record<string, unknown>>();
 
 function jsonSchema(schema: z.ZodType): unknown {
   // `io: "input"` describes what a client sends; transforms (string → bigint) are not representable.
   return z.toJSONSchema(schema, { io: "input", unrepresentable: "any" });
 }
 
-export function buildOpenApiDocument(): Record<string, unknown> {
-  if (cached !== undefined) return cached;
-  const paths: Record<string, unknown> = {};
-  for (const [path, methods] of Object.entries(operations)) {
-    const entry: Record<string, unknown> = {};
-    for (const [method, op] of Object.entries(methods)) {
-      const responses: Record<string, unknown> = {
-        "200": {
+function components(): Record<string, unknown> {
+  cachedComponents ??= {
+    schemas: Object.fromEntries(Object.entries(schemas).map(([name, s]) => [name, jsonSchema(s)])),
+    securitySchemes,
+  };
+  return cachedComponents;
+}
+
+const schemaNames = new Map<z.ZodType, string>(Object.entries(schemas).map(([name, s]) => [s, name]));
+
+function schemaRef(schema: z.ZodType): unknown {
+  const name = schemaNames.get(schema);
+  return name === undefined ? jsonSchema(schema) : { $ref: `#/components/schemas/${name}` };
+}
+
+const errorContent = {
+  "application/json": { schema: { $ref: "#/components/schemas/ErrorBody" } },
+};
+
+/** The OpenAPI operation of one served route. */
+function operationOf(route: ServedRoute): Record<string, unknown> {
+  const doc = route.doc;
+  const status = doc?.status ?? 200;
+  const response = doc?.response;
+  const success =
+    response === undefined
+      ? { description: status >= 300 && status < 400 ? "Redirect" : "OK" }
+      : {
           description: "OK",
           content:
-            typeof op.response === "string"
-              ? { "application/json": { schema: { $ref: `#/components/schemas/${op.response}` } } }
-              : { [op.response.text]: { schema: {} } },
-        },
-      };
-      for (const status of op.errors ?? []) {
-        responses[String(status)] = {
-          description: "Error",
-          content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorBody" } } },
+            "media" in response
+              ? { [response.media]: { schema: {} } }
+              : { "application/json": { schema: schemaRef(response) } },
         };
-      }
-      entry[method] = {
-        summary: op.summary,
-        ...(op.parameters === undefined
-          ? {}
-          : {
-              parameters: Object.entries(op.parameters).map(([name, schema]) => ({
-                name,
-                in: "path",
-                required: true,
-                schema,
-              })),
-            }),
-        ...(op.request === undefined
-          ? {}
-          : {
-              requestBody: {
-                required: true,
-                content: { "application/json": { schema: { $ref: `#/components/schemas/${op.request}` } } },
-              },
-            }),
-        ...(op.security === undefined ? {} : { security: op.security.map((name) => ({ [name]: [] })) }),
-        responses,
-      };
-    }
-    paths[path] = entry;
+  const responses: Record<string, unknown> = { [String(status)]: success };
+  for (const error of doc?.errors ?? []) {
+    responses[String(error)] = { description: "Error", content: errorContent };
   }
-  cached = {
+  if (route.auth.length > 0 && responses["401"] === undefined) {
+    responses["401"] = { description: "No valid credential", content: errorContent };
+  }
+  const parameters = [
+    ...pathParams(route.path).map((name) => {
+      const schema = doc?.params?.[name];
+      return {
+        name,
+        in: "path",
+        required: true,
+        schema: schema === undefined ? { type: "string" } : jsonSchema(schema),
+      };
+    }),
+    ...Object.entries(doc?.query?.shape ?? {}).map(([name, field]) => ({
+      name,
+      in: "query",
+      required: !(field as z.ZodType).safeParse(undefined).success,
+      schema: jsonSchema(field as z.ZodType),
+    })),
+  ];
+  const request = doc?.request;
+  return {
+    summary: doc?.summary ?? "Undocumented",
+    ...(parameters.length === 0 ? {} : { parameters }),
+    ...(request === undefined
+      ? {}
+      : {
+          requestBody: {
+            required: true,
+            content:
+              request === "form"
+                ? { "application/x-www-form-urlencoded": { schema: { type: "object" } } }
+                : { "application/json": { schema: schemaRef(request) } },
+          },
+        }),
+    // OpenAPI: any one entry of `security` admits; an empty list would say "public".
+    ...(route.auth.length === 0 ? {} : { security: route.auth.map((name) => ({ [name]: [] })) }),
+    responses,
+  };
+}
+
+/** The OpenAPI document of `routes`. */
+export function buildOpenApiDocument(routes: readonly ServedRoute[]): Record<string, unknown> {
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const route of routes) {
+    const path = openApiPath(route.path);
+    paths[path] ??= {};
+    paths[path][route.method.toLowerCase()] = operationOf(route);
+  }
+  return {
     openapi: "3.1.0",
     info: { title: "Tollgate facilitator", version: "1" },
     paths,
-    components: {
-      schemas: Object.fromEntries(Object.entries(schemas).map(([name, s]) => [name, jsonSchema(s)])),
-      securitySchemes,
-    },
+    components: components(),
   };
-  return cached;
+}
+
+/**
+ * The OpenAPI document of the routes `app` serves, built once per app (on the first request for it,
+ * when every module has mounted its routes).
+ */
+export function openApiDocumentOf(app: Pick<Hono, "routes">): Record<string, unknown> {
+  let document = documents.get(app);
+  if (document === undefined) {
+    document = buildOpenApiDocument(servedRoutes(app));
+    documents.set(app, document);
+  }
+  return document;
 }

@@ -19,7 +19,7 @@ import { z } from "zod";
 import { sameAddress } from "../protocol/address.ts";
 import { type Clock, unixSeconds } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
-import type { PaymentRecord } from "../protocol/facilitator.ts";
+import { type PaymentRecord, PaymentRecordSchema } from "../protocol/facilitator.ts";
 import {
   isFreshPayerAuth,
   PAYER_AUTH_HEADER,
@@ -30,6 +30,7 @@ import {
 import type { Store } from "../store/store.ts";
 import type { PaymentRow } from "./paymentRecords.ts";
 import { findProviderByApiKey } from "./providers/requireProvider.ts";
+import { routeDoc } from "./routeDocs.ts";
 import type { SettlementEngine } from "./settlementEngine.ts";
 
 export type PaymentReadBackDeps = {
@@ -43,8 +44,18 @@ type Reader = { role: "payee" | "payer"; address: string };
 
 const NonceSchema = z.string().regex(/^0x[0-9a-fA-F]{64}$/);
 
+const readBackDoc = routeDoc({
+  summary:
+    "A payment's status, transaction and proof, by its EIP-3009 nonce (= keccak256(memo)), for its payer or payee only",
+  params: { nonce: NonceSchema },
+  response: PaymentRecordSchema,
+  errors: [400, 401, 404],
+  // Checked in the handler (`readerOf`): the payee's provider key, or the payer's signed read.
+  auth: ["providerKey", "payerAuth"],
+});
+
 export function mountPaymentReadBack(app: Hono, deps: PaymentReadBackDeps): void {
-  app.get("/payments/:nonce", async (c) => {
+  app.get("/payments/:nonce", readBackDoc, async (c) => {
     const nonce = NonceSchema.safeParse(c.req.param("nonce"));
     if (!nonce.success) throw new TollgateError("InvalidRequest", "nonce must be 0x and 64 hex digits");
     const reader = await readerOf(c, deps, `/payments/${nonce.data}`);

@@ -39,17 +39,22 @@ import {
   X402ErrorReason,
   X402ExactEip3009PayloadSchema,
   type X402PaymentRequirements,
+  X402SettleRequestSchema,
   type X402SettleResponse,
+  X402SettleResponseSchema,
   type X402SupportedResponse,
+  X402SupportedResponseSchema,
   type X402VerifyRequest,
   X402VerifyRequestSchema,
   type X402VerifyResponse,
+  X402VerifyResponseSchema,
 } from "../protocol/x402.ts";
 import { queryOneParsed } from "../store/queryParsed.ts";
 import type { Queryable } from "../store/store.ts";
 import type { CheckablePayment } from "./checkSignedPayment.ts";
 import { errorResponse, readJsonBody } from "./httpErrors.ts";
 import { BatchRowSchema, type PaymentRow } from "./paymentRecords.ts";
+import { routeDoc } from "./routeDocs.ts";
 import type { SettlementEngine } from "./settlementEngine.ts";
 import {
   claimX402Request,
@@ -95,6 +100,26 @@ type Refusal = { reason: X402ErrorReason; message: string; payer?: string | unde
 type TokenDomain = { name: string; version: string };
 type Checked = { payment: CheckablePayment; payer: string; maxTimeoutSeconds: number };
 
+/** The x402 routes, documented for the OpenAPI document (routeDocs.ts). */
+const docs = {
+  supported: routeDoc({
+    summary: "x402 v2: the scheme and network kinds settled here",
+    response: X402SupportedResponseSchema,
+  }),
+  verify: routeDoc({
+    summary: "x402 v2: check an `exact` EVM payment payload against its requirements without settling",
+    request: X402VerifyRequestSchema,
+    response: X402VerifyResponseSchema,
+    errors: [400, 413, 503],
+  }),
+  settle: routeDoc({
+    summary: "x402 v2: settle an `exact` EVM payment payload on chain (idempotent on the nonce)",
+    request: X402SettleRequestSchema,
+    response: X402SettleResponseSchema,
+    errors: [400, 413, 503],
+  }),
+};
+
 /**
  * The x402 sub-app; mount it with `app.route("/x402", x402Routes(deps))`.
  *
@@ -114,9 +139,9 @@ export function x402Routes(deps: X402RoutesDeps): Hono {
     ]),
   );
 
-  app.get("/supported", (c) => c.json(supportedReply));
+  app.get("/supported", docs.supported, (c) => c.json(supportedReply));
 
-  app.post("/verify", async (c) => {
+  app.post("/verify", docs.verify, async (c) => {
     const read = await readX402Request(c);
     if (!read.ok) return c.json(verifyRefusal(read.refusal));
     const checked = checkPayment(read.request, tokensByNetwork);
@@ -140,7 +165,7 @@ export function x402Routes(deps: X402RoutesDeps): Hono {
     }
   });
 
-  app.post("/settle", async (c) => {
+  app.post("/settle", docs.settle, async (c) => {
     const read = await readX402Request(c);
     if (!read.ok) return c.json(settleRefusal(read.refusal, ""));
     const network = read.request.paymentRequirements.network;

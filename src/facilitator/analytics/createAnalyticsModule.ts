@@ -13,17 +13,36 @@ import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
 import { requireProvider } from "../providers/requireProvider.ts";
+import { routeDoc } from "../routeDocs.ts";
 import {
   AnalyticsSummaryQuerySchema,
   type AnalyticsSummaryResponse,
+  AnalyticsSummaryResponseSchema,
   AnalyticsVolumeQuerySchema,
   type AnalyticsVolumeResponse,
+  AnalyticsVolumeResponseSchema,
 } from "./analyticsApi.ts";
 import { bucketStart, queryAnalyticsSummary, queryAnalyticsVolume } from "./queryAnalytics.ts";
 
 export type AnalyticsModuleOptions = {
   /** Largest number of buckets one volume request may ask for (default 2 000: 83 days of hours). */
   maxBuckets?: number | undefined;
+};
+
+/** The analytics routes, documented for the OpenAPI document (routeDocs.ts). */
+const docs = {
+  volume: routeDoc({
+    summary: "The provider's totals per hour or day over a range, by scheme and by plan",
+    query: AnalyticsVolumeQuerySchema,
+    response: AnalyticsVolumeResponseSchema,
+    errors: [400],
+  }),
+  summary: routeDoc({
+    summary: "The provider's totals over a range, by scheme and by plan",
+    query: AnalyticsSummaryQuerySchema,
+    response: AnalyticsSummaryResponseSchema,
+    errors: [400],
+  }),
 };
 
 const HOUR_MS = 3_600_000;
@@ -40,7 +59,7 @@ export function createAnalyticsModule(options: AnalyticsModuleOptions = {}): Fac
     routes(app: Hono) {
       const auth = requireProvider(ctx);
 
-      app.get("/analytics/volume", auth, async (c) => {
+      app.get("/analytics/volume", docs.volume, auth, async (c) => {
         const query = parseWire(AnalyticsVolumeQuerySchema, c.req.query(), { what: "query" });
         const provider = c.get("provider").address;
         const step = query.bucket === "hour" ? HOUR_MS : DAY_MS;
@@ -71,7 +90,7 @@ export function createAnalyticsModule(options: AnalyticsModuleOptions = {}): Fac
         return c.json(body);
       });
 
-      app.get("/analytics/summary", auth, async (c) => {
+      app.get("/analytics/summary", docs.summary, auth, async (c) => {
         const query = parseWire(AnalyticsSummaryQuerySchema, c.req.query(), { what: "query" });
         const provider = c.get("provider").address;
         const to = query.to ?? new Date(ctx.clock.now());

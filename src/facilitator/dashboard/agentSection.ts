@@ -15,6 +15,7 @@ import { listSubscriptions } from "../../agent/subscriptions/agentSubscriptionRe
 import type { Clock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { Store } from "../../store/store.ts";
+import { routeDoc } from "../routeDocs.ts";
 import { listAgents } from "./agent/agentRecords.ts";
 import { type AgentRun, latestRunReport, type RunSpendRow, spendEventsOf } from "./agent/runSpendRecords.ts";
 import type { DashboardSection } from "./dashboardApp.ts";
@@ -51,12 +52,24 @@ export function agentSection(deps: AgentViewsDeps): DashboardSection {
     who: "Agent operator",
     csrfToken,
   });
+  const docs = {
+    agents: routeDoc({
+      summary: "Dashboard: the agents, their budgets and latest runs (the agent operator)",
+      response: { media: "text/html" },
+      errors: [403],
+    }),
+    agent: routeDoc({
+      summary: "Dashboard: one agent's runs and spending (the agent operator)",
+      response: { media: "text/html" },
+      errors: [400, 403, 404],
+    }),
+  };
   return {
     kind: "agent",
     prefix: "agents",
     nav: AGENT_NAV,
     mount(app) {
-      app.get("/", async (c) => {
+      app.get("/", docs.agents, async (c) => {
         const reports = await deps.store(async (store) => {
           const ledger = createBudgetLedger({ store, clock: deps.clock });
           return Promise.all((await listAgents(store)).map((a) => ledger.report(a)));
@@ -81,7 +94,7 @@ export function agentSection(deps: AgentViewsDeps): DashboardSection {
         return c.html(page(frame(c.get("session").csrfToken, "Agents"), body));
       });
 
-      app.get("/:agent", async (c) => {
+      app.get("/:agent", docs.agent, async (c) => {
         const parsed = AgentIdSchema.safeParse(c.req.param("agent"));
         if (!parsed.success) throw new TollgateError("NotFound", "no agent with that name");
         const agent = parsed.data;

@@ -20,6 +20,7 @@ import type { Queryable } from "../../store/store.ts";
 import { bucketKey, clientAddress } from "../abuse/rateLimits.ts";
 import { createTokenBuckets, type TokenBucketRule } from "../abuse/tokenBucket.ts";
 import { findProviderByApiKey } from "../providers/requireProvider.ts";
+import { authenticating, routeDoc } from "../routeDocs.ts";
 import { loadDashboardAssets } from "./dashboardAssets.ts";
 import { csrfField, page } from "./dashboardLayout.ts";
 import { assertCsrf, assertSameOrigin, dashboardHeaders, tokensMatch } from "./dashboardSecurity.ts";
@@ -67,6 +68,29 @@ const SESSION_COOKIE = "tollgate_session";
 const LOGIN_COOKIE = "tollgate_login";
 const MAX_FORM_BYTES = 16 * 1024;
 
+/** The dashboard's own routes, documented for the facilitator's OpenAPI document (routeDocs.ts). */
+const docs = {
+  asset: routeDoc({
+    summary: "Dashboard: a stylesheet or script",
+    response: { media: "text/*" },
+    errors: [404],
+  }),
+  loginPage: routeDoc({ summary: "Dashboard: the sign-in form", response: { media: "text/html" } }),
+  login: routeDoc({
+    summary:
+      "Dashboard: sign in with a provider API key or the agent token; sets the session cookie (303 to the home page)",
+    request: "form",
+    status: 303,
+    errors: [400, 401, 403, 429],
+  }),
+  logout: routeDoc({
+    summary: "Dashboard: sign out (303 to the sign-in form)",
+    request: "form",
+    status: 303,
+  }),
+  home: routeDoc({ summary: "Dashboard: the session's home page (303)", status: 303 }),
+};
+
 /** Builds the dashboard app; mount it with `app.route("/dashboard", dashboard)`. */
 export function createDashboardApp(options: DashboardAppOptions): Hono<DashboardEnv> {
   const { clock, logger } = options;
@@ -100,7 +124,7 @@ export function createDashboardApp(options: DashboardAppOptions): Hono<Dashboard
     }),
   );
 
-  app.get("/assets/:name", (c) => {
+  app.get("/assets/:name", docs.asset, (c) => {
     const asset = assets.get(c.req.param("name"));
     if (asset === undefined) throw new TollgateError("NotFound", "no such file");
     c.header("content-type", asset.contentType);
@@ -108,7 +132,7 @@ export function createDashboardApp(options: DashboardAppOptions): Hono<Dashboard
     return c.body(asset.body);
   });
 
-  app.get("/login", (c) => {
+  app.get("/login", docs.loginPage, (c) => {
     // A fresh token per form; the POST must show the same in its body and its cookie.
     const loginToken = base64UrlEncode(random(32));
     setCookie(c, LOGIN_COOKIE, loginToken, {
@@ -123,7 +147,7 @@ export function createDashboardApp(options: DashboardAppOptions): Hono<Dashboard
     );
   });
 
-  app.post("/login", async (c) => {
+  app.post("/login", docs.login, async (c) => {
     assertSameOrigin(c, options.publicOrigin);
     const peer = (c.env as { incoming?: { socket?: { remoteAddress?: string } } } | undefined)?.incoming
       ?.socket?.remoteAddress;
@@ -175,7 +199,7 @@ export function createDashboardApp(options: DashboardAppOptions): Hono<Dashboard
     return c.redirect(homeOf(opened.session.kind), 303);
   });
 
-  app.post("/logout", async (c) => {
+  app.post("/logout", docs.logout, async (c) => {
     assertSameOrigin(c, options.publicOrigin);
     const id = getCookie(c, SESSION_COOKIE) ?? "";
     const session = await sessions.touch(id, now());
@@ -188,23 +212,28 @@ export function createDashboardApp(options: DashboardAppOptions): Hono<Dashboard
   });
 
   // Everything below needs a live session; every POST also a same-origin request and the CSRF token.
-  app.use("*", async (c, next) => {
-    const session = await sessions.touch(getCookie(c, SESSION_COOKIE) ?? "", now());
-    if (session === undefined) {
-      if (c.req.method === "GET") return c.redirect("/dashboard/login", 303);
-      throw new TollgateError("Unauthorized", "sign in first");
-    }
-    c.set("session", session);
-    if (c.req.method !== "GET" && c.req.method !== "HEAD") {
-      assertSameOrigin(c, options.publicOrigin);
-      const form = await readForm(c);
-      assertCsrf(form, session.csrfToken);
-      c.set("form", form);
-    }
-    await next();
-  });
+  // Marked, so the OpenAPI document lists the session on every route registered after it (routeDocs.ts).
+  const requireSession = authenticating(
+    "dashboardSession",
+    async (c: Context<DashboardEnv>, next: () => Promise<void>) => {
+      const session = await sessions.touch(getCookie(c, SESSION_COOKIE) ?? "", now());
+      if (session === undefined) {
+        if (c.req.method === "GET") return c.redirect("/dashboard/login", 303);
+        throw new TollgateError("Unauthorized", "sign in first");
+      }
+      c.set("session", session);
+      if (c.req.method !== "GET" && c.req.method !== "HEAD") {
+        assertSameOrigin(c, options.publicOrigin);
+        const form = await readForm(c);
+        assertCsrf(form, session.csrfToken);
+        c.set("form", form);
+      }
+      await next();
+    },
+  );
+  app.use("*", requireSession);
 
-  app.get("/", (c) => c.redirect(homeOf(c.get("session").kind), 303));
+  app.get("/", docs.home, (c) => c.redirect(homeOf(c.get("session").kind), 303));
 
   for (const section of options.sections) {
     const sub = new Hono<DashboardEnv>();

@@ -16,6 +16,7 @@ import { getPlanIdFromReceipt } from "../../chain/events/decodeSubscriptionEvent
 import { parseUnitsExact } from "../../protocol/amount.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { Store } from "../../store/store.ts";
+import { routeDoc } from "../routeDocs.ts";
 import { findPlan, type IndexScope, type PlanRow } from "../subscriptions/subscriptionRecords.ts";
 import type { DashboardEnv } from "./dashboardApp.ts";
 import { csrfField, duration, money, page, table } from "./dashboardLayout.ts";
@@ -98,8 +99,28 @@ export function mountPlanViews(deps: PlanViewsDeps): (app: Hono<DashboardEnv>) =
     return deps.scope.manager;
   };
 
+  const docs = {
+    list: routeDoc({
+      summary: "Dashboard: the provider's plans, with a form to create one",
+      response: { media: "text/html" },
+      errors: [403],
+    }),
+    create: routeDoc({
+      summary: "Dashboard: create a plan on chain with the configured plan signer (303 to the plans)",
+      request: "form",
+      status: 303,
+      errors: [400, 401, 403, 404, 503],
+    }),
+    deprecate: routeDoc({
+      summary: "Dashboard: deprecate one of the provider's plans on chain (303 to the plans)",
+      request: "form",
+      status: 303,
+      errors: [400, 401, 403, 404, 503],
+    }),
+  };
+
   return (app) => {
-    app.get("/plans", async (c) => {
+    app.get("/plans", docs.list, async (c) => {
       const session = c.get("session");
       const provider = providerOf(session);
       const done = NoticeSchema.parse(c.req.query("done"));
@@ -117,7 +138,7 @@ export function mountPlanViews(deps: PlanViewsDeps): (app: Hono<DashboardEnv>) =
       return c.html(page(frame, plansView(deps.token, session.csrfToken, plans, canSign)));
     });
 
-    app.post("/plans/create", async (c) => {
+    app.post("/plans/create", docs.create, async (c) => {
       const provider = providerOf(c.get("session"));
       const signer = signerFor(provider);
       const form = parseForm(CreatePlanFormSchema, c.get("form"));
@@ -143,7 +164,7 @@ export function mountPlanViews(deps: PlanViewsDeps): (app: Hono<DashboardEnv>) =
       return c.redirect(`/dashboard/provider/plans?done=${indexed ? "created" : "pending"}`, 303);
     });
 
-    app.post("/plans/:id/deprecate", async (c) => {
+    app.post("/plans/:id/deprecate", docs.deprecate, async (c) => {
       const provider = providerOf(c.get("session"));
       const scope = deps.scope;
       if (scope === undefined)

@@ -12,6 +12,7 @@ import { parseWire } from "../../protocol/parseWire.ts";
 import type { Store } from "../../store/store.ts";
 import { type AnalyticsBucket, AnalyticsVolumeQuerySchema } from "../analytics/analyticsApi.ts";
 import { bucketStart, queryAnalyticsVolume } from "../analytics/queryAnalytics.ts";
+import { routeDoc } from "../routeDocs.ts";
 import type { IndexScope } from "../subscriptions/subscriptionRecords.ts";
 import type { DashboardEnv, DashboardSection } from "./dashboardApp.ts";
 import { money, page, short, table, when } from "./dashboardLayout.ts";
@@ -71,12 +72,30 @@ export function providerSection(
   more: readonly ((app: Hono<DashboardEnv>) => void)[],
 ): DashboardSection {
   const maxBuckets = deps.maxBuckets ?? 2_000;
+  const docs = {
+    home: routeDoc({
+      summary: "Dashboard: the provider's volume chart, recent events and top payers",
+      query: AnalyticsVolumeQuerySchema,
+      response: { media: "text/html" },
+      errors: [400, 403],
+    }),
+    payments: routeDoc({
+      summary: "Dashboard: the provider's recent payments",
+      response: { media: "text/html" },
+      errors: [403],
+    }),
+    subscriptions: routeDoc({
+      summary: "Dashboard: the subscriptions of the provider's plans",
+      response: { media: "text/html" },
+      errors: [403],
+    }),
+  };
   return {
     kind: "provider",
     prefix: "provider",
     nav: PROVIDER_NAV,
     mount(app) {
-      app.get("/", async (c) => {
+      app.get("/", docs.home, async (c) => {
         const session = c.get("session");
         const provider = providerOf(session);
         const query = parseWire(AnalyticsVolumeQuerySchema, c.req.query(), { what: "query" });
@@ -106,7 +125,7 @@ export function providerSection(
         );
       });
 
-      app.get("/payments", async (c) => {
+      app.get("/payments", docs.payments, async (c) => {
         const session = c.get("session");
         const provider = providerOf(session);
         const [payments, payers] = await Promise.all([
@@ -136,7 +155,7 @@ export function providerSection(
         );
       });
 
-      app.get("/subscriptions", async (c) => {
+      app.get("/subscriptions", docs.subscriptions, async (c) => {
         const session = c.get("session");
         const provider = providerOf(session);
         const frame = providerFrame(session, "Subscriptions", "/dashboard/provider/subscriptions");

@@ -7,6 +7,7 @@
 import type { Hono } from "hono";
 import { z } from "zod";
 import { TollgateError } from "../../protocol/errors.ts";
+import { routeDoc } from "../routeDocs.ts";
 import type { WebhookRepository } from "../webhooks/createWebhookRepository.ts";
 import type { WebhookDelivery } from "../webhooks/webhookApi.ts";
 import type { DashboardEnv } from "./dashboardApp.ts";
@@ -59,12 +60,32 @@ export function mountWebhookViews(deps: WebhookViewsDeps): (app: Hono<DashboardE
       return page(providerFrame(session, "Webhooks", "/dashboard/provider/webhooks", notice), body);
     };
 
-    app.get("/webhooks", async (c) => {
+    const docs = {
+      list: routeDoc({
+        summary: "Dashboard: the provider's webhook endpoints and recent deliveries",
+        response: { media: "text/html" },
+        errors: [403],
+      }),
+      rotate: routeDoc({
+        summary: "Dashboard: rotate an endpoint's signing secret (the page shows the new one once)",
+        request: "form",
+        response: { media: "text/html" },
+        errors: [400, 401, 403, 404],
+      }),
+      retry: routeDoc({
+        summary: "Dashboard: queue a finished delivery again (303)",
+        request: "form",
+        status: 303,
+        errors: [400, 401, 403, 404],
+      }),
+    };
+
+    app.get("/webhooks", docs.list, async (c) => {
       const done = NoticeSchema.parse(c.req.query("done"));
       return c.html(await render(c.get("session"), done === undefined ? undefined : { text: NOTICES[done] }));
     });
 
-    app.post("/webhooks/:id/rotate", async (c) => {
+    app.post("/webhooks/:id/rotate", docs.rotate, async (c) => {
       const session = c.get("session");
       const id = endpointId(c.req.param("id"));
       const rotated = await deps.repository.rotateSecret(providerOf(session), id, grace, now());
@@ -80,7 +101,7 @@ export function mountWebhookViews(deps: WebhookViewsDeps): (app: Hono<DashboardE
       );
     });
 
-    app.post("/webhooks/:id/deliveries/:deliveryId/retry", async (c) => {
+    app.post("/webhooks/:id/deliveries/:deliveryId/retry", docs.retry, async (c) => {
       const session = c.get("session");
       const id = endpointId(c.req.param("id"));
       const deliveryId = c.req.param("deliveryId");

@@ -22,15 +22,19 @@ import { base64UrlEncode } from "../../protocol/base64.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import {
   type ProviderAccount,
+  ProviderAccountSchema,
   ProviderChallengeRequestSchema,
   type ProviderChallengeResponse,
+  ProviderChallengeResponseSchema,
   ProviderRegisterRequestSchema,
   type ProviderRegisterResponse,
+  ProviderRegisterResponseSchema,
 } from "../../protocol/subscriptions.ts";
 import { SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
 import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
 import type { FacilitatorContext, FacilitatorModuleFactory } from "../facilitatorModule.ts";
 import { readJsonBody } from "../httpErrors.ts";
+import { routeDoc } from "../routeDocs.ts";
 import { hashApiKey, requireProvider } from "./requireProvider.ts";
 
 export type ProvidersModuleOptions = {
@@ -91,10 +95,35 @@ export function createProvidersModule(options: ProvidersModuleOptions = {}): Fac
       });
       return loaded;
     };
+    const docs = {
+      challenge: routeDoc({
+        summary: "A challenge for an address to sign, to register as a provider (sealed, expires)",
+        request: ProviderChallengeRequestSchema,
+        response: ProviderChallengeResponseSchema,
+        errors: [400, 413],
+      }),
+      register: routeDoc({
+        summary: "Register with the address's signature over its challenge and get a provider API key",
+        request: ProviderRegisterRequestSchema,
+        response: ProviderRegisterResponseSchema,
+        status: 201,
+        errors: [400, 401, 413],
+      }),
+      me: routeDoc({
+        summary: "The key's provider and its active API keys",
+        response: ProviderAccountSchema,
+      }),
+      revoke: routeDoc({
+        summary: "Revoke one of the provider's API keys",
+        params: { id: z.string().regex(/^[1-9][0-9]*$/) },
+        response: z.object({ revoked: z.int() }),
+        errors: [400, 404],
+      }),
+    };
     return {
       name: "providers",
       routes(app: Hono) {
-        app.post("/providers/challenge", async (c) => {
+        app.post("/providers/challenge", docs.challenge, async (c) => {
           const { address } = await readJsonBody(c, ProviderChallengeRequestSchema);
           const expiresAt = Math.floor(ctx.clock.now() / 1000) + ttl;
           const nonce = sealNonce(await secret(), {
@@ -108,7 +137,7 @@ export function createProvidersModule(options: ProvidersModuleOptions = {}): Fac
           return c.json(body);
         });
 
-        app.post("/providers", async (c) => {
+        app.post("/providers", docs.register, async (c) => {
           const request = await readJsonBody(c, ProviderRegisterRequestSchema);
           const nowMs = ctx.clock.now();
           // Cheap checks first: a challenge this facilitator sealed for this address, not expired.
@@ -186,7 +215,7 @@ export function createProvidersModule(options: ProvidersModuleOptions = {}): Fac
           return c.json(body, 201);
         });
 
-        app.get("/providers/me", requireProvider(ctx), async (c) => {
+        app.get("/providers/me", docs.me, requireProvider(ctx), async (c) => {
           const provider = c.get("provider");
           const keys = await queryParsed(
             ctx.store,
@@ -202,7 +231,7 @@ export function createProvidersModule(options: ProvidersModuleOptions = {}): Fac
           return c.json(body);
         });
 
-        app.delete("/providers/keys/:id", requireProvider(ctx), async (c) => {
+        app.delete("/providers/keys/:id", docs.revoke, requireProvider(ctx), async (c) => {
           const provider = c.get("provider");
           const id = z.coerce
             .number()

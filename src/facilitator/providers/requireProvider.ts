@@ -12,6 +12,7 @@ import { SafeIntColumnSchema } from "../../store/columnSchemas.ts";
 import { queryOneParsed } from "../../store/queryParsed.ts";
 import type { Queryable } from "../../store/store.ts";
 import type { FacilitatorContext } from "../facilitatorModule.ts";
+import { authenticating } from "../routeDocs.ts";
 
 /** The authenticated provider, as `c.get("provider")` holds it. */
 export type AuthenticatedProvider = { address: Address; keyId: number };
@@ -55,15 +56,19 @@ export async function findProviderByApiKey(
  * app.post("/usage", requireProvider(ctx), (c) => c.json({ provider: c.get("provider").address }));
  */
 export function requireProvider(ctx: Pick<FacilitatorContext, "store">) {
-  return createMiddleware<{ Variables: ProviderVariables }>(async function requireProvider(c, next) {
-    const header = c.req.header("authorization") ?? "";
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-    if (match === null) {
-      throw new TollgateError("Unauthorized", "send a provider API key as `Authorization: Bearer <key>`");
-    }
-    const provider = await findProviderByApiKey(ctx.store, match[1] ?? "");
-    if (provider === undefined) throw new TollgateError("Unauthorized", "unknown or revoked API key");
-    c.set("provider", provider);
-    await next();
-  });
+  // Marked, so the OpenAPI document lists the provider key on every route this guards (routeDocs.ts).
+  return authenticating(
+    "providerKey",
+    createMiddleware<{ Variables: ProviderVariables }>(async function requireProvider(c, next) {
+      const header = c.req.header("authorization") ?? "";
+      const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+      if (match === null) {
+        throw new TollgateError("Unauthorized", "send a provider API key as `Authorization: Bearer <key>`");
+      }
+      const provider = await findProviderByApiKey(ctx.store, match[1] ?? "");
+      if (provider === undefined) throw new TollgateError("Unauthorized", "unknown or revoked API key");
+      c.set("provider", provider);
+      await next();
+    }),
+  );
 }

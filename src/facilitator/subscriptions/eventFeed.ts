@@ -23,11 +23,17 @@ import { z } from "zod";
 import { AddressSchema } from "../../protocol/address.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
-import { type EventCursor, EventCursorSchema, type EventFeedResponse } from "../../protocol/subscriptions.ts";
+import {
+  type EventCursor,
+  EventCursorSchema,
+  type EventFeedResponse,
+  EventFeedResponseSchema,
+} from "../../protocol/subscriptions.ts";
 import { SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
 import { queryParsed } from "../../store/queryParsed.ts";
 import type { FacilitatorContext, FacilitatorModule } from "../facilitatorModule.ts";
 import { requireProvider } from "../providers/requireProvider.ts";
+import { routeDoc } from "../routeDocs.ts";
 
 const QuerySchema = z.object({
   /** Omitted: from the start of the log. */
@@ -57,11 +63,19 @@ const EventRowSchema = z.object({
 
 const START: EventCursor = "0.0";
 
+const feedDoc = routeDoc({
+  summary:
+    "The events naming the key's provider (payments, plans, subscriptions, allowances) after a cursor, in commit order",
+  query: QuerySchema,
+  response: EventFeedResponseSchema,
+  errors: [400],
+});
+
 /** The event feed as a facilitator module. */
 export const eventFeedModule = (ctx: Pick<FacilitatorContext, "store">): FacilitatorModule => ({
   name: "event-feed",
   routes(app: Hono) {
-    app.get("/events", requireProvider(ctx), async (c) => {
+    app.get("/events", feedDoc, requireProvider(ctx), async (c) => {
       const provider = c.get("provider").address;
       const query = parseWire(QuerySchema, c.req.query(), { what: "query" });
       if (query.provider !== undefined && query.provider !== provider) {

@@ -14,15 +14,20 @@ import { parseWire } from "../../protocol/parseWire.ts";
 import {
   UsageExhaustedRequestSchema,
   type UsageExhaustedResponse,
+  UsageExhaustedResponseSchema,
   type UsageRecordsResponse,
+  UsageRecordsResponseSchema,
   UsageRefSchema,
   UsageRequestSchema,
   type UsageResponse,
+  UsageResponseSchema,
   type UsageSummary,
+  UsageSummarySchema,
 } from "../../protocol/subscriptions.ts";
 import type { FacilitatorContext } from "../facilitatorModule.ts";
 import { readJsonBody } from "../httpErrors.ts";
 import { requireProvider } from "../providers/requireProvider.ts";
+import { routeDoc } from "../routeDocs.ts";
 import { toManagerError } from "../subscriptions/managerErrors.ts";
 import { findPlan, findSubscription, type IndexScope } from "../subscriptions/subscriptionRecords.ts";
 import { findUsageByRefs, recordUsage, usageTotals, usageToWire } from "./usageRecords.ts";
@@ -47,6 +52,30 @@ const GetUsageQuerySchema = z.union([
       .pipe(z.array(UsageRefSchema).min(1).max(100)),
   }),
 ]);
+
+/** The usage routes, documented for the OpenAPI document (routeDocs.ts). */
+const docs = {
+  record: routeDoc({
+    summary: "Record metered usage of subscriptions on the provider's plans, for batched on-chain charges",
+    request: UsageRequestSchema,
+    response: UsageResponseSchema,
+    status: 202,
+    errors: [400, 404, 413, 422, 429, 503],
+  }),
+  exhausted: routeDoc({
+    summary: "Report that a gate refused a metered call at the subscription's cap (one event per cycle)",
+    request: UsageExhaustedRequestSchema,
+    response: UsageExhaustedResponseSchema,
+    status: 202,
+    errors: [400, 404, 413],
+  }),
+  read: routeDoc({
+    summary:
+      "Usage of one of the provider's subscriptions (`subscriptionId`: totals by status) or records by reference (`refs`)",
+    response: z.union([UsageSummarySchema, UsageRecordsResponseSchema]),
+    errors: [400, 404, 503],
+  }),
+};
 
 export function mountUsageRoutes(app: Hono, ctx: UsageContext, deps: { onRecorded(): void }): void {
   const scope: IndexScope = { chainId: ctx.chainId, manager: ctx.subscriptionManager };
@@ -94,7 +123,7 @@ export function mountUsageRoutes(app: Hono, ctx: UsageContext, deps: { onRecorde
     return getAddress(plan.provider);
   }
 
-  app.post("/usage", requireProvider(ctx), async (c) => {
+  app.post("/usage", docs.record, requireProvider(ctx), async (c) => {
     const provider = c.get("provider").address;
     const { records } = await readJsonBody(c, UsageRequestSchema);
     const ids = [...new Set(records.map((r) => r.subscriptionId))];
@@ -125,7 +154,7 @@ export function mountUsageRoutes(app: Hono, ctx: UsageContext, deps: { onRecorde
    * webhook). Only the provider of the subscription's plan may report it. Nothing is read from the
    * chain and no gas is spent: the event says what the gate saw, beside the index's cap figures.
    */
-  app.post("/usage/exhausted", requireProvider(ctx), async (c) => {
+  app.post("/usage/exhausted", docs.exhausted, requireProvider(ctx), async (c) => {
     const provider = c.get("provider").address;
     const body = await readJsonBody(c, UsageExhaustedRequestSchema);
     const subscriptionId = BigInt(body.subscriptionId);
@@ -178,7 +207,7 @@ export function mountUsageRoutes(app: Hono, ctx: UsageContext, deps: { onRecorde
     return c.json(reply, 202);
   });
 
-  app.get("/usage", requireProvider(ctx), async (c) => {
+  app.get("/usage", docs.read, requireProvider(ctx), async (c) => {
     const provider = c.get("provider").address;
     const query = parseWire(GetUsageQuerySchema, c.req.query(), {
       what: "query (give subscriptionId=<id> or refs=<a,b,…>)",

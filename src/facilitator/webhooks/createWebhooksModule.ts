@@ -18,6 +18,7 @@ import { parseWire } from "../../protocol/parseWire.ts";
 import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
 import { readJsonBody } from "../httpErrors.ts";
 import { requireProvider } from "../providers/requireProvider.ts";
+import { routeDoc } from "../routeDocs.ts";
 import { createWebhookRepository } from "./createWebhookRepository.ts";
 import {
   createWebhookWorker,
@@ -29,12 +30,18 @@ import { pinnedWebhookFetch } from "./pinnedWebhookFetch.ts";
 import {
   CreateWebhookRequestSchema,
   type CreateWebhookResponse,
+  CreateWebhookResponseSchema,
   type DeleteWebhookResponse,
+  DeleteWebhookResponseSchema,
   ListWebhookDeliveriesQuerySchema,
   type ListWebhookDeliveriesResponse,
+  ListWebhookDeliveriesResponseSchema,
   type ListWebhooksResponse,
+  ListWebhooksResponseSchema,
   type RetryWebhookDeliveryResponse,
+  RetryWebhookDeliveryResponseSchema,
   RotateWebhookSecretRequestSchema,
+  RotateWebhookSecretResponseSchema,
 } from "./webhookApi.ts";
 import { createWebhookSecretBox } from "./webhookSecretBox.ts";
 import { createWebhookTargetPolicy, type WebhookLookup } from "./webhookTargets.ts";
@@ -123,11 +130,43 @@ export function createWebhooksModule(options: WebhooksModuleOptions = {}): Facil
     });
     const auth = requireProvider(ctx);
     const now = () => new Date(ctx.clock.now());
+    const docs = {
+      create: routeDoc({
+        summary: "Register a webhook endpoint for the provider's events; its signing secret is shown once",
+        request: CreateWebhookRequestSchema,
+        response: CreateWebhookResponseSchema,
+        status: 201,
+        errors: [400, 413],
+      }),
+      list: routeDoc({ summary: "The provider's webhook endpoints", response: ListWebhooksResponseSchema }),
+      remove: routeDoc({
+        summary: "Delete one of the provider's webhook endpoints",
+        response: DeleteWebhookResponseSchema,
+        errors: [404],
+      }),
+      rotate: routeDoc({
+        summary: "A new signing secret for an endpoint; the old one signs too for a grace period",
+        request: RotateWebhookSecretRequestSchema,
+        response: RotateWebhookSecretResponseSchema,
+        errors: [400, 404, 413],
+      }),
+      deliveries: routeDoc({
+        summary: "An endpoint's recent deliveries and their attempts",
+        query: ListWebhookDeliveriesQuerySchema,
+        response: ListWebhookDeliveriesResponseSchema,
+        errors: [400, 404],
+      }),
+      retry: routeDoc({
+        summary: "Queue a finished delivery to be sent again",
+        response: RetryWebhookDeliveryResponseSchema,
+        errors: [400, 404],
+      }),
+    };
 
     return {
       name: "webhooks",
       routes(app: Hono) {
-        app.post("/webhooks", auth, async (c) => {
+        app.post("/webhooks", docs.create, auth, async (c) => {
           const request = await readJsonBody(c, CreateWebhookRequestSchema);
           // Refused here with the reason, so a provider learns at once; deliveries check again.
           await targets.check(request.url);
@@ -143,21 +182,21 @@ export function createWebhooksModule(options: WebhooksModuleOptions = {}): Facil
           return c.json(body, 201);
         });
 
-        app.get("/webhooks", auth, async (c) => {
+        app.get("/webhooks", docs.list, auth, async (c) => {
           const body: ListWebhooksResponse = {
             webhooks: await repository.list(c.get("provider").address, now()),
           };
           return c.json(body);
         });
 
-        app.delete("/webhooks/:id", auth, async (c) => {
+        app.delete("/webhooks/:id", docs.remove, auth, async (c) => {
           const id = endpointId(c.req.param("id"));
           await repository.remove(c.get("provider").address, id);
           const body: DeleteWebhookResponse = { id, deleted: true };
           return c.json(body);
         });
 
-        app.post("/webhooks/:id/rotate-secret", auth, async (c) => {
+        app.post("/webhooks/:id/rotate-secret", docs.rotate, auth, async (c) => {
           const id = endpointId(c.req.param("id"));
           const request = parseWire(RotateWebhookSecretRequestSchema, await optionalJson(c), {
             what: "request body",
@@ -171,7 +210,7 @@ export function createWebhooksModule(options: WebhooksModuleOptions = {}): Facil
           return c.json(body);
         });
 
-        app.get("/webhooks/:id/deliveries", auth, async (c) => {
+        app.get("/webhooks/:id/deliveries", docs.deliveries, auth, async (c) => {
           const id = endpointId(c.req.param("id"));
           const query = parseWire(ListWebhookDeliveriesQuerySchema, c.req.query(), { what: "query" });
           const body: ListWebhookDeliveriesResponse = {
@@ -180,7 +219,7 @@ export function createWebhooksModule(options: WebhooksModuleOptions = {}): Facil
           return c.json(body);
         });
 
-        app.post("/webhooks/:id/deliveries/:deliveryId/retry", auth, async (c) => {
+        app.post("/webhooks/:id/deliveries/:deliveryId/retry", docs.retry, auth, async (c) => {
           const id = endpointId(c.req.param("id"));
           const deliveryId = c.req.param("deliveryId");
           if (!DELIVERY_ID.test(deliveryId)) {

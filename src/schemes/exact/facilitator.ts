@@ -12,10 +12,16 @@ import {
 } from "../../facilitator/facilitatorSchemeParts.ts";
 import { readJsonBody } from "../../facilitator/httpErrors.ts";
 import { mountPaymentReadBack } from "../../facilitator/paymentReadBack.ts";
+import { routeDoc } from "../../facilitator/routeDocs.ts";
 import { sameAddress } from "../../protocol/address.ts";
 import { base64UrlDecode } from "../../protocol/base64.ts";
 import { unixSeconds } from "../../protocol/clock.ts";
-import { VerifyRequestSchema, type VerifyResponse } from "../../protocol/facilitator.ts";
+import {
+  AuthorizeResponseSchema,
+  VerifyRequestSchema,
+  type VerifyResponse,
+  VerifyResponseSchema,
+} from "../../protocol/facilitator.ts";
 import { memoNonce } from "../../protocol/memo.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import { type PaymentProof, proofSigningInput } from "../../protocol/paymentProof.ts";
@@ -25,6 +31,23 @@ import { AuthorizeRequestSchema, type SignedPayment } from "../../protocol/signe
 export type ExactSettled = {
   proof: PaymentProof;
   settled: { transaction: string; blockNumber: string; batchSize: number };
+};
+
+/** The routes of `exact`, documented for the OpenAPI document (routeDocs.ts). */
+const docs = {
+  authorize: routeDoc({
+    summary:
+      "Settle a signed EIP-3009 payment and return its Ed25519 payment proof (idempotent on the nonce)",
+    request: AuthorizeRequestSchema,
+    response: AuthorizeResponseSchema,
+    errors: [400, 402, 409, 413, 422, 429, 503],
+  }),
+  verify: routeDoc({
+    summary: "Check a payment proof",
+    request: VerifyRequestSchema,
+    response: VerifyResponseSchema,
+    errors: [400, 413],
+  }),
 };
 
 export const exactFacilitator = defineFacilitatorScheme({
@@ -84,11 +107,11 @@ export const exactFacilitator = defineFacilitatorScheme({
       settle: async ({ body }) =>
         authorize(parseWire(AuthorizeRequestSchema, body, { what: "request body" }).signedPayment),
       routes(app) {
-        app.post("/authorize", async (c) => {
+        app.post("/authorize", docs.authorize, async (c) => {
           const { signedPayment } = await readJsonBody(c, AuthorizeRequestSchema);
           return c.json(await authorize(signedPayment));
         });
-        app.post("/verify", async (c) => {
+        app.post("/verify", docs.verify, async (c) => {
           const { proof } = await readJsonBody(c, VerifyRequestSchema);
           return c.json(await verifyOwnProof(proof));
         });
