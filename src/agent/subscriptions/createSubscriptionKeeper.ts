@@ -5,10 +5,17 @@
  *   the store's claim (one live row per wallet and plan) makes a second process, a restart or a second
  *   agent on the same wallet reuse it; a claim left by a process that died between subscribing and
  *   recording is reconciled from the chain (`GET /subscribers/:address`) before anyone subscribes again.
+ * - A plan that renews more often than the keeper looks (`minIntervalSeconds`, the watcher's period)
+ *   is refused before anything is signed: its renewals would outrun every look.
  * - A subscribe reserves the first period (checked against every limit, the commitment ceiling and the
  *   approval hook), places a standing hold for what the subscription can still take (this period's
  *   overage cap, and the next renewal with its cap when the budget has room: subscriptionCommitment.ts)
  *   and approves the manager for exactly that, plus what the wallet's other subscriptions in the plan's token still hold.
+ * - The subscribe signs a spend limit equal to the first period plus the hold: the manager refuses any
+ *   pull past it, so the approval the wallet's subscriptions share never pays one subscription out of
+ *   another's share. Whenever the hold grows (the next renewal, a cap raise) the limit is raised to
+ *   match (a relayed, subscriber-signed SetSpendLimit): on chain, a subscription can take at most what
+ *   the budget has committed to it, before any look of the keeper.
  * - `sync()` reads what each subscription has pulled on chain and records it in the ledger from its hold
  *   (idempotently: the ledger keeps the running total per subscription). A subscription that took more
  *   than its hold is paused (relayed, subscriber-signed) and reported; one that was cancelled or whose
@@ -16,8 +23,9 @@
  *   grown back to the next renewal and its cap and the approval topped up to match (a relayed permit,
  *   `POST /subscriptions/approval`), so a subscription the budget holds renews period after period.
  *
- * Invariant: for each subscription, ledger spend = first period + max(estimates, chain pulls − first
- * period); with the approval no larger than the holds, the chain cannot pull more than the budget holds.
+ * Invariant: for each subscription, chain pulls ≤ spend limit ≤ first period + charged + held (what
+ * the budget committed to it), and ledger spend = first period + max(estimates, chain pulls − first
+ * period); so nothing moves that the limits did not allow, whenever the keeper looks.
  */
 import { randomUUID } from "node:crypto";
 import type { Address } from "viem";
@@ -60,7 +68,7 @@ export type KeeperPayer = Pick<
   Payer,
   "address" | "network" | "facilitator" | "subscribe" | "pause" | "cancel" | "setMaxOverage" | "account"
 > &
-  Partial<Pick<Payer, "payment">>;
+  Partial<Pick<Payer, "payment" | "setSpendLimit">>;
 
 export type SubscriptionAlert = {
   agent: string;
@@ -98,6 +106,11 @@ export type SubscriptionKeeperOptions = {
    * per process, so the keepers of a process share turns in memory and processes take them in the store.
    */
   turnHolder?: string | undefined;
+  /**
+   * The shortest plan interval accepted, in seconds: how often the keeper looks (`watchSubscriptions`'
+   * interval). Default 60, the watcher's default.
+   */
+  minIntervalSeconds?: number | undefined;
 };
 
 export type EnsureRequest = {
@@ -155,6 +168,7 @@ export type SubscriptionKeeper = {
 };
 
 const DEFAULT_STALE_MS = 180_000;
+const DEFAULT_MIN_INTERVAL_SECONDS = 60;
 const CLAIM_POLL_MS = 250;
 /** Codes that say the subscribe did not happen (nothing moved on chain). */
 const REFUSED = new Set([
@@ -182,6 +196,7 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
   const wait = options.wait ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   const staleMs = options.claimStaleAfterMs ?? DEFAULT_STALE_MS;
   const createId = options.createId ?? randomUUID;
+  const minInterval = options.minIntervalSeconds ?? DEFAULT_MIN_INTERVAL_SECONDS;
   const plans = new Map<string, Promise<PlanInfo>>();
   /** Subscribes in flight in this process, by plan: concurrent calls share one. */
   const ensuring = new Map<string, Promise<EnsuredSubscription>>();
@@ -261,6 +276,13 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
   const subscribeClaimed = async (claimId: string, plan: PlanInfo, desiredCap: bigint, provider: Address) => {
     const ref = holdRefOf(claimId);
     const price = BigInt(plan.amount);
+    if (plan.interval < minInterval) {
+      throw new TollgateError(
+        "BudgetExceeded",
+        `plan ${plan.planId} renews every ${plan.interval} s, more often than the budget's keeper looks (every ${minInterval} s)`,
+        { details: { agent, planId: plan.planId, provider, interval: plan.interval, minInterval } },
+      );
+    }
     const report = await budget.report(agent);
     const commitment = subscriptionCommitment({
       price,
@@ -305,6 +327,9 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
         subscriptionId = await payer.subscribe({
           planId: plan.planId,
           maxOverage: commitment.cap,
+          // Everything the budget committed to it (the first period and the hold): the manager pulls
+          // no more for this subscription, whatever the shared approval allows.
+          spendLimit: commitment.approval,
           approval: commitment.approval + others,
           exactApproval: true,
         });
@@ -482,6 +507,30 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
       options.logger?.warn({ agent, err: error, why }, "could not top up the approval");
       return false;
     }
+  };
+
+  /**
+   * Raises the subscription's spend limit on chain to what the budget has committed to it: the first
+   * period, everything charged under its hold, and what the hold still holds. Never lowers it (a
+   * limit below that only refuses pulls sooner), never sets it above it: the manager then refuses any
+   * pull the budget did not hold, whatever the shared approval allows. `direct` when the caller holds
+   * the wallet's turn already. Without a payer that can sign the limit, the approval alone bounds it.
+   */
+  const boundOnChain = async (record: AgentSubscriptionRecord, direct = false) => {
+    const id = record.subscriptionId;
+    const setSpendLimit = payer.setSpendLimit;
+    if (id === undefined || setSpendLimit === undefined) return;
+    const hold = await budget.getHold(agent, holdRefOf(record.id));
+    if (hold === undefined) return;
+    const target = record.recordedFirst + hold.charged + hold.held;
+    const info = await getSubscriptionInfo(payer.facilitator, id);
+    if (info.status !== "Active" || info.spendLimit === undefined || BigInt(info.spendLimit) >= target) return;
+    const raise = () => setSpendLimit.call(payer, id, target);
+    await (direct ? raise() : inTurn(raise));
+    options.logger?.info(
+      { agent, subscriptionId: id.toString(), spendLimit: target.toString() },
+      "spend limit raised to what the budget holds",
+    );
   };
 
   /**
@@ -669,6 +718,7 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
         ) {
           action = "paused";
         }
+        if (action === "none" && record.status === "active") await boundOnChain(record);
         if (action === "none") {
           const pending = charged.charged > beyondFirst ? charged.charged - beyondFirst : 0n;
           pendingByToken.set(token, (pendingByToken.get(token) ?? 0n) + pending);
@@ -724,6 +774,7 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
         await pauseUnheldBeforeApproval(info.token, record.id);
         const wallet = await getSubscriberInfo(payer.facilitator, payer.address, { token: info.token });
         await approve(info.token as Address, BigInt(wallet.token?.allowance ?? "0") + step, "cap raised");
+        await boundOnChain(record, true);
         await payer.setMaxOverage(subscriptionId, maxOverage);
       });
       return { maxOverage };
