@@ -524,7 +524,8 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
     if (hold === undefined) return;
     const target = record.recordedFirst + hold.charged + hold.held;
     const info = await getSubscriptionInfo(payer.facilitator, id);
-    if (info.status !== "Active" || info.spendLimit === undefined || BigInt(info.spendLimit) >= target) return;
+    if (info.status !== "Active" || info.spendLimit === undefined || BigInt(info.spendLimit) >= target)
+      return;
     const raise = () => setSpendLimit.call(payer, id, target);
     await (direct ? raise() : inTurn(raise));
     options.logger?.info(
