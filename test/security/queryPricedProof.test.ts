@@ -10,6 +10,9 @@
 import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { getTokenBalance } from "../../src/chain/actions/usd/getTokenBalance.ts";
+import { tollgateUsdDomain } from "../../src/chain/networks.ts";
+import { signTransferAuthorization } from "../../src/chain/signers/signTransferAuthorization.ts";
 import type { Devnet } from "../../src/chain/startDevnet.ts";
 import { startDevnet } from "../../src/chain/startDevnet.ts";
 import { createPayer, type Payer } from "../../src/client/createPayer.ts";
@@ -118,30 +121,74 @@ describe("a proof bought for one query of a route priced by query", () => {
   it("does not take an x402 payment for the small size as payment for the large one", async () => {
     served.length = 0;
     const small = await fetch(`${server.url}/api/image?size=small`);
-    const required = JSON.parse(
-      Buffer.from(small.headers.get("payment-required")!, "base64").toString("utf8"),
-    );
-    const payload = {
-      x402Version: 2,
-      resource: required.resource,
-      accepted: required.accepts[0],
-      payload: {
-        signature: `0x${"11".repeat(65)}`,
-        authorization: {
-          from: devnet.accounts[2]!.address,
-          to: devnet.accounts[1]!.address,
-          value: required.accepts[0].amount,
-          validAfter: "0",
-          validBefore: String(Math.floor(Date.now() / 1000) + 120),
-          nonce: `0x${randomBytes(32).toString("hex")}`,
+    const large = await fetch(`${server.url}/api/image?size=large`);
+    const requiredOf = (response: Response) =>
+      JSON.parse(Buffer.from(response.headers.get("payment-required")!, "base64").toString("utf8"));
+    const smallTerms = requiredOf(small).accepts[0];
+    const largeTerms = requiredOf(large).accepts[0];
+    expect([smallTerms.amount, largeTerms.amount]).toEqual(["10000", "5000000"]);
+    const payer = devnet.accounts[2]!;
+    // Signed for real by the payer, for the small price: the facilitator would settle it; only the
+    // gate's own checks (the terms paid, the authorization's value) stand between it and the large size.
+    const paySmall = async (accepted: unknown, resource: unknown) => {
+      const authorization = {
+        from: payer.address,
+        to: devnet.accounts[1]!.address,
+        value: 10_000n,
+        validAfter: 0n,
+        validBefore: BigInt(Math.floor(Date.now() / 1000) + 120),
+        nonce: `0x${randomBytes(32).toString("hex")}` as const,
+      };
+      const signature = await signTransferAuthorization(payer.account, {
+        domain: { ...tollgateUsdDomain, chainId: devnet.chain.id, verifyingContract: devnet.contracts.usd },
+        authorization,
+      });
+      const payload = {
+        x402Version: 2,
+        resource,
+        accepted,
+        payload: {
+          signature,
+          authorization: {
+            ...authorization,
+            value: authorization.value.toString(),
+            validAfter: authorization.validAfter.toString(),
+            validBefore: authorization.validBefore.toString(),
+          },
         },
-      },
+      };
+      return encodeJsonHeader(payload);
     };
-    const large = await fetch(`${server.url}/api/image?size=large`, {
-      headers: { "PAYMENT-SIGNATURE": encodeJsonHeader(payload) },
+    const balance = () =>
+      getTokenBalance(devnet.publicClient, { token: devnet.contracts.usd, owner: payer.address });
+    const before = await balance();
+
+    // The payload names the small terms: not terms of the large request.
+    const forSmall = await paySmall(smallTerms, requiredOf(small).resource);
+    const asLarge = await fetch(`${server.url}/api/image?size=large`, {
+      headers: { "PAYMENT-SIGNATURE": forSmall },
     });
-    expect(large.status).toBe(402);
-    expect(PaymentRequiredSchema.parse(await large.json()).message).toMatch(/x402 payment refused/);
+    expect(asLarge.status).toBe(402);
+    expect(PaymentRequiredSchema.parse(await asLarge.json()).message).toMatch(
+      /terms this route does not offer/,
+    );
+
+    // The payload claims the large terms, but its signed authorization moves the small value.
+    const claimsLarge = await fetch(`${server.url}/api/image?size=large`, {
+      headers: { "PAYMENT-SIGNATURE": await paySmall(largeTerms, requiredOf(large).resource) },
+    });
+    expect(claimsLarge.status).toBe(402);
+    expect(PaymentRequiredSchema.parse(await claimsLarge.json()).message).toMatch(
+      /authorization's value must be 5000000/,
+    );
     expect(served).toEqual([]);
+    expect(await balance()).toBe(before);
+
+    // The same signed payment buys what it was signed for: it was refused for its terms, not its signature.
+    const own = await fetch(`${server.url}/api/image?size=small`, {
+      headers: { "PAYMENT-SIGNATURE": forSmall },
+    });
+    expect(own.status).toBe(200);
+    expect(served).toEqual([{ size: "small", amount: 10_000n }]);
   });
 });
