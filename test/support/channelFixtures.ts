@@ -110,6 +110,7 @@ export async function startChannelFacilitator(
     channels: ChannelsModuleOptions;
     publicClient?: CreateFacilitatorOptions["publicClient"];
     outbox?: CreateFacilitatorOptions["outbox"];
+    rateLimits?: CreateFacilitatorOptions["rateLimits"];
   },
 ): Promise<{ facilitator: Facilitator; server: RunningServer }> {
   const facilitator = createFacilitator({
@@ -124,6 +125,7 @@ export async function startChannelFacilitator(
     builtinModules: false,
     modules: [providersModule, createChannelsModule(options.channels)],
     outbox: options.outbox,
+    rateLimits: options.rateLimits,
   });
   await facilitator.start();
   return { facilitator, server: await serveApp(facilitator.app) };

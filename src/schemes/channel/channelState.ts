@@ -96,18 +96,24 @@ export function toChannelState(fields: Omit<ChannelState, "sessionKey">): Channe
 }
 
 /**
- * Reads channels from the facilitator (`GET /channels/:id`); a 404 is "no such channel".
+ * Reads channels from the facilitator (`GET /channels/:id`); a 404 is "no such channel". With the
+ * gate's provider API key the reads count against that provider's rate limit at the facilitator, not
+ * the gate's address's, which anyone sharing or flooding from that address could spend.
  * @example
- * const source = createFacilitatorChannelSource(createFacilitatorClient({ url, fetch }));
+ * const source = createFacilitatorChannelSource(createFacilitatorClient({ url, fetch }), apiKey);
  */
 export function createFacilitatorChannelSource(
   facilitator: Pick<FacilitatorClient, "request">,
+  apiKey?: string | undefined,
 ): ChannelStateSource {
+  const headers = apiKey === undefined ? undefined : { authorization: `Bearer ${apiKey}` };
   return {
     async get(channelId) {
       let reply: ChannelStateResponse;
       try {
-        reply = await facilitator.request("GET", `/channels/${channelId}`, ChannelStateResponseSchema);
+        reply = await facilitator.request("GET", `/channels/${channelId}`, ChannelStateResponseSchema, {
+          headers,
+        });
       } catch (error) {
         if (error instanceof TollgateError && error.code === "NotFound") return undefined;
         throw error;

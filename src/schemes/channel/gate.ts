@@ -29,6 +29,7 @@ import type {
   SchemeAcceptance,
   SchemePaymentBase,
 } from "../types.ts";
+import { guardChannelSource } from "./channelLookupGuard.ts";
 import { type ChannelStateSource, createFacilitatorChannelSource } from "./channelState.ts";
 import {
   type ChannelCharge,
@@ -109,6 +110,17 @@ export const ChannelGateOptionsSchema = z.object({
   closeMarginSeconds: z.int().nonnegative().optional(),
   /** Between forwards of vouchers to the facilitator, ms (default 5 000). */
   forwardIntervalMs: z.int().positive().optional(),
+  /**
+   * How fast channel ids this gate does not know are read (channelLookupGuard.ts): `burst` at once
+   * (default 20), `perSecond` after (default 10), at most `queue` waiting (default 50; past it 429).
+   */
+  lookups: z
+    .strictObject({
+      burst: z.int().positive().max(1_000_000).optional(),
+      perSecond: z.number().positive().max(1_000_000).optional(),
+      queue: z.int().nonnegative().max(1_000_000).optional(),
+    })
+    .optional(),
 });
 export type ChannelGateOptions = z.input<typeof ChannelGateOptionsSchema>;
 
@@ -212,7 +224,14 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
     } else {
       context.logger?.warn({}, "channel vouchers are kept but not forwarded: the gate has no providerApiKey");
     }
-    const source = o.source ?? createFacilitatorChannelSource(context.facilitator);
+    // Ids new to this gate are remembered and rate-limited before any read, so made-up ids cannot spend
+    // the reads a payer's new channel needs; the reads carry the provider key, whose allowance at the
+    // facilitator is the gate's own.
+    const source = guardChannelSource(
+      o.source ??
+        createFacilitatorChannelSource(context.facilitator, typeof apiKey === "string" ? apiKey : undefined),
+      { payTo: context.payTo, token: context.token, clock: context.clock, ...o.lookups },
+    );
     const pending = forwarder;
     closer = createCooperativeCloser({
       payTo: context.payTo,
