@@ -28,6 +28,7 @@ import { toChannelError } from "./channelErrors.ts";
 import { type ChannelFundsContext, createChannelFundsService } from "./channelFundsService.ts";
 import { findChannel, markCloseRequested, markCloseWanted, upsertChannel } from "./channelRecords.ts";
 import { checkPayerSigned } from "./checkReceiveAuthorization.ts";
+import { requireServedToken } from "./servedToken.ts";
 
 /** The funds service's context, with its top-up limits defaulted, and the close's own options. */
 export type ChannelCloseContext = Omit<ChannelFundsContext, "minTopUp" | "minRemainingSeconds"> & {
@@ -62,6 +63,8 @@ export function createChannelCloseService(ctx: ChannelCloseContext) {
     req: ChannelCloseRequest,
   ): Promise<ChannelCloseRequestResponse> {
     const before = await chain(channelId);
+    // A channel in a token not served here: no gas spent, no row, no event for its payee.
+    requireServedToken(ctx.tokens, before);
     if (before.closed) throw new TollgateError("InvalidRequest", "the channel is closed");
     const deadline = BigInt(req.deadline);
     if (deadline < BigInt(Math.floor(ctx.clock.now() / 1000))) {
@@ -126,6 +129,11 @@ export function createChannelCloseService(ctx: ChannelCloseContext) {
     let row = await findChannel(ctx.store, channelId);
     if (row === undefined) {
       const c = await chain(channelId);
+      // Another provider's channel, or one in a token not served here, never becomes a row.
+      if (getAddress(c.payee) !== getAddress(payee)) {
+        throw new TollgateError("NotFound", "no such channel of this provider");
+      }
+      requireServedToken(ctx.tokens, c);
       row = await upsertChannel(ctx.store, c);
     }
     if (getAddress(row.payee) !== getAddress(payee)) {

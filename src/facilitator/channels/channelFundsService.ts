@@ -40,6 +40,7 @@ import {
   checkPayerBalance,
   checkReceiveAuthorization,
 } from "./checkReceiveAuthorization.ts";
+import { requireServedToken } from "./servedToken.ts";
 
 export type ChannelFundsContext = {
   store: Store;
@@ -86,10 +87,7 @@ export function createChannelFundsService(ctx: ChannelFundsContext) {
           throw toChannelError(e);
         },
       );
-    const token = ctx.tokens.find((t) => t.address.toLowerCase() === c.token.toLowerCase());
-    if (token === undefined) {
-      throw new TollgateError("UnsupportedToken", "this facilitator does not relay channels in that token");
-    }
+    const token = requireServedToken(ctx.tokens, c);
     const minimum = ctx.minTopUp(token);
     if (BigInt(req.amount) < minimum) {
       throw new TollgateError("AmountMismatch", `a channel top-up must be at least ${minimum}`, {
@@ -184,6 +182,7 @@ export function createChannelFundsService(ctx: ChannelFundsContext) {
 
   async function relayWithdraw(channelId: Hex): Promise<ChannelWithdrawResponse> {
     const c = await chain(channelId);
+    requireServedToken(ctx.tokens, c);
     if (c.closed) return closedAnswer(channelId, c);
     if (c.closeRequestedAt === 0) {
       throw new TollgateError("InvalidRequest", "the payer has not asked to close this channel", {

@@ -97,6 +97,7 @@ describe("channel voucher intake", () => {
       publicClient: {} as never,
       chainId,
       contract,
+      tokens: [{ address: contract }],
       clock: systemClock,
       sessionKey: createSessionKeyCache(),
     });
@@ -123,6 +124,7 @@ describe("channel voucher intake", () => {
       publicClient: {} as never,
       chainId,
       contract,
+      tokens: [{ address: contract }],
       clock: systemClock,
       sessionKey: createSessionKeyCache(),
     });

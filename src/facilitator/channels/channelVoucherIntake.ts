@@ -20,24 +20,31 @@ import type { Store } from "../../store/store.ts";
 import { readChainChannel, signatureHex, verifyChannelVoucher } from "./channelChain.ts";
 import { toChannelError } from "./channelErrors.ts";
 import { type ChannelRow, findChannel, storeVoucher, upsertChannel } from "./channelRecords.ts";
+import { servedTokenOf } from "./servedToken.ts";
 
 export type ChannelVoucherIntakeContext = {
   store: Store;
   publicClient: ReadClient;
   chainId: number;
   contract: Address;
+  /** The tokens served: a channel in any other never becomes a row (servedToken.ts). */
+  tokens: readonly { address: Address }[];
   clock: Clock;
   sessionKey(x: Hex, y: Hex): KeyObject | undefined;
 };
 
+/** `refresh` found the channel, in a token not served here. */
+const UNSERVED = "unserved";
+
 export function createChannelVoucherIntake(ctx: ChannelVoucherIntakeContext) {
   const where = { chainId: ctx.chainId, contract: ctx.contract };
 
-  async function refresh(channelId: Hex): Promise<ChannelRow | undefined> {
+  async function refresh(channelId: Hex): Promise<ChannelRow | typeof UNSERVED | undefined> {
     const chain = await readChainChannel(ctx.publicClient, where, channelId).catch((e: unknown) => {
       throw toChannelError(e);
     });
     if (chain === undefined) return undefined;
+    if (servedTokenOf(ctx.tokens, chain) === undefined) return UNSERVED;
     return upsertChannel(ctx.store, chain);
   }
 
@@ -54,14 +61,20 @@ export function createChannelVoucherIntake(ctx: ChannelVoucherIntakeContext) {
     const amount = BigInt(v.cumulativeAmount);
     const reject = (reason: string) => ({ result: { channelId, status: "rejected" as const, reason } });
     const ignored = { result: { channelId, status: "ignored" as const } };
-    let row = (await findChannel(ctx.store, channelId)) ?? (await refresh(channelId));
-    if (row === undefined) return reject("no such channel");
+    const found = (await findChannel(ctx.store, channelId)) ?? (await refresh(channelId));
+    if (found === undefined) return reject("no such channel");
+    if (found === UNSERVED || servedTokenOf(ctx.tokens, found) === undefined) {
+      // A fake token's channel (its events name a payer who signed nothing): never claimed from here.
+      return reject("the channel's token is not one this facilitator serves");
+    }
+    let row = found;
     if (getAddress(row.payee) !== getAddress(payee)) return reject("not a channel of this provider");
     if (amount <= row.voucher_amount || amount <= row.claimed) return ignored;
     if (amount <= (pending.get(channelId) ?? 0n)) return ignored;
     if (row.closed) return reject("channel is closed");
     if (amount > row.deposit) {
-      row = (await refresh(channelId)) ?? row;
+      const again = await refresh(channelId);
+      if (again !== undefined && again !== UNSERVED) row = again;
       if (amount > row.deposit) return reject("cumulative amount is above the deposit");
     }
     const key = ctx.sessionKey(row.session_key_x as Hex, row.session_key_y as Hex);
