@@ -21,6 +21,7 @@ import type { Manifest, ManifestPricing } from "../protocol/manifest.ts";
 import { type PaymentOption, type PaymentRequired, planTermsOf } from "../protocol/paymentRequired.ts";
 import type { X402PaymentRequired, X402PaymentRequirements } from "../protocol/x402.ts";
 import { channelTermsOf } from "../schemes/channel/channelTerms.ts";
+import { closeDelayRefusal } from "../schemes/channel/channelWallet.ts";
 import { queryOneParsed } from "../store/queryParsed.ts";
 import type { Queryable } from "../store/store.ts";
 
@@ -156,6 +157,21 @@ function channelDeviation(option: PaymentOption, listing: OfferListing): Deviati
     };
   }
   return undefined;
+}
+
+/**
+ * Holds a `channel` option's close delay to the agent's bound: a gate whose minimum close delay is above
+ * `maxCloseDelay` (seconds) would let its seller, should it vanish, keep the deposit locked that long
+ * after the agent asked to close. Returns the refusal — `OfferMismatch` with `details` `{ tool, field:
+ * "closeDelay", payee, asked, bound }` — or `undefined` when the option is within (or not a channel).
+ */
+export function channelCloseDelayRefusal(
+  option: PaymentOption,
+  maxCloseDelay: number,
+  tool: string,
+): TollgateError | undefined {
+  const terms = channelTermsOf(option);
+  return terms === undefined ? undefined : closeDelayRefusal(terms, maxCloseDelay, tool);
 }
 
 function oneTimeDeviation(amount: string, listing: OfferListing): Deviation | undefined {

@@ -50,6 +50,7 @@ import { takeStoredProof } from "./budget/storedProofs.ts";
 import { callAllowanceExceeded, callAllowanceOf } from "./callAllowance.ts";
 import { listedUnitsPerCall, meteredCharge, readStatedCharge } from "./meteredCharge.ts";
 import {
+  channelCloseDelayRefusal,
   checkPaymentRequired,
   checkPinnedPayee,
   checkX402PaymentRequired,
@@ -420,6 +421,15 @@ export function paidTool(capability: RemoteCapability, options: PaidToolOptions)
       // A channel is taken only by an agent with a channel wallet, and never for a sale's purchase (its
       // deposit would outlive the sale's allowance).
       if (options.channels === undefined || allowance !== undefined) delete view.offer.channel;
+      const tooLong =
+        view.offer.channel === undefined || view.channelOption === undefined || options.channels === undefined
+          ? undefined
+          : channelCloseDelayRefusal(view.channelOption, options.channels.maxCloseDelay, capability.name);
+      if (tooLong !== undefined) {
+        // The seller's close delay is above the agent's bound: pay it another way, or not at all.
+        if (view.offer.oneTime === undefined && view.offer.subscription === undefined) throw tooLong;
+        delete view.offer.channel;
+      }
       if (context.refusal !== undefined) delete view.offer.channel;
       offer = view.offer;
       provider = seller;

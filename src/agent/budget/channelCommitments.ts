@@ -31,6 +31,7 @@ import {
   type ChannelTermsInput,
   type ChannelWallet,
   createChannelWallet,
+  DEFAULT_MAX_CHANNEL_CLOSE_DELAY,
 } from "../../schemes/channel/channelWallet.ts";
 import type { ChannelRecord, ChannelWalletStore } from "../../schemes/channel/channelWalletStore.ts";
 import type { BudgetLedger } from "./createBudgetLedger.ts";
@@ -52,6 +53,11 @@ export type ChannelSettlement = {
 export type AgentChannels = {
   /** The agent's channel wallet (give it to a payer with `withChannelWallet`). */
   readonly wallet: ChannelWallet;
+  /**
+   * The longest close delay (seconds) the agent opens a channel with: a seller's 402 asking more is
+   * refused by the offer check (`OfferMismatch`), as by the wallet.
+   */
+  readonly maxCloseDelay: number;
   /**
    * The policy's deposit for the next channel opened on `terms`, and the seller identity its hold is
    * keyed by (per-provider limits).
@@ -101,6 +107,11 @@ export type AgentChannelsOptions = {
   store?: ChannelWalletStore | undefined;
   /** Close delay asked for, seconds (default the wallet's). */
   closeDelay?: number | undefined;
+  /**
+   * The longest close delay accepted, seconds (default `DEFAULT_MAX_CHANNEL_CLOSE_DELAY`, one day): how
+   * long a vanished seller can keep a deposit locked after the agent asked to close.
+   */
+  maxCloseDelay?: number | undefined;
   /** Reaches sellers' gates for cooperative closes (the rest of a deposit back at once); see the wallet. */
   fetch?: FetchFn | undefined;
   /** `closeIdle`'s default: seconds without a voucher after which a channel is closed (default 600). */
@@ -127,6 +138,7 @@ export function createAgentChannels(options: AgentChannelsOptions): AgentChannel
   const planned = new Map<string, { deposit: bigint; provider: Address }>();
   /** Channel id → the provider its hold is keyed by (also learned from the ledger for stored channels). */
   const providers = new Map<string, Address>();
+  const maxCloseDelay = options.maxCloseDelay ?? DEFAULT_MAX_CHANNEL_CLOSE_DELAY;
 
   const wallet = createChannelWallet({
     account: options.account,
@@ -134,6 +146,7 @@ export function createAgentChannels(options: AgentChannelsOptions): AgentChannel
     facilitator: options.facilitator,
     store: options.store,
     closeDelay: options.closeDelay,
+    maxCloseDelay,
     clock: options.clock,
     fetch: options.fetch,
     calls: (terms) => {
@@ -195,6 +208,7 @@ export function createAgentChannels(options: AgentChannelsOptions): AgentChannel
 
   return {
     wallet,
+    maxCloseDelay,
     plan(terms, deposit, provider) {
       if (planned.size >= 1_000) planned.clear();
       planned.set(termsKey(terms), { deposit, provider });

@@ -55,6 +55,7 @@ import { createFacilitatorClient, type FetchFn } from "../../client/facilitatorC
 import { startRunRecording } from "../../facilitator/dashboard/agent/runSpendRecords.ts";
 import { DEFAULT_MARKET_URL } from "../../market/marketApi.ts";
 import { formatUnitsExact } from "../../protocol/amount.ts";
+import { MAX_CHANNEL_CLOSE_DELAY } from "../../protocol/channels.ts";
 import { type Clock, systemClock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { NetworkSchema } from "../../protocol/network.ts";
@@ -83,7 +84,7 @@ const BUDGET_REFUSALS: ReadonlySet<string> = new Set(["BudgetExceeded", "Approva
 const usage = `usage: tollgate run <task | script.ts> [--agent ${DEFAULT_AGENT}] [--market ${DEFAULT_MARKET_URL}]
                     [--facilitator ${DEFAULT_FACILITATOR_URL}] [--key 0x… | --account <devnet index>]
                     [--text "…" … | --document <file> …] [--dir .tollgate] [--json]
-                    [--approvals ask|refuse] [--keep-channels]
+                    [--approvals ask|refuse] [--keep-channels] [--max-close-delay 86400]
   Runs an orchestrator as <agent>: its budget is the one \`tollgate budget set <agent>\` stored, its
   tools are what the market lists, paid through the facilitator. Prints the answer and the spend report.
   One --text is the text to work on; several are kept, each a document (text-1, text-2, …).
@@ -92,7 +93,8 @@ const usage = `usage: tollgate run <task | script.ts> [--agent ${DEFAULT_AGENT}]
   reports failure by throwing).
 channels: prepaid channels the policy opens are closed at the end of the run (the unspent deposit is
   released from the budget at once and returns to the wallet after the channel's close delay: the next
-  run, or \`tollgate channel withdraw\`, takes it back); --keep-channels keeps them open for the next run
+  run, or \`tollgate channel withdraw\`, takes it back); --keep-channels keeps them open for the next run;
+  --max-close-delay (seconds, default one day) refuses sellers whose channels would lock a deposit longer
 key: --key, TOLLGATE_AGENT_KEY, or a devnet account (--account, default ${DEFAULT_DEVNET_ACCOUNT}: the agent) from <dir>/devnet.json
 approvals: spends above the agent's --approve-above (tollgate budget set) need a yes: asked on the
   terminal (--approvals ask, the default when stdin is one; answers are read from stdin), refused otherwise
@@ -101,6 +103,9 @@ environment: TOLLGATE_DIR DATABASE_URL TOLLGATE_MARKET_URL TOLLGATE_FACILITATOR_
              LOG_LEVEL (the agent's JSON log on stderr; default warn)
              TOLLGATE_RPC_URL (a node of the agent's chain: renewals and overage of its subscriptions are
              read into its budget at the start and end of a run; default the devnet's when on it)`;
+
+/** `--max-close-delay`: whole seconds, at most the contract's 30 days. */
+const MaxCloseDelaySchema = z.coerce.number().int().nonnegative().max(MAX_CHANNEL_CLOSE_DELAY);
 
 const PrivateKeySchema = z
   .string()
@@ -272,6 +277,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       json: { type: "boolean", default: false },
       approvals: { type: "string" },
       "keep-channels": { type: "boolean", default: false },
+      "max-close-delay": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -401,6 +407,10 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       store: channelStore,
       clock: deps.clock,
       fetch: deps.fetch,
+      maxCloseDelay:
+        values["max-close-delay"] === undefined
+          ? undefined
+          : parseWire(MaxCloseDelaySchema, values["max-close-delay"], { what: "--max-close-delay" }),
     });
     const agentChannels = channels;
     for (const w of await agentChannels.withdrawDue().catch((error: unknown) => {
