@@ -16,7 +16,9 @@
  * from a Tollgate gate get its answer again (the gate keeps its own replay guard); a standard x402
  * resource server's request is answered `success` once. Any other request, and any request for an
  * authorization that a Tollgate payment (`/authorize`) or someone on chain used, gets
- * `invalid_exact_evm_nonce_already_used`. `/verify` refuses the same authorizations.
+ * `invalid_exact_evm_nonce_already_used`. `/verify` refuses the same authorizations, and claims the
+ * authorization for a Tollgate gate's request (`extra.tollgateGate`) that it finds valid, since such a
+ * gate runs its handler between verify and settle.
  *
  * Outcomes, as x402 facilitators report them:
  * - a payment that fails a check is 200 with `isValid: false` / `success: false` and a reason
@@ -154,6 +156,16 @@ export function x402Routes(deps: X402RoutesDeps): Hono {
     if (late !== undefined) return c.json(verifyRefusal(late));
     try {
       const payer = await engine.preflight(checked.payment);
+      // A Tollgate gate verifies, runs the handler, then settles: the authorization is claimed for its
+      // request now, so that another gate shown the same payload at the same time is refused here
+      // instead of running its handler for a payment it could never settle. Claimed only after the
+      // signature and a simulation passed, as at settle.
+      if (
+        typeof read.request.paymentRequirements.extra?.[X402_GATE_EXTRA] === "string" &&
+        (await claimX402Request(deps.store, checked.payment.authorization.nonce, requestHash)) !== requestHash
+      ) {
+        return c.json(verifyRefusal(ownedElsewhere(checked.payer)));
+      }
       const reply: X402VerifyResponse = { isValid: true, payer };
       return c.json(reply);
     } catch (error) {

@@ -1,7 +1,7 @@
 import type { RequestHandler } from "express";
 import { runInGateContext } from "./deductAllowance.ts";
 import { eachGateHeader } from "./gatePass.ts";
-import { nodeHeaderReader, writeWebResponse } from "./nodeBridge.ts";
+import { holdResponse, nodeHeaderReader, writeWebResponse } from "./nodeBridge.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { PaymentGate } from "./paymentGate.ts";
 
@@ -13,8 +13,10 @@ import type { PaymentGate } from "./paymentGate.ts";
  * `deductAllowance(amount)`) and
  * `X-PAYMENT-RESPONSE` already on the response. The status the response ends with (500 for a handler
  * that threw, through Express's error handling) is reported to the gate when it is sent, so a paid
- * request answered 5xx gives the payer its proof back. Express is not a runtime dependency: only its
- * types are used.
+ * request answered 5xx gives the payer its proof back. An x402 payment is settled after the handler,
+ * as x402's own middleware does: its response is held in memory until it ends, the payment settled
+ * when it is below 400, and only then sent with `PAYMENT-RESPONSE` (or replaced by a 402 or 5xx when
+ * the settlement failed). Express is not a runtime dependency: only its types are used.
  *
  * The route is priced from the request target's path, which is what Express routes on; `Host` plays
  * no part. Express does not remove dot segments (`/api/reports/..` reaches `/api/reports/:id`), so a
@@ -40,9 +42,25 @@ export function expressPaymentGate(gate: PaymentGate): RequestHandler {
         if (result.kind === "respond") return writeWebResponse(res, result.response);
         res.locals.payment = result.paid;
         res.locals.subscription = result.subscription;
-        eachGateHeader(result, (name, value) => res.setHeader(name, value));
-        // `close` follows `finish` and also fires for an aborted response; the gate counts the first.
-        res.once("close", () => void result.complete(res.statusCode));
+        if (result.settleAfterHandler === true) {
+          // Settled after the handler (x402): its answer is held until the settlement decided it.
+          const held = holdResponse(res);
+          held.ended
+            .then(async (status) => {
+              const instead = await result.complete(status);
+              if (instead instanceof Response) {
+                held.discard();
+                return writeWebResponse(res, instead);
+              }
+              eachGateHeader(result, (name, value) => res.setHeader(name, value));
+              held.flush();
+            })
+            .catch(next);
+        } else {
+          eachGateHeader(result, (name, value) => res.setHeader(name, value));
+          // `close` follows `finish` and also fires for an aborted response; the gate counts the first.
+          res.once("close", () => void result.complete(res.statusCode));
+        }
         const subscription = result.subscription;
         // The handler's context carries the subscription for a bare `deductAllowance(amount)`.
         if (subscription === undefined) next();

@@ -18,7 +18,8 @@ export type PaymentGateEnv = {
  * gate and never reaches the handler; a paid one reaches it with `c.get("payment")` set, and the
  * gate's headers (`X-PAYMENT-RESPONSE`) are added to whatever the handler answers. The handler's
  * status is reported to the gate before the response leaves, so a paid request answered 5xx (or whose
- * handler threw) gives the payer its proof back.
+ * handler threw) gives the payer its proof back, and an x402 payment is settled only when the handler
+ * answered below 400 (a settlement that then fails replaces the handler's answer with a 402 or 5xx).
  *
  * The gate prices the path Hono routes on (its default `getPath`): the request URL's path, read as
  * Hono reads it, so `Host` plays no part. A path that would need normalizing (dot segments, which
@@ -48,7 +49,16 @@ export function honoPaymentGate(gate: PaymentGate): MiddlewareHandler<PaymentGat
       await result.complete(500);
       throw error;
     }
-    await result.complete(c.res.status);
+    // The handler's response has not left yet: a payment settled here (x402) still decides it.
+    const instead = await result.complete(c.res.status);
+    if (instead instanceof Response) {
+      // The settlement failed: nothing of the handler's answer is sent (nor its headers, which
+      // Hono's setter would otherwise copy onto the replacement).
+      await c.res.body?.cancel().catch(() => undefined);
+      c.res = undefined;
+      c.res = instead;
+      return;
+    }
     let response = c.res;
     eachGateHeader(result, (name, value) => {
       try {

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { runInGateContext, type ServedSubscription } from "./deductAllowance.ts";
 import { eachGateHeader } from "./gatePass.ts";
-import { nodeHeaderReader, writeWebResponse } from "./nodeBridge.ts";
+import { holdResponse, nodeHeaderReader, writeWebResponse } from "./nodeBridge.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { GatePayment, PaymentGate } from "./paymentGate.ts";
 
@@ -34,6 +34,9 @@ export type NodePaymentGateOptions = {
  * argument, the subscription as its fourth, and `X-PAYMENT-RESPONSE` already set on `res`. A handler that throws before answering gets
  * a bare 500 (its error is not sent to the client). The handler's status is reported to the gate (500
  * when it threw, before that 500 is sent), so a paid request answered 5xx gives the payer its proof back.
+ * An x402 payment is settled after the handler: its response is held in memory until it ends, the
+ * payment settled when it is below 400, and only then sent with `PAYMENT-RESPONSE` (or replaced by a
+ * 402 or 5xx when the settlement failed).
  *
  * Every request's target is read once (`normalizeRequestTarget`) and `req.url` is set to the result
  * before the handler runs: origin-form (an absolute-form target reduced to its path), dot segments
@@ -77,9 +80,29 @@ export function nodePaymentGate(
         headers: nodeHeaderReader(req.headers),
       });
       if (result.kind === "respond") return writeWebResponse(res, result.response);
-      eachGateHeader(result, (name, value) => res.setHeader(name, value));
-      // `close` follows `finish` and also fires for an aborted response; the gate counts the first.
-      res.once("close", () => void result.complete(res.statusCode));
+      if (result.settleAfterHandler === true) {
+        // Settled after the handler (x402): its answer is held until the settlement decided it.
+        const held = holdResponse(res);
+        held.ended
+          .then(async (status) => {
+            const instead = await result.complete(status);
+            if (instead instanceof Response) {
+              held.discard();
+              return writeWebResponse(res, instead);
+            }
+            eachGateHeader(result, (name, value) => res.setHeader(name, value));
+            held.flush();
+          })
+          .catch((error: unknown) => {
+            options.onError?.(error);
+            if (!res.headersSent) res.writeHead(500, { "content-type": "text/plain" });
+            res.end();
+          });
+      } else {
+        eachGateHeader(result, (name, value) => res.setHeader(name, value));
+        // `close` follows `finish` and also fires for an aborted response; the gate counts the first.
+        res.once("close", () => void result.complete(res.statusCode));
+      }
       try {
         const subscription = result.subscription;
         // The handler's context carries the subscription for a bare `deductAllowance(amount)`.

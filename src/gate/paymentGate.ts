@@ -14,6 +14,9 @@
  * - A proof is used up only by a request that was served: when the adapter reports (`complete`) that
  *   the handler answered 5xx or threw, the key is released and the same proof is accepted once more
  *   until it expires. A 2xx, 3xx or 4xx keeps it consumed, as does an adapter that never reports.
+ * - An x402 payment (`PAYMENT-SIGNATURE`) is only verified before the handler and settled by
+ *   `complete` when the handler answered below 400 (`settleAfterHandler`); a failed handler is not
+ *   charged for, and a settlement that fails after it replaces its answer (x402's reference order).
  * - Every 402 is built fresh, with new memos; the gate stores nothing per 402.
  * - Bad input is a 402 (or a 4xx), never a 500.
  * - The gate reads a request's path and query from its target (`normalizeRequestTarget`), never its
@@ -96,6 +99,11 @@ export type { ProofPayment } from "../schemes/exact/gate.ts";
  * and report the handler's status with `complete` (500 when it threw) before the response is sent.
  * `paid` is the one-time payment, `subscription` the subscription served under (with its metered
  * units and charge); both are absent for a request no pricing applies to.
+ * With `settleAfterHandler` (an x402 payment: verified, not yet settled) the payment is settled by
+ * `complete`: hold the handler's whole response until it resolved, read `headers` after it (it adds
+ * `PAYMENT-RESPONSE`), and send the response it answers instead of the handler's when it answers one
+ * (the settlement failed: a 402 or a 5xx; nothing was charged). A host that never calls `complete`
+ * is never paid for such a request.
  * `respond`: answer with `response` and do not run the handler.
  */
 export type GateResult =
@@ -105,20 +113,24 @@ export type GateResult =
       subscription?: ServedSubscription | undefined;
       headers: Headers;
       complete: CompleteRequest;
+      settleAfterHandler?: true | undefined;
     }
   | { kind: "respond"; response: Response };
 
 /**
  * Reports how the handler answered a request the gate let through. For a proof payment (`X-PAYMENT`),
  * a status of 500 or more releases its key in the replay guard, so the payer can present the same
- * proof again until it expires instead of paying twice; any other status keeps it consumed. Only the
- * first call counts; it never rejects (a failed release is logged and the proof stays used), and it
- * does nothing for other requests. Not calling it at all keeps the proof consumed.
+ * proof again until it expires instead of paying twice; any other status keeps it consumed. For an
+ * x402 payment (`settleAfterHandler`), a status below 400 settles it and 400 or more settles nothing
+ * and gives its key back; it resolves with a response to send instead of the handler's when the
+ * settlement failed. Only the first call counts; it never rejects (a failed release is logged and
+ * the proof stays used), and it does nothing for other requests. Not calling it at all keeps the
+ * proof consumed (and an x402 payment unsettled).
  */
-export type CompleteRequest = (status: number) => Promise<void>;
+export type CompleteRequest = (status: number) => Promise<Response | undefined> | Promise<void>;
 
 /** `complete` of a request whose payment (if any) cannot be handed back: nothing to do. */
-const completeNothing: CompleteRequest = async () => undefined;
+const completeNothing = async (): Promise<void> => undefined;
 
 export type PaymentGate = (request: GateRequest) => Promise<GateResult>;
 
@@ -450,6 +462,20 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
         return { kind: "respond", response: faultResponse(fault) };
       }
       if (outcome.kind === "pass") {
+        const complete = outcome.complete;
+        if (outcome.settleAfterHandler === true && complete !== undefined) {
+          // A settlement that failed after the handler ran is answered instead of the handler's answer.
+          const pass = outcome as GateResult & { kind: "pass" };
+          pass.complete = async (status) => {
+            const answer = await complete(status);
+            if (answer === undefined) return undefined;
+            if (answer.kind === "respond") return answer.response;
+            const refusal = await paymentRequired(answer.error, answer.message, target, route);
+            answer.decorate?.(refusal.response);
+            return refusal.response;
+          };
+          return pass;
+        }
         outcome.complete ??= completeNothing;
         return outcome as GateResult;
       }

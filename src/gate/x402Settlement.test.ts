@@ -17,6 +17,7 @@ import {
   X402PaymentRequiredSchema,
   type X402SettleRequest,
   type X402SettleResponse,
+  type X402VerifyResponse,
 } from "../protocol/x402.ts";
 import { createMemoryReplayGuard } from "../store/createMemoryReplayGuard.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
@@ -24,7 +25,13 @@ import { composePaymentRequired } from "./composePaymentRequired.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
 import { type GatePayment, type GateRequest, paymentGate } from "./paymentGate.ts";
 import type { PaymentGateOptions } from "./paymentGateOptions.ts";
-import { RETRY_GRACE_SECONDS, x402GateId, x402Requirements } from "./x402Settlement.ts";
+import {
+  MIN_SETTLE_HEADROOM_SECONDS,
+  RETRY_GRACE_SECONDS,
+  type X402GatePayment,
+  x402GateId,
+  x402Requirements,
+} from "./x402Settlement.ts";
 
 const NETWORK = "eip155:31337" as const;
 const TOKEN = "0x5FbDB2315678afecb367f032d93F642f64180aa3" as Address;
@@ -41,14 +48,25 @@ const payerAccount = privateKeyToAccount(
 );
 
 type SettleHandler = (request: X402SettleRequest) => Promise<X402SettleResponse> | X402SettleResponse;
+type VerifyHandler = (request: X402SettleRequest) => Promise<X402VerifyResponse> | X402VerifyResponse;
+
+/** What the facilitator answers a payment it would settle. */
+const valid: VerifyHandler = (request) => ({
+  isValid: true,
+  payer: (request.paymentPayload.payload.authorization as { from: string }).from,
+});
 
 /**
- * A facilitator client that answers `/x402/settle` from `handler` (parsed with the real reply schema)
- * and records every settle request; nothing else may be called.
+ * A facilitator client that answers `/x402/verify` and `/x402/settle` from its handlers (parsed with
+ * the real reply schemas) and records every request; nothing else may be called.
  */
 function fakeFacilitator(initial: SettleHandler) {
   const settles: X402SettleRequest[] = [];
+  const verifies: X402SettleRequest[] = [];
+  /** Every call in order: "verify" or "settle". */
+  const calls: string[] = [];
   let handler = initial;
+  let verifier: VerifyHandler = valid;
   const refuse = async (): Promise<never> => {
     throw new Error("the gate must not call this for an x402 payment");
   };
@@ -61,17 +79,28 @@ function fakeFacilitator(initial: SettleHandler) {
       throw new TollgateError("ChainUnavailable", "facilitator is unreachable");
     },
     async request(method, path, schema, options) {
-      expect(`${method} ${path}`).toBe("POST /x402/settle");
+      expect(["POST /x402/verify", "POST /x402/settle"]).toContain(`${method} ${path}`);
       const body = options?.body as X402SettleRequest;
+      if (path === "/x402/verify") {
+        verifies.push(body);
+        calls.push("verify");
+        return schema.parse(await verifier(body));
+      }
       settles.push(body);
+      calls.push("settle");
       return schema.parse(await handler(body));
     },
   };
   return {
     client,
     settles,
+    verifies,
+    calls,
     answer(next: SettleHandler) {
       handler = next;
+    },
+    verifyWith(next: VerifyHandler) {
+      verifier = next;
     },
   };
 }
@@ -114,17 +143,21 @@ function setup(
       ...options.overrides,
     });
   const served: (GatePayment | undefined)[] = [];
+  /** What the handler answers after recording the payment: 200 unless a test says otherwise. */
+  const handlerStatus = { value: 200 };
   const appOf = (gate: ReturnType<typeof paymentGate>) => {
     const app = new Hono<PaymentGateEnv>();
     app.use("/api/*", honoPaymentGate(gate));
     app.all("/api/*", (c) => {
-      served.push(c.get("payment"));
-      return c.json({ resource: c.req.path });
+      const payment = c.get("payment");
+      // What the handler sees: a payment still to settle carries no transaction yet.
+      served.push(payment === undefined ? undefined : { ...payment });
+      return c.json({ resource: c.req.path }, handlerStatus.value as 200);
     });
     return app;
   };
   const app = appOf(makeGate());
-  return { clock, facilitator, app, served, appOf, makeGate };
+  return { clock, facilitator, app, served, handlerStatus, appOf, makeGate };
 }
 
 type Kit = ReturnType<typeof setup>;
@@ -158,7 +191,7 @@ async function expectRefused(response: Response, reason: string) {
   expect(response.status).toBe(402);
   const body = PaymentRequiredSchema.parse(await response.json());
   expect(body.error).toBe("InvalidPaymentProof");
-  expect(body.message).toMatch(/^x402 payment refused: /);
+  expect(body.message).toMatch(/^x402 (payment|settlement) refused: /);
   expect(body.accepts.length).toBeGreaterThan(0);
   const fresh = decodePaymentRequiredHeader(response.headers.get("PAYMENT-REQUIRED") ?? "");
   expect(fresh.error).toBe(reason);
@@ -167,7 +200,7 @@ async function expectRefused(response: Response, reason: string) {
 }
 
 describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
-  it("settles with the gate's own requirements before the handler, then serves with PAYMENT-RESPONSE", async () => {
+  it("verifies with the gate's own requirements, runs the handler, then settles and serves with PAYMENT-RESPONSE", async () => {
     const kit = setup();
     const required = await offered(kit);
     const header = await paymentFor(kit, "/api/reports/1", required);
@@ -175,6 +208,10 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
 
     const response = await send(kit, header);
     expect(response.status).toBe(200);
+    expect(await response.clone().json()).toEqual({ resource: "/api/reports/1" });
+    expect(kit.facilitator.calls).toEqual(["verify", "settle"]);
+    // The same request body both times, so that the facilitator ties the two to one request.
+    expect(kit.facilitator.verifies).toEqual(kit.facilitator.settles);
     expect(decodePaymentResponseHeader(response.headers.get("PAYMENT-RESPONSE") ?? "")).toEqual({
       success: true,
       transaction: TX,
@@ -200,9 +237,41 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
       payTo: PAY_TO,
       network: NETWORK,
       token: TOKEN,
-      transaction: TX,
     });
+    // The handler ran before the settlement: it saw no transaction.
+    expect((paid as X402GatePayment | undefined)?.transaction).toBeUndefined();
     expect(paid !== undefined && "x402" in paid && paid.x402.nonce).toMatch(/^0x[0-9a-f]{64}$/);
+  });
+
+  it("settles nothing when the handler answers 4xx or 5xx, says so, and serves the same header later", async () => {
+    const kit = setup();
+    const header = await paymentFor(kit);
+    for (const status of [500, 404]) {
+      kit.handlerStatus.value = status;
+      const failed = await send(kit, header);
+      expect(failed.status).toBe(status);
+      expect(decodePaymentResponseHeader(failed.headers.get("PAYMENT-RESPONSE") ?? "")).toMatchObject({
+        success: false,
+        errorReason: "handler_failed",
+        transaction: "",
+      });
+    }
+    expect(kit.facilitator.settles).toHaveLength(0);
+    kit.handlerStatus.value = 200;
+    const paid = await send(kit, header);
+    expect(paid.status).toBe(200);
+    expect(decodePaymentResponseHeader(paid.headers.get("PAYMENT-RESPONSE") ?? "").success).toBe(true);
+    expect(kit.facilitator.settles).toHaveLength(1);
+    await expectRefused(await send(kit, header), "invalid_exact_evm_nonce_already_used");
+  });
+
+  it("refuses a payment that leaves too little time to run the handler and settle, settling nothing", async () => {
+    const kit = setup();
+    const header = await paymentFor(kit);
+    kit.clock.advance((300 - MIN_SETTLE_HEADROOM_SECONDS + 1) * 1000);
+    await expectRefused(await send(kit, header), "invalid_exact_evm_payload_authorization_valid_before");
+    expect(kit.served).toHaveLength(0);
+    expect(kit.facilitator.settles).toHaveLength(0);
   });
 
   it("serves one payload once: a replay is refused with nonce_already_used", async () => {
@@ -269,7 +338,7 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     expect(GATE_ID).toMatch(/^[0-9a-f]{32}$/);
   });
 
-  it("answers 503 when the facilitator is unreachable, and serves the same header once it is back", async () => {
+  it("answers 503 without the handler's answer when the settlement fails, and serves the same header once it is back", async () => {
     const kit = setup({
       handler: () => {
         throw new TollgateError("ChainUnavailable", "facilitator is unreachable", {
@@ -282,11 +351,25 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     expect(down.status).toBe(503);
     expect(down.headers.get("Retry-After")).toBe("5");
     expect(await down.json()).toMatchObject({ error: { code: "ChainUnavailable" } });
-    expect(kit.served).toHaveLength(0);
+    expect(down.headers.get("PAYMENT-RESPONSE")).toBeNull();
+    expect(kit.served).toHaveLength(1);
 
     kit.facilitator.answer(settled);
     expect((await send(kit, header)).status).toBe(200);
     await expectRefused(await send(kit, header), "invalid_exact_evm_nonce_already_used");
+    expect(kit.served).toHaveLength(2);
+  });
+
+  it("answers 503 before the handler when the payment cannot be verified, and serves the same header later", async () => {
+    const kit = setup();
+    kit.facilitator.verifyWith(() => {
+      throw new TollgateError("ChainUnavailable", "facilitator is unreachable");
+    });
+    const header = await paymentFor(kit);
+    expect((await send(kit, header)).status).toBe(503);
+    expect(kit.served).toHaveLength(0);
+    kit.facilitator.verifyWith(valid);
+    expect((await send(kit, header)).status).toBe(200);
     expect(kit.served).toHaveLength(1);
   });
 
@@ -306,7 +389,7 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     expect(pending.headers.get("Retry-After")).toBe("5");
     kit.facilitator.answer(settled);
     expect((await send(kit, header)).status).toBe(200);
-    expect(kit.served).toHaveLength(1);
+    expect(kit.served).toHaveLength(2);
   });
 
   it("serves a settled payment after its validity window, within the retry grace, and refuses it after", async () => {
@@ -317,10 +400,18 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     });
     const header = await paymentFor(kit);
     expect((await send(kit, header)).status).toBe(503);
-    // The facilitator settled it in the meantime and answers idempotently; the authorization expired.
+    // The facilitator settled it in the meantime and answers idempotently; the authorization expired,
+    // so a verify refuses it and the gate asks the settle endpoint, which names the transaction.
     kit.facilitator.answer(settled);
+    kit.facilitator.verifyWith(() => ({
+      isValid: false,
+      invalidReason: "invalid_exact_evm_payload_authorization_valid_before",
+    }));
     kit.clock.advance((300 + RETRY_GRACE_SECONDS - 5) * 1000);
-    expect((await send(kit, header)).status).toBe(200);
+    const retried = await send(kit, header);
+    expect(retried.status).toBe(200);
+    expect(decodePaymentResponseHeader(retried.headers.get("PAYMENT-RESPONSE") ?? "").transaction).toBe(TX);
+    expect((kit.served.at(-1) as X402GatePayment | undefined)?.transaction).toBe(TX);
 
     // Once the grace is over too, the gate refuses before asking anyone (its guard may forget the key).
     const other = setup();
@@ -330,7 +421,25 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     expect(other.facilitator.settles).toHaveLength(0);
   });
 
-  it("passes a facilitator refusal on as a fresh 402 with its reason, consuming nothing", async () => {
+  it("passes a verify refusal on as a fresh 402 with its reason, before the handler, consuming nothing", async () => {
+    const kit = setup();
+    kit.facilitator.verifyWith(() => ({
+      isValid: false,
+      invalidReason: "invalid_exact_evm_insufficient_balance",
+      invalidMessage: "balance 1 is below 500000",
+    }));
+    const header = await paymentFor(kit);
+    const refused = await send(kit, header);
+    await expectRefused(refused.clone(), "invalid_exact_evm_insufficient_balance");
+    expect(PaymentRequiredSchema.parse(await refused.json()).message).toMatch(/balance 1 is below 500000/);
+    expect(kit.served).toHaveLength(0);
+    expect(kit.facilitator.settles).toHaveLength(0);
+    kit.facilitator.verifyWith(valid);
+    expect((await send(kit, header)).status).toBe(200);
+    expect(kit.served).toHaveLength(1);
+  });
+
+  it("answers a settlement refused after the handler ran with a fresh 402 instead of its answer, consuming nothing", async () => {
     const kit = setup({
       handler: (request) => ({
         success: false,
@@ -344,10 +453,11 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     const refused = await send(kit, header);
     await expectRefused(refused.clone(), "invalid_exact_evm_insufficient_balance");
     expect(PaymentRequiredSchema.parse(await refused.json()).message).toMatch(/balance 1 is below 500000/);
+    expect(kit.served).toHaveLength(1);
     // Funded later, the same authorization is still good: nothing was consumed.
     kit.facilitator.answer(settled);
     expect((await send(kit, header)).status).toBe(200);
-    expect(kit.served).toHaveLength(1);
+    expect(kit.served).toHaveLength(2);
   });
 
   it("refuses terms the route does not offer without asking the facilitator", async () => {
@@ -372,7 +482,7 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     // Another route's price is not this route's price.
     const elsewhere = await paymentFor(kit, "/api/choice");
     await expectRefused(await send(kit, elsewhere), "invalid_payment_requirements");
-    expect(kit.facilitator.settles).toHaveLength(0);
+    expect(kit.facilitator.calls).toHaveLength(0);
     expect(kit.served).toHaveLength(0);
   });
 
@@ -476,7 +586,7 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     const kit = setup({ handler: (request) => ({ ...settled(request), network: "eip155:8453" }) });
     const response = await send(kit, await paymentFor(kit));
     expect(response.status).toBe(500);
-    expect(kit.served).toHaveLength(0);
+    expect(await response.text()).not.toMatch(/resource/);
   });
 
   it("leaves a free path alone whatever PAYMENT-SIGNATURE it carries", async () => {
@@ -513,12 +623,7 @@ describe("paymentGate: x402 fuzzing", () => {
         }),
     );
     // The facilitator refuses every payload here; a pass would mean the gate served without payment.
-    kit.facilitator.answer((request) => ({
-      success: false,
-      errorReason: "invalid_exact_evm_signature",
-      transaction: "",
-      network: request.paymentRequirements.network,
-    }));
+    kit.facilitator.verifyWith(() => ({ isValid: false, invalidReason: "invalid_exact_evm_signature" }));
     await fc.assert(
       fc.asyncProperty(header, async (value) => {
         const request: GateRequest = {
@@ -533,8 +638,9 @@ describe("paymentGate: x402 fuzzing", () => {
       { numRuns: 2_000, seed: 402 },
     );
     // Mutations that keep the terms reach the facilitator, always with the gate's own requirements.
-    expect(kit.facilitator.settles.length).toBeGreaterThan(0);
-    for (const settle of kit.facilitator.settles) {
+    expect(kit.facilitator.settles).toHaveLength(0);
+    expect(kit.facilitator.verifies.length).toBeGreaterThan(0);
+    for (const settle of kit.facilitator.verifies) {
       expect(settle.paymentRequirements).toEqual({
         scheme: "exact",
         network: NETWORK,

@@ -1,8 +1,10 @@
 /**
  * The gate's acceptance of x402 v2 payments (DESIGN.md §2.7): a standard x402 client retries a 402
  * with `PAYMENT-SIGNATURE: base64(JSON(PaymentPayload))` carrying an `exact` EIP-3009 authorization.
- * The gate settles it through its facilitator's `POST /x402/settle` **before** the handler runs and
- * answers with `PAYMENT-RESPONSE`.
+ * As x402's own resource servers do, the gate **verifies** it through its facilitator's
+ * `POST /x402/verify` before the handler runs, and **settles** it (`POST /x402/settle`) only once the
+ * handler answered successfully (`finish(true)`); it then answers with `PAYMENT-RESPONSE`. A handler
+ * that failed settles nothing: the payer is not charged and keeps an authorization it may send again.
  *
  * The gate trusts nothing of the client's copy of the terms: `accepted` must equal one of the route's
  * own x402 options (scheme, network, asset, amount, payTo), the authorization must pay that payee that
@@ -13,28 +15,33 @@
  * authorization of every settled payment is public on chain, so anyone can wrap it in a
  * `PAYMENT-SIGNATURE`; three rules stop that:
  * - the replay key is the authorization (`paymentReplayKey`: network, token, `from`, nonce), the same
- *   key a Tollgate proof of that transfer uses (its nonce is `keccak256(memo)`). The order is
- *   *consume, then settle*: the key is consumed atomically before the facilitator is asked, so of
+ *   key a Tollgate proof of that transfer uses (its nonce is `keccak256(memo)`). The key is consumed
+ *   atomically before the facilitator is asked and stays consumed while the handler runs, so of
  *   concurrent requests with one authorization — in one process or across instances sharing a guard,
- *   under either scheme — one goes on and the others are refused without a settle;
+ *   under either scheme — one goes on and the others are refused without asking anyone;
  * - the facilitator answers `success` only to the x402 request that settled the authorization and to
- *   identical retries of it (docs/x402.md, "Replays"). The settle request carries the gate's own
- *   requirements with the gate's identity in `extra.tollgateGate` (`x402GateId`, derived from the memo
- *   secret, so every instance of one API sends the same request and another gate cannot): a payload
- *   settled at one gate, or an authorization settled as a Tollgate payment, is refused at every other
- *   gate even though its replay guard has never seen the key;
- * - the key is released whenever the facilitator did not answer `success` for this request: a refusal
- *   (nothing was settled for it) or a fault (facilitator unreachable, settlement still pending). The
- *   client retries **the same header** after a 5xx and is served then, whether or not the money had
- *   already moved; paying again with a new payload would pay twice. Releasing after a refusal also
- *   keeps a stranger who wraps someone's Tollgate payment in a `PAYMENT-SIGNATURE` from using up the
- *   key of that payment's proof.
+ *   identical retries of it (docs/x402.md, "Replays"), and verifies no other. The requests carry the
+ *   gate's own requirements with the gate's identity in `extra.tollgateGate` (`x402GateId`, derived
+ *   from the memo secret, so every instance of one API sends the same request and another gate
+ *   cannot): a payload settled at one gate, or an authorization settled as a Tollgate payment, is
+ *   refused at every other gate even though its replay guard has never seen the key;
+ * - the key is released whenever nothing was settled for this request: a refusal, a fault (the
+ *   facilitator unreachable, a settlement still pending), or a handler that failed. The client retries
+ *   **the same header** after a 5xx; paying again with a new payload would pay twice. When the verify
+ *   says the authorization is used or expired, the gate asks the settle endpoint once: it answers a
+ *   retry of a request whose settlement landed after its 5xx with the transaction (then the request is
+ *   served as paid, `kind: "paid"`), and refuses anything else without moving money.
+ *
+ * What a crash costs. A gate that dies after verifying and before settling leaves the key consumed
+ * and nothing settled: the payer is not charged, and the authorization is refused here until it
+ * expires (the client signs a new one). One that dies after settling and before answering leaves the
+ * payer charged and unserved, as a lost answer does; both are bounded by one request.
  *
  * How long: a key is kept until `validBefore + RETRY_GRACE_SECONDS`, and the gate refuses a payload
  * after that instant before asking anyone, so a forgotten key can never be served again. The grace
- * lets a retry after a 5xx succeed even once the authorization has expired: the facilitator answers
- * the gate's identical request for a settled payload with its transaction, and refuses one that was
- * not settled in time.
+ * lets a retry after a 5xx succeed even once the authorization has expired (the settle probe above).
+ * A fresh authorization must leave `MIN_SETTLE_HEADROOM_SECONDS` for the handler and the settlement;
+ * a handler slower than what is left is answered with a refused settlement (nothing charged).
  */
 import { createHmac } from "node:crypto";
 import type { Address, Hex } from "viem";
@@ -56,6 +63,9 @@ import {
   type X402SettleRequest,
   type X402SettleResponse,
   X402SettleResponseSchema,
+  type X402VerifyRequest,
+  type X402VerifyResponse,
+  X402VerifyResponseSchema,
 } from "../protocol/x402.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
 import type { OneTimeOffer } from "./composePaymentRequired.ts";
@@ -76,8 +86,11 @@ export type X402GatePayment = {
   payTo: Address;
   network: Network;
   token: Address;
-  /** Hash of the settling transaction. */
-  transaction: Hex;
+  /**
+   * Hash of the settling transaction; `undefined` while the handler runs (the payment is verified and
+   * settles after it), set once it settled.
+   */
+  transaction: Hex | undefined;
   x402: {
     /** The EIP-3009 nonce: the payment's key. */
     nonce: Hex;
@@ -90,6 +103,9 @@ export type X402GatePayment = {
 /** Settles one payment: `POST <facilitator>/x402/settle`. Throws for faults (unreachable, 5xx). */
 export type X402Settle = (request: X402SettleRequest) => Promise<X402SettleResponse>;
 
+/** Verifies one payment: `POST <facilitator>/x402/verify`. Throws for faults (unreachable, 5xx). */
+export type X402Verify = (request: X402VerifyRequest) => Promise<X402VerifyResponse>;
+
 /** What a route offers, as the gate's 402 advertised it. */
 export type X402Terms = {
   /** The route's offers; only the `exact` (one-time) ones can be paid with x402. */
@@ -99,19 +115,37 @@ export type X402Terms = {
 };
 
 /**
- * `paid`: run the handler and add `headers` (`PAYMENT-RESPONSE`). `refused`: answer a fresh 402 with
- * the x402 `reason` and a `message` for people; no money moved for this request and its key is not
- * held. `fault`: answer 5xx from `error`; the key was given back, and the same header may be retried
- * (unless giving it back is what failed).
+ * `verified`: run the handler, then call `finish` once with whether it succeeded and answer as it
+ * says (the payment's key stays consumed until then). `paid`: already settled for this very request (a
+ * retry after a 5xx whose settlement landed): run the handler and add `headers`; `release` gives the
+ * key back when the handler failed, so the same header is served on a retry. `refused`: answer a fresh
+ * 402 with the x402 `reason` and a `message` for people; no money moved for this request and its key
+ * is not held. `fault`: answer 5xx from `error`; the key was given back, and the same header may be
+ * retried (unless giving it back is what failed).
  */
 export type X402Outcome =
-  | { kind: "paid"; payment: X402GatePayment; headers: Headers }
+  | { kind: "verified"; payment: X402GatePayment; finish: (served: boolean) => Promise<X402Finish> }
+  | { kind: "paid"; payment: X402GatePayment; headers: Headers; release: () => Promise<void> }
+  | { kind: "refused"; reason: string; message: string }
+  | { kind: "fault"; error: unknown };
+
+/**
+ * How a verified payment ended. `settled`: add `headers` (`PAYMENT-RESPONSE`) to the handler's answer.
+ * `unsettled`: the handler failed, nothing was settled and the key is free again; add `headers`
+ * (`PAYMENT-RESPONSE` with `success: false`, saying so) to its answer. `refused` and `fault`: the
+ * settlement failed after the handler ran; the handler's answer must not be sent (a 402 with the
+ * reason, or a 5xx), nothing was charged for it and the key is free again.
+ */
+export type X402Finish =
+  | { kind: "settled"; headers: Headers }
+  | { kind: "unsettled"; headers: Headers }
   | { kind: "refused"; reason: string; message: string }
   | { kind: "fault"; error: unknown };
 
 export type X402Settlement = (header: string, terms: X402Terms) => Promise<X402Outcome>;
 
 export type X402SettlementOptions = {
+  verify: X402Verify;
   settle: X402Settle;
   replayGuard: ReplayGuard;
   /** This gate's identity in the requirements it settles with (`x402GateId`). */
@@ -128,9 +162,27 @@ export type X402SettlementOptions = {
 export const RETRY_GRACE_SECONDS = 600;
 /** Tolerance for a payer clock running ahead, as the facilitator allows (docs/x402.md, check 8). */
 const MAX_CLOCK_SKEW_SECONDS = 30;
+/**
+ * Seconds a fresh authorization must still be valid for when it arrives: the handler runs in them and
+ * the settlement needs the facilitator's own 6 s after it. x402 clients sign for `maxTimeoutSeconds`
+ * (300 s by default), so only an authorization held back most of that is refused.
+ */
+export const MIN_SETTLE_HEADROOM_SECONDS = 30;
+/** `errorReason` of the `PAYMENT-RESPONSE` of a request whose handler failed (x402's cancel reason). */
+export const NOT_SERVED_REASON = "handler_failed";
+/** Verify refusals that an authorization settled by this very request would also get. */
+const MAYBE_SETTLED_REASONS: ReadonlySet<string> = new Set([
+  X402ErrorReason.NonceAlreadyUsed,
+  X402ErrorReason.ValidBeforeExpired,
+]);
 /** What a settlement still in flight asks the client to wait before retrying the same header. */
 const PENDING_RETRY_AFTER_SECONDS = 5;
 const Hex32 = /^0x[0-9a-fA-F]{64}$/;
+
+type VerifyResult =
+  | { kind: "valid" }
+  | { kind: "refused"; reason: string; message: string }
+  | { kind: "fault"; error: unknown };
 
 type SettleResult =
   | { kind: "settled"; transaction: Hex }
@@ -177,12 +229,13 @@ export function x402GateId(memoSecret: Uint8Array): string {
  * Creates the gate's x402 acceptor. Never throws: every outcome, faults included, is data.
  *
  * @example
- * const acceptX402 = createX402Settlement({ settle: settleThroughFacilitator(facilitator), replayGuard,
+ * const acceptX402 = createX402Settlement({ verify: verifyThroughFacilitator(facilitator),
+ *   settle: settleThroughFacilitator(facilitator), replayGuard,
  *   gateId: x402GateId(memoSecret), clock, payTo, network, token, maxTimeoutSeconds: 300 });
  * const outcome = await acceptX402(request.headers.get("PAYMENT-SIGNATURE")!, { offers, tokenEip712 });
  */
 export function createX402Settlement(options: X402SettlementOptions): X402Settlement {
-  const { settle, replayGuard, clock } = options;
+  const { verify, settle, replayGuard, clock } = options;
 
   return async function acceptX402(header, terms) {
     const refused = (reason: string, message: string): X402Outcome => ({ kind: "refused", reason, message });
@@ -272,46 +325,111 @@ export function createX402Settlement(options: X402SettlementOptions): X402Settle
     } catch (error) {
       return { kind: "fault", error };
     }
-
-    const settled = { ...requirements, extra: { ...requirements.extra, [X402_GATE_EXTRA]: options.gateId } };
-    const result = await settleResult(
-      settle,
-      { x402Version: X402_VERSION, paymentPayload: payload, paymentRequirements: settled },
-      options.network,
-    );
-    if (result.kind !== "settled") {
-      // Nothing was settled for this request (or it is not known yet): the key goes back, so the same
-      // header can be retried, and a refused stranger's payload does not use up a payer's proof.
+    /** Gives the key back: nothing was settled for this request. A failure leaves it used up (a fault). */
+    const release = async (): Promise<{ kind: "fault"; error: unknown } | undefined> => {
       try {
         await replayGuard.release(key);
+        return undefined;
       } catch (error) {
         // The key stays used up; the gate logs this fault, and the header is refused from now on.
         return { kind: "fault", error };
       }
-      return result;
-    }
+    };
 
-    const payment: X402GatePayment = {
+    const gateRequirements = {
+      ...requirements,
+      extra: { ...requirements.extra, [X402_GATE_EXTRA]: options.gateId },
+    };
+    const request: X402SettleRequest = {
+      x402Version: X402_VERSION,
+      paymentPayload: payload,
+      paymentRequirements: gateRequirements,
+    };
+    const paymentWith = (transaction: Hex | undefined): X402GatePayment => ({
       scheme: "exact",
       payer: authorization.from,
       amount: BigInt(requirements.amount),
       payTo: requirements.payTo,
       network: options.network,
       token: requirements.asset,
-      transaction: result.transaction,
-      x402: { nonce: authorization.nonce, payload, requirements: settled },
+      transaction,
+      x402: { nonce: authorization.nonce, payload, requirements: gateRequirements },
+    });
+    const responseHeader = (reply: X402SettleResponse): Headers => {
+      const headers = new Headers();
+      headers.set(HeaderName.X402PaymentResponse, encodeJsonHeader(reply));
+      return headers;
     };
-    const headers = new Headers();
-    headers.set(
-      HeaderName.X402PaymentResponse,
-      encodeJsonHeader({
-        success: true,
-        transaction: result.transaction,
-        network: options.network,
-        payer: authorization.from,
-      }),
-    );
-    return { kind: "paid", payment, headers };
+    const settledReply = (transaction: Hex): X402SettleResponse => ({
+      success: true,
+      transaction,
+      network: options.network,
+      payer: authorization.from,
+    });
+
+    const checked = await verifyResult(verify, request);
+    if (checked.kind !== "valid") {
+      let answer: X402Outcome = checked;
+      if (checked.kind === "refused" && MAYBE_SETTLED_REASONS.has(checked.reason)) {
+        // Used or expired: possibly this very request, settled after its answer was lost (a retry
+        // after a 5xx). The facilitator answers an identical settle request with its transaction and
+        // refuses any other, moving no money: it settles nothing that is used or expired.
+        const probe = await settleResult(settle, request, options.network);
+        if (probe.kind === "settled") {
+          return {
+            kind: "paid",
+            payment: paymentWith(probe.transaction),
+            headers: responseHeader(settledReply(probe.transaction)),
+            release: () => replayGuard.release(key),
+          };
+        }
+        // A fault may hide a settlement in flight: answer 5xx, never a refusal that invites paying again.
+        if (probe.kind === "fault") answer = probe;
+      }
+      return (await release()) ?? answer;
+    }
+    if (validBefore < BigInt(now + MIN_SETTLE_HEADROOM_SECONDS)) {
+      // Valid now, but the handler would run into the end of the window and the settlement be refused.
+      return (
+        (await release()) ??
+        refused(
+          X402ErrorReason.ValidBeforeExpired,
+          `the authorization must stay valid for at least ${MIN_SETTLE_HEADROOM_SECONDS} s to run the request and settle`,
+        )
+      );
+    }
+
+    const payment = paymentWith(undefined);
+    return {
+      kind: "verified",
+      payment,
+      async finish(served) {
+        if (!served) {
+          const failed = await release();
+          if (failed !== undefined) return failed;
+          return {
+            kind: "unsettled",
+            headers: responseHeader({
+              success: false,
+              errorReason: NOT_SERVED_REASON,
+              errorMessage:
+                "the request failed; no payment was taken, and the same payment may be sent again",
+              transaction: "",
+              network: options.network,
+              payer: authorization.from,
+            }),
+          };
+        }
+        const result = await settleResult(settle, request, options.network);
+        if (result.kind !== "settled") {
+          // Nothing was settled for this request (or it is not known yet): the key goes back, so the
+          // same header can be retried (a fault), and a refusal leaves the payer's authorization unused.
+          return (await release()) ?? result;
+        }
+        payment.transaction = result.transaction;
+        return { kind: "settled", headers: responseHeader(settledReply(result.transaction)) };
+      },
+    };
   };
 }
 
@@ -332,6 +450,25 @@ export function settleThroughFacilitator(
       );
     }
     return facilitator.request("POST", "/x402/settle", X402SettleResponseSchema, {
+      body: request,
+      timeoutMs,
+    });
+  };
+}
+
+/** `POST <facilitator>/x402/verify` through the gate's facilitator client (a simulation on chain). */
+export function verifyThroughFacilitator(
+  facilitator: Pick<FacilitatorClient, "request">,
+  options: { timeoutMs?: number } = {},
+): X402Verify {
+  const timeoutMs = options.timeoutMs ?? 15_000;
+  return (request) => {
+    if (typeof facilitator.request !== "function") {
+      return Promise.reject(
+        new TollgateError("Internal", "the gate's facilitator client cannot post to /x402/verify"),
+      );
+    }
+    return facilitator.request("POST", "/x402/verify", X402VerifyResponseSchema, {
       body: request,
       timeoutMs,
     });
@@ -391,6 +528,32 @@ function readPayload(header: string): ReadPayload {
     };
   }
   return { ok: true, payload: parsed.data };
+}
+
+/** The facilitator's answer as a verify result; never rejects. */
+async function verifyResult(verify: X402Verify, request: X402VerifyRequest): Promise<VerifyResult> {
+  let reply: X402VerifyResponse;
+  try {
+    reply = await verify(request);
+  } catch (error) {
+    return { kind: "fault", error };
+  }
+  if (reply.isValid) return { kind: "valid" };
+  const reason = reply.invalidReason ?? X402ErrorReason.UnexpectedVerifyError;
+  if (reason === X402ErrorReason.UnexpectedVerifyError || reason === X402ErrorReason.UnexpectedSettleError) {
+    return {
+      kind: "fault",
+      error: new TollgateError(
+        "ChainUnavailable",
+        "the payment could not be verified now; retry the same request",
+        {
+          details: { reason },
+          retryAfter: PENDING_RETRY_AFTER_SECONDS,
+        },
+      ),
+    };
+  }
+  return { kind: "refused", reason, message: reply.invalidMessage ?? reason };
 }
 
 /** The facilitator's answer as a settle result; never rejects. */

@@ -165,9 +165,20 @@ export type SchemeAcceptance =
       headers: Headers;
       /**
        * Told the handler's status before the response leaves (500 when it threw); adapters await it.
-       * Never rejects. Default: nothing to do.
+       * Never rejects. Default: nothing to do. Only with `settleAfterHandler` may it answer a
+       * `SchemeCompletion`, which replaces the handler's response.
        */
-      complete?: ((status: number) => Promise<void>) | undefined;
+      complete?:
+        | ((status: number) => Promise<void>)
+        | ((status: number) => Promise<SchemeCompletion | undefined>)
+        | undefined;
+      /**
+       * The payment is settled by `complete`, after the handler (x402 `exact`: verify, run, settle on
+       * success). The adapters then hold the handler's whole response until `complete` resolved, read
+       * `headers` after it (it adds the settlement to them), and send what it answers instead when the
+       * settlement failed.
+       */
+      settleAfterHandler?: true | undefined;
     }
   | {
       kind: "refuse";
@@ -178,6 +189,13 @@ export type SchemeAcceptance =
       decorate?: ((response: Response) => void) | undefined;
     }
   | { kind: "respond"; response: Response };
+
+/**
+ * What a `settleAfterHandler` part's `complete` answers when the payment could not be settled after
+ * the handler ran: a refusal (the dispatcher answers it with a fresh 402 of the route's offers) or a
+ * response (a 5xx). The handler's response is not sent then.
+ */
+export type SchemeCompletion = Extract<SchemeAcceptance, { kind: "refuse" } | { kind: "respond" }>;
 
 /**
  * One scheme's part in one gate, built once by `GateSchemePart.create`. `offer`, `credential` and

@@ -9,7 +9,9 @@
  * - The input is parsed before the gate is asked: a malformed call is refused and never charged, and
  *   metered units come from the parsed input (`capability.units`), never from the caller.
  * - A paid call whose handler fails reports its status to the gate (≥ 500 gives a proof back, as
- *   over HTTP); a thrown error that is not a `TollgateError` is told to the caller without internals.
+ *   over HTTP; an x402 payment is settled only after the handler succeeded, so a failed one is not
+ *   charged and its result says so in `_meta["x402/payment-response"]`); a thrown error that is not a
+ *   `TollgateError` is told to the caller without internals.
  * - A reseller's sale (a capability with `admission`, src/agent/saleAdmission.ts) is reserved in its
  *   budget before the gate is asked, as over HTTP: an unpaid call is refused with `SaleNotAdmitted`
  *   instead of terms when no sale could be reserved now, and a paid one before its payment is consumed
@@ -174,10 +176,23 @@ export function capabilityMcpServer(options: CapabilityMcpServerOptions): () => 
         { signal, sale: fundedSale(options.sale?.(outcome.paid, outcome.subscription), sale?.ticket) },
         options.logger,
       );
-      const status = result.isError === true ? statusOf(result) : 200;
+      // A failed tool is never reported below 400, so that an x402 payment is not settled for it.
+      const status = result.isError === true ? Math.max(statusOf(result), 400) : 200;
       answer = { status };
-      await outcome.complete(status);
-      if (result.isError === true) return result;
+      const instead = await outcome.complete(status);
+      if (instead !== undefined) {
+        // Settled after the tool ran, and the settlement failed: nothing was charged, and nothing of
+        // the tool's result is sent (x402's MCP transport says so too).
+        answer = answerOf(instead);
+        return instead;
+      }
+      if (result.isError === true) {
+        // Only to say that an x402 payment was not taken (`success: false`); a proof's receipt is not
+        // attached to a failure, as before.
+        const settlement = outcome.meta[McpMetaKey.X402PaymentResponse] as { success?: unknown } | undefined;
+        if (settlement?.success !== false) return result;
+        return { ...result, _meta: { ...result._meta, [McpMetaKey.X402PaymentResponse]: settlement } };
+      }
       return { ...result, _meta: { ...result._meta, ...outcome.meta } };
     } finally {
       await sale?.answered(answer);

@@ -3,7 +3,9 @@
  * credential from a call's `_meta` (src/protocol/mcpPayment.ts), asks the same framework-free core
  * (`paymentGate`) about the capability's HTTP route, and translates its answer into MCP terms: a
  * refusal becomes an `isError` tool result (payment required with its terms, or the §2.6 error), a
- * pass carries the settlement for the result's `_meta`.
+ * pass carries the settlement for the result's `_meta`. An x402 payment (`_meta["x402/payment"]`) is
+ * verified before the tool runs and settled by `complete` only when it succeeded, as x402's own MCP
+ * servers do; a tool that failed is not charged for.
  *
  * Invariants:
  * - One implementation of payment checks: memos, replay guard, prices, subscriptions and metering are
@@ -49,18 +51,26 @@ export type McpToolResult = {
 };
 
 /**
- * `pass`: run the tool, add `meta` to its result's `_meta`, and report how it went with `complete`
- * (a status ≥ 500 hands a proof back, as over HTTP). `respond`: answer `result` without running it.
+ * `pass`: run the tool, report how it went with `complete` (a status ≥ 500 hands a proof back, as over
+ * HTTP; an x402 payment is settled only for a status below 400), then add `meta` to its result's
+ * `_meta`. `meta` is read after `complete`: it carries the settlement (`x402/payment-response`), which
+ * for an x402 payment exists only then (`success: false` when the tool failed and nothing was taken).
+ * When `complete` answers a result, the settlement failed after the tool ran: answer that result (a
+ * payment-required or error result; nothing was charged) instead of the tool's.
+ * `respond`: answer `result` without running it.
  */
 export type McpGateResult =
   | {
       kind: "pass";
       paid?: GatePayment | undefined;
       subscription?: ServedSubscription | undefined;
-      meta: Record<string, unknown>;
-      complete: CompleteRequest;
+      readonly meta: Record<string, unknown>;
+      complete: McpCompleteCall;
     }
   | { kind: "respond"; result: McpToolResult };
+
+/** `CompleteRequest` in MCP terms: a result to answer instead of the tool's, when it resolves with one. */
+export type McpCompleteCall = (status: number) => Promise<McpToolResult | undefined>;
 
 export type McpPaymentGate = (call: McpGateCall) => Promise<McpGateResult>;
 
@@ -101,12 +111,19 @@ export function mcpPaymentGate(gate: PaymentGate): McpPaymentGate {
     }
     const result = await gate({ method: "POST", url: call.path, headers, units: call.units });
     if (result.kind === "respond") return { kind: "respond", result: await toolResultOf(result.response) };
+    const complete: CompleteRequest = result.complete;
     return {
       kind: "pass",
       paid: result.paid,
       subscription: result.subscription,
-      meta: settlementMeta(result.headers),
-      complete: result.complete,
+      // Read when asked: an x402 settlement is added to the headers by `complete`.
+      get meta() {
+        return settlementMeta(result.headers);
+      },
+      async complete(status) {
+        const instead = await complete(status);
+        return instead instanceof Response ? toolResultOf(instead) : undefined;
+      },
     };
   };
 }

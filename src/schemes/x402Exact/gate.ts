@@ -1,20 +1,27 @@
 /**
  * The gate part of x402 v2 `exact` interop (DESIGN.md §2.7): a standard x402 client pays a route's
- * one-time offers with `PAYMENT-SIGNATURE`; the payment is settled through the facilitator **before**
- * the handler runs and served once (`createX402Settlement` holds the replay rules). A failed handler
- * does not hand the payment back: the x402 client signs a fresh one.
+ * one-time offers with `PAYMENT-SIGNATURE` (or `_meta["x402/payment"]` over MCP). As x402's reference
+ * servers do, the payment is verified before the handler runs and settled in `complete` only when the
+ * handler answered below 400 (`settleAfterHandler`: the adapters hold the response until then);
+ * `createX402Settlement` holds the replay rules.
+ *
+ * Why below 400: 2xx and 3xx are the answer that was bought (a redirect to the resource included); a
+ * 4xx or 5xx delivered nothing, so, as x402's middleware does, nothing is settled and the payer may
+ * send the same payment again. A settlement that fails after the handler ran replaces its answer: a
+ * fresh 402 with the x402 reason, or a 5xx to retry the same header; nothing was charged either way.
  */
 import { faultResponse } from "../../gate/gateResponses.ts";
 import {
   createX402Settlement,
   settleThroughFacilitator,
+  verifyThroughFacilitator,
   withX402Reason,
   type X402GatePayment,
   x402GateId,
 } from "../../gate/x402Settlement.ts";
 import { HeaderName } from "../../protocol/header.ts";
 import type { ExactOffer } from "../exact/gate.ts";
-import type { GateSchemePart, SchemeAcceptance } from "../types.ts";
+import type { GateSchemePart, SchemeAcceptance, SchemeCompletion } from "../types.ts";
 
 declare module "../types.ts" {
   interface SchemePayments {
@@ -29,6 +36,7 @@ export const x402ExactGate: GateSchemePart<ExactOffer> = {
   create(context) {
     const { logger } = context;
     const acceptX402 = createX402Settlement({
+      verify: verifyThroughFacilitator(context.facilitator),
       settle: settleThroughFacilitator(context.facilitator),
       replayGuard: context.replayGuard,
       gateId: x402GateId(context.memoSecret),
@@ -45,22 +53,60 @@ export const x402ExactGate: GateSchemePart<ExactOffer> = {
           offers: route.offers,
           tokenEip712: await context.tokenEip712(),
         });
-        if (outcome.kind === "paid") return { kind: "pass", paid: outcome.payment, headers: outcome.headers };
         const { method, path } = request;
+        if (outcome.kind === "paid") {
+          // Settled already (a retry whose settlement landed after its 5xx): served like a proof, whose
+          // key comes back when the handler fails so that the same header is served on a retry.
+          let done = false;
+          const complete = async (status: number): Promise<void> => {
+            if (done || status < 500) return;
+            done = true;
+            await outcome.release().catch((error: unknown) => {
+              logger?.warn({ err: error, method, path }, "a settled x402 payment could not be handed back");
+            });
+          };
+          return { kind: "pass", paid: outcome.payment, headers: outcome.headers, complete };
+        }
+        if (outcome.kind === "verified") {
+          const headers = new Headers();
+          let completion: Promise<SchemeCompletion | undefined> | undefined;
+          const complete = (status: number): Promise<SchemeCompletion | undefined> => {
+            // Only the first report counts (an adapter may report twice: a throw, then `close`).
+            completion ??= outcome.finish(status < 400).then((finished): SchemeCompletion | undefined => {
+              if (finished.kind === "settled" || finished.kind === "unsettled") {
+                for (const [name, value] of finished.headers) headers.set(name, value);
+                return undefined;
+              }
+              if (finished.kind === "fault") {
+                logger?.warn({ err: finished.error, method, path }, "x402 payment could not be settled");
+                return { kind: "respond", response: faultResponse(finished.error) };
+              }
+              logger?.debug({ method, path, reason: finished.reason }, "x402 settlement refused");
+              return refusalOf(finished.reason, `x402 settlement refused: ${finished.message}`);
+            });
+            return completion;
+          };
+          return { kind: "pass", paid: outcome.payment, headers, complete, settleAfterHandler: true };
+        }
         if (outcome.kind === "fault") {
-          logger?.warn({ err: outcome.error, method, path }, "x402 payment could not be settled");
+          logger?.warn({ err: outcome.error, method, path }, "x402 payment could not be verified");
           return { kind: "respond", response: faultResponse(outcome.error) };
         }
         logger?.debug({ method, path, reason: outcome.reason }, "x402 payment refused");
-        return {
-          kind: "refuse",
-          error: "InvalidPaymentProof",
-          message: `x402 payment refused: ${outcome.message}`,
-          decorate: (response) => {
-            withX402Reason(response, outcome.reason);
-          },
-        };
+        return refusalOf(outcome.reason, `x402 payment refused: ${outcome.message}`);
       },
     };
   },
 };
+
+/** A refusal the dispatcher answers with a fresh 402 carrying the x402 `reason`. */
+function refusalOf(reason: string, message: string): SchemeAcceptance & { kind: "refuse" } {
+  return {
+    kind: "refuse",
+    error: "InvalidPaymentProof",
+    message,
+    decorate: (response) => {
+      withX402Reason(response, reason);
+    },
+  };
+}
