@@ -2,19 +2,22 @@
  * The specification's provider-side operations, called exactly as it writes them (issue 11), over a
  * real devnet and a real facilitator: `paymentGate({ pricing: [...] })` on a path prefix,
  * `parsePaymentProof(headerValue)`, `verifyPaymentProof(proof)`, `buildPaymentRequired({ plan })`,
- * `deductAllowance(amount)` from a handler, the served subscription in the Hono, Express and
- * `node:http` adapters, and `allowance.exhausted` delivered to a real webhook receiver when the gate
- * refuses a metered call at the cap.
+ * `deductAllowance(amount)` from a handler (its charge read back from the chain once flushed), the
+ * served subscription in the Hono, Express and `node:http` adapters, and `allowance.exhausted`
+ * delivered to a real webhook receiver when the gate refuses a metered call at the cap.
  */
 import { randomBytes } from "node:crypto";
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import express from "express";
 import { Hono } from "hono";
+import type { Address } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
+import { getSubscription } from "../src/chain/actions/subscriptions/getSubscription.ts";
 import { setOperator } from "../src/chain/actions/subscriptions/setOperator.ts";
+import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer, type Payer } from "../src/client/createPayer.ts";
@@ -45,6 +48,8 @@ import {
   ProviderChallengeResponseSchema,
   ProviderRegisterResponseSchema,
   UsageExhaustedResponseSchema,
+  type UsageSummary,
+  UsageSummarySchema,
 } from "../src/protocol/subscriptions.ts";
 import type { WebhookEvent } from "../src/protocol/webhook.ts";
 import { signTestPayment, startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
@@ -352,6 +357,10 @@ describe("the specification's gate operations, called as written", () => {
     // Cap 0.03 USDC: one metered unit past the included two, and two deductions of 0.01.
     const subscriptionId = await payer.subscribe({ planId, maxOverage: "0.03" });
     const headers = await payer.subscriptionHeaders(subscriptionId, PUBLIC_ORIGIN);
+    const balanceOf = (owner: Address) =>
+      getTokenBalance(devnet.publicClient, { token: devnet.contracts.usd, owner });
+    const subscriberBefore = await balanceOf(account.address);
+    const providerBefore = await balanceOf(provider.address);
     const read = async (base: string) => {
       const response = await fetch(`${base}/api/report`, { headers });
       expect(response.status).toBe(200);
@@ -385,6 +394,30 @@ describe("the specification's gate operations, called as written", () => {
       expect(PaymentRequiredSchema.parse(await response.json()).error).toBe("AllowanceExhausted");
     }
     await gate.flushUsage();
+
+    // What was charged reaches the chain: one metered unit past the included two (0.01) and the two
+    // deductions (0.01 each), pulled from the subscriber to the provider by the facilitator's batches.
+    let summary: UsageSummary | undefined;
+    for (let i = 0; i < 300; i++) {
+      const response = await fetch(`${tf.url}/usage?subscriptionId=${subscriptionId}`, {
+        headers: { authorization: `Bearer ${apiKey}` },
+      });
+      summary = UsageSummarySchema.parse(await response.json());
+      if (summary.unsettled.count === 0 && summary.recorded.count > 0) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    expect(summary).toMatchObject({
+      settled: { amount: "30000" },
+      unsettled: { count: 0 },
+      failed: { count: 0 },
+    });
+    const onChain = await getSubscription(devnet.publicClient, {
+      manager: devnet.contracts.subscriptionManager,
+      subscriptionId,
+    });
+    expect(onChain.overageUsed).toBe(3n * UNIT);
+    expect(await balanceOf(account.address)).toBe(subscriberBefore - 3n * UNIT);
+    expect(await balanceOf(provider.address)).toBe(providerBefore + 3n * UNIT);
 
     // The facilitator emitted allowance.exhausted once for this cycle, and a webhook delivered it.
     let delivered: WebhookEvent[] = [];
