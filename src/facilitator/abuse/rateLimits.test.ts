@@ -170,6 +170,24 @@ describe("createRateLimits", () => {
       expect((await read("203.0.113.7", gateKey)).status).toBe(200);
     });
 
+    it("counts a keyed request as anonymous while the store cannot look its key up", async () => {
+      const limits = createRateLimits({
+        clock: createFixedClock(start),
+        perClient: { capacity: 1, refillPerSecond: 0.001 },
+        findProvider: async () => {
+          throw new Error("store unreachable");
+        },
+      });
+      const app = new Hono();
+      app.onError((error) => errorResponse(error));
+      app.use("*", limits.clientMiddleware);
+      app.all("*", (c) => c.text("ok"));
+      const env = { incoming: { socket: { remoteAddress: "203.0.113.7" } } };
+      const init = { headers: { authorization: `Bearer ${gateKey}` } };
+      expect((await app.request(channelRead, init, env)).status).toBe(200);
+      expect((await app.request(channelRead, init, env)).status).toBe(429);
+    });
+
     it("looks up only well-formed keys; anything else is anonymous", async () => {
       const { read, looked } = appWith({
         clock: createFixedClock(start),

@@ -124,7 +124,9 @@ export function createRateLimits(options: RateLimitOptions & RateLimitDeps): Rat
     if (findProvider === undefined || authorization === undefined) return false;
     const key = BEARER_KEY.exec(authorization)?.[1];
     if (key === undefined) return false;
-    const provider = await findProvider(key);
+    // A store that cannot answer now makes the request anonymous rather than failing it: a channel
+    // read needs no store, and the per-address bucket still bounds it.
+    const provider = await findProvider(key).catch(() => undefined);
     if (provider === undefined) return false;
     const client = keyedClients?.take(bucketKey(clientAddress(peer, forwardedFor, trusted)));
     if (client !== undefined && !client.ok) {

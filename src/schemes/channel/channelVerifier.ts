@@ -127,7 +127,8 @@ const refuse = (error: GateErrorCode, message: string, details?: Record<string, 
 /**
  * @example
  * const verifier = createChannelVerifier({ chainId: 8453, channels, payTo, token,
- *   source: createFacilitatorChannelSource(facilitator), store: await createJournalVoucherStore({ path }) });
+ *   source: guardChannelSource(createFacilitatorChannelSource(facilitator, apiKey), { payTo, token }),
+ *   store: await createJournalVoucherStore({ path }) });
  * const result = await verifier.charge(request.headers.get("x-tollgate-channel") ?? "", 1_000n);
  */
 export function createChannelVerifier(options: ChannelVerifierOptions): ChannelVerifier {
