@@ -137,7 +137,9 @@ export async function recordOpenTransaction(
 
 /**
  * Keeps `amount` as the channel's voucher if it is above the one held (the only way voucher_amount
- * changes). `true` when stored. A new voucher clears a permanent claim error of an older one.
+ * changes). `true` when stored. A new voucher clears a permanent claim error of an older one. Once the
+ * payee asked for a cooperative close (`close_wanted`) the held voucher is frozen: the close carries it,
+ * so the facilitator never closes with less than it holds.
  */
 export async function storeVoucher(
   db: Queryable,
@@ -149,7 +151,7 @@ export async function storeVoucher(
   const rows = await db.query(
     `UPDATE channels SET voucher_amount = $2, voucher_signature = $3, claim_error = NULL,
        unclaimed_since = COALESCE(unclaimed_since, $4), updated_at = now()
-     WHERE channel_id = $1 AND voucher_amount < $2 AND NOT closed
+     WHERE channel_id = $1 AND voucher_amount < $2 AND NOT closed AND NOT close_wanted
      RETURNING channel_id`,
     [lower(channelId), amount, lower(signature), now],
   );

@@ -6,7 +6,7 @@ import { systemClock } from "../../protocol/clock.ts";
 import { createTestStore } from "../../store/createTestStore.ts";
 import type { Queryable, Store } from "../../store/store.ts";
 import { createSessionKeyCache } from "./channelChain.ts";
-import { claimableSummary, upsertChannel } from "./channelRecords.ts";
+import { claimableSummary, findChannel, markCloseWanted, upsertChannel } from "./channelRecords.ts";
 import { createChannelVoucherIntake } from "./channelVoucherIntake.ts";
 
 const contract = "0xCf7Ed3AccA5a467e9e704C703E8D87F634fB0Fc9" as Address;
@@ -152,5 +152,27 @@ describe("channel voucher intake", () => {
     ]);
     // Resending what is held changes nothing.
     expect((await intake.accept(payee, [voucher(a, 30n)]))[0]?.status).toBe("ignored");
+  });
+
+  it("freezes the held voucher once the payee asked for a cooperative close: the close never carries less than the facilitator holds", async () => {
+    const { ids, voucher } = await openChannels(1, "frozen");
+    const [a] = ids as [Hex];
+    const intake = createChannelVoucherIntake({
+      store,
+      publicClient: {} as never,
+      chainId,
+      contract,
+      tokens: [{ address: contract }],
+      clock: systemClock,
+      sessionKey: createSessionKeyCache(),
+    });
+    expect((await intake.accept(payee, [voucher(a, 300_000n)]))[0]?.status).toBe("stored");
+    await markCloseWanted(store, a);
+    // Before, a voucher arriving between the payee's ask and the close transaction was held (and never
+    // claimed: the close had been sent with the older one).
+    expect(await intake.accept(payee, [voucher(a, 400_000n)])).toEqual([
+      { channelId: a.toLowerCase(), status: "rejected", reason: "channel is being closed cooperatively" },
+    ]);
+    expect((await findChannel(store, a))?.voucher_amount).toBe(300_000n);
   });
 });

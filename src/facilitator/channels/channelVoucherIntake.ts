@@ -72,6 +72,9 @@ export function createChannelVoucherIntake(ctx: ChannelVoucherIntakeContext) {
     if (amount <= row.voucher_amount || amount <= row.claimed) return ignored;
     if (amount <= (pending.get(channelId) ?? 0n)) return ignored;
     if (row.closed) return reject("channel is closed");
+    // The cooperative close the payee asked for carries the voucher held when it asked (its gate sealed
+    // the channel and handed its last one over first): a later one would be held but never claimed.
+    if (row.close_wanted) return reject("channel is being closed cooperatively");
     if (amount > row.deposit) {
       const again = await refresh(channelId);
       if (again !== undefined && again !== UNSERVED) row = again;
