@@ -1,18 +1,23 @@
 /**
  * The built command line (`npm run build`): the same commands as the sources, and a facilitator that
  * runs from it with plain `node` — migrations applied from `src/store/migrations`, the dashboard's
- * assets served, a payment settled on the devnet.
+ * assets served, and a payer's signed payment settled by it on the devnet (read back from the chain).
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { Address } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { getAuthorizationState } from "../src/chain/actions/usd/getAuthorizationState.ts";
+import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { describeDevnet, writeDevnetFile } from "../src/chain/devnetFile.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { bundleCli } from "../src/cli/bundle.ts";
 import { generateProofKey } from "../src/facilitator/proofKeys.ts";
+import { AuthorizeResponseSchema } from "../src/protocol/facilitator.ts";
+import { signTestPayment } from "./support/facilitatorHarness.ts";
 import { runCli } from "./support/runCli.ts";
 
 const repository = join(import.meta.dirname, "..");
@@ -68,7 +73,7 @@ describe("the built tollgate command", { timeout: 120_000 }, () => {
     expect(badFlag.code).toBe(2);
   });
 
-  it("runs a facilitator with plain node: a fresh PGlite directory migrated, the dashboard's assets served", async () => {
+  it("runs a facilitator with plain node: a fresh PGlite directory migrated, the dashboard's assets served, a payment settled", async () => {
     writeDevnetFile(join(dir, "devnet.json"), describeDevnet(devnet));
     child = spawn(process.execPath, [entry, "facilitator", "--dir", dir, "--port", "0"], {
       cwd: dir,
@@ -99,5 +104,29 @@ describe("the built tollgate command", { timeout: 120_000 }, () => {
     // Started means its fresh store was migrated from src/store/migrations (a missing directory fails
     // the start); the store answers.
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
+
+    // A payment, settled by the built facilitator: the transfer is on chain, the authorization used.
+    const [, payer, payee] = devnet.accounts;
+    const balanceOf = (owner: Address) =>
+      getTokenBalance(devnet.publicClient, { token: devnet.contracts.usd, owner });
+    const before = await balanceOf(payee!.address);
+    const payment = await signTestPayment(devnet, payer!, { payTo: payee!.address, amount: 25_000n });
+    const settled = await fetch(`${url}/authorize`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ signedPayment: payment }),
+    });
+    expect(settled.status).toBe(200);
+    const { proof } = AuthorizeResponseSchema.parse(await settled.json());
+    const receipt = await devnet.publicClient.getTransactionReceipt({ hash: proof.tx });
+    expect(receipt.status).toBe("success");
+    expect(await balanceOf(payee!.address)).toBe(before + 25_000n);
+    expect(
+      await getAuthorizationState(devnet.publicClient, {
+        token: devnet.contracts.usd,
+        authorizer: payer!.address,
+        nonce: payment.authorization.nonce,
+      }),
+    ).toBe(true);
   });
 });
