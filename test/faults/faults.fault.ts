@@ -9,8 +9,13 @@
  * terminated, the gates' Redis connections killed, a gate SIGKILLed mid-request. Then the
  * reconciliation against the chain.
  *
+ * Every fault kind is injected at least once, and the run fails otherwise. The random choices (which
+ * instance, when, which route) come from one generator seeded by TOLLGATE_FAULTS_SEED, or a fresh seed
+ * printed at the start: a failing run's choices can be replayed (its timing, on real processes, not).
+ *
  * `npm run test:faults`; TOLLGATE_FAULTS_LONG=1 for the long run (100 facilitator kills).
  */
+import { randomInt } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createPayer } from "../../src/client/createPayer.ts";
 import { type FaultStack, PLAN_INTERVAL, startFaultStack } from "./support/faultStack.ts";
@@ -31,11 +36,37 @@ const redisUrl = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 const progress = (message: string) =>
   process.stderr.write(`[faults ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-const random = (min: number, max: number) => min + Math.floor(Math.random() * (max - min));
+const SEED = parseSeed(process.env.TOLLGATE_FAULTS_SEED);
+/** Uniform in [0, 1), from the run's seed. */
+const rng = mulberry32(SEED);
+const random = (min: number, max: number) => min + Math.floor(rng() * (max - min));
+
+/** A 32-bit seed: TOLLGATE_FAULTS_SEED (decimal) when set, else a fresh one. */
+function parseSeed(text: string | undefined): number {
+  if (text === undefined || text === "") return randomInt(2 ** 32);
+  const seed = Number(text);
+  if (!Number.isSafeInteger(seed) || seed < 0 || seed >= 2 ** 32) {
+    throw new Error(`TOLLGATE_FAULTS_SEED must be an integer in [0, 2^32): ${text}`);
+  }
+  return seed;
+}
+
+/** mulberry32: a small seeded generator, plenty for choosing fault moments. */
+function mulberry32(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
+  };
+}
 
 let stack: FaultStack;
 
 beforeAll(async () => {
+  progress(`seed ${SEED} (replay its choices with TOLLGATE_FAULTS_SEED=${SEED})`);
   stack = await startFaultStack({
     facilitators: 3,
     gates: 2,
@@ -72,7 +103,7 @@ describe("facilitators, gates, chain, PostgreSQL and Redis failing over and over
       const mixed = await startMixedLoad(stack, { meteredCaps: [30_000n, 400_000n], pauseMs: 150 });
 
       progress("subscribed; load and faults start");
-      const load = runPurchases(stack, stack.payers, { slowShare: 0.15 });
+      const load = runPurchases(stack, stack.payers, { slowShare: 0.15, random: rng });
       const faults = {
         facilitatorKills: 0,
         facilitatorKillsWhileServing: 0,
@@ -91,10 +122,12 @@ describe("facilitators, gates, chain, PostgreSQL and Redis failing over and over
       // Facilitator kills. At least one instance stays up. The kill time is chosen once two instances
       // serve (ready: listening, open rows reconciled): a random moment 0–3 s later, and the victim a random
       // serving one. One kill in ten instead hits an instance still starting (reconciling its open rows),
-      // when one starts within 30 s.
+      // when one starts within 30 s; from half the kills on, every kill tries that until one did.
       const killLoop = (async () => {
         while (faults.facilitatorKills < FACILITATOR_KILLS) {
-          if (Math.random() < 0.1) {
+          const noStartKillYet =
+            faults.facilitatorKillsDuringStart === 0 && faults.facilitatorKills >= FACILITATOR_KILLS / 2;
+          if (rng() < 0.1 || noStartKillYet) {
             // Wait (up to 30 s) for an instance that is starting while another serves.
             let victim: (typeof stack.facilitators)[number] | undefined;
             for (let i = 0; i < 300 && victim === undefined; i++) {
@@ -132,8 +165,13 @@ describe("facilitators, gates, chain, PostgreSQL and Redis failing over and over
         killing = false;
       })();
 
-      // The other faults, at random intervals, while the kills go on.
-      for (let step = 0; killing; step++) {
+      // The other faults, at random intervals, while the kills go on, and until each kind happened.
+      const everyOtherKindOnce = () =>
+        faults.pgBackendsTerminated > 0 &&
+        faults.redisKills > 0 &&
+        faults.gateKills > 0 &&
+        faults.anvilRestarts > 0;
+      for (let step = 0; killing || !everyOtherKindOnce(); step++) {
         await sleep(random(150, 900));
         for (const p of [...stack.facilitators, ...stack.gates, stack.anvil])
           while (p.unexpectedExits.length > 0) {
@@ -198,6 +236,7 @@ describe("facilitators, gates, chain, PostgreSQL and Redis failing over and over
       const lostPayments = figures.lostPayments + more.lostMeteredCharges + more.lostVouchers;
       const ledgerMismatches = figures.ledgerMismatches + more.ledgerMismatches;
       const report = {
+        seed: SEED,
         faultSeconds: Math.round(faultSeconds),
         faultsInjected: faults,
         purchases: load.purchases.length,
@@ -228,6 +267,8 @@ describe("facilitators, gates, chain, PostgreSQL and Redis failing over and over
         lostVouchers: more.lostVouchers,
         doubleClaims: more.doubleClaims,
         paidUnservedAfterGateKill: figures.paidUnservedAfterGateKill,
+        proofInFlightWaits: figures.proofInFlightWaits,
+        webhooksExpectedFromChain: figures.webhooksExpectedFromChain,
         settledPayerNotTold: figures.settledPayerNotTold,
         processCrashes: crashes.length,
       };
@@ -244,6 +285,8 @@ describe("facilitators, gates, chain, PostgreSQL and Redis failing over and over
       expect(crashes).toEqual([]);
       expect(closeProblems).toEqual([]);
       expect(faults.facilitatorKills).toBe(FACILITATOR_KILLS);
+      // Every fault kind happened: a run that skipped one proved nothing about it.
+      for (const [kind, count] of Object.entries(faults)) expect(count, kind).toBeGreaterThan(0);
       expect(figures.paymentsMade).toBeGreaterThan(FACILITATOR_KILLS);
       expect(more.meteredServed).toBeGreaterThan(0);
       expect(more.channelServed).toBeGreaterThan(0);
@@ -254,7 +297,15 @@ describe("facilitators, gates, chain, PostgreSQL and Redis failing over and over
         lostWebhooks: figures.lostWebhooks,
         ledgerMismatches,
         capOverruns: more.capOverruns,
-      }).toEqual({ doubleCharges: 0, lostPayments: 0, lostWebhooks: 0, ledgerMismatches: 0, capOverruns: 0 });
+        paidUnservedAfterGateKill: figures.paidUnservedAfterGateKill,
+      }).toEqual({
+        doubleCharges: 0,
+        lostPayments: 0,
+        lostWebhooks: 0,
+        ledgerMismatches: 0,
+        capOverruns: 0,
+        paidUnservedAfterGateKill: 0,
+      });
     },
     LONG_TIMEOUT_MS,
   );

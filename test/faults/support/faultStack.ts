@@ -48,6 +48,11 @@ export const METERED = { price: 100_000n, includedUnits: 10, unitPrice: 1_000n, 
 export const PUBLIC_ORIGIN = "https://faults.api.test";
 /** The price of `GET /api/channel`, paid by voucher. */
 export const CHANNEL_PRICE = 1_000n;
+/**
+ * How long the gates hold a proof in flight (`proofLeaseSeconds`): well above the slow route's handler
+ * time, short enough that a payer whose gate was killed mid-request is served within the run.
+ */
+export const PROOF_LEASE_SECONDS = 5;
 
 export type FaultStackOptions = {
   facilitators: number;
@@ -287,6 +292,7 @@ export async function startFaultStack(options: FaultStackOptions): Promise<Fault
         redisPrefix: `tollgate:faults:${runId}:`,
         price: PRICE.toString(),
         slowMs: options.slowMs ?? 400,
+        proofLeaseSeconds: PROOF_LEASE_SECONDS,
         apiKey,
         publicOrigin: PUBLIC_ORIGIN,
         meteredPlanId: meteredPlanId.toString(),

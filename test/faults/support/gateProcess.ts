@@ -3,7 +3,7 @@
  * guard, leased usage ledger and channel voucher store in Redis (one named connection, so the suite can
  * kill exactly this process's connections; shared with the other gate processes), and its facilitator
  * client over every facilitator instance. `GET /api/item` (one-time) answers at once; `GET /api/slow`
- * waits `slowMs` in its handler (after the proof was consumed), a window for killing the gate
+ * waits `slowMs` in its handler (after the proof was claimed), a window for killing the gate
  * mid-request; `GET /api/metered` takes the metered plan; `GET /api/channel` takes channel vouchers,
  * forwarded to the facilitators every second. Configuration: JSON in argv[2]. Prints `listening <url>`.
  */
@@ -37,6 +37,7 @@ const config = JSON.parse(process.argv[2] ?? "{}") as {
   redisPrefix: string;
   price: string;
   slowMs: number;
+  proofLeaseSeconds: number;
   apiKey: string;
   publicOrigin: string;
   meteredPlanId: string;
@@ -78,6 +79,9 @@ const gate = paymentGate({
   // authorization expires, and the run's end waits for that before it reconciles the budget ledgers.
   memoTtlSeconds: 90,
   replayGuard,
+  // A proof taken by this gate and never answered (the suite SIGKILLs gates mid-request) comes back to
+  // the payer's re-send of the same request once this lapses.
+  proofLeaseSeconds: config.proofLeaseSeconds,
   providerApiKey: config.apiKey,
   publicOrigin: config.publicOrigin,
   usageLedger,

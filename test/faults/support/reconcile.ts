@@ -1,10 +1,14 @@
 /**
- * The reconciliation after a fault run, against the chain: what the token and the SubscriptionManager
- * logged is the truth; the purchases the payers recorded, the facilitators' store and the webhooks
- * received are held to it.
+ * The reconciliation after a fault run, against the chain: what the token, the SubscriptionManager and
+ * the channels contract logged is the truth; the purchases the payers recorded, the facilitators' store
+ * and the webhooks received are held to it. The webhooks a provider must receive are derived from the
+ * chain's logs, not from the facilitators' own `events` table (a facilitator that lost an event there
+ * would otherwise go unnoticed).
  */
 import { type Address, type Hex, parseAbiItem } from "viem";
 import { getTokenBalance } from "../../../src/chain/actions/usd/getTokenBalance.ts";
+import { subscriptionManagerAbi } from "../../../src/chain/contracts/artifacts/SubscriptionManager.ts";
+import { tollgateChannelsAbi } from "../../../src/chain/contracts/artifacts/TollgateChannels.ts";
 import { WebhookEventTypeSchema } from "../../../src/protocol/webhook.ts";
 import { type FaultStack, PLAN_PRICE } from "./faultStack.ts";
 import type { Purchase } from "./workload.ts";
@@ -33,8 +37,15 @@ export type Figures = {
   lostPayments: number;
   lostWebhooks: number;
   ledgerMismatches: number;
-  /** Told paid (a proof) and never served: the gate that consumed the proof died before answering. */
+  /**
+   * Told paid (a proof) and never served: the gate that took the proof died before answering, and the
+   * payer's re-sends were refused or never answered. Must be 0.
+   */
   paidUnservedAfterGateKill: number;
+  /** Answers 503 `PaymentInFlight` the payers waited out (a proof held by a killed gate's request). */
+  proofInFlightWaits: number;
+  /** Webhooks the provider must have received, derived from the chain's logs. */
+  webhooksExpectedFromChain: number;
   /** Settled on chain while the payer was not told (it gave up first); readable by nonce. */
   settledPayerNotTold: number;
   details: string[];
@@ -191,14 +202,28 @@ export async function reconcile(
     }
   }
 
-  // Webhooks: every event of the provider's reached the receiver (at least once).
+  // Webhooks against the chain: every on-chain event of the provider's reached the receiver (at least
+  // once), found by what the chain says (a nonce, a subscription period, a channel), not by event id.
+  const expected = await webhooksExpectedFromChain(stack);
+  const receivedKeys = new Set<string>();
+  for (const w of stack.webhooks.received.values()) {
+    const key = webhookKey(w.type, w.data);
+    if (key !== undefined) receivedKeys.add(key);
+  }
+  let lostWebhooks = 0;
+  for (const key of expected)
+    if (!receivedKeys.has(key)) {
+      lostWebhooks += 1;
+      if (lostWebhooks <= 10) details.push(`webhook for ${key} (on chain) not received`);
+    }
+  // The event types with no log of their own (deductions, exhaustion, deprecations…) can only be held
+  // to the facilitators' table.
   const events = await stack.query<{ id: string; type: string }>(
     "SELECT id::text AS id, type FROM events WHERE type = ANY($1) AND lower(data::text) LIKE $2",
     [WebhookEventTypeSchema.options, `%${stack.payTo.address.toLowerCase()}%`],
   );
-  let lostWebhooks = 0;
   for (const event of events)
-    if (!stack.webhooks.received.has(`evt_${event.id}`)) {
+    if (!CHAIN_DERIVED.has(event.type) && !stack.webhooks.received.has(`evt_${event.id}`)) {
       lostWebhooks += 1;
       if (lostWebhooks <= 10) details.push(`webhook evt_${event.id} (${event.type}) not received`);
     }
@@ -214,9 +239,115 @@ export async function reconcile(
     lostWebhooks,
     ledgerMismatches,
     paidUnservedAfterGateKill,
+    proofInFlightWaits: purchases.reduce((sum, p) => sum + p.inFlightWaits, 0),
+    webhooksExpectedFromChain: expected.size,
     settledPayerNotTold,
     details,
   };
+}
+
+/** Webhook types whose expected deliveries are derived from chain logs (`webhooksExpectedFromChain`). */
+const CHAIN_DERIVED = new Set([
+  "payment.settled",
+  "subscription.created",
+  "subscription.renewed",
+  "channel.opened",
+  "channel.closed",
+]);
+
+/** What identifies a delivered webhook against the chain, for the types in `CHAIN_DERIVED`. */
+function webhookKey(type: string, data: Record<string, unknown>): string | undefined {
+  const text = (value: unknown) => String(value).toLowerCase();
+  switch (type) {
+    case "payment.settled":
+      return `${type}:${text(data.nonce)}`;
+    case "subscription.created":
+    case "subscription.renewed":
+      return `${type}:${text(data.subscriptionId)}:${text(data.periodStart)}`;
+    case "channel.opened":
+    case "channel.closed":
+      return `${type}:${text(data.channelId)}`;
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * The provider's webhooks the chain implies: `payment.settled` for each authorization used in a
+ * transaction that moved the authorizer's tokens to the provider (outside the SubscriptionManager's
+ * transactions), `subscription.created`/`renewed` for each period of its plans, `channel.opened` and
+ * `channel.closed` for each channel paying it.
+ */
+async function webhooksExpectedFromChain(stack: FaultStack): Promise<Set<string>> {
+  const client = stack.devnet.publicClient;
+  const payTo = stack.payTo.address.toLowerCase();
+  const range = { fromBlock: 0n, toBlock: "latest" } as const;
+  const keys = new Set<string>();
+
+  const managerTxs = new Set(
+    (await client.getLogs({ address: stack.devnet.contracts.subscriptionManager, ...range })).map((l) =>
+      l.transactionHash.toLowerCase(),
+    ),
+  );
+  const paidIn = new Set<string>();
+  for (const log of await client.getLogs({
+    address: stack.devnet.contracts.usd,
+    event: transfer,
+    args: { to: stack.payTo.address },
+    ...range,
+  }))
+    paidIn.add(`${log.transactionHash.toLowerCase()}:${log.args.from!.toLowerCase()}`);
+  for (const log of await client.getLogs({
+    address: stack.devnet.contracts.usd,
+    event: authorizationUsed,
+    ...range,
+  })) {
+    const tx = log.transactionHash.toLowerCase();
+    if (managerTxs.has(tx) || !paidIn.has(`${tx}:${log.args.authorizer!.toLowerCase()}`)) continue;
+    keys.add(`payment.settled:${log.args.nonce!.toLowerCase()}`);
+  }
+
+  const plans = new Set([stack.planId, stack.meteredPlanId]);
+  for (const eventName of ["SubscriptionCreated", "SubscriptionRenewed"] as const) {
+    const type = eventName === "SubscriptionCreated" ? "subscription.created" : "subscription.renewed";
+    const logs = await client.getContractEvents({
+      address: stack.devnet.contracts.subscriptionManager,
+      abi: subscriptionManagerAbi,
+      eventName,
+      ...range,
+    });
+    for (const log of logs) {
+      const args = log.args as { subscriptionId?: bigint; planId?: bigint; periodStart?: bigint };
+      if (args.planId === undefined || !plans.has(args.planId)) continue;
+      keys.add(`${type}:${args.subscriptionId}:${args.periodStart}`);
+    }
+  }
+
+  const channels = stack.devnet.contracts.channels;
+  if (channels !== undefined) {
+    const ours = new Set<string>();
+    for (const log of await client.getContractEvents({
+      address: channels,
+      abi: tollgateChannelsAbi,
+      eventName: "ChannelOpened",
+      ...range,
+    })) {
+      const args = log.args as { channelId?: Hex; payee?: Address };
+      if (args.payee?.toLowerCase() !== payTo) continue;
+      ours.add(args.channelId!.toLowerCase());
+      keys.add(`channel.opened:${args.channelId!.toLowerCase()}`);
+    }
+    for (const log of await client.getContractEvents({
+      address: channels,
+      abi: tollgateChannelsAbi,
+      eventName: "ChannelClosed",
+      ...range,
+    })) {
+      const id = (log.args as { channelId?: Hex }).channelId?.toLowerCase();
+      if (id !== undefined && ours.has(id)) keys.add(`channel.closed:${id}`);
+    }
+  }
+  return keys;
 }
 
 /** Balances of every payer, subscriber, channel payer and agent, keyed by lower-case address. */

@@ -3,7 +3,9 @@
  * the way a careful client does — a 402, `payer.pay`, the paid retry — recovering the way Tollgate's
  * docs say: a payment whose `/authorize` failed is read back by its nonce (`GET /payments/:nonce`,
  * idempotent), and a proof whose presentation failed (gate down, 5xx) is presented again, at another
- * gate if need be. Every attempt is recorded for the reconciliation.
+ * gate if need be, after the answer's `Retry-After` when it gives one (503 `PaymentInFlight`: the proof
+ * is held by a request a killed gate never answered, until its lease lapses). Every attempt is recorded
+ * for the reconciliation.
  */
 import type { Hex } from "viem";
 import type { DevnetAccount } from "../../../src/chain/startDevnet.ts";
@@ -23,6 +25,8 @@ export type Purchase = {
   error?: string;
   /** How the gate refused the proof, when it did (a gate killed after consuming it). */
   refusal?: string;
+  /** Answers 503 `PaymentInFlight` to the proof before it was served: a gate died holding it. */
+  inFlightWaits: number;
   latencyMs: number;
   startedAt: number;
 };
@@ -45,10 +49,12 @@ export async function buyOnce(
   pick: number,
 ): Promise<Purchase> {
   const startedAt = Date.now();
-  const done = (p: Omit<Purchase, "payer" | "latencyMs" | "startedAt">): Purchase => ({
+  let inFlightWaits = 0;
+  const done = (p: Omit<Purchase, "payer" | "latencyMs" | "startedAt" | "inFlightWaits">): Purchase => ({
     payer: payer.address,
     latencyMs: Date.now() - startedAt,
     startedAt,
+    inFlightWaits,
     ...p,
   });
   const gateUrl = (i: number) => stack.gateUrls[(pick + i) % stack.gateUrls.length]!;
@@ -87,8 +93,10 @@ export async function buyOnce(
     await sleep(500);
   }
   if (header === undefined) return done({ nonce, paid: false, served: false, error: lastError || "unpaid" });
-  // Present the proof; again at another gate while gates are down or answer 5xx.
-  for (let i = 0; i < 40; i++) {
+  // Present the proof; again at another gate while gates are down or answer 5xx, for up to a minute
+  // (a proof held by a killed gate's request comes back when its lease lapses: faultStack.ts, PROOF_LEASE_SECONDS).
+  const giveUpAt = Date.now() + 60_000;
+  for (let i = 0; Date.now() < giveUpAt; i++) {
     const response = await fetchSoft(`${gateUrl(i)}${path}`, { headers: { "X-PAYMENT": header } });
     if (response?.status === 200) {
       await response.text();
@@ -98,16 +106,24 @@ export async function buyOnce(
       const text = await response.text();
       return done({ nonce, paid: true, served: false, refusal: `${response.status} ${text.slice(0, 200)}` });
     }
-    await sleep(250);
+    const retryAfter = Number(response?.headers.get("retry-after") ?? Number.NaN);
+    if (response !== undefined) {
+      const text = await response.text();
+      if (response.status === 503 && text.includes("PaymentInFlight")) inFlightWaits += 1;
+    }
+    await sleep(Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter * 1000 : 250);
   }
   return done({ nonce, paid: true, served: false, error: "gate never answered" });
 }
 
-/** `payers.length` loops of purchases until `stop()`; `slowShare` of them hit the slow route. */
+/**
+ * `payers.length` loops of purchases until `stop()`; `slowShare` of them hit the slow route, chosen by
+ * `random` (uniform in [0, 1): the run's seeded generator).
+ */
 export function runPurchases(
   stack: FaultStack,
   payers: readonly DevnetAccount[],
-  options: { slowShare: number; pauseMs?: number },
+  options: { slowShare: number; random: () => number; pauseMs?: number },
 ): { purchases: Purchase[]; stop(): Promise<void> } {
   const purchases: Purchase[] = [];
   let stopping = false;
@@ -118,7 +134,7 @@ export function runPurchases(
       facilitator: stack.client(),
     });
     for (let n = 0; !stopping; n++) {
-      const path = Math.random() < options.slowShare ? "/api/slow" : "/api/item";
+      const path = options.random() < options.slowShare ? "/api/slow" : "/api/item";
       purchases.push(await buyOnce(stack, payer, path, index + n));
       if (options.pauseMs !== undefined) await sleep(options.pauseMs);
     }
