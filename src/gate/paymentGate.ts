@@ -11,9 +11,11 @@
  *   (`PAYMENT-SIGNATURE`) carrying one transfer, so a transfer buys one response under either scheme.
  *   A check that could not be carried out (facilitator or replay guard down) answers 5xx and leaves
  *   the key unconsumed, so the payer can retry the same proof instead of paying again.
- * - A proof is used up only by a request that was served: when the adapter reports (`complete`) that
- *   the handler answered 5xx or threw, the key is released and the same proof is accepted once more
- *   until it expires. A 2xx, 3xx or 4xx keeps it consumed, as does an adapter that never reports.
+ * - A proof is used up only by a request that was served: it is claimed in flight for its request
+ *   with a lease (`proofLeaseSeconds`), marked used when the adapter reports (`complete`) a 2xx, 3xx
+ *   or 4xx, and released when it reports 5xx or a throw, so the same proof is accepted once more until
+ *   it expires. A claim never reported (the gate died) lapses with its lease, and the same request may
+ *   then take it over (src/schemes/exact/gate.ts).
  * - An x402 payment (`PAYMENT-SIGNATURE`) is only verified before the handler and settled by
  *   `complete` when the handler answered below 400 (`settleAfterHandler`); a failed handler is not
  *   charged for, and a settlement that fails after it replaces its answer (x402's reference order).
@@ -120,12 +122,13 @@ export type GateResult =
 /**
  * Reports how the handler answered a request the gate let through. For a proof payment (`X-PAYMENT`),
  * a status of 500 or more releases its key in the replay guard, so the payer can present the same
- * proof again until it expires instead of paying twice; any other status keeps it consumed. For an
+ * proof again until it expires instead of paying twice; any other status marks it used. For an
  * x402 payment (`settleAfterHandler`), a status below 400 settles it and 400 or more settles nothing
  * and gives its key back; it resolves with a response to send instead of the handler's when the
  * settlement failed. Only the first call counts; it never rejects (a failed release is logged and
- * the proof stays used), and it does nothing for other requests. Not calling it at all keeps the
- * proof consumed (and an x402 payment unsettled).
+ * the proof stays used), and it does nothing for other requests. Not calling it at all leaves a
+ * proof in flight, to be accepted again for the same request after its lease (with a guard that has
+ * claims; consumed for good otherwise), and an x402 payment unsettled.
  */
 export type CompleteRequest = (status: number) => Promise<Response | undefined> | Promise<void>;
 
