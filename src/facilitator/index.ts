@@ -19,6 +19,7 @@ export {
 export { facilitatorSchemes } from "./facilitatorSchemes.ts";
 export type { MetricsAccess } from "./metricsAccess.ts";
 export { builtinModules } from "./modules.ts";
+export { openApiDocumentOf } from "./openApi.ts";
 export {
   generateProofKey,
   jwksOf,
@@ -27,3 +28,4 @@ export {
   proofKeyFromSeed,
   signPaymentProof,
 } from "./proofKeys.ts";
+export { authenticating, type RouteAuth, type RouteDoc, routeDoc } from "./routeDocs.ts";

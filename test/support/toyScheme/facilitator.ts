@@ -10,6 +10,7 @@ import {
   type FacilitatorSchemeContext,
 } from "../../../src/facilitator/facilitatorSchemeParts.ts";
 import { readJsonBody } from "../../../src/facilitator/httpErrors.ts";
+import { routeDoc } from "../../../src/facilitator/routeDocs.ts";
 import { TollgateError } from "../../../src/protocol/errors.ts";
 import { parseWire } from "../../../src/protocol/parseWire.ts";
 import { openToyTicket } from "./ticket.ts";
@@ -17,6 +18,12 @@ import { openToyTicket } from "./ticket.ts";
 const RedeemRequestSchema = z.strictObject({ ticket: z.string().min(1).max(2048) });
 
 export type ToyRedemption = { nonce: string; payer: string; amount: string };
+
+const redeemDoc = routeDoc({
+  summary: "Redeem a toy ticket a seller served, once per nonce",
+  request: RedeemRequestSchema,
+  errors: [400, 402, 409],
+});
 
 export function toyFacilitator(secret: Uint8Array) {
   return defineFacilitatorScheme({
@@ -45,7 +52,7 @@ export function toyFacilitator(secret: Uint8Array) {
           return redeem(parseWire(RedeemRequestSchema, body, { what: "request body" }).ticket);
         },
         routes(app) {
-          app.post("/toy/redeem", async (c) =>
+          app.post("/toy/redeem", redeemDoc, async (c) =>
             c.json(redeem((await readJsonBody(c, RedeemRequestSchema)).ticket)),
           );
         },
