@@ -32,6 +32,7 @@ import {
   getSubscription,
   getSubscriptionIdFromReceipt,
   getSubscriptionNonce,
+  getSubscriptionSpend,
   getTokenBalance,
   NO_SPEND_LIMIT,
   pause,
@@ -112,6 +113,8 @@ describe("SubscriptionManager", () => {
     getTokenBalance(devnet.publicClient, { token: devnet.contracts.usd, owner });
   const read = (id: bigint) =>
     getSubscription(devnet.publicClient, { manager: manager(), subscriptionId: id });
+  const spend = (id: bigint) =>
+    getSubscriptionSpend(devnet.publicClient, { manager: manager(), subscriptionId: id });
   const blockTime = async (receipt: TransactionReceipt) =>
     (await devnet.publicClient.getBlock({ blockNumber: receipt.blockNumber })).timestamp;
 
@@ -612,7 +615,7 @@ describe("SubscriptionManager", () => {
         );
       const a = await subscribeLimited(3_500n);
       const b = await subscribeLimited(2_000n);
-      expect(await read(a)).toMatchObject({ spendLimit: 3_500n, spent: 1_000n });
+      expect(await spend(a)).toEqual({ spendLimit: 3_500n, spent: 1_000n });
       const start = await balance(subscriber.address);
 
       // Overage: a deduction that would pass the limit fails (one call reverts, a batch item fails alone).
@@ -645,7 +648,7 @@ describe("SubscriptionManager", () => {
         ["AllowanceDeducted", undefined],
         ["DeductionFailed", DeductionFailure.SpendLimit],
       ]);
-      expect((await read(a)).spent).toBe(3_000n);
+      expect((await spend(a)).spent).toBe(3_000n);
 
       // A renewal that would pass the limit is not pulled: PastDue, RenewalFailed says why.
       await devnet.advanceTime(INTERVAL);
@@ -655,7 +658,8 @@ describe("SubscriptionManager", () => {
       expect((await read(a)).status).toBe(SubscriptionStatus.PastDue);
       // b renews from the same approval, within its own limit, and stops at it.
       await wait(await collect(wallet(stranger), { manager: manager(), subscriptionId: b }));
-      expect(await read(b)).toMatchObject({ status: SubscriptionStatus.Active, spent: 2_000n });
+      expect((await read(b)).status).toBe(SubscriptionStatus.Active);
+      expect((await spend(b)).spent).toBe(2_000n);
       await wait(await pause(wallet(subscriber), { manager: manager(), subscriptionId: b }));
       await devnet.advanceTime(INTERVAL);
       expect(
@@ -687,11 +691,8 @@ describe("SubscriptionManager", () => {
         }),
       );
       await wait(await collect(wallet(stranger), { manager: manager(), subscriptionId: a }));
-      expect(await read(a)).toMatchObject({
-        status: SubscriptionStatus.Active,
-        spent: 4_000n,
-        spendLimit: 4_000n,
-      });
+      expect((await read(a)).status).toBe(SubscriptionStatus.Active);
+      expect(await spend(a)).toEqual({ spendLimit: 4_000n, spent: 4_000n });
     });
 
     it("refuses a subscribe whose first period is above the limit, and a relayed subscribe whose signed limit differs", async () => {

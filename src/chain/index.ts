@@ -36,6 +36,10 @@ export {
   type GetSubscriptionNonceParameters,
   getSubscriptionNonce,
 } from "./actions/subscriptions/getSubscriptionNonce.ts";
+export {
+  type GetSubscriptionSpendParameters,
+  getSubscriptionSpend,
+} from "./actions/subscriptions/getSubscriptionSpend.ts";
 export { type PauseParameters, pause } from "./actions/subscriptions/pause.ts";
 export { type PauseForParameters, pauseFor } from "./actions/subscriptions/pauseFor.ts";
 export { type ResumeParameters, resume } from "./actions/subscriptions/resume.ts";

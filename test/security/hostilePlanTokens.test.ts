@@ -11,7 +11,7 @@
  * deployed manager cannot be upgraded and the facilitator must keep honest items flowing against it.
  */
 import { type Address, type Hex, maxUint256 } from "viem";
-import { deployContract, writeContract } from "viem/actions";
+import { deployContract, readContract, writeContract } from "viem/actions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createPlan } from "../../src/chain/actions/subscriptions/createPlan.ts";
 import { getSubscription } from "../../src/chain/actions/subscriptions/getSubscription.ts";
@@ -146,7 +146,17 @@ async function subscribeTo(manager: Address, who: DevnetAccount, planId: bigint,
       amount: maxUint256,
     }),
   );
-  const receipt = await wait(await subscribe(devnet.walletClient(who), { manager, planId, maxOverage }));
+  // The manager deployed before per-item isolation predates the spend limit too: its subscribe takes two.
+  const receipt = await wait(
+    manager === legacyManager
+      ? await writeContract(devnet.walletClient(who), {
+          address: manager,
+          abi: beforeIsolation.abi,
+          functionName: "subscribe",
+          args: [planId, maxOverage],
+        })
+      : await subscribe(devnet.walletClient(who), { manager, planId, maxOverage }),
+  );
   return getSubscriptionIdFromReceipt(receipt);
 }
 
@@ -175,8 +185,15 @@ async function population(manager: Address, tokens: HostileTokens) {
   return { poisoned, honest };
 }
 
-const read = (manager: Address, subscriptionId: bigint) =>
-  getSubscription(devnet.publicClient, { manager, subscriptionId });
+const read = async (manager: Address, subscriptionId: bigint) =>
+  manager === legacyManager
+    ? ((await readContract(devnet.publicClient, {
+        address: manager,
+        abi: beforeIsolation.abi,
+        functionName: "subscriptions",
+        args: [subscriptionId],
+      })) as { status: number; currentPeriodEnd: bigint; overageUsed: bigint })
+    : getSubscription(devnet.publicClient, { manager, subscriptionId });
 
 describe("renewals beside a hostile plan token", () => {
   it("one keeper run renews every honest subscription and marks those whose token answers a non-boolean word, a huge revert or burns all gas PastDue", async () => {

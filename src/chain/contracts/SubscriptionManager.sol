@@ -64,9 +64,14 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         uint64 pausedRemaining;
         uint256 maxOverage;
         uint256 overageUsed;
-        /// The most that may ever be pulled for this subscription, as the subscriber signed it (or raised it).
-        uint256 spendLimit;
-        /// Everything pulled for it so far; never above spendLimit.
+    }
+
+    /// Kept beside Subscription, not in it, so `subscriptions(id)` answers as managers deployed before
+    /// the spend limit do and one reader serves both; `spendOf(id)` reads it.
+    struct Spend {
+        /// The most that may ever be pulled for the subscription, as the subscriber signed it (or set it).
+        uint256 limit;
+        /// Everything pulled for it so far; never above limit.
         uint256 spent;
     }
 
@@ -110,6 +115,7 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
     uint256 public subscriptionCount;
     mapping(uint256 planId => Plan) private _plans;
     mapping(uint256 subscriptionId => Subscription) private _subscriptions;
+    mapping(uint256 subscriptionId => Spend) private _spend;
     mapping(address provider => mapping(address operator => bool)) public isOperator;
     /// Refs under which a provider's deductions went through: each deducts at most once, so a deduction
     /// sent again (a batch re-sent after a restart, a second instance, a replaced transaction) charges
@@ -134,8 +140,7 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         uint256 amount,
         uint64 periodStart,
         uint64 periodEnd,
-        uint256 maxOverage,
-        uint256 spendLimit
+        uint256 maxOverage
     );
     event SubscriptionRenewed(
         uint256 indexed subscriptionId, uint256 indexed planId, uint256 amount, uint64 periodStart, uint64 periodEnd
@@ -145,6 +150,8 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
     event SubscriptionResumed(uint256 indexed subscriptionId, uint64 periodEnd, bool charged);
     event SubscriptionCancelled(uint256 indexed subscriptionId, address indexed by);
     event MaxOverageSet(uint256 indexed subscriptionId, uint256 maxOverage);
+    /// Emitted at subscribe (after SubscriptionCreated, whose signature stays as older managers emit it,
+    /// so one indexer reads both) and whenever the subscriber sets a new limit.
     event SpendLimitSet(uint256 indexed subscriptionId, uint256 spendLimit);
     event AllowanceDeducted(
         uint256 indexed subscriptionId, bytes32 indexed ref, uint256 amount, uint256 overageUsed, uint256 maxOverage
@@ -187,6 +194,12 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
 
     function subscriptions(uint256 subscriptionId) external view returns (Subscription memory) {
         return _subscriptions[subscriptionId];
+    }
+
+    /// @notice The subscription's spend limit and what has been pulled for it so far.
+    function spendOf(uint256 subscriptionId) external view returns (uint256 spendLimit, uint256 spent) {
+        Spend storage sp = _spend[subscriptionId];
+        return (sp.limit, sp.spent);
     }
 
     /// @notice True when `collect(subscriptionId)` would try to charge now.
@@ -288,11 +301,11 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
             currentPeriodEnd: end,
             pausedRemaining: 0,
             maxOverage: maxOverage,
-            overageUsed: 0,
-            spendLimit: spendLimit,
-            spent: p.amount
+            overageUsed: 0
         });
-        emit SubscriptionCreated(id, planId, subscriber, p.amount, start, end, maxOverage, spendLimit);
+        _spend[id] = Spend({limit: spendLimit, spent: p.amount});
+        emit SubscriptionCreated(id, planId, subscriber, p.amount, start, end, maxOverage);
+        emit SpendLimitSet(id, spendLimit);
     }
 
     // ---------------------------------------------------------------- renewals
@@ -320,17 +333,18 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         Plan storage p = _plans[s.planId];
         bool ok;
         bytes memory reason;
-        if (_withinSpendLimit(s, p.amount)) {
+        Spend storage sp = _spend[id];
+        if (_withinSpendLimit(sp, p.amount)) {
             (ok, reason) = _tryPull(p.token, s.subscriber, p.provider, p.amount);
         } else {
-            reason = abi.encodeWithSelector(SpendLimitReached.selector, id, s.spent, s.spendLimit, p.amount);
+            reason = abi.encodeWithSelector(SpendLimitReached.selector, id, sp.spent, sp.limit, p.amount);
         }
         if (!ok) {
             s.status = Status.PastDue;
             emit RenewalFailed(id, s.planId, p.amount, reason);
             return false;
         }
-        s.spent += p.amount;
+        sp.spent += p.amount;
         uint64 start = s.currentPeriodEnd;
         if (s.status == Status.PastDue || start + p.interval <= block.timestamp) start = uint64(block.timestamp);
         s.status = Status.Active;
@@ -433,9 +447,10 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         // The period ended (before or while paused): resuming starts (and charges) a new one. A failed pull
         // reverts, leaving the subscription Paused, so the subscriber learns at once that it cannot pay.
         Plan storage p = _plans[s.planId];
-        if (!_withinSpendLimit(s, p.amount)) revert SpendLimitReached(id, s.spent, s.spendLimit, p.amount);
+        Spend storage sp = _spend[id];
+        if (!_withinSpendLimit(sp, p.amount)) revert SpendLimitReached(id, sp.spent, sp.limit, p.amount);
         _pull(p.token, s.subscriber, p.provider, p.amount);
-        s.spent += p.amount;
+        sp.spent += p.amount;
         s.periodStart = nowTs;
         s.currentPeriodEnd = nowTs + p.interval;
         s.overageUsed = 0;
@@ -458,7 +473,7 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
 
     function _setSpendLimit(uint256 id, Subscription storage s, uint256 spendLimit) private {
         if (s.status == Status.Cancelled) revert InvalidStatus(id, s.status);
-        s.spendLimit = spendLimit;
+        _spend[id].limit = spendLimit;
         emit SpendLimitSet(id, spendLimit);
     }
 
@@ -474,11 +489,12 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         if (refUsed[p.provider][ref]) revert RefAlreadyUsed(subscriptionId, ref);
         if (s.status != Status.Active) revert InvalidStatus(subscriptionId, s.status);
         if (!_withinCap(s, amount)) revert AllowanceExhausted(subscriptionId, s.overageUsed, s.maxOverage, amount);
-        if (!_withinSpendLimit(s, amount)) revert SpendLimitReached(subscriptionId, s.spent, s.spendLimit, amount);
+        Spend storage sp = _spend[subscriptionId];
+        if (!_withinSpendLimit(sp, amount)) revert SpendLimitReached(subscriptionId, sp.spent, sp.limit, amount);
         refUsed[p.provider][ref] = true;
         uint256 used = s.overageUsed + amount;
         s.overageUsed = used;
-        s.spent += amount;
+        sp.spent += amount;
         _pull(p.token, s.subscriber, p.provider, amount);
         emit AllowanceDeducted(subscriptionId, ref, amount, used, s.maxOverage);
     }
@@ -516,7 +532,8 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
             emit DeductionFailed(id, ref, amount, FAILURE_ALLOWANCE_EXHAUSTED);
             return false;
         }
-        if (!_withinSpendLimit(s, amount)) {
+        Spend storage sp = _spend[id];
+        if (!_withinSpendLimit(sp, amount)) {
             emit DeductionFailed(id, ref, amount, FAILURE_SPEND_LIMIT);
             return false;
         }
@@ -529,8 +546,8 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         // Cannot overflow: _withinCap showed overageUsed + amount <= maxOverage.
         uint256 used = s.overageUsed + amount;
         s.overageUsed = used;
-        // Cannot overflow: _withinSpendLimit showed spent + amount <= spendLimit.
-        s.spent += amount;
+        // Cannot overflow: _withinSpendLimit showed spent + amount <= limit.
+        sp.spent += amount;
         emit AllowanceDeducted(id, ref, amount, used, s.maxOverage);
         return true;
     }
@@ -556,10 +573,10 @@ contract SubscriptionManager is EIP712, Nonces, ReentrancyGuard {
         return used <= cap && amount <= cap - used;
     }
 
-    /// spent + amount <= spendLimit, written so that no amount can overflow.
-    function _withinSpendLimit(Subscription storage s, uint256 amount) private view returns (bool) {
-        uint256 spent = s.spent;
-        uint256 limit = s.spendLimit;
+    /// spent + amount <= limit, written so that no amount can overflow.
+    function _withinSpendLimit(Spend storage sp, uint256 amount) private view returns (bool) {
+        uint256 spent = sp.spent;
+        uint256 limit = sp.limit;
         return spent <= limit && amount <= limit - spent;
     }
 

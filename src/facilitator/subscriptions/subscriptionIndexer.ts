@@ -457,8 +457,6 @@ export function createSubscriptionIndexer(
             pausedRemaining: 0n,
             maxOverage: a.maxOverage,
             overageUsed: 0n,
-            spendLimit: a.spendLimit,
-            spent: a.amount,
           },
           provider: plan.provider,
           block,

@@ -110,8 +110,9 @@ export type ChainSubscription = {
   pausedRemaining: bigint;
   maxOverage: bigint;
   overageUsed: bigint;
-  spendLimit: bigint;
-  spent: bigint;
+  /** Read from the chain; the index (built from events) keeps neither. */
+  spendLimit?: bigint | undefined;
+  spent?: bigint | undefined;
 };
 
 /** A plan as `plans(id)` returns it. */
@@ -173,8 +174,8 @@ export function subscriptionToWire(
     pausedRemaining: Number(sub.pausedRemaining),
     maxOverage: sub.maxOverage.toString(),
     overageUsed: sub.overageUsed.toString(),
-    spendLimit: sub.spendLimit.toString(),
-    spent: sub.spent.toString(),
+    ...(sub.spendLimit === undefined ? {} : { spendLimit: sub.spendLimit.toString() }),
+    ...(sub.spent === undefined ? {} : { spent: sub.spent.toString() }),
     chainTime,
   };
 }

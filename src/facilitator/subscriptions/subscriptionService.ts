@@ -25,6 +25,7 @@ import type { RelayedCall } from "../../chain/actions/relayedCall.ts";
 import { getPlan } from "../../chain/actions/subscriptions/getPlan.ts";
 import { getSubscription } from "../../chain/actions/subscriptions/getSubscription.ts";
 import { getSubscriptionNonce } from "../../chain/actions/subscriptions/getSubscriptionNonce.ts";
+import { getSubscriptionSpend } from "../../chain/actions/subscriptions/getSubscriptionSpend.ts";
 import { subscribeForRelay } from "../../chain/actions/subscriptions/subscribeForRelay.ts";
 import { subscriptionActionForRelay } from "../../chain/actions/subscriptions/subscriptionActionForRelay.ts";
 import { getPermitNonce } from "../../chain/actions/usd/getPermitNonce.ts";
@@ -159,9 +160,14 @@ export function createSubscriptionService(
   }
 
   async function subscriptionInfo(subscriptionId: bigint): Promise<SubscriptionInfo> {
-    const [sub, now] = await Promise.all([readSubscription(subscriptionId), chainTime()]);
+    const [sub, now, spend] = await Promise.all([
+      readSubscription(subscriptionId),
+      chainTime(),
+      // A manager deployed before spend limits has no spendOf: the answer then leaves them out.
+      getSubscriptionSpend(client, { manager, subscriptionId }).catch(() => undefined),
+    ]);
     const plan = await readPlan(sub.planId);
-    return subscriptionToWire(subscriptionId, sub, plan, now);
+    return subscriptionToWire(subscriptionId, { ...sub, ...spend }, plan, now);
   }
 
   function intentNonce(subscriber: Address): Promise<bigint> {
