@@ -48,11 +48,12 @@ function setup() {
     },
   });
   const app = new Hono();
-  // A server that runs the gate itself and never reports its handler's status: a proof it took stays
-  // used up even though it answers 500.
+  // A server that runs the gate itself and reports a served request while it answers 500: a proof it
+  // took stays used up.
   app.get("/stubborn", async (c) => {
     const result = await gate(c.req.raw);
     if (result.kind === "respond") return result.response;
+    await result.complete(200);
     return c.json({ error: { code: "Internal", message: "down" } }, 500);
   });
   app.use("*", honoPaymentGate(gate));
