@@ -27,8 +27,10 @@
  *   requested after that read opens the withdrawal at least `closeDelay − maxStaleMs` later; and
  *   `minCloseDelay ≥ closeMarginSeconds + maxStaleMs` is required at creation. Hence once a close is
  *   requested the gate stops serving with at least `closeMarginSeconds` left to claim — by the refusal
- *   below once it knows of the request, by the bound while it does not. Busy channels refresh in the
- *   background every `refreshMs` (< `maxStaleMs`), so the hot path does not wait for the source.
+ *   below once it knows of the request, by the bound while it does not. (A source whose chain node lags
+ *   adds its lag to the bound: `GET /channels/:id` reads the chain on every call, nothing cached.) Busy
+ *   channels refresh in the background every `refreshMs` (< `maxStaleMs`), so the hot path does not
+ *   wait for the source; a failing source fails requests once the state is `maxStaleMs` old.
  * - A channel that is closed, or whose close was requested and whose withdrawal opens within
  *   `closeMarginSeconds`, is refused: the seller keeps that margin to claim what it served.
  * - A channel sealed in the store (a cooperative close began) is refused, by every instance sharing it.

@@ -111,8 +111,10 @@ export async function closeChannels(stack: FaultStack, maxMs = 90_000): Promise<
     toBlock: "latest",
   });
   const end = Date.now() + maxMs;
+  const usd = stack.devnet.contracts.usd.toLowerCase();
   for (const log of logs) {
-    if (!payers.has(log.args.payer!.toLowerCase())) continue;
+    // Anyone can open a channel naming any payer in a token of its own: only the token tells ours.
+    if (!payers.has(log.args.payer!.toLowerCase()) || log.args.token!.toLowerCase() !== usd) continue;
     let done = false;
     while (!done && Date.now() < end) {
       const [status, body] = await facilitatorJson(stack, `/channels/${log.args.channelId}/close`, {
@@ -208,7 +210,12 @@ export async function reconcileMixed(
       fromBlock: 0n,
       toBlock: "latest",
     })
-  ).filter((l) => channelPayers.has(l.args.payer!.toLowerCase()));
+  ).filter(
+    // A channel naming our payer in another token (anyone can open one) is not one of theirs.
+    (l) =>
+      channelPayers.has(l.args.payer!.toLowerCase()) &&
+      l.args.token!.toLowerCase() === stack.devnet.contracts.usd.toLowerCase(),
+  );
   const claims = await client.getLogs({
     address: stack.devnet.contracts.channels,
     event: claimed,
