@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { CHANNEL_VOUCHER_HEADER } from "../../protocol/channelVoucher.ts";
 import { createFixedClock } from "../../protocol/clock.ts";
 import { type ChannelState, type ChannelStateSource, toChannelState } from "./channelState.ts";
-import { type ChannelCharge, createChannelVerifier } from "./channelVerifier.ts";
+import { type ChannelCharge, type ChannelVerifierOptions, createChannelVerifier } from "./channelVerifier.ts";
 import { createSessionKey, createVoucherSigner, type SessionKey } from "./sessionKey.ts";
 import { createMemoryVoucherStore, type VoucherStore } from "./voucherStore.ts";
 
@@ -57,7 +57,11 @@ function sourceOf(...list: TestChannel[]) {
   return { source, states, reads };
 }
 
-function setup(list: TestChannel[], store: VoucherStore = createMemoryVoucherStore()) {
+function setup(
+  list: TestChannel[],
+  store: VoucherStore = createMemoryVoucherStore(),
+  extra: Partial<ChannelVerifierOptions> = {},
+) {
   const clock = createFixedClock(NOW);
   const src = sourceOf(...list);
   const closing: Hex[] = [];
@@ -71,6 +75,7 @@ function setup(list: TestChannel[], store: VoucherStore = createMemoryVoucherSto
     tag: TAG,
     clock,
     onClosing: (id) => closing.push(id),
+    ...extra,
   });
   return { verifier, store, clock, closing, ...src };
 }
@@ -279,6 +284,51 @@ describe("channel verifier", () => {
     await new Promise((resolve) => setImmediate(resolve));
     expect(closing).toEqual([ch.id]);
     expect(await verifier.charge(ch.voucher(3n * PRICE), PRICE)).toMatchObject({ error: "ChannelClosing" });
+  });
+
+  it("refuses a channel whose close delay or deposit is under the offer's minimums, whoever opened it", async () => {
+    const instant = testChannel({ closeDelay: 0 });
+    const hour = testChannel({ closeDelay: 3_600 });
+    const small = testChannel({ closeDelay: 7_200, deposit: 10n * PRICE });
+    const fair = testChannel({ closeDelay: 7_200 });
+    const { verifier } = setup([instant, hour, small, fair], undefined, {
+      minCloseDelay: 7_200,
+      minDeposit: 50n * PRICE,
+    });
+    for (const ch of [instant, hour]) {
+      expect(await verifier.charge(ch.voucher(PRICE), PRICE)).toMatchObject({
+        ok: false,
+        error: "ChannelVoucherInvalid",
+        details: { minCloseDelay: "7200" },
+      });
+    }
+    expect(await verifier.charge(small.voucher(PRICE), PRICE)).toMatchObject({
+      ok: false,
+      error: "ChannelVoucherInvalid",
+      details: { minDeposit: (50n * PRICE).toString() },
+    });
+    expect((await verifier.charge(fair.voucher(PRICE), PRICE)).ok).toBe(true);
+  });
+
+  it("never serves from state older than maxStaleMs: a close requested while the channel was idle is read before the next voucher", async () => {
+    const ch = testChannel();
+    const { verifier, states, clock, reads } = setup([ch]);
+    expect((await verifier.charge(ch.voucher(PRICE), PRICE)).ok).toBe(true);
+    // The payer asks to close just after the read, then waits until the seller's margin has begun.
+    states.set(ch.id, { ...ch.state, closeRequestedAt: Math.floor(NOW / 1000) + 1 });
+    clock.advance((3_600 - 500) * 1000);
+    expect(await verifier.charge(ch.voucher(2n * PRICE), PRICE)).toMatchObject({ error: "ChannelClosing" });
+    expect(reads).toEqual([ch.id, ch.id]);
+  });
+
+  it("refuses to be built with a minimum close delay under its margin plus its staleness bound", () => {
+    expect(() => setup([], undefined, { closeMarginSeconds: 600, minCloseDelay: 620 })).toThrow(
+      /minCloseDelay/,
+    );
+    expect(() => setup([], undefined, { closeMarginSeconds: 3_600, minCloseDelay: 3_600 })).toThrow(
+      /minCloseDelay/,
+    );
+    expect(() => setup([], undefined, { closeMarginSeconds: 600, minCloseDelay: 630 })).not.toThrow();
   });
 
   it("starts a channel new to the store from its on-chain claimed amount", async () => {
