@@ -67,7 +67,7 @@ export type ChannelVerifierOptions = ChannelVoucherDomain & {
   minCloseDelay?: number | undefined;
   /** The smallest deposit served, smallest unit (the offer's `minDeposit`; default 0: the price). */
   minDeposit?: bigint | undefined;
-  /** Refetch a cached channel in the background after this long (default 10 000 ms). */
+  /** Refetch a cached channel in the background after this long (default 15 000 ms). */
   refreshMs?: number | undefined;
   /** Never serve from a cached channel older than this: refetch it first (default 30 000 ms). */
   maxStaleMs?: number | undefined;
@@ -139,7 +139,7 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
   const minCloseDelay = options.minCloseDelay ?? 3_600;
   const minDeposit = options.minDeposit ?? 0n;
   const maxStaleMs = options.maxStaleMs ?? DEFAULT_CHANNEL_MAX_STALE_MS;
-  const refreshMs = Math.min(options.refreshMs ?? 10_000, maxStaleMs);
+  const refreshMs = Math.min(options.refreshMs ?? 15_000, maxStaleMs);
   if (minCloseDelay < closeMarginSeconds + Math.ceil(maxStaleMs / 1000)) {
     // Served channels could then reach their margin before the gate saw the close request (or, with a
     // margin at or above the delay, nothing would ever be served).
