@@ -212,7 +212,10 @@ describe("a standard x402 client paying a Tollgate gate", () => {
         fetch(`${gate.server.url}/api/weather`, { headers: { "PAYMENT-SIGNATURE": header } }),
       ),
     );
-    expect(responses.map((r) => r.status).sort()).toEqual([200, 402, 402, 402]);
+    // The copies meet the payment in flight (503 PaymentInFlight), or used once it settled (402).
+    const statuses = responses.map((r) => r.status);
+    expect(statuses.filter((status) => status === 200)).toHaveLength(1);
+    expect(statuses.every((status) => [200, 402, 503].includes(status))).toBe(true);
     expect(gate.served.length - servedBefore).toBe(1);
     expect(await balanceOf(payer.address)).toBe(50_000n - PRICE);
     expect(await balanceOf(payTo)).toBe(before + PRICE);
@@ -229,7 +232,9 @@ describe("a standard x402 client paying a Tollgate gate", () => {
         fetch(`${g.server.url}/api/weather`, { headers: { "PAYMENT-SIGNATURE": header } }),
       ),
     );
-    expect(responses.map((r) => r.status).sort()).toEqual([200, 402, 402, 402]);
+    const statuses = responses.map((r) => r.status);
+    expect(statuses.filter((status) => status === 200)).toHaveLength(1);
+    expect(statuses.every((status) => [200, 402, 503].includes(status))).toBe(true);
     expect(one.served.length + two.served.length).toBe(1);
     expect(await balanceOf(payTo)).toBe(before + PRICE);
   });

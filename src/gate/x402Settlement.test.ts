@@ -265,6 +265,33 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     await expectRefused(await send(kit, header), "invalid_exact_evm_nonce_already_used");
   });
 
+  it("serves the same header again after the lease when its gate died between the handler and the settlement", async () => {
+    const kit = setup();
+    const gate = kit.makeGate();
+    const header = await paymentFor(kit);
+    const request: GateRequest = {
+      method: "GET",
+      url: "/api/reports/1",
+      headers: new Headers({ "PAYMENT-SIGNATURE": header }),
+    };
+    // The gate verified the payment and the handler ran; the process died before `complete`.
+    const died = await gate(request);
+    expect(died.kind === "pass" && died.settleAfterHandler).toBe(true);
+    expect(kit.facilitator.settles).toHaveLength(0);
+
+    const early = await send(kit, header, "/api/reports/1", kit.appOf(gate));
+    expect(early.status).toBe(503);
+    expect(await early.json()).toMatchObject({ error: { code: "PaymentInFlight" } });
+    kit.clock.advance(61_000);
+    const served = await send(kit, header, "/api/reports/1", kit.appOf(gate));
+    expect(served.status).toBe(200);
+    expect(kit.facilitator.settles).toHaveLength(1);
+    await expectRefused(
+      await send(kit, header, "/api/reports/1", kit.appOf(gate)),
+      "invalid_exact_evm_nonce_already_used",
+    );
+  });
+
   it("refuses a payment that leaves too little time to run the handler and settle, settling nothing", async () => {
     const kit = setup();
     const header = await paymentFor(kit);
@@ -282,7 +309,7 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     expect(kit.served).toHaveLength(1);
   });
 
-  it("serves concurrent replays once, settling once", async () => {
+  it("serves concurrent copies once, settling once: the others are told the payment is in flight", async () => {
     let release: () => void = () => {};
     const gateOpen = new Promise<void>((resolve) => {
       release = resolve;
@@ -296,8 +323,12 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     const header = await paymentFor(kit);
     const responses = Array.from({ length: 5 }, () => send(kit, header));
     release();
-    const statuses = (await Promise.all(responses)).map((r) => r.status).sort();
-    expect(statuses).toEqual([200, 402, 402, 402, 402]);
+    const answered = await Promise.all(responses);
+    const statuses = answered.map((r) => r.status).sort();
+    expect(statuses).toEqual([200, 503, 503, 503, 503]);
+    const held = answered.find((r) => r.status === 503);
+    expect(await held?.json()).toMatchObject({ error: { code: "PaymentInFlight" } });
+    expect(held?.headers.get("Retry-After")).not.toBeNull();
     expect(kit.facilitator.settles).toHaveLength(1);
     expect(kit.served).toHaveLength(1);
   });
@@ -308,7 +339,7 @@ describe("paymentGate: x402 PAYMENT-SIGNATURE", () => {
     const second = kit.appOf(kit.makeGate());
     const header = await paymentFor(kit);
     const [a, b] = await Promise.all([send(kit, header), send(kit, header, "/api/reports/1", second)]);
-    expect([a.status, b.status].sort()).toEqual([200, 402]);
+    expect([a.status, b.status].sort()).toEqual([200, 503]);
     // One instance consumed the key before asking the facilitator; the other was refused without asking.
     expect(kit.facilitator.settles).toHaveLength(1);
     expect(kit.served).toHaveLength(1);

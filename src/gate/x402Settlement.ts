@@ -32,10 +32,13 @@
  *   retry of a request whose settlement landed after its 5xx with the transaction (then the request is
  *   served as paid, `kind: "paid"`), and refuses anything else without moving money.
  *
- * What a crash costs. A gate that dies after verifying and before settling leaves the key consumed
- * and nothing settled: the payer is not charged, and the authorization is refused here until it
- * expires (the client signs a new one). One that dies after settling and before answering leaves the
- * payer charged and unserved, as a lost answer does; both are bounded by one request.
+ * What a crash costs. With a replay guard that has claims (every built-in one) the key is not consumed
+ * but claimed for this payload with a lease, marked used once it settled: a gate that dies after
+ * verifying and before settling leaves nothing settled and the claim to lapse, and the payer's
+ * re-send of the same header is served then (503 `PaymentInFlight` before), at most three times. One
+ * that dies after settling and before marking the claim used serves the same header once more after
+ * the lease (the settle probe below), which costs the gate, never the payer. With a guard without
+ * claims the key stays consumed: the payer is not charged, and signs a new payment.
  *
  * How long: a key is kept until `validBefore + RETRY_GRACE_SECONDS`, and the gate refuses a payload
  * after that instant before asking anyone, so a forgotten key can never be served again. The grace
@@ -43,7 +46,7 @@
  * A fresh authorization must leave `MIN_SETTLE_HEADROOM_SECONDS` for the handler and the settlement;
  * a handler slower than what is left is answered with a refused settlement (nothing charged).
  */
-import { createHmac } from "node:crypto";
+import { createHash, createHmac } from "node:crypto";
 import type { Address, Hex } from "viem";
 import { z } from "zod";
 import type { FacilitatorClient } from "../client/facilitatorClient.ts";
@@ -117,15 +120,23 @@ export type X402Terms = {
 /**
  * `verified`: run the handler, then call `finish` once with whether it succeeded and answer as it
  * says (the payment's key stays consumed until then). `paid`: already settled for this very request (a
- * retry after a 5xx whose settlement landed): run the handler and add `headers`; `release` gives the
- * key back when the handler failed, so the same header is served on a retry. `refused`: answer a fresh
+ * retry after a 5xx whose settlement landed): run the handler, add `headers`, and call `done` with
+ * whether it answered below 500 (otherwise the key is given back, so the same header is served on a
+ * retry, as a proof is). `in-flight`: the same header is held by a request still being served (or
+ * whose gate died before settling); answer 503 `PaymentInFlight` after `retryAfterMs`. `refused`: answer a fresh
  * 402 with the x402 `reason` and a `message` for people; no money moved for this request and its key
  * is not held. `fault`: answer 5xx from `error`; the key was given back, and the same header may be
  * retried (unless giving it back is what failed).
  */
 export type X402Outcome =
   | { kind: "verified"; payment: X402GatePayment; finish: (served: boolean) => Promise<X402Finish> }
-  | { kind: "paid"; payment: X402GatePayment; headers: Headers; release: () => Promise<void> }
+  | {
+      kind: "paid";
+      payment: X402GatePayment;
+      headers: Headers;
+      done: (served: boolean) => Promise<void>;
+    }
+  | { kind: "in-flight"; retryAfterMs: number }
   | { kind: "refused"; reason: string; message: string }
   | { kind: "fault"; error: unknown };
 
@@ -156,10 +167,19 @@ export type X402SettlementOptions = {
   token: Address;
   /** The `maxTimeoutSeconds` of the gate's x402 options (its memo lifetime). */
   maxTimeoutSeconds: number;
+  /**
+   * How long a claim holds a payment in flight (ms) before the same header may take it over, when the
+   * replay guard has claims; the gate's `proofLeaseSeconds` (default 60 s).
+   */
+  leaseMs?: number | undefined;
 };
 
 /** How long after `validBefore` a settled payment that was not served can still be collected. */
 export const RETRY_GRACE_SECONDS = 600;
+/** A claim's lease when none is given. */
+const DEFAULT_LEASE_MS = 60_000;
+/** Claims one payload may have: the first and two takeovers after a gate died before settling. */
+const MAX_X402_CLAIMS = 3;
 /** Tolerance for a payer clock running ahead, as the facilitator allows (docs/x402.md, check 8). */
 const MAX_CLOCK_SKEW_SECONDS = 30;
 /**
@@ -317,10 +337,28 @@ export function createX402Settlement(options: X402SettlementOptions): X402Settle
       payer: authorization.from,
       nonce: authorization.nonce,
     });
+    // Bounded by the check above: at most maxTimeoutSeconds + skew + grace from now.
+    const keepUntilMs = Number(keepUntil) * 1000;
+    /** The claim's token when the guard has claims (every built-in one); else the key is consumed. */
+    let token: string | undefined;
     try {
-      // Bounded by the check above: at most maxTimeoutSeconds + skew + grace from now.
-      if (!(await replayGuard.consume(key, Number(keepUntil) * 1000))) {
-        return refused(X402ErrorReason.NonceAlreadyUsed, "this payment was already used");
+      if (replayGuard.claim === undefined) {
+        if (!(await replayGuard.consume(key, keepUntilMs))) {
+          return refused(X402ErrorReason.NonceAlreadyUsed, "this payment was already used");
+        }
+      } else {
+        // Held in flight for this very payload while it is verified, run and settled: a gate that dies
+        // meanwhile does not use it up, and only the same header can take the lapsed claim over.
+        const claimed = await replayGuard.claim(key, keepUntilMs, {
+          request: `x402 ${createHash("sha256").update(header, "utf8").digest("hex")}`,
+          leaseMs: options.leaseMs ?? DEFAULT_LEASE_MS,
+          maxClaims: MAX_X402_CLAIMS,
+        });
+        if (!claimed.ok && claimed.reason === "in-flight") {
+          return { kind: "in-flight", retryAfterMs: claimed.retryAfterMs };
+        }
+        if (!claimed.ok) return refused(X402ErrorReason.NonceAlreadyUsed, "this payment was already used");
+        token = claimed.token;
       }
     } catch (error) {
       return { kind: "fault", error };
@@ -328,12 +366,20 @@ export function createX402Settlement(options: X402SettlementOptions): X402Settle
     /** Gives the key back: nothing was settled for this request. A failure leaves it used up (a fault). */
     const release = async (): Promise<{ kind: "fault"; error: unknown } | undefined> => {
       try {
-        await replayGuard.release(key);
+        await replayGuard.release(key, token);
         return undefined;
       } catch (error) {
-        // The key stays used up; the gate logs this fault, and the header is refused from now on.
+        // The key stays used up (or its claim lapses); the gate logs this fault.
         return { kind: "fault", error };
       }
+    };
+    /**
+     * Marks a claimed key used for good once the payment settled. A failure leaves the claim to lapse:
+     * the same header is then served once more after the lease, which costs the gate, never the payer.
+     */
+    const keep = async (): Promise<void> => {
+      if (token === undefined) return;
+      await replayGuard.settle?.(key, keepUntilMs).catch(() => undefined);
     };
 
     const gateRequirements = {
@@ -380,7 +426,10 @@ export function createX402Settlement(options: X402SettlementOptions): X402Settle
             kind: "paid",
             payment: paymentWith(probe.transaction),
             headers: responseHeader(settledReply(probe.transaction)),
-            release: () => replayGuard.release(key),
+            done: async (served) => {
+              if (served) await keep();
+              else await replayGuard.release(key, token);
+            },
           };
         }
         // A fault may hide a settlement in flight: answer 5xx, never a refusal that invites paying again.
@@ -427,6 +476,7 @@ export function createX402Settlement(options: X402SettlementOptions): X402Settle
           return (await release()) ?? result;
         }
         payment.transaction = result.transaction;
+        await keep();
         return { kind: "settled", headers: responseHeader(settledReply(result.transaction)) };
       },
     };

@@ -342,7 +342,11 @@ describe("concurrent presentations of one transfer", () => {
     const responses = await Promise.all(
       [one, two, other, one, two, other].map((gate) => sendX402(gate, header)),
     );
-    expect(responses.map((r) => r.status).sort()).toEqual([200, 402, 402, 402, 402, 402]);
+    // Copies at the instances sharing the guard meet the payment in flight (503 PaymentInFlight); the
+    // other gate is refused by the facilitator, which holds the authorization for the first request.
+    const statuses = responses.map((r) => r.status);
+    expect(statuses.filter((status) => status === 200)).toHaveLength(1);
+    expect(statuses.every((status) => status === 200 || status === 402 || status === 503)).toBe(true);
     expect([...one.runs, ...two.runs, ...other.runs]).toEqual([account.address]);
     expect(await balanceOf(payTo)).toBe(before + PRICE);
   });
@@ -360,7 +364,9 @@ describe("concurrent presentations of one transfer", () => {
       sendX402(gate, stolen),
       sendX402(gate, stolen),
     ]);
-    for (const response of wrapped) expect(response.status).toBe(402);
+    // A copy is refused (402), or meets the other copy in flight (503); neither is served.
+    for (const response of wrapped) expect([402, 503]).toContain(response.status);
+    expect(wrapped.some((response) => response.status === 402)).toBe(true);
     // The proof either won the race or met a wrapped copy in flight; it is good until served once.
     if (proof.status !== 200) {
       expect(proof.status).toBe(402);

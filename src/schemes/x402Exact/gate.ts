@@ -10,7 +10,7 @@
  * send the same payment again. A settlement that fails after the handler ran replaces its answer: a
  * fresh 402 with the x402 reason, or a 5xx to retry the same header; nothing was charged either way.
  */
-import { faultResponse } from "../../gate/gateResponses.ts";
+import { errorResponse, faultResponse } from "../../gate/gateResponses.ts";
 import {
   createX402Settlement,
   settleThroughFacilitator,
@@ -45,6 +45,7 @@ export const x402ExactGate: GateSchemePart<ExactOffer> = {
       network: context.network,
       token: context.token,
       maxTimeoutSeconds: context.memoTtlSeconds,
+      leaseMs: ((context.options as { proofLeaseSeconds?: number }).proofLeaseSeconds ?? 60) * 1000,
     });
     return {
       credential: (request) => request.headers.get(HeaderName.X402PaymentSignature),
@@ -57,11 +58,11 @@ export const x402ExactGate: GateSchemePart<ExactOffer> = {
         if (outcome.kind === "paid") {
           // Settled already (a retry whose settlement landed after its 5xx): served like a proof, whose
           // key comes back when the handler fails so that the same header is served on a retry.
-          let done = false;
+          let reported = false;
           const complete = async (status: number): Promise<void> => {
-            if (done || status < 500) return;
-            done = true;
-            await outcome.release().catch((error: unknown) => {
+            if (reported) return;
+            reported = true;
+            await outcome.done(status < 500).catch((error: unknown) => {
               logger?.warn({ err: error, method, path }, "a settled x402 payment could not be handed back");
             });
           };
@@ -87,6 +88,18 @@ export const x402ExactGate: GateSchemePart<ExactOffer> = {
             return completion;
           };
           return { kind: "pass", paid: outcome.payment, headers, complete, settleAfterHandler: true };
+        }
+        if (outcome.kind === "in-flight") {
+          logger?.debug({ method, path }, "x402 payment in flight");
+          return {
+            kind: "respond",
+            response: errorResponse(
+              "PaymentInFlight",
+              "this payment is held by the same request still being served (or whose gate failed before settling); send it again after Retry-After",
+              503,
+              Math.max(1, Math.ceil(outcome.retryAfterMs / 1000)),
+            ),
+          };
         }
         if (outcome.kind === "fault") {
           logger?.warn({ err: outcome.error, method, path }, "x402 payment could not be verified");
