@@ -15,10 +15,11 @@
  * authorization of every settled payment is public on chain, so anyone can wrap it in a
  * `PAYMENT-SIGNATURE`; three rules stop that:
  * - the replay key is the authorization (`paymentReplayKey`: network, token, `from`, nonce), the same
- *   key a Tollgate proof of that transfer uses (its nonce is `keccak256(memo)`). The key is consumed
- *   atomically before the facilitator is asked and stays consumed while the handler runs, so of
- *   concurrent requests with one authorization — in one process or across instances sharing a guard,
- *   under either scheme — one goes on and the others are refused without asking anyone;
+ *   key a Tollgate proof of that transfer uses (its nonce is `keccak256(memo)`). The key is taken
+ *   atomically (claimed, or consumed by a guard without claims) before the facilitator is asked and
+ *   held while the handler runs, so of concurrent requests with one authorization — in one process or
+ *   across instances sharing a guard, under either scheme — one goes on and the others are refused
+ *   (or told it is in flight) without asking anyone;
  * - the facilitator answers `success` only to the x402 request that settled the authorization and to
  *   identical retries of it (docs/x402.md, "Replays"), and verifies no other. The requests carry the
  *   gate's own requirements with the gate's identity in `extra.tollgateGate` (`x402GateId`, derived
