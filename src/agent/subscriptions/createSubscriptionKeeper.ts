@@ -527,7 +527,13 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
     if (info.status !== "Active" || info.spendLimit === undefined || BigInt(info.spendLimit) >= target)
       return;
     const raise = () => setSpendLimit.call(payer, id, target);
-    await (direct ? raise() : inTurn(raise));
+    try {
+      await (direct ? raise() : inTurn(raise));
+    } catch (error) {
+      // The limit stays where it was: the next renewal fails rather than overspend; the next look retries.
+      options.logger?.warn({ agent, err: error }, "could not raise the spend limit to the hold");
+      return;
+    }
     options.logger?.info(
       { agent, subscriptionId: id.toString(), spendLimit: target.toString() },
       "spend limit raised to what the budget holds",
@@ -592,6 +598,8 @@ export function createSubscriptionKeeper(options: SubscriptionKeeperOptions): Su
         provider: record.provider as Address,
         amount: need - held,
       });
+      // What is held now may be pulled: the limit follows (in the caller's turn when it holds one).
+      await boundOnChain(record, how.pause !== undefined);
       return false;
     } catch (error) {
       if (!isTollgateError(error, "BudgetExceeded") && !isTollgateError(error, "ApprovalDenied")) throw error;

@@ -121,6 +121,14 @@ describe("sellers racing the keeper over one shared approval", () => {
       await ledger.releaseHold(agent, sub.ref);
       await ledger.endSubscription(agent, sub.ref);
     };
+    /** boundOnChain: the spend limit raised (never lowered) to what the budget committed. */
+    const bound = async (sub: Sub) => {
+      if (sub.status !== "Active") return;
+      const hold = await ledger.getHold(agent, sub.ref);
+      if (hold === undefined) return;
+      const target = sub.recordedFirst + hold.charged + hold.held;
+      if (sub.spendLimit < target) sub.spendLimit = target;
+    };
     /** coverNextRenewal: hold what it can take before the next look, or pause it. */
     const cover = async (sub: Sub, approvalRises: boolean) => {
       const need = (sub.cap > sub.used ? sub.cap - sub.used : 0n) + sub.price + sub.cap;
@@ -128,6 +136,7 @@ describe("sellers racing the keeper over one shared approval", () => {
       if (held >= need) return;
       try {
         await ledger.hold(agent, { ref: sub.ref, provider: sub.provider, amount: need - held });
+        await bound(sub);
         return;
       } catch (error) {
         if (!isTollgateError(error, "BudgetExceeded")) throw error;
@@ -141,14 +150,6 @@ describe("sellers racing the keeper over one shared approval", () => {
     };
     const coverOthers = async (except: Sub | undefined) => {
       for (const s of subs) if (s !== except && !s.ended && s.status === "Active") await cover(s, true);
-    };
-    /** boundOnChain: the spend limit raised (never lowered) to what the budget committed. */
-    const bound = async (sub: Sub) => {
-      if (sub.status !== "Active") return;
-      const hold = await ledger.getHold(agent, sub.ref);
-      if (hold === undefined) return;
-      const target = sub.recordedFirst + hold.charged + hold.held;
-      if (sub.spendLimit < target) sub.spendLimit = target;
     };
     /** The keeper's look (createSubscriptionKeeper's sync). */
     const look = async () => {
