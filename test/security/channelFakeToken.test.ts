@@ -13,6 +13,13 @@ import { requestChannelClose } from "../../src/chain/actions/channels/requestCha
 import { signChannelCloseRequest } from "../../src/chain/actions/channels/signChannelCloseRequest.ts";
 import { tollgateChannelsAbi } from "../../src/chain/contracts/artifacts/TollgateChannels.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
+import { readChainChannel } from "../../src/facilitator/channels/channelChain.ts";
+import {
+  findChannel,
+  markCloseWanted,
+  storeVoucher,
+  upsertChannel,
+} from "../../src/facilitator/channels/channelRecords.ts";
 import type { Facilitator, RunningServer } from "../../src/facilitator/createFacilitator.ts";
 import { ChannelVouchersResponseSchema } from "../../src/protocol/channels.ts";
 import { createTestStore } from "../../src/store/createTestStore.ts";
@@ -24,7 +31,7 @@ import {
   startChannelFacilitator,
   wireVoucher,
 } from "../support/channelFixtures.ts";
-import { createTestSessionKey } from "../support/channelSessionKey.ts";
+import { createTestSessionKey, signTestVoucher } from "../support/channelSessionKey.ts";
 
 describe("a channel in a token the facilitator does not serve", { timeout: 120_000 }, () => {
   let devnet: Devnet;
@@ -173,5 +180,32 @@ describe("a channel in a token the facilitator does not serve", { timeout: 120_0
     expect(await devnet.publicClient.getTransactionCount({ address: gas.address })).toBe(gasNonce);
     expect(await rowsOf(c.channelId)).toBe(0);
     expect(await eventsOf(c.channelId)).toEqual([]);
+  });
+
+  it("never claims or closes a row of one kept before rows were limited to served tokens", async () => {
+    const claimedOne = await openFake(victim);
+    const closedOne = await openFake(victim);
+    const gasNonce = await devnet.publicClient.getTransactionCount({ address: gas.address });
+    const where = { chainId: devnet.chain.id, contract: devnet.contracts.channels };
+    for (const c of [claimedOne, closedOne]) {
+      // What an older facilitator stored: the row and a verified voucher of the payee's gate.
+      await upsertChannel(store, (await readChainChannel(devnet.publicClient, where, c.channelId))!);
+      const signature = signTestVoucher(c.key, {
+        ...where,
+        channels: where.contract,
+        channelId: c.channelId,
+        cumulativeAmount: 1_000_000n,
+      });
+      expect(await storeVoucher(store, c.channelId, 1_000_000n, signature, new Date())).toBe(true);
+    }
+    await markCloseWanted(store, closedOne.channelId);
+    const end = Date.now() + 30_000;
+    const settled = async () => {
+      const rows = await Promise.all([claimedOne, closedOne].map((c) => findChannel(store, c.channelId)));
+      return rows.every((r) => r?.claim_error === "UnsupportedToken" && !r.close_wanted);
+    };
+    while (!(await settled()) && Date.now() < end) await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(await settled()).toBe(true);
+    expect(await devnet.publicClient.getTransactionCount({ address: gas.address })).toBe(gasNonce);
   });
 });

@@ -46,6 +46,7 @@ import {
   upsertChannel,
   watchedChannels,
 } from "./channelRecords.ts";
+import { servedTokenOf } from "./servedToken.ts";
 
 export const CHANNEL_CLAIM_KIND = "channel-claim";
 export const CHANNEL_CLOSE_KIND = "channel-close";
@@ -75,6 +76,8 @@ export type ChannelClaimWorkerContext = {
   outbox: Pick<Outbox, "enqueue" | "wake" | "handle" | "sender">;
   chainId: number;
   contract: Address;
+  /** The tokens served: a row of another (one kept before rows were limited to them) is never sent. */
+  tokens: readonly { address: Address }[];
   clock: Clock;
   logger: Logger;
   recordEvent(db: Queryable, type: string, data: Record<string, unknown>): Promise<void>;
@@ -251,7 +254,19 @@ export function createChannelClaimWorker(
       if (!(await mayClaimFor(payee))) refused.add(payee);
     }
     return ctx.store.transaction(async (db) => {
-      const locked = await claimableChannels(db, ctx.contract, maxBatch);
+      const all = await claimableChannels(db, ctx.contract, maxBatch);
+      const locked: ChannelRow[] = [];
+      for (const r of all) {
+        if (servedTokenOf(ctx.tokens, r) !== undefined) locked.push(r);
+        // A fake token's channel (servedToken.ts): held for good, never claimed on its behalf.
+        else
+          await finishClaim(
+            db,
+            r.channel_id as Hex,
+            { claimed: r.claimed, error: "UnsupportedToken" },
+            now(),
+          );
+      }
       const rows = locked.filter((r) => !refused.has(r.payee) && operatorOf.get(r.payee)?.allowed === true);
       for (const r of locked.filter((r) => refused.has(r.payee))) {
         // Held until the payee names the gas account its operator; a newer voucher clears it and the
@@ -282,7 +297,12 @@ export function createChannelClaimWorker(
   async function closeRound(): Promise<number> {
     return ctx.store.transaction(async (db) => {
       const rows = await closableChannels(db, ctx.contract, 20);
+      let sent = 0;
       for (const r of rows) {
+        if (servedTokenOf(ctx.tokens, r) === undefined) {
+          await abandonClose(db, r.channel_id as Hex, "UnsupportedToken");
+          continue;
+        }
         const paysMore = r.voucher_amount > r.claimed && r.voucher_signature !== null;
         const outboxId = await ctx.outbox.enqueue(db, {
           kind: CHANNEL_CLOSE_KIND,
@@ -295,8 +315,9 @@ export function createChannelClaimWorker(
           }),
         });
         await markClaimInFlight(db, outboxId, [r.channel_id as Hex]);
+        sent += 1;
       }
-      return rows.length;
+      return sent;
     });
   }
 
