@@ -29,8 +29,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { createSpecialist, type Specialist } from "../../src/agent/createSpecialist.ts";
 import { defineCapability } from "../../src/agent/tools/capability.ts";
+import { cancelAuthorization } from "../../src/chain/actions/usd/cancelAuthorization.ts";
 import { getAuthorizationState } from "../../src/chain/actions/usd/getAuthorizationState.ts";
 import { getTokenBalance } from "../../src/chain/actions/usd/getTokenBalance.ts";
+import { signCancelAuthorization } from "../../src/chain/signers/signCancelAuthorization.ts";
 import { type Devnet, startDevnet } from "../../src/chain/startDevnet.ts";
 import { type RunningServer, serveApp } from "../../src/facilitator/createFacilitator.ts";
 import { expressPaymentGate } from "../../src/gate/expressPaymentGate.ts";
@@ -51,6 +53,8 @@ let specialist: Specialist;
 const closers: (() => Promise<void>)[] = [];
 /** How many times each tool's handler ran. */
 const runs = { shout: 0 };
+/** Run by the tool on "cancel", while it runs (before the gate settles). */
+let duringRun: () => Promise<void> = async () => undefined;
 
 const balanceOf = (owner: Address) =>
   getTokenBalance(devnet.publicClient, { token: devnet.contracts.usd, owner });
@@ -94,6 +98,7 @@ beforeAll(async () => {
         handler: async ({ text }) => {
           runs.shout += 1;
           if (text === "boom") throw new Error("the tool broke");
+          if (text === "cancel") await duringRun();
           return { text: text.toUpperCase() };
         },
       }),
@@ -164,6 +169,47 @@ describe("an x402 MCP payment for a tool that fails", () => {
     expect(await balanceOf(account.address)).toBe(FUNDS - PRICE);
   });
 
+  it("answers the payment-required result instead of the tool's content when the settlement fails after it ran, charging nothing", async () => {
+    const client = await connectHttpClient(specialist.manifest!.mcp!.url);
+    closers.push(() => client.close());
+    const account = await freshAccount(FUNDS);
+    const unpaid = await callTool(client, "shout", { text: "cancel" });
+    const payload = await standardClient(account).createPaymentPayload(
+      unpaid.structuredContent as unknown as PaymentRequired,
+    );
+    const nonce = (payload.payload as { authorization: { nonce: Hex } }).authorization.nonce;
+    // While the tool runs, the payer burns the authorization on chain: it can no longer settle.
+    duringRun = async () => {
+      const signature = await signCancelAuthorization(account, {
+        domain: {
+          name: "USD Coin",
+          version: "2",
+          chainId: devnet.chain.id,
+          verifyingContract: devnet.contracts.usd,
+        },
+        nonce,
+      });
+      const hash = await cancelAuthorization(devnet.walletClient(devnet.accounts[4]!), {
+        token: devnet.contracts.usd,
+        authorizer: account.address,
+        nonce,
+        signature,
+      });
+      await devnet.publicClient.waitForTransactionReceipt({ hash });
+    };
+    const runsBefore = runs.shout;
+    const result = await callTool(client, "shout", { text: "cancel" }, { [McpMetaKey.X402Payment]: payload });
+    duringRun = async () => undefined;
+    expect(runs.shout).toBe(runsBefore + 1);
+    // x402's settlement-failed result (its PaymentRequired), not the tool's "CANCEL".
+    expect(result.isError).toBe(true);
+    expect(JSON.stringify(result)).not.toMatch(/CANCEL/);
+    expect((result.structuredContent as unknown as PaymentRequired).x402Version).toBe(2);
+    expect((result.structuredContent as unknown as PaymentRequired).accepts.length).toBeGreaterThan(0);
+    expect(result._meta?.[McpMetaKey.X402PaymentResponse]).toBeUndefined();
+    expect(await balanceOf(account.address)).toBe(FUNDS);
+  });
+
   it("charges a succeeding tool once, with the settlement in the result", async () => {
     const client = await connectHttpClient(specialist.manifest!.mcp!.url);
     closers.push(() => client.close());
@@ -207,6 +253,8 @@ async function honoGate(): Promise<HttpGate> {
   const status = { value: 500 };
   const count = { value: 0 };
   const app = new Hono();
+  // Hono's own error handler logs the stack; this one answers the same 500 quietly.
+  app.onError((_error, c) => c.json({ error: "the report broke" }, 500));
   app.use("/api/*", honoPaymentGate(reportGate()));
   app.get("/api/report", (c) => {
     count.value += 1;
