@@ -258,6 +258,20 @@ describe("decide: other offers and input", () => {
     ).toMatchObject({ mode: "subscribe", basis: "single-option", costs: { oneTime: undefined } });
   });
 
+  it("does not subscribe to a plan that renews more often than the keeper looks: pays once instead, or refuses", () => {
+    const fast = { ...offer, subscription: { planId: "9", amount: usd("0.01"), interval: 5 } };
+    const paysOnce = decide({ offer: fast, forecast: { calls: 1_000, horizonSeconds: 60 } });
+    expect(paysOnce.mode).toBe("one-time");
+    expect(paysOnce.reason).toContain(
+      "renews every 5 seconds, more often than the budget's keeper looks (every 1 minute)",
+    );
+    expect(decide({ offer: { provider: PROVIDER, subscription: fast.subscription } }).mode).toBe("refuse");
+    // A keeper that looks every 5 seconds may take it.
+    expect(
+      decide({ offer: fast, forecast: { calls: 1_000, horizonSeconds: 60 }, minPlanIntervalSeconds: 5 }).mode,
+    ).toBe("subscribe");
+  });
+
   it("refuses an offer with no choice in it", () => {
     expect(decide({ offer: { provider: PROVIDER } })).toMatchObject({ mode: "refuse", basis: "no-option" });
   });

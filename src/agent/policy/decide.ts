@@ -76,6 +76,11 @@ export const PolicyInputSchema = z.strictObject({
    * limit and what the part holds bound the payment.
    */
   saleForProvider: z.boolean().optional(),
+  /**
+   * The shortest plan interval the agent subscribes to, in seconds: how often its subscription keeper
+   * looks (default 60, the watcher's). A plan that renews faster is not subscribed to.
+   */
+  minPlanIntervalSeconds: z.int().positive().default(60),
 });
 export type PolicyInput = z.input<typeof PolicyInputSchema>;
 
@@ -293,7 +298,8 @@ export function decide(
       },
     );
   }
-  const { offer, forecast, history, budget, unitsPerCall, sale, saleForProvider } = parsed.data;
+  const { offer, forecast, history, budget, unitsPerCall, sale, saleForProvider, minPlanIntervalSeconds } =
+    parsed.data;
   const plan = offer.subscription;
   const price = offer.oneTime?.amount;
 
@@ -326,8 +332,11 @@ export function decide(
       : saleRoomFor(budget, { provider: offer.provider, kind: "one-time" }, sale, saleForProvider === true);
   const subscriptionRoom = roomFor(budget, { provider: offer.provider, kind: "subscription" });
   const canPayOnce = price !== undefined && (oneTimeRoom === undefined || price <= oneTimeRoom.room);
+  const tooFrequent = plan !== undefined && plan.interval < minPlanIntervalSeconds;
   const canSubscribe =
-    plan !== undefined && (subscriptionRoom === undefined || plan.amount <= subscriptionRoom.room);
+    plan !== undefined &&
+    !tooFrequent &&
+    (subscriptionRoom === undefined || plan.amount <= subscriptionRoom.room);
 
   const costs: PolicyDecision["costs"] = {
     oneTime: oneTimeScaled === undefined ? undefined : ceilDiv(oneTimeScaled, den),
@@ -378,7 +387,9 @@ export function decide(
   const blocked = (mode: "one-time" | "subscribe"): string =>
     mode === "one-time"
       ? `paying once (${usdc(price!)}) exceeds the ${usdc(oneTimeRoom!.room)} the ${oneTimeRoom!.limit === "sale" ? "sale reservation" : `${oneTimeRoom!.limit} limit`} leaves`
-      : `subscribing (${usdc(plan!.amount)}) exceeds the ${usdc(subscriptionRoom!.room)} the ${subscriptionRoom!.limit} limit leaves`;
+      : tooFrequent
+        ? `the plan renews every ${describeInterval(plan!.interval)}, more often than the budget's keeper looks (every ${describeInterval(minPlanIntervalSeconds)})`
+        : `subscribing (${usdc(plan!.amount)}) exceeds the ${usdc(subscriptionRoom!.room)} the ${subscriptionRoom!.limit} limit leaves`;
   const open = { "one-time": canPayOnce, subscribe: canSubscribe };
   const offered = { "one-time": price !== undefined, subscribe: plan !== undefined };
 
