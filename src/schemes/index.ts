@@ -22,6 +22,7 @@ export type {
   GateSchemePart,
   Scheme,
   SchemeAcceptance,
+  SchemeCompletion,
   SchemeId,
   SchemeLogger,
   SchemeOffer,
