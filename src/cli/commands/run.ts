@@ -443,6 +443,8 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       budget,
       logger,
       chain,
+      // A plan that renews more often than the watcher below looks is refused.
+      minIntervalSeconds: Math.ceil((deps.watchIntervalMs ?? 60_000) / 1000),
       onAlert: (a) => {
         if (a.action === "cancelled" && cancelledByPolicy.has(a.subscriptionId)) return;
         print(`  subscription ${a.subscriptionId} ${a.action}: ${a.reason}`);
