@@ -199,7 +199,7 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
         } else {
           // The claim is for this request: the memo already binds method, path and query, and the
           // guard holds the claim to them too, so no other request (nor an x402 payload of the same
-          // authorization, which consumes) can take a lapsed claim over.
+          // authorization, whose claim is for its payload) can take a lapsed claim over.
           const claimed = await replayGuard.claim(replayKey, proof.exp * 1000, {
             request: `exact ${method} ${path}?${request.query}`,
             leaseMs,
