@@ -642,6 +642,18 @@ describe("paymentGate: options are checked once, at construction", () => {
     [{ routes: { "GET /x": { price: "1", units: 5 } } }, /metered `units` need subscription pricing/],
     [{ routes: { "get /x": { price: "1" } } }, /route pattern/],
     [{ memoTtlSeconds: 5 }, /memoTtlSeconds/],
+    [{ proofLeaseSeconds: 0 }, /proofLeaseSeconds/],
+    // A guard that claims without settling would hold every proof in flight for good.
+    [
+      {
+        replayGuard: {
+          consume: async () => true,
+          release: async () => undefined,
+          claim: async () => ({ ok: true, token: "t" }),
+        },
+      },
+      /claim and settle both, or neither/,
+    ],
     [{ proofVerification: "remote", proofKeys: jwks }, /proofKeys is for local/],
     [{ unknownOption: true }, /unrecognized/i],
   ])("refuses a bad option (%#)", (override, message) => {
