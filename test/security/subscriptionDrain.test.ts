@@ -52,6 +52,8 @@ let greedy: DevnetAccount;
 let honestPlan: bigint;
 /** 0.01 every 5 seconds, overage 1 USDC a unit. */
 let greedyPlan: bigint;
+/** The first review's plan: 0.05 a month, overage 0.002 a unit. */
+let greedyMonthly: bigint;
 
 beforeAll(async () => {
   devnet = await startDevnet({ accounts: 6 });
@@ -87,6 +89,7 @@ beforeAll(async () => {
     );
   honestPlan = await plan(honest, usd("0.30"), 30 * DAY, 0n);
   greedyPlan = await plan(greedy, usd("0.01"), 5, usd("1"));
+  greedyMonthly = await plan(greedy, usd("0.05"), 30 * DAY, usd("0.002"));
 }, 60_000);
 
 afterAll(async () => {
@@ -182,5 +185,38 @@ describe("a seller with a short interval and overage against one shared approval
     });
     expect((await balanceOf(honest.address)) - honestBefore).toBe(usd("0.30"));
     expect(await balanceOf(account.address)).toBeGreaterThan(0n);
+  }, 120_000);
+
+  it("the first review's drain beside another seller's subscription: overage to the cap and renewals with no look between take no more than the per-provider limit", async () => {
+    const { budget, keeper } = await agent("drain-monthly");
+    const first = await keeper.ensure({ planId: honestPlan.toString() });
+    const greedyStart = await balanceOf(greedy.address);
+    const { subscriptionId: id } = await keeper.ensure({
+      planId: greedyMonthly.toString(),
+      desiredCap: usd("0.02"),
+    });
+    const manager = devnet.contracts.subscriptionManager;
+    const seller = devnet.walletClient(greedy);
+    const taken = async () => (await balanceOf(greedy.address)) - greedyStart;
+    for (let round = 0; round < 3; round++) {
+      for (const amount of [usd("5"), usd("0.05"), usd("0.02"), usd("0.002")]) {
+        const ref = keccak256(toHex(`monthly-${round}-${amount}`));
+        await attempt(() => deductAllowance(seller, { manager, subscriptionId: id, amount, ref }));
+      }
+      await devnet.advanceTime(31 * DAY);
+      await attempt(() => collect(seller, { manager, subscriptionId: id }));
+      expect(await taken()).toBeLessThanOrEqual(GREEDY_LIMIT);
+    }
+    await keeper.sync();
+    const report = await budget.report("drain-monthly");
+    const greedyTally = report.perProvider.find((p) => p.provider === greedy.address);
+    expect((greedyTally?.spent ?? 0n) + (greedyTally?.reserved ?? 0n)).toBeLessThanOrEqual(GREEDY_LIMIT);
+    expect(greedyTally?.spent).toBe(await taken());
+    // The honest seller's renewal is still paid from what was approved for it.
+    const honestBefore = await balanceOf(honest.address);
+    await devnet.publicClient.waitForTransactionReceipt({
+      hash: await collect(devnet.walletClient(honest), { manager, subscriptionId: first.subscriptionId }),
+    });
+    expect((await balanceOf(honest.address)) - honestBefore).toBe(usd("0.30"));
   }, 120_000);
 });
