@@ -53,12 +53,12 @@ try {
     await payer.subscribe({ planId: stack.planId, maxOverage: 0n });
   }
   // Warm-up: one purchase per payer before the clock starts, so start-up costs are not in minute 1.
-  const warm = runPurchases(stack, stack.payers.slice(0, 1), { slowShare: 0 });
+  const warm = runPurchases(stack, stack.payers.slice(0, 1), { slowShare: 0, random: Math.random });
   await new Promise((resolve) => setTimeout(resolve, 5_000));
   await warm.stop();
   const rssStart = rssOf(stack);
   const start = Date.now();
-  const load = runPurchases(stack, stack.payers, { slowShare: 0 });
+  const load = runPurchases(stack, stack.payers, { slowShare: 0, random: Math.random });
   // Caps far above what the run can use: the soak measures the steady path, not the refusals.
   const mixed = await startMixedLoad(stack, { meteredCaps: [5_000_000n], pauseMs: 100 });
   const rows: string[][] = [];
