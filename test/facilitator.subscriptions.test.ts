@@ -370,6 +370,42 @@ describe("relayed lifecycle", () => {
     expect(subscription.createdAt).toBeGreaterThan(0);
   });
 
+  it("relays the spend limit the subscriber signed at subscribe and raises it with a signed SetSpendLimit; a limit signed by another key is refused", async () => {
+    const subscriber = await subscriberWith(20_000_000n);
+    const limit = PRICE + 1_000_000n;
+    const result = await subscribeThroughFacilitator(client, subscriber, {
+      planId,
+      maxOverage: 2_000_000n,
+      spendLimit: limit,
+    });
+    expect(result.subscription).toMatchObject({ spendLimit: limit.toString(), spent: PRICE.toString() });
+    const id = BigInt(result.subscriptionId);
+    const stranger = privateKeyToAccount(generatePrivateKey());
+    const forged = await refusal(
+      changeSubscriptionThroughFacilitator(client, stranger, {
+        subscriptionId: id,
+        action: "limit",
+        spendLimit: 10n ** 18n,
+      }),
+    );
+    expect(forged.code).toBe("InvalidSignature");
+    const raised = await changeSubscriptionThroughFacilitator(client, subscriber, {
+      subscriptionId: id,
+      action: "limit",
+      spendLimit: 2n * limit,
+    });
+    expect(raised.subscription).toMatchObject({
+      spendLimit: (2n * limit).toString(),
+      spent: PRICE.toString(),
+    });
+    // Without one, the intent signs none (2^256 - 1).
+    const plain = await subscribeThroughFacilitator(client, await subscriberWith(20_000_000n), {
+      planId,
+      maxOverage: 0n,
+    });
+    expect(plain.subscription.spendLimit).toBe((2n ** 256n - 1n).toString());
+  });
+
   it("refuses an action signed by someone other than the subscriber", async () => {
     const subscriber = await subscriberWith(20_000_000n);
     const { subscriptionId } = await subscribeThroughFacilitator(client, subscriber, {
