@@ -387,7 +387,11 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     } catch (fault) {
       return {
         kind: "respond",
-        response: checkFailureResponse(fault, "the subscription plans could not be read", logger),
+        response: checkFailureResponse(
+          fault,
+          "the route's payment terms could not be built (a plan or channel store did not answer)",
+          logger,
+        ),
       };
     }
     const built = await compose(error, message, request, route, entries);
