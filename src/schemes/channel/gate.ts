@@ -96,7 +96,7 @@ export const ChannelGateOptionsSchema = z.object({
   journal: z.string().min(1).optional(),
   /** Where channels are read from (default: the facilitator's `GET /channels/:id`). */
   source: z.custom<ChannelStateSource>(isSource).optional(),
-  /** Smallest deposit accepted, smallest unit (default 100 × the route's price). */
+  /** Smallest deposit served, smallest unit (default and floor: the route's price). */
   minDeposit: AmountSchema.optional(),
   /** Deposit suggested to payers, in requests (default 1 000 × the price). */
   suggestedRequests: z.int().positive().max(1_000_000_000).optional(),
