@@ -104,6 +104,23 @@ export {
   type TransferWithAuthorizationParameters,
   transferWithAuthorization,
 } from "./actions/usd/transferWithAuthorization.ts";
+export { type DeployFiatTokenParameters, deployFiatToken } from "./actions/usdc/deployFiatToken.ts";
+export {
+  deployFiatTokenImplementation,
+  linkFiatTokenBytecode,
+} from "./actions/usdc/deployFiatTokenImplementation.ts";
+export {
+  type FiatTokenSetup,
+  type InitializeFiatTokenParameters,
+  initializeFiatToken,
+} from "./actions/usdc/initializeFiatToken.ts";
+export { type MintFiatTokenParameters, mintFiatToken } from "./actions/usdc/mintFiatToken.ts";
+export {
+  FIAT_TOKEN_PROXY_ADMIN_SLOT,
+  FIAT_TOKEN_PROXY_IMPLEMENTATION_SLOT,
+  type PlaceFiatTokenParameters,
+  placeFiatToken,
+} from "./actions/usdc/placeFiatToken.ts";
 export type { ReadClient, TollgateContracts, WriteClient } from "./clientTypes.ts";
 export { batchSettlerAbi, batchSettlerBytecode } from "./contracts/artifacts/BatchSettler.ts";
 export {
@@ -111,6 +128,13 @@ export {
   subscriptionManagerBytecode,
 } from "./contracts/artifacts/SubscriptionManager.ts";
 export { tollgateUsdAbi, tollgateUsdBytecode } from "./contracts/artifacts/TollgateUSD.ts";
+export { fiatTokenProxyAbi, fiatTokenProxyBytecode } from "./contracts/circle-usdc/FiatTokenProxy.ts";
+export {
+  fiatTokenV2_2Abi,
+  fiatTokenV2_2Bytecode,
+  fiatTokenV2_2LinkReferences,
+} from "./contracts/circle-usdc/FiatTokenV2_2.ts";
+export { signatureCheckerAbi, signatureCheckerBytecode } from "./contracts/circle-usdc/SignatureChecker.ts";
 export { type DeployTollgateOptions, deployTollgate } from "./deployTollgate.ts";
 export {
   decodeSettlerDeferred,
@@ -194,6 +218,7 @@ export {
   connectDevnet,
   type Devnet,
   type DevnetAccount,
+  type DevnetToken,
   devnetPrivateKey,
   type StartDevnetOptions,
   setUpDevnet,
