@@ -37,7 +37,13 @@ export function expressPaymentGate(gate: PaymentGate): RequestHandler {
       writeWebResponse(res, targetRefusal(reading)).catch(next);
       return;
     }
-    gate({ method: req.method, url: reading.target, headers: nodeHeaderReader(req.headers) })
+    gate({
+      method: req.method,
+      url: reading.target,
+      headers: nodeHeaderReader(req.headers),
+      // The socket's peer, never Express's `req.ip` (which reads X-Forwarded-For under `trust proxy`).
+      remoteAddress: req.socket.remoteAddress,
+    })
       .then(async (result) => {
         if (result.kind === "respond") return writeWebResponse(res, result.response);
         res.locals.payment = result.paid;

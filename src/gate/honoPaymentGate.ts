@@ -1,4 +1,5 @@
 import type { MiddlewareHandler } from "hono";
+import { peerAddressOf } from "../facilitator/abuse/rateLimits.ts";
 import { runInGateContext, type ServedSubscription } from "./deductAllowance.ts";
 import { eachGateHeader } from "./gatePass.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
@@ -36,7 +37,13 @@ export function honoPaymentGate(gate: PaymentGate): MiddlewareHandler<PaymentGat
     const target = pathAndQueryOf(c.req.raw.url);
     const reading = normalizeRequestTarget(target);
     if (!reading.ok || reading.dotSegments) return targetRefusal(reading);
-    const result = await gate({ method: c.req.raw.method, url: reading.target, headers: c.req.raw.headers });
+    const result = await gate({
+      method: c.req.raw.method,
+      url: reading.target,
+      headers: c.req.raw.headers,
+      // The socket's peer on @hono/node-server; other runtimes give none (the request then has no client).
+      remoteAddress: peerAddressOf(c.env),
+    });
     if (result.kind === "respond") return result.response;
     c.set("payment", result.paid);
     c.set("subscription", result.subscription);

@@ -78,6 +78,7 @@ export function nodePaymentGate(
         method: req.method ?? "GET",
         url: reading.target,
         headers: nodeHeaderReader(req.headers),
+        remoteAddress: req.socket.remoteAddress,
       });
       if (result.kind === "respond") return writeWebResponse(res, result.response);
       if (result.settleAfterHandler === true) {

@@ -30,6 +30,7 @@
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
 import { createFacilitatorClient, type FacilitatorClient } from "../client/facilitatorClient.ts";
+import { normalizeAddress } from "../facilitator/abuse/rateLimits.ts";
 import { USDC_DECIMALS } from "../protocol/amount.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { type GateErrorCode, GateErrorCodeSchema, TollgateError } from "../protocol/errors.ts";
@@ -86,6 +87,13 @@ export type GateRequest = {
    * `units`; a whole number ≥ 0. Only the server sets it, never a header the client sends.
    */
   units?: number | undefined;
+  /**
+   * The TCP peer's address as the host's server saw it (the adapters pass the socket's
+   * `remoteAddress`); never from a header. The gate reads `X-Forwarded-For` only when this is one of
+   * its `trustedProxies`. It keys per-client limits (`SchemeRequest.client`); absent, the request
+   * shares the limits of every request without one.
+   */
+  remoteAddress?: string | undefined;
 };
 
 /**
@@ -253,6 +261,9 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
   }
   /** The origin of the URL routes functions are given; never the request's `Host`. */
   const routeOrigin = config.publicOrigin ?? "http://localhost";
+  const trustedProxies: ReadonlySet<string> = new Set(
+    (config.trustedProxies ?? []).map((address) => normalizeAddress(address) ?? address),
+  );
   const token = typeof config.token === "string" ? { address: config.token } : config.token;
   const decimals = token.decimals ?? USDC_DECIMALS;
   const memoTtlSeconds = config.memoTtlSeconds ?? 300;
@@ -437,7 +448,7 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     // The memo binds the normalized path and the query; routes are matched on the path decoded once,
     // as routers see it.
     const path = reading.path;
-    const target = new SchemeRequestView(method, path, reading, request, routeOrigin);
+    const target = new SchemeRequestView(method, path, reading, request, routeOrigin, trustedProxies);
     const route = resolveRoute(new RouteRequestView(target));
     if (route === undefined) return new GatePass(undefined, undefined, undefined, completeNothing);
     if (path.length > MAX_PATH_LENGTH) {

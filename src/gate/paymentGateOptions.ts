@@ -2,6 +2,7 @@
  * What `paymentGate` is configured with, checked once at construction so that a misconfigured gate
  * fails at start-up with a message naming the option, never on a request.
  */
+import { isIP } from "node:net";
 import { z } from "zod";
 import type { FacilitatorClient, FetchFn } from "../client/facilitatorClient.ts";
 import { AddressSchema } from "../protocol/address.ts";
@@ -320,6 +321,15 @@ export const PaymentGateOptionsSchema = z.strictObject({
    * which clients resolve against the URL they asked.
    */
   publicOrigin: OriginSchema.optional(),
+  /**
+   * Addresses of the reverse proxies in front of this API, whose `X-Forwarded-For` is believed when the
+   * request came from one of them (`GateRequest.remoteAddress`). Empty (the default) believes no header:
+   * the peer the adapter saw is the client (`SchemeRequest.client`, which per-client limits share by).
+   */
+  trustedProxies: z
+    .array(z.string().refine((a) => isIP(a) !== 0, { message: "must be an IP address" }))
+    .max(256)
+    .optional(),
   /** The SubscriptionManager (default: the one the facilitator's `/supported` lists for `network`). */
   subscriptionManager: AddressSchema.optional(),
   /**

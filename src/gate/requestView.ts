@@ -4,6 +4,7 @@
  * (an object literal with a getter costs several times as much); the URL is a prototype getter, so a
  * copy made with `{ ...request }` has none: read `url` from the request itself.
  */
+import { bucketKey, clientAddress } from "../facilitator/abuse/rateLimits.ts";
 import type { SchemeRequest } from "../schemes/types.ts";
 import type { NormalizedTarget } from "./normalizeRequestTarget.ts";
 import type { GateRequest } from "./paymentGate.ts";
@@ -22,9 +23,19 @@ export class SchemeRequestView implements SchemeRequest {
   readonly headers: SchemeRequest["headers"];
   readonly units: number | undefined;
   readonly #origin: string;
+  readonly #remoteAddress: string | undefined;
+  readonly #trustedProxies: ReadonlySet<string>;
   #url: URL | undefined;
+  #client: string | undefined | null = null;
 
-  constructor(method: string, path: string, reading: NormalizedTarget, request: GateRequest, origin: string) {
+  constructor(
+    method: string,
+    path: string,
+    reading: NormalizedTarget,
+    request: GateRequest,
+    origin: string,
+    trustedProxies: ReadonlySet<string> = new Set(),
+  ) {
     this.method = method;
     this.path = path;
     this.query = reading.query;
@@ -33,6 +44,27 @@ export class SchemeRequestView implements SchemeRequest {
     this.headers = request.headers;
     this.units = request.units;
     this.#origin = origin;
+    this.#remoteAddress = request.remoteAddress;
+    this.#trustedProxies = trustedProxies;
+  }
+
+  /** Worked out when a part reads it (the channel scheme, for an id new to the gate). */
+  get client(): string | undefined {
+    if (this.#client === null) {
+      const peer = this.#remoteAddress;
+      const address =
+        peer === undefined
+          ? "unknown"
+          : clientAddress(
+              peer,
+              this.#trustedProxies.size === 0
+                ? undefined
+                : (this.headers.get("x-forwarded-for") ?? undefined),
+              this.#trustedProxies,
+            );
+      this.#client = address === "unknown" ? undefined : bucketKey(address);
+    }
+    return this.#client;
   }
 
   get url(): URL {

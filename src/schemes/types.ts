@@ -117,6 +117,12 @@ export type SchemeRequest = {
   headers: { get(name: string): string | null };
   /** Metered units the host set for this request (`GateRequest.units`), if any. */
   units: number | undefined;
+  /**
+   * Who sent the request, as a key to share per-client limits by: the client's address as the host's
+   * server saw it (`GateRequest.remoteAddress`; behind the gate's `trustedProxies`, from
+   * `X-Forwarded-For`), an IPv6 client by its /64. Undefined when the host did not say.
+   */
+  client?: string | undefined;
 };
 
 /**

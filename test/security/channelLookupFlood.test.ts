@@ -12,6 +12,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
+import { request as httpRequest } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Hono } from "hono";
@@ -101,8 +102,24 @@ describe("a flood of made-up channel ids", () => {
     if (terms === undefined) throw new Error("the gate offered no channel");
     const paid = (header: string) =>
       fetch(`${api.url}/api/item`, { headers: { [CHANNEL_VOUCHER_HEADER]: header } });
-    return { terms, paid };
+    return { terms, paid, url: api.url };
   }
+
+  /** The status of a paid request sent from `localAddress` (loopback aliases all route locally on Linux). */
+  const paidFrom = (url: string, localAddress: string, header: string) =>
+    new Promise<number>((resolve, reject) => {
+      const request = httpRequest(
+        `${url}/api/item`,
+        { localAddress, agent: false, headers: { [CHANNEL_VOUCHER_HEADER]: header } },
+        (response) => {
+          response.resume();
+          response.on("end", () => resolve(response.statusCode ?? 0));
+          response.on("error", reject);
+        },
+      );
+      request.on("error", reject);
+      request.end();
+    });
 
   /** A payer opens a channel on `terms` through the facilitator; its first voucher is not sent yet. */
   async function openChannel(payer: DevnetAccount, terms: ChannelTermsInput) {
@@ -125,7 +142,7 @@ describe("a flood of made-up channel ids", () => {
 
   it("takes at most the gate's lookup share, and the payer's first voucher on its new channel is served", async () => {
     // No provider key: the gate's reads share its address's bucket at the facilitator.
-    const { terms, paid } = await startGate("anonymous", undefined);
+    const { terms, paid, url } = await startGate("anonymous", undefined);
     const first = await openChannel(devnet.accounts[1]!, terms);
     const flood = await Promise.all(
       Array.from({ length: 400 }, async () => {
@@ -138,9 +155,37 @@ describe("a flood of made-up channel ids", () => {
     expect(flood.every((status) => status === 402 || status === 429)).toBe(true);
     expect(flood.filter((status) => status === 429).length).toBeGreaterThan(0);
 
-    const response = await paid(first.header);
-    expect(response.status).toBe(200);
-    expect(await response.json()).toEqual({ item: 1 });
+    // From another address than the flood's (127.0.0.1): a payer sharing the flood's address shares its
+    // spent share too, and is read once that refills (1 per second).
+    expect(await paidFrom(url, "127.0.0.3", first.header)).toBe(200);
+  });
+
+  it("a flood still running from one address does not lock out a payer at another address", async () => {
+    // Before the stranger at the gate's address below spends that address's facilitator bucket: this
+    // gate has no provider key, so its few reads take that bucket too.
+    const { terms, url } = await startGate("two-addresses", undefined);
+    const first = await openChannel(devnet.accounts[4]!, terms);
+    const statuses: number[] = [];
+    let stop = false;
+    let refused: () => void = () => undefined;
+    const refusedOnce = new Promise<void>((resolve) => {
+      refused = resolve;
+    });
+    // Forty senders at 127.0.0.2, each sending the next made-up voucher as soon as the last is answered:
+    // the flood keeps the gate's lookup queue as full as it can until the payer has been answered.
+    const flood = Array.from({ length: 40 }, async () => {
+      while (!stop) {
+        const status = await paidFrom(url, "127.0.0.2", madeUp());
+        statuses.push(status);
+        if (status === 429) refused();
+      }
+    });
+    await refusedOnce;
+    const payer = await paidFrom(url, "127.0.0.3", first.header);
+    stop = true;
+    await Promise.all(flood);
+    expect(payer).toBe(200);
+    expect(statuses.every((status) => status === 402 || status === 429)).toBe(true);
   });
 
   it("reads a payer's new channel with the gate's own allowance while strangers at its address spend theirs", async () => {

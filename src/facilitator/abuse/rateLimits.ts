@@ -169,7 +169,7 @@ export function createRateLimits(options: RateLimitOptions & RateLimitDeps): Rat
  * The TCP peer of a request served by `@hono/node-server` (`c.env.incoming` is the Node request).
  * Undefined when the app is called in process (`app.request()`), which has no peer.
  */
-function peerAddressOf(env: unknown): string | undefined {
+export function peerAddressOf(env: unknown): string | undefined {
   const incoming = (env as { incoming?: { socket?: { remoteAddress?: unknown } } } | undefined)?.incoming;
   const address = incoming?.socket?.remoteAddress;
   return typeof address === "string" ? address : undefined;

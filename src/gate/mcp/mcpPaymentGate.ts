@@ -40,6 +40,11 @@ export type McpGateCall = {
   meta: unknown;
   /** Metered units of the call, decided by the server from the parsed input. */
   units?: number | undefined;
+  /**
+   * The caller's network address as the server saw it (the HTTP request's socket peer, for MCP over
+   * HTTP; absent over stdio): `GateRequest.remoteAddress`. Never from the call's contents.
+   */
+  remoteAddress?: string | undefined;
 };
 
 /** An MCP `CallToolResult` as plain data (the SDK's type is structurally the same). */
@@ -109,7 +114,13 @@ export function mcpPaymentGate(gate: PaymentGate): McpPaymentGate {
       headers.set(HeaderName.Subscription, subscription.id);
       headers.set(HeaderName.SubscriptionAuth, subscription.auth);
     }
-    const result = await gate({ method: "POST", url: call.path, headers, units: call.units });
+    const result = await gate({
+      method: "POST",
+      url: call.path,
+      headers,
+      units: call.units,
+      remoteAddress: call.remoteAddress,
+    });
     if (result.kind === "respond") return { kind: "respond", result: await toolResultOf(result.response) };
     const complete: CompleteRequest = result.complete;
     return {

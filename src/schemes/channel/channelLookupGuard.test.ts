@@ -3,7 +3,7 @@ import type { Address, Hex } from "viem";
 import { describe, expect, it } from "vitest";
 import { createFixedClock } from "../../protocol/clock.ts";
 import { isTollgateError } from "../../protocol/errors.ts";
-import { guardChannelSource } from "./channelLookupGuard.ts";
+import { type ChannelLookupGuardOptions, guardChannelSource } from "./channelLookupGuard.ts";
 import { type ChannelState, type ChannelStateSource, toChannelState } from "./channelState.ts";
 import { createSessionKey } from "./sessionKey.ts";
 
@@ -37,7 +37,7 @@ function channelOf(payee: Address = payTo): ChannelState {
  * A guard over a map of channels that counts its reads, on a fixed clock whose waits are handed to
  * the test: `tick()` lets the oldest wait end, moving the clock by what it asked.
  */
-function setup(channels: ChannelState[], limits: { burst?: number; perSecond?: number; queue?: number }) {
+function setup(channels: ChannelState[], limits: Omit<ChannelLookupGuardOptions, "payTo" | "token">) {
   const clock = createFixedClock(NOW);
   const states = new Map(channels.map((c) => [c.channelId, c]));
   const reads: Hex[] = [];
@@ -159,5 +159,82 @@ describe("guardChannelSource", () => {
     expect(await guarded.get(later.channelId)).toBeUndefined();
     clock.advance(5_000);
     expect((await guarded.get(later.channelId))?.channelId).toBe(later.channelId);
+  });
+
+  describe("per client", () => {
+    const a = "10.0.0.1";
+    const b = "2001:db8:0:1::/64";
+
+    it("refuses one client's flood past its own share, and reads a payer at another address at once", async () => {
+      const real = channelOf();
+      const { guarded, reads, waits } = setup([real], {
+        burst: 4,
+        perSecond: 10,
+        queue: 4,
+        perClient: { burst: 2, perSecond: 1, queue: 1 },
+      });
+      const flood = Array.from({ length: 50 }, () =>
+        guarded.get(randomId(), { client: a }).catch((error: unknown) => error),
+      );
+      const outcomes = await Promise.all(flood);
+      expect(outcomes.filter((o) => o === undefined)).toHaveLength(2);
+      const refusals = outcomes.filter((o) => isTollgateError(o) && o.code === "RateLimited");
+      expect(refusals).toHaveLength(48);
+      expect(refusals[0]).toMatchObject({ retryAfter: 1, details: { limit: "channelLookupsPerClient" } });
+      // The flood took two of the gate's four reads; the payer takes a third, without waiting.
+      expect((await guarded.get(real.channelId, { client: b }))?.channelId).toBe(real.channelId);
+      expect(waits).toHaveLength(0);
+      expect(reads).toHaveLength(3);
+    });
+
+    it("lets a client queue at most perClient.queue lookups, while another client still queues behind them", async () => {
+      const { guarded, reads, waits, tick } = setup([], {
+        burst: 1,
+        perSecond: 1,
+        queue: 10,
+        perClient: { burst: 5, perSecond: 1, queue: 2 },
+      });
+      const ofA = Array.from({ length: 4 }, () =>
+        guarded.get(randomId(), { client: a }).catch((error: unknown) => error),
+      );
+      await settle();
+      expect(reads).toHaveLength(1); // the first read; two wait, the fourth is refused
+      expect(await ofA[3]).toMatchObject({
+        code: "RateLimited",
+        details: { limit: "channelLookupsPerClient" },
+      });
+      const ofB = guarded.get(randomId(), { client: b });
+      await settle();
+      expect(waits).toHaveLength(1);
+      while (waits.length > 0) await tick();
+      expect(await ofB).toBeUndefined();
+      expect(reads).toHaveLength(4);
+      // A's waiting lookups have been read: it may queue again.
+      expect(await Promise.all(ofA.slice(0, 3))).toEqual([undefined, undefined, undefined]);
+    });
+
+    it("holds lookups without a client to the gate's limits alone", async () => {
+      const { guarded, reads } = setup([], { burst: 5, perSecond: 1, queue: 0, perClient: { burst: 1 } });
+      await Promise.all(Array.from({ length: 5 }, () => guarded.get(randomId())));
+      expect(reads).toHaveLength(5);
+      expect((await refusalOf(guarded.get(randomId())))?.details).toMatchObject({ limit: "channelLookups" });
+    });
+
+    it("holds at most maxClients client buckets, dropping the least recently used", async () => {
+      const { guarded, reads } = setup([], {
+        burst: 100,
+        perSecond: 100,
+        queue: 0,
+        perClient: { burst: 1, perSecond: 0.001 },
+        maxClients: 2,
+      });
+      await guarded.get(randomId(), { client: a });
+      expect((await refusalOf(guarded.get(randomId(), { client: a })))?.code).toBe("RateLimited");
+      await guarded.get(randomId(), { client: "10.0.0.2" });
+      await guarded.get(randomId(), { client: "10.0.0.3" });
+      // A's bucket was dropped for the newer two: it starts again full.
+      await guarded.get(randomId(), { client: a });
+      expect(reads).toHaveLength(4);
+    });
   });
 });

@@ -14,12 +14,21 @@
  *   order, at most `queue` of them; a request past that is refused with `RateLimited` (429 with
  *   `Retry-After`) without a read. So a flood of made-up ids takes at most that share of the gate's
  *   reads, and a payer's new channel arriving after it waits at most `queue / perSecond` seconds.
+ * - Within that share each client (the address the adapter saw, an IPv6 client by its /64: see
+ *   `SchemeRequest.client`) has its own bucket, `perClient.burst` at once and `perClient.perSecond`
+ *   after, and at most `perClient.queue` of its lookups wait; past either it is refused with 429 before
+ *   it takes a turn. So one address flooding made-up ids spends only its own share, and a payer at
+ *   another address is read while that flood still runs. Lookups with no client (a host that did not
+ *   say, an in-process call) share the gate's limits alone, as one client. A flood from many addresses
+ *   still shares the gate's limits: that is the bound on what it costs the gate.
  * - An id the source says does not exist is not read again for `unknownTtlMs`; concurrent asks of one
  *   id share one read (and one turn).
- * - Memory is bounded: at most `maxIds` ids are remembered either way (the oldest forgotten first), and
- *   at most `queue` lookups wait.
+ * - Memory is bounded: at most `maxIds` ids are remembered either way (the oldest forgotten first), at
+ *   most `queue` lookups wait, and at most `maxClients` client buckets are held (the least recently
+ *   used dropped first; a dropped client starts again with a full bucket).
  */
 import type { Address, Hex } from "viem";
+import { createTokenBuckets } from "../../facilitator/abuse/tokenBucket.ts";
 import { type Clock, systemClock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { ChannelState, ChannelStateSource } from "./channelState.ts";
@@ -32,6 +41,18 @@ export type ChannelLookupLimits = {
   perSecond?: number | undefined;
   /** Reads waiting for their turn at most (default 50); past it a voucher is refused with 429. */
   queue?: number | undefined;
+  /**
+   * Each client's share of those reads; `false`: no per-client limit (every client shares the gate's).
+   * Default 5 at once, 1 per second, 5 waiting.
+   */
+  perClient?:
+    | {
+        burst?: number | undefined;
+        perSecond?: number | undefined;
+        queue?: number | undefined;
+      }
+    | false
+    | undefined;
 };
 
 export type ChannelLookupGuardOptions = ChannelLookupLimits & {
@@ -43,6 +64,8 @@ export type ChannelLookupGuardOptions = ChannelLookupLimits & {
   unknownTtlMs?: number | undefined;
   /** Ids remembered at most, of either kind (default 100 000). */
   maxIds?: number | undefined;
+  /** Client buckets held at most (default 10 000). */
+  maxClients?: number | undefined;
   /** Waits `ms` for the next turn (default a timer; tests pass one that moves their clock). */
   wait?: ((ms: number) => Promise<void>) | undefined;
 };
@@ -68,6 +91,21 @@ export function guardChannelSource(
   if (!(burst >= 1) || !(perSecond > 0) || !(maxQueued >= 0)) {
     throw new TypeError("channel lookups need burst ≥ 1, perSecond > 0 and queue ≥ 0");
   }
+  const perClient = options.perClient === false ? undefined : (options.perClient ?? {});
+  const clientQueue = perClient?.queue ?? 5;
+  if (!(clientQueue >= 0)) throw new TypeError("channel lookups need perClient.queue ≥ 0");
+  // createTokenBuckets checks the burst and rate.
+  const clients =
+    perClient === undefined
+      ? undefined
+      : createTokenBuckets({
+          capacity: perClient.burst ?? 5,
+          refillPerSecond: perClient.perSecond ?? 1,
+          clock,
+          maxKeys: options.maxClients ?? 10_000,
+        });
+  /** Lookups waiting per client; an entry lives only while one waits, so at most `queue` entries. */
+  const waiting = new Map<string, number>();
   const payTo = options.payTo.toLowerCase();
   const token = options.token.toLowerCase();
   /** Ids of channels paying this gate; insertion-ordered, re-inserted on use. */
@@ -75,7 +113,7 @@ export function guardChannelSource(
   /** Ids the source did not know, until when that is believed. */
   const unknown = new Map<string, number>();
   const pending = new Map<string, Promise<ChannelState | undefined>>();
-  const queue: (() => void)[] = [];
+  const queue: { resolve: () => void; client: string | undefined }[] = [];
   let tokens = burst;
   let refilledAt = clock.now();
   let draining = false;
@@ -101,7 +139,11 @@ export function guardChannelSource(
         refill();
         while (tokens >= 1 && queue.length > 0) {
           tokens -= 1;
-          queue.shift()?.();
+          const next = queue.shift();
+          if (next !== undefined) {
+            leave(next.client);
+            next.resolve();
+          }
         }
         if (queue.length > 0) await wait(Math.ceil(((1 - tokens) * 1000) / perSecond));
       }
@@ -110,23 +152,44 @@ export function guardChannelSource(
     }
   };
 
-  /** Resolves when this lookup may read; throws `RateLimited` when the queue is full. */
-  const turn = (): Promise<void> => {
+  const leave = (client: string | undefined) => {
+    if (client === undefined) return;
+    const count = (waiting.get(client) ?? 1) - 1;
+    if (count <= 0) waiting.delete(client);
+    else waiting.set(client, count);
+  };
+
+  const refuse = (retryAfter: number, limit: string): never => {
+    throw new TollgateError(
+      "RateLimited",
+      `too many vouchers for channels this gate does not know; retry after ${retryAfter} s`,
+      { retryAfter, details: { limit } },
+    );
+  };
+
+  /**
+   * Resolves when this lookup may read; throws `RateLimited` when the client's share is spent or the
+   * queue is full. `client` undefined: no client bucket, the gate's limits alone.
+   */
+  const turn = (client: string | undefined): Promise<void> => {
+    if (client !== undefined && clients !== undefined) {
+      const queued = waiting.get(client) ?? 0;
+      if (queued >= clientQueue)
+        refuse(Math.max(1, Math.ceil(queued / (perClient?.perSecond ?? 1))), "channelLookupsPerClient");
+      const taken = clients.take(client);
+      if (!taken.ok) refuse(taken.retryAfterSeconds, "channelLookupsPerClient");
+    }
     refill();
     if (queue.length === 0 && tokens >= 1) {
       tokens -= 1;
       return Promise.resolve();
     }
     if (queue.length >= maxQueued) {
-      const retryAfter = Math.max(1, Math.ceil((queue.length + 1) / perSecond));
-      throw new TollgateError(
-        "RateLimited",
-        `too many vouchers for channels this gate does not know; retry after ${retryAfter} s`,
-        { retryAfter, details: { limit: "channelLookups" } },
-      );
+      refuse(Math.max(1, Math.ceil((queue.length + 1) / perSecond)), "channelLookups");
     }
     return new Promise<void>((resolve) => {
-      queue.push(resolve);
+      queue.push({ resolve, client });
+      if (client !== undefined && clients !== undefined) waiting.set(client, (waiting.get(client) ?? 0) + 1);
       void drain();
     });
   };
@@ -149,7 +212,7 @@ export function guardChannelSource(
   };
 
   return {
-    async get(channelId) {
+    async get(channelId, context) {
       const id = channelId.toLowerCase();
       if (own.has(id)) return read(channelId, id);
       const until = unknown.get(id);
@@ -159,8 +222,9 @@ export function guardChannelSource(
       }
       let lookup = pending.get(id);
       if (lookup === undefined) {
+        const client = context?.client;
         lookup = (async () => {
-          await turn();
+          await turn(client);
           return read(channelId, id);
         })().finally(() => pending.delete(id));
         pending.set(id, lookup);

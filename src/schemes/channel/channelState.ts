@@ -46,8 +46,15 @@ export type ChannelState = {
 
 /** Where a gate reads channels from. `undefined`: no such channel (never opened). */
 export type ChannelStateSource = {
-  get(channelId: Hex): Promise<ChannelState | undefined>;
+  /**
+   * `context.client`: who asked, as the gate's adapter saw them (`SchemeRequest.client`), for a source
+   * that shares its reads fairly among clients (channelLookupGuard.ts); other sources ignore it.
+   */
+  get(channelId: Hex, context?: ChannelLookupContext): Promise<ChannelState | undefined>;
 };
+
+/** Who a channel read is for: the requesting client's address key, when the host gave one. */
+export type ChannelLookupContext = { client?: string | undefined };
 
 /** The facilitator's `GET /channels/:id` reply, as far as a gate reads it. */
 export const ChannelStateResponseSchema = z.object({

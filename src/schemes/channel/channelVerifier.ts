@@ -46,7 +46,7 @@ import {
 } from "../../protocol/channelVoucher.ts";
 import { type Clock, systemClock } from "../../protocol/clock.ts";
 import { type GateErrorCode, TollgateError } from "../../protocol/errors.ts";
-import type { ChannelState, ChannelStateSource } from "./channelState.ts";
+import type { ChannelLookupContext, ChannelState, ChannelStateSource } from "./channelState.ts";
 import type { ChannelTally, VoucherStore } from "./voucherStore.ts";
 
 export type ChannelVerifierOptions = ChannelVoucherDomain & {
@@ -108,8 +108,15 @@ type Cached = {
 };
 
 export type ChannelVerifier = {
-  /** Checks the voucher header and charges `price` on its channel. */
-  charge(header: string, price: bigint): Promise<ChannelCharge | ChannelRefusal>;
+  /**
+   * Checks the voucher header and charges `price` on its channel. `context.client`: the paying client,
+   * whose share of unknown-id reads a lookup of a channel new to the gate spends.
+   */
+  charge(
+    header: string,
+    price: bigint,
+    context?: ChannelLookupContext,
+  ): Promise<ChannelCharge | ChannelRefusal>;
   /** Gives back a charge whose request was not served (the handler failed). */
   refund(charge: ChannelCharge): Promise<void>;
   /** The cached state of a channel, fetching it when unknown. */
@@ -179,12 +186,12 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
     return entry;
   };
 
-  const fetch = (channelId: Hex): Promise<Cached | undefined> => {
+  const fetch = (channelId: Hex, context?: ChannelLookupContext): Promise<Cached | undefined> => {
     let pending = inflight.get(channelId);
     if (pending === undefined) {
       const readAt = clock.now();
       pending = options.source
-        .get(channelId)
+        .get(channelId, context)
         .then((state) => {
           if (state === undefined) {
             if (unknown.size >= maxChannels) unknown.clear();
@@ -201,12 +208,12 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
     return pending;
   };
 
-  const lookup = async (channelId: Hex): Promise<Cached | undefined> => {
+  const lookup = async (channelId: Hex, context?: ChannelLookupContext): Promise<Cached | undefined> => {
     const cached = cache.get(channelId);
     if (cached !== undefined) {
       const age = clock.now() - cached.fetchedAt;
       // Too old to vouch that no close was requested since (see the invariants): read it before serving.
-      if (age >= maxStaleMs) return fetch(channelId);
+      if (age >= maxStaleMs) return fetch(channelId, context);
       if (!cached.refreshing && age >= refreshMs) {
         cached.refreshing = true;
         // Background: the request goes on with what is cached (only deposit and close state change).
@@ -218,7 +225,7 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
     }
     const until = unknown.get(channelId);
     if (until !== undefined && until > clock.now()) return undefined;
-    return fetch(channelId);
+    return fetch(channelId, context);
   };
 
   const closing = (state: ChannelState): boolean =>
@@ -227,11 +234,11 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
       clock.now() / 1000 >= state.closeRequestedAt + state.closeDelay - closeMarginSeconds);
 
   return {
-    async charge(header, price) {
+    async charge(header, price, context) {
       const parsed = safeParseChannelVoucher(header);
       if (!parsed.ok) return refuse("ChannelVoucherInvalid", `malformed channel voucher: ${parsed.reason}`);
       const voucher = parsed.voucher;
-      let entry = await lookup(voucher.channelId);
+      let entry = await lookup(voucher.channelId, context);
       if (entry === undefined) return refuse("ChannelVoucherInvalid", "no such channel");
       let state = entry.state;
       if (state.payee.toLowerCase() !== payTo) {
@@ -268,7 +275,7 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
       }
       if (voucher.cumulativeAmount > state.deposit) {
         // Perhaps topped up since it was cached: the deposit only grows, so one refetch settles it.
-        entry = (await fetch(voucher.channelId)) ?? entry;
+        entry = (await fetch(voucher.channelId, context)) ?? entry;
         state = entry.state;
         if (closing(state)) return refuse("ChannelClosing", "the channel is closing");
         if (voucher.cumulativeAmount > state.deposit) {

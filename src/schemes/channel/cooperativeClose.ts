@@ -26,7 +26,7 @@ import { errorResponse, faultResponse } from "../../gate/gateResponses.ts";
 import { type ChannelCloseResponse, ChannelCloseResponseSchema } from "../../protocol/channels.ts";
 import { httpStatusOf } from "../../protocol/errors.ts";
 import type { SchemeLogger } from "../types.ts";
-import type { ChannelStateSource } from "./channelState.ts";
+import type { ChannelLookupContext, ChannelStateSource } from "./channelState.ts";
 import type { VoucherStore } from "./voucherStore.ts";
 
 /** Payer → gate: close this channel cooperatively now (the payer asked to close on chain first). */
@@ -80,8 +80,8 @@ export function createCooperativeCloser(options: CooperativeCloserOptions) {
   /** One close per channel at a time in this process; concurrent askers share its answer. */
   const flights = new Map<string, Promise<Response>>();
 
-  async function closeOne(channelId: Hex): Promise<Response> {
-    const state = await options.source.get(channelId);
+  async function closeOne(channelId: Hex, context: ChannelLookupContext | undefined): Promise<Response> {
+    const state = await options.source.get(channelId, context);
     if (state === undefined || state.payee.toLowerCase() !== payTo || state.token.toLowerCase() !== token) {
       return errorResponse("NotFound", "no such channel of this seller", httpStatusOf("NotFound"));
     }
@@ -125,8 +125,11 @@ export function createCooperativeCloser(options: CooperativeCloserOptions) {
   }
 
   return {
-    /** Answers one `X-Tollgate-Channel-Close` request; never throws (faults are 5xx without internals). */
-    async close(header: string): Promise<Response> {
+    /**
+     * Answers one `X-Tollgate-Channel-Close` request; never throws (faults are 5xx without internals).
+     * `context.client`: the asking client, whose share of unknown-id reads a lookup spends.
+     */
+    async close(header: string, context?: ChannelLookupContext): Promise<Response> {
       const text = header.trim();
       if (!ID.test(text)) {
         return errorResponse(
@@ -138,7 +141,7 @@ export function createCooperativeCloser(options: CooperativeCloserOptions) {
       const channelId = text.toLowerCase() as Hex;
       let flight = flights.get(channelId);
       if (flight === undefined) {
-        flight = closeOne(channelId)
+        flight = closeOne(channelId, context)
           .catch((error: unknown) => {
             options.logger?.warn({ err: error, channelId }, "cooperative channel close failed");
             return faultResponse(error, "the channel could not be closed now; try again later");

@@ -306,7 +306,10 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
       if (request.headers.get(CHANNEL_VOUCHER_HEADER) === null) {
         // A payer's cooperative close (cooperativeClose.ts): answered here, the handler never runs.
         await ready();
-        return { kind: "respond", response: await (closer as CooperativeCloser).close(header) };
+        return {
+          kind: "respond",
+          response: await (closer as CooperativeCloser).close(header, { client: request.client }),
+        };
       }
       let price: bigint | undefined;
       for (const offer of route.offers) if (price === undefined || offer.amount < price) price = offer.amount;
@@ -318,7 +321,7 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
         };
       }
       const v = await ready();
-      const result = await v.charge(header, price);
+      const result = await v.charge(header, price, { client: request.client });
       if (!result.ok) {
         context.logger?.debug(
           { method: request.method, path: request.path, reason: result.message },
