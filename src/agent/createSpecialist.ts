@@ -11,6 +11,7 @@ import type { Logger } from "pino";
 import type { Address, Hex } from "viem";
 import { z } from "zod";
 import type { FetchFn } from "../client/facilitatorClient.ts";
+import { peerAddressOf } from "../facilitator/abuse/rateLimits.ts";
 import type { ServedSubscription } from "../gate/deductAllowance.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../gate/honoPaymentGate.ts";
 import { type GatePayment, paymentGate } from "../gate/paymentGate.ts";
@@ -294,7 +295,9 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
       sale: saleOf,
       offers: (c) => offerBooks.get(c),
     });
-    if (mcp !== undefined) app.all(mcp.path, (c) => (mcp as SpecialistMcp).handle(c.req.raw));
+    if (mcp !== undefined) {
+      app.all(mcp.path, (c) => (mcp as SpecialistMcp).handle(c.req.raw, peerAddressOf(c.env)));
+    }
     // A capability's units(input) decide what a metered call draws: read before the gate reserves.
     const units = capabilityUnits(options.capabilities, pathOf, BodyLimit);
     app.use("*", units.readUnits);

@@ -30,7 +30,7 @@ import {
 import type { Logger } from "pino";
 import { z } from "zod";
 import type { ServedSubscription } from "../../gate/deductAllowance.ts";
-import type { McpPaymentGate, McpToolResult } from "../../gate/mcp/mcpPaymentGate.ts";
+import type { McpCaller, McpPaymentGate, McpToolResult } from "../../gate/mcp/mcpPaymentGate.ts";
 import type { GatePayment } from "../../gate/paymentGate.ts";
 import { systemClock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
@@ -91,7 +91,7 @@ type Entry = { capability: Capability; paid: boolean; tool: Tool };
  *   pathOf: (c) => `/${c.name}`, pricing: (c) => listed[c.name] });
  * await newServer().connect(new StdioServerTransport());
  */
-export function capabilityMcpServer(options: CapabilityMcpServerOptions): () => Server {
+export function capabilityMcpServer(options: CapabilityMcpServerOptions): (caller?: McpCaller) => Server {
   const entries = new Map<string, Entry>();
   const add = (capability: Capability, paid: boolean) => {
     if (entries.has(capability.name)) {
@@ -129,6 +129,7 @@ export function capabilityMcpServer(options: CapabilityMcpServerOptions): () => 
     args: unknown,
     meta: unknown,
     signal: AbortSignal,
+    caller: McpCaller | undefined,
   ): Promise<McpToolResult> => {
     const entry = entries.get(name);
     if (entry === undefined)
@@ -165,7 +166,7 @@ export function capabilityMcpServer(options: CapabilityMcpServerOptions): () => 
     // Not answered (the gate or a hook threw): released, as nothing tells whether a proof came back.
     let answer: Parameters<AdmittedSale["answered"]>[0] = { status: 0 };
     try {
-      const outcome = await options.gate({ path: options.pathOf(capability), meta, units });
+      const outcome = await options.gate({ path: options.pathOf(capability), meta, units, ...caller });
       if (outcome.kind === "respond") {
         answer = answerOf(outcome.result);
         return outcome.result;
@@ -199,7 +200,7 @@ export function capabilityMcpServer(options: CapabilityMcpServerOptions): () => 
     }
   };
 
-  return () => {
+  return (caller) => {
     const server = new Server(
       { name: options.name, version: options.version ?? "1.0.0" },
       {
@@ -209,7 +210,7 @@ export function capabilityMcpServer(options: CapabilityMcpServerOptions): () => 
     );
     server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools }));
     server.setRequestHandler(CallToolRequestSchema, async (request, extra) =>
-      call(request.params.name, request.params.arguments, request.params._meta, extra.signal),
+      call(request.params.name, request.params.arguments, request.params._meta, extra.signal, caller),
     );
     return server;
   };

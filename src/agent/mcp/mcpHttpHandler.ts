@@ -8,6 +8,7 @@
  */
 import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
+import type { McpCaller } from "../../gate/mcp/mcpPaymentGate.ts";
 
 /** Largest JSON-RPC body read (a tool call's arguments and `_meta`); larger is answered 413. */
 export const MCP_MAX_BODY_BYTES = 256 * 1024;
@@ -17,10 +18,11 @@ export const MCP_MAX_BODY_BYTES = 256 * 1024;
  * app.all("/mcp", (c) => handle(c.req.raw));  // handle = mcpHttpHandler(newServer)
  */
 export function mcpHttpHandler(
-  newServer: () => Server,
+  newServer: (caller?: McpCaller) => Server,
   options: { maxBodyBytes?: number | undefined } = {},
-): (request: Request) => Promise<Response> {
-  return async function mcpHttpHandler(request) {
+): (request: Request, remoteAddress?: string) => Promise<Response> {
+  /** `remoteAddress`: the request's socket peer, as the host's server saw it (never a header). */
+  return async function mcpHttpHandler(request, remoteAddress) {
     if (request.method !== "POST") {
       return Response.json(
         {
@@ -36,7 +38,10 @@ export function mcpHttpHandler(
       enableJsonResponse: true,
       maxRequestBodySize: options.maxBodyBytes ?? MCP_MAX_BODY_BYTES,
     });
-    const server = newServer();
+    const server = newServer({
+      remoteAddress,
+      forwardedFor: request.headers.get("x-forwarded-for") ?? undefined,
+    });
     await server.connect(transport);
     try {
       return await transport.handleRequest(request);

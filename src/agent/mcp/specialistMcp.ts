@@ -45,8 +45,11 @@ export type SpecialistMcpHooks = {
 export type SpecialistMcp = {
   /** The endpoint's path on the app. */
   readonly path: string;
-  /** The Streamable HTTP endpoint: a web `Request` to a `Response`. */
-  handle(request: Request): Promise<Response>;
+  /**
+   * The Streamable HTTP endpoint: a web `Request` to a `Response`. `remoteAddress`: the request's
+   * socket peer as the host's server saw it (the gate's per-client limits share by it).
+   */
+  handle(request: Request, remoteAddress?: string): Promise<Response>;
   /** Serves the tools over `transport` (e.g. `new StdioServerTransport()`) until it closes. */
   connect(transport: Transport): Promise<Server>;
 };

@@ -48,6 +48,22 @@ const passing: GateResult = {
 };
 
 describe("mcpPaymentGate", () => {
+  it("passes the caller's address as the transport saw it, never one named in _meta", async () => {
+    const { gate, seen } = recordingGate(passing);
+    const gateCall = mcpPaymentGate(gate);
+    await gateCall({
+      path: "/shout",
+      meta: { [McpMetaKey.TollgatePayment]: "cHJvb2Y=", remoteAddress: "6.6.6.6" },
+      remoteAddress: "127.0.0.2",
+      forwardedFor: "203.0.113.7",
+    });
+    await gateCall({ path: "/shout", meta: {} });
+    expect(seen.map((r) => [r.remoteAddress, r.headers.get("x-forwarded-for")])).toEqual([
+      ["127.0.0.2", "203.0.113.7"],
+      [undefined, null],
+    ]);
+  });
+
   it("asks the gate about POST <path> with the credential from _meta as the header the gate reads", async () => {
     const { gate, seen } = recordingGate(passing);
     const gateCall = mcpPaymentGate(gate);

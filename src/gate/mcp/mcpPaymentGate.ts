@@ -40,11 +40,16 @@ export type McpGateCall = {
   meta: unknown;
   /** Metered units of the call, decided by the server from the parsed input. */
   units?: number | undefined;
-  /**
-   * The caller's network address as the server saw it (the HTTP request's socket peer, for MCP over
-   * HTTP; absent over stdio): `GateRequest.remoteAddress`. Never from the call's contents.
-   */
+} & McpCaller;
+
+/**
+ * Who calls, as the MCP server's transport saw them; never from the call's contents. Over HTTP the
+ * request's socket peer (`GateRequest.remoteAddress`) and its `X-Forwarded-For` (believed only when the
+ * peer is one of the gate's `trustedProxies`); over stdio nothing.
+ */
+export type McpCaller = {
   remoteAddress?: string | undefined;
+  forwardedFor?: string | undefined;
 };
 
 /** An MCP `CallToolResult` as plain data (the SDK's type is structurally the same). */
@@ -110,6 +115,7 @@ export function mcpPaymentGate(gate: PaymentGate): McpPaymentGate {
     if (proof !== undefined) headers.set(HeaderName.Payment, proof);
     const voucher = meta.data[McpMetaKey.TollgateChannel];
     if (voucher !== undefined) headers.set(CHANNEL_VOUCHER_HEADER, voucher);
+    if (call.forwardedFor !== undefined) headers.set("x-forwarded-for", call.forwardedFor);
     if (subscription !== undefined) {
       headers.set(HeaderName.Subscription, subscription.id);
       headers.set(HeaderName.SubscriptionAuth, subscription.auth);
