@@ -18,6 +18,8 @@ import {
 } from "viem";
 import { HDKey, privateKeyToAccount } from "viem/accounts";
 import { writeContract } from "viem/actions";
+import { deployFiatToken } from "./actions/usdc/deployFiatToken.ts";
+import { mintFiatToken } from "./actions/usdc/mintFiatToken.ts";
 import type { TollgateContracts } from "./clientTypes.ts";
 import { tollgateUsdAbi } from "./contracts/artifacts/TollgateUSD.ts";
 import { deployTollgate } from "./deployTollgate.ts";
@@ -39,7 +41,21 @@ export type StartDevnetOptions = {
   /** Loopback port (default: a free one). */
   port?: number | undefined;
   logger?: AnvilLogger | undefined;
+  /**
+   * The settlement token: TollgateUSD (default), or Circle's USDC (FiatToken v2.2, domain "USD Coin"/"2",
+   * src/chain/contracts/circle-usdc) with the deployer as master minter and minter.
+   */
+  token?: DevnetToken | undefined;
 };
+
+/** Which token a devnet settles in. */
+export type DevnetToken = "tollgate-usd" | "usdc";
+
+/**
+ * The FiatToken proxy's admin on a devnet: an address nobody holds a key to, since a transparent proxy's
+ * admin cannot use the token, and upgrading it is never needed there.
+ */
+const devnetFiatTokenAdmin = "0x000000000000000000000000000000000000ad01" as const;
 
 export type Devnet = {
   rpcUrl: string;
@@ -99,7 +115,9 @@ export async function startDevnet(options: StartDevnetOptions = {}): Promise<Dev
     logger: options.logger,
   });
   try {
-    return await setUpDevnet(anvil.rpcUrl, count, options.balance ?? 10_000_000_000n, () => anvil.stop());
+    return await setUpDevnet(anvil.rpcUrl, count, options.balance ?? 10_000_000_000n, () => anvil.stop(), {
+      token: options.token,
+    });
   } catch (error) {
     await anvil.stop();
     throw error;
@@ -112,11 +130,26 @@ export async function setUpDevnet(
   count: number,
   balance: bigint,
   stop: () => Promise<void>,
+  options: { token?: DevnetToken | undefined } = {},
 ): Promise<Devnet> {
   const connected = connectDevnet(rpcUrl, count, stop);
   const { deployer, publicClient } = connected;
   const deployerClient = connected.walletClient(deployer);
-  const contracts = await deployTollgate(deployerClient, publicClient);
+  const usdc =
+    options.token === "usdc"
+      ? (await deployFiatToken(deployerClient, { admin: devnetFiatTokenAdmin })).token
+      : undefined;
+  const contracts = await deployTollgate(deployerClient, publicClient, { usd: usdc });
+  // The deployer mints either way: as TollgateUSD's owner, or as FiatToken's configured minter.
+  const mint = (to: Address, amount: bigint) =>
+    usdc === undefined
+      ? writeContract(deployerClient, {
+          address: contracts.usd,
+          abi: tollgateUsdAbi,
+          functionName: "mint",
+          args: [to, amount],
+        })
+      : mintFiatToken(deployerClient, { token: usdc, to, amount });
   const devnet: Devnet = {
     ...connected,
     contracts,
@@ -126,12 +159,7 @@ export async function setUpDevnet(
         await connected.testClient.setBalance({ address, value: current + amounts.eth });
       }
       if (amounts.usd !== undefined && amounts.usd > 0n) {
-        const hash = await writeContract(deployerClient, {
-          address: contracts.usd,
-          abi: tollgateUsdAbi,
-          functionName: "mint",
-          args: [address, amounts.usd],
-        });
+        const hash = await mint(address, amounts.usd);
         await publicClient.waitForTransactionReceipt({ hash });
       }
     },
@@ -139,14 +167,7 @@ export async function setUpDevnet(
   if (balance > 0n) {
     const hashes: Hex[] = [];
     for (const { address } of connected.accounts) {
-      hashes.push(
-        await writeContract(deployerClient, {
-          address: contracts.usd,
-          abi: tollgateUsdAbi,
-          functionName: "mint",
-          args: [address, balance],
-        }),
-      );
+      hashes.push(await mint(address, balance));
     }
     await Promise.all(hashes.map((hash) => publicClient.waitForTransactionReceipt({ hash })));
   }
