@@ -100,3 +100,19 @@ describe("gate pricing: amount is smallest units, price is token text", () => {
     );
   });
 });
+
+describe("trustedProxies", () => {
+  it("refuses an entry that is not an IP address at start-up, and takes IPv4 and IPv6 addresses", () => {
+    expect(
+      startupError({ pricing: [{ type: "one-time", amount: 5 }], trustedProxies: ["proxy.internal"] })
+        .message,
+    ).toMatch(/trustedProxies/);
+    expect(() =>
+      paymentGate({
+        ...base,
+        pricing: [{ type: "one-time", amount: 5 }],
+        trustedProxies: ["10.0.0.1", "fd00::1"],
+      }),
+    ).not.toThrow();
+  });
+});

@@ -172,10 +172,8 @@ export function guardChannelSource(
    * queue is full. `client` undefined: no client bucket, the gate's limits alone.
    */
   const turn = (client: string | undefined): Promise<void> => {
-    if (client !== undefined && clients !== undefined) {
-      const queued = waiting.get(client) ?? 0;
-      if (queued >= clientQueue)
-        refuse(Math.max(1, Math.ceil(queued / (perClient?.perSecond ?? 1))), "channelLookupsPerClient");
+    const limited = client !== undefined && clients !== undefined;
+    if (limited) {
       const taken = clients.take(client);
       if (!taken.ok) refuse(taken.retryAfterSeconds, "channelLookupsPerClient");
     }
@@ -183,6 +181,10 @@ export function guardChannelSource(
     if (queue.length === 0 && tokens >= 1) {
       tokens -= 1;
       return Promise.resolve();
+    }
+    // Only a lookup that must wait counts against its client's waiting places.
+    if (limited && (waiting.get(client) ?? 0) >= clientQueue) {
+      refuse(Math.max(1, Math.ceil((queue.length + 1) / perSecond)), "channelLookupsPerClient");
     }
     if (queue.length >= maxQueued) {
       refuse(Math.max(1, Math.ceil((queue.length + 1) / perSecond)), "channelLookups");

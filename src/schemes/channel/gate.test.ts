@@ -6,7 +6,11 @@ import { describe, expect, it } from "vitest";
 import type { FetchFn } from "../../client/facilitatorClient.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../../gate/honoPaymentGate.ts";
 import { paymentGate } from "../../gate/paymentGate.ts";
-import { CHANNEL_VOUCHER_HEADER, ChannelTermsSchema } from "../../protocol/channelVoucher.ts";
+import {
+  CHANNEL_VOUCHER_HEADER,
+  ChannelTermsSchema,
+  encodeChannelVoucher,
+} from "../../protocol/channelVoucher.ts";
 import { createFixedClock } from "../../protocol/clock.ts";
 import { PaymentRequiredSchema } from "../../protocol/paymentRequired.ts";
 import { toChannelState } from "./channelState.ts";
@@ -27,7 +31,7 @@ const noNetwork: FetchFn = async (input) => {
   throw new Error(`unexpected fetch of ${String(input)}`);
 };
 
-function setup() {
+function setup(lookups?: Record<string, unknown>) {
   const key = createSessionKey();
   const channelId = `0x${randomBytes(32).toString("hex")}` as Hex;
   const state = toChannelState({
@@ -68,6 +72,7 @@ function setup() {
         store,
         source: { get: async (id: Hex) => (id === channelId ? state : undefined) },
         minDeposit: 50n * PRICE,
+        ...(lookups === undefined ? {} : { lookups }),
       },
     },
   });
@@ -86,6 +91,32 @@ function setup() {
 }
 
 describe("channel scheme at the gate", () => {
+  it("reads unknown channel ids within each client address's share (lookups.perClient), by the address the host gave", async () => {
+    const { gate } = setup({ perClient: { burst: 1, perSecond: 0.001, queue: 0 } });
+    const madeUp = () =>
+      encodeChannelVoucher({
+        channelId: `0x${randomBytes(32).toString("hex")}` as Hex,
+        cumulativeAmount: PRICE,
+        signature: new Uint8Array(randomBytes(64)),
+      });
+    const status = async (remoteAddress: string | undefined) => {
+      const result = await gate({
+        method: "GET",
+        url: "/api/item",
+        headers: new Headers({ [CHANNEL_VOUCHER_HEADER]: madeUp() }),
+        remoteAddress,
+      });
+      return result.kind === "respond" ? result.response.status : 200;
+    };
+    expect(await status("127.0.0.2")).toBe(402);
+    expect(await status("::ffff:127.0.0.2")).toBe(429);
+    expect(await status("127.0.0.3")).toBe(402);
+    // No address: the gate-wide limits only.
+    expect(await status(undefined)).toBe(402);
+    expect(await status(undefined)).toBe(402);
+    expect(() => setup({ perClient: { burst: 0 } })).toThrow(/perClient/);
+  });
+
   it("offers a channel option with the contract, facilitator, minimum and suggested deposit and its store's tag", async () => {
     const { get } = setup();
     const response = await get("/api/item");

@@ -112,13 +112,25 @@ export const ChannelGateOptionsSchema = z.object({
   forwardIntervalMs: z.int().positive().optional(),
   /**
    * How fast channel ids this gate does not know are read (channelLookupGuard.ts): `burst` at once
-   * (default 20), `perSecond` after (default 10), at most `queue` waiting (default 50; past it 429).
+   * (default 20), `perSecond` after (default 10), at most `queue` waiting (default 50; past it 429);
+   * within that, each client address's share (`perClient`: 5 at once, 1 per second, 5 waiting;
+   * `false` for none).
    */
   lookups: z
     .strictObject({
       burst: z.int().positive().max(1_000_000).optional(),
       perSecond: z.number().positive().max(1_000_000).optional(),
       queue: z.int().nonnegative().max(1_000_000).optional(),
+      perClient: z
+        .union([
+          z.literal(false),
+          z.strictObject({
+            burst: z.int().positive().max(1_000_000).optional(),
+            perSecond: z.number().positive().max(1_000_000).optional(),
+            queue: z.int().nonnegative().max(1_000_000).optional(),
+          }),
+        ])
+        .optional(),
     })
     .optional(),
 });
