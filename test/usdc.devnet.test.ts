@@ -34,6 +34,7 @@ import {
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
+import { decodeRevert } from "../src/facilitator/chainErrors.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGate.ts";
 import { paymentGate } from "../src/gate/paymentGate.ts";
@@ -143,6 +144,36 @@ describe("a devnet on Circle's FiatToken v2.2", () => {
     );
     expect(decodeSettlerEvents(receipt.logs).map((o) => o.ok)).toEqual([true, true, true]);
     expect(await balance(payee)).toBe(300_000n);
+  });
+
+  it("reports a replayed and an underfunded batch item with the facilitator's codes, decoded from USDC's revert strings", async () => {
+    const domain = { name: "USD Coin", version: "2", chainId: devnet.chain.id, verifyingContract: usdc };
+    const validBefore = (await now()) + 3600n;
+    const broke = privateKeyToAccount(generatePrivateKey());
+    const sign = async (from: typeof broke, nonce: string): Promise<SettlementItem> => {
+      const authorization = {
+        from: from.address,
+        to: freshAddress(),
+        value: 100_000n,
+        validAfter: 0n,
+        validBefore,
+        nonce: keccak256(stringToBytes(nonce)),
+      };
+      return { authorization, signature: await signTransferAuthorization(from, { domain, authorization }) };
+    };
+    const paid = await sign(payer.account, "usdc-replayed");
+    const items = [paid, paid, await sign(broke, "usdc-broke")];
+    const receipt = await wait(
+      await settle(devnet.walletClient(relayer), {
+        settler: devnet.contracts.batchSettler,
+        token: usdc,
+        items,
+      }),
+    );
+    const outcomes = decodeSettlerEvents(receipt.logs);
+    expect(outcomes[0]?.ok).toBe(true);
+    const codes = outcomes.slice(1).map((o) => (o.ok ? "ok" : decodeRevert(o.reason)?.code));
+    expect(codes).toEqual(["NonceAlreadyUsed", "InsufficientFunds"]);
   });
 
   it("creates a subscription and renews it with transferFrom under the subscriber's approval", async () => {
