@@ -320,7 +320,7 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
         await ready();
         return {
           kind: "respond",
-          response: await (closer as CooperativeCloser).close(header, { client: request.client }),
+          response: await (closer as CooperativeCloser).close(header, request),
         };
       }
       let price: bigint | undefined;
@@ -333,7 +333,8 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
         };
       }
       const v = await ready();
-      const result = await v.charge(header, price, { client: request.client });
+      // The request itself: its client is worked out only if the guard reads it (an id new to the gate).
+      const result = await v.charge(header, price, request);
       if (!result.ok) {
         context.logger?.debug(
           { method: request.method, path: request.path, reason: result.message },
