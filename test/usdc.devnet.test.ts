@@ -1,7 +1,8 @@
 /**
  * Tollgate's money paths on Circle's real USDC code (FiatToken v2.2, src/chain/contracts/circle-usdc)
  * instead of TollgateUSD: a one-time payment through a facilitator and gate, a BatchSettler batch, a
- * subscription renewed under approval, a channel opened with receiveWithAuthorization and claimed, and
+ * subscription renewed under approval, a permit and a cancelled authorization, a channel opened with
+ * receiveWithAuthorization and claimed, and
  * the token placed at Base Sepolia's USDC address with that network's domain.
  */
 import { randomBytes } from "node:crypto";
@@ -15,18 +16,25 @@ import { openChannelWithAuthorization } from "../src/chain/actions/channels/open
 import { signChannelOpen } from "../src/chain/actions/channels/signChannelOpen.ts";
 import {
   approveToken,
+  cancelAuthorization,
   collect,
   createPlan,
   decodeSettlerEvents,
   fiatTokenV2_2Abi,
+  getAuthorizationState,
+  getPermitNonce,
   getPlanIdFromReceipt,
   getSubscriptionIdFromReceipt,
+  getTokenAllowance,
   getTokenBalance,
   getTokenDomain,
   mintFiatToken,
+  permit,
   placeFiatToken,
   type SettlementItem,
   settle,
+  signCancelAuthorization,
+  signPermit,
   signTransferAuthorization,
   subscribe,
   transferWithAuthorization,
@@ -204,6 +212,54 @@ describe("a devnet on Circle's FiatToken v2.2", () => {
     await wait(await collect(devnet.walletClient(relayer), { manager, subscriptionId }));
     expect(await balance(provider.address)).toBe(providerBefore + 2_000_000n);
     expect(await balance(payer.address)).toBe(subscriberBefore - 2_000_000n);
+  });
+
+  it("takes an EIP-2612 permit and a cancelAuthorization signed for its domain, relayed by another account", async () => {
+    const domain = { name: "USD Coin", version: "2", chainId: devnet.chain.id, verifyingContract: usdc };
+    const spender = freshAddress();
+    const deadline = (await now()) + 600n;
+    const nonce = await getPermitNonce(devnet.publicClient, { token: usdc, owner: payer.address });
+    const signature = await signPermit(payer.account, {
+      domain,
+      spender,
+      value: 7_000_000n,
+      nonce,
+      deadline,
+    });
+    await wait(
+      await permit(devnet.walletClient(relayer), {
+        token: usdc,
+        owner: payer.address,
+        spender,
+        value: 7_000_000n,
+        deadline,
+        signature,
+      }),
+    );
+    expect(await getTokenAllowance(devnet.publicClient, { token: usdc, owner: payer.address, spender })).toBe(
+      7_000_000n,
+    );
+
+    const burnt = keccak256(stringToBytes("usdc-cancelled"));
+    const cancelSignature = await signCancelAuthorization(payer.account, {
+      domain,
+      nonce: burnt,
+    });
+    await wait(
+      await cancelAuthorization(devnet.walletClient(relayer), {
+        token: usdc,
+        authorizer: payer.address,
+        nonce: burnt,
+        signature: cancelSignature,
+      }),
+    );
+    expect(
+      await getAuthorizationState(devnet.publicClient, {
+        token: usdc,
+        authorizer: payer.address,
+        nonce: burnt,
+      }),
+    ).toBe(true);
   });
 
   it("opens a channel with receiveWithAuthorization (bytes signature) and lets the payee claim a voucher", async () => {
