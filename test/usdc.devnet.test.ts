@@ -2,8 +2,8 @@
  * Tollgate's money paths on Circle's real USDC code (FiatToken v2.2, src/chain/contracts/circle-usdc)
  * instead of TollgateUSD: a one-time payment through a facilitator and gate, a BatchSettler batch, a
  * subscription renewed under approval, a permit and a cancelled authorization, a channel opened with
- * receiveWithAuthorization and claimed, and
- * the token placed at Base Sepolia's USDC address with that network's domain.
+ * receiveWithAuthorization and claimed, and the token placed at Base Sepolia's USDC address with that
+ * network's domain.
  */
 import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
