@@ -26,6 +26,7 @@ export {
 export { expressPaymentGate } from "./expressPaymentGate.ts";
 export { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
 export {
+  type McpCaller,
   type McpCompleteCall,
   type McpGateCall,
   type McpGateResult,
