@@ -70,6 +70,11 @@ export type CreateSpecialistOptions = {
   plans?: Readonly<Record<string, SpecialistPlan>> | undefined;
   /** Provider API key at the facilitator (needed to record metered usage). */
   providerApiKey?: string | undefined;
+  /**
+   * The reverse proxies in front of the specialist, whose `X-Forwarded-For` its gate believes (the
+   * gate's `trustedProxies`; default none): its per-client limits share by the client behind them.
+   */
+  trustedProxies?: readonly string[] | undefined;
   /** A market to register with on `start()`. */
   market?: string | MarketClient | undefined;
   memoSecret?: Uint8Array | undefined;
@@ -240,6 +245,7 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
       clock,
       ...(options.replayGuard === undefined ? {} : { replayGuard: options.replayGuard }),
       ...(options.providerApiKey === undefined ? {} : { providerApiKey: options.providerApiKey }),
+      ...(options.trustedProxies === undefined ? {} : { trustedProxies: [...options.trustedProxies] }),
       ...(options.channels === undefined
         ? {}
         : {
