@@ -2,7 +2,9 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createPublicClient, http } from "viem";
 import { afterAll, describe, expect, it } from "vitest";
+import { fiatTokenV2_2Abi } from "../chain/contracts/circle-usdc/FiatTokenV2_2.ts";
 import { DevnetFileSchema, devnetCommand, parseDuration } from "./devnet.ts";
 
 function freePort(): Promise<number> {
@@ -73,5 +75,36 @@ describe("tollgate devnet", () => {
     expect(existsSync(join(dir, "devnet.json"))).toBe(false);
     const after = capture();
     expect(await devnetCommand(["status", "--dir", dir], after.out)).toBe(1);
+  });
+});
+
+describe("tollgate devnet up --token usdc", () => {
+  const dir = mkdtempSync(join(tmpdir(), "tollgate-devnet-usdc-"));
+  afterAll(async () => {
+    await devnetCommand(["down", "--dir", dir], capture().out);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("settles in Circle's FiatToken v2.2, every account funded, and refuses an unknown token", async () => {
+    const port = await freePort();
+    const up = capture();
+    const args = ["up", "--dir", dir, "--port", String(port), "--accounts", "2", "--balance", "25"];
+    expect(await devnetCommand([...args, "--token", "usdc"], up.out)).toBe(0);
+    const file = DevnetFileSchema.parse(JSON.parse(readFileSync(join(dir, "devnet.json"), "utf8")));
+    expect(up.lines.join("\n")).toContain(`USDC (FiatToken)     ${file.contracts.usd}`);
+    const client = createPublicClient({ transport: http(file.rpcUrl) });
+    const read = { address: file.contracts.usd as `0x${string}`, abi: fiatTokenV2_2Abi } as const;
+    // currency() is FiatToken's alone: TollgateUSD has no such function.
+    expect(await client.readContract({ ...read, functionName: "currency" })).toBe("USD");
+    expect(await client.readContract({ ...read, functionName: "name" })).toBe("USD Coin");
+    for (const { address } of file.accounts) {
+      expect(
+        await client.readContract({ ...read, functionName: "balanceOf", args: [address as `0x${string}`] }),
+      ).toBe(25_000_000n);
+    }
+    expect(await devnetCommand(["down", "--dir", dir], capture().out)).toBe(0);
+    await expect(devnetCommand([...args, "--token", "dai"], capture().out)).rejects.toThrow(
+      /bad --token dai/,
+    );
   });
 });

@@ -28,9 +28,10 @@ export function parseDuration(text: string): number {
 type Output = { log(line: string): void; error(line: string): void };
 
 const usage = `usage: tollgate devnet <command> [--dir .tollgate]
-  up [--port 8545] [--accounts 10] [--balance 10000] [--block-time <s>]
+  up [--port 8545] [--accounts 10] [--balance 10000] [--block-time <s>] [--token tollgate-usd|usdc]
                       start anvil in the background, deploy Tollgate, fund the accounts (balance in USDC);
-                      refuses a port something else already listens on
+                      refuses a port something else already listens on; --token usdc settles in
+                      Circle's FiatToken v2.2 instead of TollgateUSD
   advance <30d|12h|seconds>
                       move chain time forward and mine a block
   status              show the running devnet
@@ -52,6 +53,7 @@ export async function devnetCommand(
       accounts: { type: "string", default: "10" },
       balance: { type: "string", default: "10000" },
       "block-time": { type: "string" },
+      token: { type: "string", default: "tollgate-usd" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -97,7 +99,13 @@ function isAlive(pid: number): boolean {
 async function up(
   dir: string,
   file: string,
-  flags: { port: string; accounts: string; balance: string; "block-time"?: string | undefined },
+  flags: {
+    port: string;
+    accounts: string;
+    balance: string;
+    "block-time"?: string | undefined;
+    token: string;
+  },
   out: Output,
 ): Promise<number> {
   const running = readDevnetFile(file);
@@ -112,6 +120,9 @@ async function up(
   if (!Number.isInteger(port) || port < 1 || port > 65_535) throw new Error(`bad --port ${flags.port}`);
   if (!Number.isInteger(count) || count < 1) throw new Error(`bad --accounts ${flags.accounts}`);
   const balance = parseUnitsExact(flags.balance);
+  const token = flags.token;
+  if (token !== "tollgate-usd" && token !== "usdc")
+    throw new Error(`bad --token ${token} (tollgate-usd or usdc)`);
   if (running !== undefined) {
     // The devnet it describes is gone: other commands would read its RPC URL and reach whatever
     // listens there now, so it goes whether or not this start succeeds.
@@ -137,10 +148,12 @@ async function up(
     detachedLogFile: join(dir, "anvil.log"),
   });
   try {
-    const devnet = await setUpDevnet(anvil.rpcUrl, count, balance, () => anvil.stop());
+    const devnet = await setUpDevnet(anvil.rpcUrl, count, balance, () => anvil.stop(), { token });
     writeDevnetFile(file, describeDevnet(devnet, anvil.pid));
     out.log(`devnet up: ${devnet.rpcUrl} (chain ${devnet.chain.id}, ${devnet.network}, pid ${anvil.pid})`);
-    out.log(`  TollgateUSD          ${devnet.contracts.usd}`);
+    out.log(
+      `  ${token === "usdc" ? "USDC (FiatToken)    " : "TollgateUSD         "} ${devnet.contracts.usd}`,
+    );
     out.log(`  SubscriptionManager  ${devnet.contracts.subscriptionManager}`);
     out.log(`  BatchSettler         ${devnet.contracts.batchSettler}`);
     out.log(`  TollgateChannels     ${devnet.contracts.channels}`);
@@ -224,7 +237,7 @@ async function status(file: string, out: Output): Promise<number> {
   out.log(
     `devnet: ${devnet.rpcUrl} (pid ${devnet.pid}), block ${block.number}, chain time ${block.timestamp}`,
   );
-  out.log(`  TollgateUSD          ${devnet.contracts.usd}`);
+  out.log(`  token                ${devnet.contracts.usd}`);
   out.log(`  SubscriptionManager  ${devnet.contracts.subscriptionManager}`);
   out.log(`  BatchSettler         ${devnet.contracts.batchSettler}`);
   return 0;
