@@ -1,7 +1,6 @@
 import type { RequestHandler } from "express";
 import { runInGateContext } from "./deductAllowance.ts";
-import { eachGateHeader } from "./gatePass.ts";
-import { holdResponse, nodeHeaderReader, writeWebResponse } from "./nodeBridge.ts";
+import { nodeHeaderReader, reportToGate, writeWebResponse } from "./nodeBridge.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { PaymentGate } from "./paymentGate.ts";
 
@@ -48,25 +47,7 @@ export function expressPaymentGate(gate: PaymentGate): RequestHandler {
         if (result.kind === "respond") return writeWebResponse(res, result.response);
         res.locals.payment = result.paid;
         res.locals.subscription = result.subscription;
-        if (result.settleAfterHandler === true) {
-          // Settled after the handler (x402): its answer is held until the settlement decided it.
-          const held = holdResponse(res);
-          held.ended
-            .then(async (status) => {
-              const instead = await result.complete(status);
-              if (instead instanceof Response) {
-                held.discard();
-                return writeWebResponse(res, instead);
-              }
-              eachGateHeader(result, (name, value) => res.setHeader(name, value));
-              held.flush();
-            })
-            .catch(next);
-        } else {
-          eachGateHeader(result, (name, value) => res.setHeader(name, value));
-          // `close` follows `finish` and also fires for an aborted response; the gate counts the first.
-          res.once("close", () => void result.complete(res.statusCode));
-        }
+        reportToGate(res, result, next);
         const subscription = result.subscription;
         // The handler's context carries the subscription for a bare `deductAllowance(amount)`.
         if (subscription === undefined) next();

@@ -1,9 +1,11 @@
 /**
  * What the Express and `node:http` adapters share: reading Node's request headers as the gate's
- * `GateRequest.headers`, and writing the gate's web `Response` to a Node `ServerResponse`.
+ * `GateRequest.headers`, writing the gate's web `Response` to a Node `ServerResponse`, and reporting
+ * the handler's answer to the gate (`reportToGate`).
  */
 import type { IncomingHttpHeaders, ServerResponse } from "node:http";
-import type { GateRequest } from "./paymentGate.ts";
+import { eachGateHeader } from "./gatePass.ts";
+import type { GateRequest, GateResult } from "./paymentGate.ts";
 
 /** `Headers.get` over Node's header object: repeated fields joined by ", " as the Fetch standard does. */
 export function nodeHeaderReader(headers: IncomingHttpHeaders): GateRequest["headers"] {
@@ -108,4 +110,36 @@ export function holdResponse(res: ServerResponse): HeldResponse {
       for (const name of res.getHeaderNames()) res.removeHeader(name);
     },
   };
+}
+
+/**
+ * Wires a passed request's report to the gate on its Node response; call it before the handler runs.
+ * A payment settled after the handler (x402, `settleAfterHandler`) has the handler's answer held until
+ * `complete` decided it: sent with the gate's headers, or replaced by the response `complete` answers
+ * (the settlement failed). Any other pass gets the gate's headers now and reports the status the
+ * response closes with (`close` follows `finish` and also fires for an aborted response; the gate
+ * counts the first report). `onFault` gets a failure to write the held or replacing answer.
+ */
+export function reportToGate(
+  res: ServerResponse,
+  result: GateResult & { kind: "pass" },
+  onFault: (error: unknown) => void,
+): void {
+  if (result.settleAfterHandler !== true) {
+    eachGateHeader(result, (name, value) => res.setHeader(name, value));
+    res.once("close", () => void result.complete(res.statusCode));
+    return;
+  }
+  const held = holdResponse(res);
+  held.ended
+    .then(async (status) => {
+      const instead = await result.complete(status);
+      if (instead instanceof Response) {
+        held.discard();
+        return writeWebResponse(res, instead);
+      }
+      eachGateHeader(result, (name, value) => res.setHeader(name, value));
+      held.flush();
+    })
+    .catch(onFault);
 }

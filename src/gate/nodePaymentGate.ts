@@ -1,7 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { runInGateContext, type ServedSubscription } from "./deductAllowance.ts";
-import { eachGateHeader } from "./gatePass.ts";
-import { holdResponse, nodeHeaderReader, writeWebResponse } from "./nodeBridge.ts";
+import { nodeHeaderReader, reportToGate, writeWebResponse } from "./nodeBridge.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { GatePayment, PaymentGate } from "./paymentGate.ts";
 
@@ -81,29 +80,11 @@ export function nodePaymentGate(
         remoteAddress: req.socket.remoteAddress,
       });
       if (result.kind === "respond") return writeWebResponse(res, result.response);
-      if (result.settleAfterHandler === true) {
-        // Settled after the handler (x402): its answer is held until the settlement decided it.
-        const held = holdResponse(res);
-        held.ended
-          .then(async (status) => {
-            const instead = await result.complete(status);
-            if (instead instanceof Response) {
-              held.discard();
-              return writeWebResponse(res, instead);
-            }
-            eachGateHeader(result, (name, value) => res.setHeader(name, value));
-            held.flush();
-          })
-          .catch((error: unknown) => {
-            options.onError?.(error);
-            if (!res.headersSent) res.writeHead(500, { "content-type": "text/plain" });
-            res.end();
-          });
-      } else {
-        eachGateHeader(result, (name, value) => res.setHeader(name, value));
-        // `close` follows `finish` and also fires for an aborted response; the gate counts the first.
-        res.once("close", () => void result.complete(res.statusCode));
-      }
+      reportToGate(res, result, (error) => {
+        options.onError?.(error);
+        if (!res.headersSent) res.writeHead(500, { "content-type": "text/plain" });
+        res.end();
+      });
       try {
         const subscription = result.subscription;
         // The handler's context carries the subscription for a bare `deductAllowance(amount)`.
