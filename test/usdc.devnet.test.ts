@@ -154,11 +154,70 @@ describe("a devnet on Circle's FiatToken v2.2", () => {
     expect(await balance(payee)).toBe(300_000n);
   });
 
-  it("reports a replayed and an underfunded batch item with the facilitator's codes, decoded from USDC's revert strings", async () => {
+  it("names refused batch items as TollgateUSD's errors and gives the facilitator's codes, decoded from USDC's revert strings", async () => {
+    const domain = { name: "USD Coin", version: "2", chainId: devnet.chain.id, verifyingContract: usdc };
+    const at = await now();
+    const broke = privateKeyToAccount(generatePrivateKey());
+    const sign = async (
+      from: typeof broke,
+      nonce: string,
+      window: { validAfter?: bigint; validBefore?: bigint } = {},
+    ): Promise<SettlementItem> => {
+      const authorization = {
+        from: from.address,
+        to: freshAddress(),
+        value: 100_000n,
+        validAfter: window.validAfter ?? 0n,
+        validBefore: window.validBefore ?? at + 3600n,
+        nonce: keccak256(stringToBytes(nonce)),
+      };
+      return { authorization, signature: await signTransferAuthorization(from, { domain, authorization }) };
+    };
+    const paid = await sign(payer.account, "usdc-replayed");
+    // Signed for 0.1 USDC, presented as asking 0.2: the recovered signer is not the payer.
+    const signed = await sign(payer.account, "usdc-forged");
+    const forged = { ...signed, authorization: { ...signed.authorization, value: 200_000n } };
+    const items = [
+      paid,
+      paid,
+      await sign(broke, "usdc-broke"),
+      await sign(payer.account, "usdc-expired", { validBefore: at - 1n }),
+      await sign(payer.account, "usdc-early", { validAfter: at + 3600n }),
+      forged,
+    ];
+    const receipt = await wait(
+      await settle(devnet.walletClient(relayer), {
+        settler: devnet.contracts.batchSettler,
+        token: usdc,
+        items,
+      }),
+    );
+    const outcomes = decodeSettlerEvents(receipt.logs);
+    expect(outcomes[0]?.ok).toBe(true);
+    const refused = outcomes
+      .slice(1)
+      .map((o) => (o.ok ? { ok: true } : { error: o.error, message: o.message }));
+    expect(refused).toEqual([
+      { error: "AuthorizationAlreadyUsed", message: "FiatTokenV2: authorization is used or canceled" },
+      { error: "ERC20InsufficientBalance", message: "ERC20: transfer amount exceeds balance" },
+      { error: "AuthorizationExpired", message: "FiatTokenV2: authorization is expired" },
+      { error: "AuthorizationNotYetValid", message: "FiatTokenV2: authorization is not yet valid" },
+      { error: "InvalidSignature", message: "FiatTokenV2: invalid signature" },
+    ]);
+    const codes = outcomes.slice(1).map((o) => (o.ok ? "ok" : decodeRevert(o.reason)?.code));
+    expect(codes).toEqual([
+      "NonceAlreadyUsed",
+      "InsufficientFunds",
+      "AuthorizationExpired",
+      "AuthorizationExpired",
+      "InvalidSignature",
+    ]);
+  });
+
+  it("names a batch item refused while the token is paused, and one from a blacklisted payer", async () => {
     const domain = { name: "USD Coin", version: "2", chainId: devnet.chain.id, verifyingContract: usdc };
     const validBefore = (await now()) + 3600n;
-    const broke = privateKeyToAccount(generatePrivateKey());
-    const sign = async (from: typeof broke, nonce: string): Promise<SettlementItem> => {
+    const sign = async (from: DevnetAccount["account"], nonce: string): Promise<SettlementItem> => {
       const authorization = {
         from: from.address,
         to: freshAddress(),
@@ -169,19 +228,44 @@ describe("a devnet on Circle's FiatToken v2.2", () => {
       };
       return { authorization, signature: await signTransferAuthorization(from, { domain, authorization }) };
     };
-    const paid = await sign(payer.account, "usdc-replayed");
-    const items = [paid, paid, await sign(broke, "usdc-broke")];
-    const receipt = await wait(
-      await settle(devnet.walletClient(relayer), {
-        settler: devnet.contracts.batchSettler,
-        token: usdc,
-        items,
+    const settleOne = async (item: SettlementItem) => {
+      const receipt = await wait(
+        await settle(devnet.walletClient(relayer), {
+          settler: devnet.contracts.batchSettler,
+          token: usdc,
+          items: [item],
+        }),
+      );
+      return decodeSettlerEvents(receipt.logs).map((o) =>
+        o.ok ? { ok: true } : { error: o.error, message: o.message },
+      );
+    };
+    // The deployer holds FiatToken's pauser and blacklister roles on a devnet (initializeFiatToken).
+    const roles = devnet.walletClient(devnet.deployer);
+    const call = async (functionName: "pause" | "unpause") =>
+      wait(await roles.writeContract({ address: usdc, abi: fiatTokenV2_2Abi, functionName }));
+    await call("pause");
+    try {
+      expect(await settleOne(await sign(payer.account, "usdc-paused"))).toEqual([
+        { error: "TokenPaused", message: "Pausable: paused" },
+      ]);
+    } finally {
+      await call("unpause");
+    }
+    const shunned = privateKeyToAccount(generatePrivateKey());
+    await devnet.fund(shunned.address, { usd: 1_000_000n });
+    await wait(
+      await roles.writeContract({
+        address: usdc,
+        abi: fiatTokenV2_2Abi,
+        functionName: "blacklist",
+        args: [shunned.address],
       }),
     );
-    const outcomes = decodeSettlerEvents(receipt.logs);
-    expect(outcomes[0]?.ok).toBe(true);
-    const codes = outcomes.slice(1).map((o) => (o.ok ? "ok" : decodeRevert(o.reason)?.code));
-    expect(codes).toEqual(["NonceAlreadyUsed", "InsufficientFunds"]);
+    expect(await settleOne(await sign(shunned, "usdc-blacklisted"))).toEqual([
+      { error: "AccountBlacklisted", message: "Blacklistable: account is blacklisted" },
+    ]);
+    expect(await balance(shunned.address)).toBe(1_000_000n);
   });
 
   it("creates a subscription and renews it with transferFrom under the subscriber's approval", async () => {

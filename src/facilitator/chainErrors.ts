@@ -17,6 +17,7 @@ import {
 } from "viem";
 import { batchSettlerAbi } from "../chain/contracts/artifacts/BatchSettler.ts";
 import { tollgateUsdAbi } from "../chain/contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenRevertName } from "../chain/events/fiatTokenRevertNames.ts";
 import { type ErrorCode, TollgateError } from "../protocol/errors.ts";
 
 /** Seconds a client should wait before retrying when the chain cannot be reached. */
@@ -37,14 +38,6 @@ const byErrorName: Record<string, ErrorCode> = {
 
 /** The token's errors and BatchSettler's, which it reports for an item in place of the token's revert. */
 const revertAbi = [...tollgateUsdAbi, ...batchSettlerAbi.filter((item) => item.type === "error")];
-
-// FiatTokenV2 (USDC) revert strings.
-const byMessage: [RegExp, ErrorCode][] = [
-  [/authorization is used or canceled/i, "NonceAlreadyUsed"],
-  [/exceeds balance/i, "InsufficientFunds"],
-  [/invalid signature/i, "InvalidSignature"],
-  [/authorization is (expired|not yet valid)/i, "AuthorizationExpired"],
-];
 
 const messages: Partial<Record<ErrorCode, string>> = {
   NonceAlreadyUsed: "this authorization's nonce was already used on chain",
@@ -70,9 +63,10 @@ export function decodeRevert(data: Hex | undefined): { code: ErrorCode; reason: 
   }
 }
 
+/** A FiatToken (USDC) `Error(string)` message, through the name TollgateUSD gives the same refusal. */
 function fromMessage(message: string): { code: ErrorCode; reason: string } {
-  for (const [pattern, code] of byMessage) if (pattern.test(message)) return { code, reason: message };
-  return { code: "InvalidRequest", reason: message };
+  const name = fiatTokenRevertName(message);
+  return { code: (name !== undefined ? byErrorName[name] : undefined) ?? "InvalidRequest", reason: message };
 }
 
 /** True when the error says the RPC endpoint could not be reached or did not answer. */

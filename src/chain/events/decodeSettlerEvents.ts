@@ -1,18 +1,28 @@
 import { decodeErrorResult, getAddress, type Hex, type Log } from "viem";
 import { batchSettlerAbi } from "../contracts/artifacts/BatchSettler.ts";
 import { tollgateUsdAbi } from "../contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenRevertName } from "./fiatTokenRevertNames.ts";
 import { readSettlerLogs } from "./settlerLogs.ts";
 
 export type SettlementOutcome = { from: Hex; nonce: Hex } & (
   | { ok: true }
-  | { ok: false; reason: Hex; error?: string }
+  | {
+      ok: false;
+      reason: Hex;
+      /** The error's name; a FiatToken (USDC) message is given the name of TollgateUSD's error for it. */
+      error?: string;
+      /** The revert's own `Error(string)` message, when the token reverted with one. */
+      message?: string;
+    }
 );
 
 /**
  * The per-item outcomes of a BatchSettler.settle receipt, in item order, for the items it attempted (see
  * `decodeSettlerDeferred` for the ones it did not). A failed item carries the raw revert data (at most
  * 256 bytes of it) and, when the token reverts with TollgateUSD's (or OpenZeppelin ERC-20) errors, or the
- * item ran out of its gas (`ItemOutOfGas`), the error's name, e.g. `AuthorizationAlreadyUsed`.
+ * item ran out of its gas (`ItemOutOfGas`), the error's name, e.g. `AuthorizationAlreadyUsed`. A revert with
+ * an `Error(string)` message (Circle's FiatToken) carries the message, and as its name the TollgateUSD
+ * error of the same meaning (`fiatTokenRevertName`), or `Error` for a message not in that table.
  * Pass the logs of one receipt; anyone can make a BatchSettler emit events for a token of their own.
  */
 export function decodeSettlerEvents(logs: Log[]): SettlementOutcome[] {
@@ -22,13 +32,14 @@ export function decodeSettlerEvents(logs: Log[]): SettlementOutcome[] {
       outcomes.push({ from: getAddress(event.from), nonce: event.nonce, ok: true });
     } else if (event.eventName === "SettleFailed") {
       const { nonce, reason } = event;
-      const error = revertErrorName(reason);
+      const { error, message } = decodeRevertReason(reason);
       outcomes.push({
         from: getAddress(event.from),
         nonce,
         ok: false,
         reason,
         ...(error === undefined ? {} : { error }),
+        ...(message === undefined ? {} : { message }),
       });
     }
   }
@@ -46,10 +57,18 @@ export function decodeSettlerDeferred(logs: Log[]): { firstIndex: number; count:
 
 const revertAbi = [...tollgateUsdAbi, ...batchSettlerAbi.filter((item) => item.type === "error")];
 
-function revertErrorName(data: Hex): string | undefined {
+function decodeRevertReason(data: Hex): { error?: string; message?: string } {
   try {
-    return decodeErrorResult({ abi: revertAbi, data }).errorName;
+    // viem adds Solidity's built-in `Error(string)` and `Panic(uint256)` to the ABI it decodes with.
+    const decoded = decodeErrorResult({ abi: revertAbi, data });
+    const name: string = decoded.errorName;
+    const args = decoded.args as readonly unknown[] | undefined;
+    if (name === "Error" && typeof args?.[0] === "string") {
+      const message = args[0];
+      return { error: fiatTokenRevertName(message) ?? "Error", message };
+    }
+    return { error: name };
   } catch {
-    return undefined;
+    return {};
   }
 }
