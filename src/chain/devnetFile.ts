@@ -27,6 +27,10 @@ export const DevnetFileSchema = z.object({
     channels: AddressSchema.optional(),
   }),
   accounts: z.array(z.object({ address: AddressSchema, privateKey: HexSchema })),
+  /** The settlement token at `contracts.usd`; absent in files written before devnets could run on USDC. */
+  token: z
+    .object({ kind: z.enum(["tollgate-usd", "usdc"]), name: z.string(), version: z.string() })
+    .optional(),
 });
 export type DevnetFile = z.infer<typeof DevnetFileSchema>;
 
@@ -40,7 +44,7 @@ export function readDevnetFile(dir = ".tollgate"): DevnetFile | undefined {
 
 /** The description of a running devnet; `pid` is the process that keeps its anvil alive. */
 export function describeDevnet(
-  devnet: Pick<Devnet, "rpcUrl" | "chain" | "network" | "contracts" | "accounts">,
+  devnet: Pick<Devnet, "rpcUrl" | "chain" | "network" | "contracts" | "accounts" | "token">,
   pid: number = process.pid,
 ): DevnetFile {
   return {
@@ -50,6 +54,7 @@ export function describeDevnet(
     pid,
     contracts: devnet.contracts,
     accounts: devnet.accounts.map(({ address, privateKey }) => ({ address, privateKey })),
+    token: devnet.token,
   };
 }
 

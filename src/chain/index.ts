@@ -219,6 +219,7 @@ export {
   type Devnet,
   type DevnetAccount,
   type DevnetToken,
+  type DevnetTokenInfo,
   devnetPrivateKey,
   type StartDevnetOptions,
   setUpDevnet,

@@ -3,6 +3,7 @@ import { toHex } from "viem";
 import { mnemonicToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tollgateUsdAbi } from "./contracts/artifacts/TollgateUSD.ts";
+import { DevnetFileSchema, describeDevnet } from "./devnetFile.ts";
 import { anvilMnemonic, type Devnet, devnetPrivateKey, startDevnet } from "./startDevnet.ts";
 
 function canListen(port: number): Promise<boolean> {
@@ -49,6 +50,15 @@ describe("startDevnet", () => {
       });
       expect(balance).toBe(5_000_000n);
     }
+  });
+
+  it("names the token it settles in, and its devnet file records it; a file without it still reads", () => {
+    expect(devnet.token).toEqual({ kind: "tollgate-usd", name: "USD Coin", version: "2" });
+    const file = describeDevnet(devnet, 1234);
+    expect(DevnetFileSchema.parse(JSON.parse(JSON.stringify(file))).token).toEqual(devnet.token);
+    const { token: _, ...older } = file;
+    expect(DevnetFileSchema.parse(older).token).toBeUndefined();
+    expect(() => DevnetFileSchema.parse({ ...file, token: { ...file.token, kind: "dai" } })).toThrow();
   });
 
   it("advanceTime moves block.timestamp forward", async () => {

@@ -18,6 +18,7 @@ import {
 } from "viem";
 import { HDKey, privateKeyToAccount } from "viem/accounts";
 import { writeContract } from "viem/actions";
+import { getTokenDomain } from "./actions/usd/getTokenDomain.ts";
 import { deployFiatToken } from "./actions/usdc/deployFiatToken.ts";
 import { mintFiatToken } from "./actions/usdc/mintFiatToken.ts";
 import type { TollgateContracts } from "./clientTypes.ts";
@@ -51,6 +52,9 @@ export type StartDevnetOptions = {
 /** Which token a devnet settles in. */
 export type DevnetToken = "tollgate-usd" | "usdc";
 
+/** The token a devnet settles in, with its EIP-712 domain's name and version as read from the chain. */
+export type DevnetTokenInfo = { kind: DevnetToken; name: string; version: string };
+
 /**
  * The FiatToken proxy's admin on a devnet: an address nobody holds a key to, since a transparent proxy's
  * admin cannot use the token, and upgrading it is never needed there.
@@ -64,6 +68,8 @@ export type Devnet = {
   accounts: DevnetAccount[];
   deployer: DevnetAccount;
   contracts: TollgateContracts;
+  /** The settlement token at `contracts.usd`. */
+  token: DevnetTokenInfo;
   publicClient: PublicClient<Transport, Chain>;
   testClient: TestClient<"anvil", Transport, Chain>;
   /** A wallet client for a dev account (or any local account) on this devnet. */
@@ -150,9 +156,11 @@ export async function setUpDevnet(
           args: [to, amount],
         })
       : mintFiatToken(deployerClient, { token: usdc, to, amount });
+  const { name, version } = await getTokenDomain(publicClient, { token: contracts.usd });
   const devnet: Devnet = {
     ...connected,
     contracts,
+    token: { kind: usdc === undefined ? "tollgate-usd" : "usdc", name, version },
     async fund(address, amounts) {
       if (amounts.eth !== undefined) {
         const current = await publicClient.getBalance({ address });
@@ -179,7 +187,7 @@ export function connectDevnet(
   rpcUrl: string,
   count: number,
   stop: () => Promise<void>,
-): Omit<Devnet, "contracts" | "fund"> {
+): Omit<Devnet, "contracts" | "token" | "fund"> {
   const chain = defineChain({ ...devnetChain, rpcUrls: { default: { http: [rpcUrl] } } });
   const transport = http(rpcUrl);
   const accounts: DevnetAccount[] = Array.from({ length: count }, (_, i) => {

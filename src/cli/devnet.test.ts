@@ -55,6 +55,7 @@ describe("tollgate devnet", () => {
     const file = DevnetFileSchema.parse(JSON.parse(readFileSync(join(dir, "devnet.json"), "utf8")));
     expect(file.rpcUrl).toBe(`http://127.0.0.1:${port}`);
     expect(file.accounts).toHaveLength(2);
+    expect(file.token).toEqual({ kind: "tollgate-usd", name: "USD Coin", version: "2" });
     expect(up.lines.join("\n")).toContain(file.contracts.subscriptionManager);
 
     const again = capture();
@@ -64,6 +65,9 @@ describe("tollgate devnet", () => {
     const before = capture();
     await devnetCommand(["status", "--dir", dir], before.out);
     const timeBefore = BigInt(/chain time ([0-9]+)/.exec(before.lines[0]!)![1]!);
+    expect(before.lines[1]).toBe(
+      `  token                ${file.contracts.usd} (TollgateUSD; EIP-712 domain "USD Coin" version 2)`,
+    );
     const advanced = capture();
     expect(await devnetCommand(["advance", "12h", "--dir", dir], advanced.out)).toBe(0);
     const timeAfter = BigInt(/chain time ([0-9]+)/.exec(advanced.lines[0]!)![1]!);
@@ -92,6 +96,12 @@ describe("tollgate devnet up --token usdc", () => {
     expect(await devnetCommand([...args, "--token", "usdc"], up.out)).toBe(0);
     const file = DevnetFileSchema.parse(JSON.parse(readFileSync(join(dir, "devnet.json"), "utf8")));
     expect(up.lines.join("\n")).toContain(`USDC (FiatToken)     ${file.contracts.usd}`);
+    expect(file.token).toEqual({ kind: "usdc", name: "USD Coin", version: "2" });
+    const status = capture();
+    expect(await devnetCommand(["status", "--dir", dir], status.out)).toBe(0);
+    expect(status.lines[1]).toBe(
+      `  token                ${file.contracts.usd} (USDC, Circle's FiatToken v2.2; EIP-712 domain "USD Coin" version 2)`,
+    );
     const client = createPublicClient({ transport: http(file.rpcUrl) });
     const read = { address: file.contracts.usd as `0x${string}`, abi: fiatTokenV2_2Abi } as const;
     // currency() is FiatToken's alone: TollgateUSD has no such function.

@@ -237,10 +237,17 @@ async function status(file: string, out: Output): Promise<number> {
   out.log(
     `devnet: ${devnet.rpcUrl} (pid ${devnet.pid}), block ${block.number}, chain time ${block.timestamp}`,
   );
-  out.log(`  token                ${devnet.contracts.usd}`);
+  out.log(`  token                ${devnet.contracts.usd}${tokenLabel(devnet.token)}`);
   out.log(`  SubscriptionManager  ${devnet.contracts.subscriptionManager}`);
   out.log(`  BatchSettler         ${devnet.contracts.batchSettler}`);
   return 0;
+}
+
+/** Which token it is, for status; nothing for a file written before devnets recorded it. */
+function tokenLabel(token: DevnetFile["token"]): string {
+  if (token === undefined) return "";
+  const kind = token.kind === "usdc" ? "USDC, Circle's FiatToken v2.2" : "TollgateUSD";
+  return ` (${kind}; EIP-712 domain "${token.name}" version ${token.version})`;
 }
 
 async function down(file: string, out: Output): Promise<number> {
