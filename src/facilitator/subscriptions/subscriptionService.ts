@@ -564,32 +564,14 @@ export function createSubscriptionService(
   ): Promise<SubscriptionActionResponse> {
     const sub = await readSubscription(subscriptionId);
     const deadline = BigInt(request.deadline);
-    const call =
+    const common = { manager, subscriptionId, deadline, signature: request.signature };
+    const call = subscriptionActionForRelay(
       action === "overage"
-        ? subscriptionActionForRelay({
-            manager,
-            action,
-            subscriptionId,
-            maxOverage: BigInt((request as SetMaxOverageRequest).maxOverage),
-            deadline,
-            signature: request.signature,
-          })
+        ? { ...common, action, maxOverage: BigInt((request as SetMaxOverageRequest).maxOverage) }
         : action === "limit"
-          ? subscriptionActionForRelay({
-              manager,
-              action,
-              subscriptionId,
-              spendLimit: BigInt((request as SetSpendLimitRequest).spendLimit),
-              deadline,
-              signature: request.signature,
-            })
-          : subscriptionActionForRelay({
-              manager,
-              action,
-              subscriptionId,
-              deadline,
-              signature: request.signature,
-            });
+          ? { ...common, action, spendLimit: BigInt((request as SetSpendLimitRequest).spendLimit) }
+          : { ...common, action },
+    );
     return relay<SubscriptionActionResponse, undefined>(
       action,
       sub.subscriber,
