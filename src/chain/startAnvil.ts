@@ -18,6 +18,11 @@ export type StartAnvilOptions = {
   /** Number of dev accounts anvil funds with ETH (default 10). */
   accounts?: number | undefined;
   /**
+   * The chain id anvil reports (default 31337). Another id, such as Base Sepolia's 84532, rehearses a
+   * network's configuration locally: code that picks defaults by chain id takes that network's.
+   */
+  chainId?: number | undefined;
+  /**
    * Run anvil in its own process group, writing its output to this file, and let it outlive this process
    * (the `devnet up` command). Needs an explicit `port`: readiness is then checked over RPC.
    */
@@ -52,6 +57,7 @@ export function resolveAnvilBinary(): string {
 function anvilArgs(options: StartAnvilOptions): string[] {
   const args = ["--host", "127.0.0.1", "--port", String(options.port ?? 0)];
   args.push("--accounts", String(options.accounts ?? 10));
+  if (options.chainId !== undefined) args.push("--chain-id", String(options.chainId));
   if (options.blockTime !== undefined) args.push("--block-time", String(options.blockTime));
   return args;
 }
