@@ -104,11 +104,13 @@ export {
   type TransferWithAuthorizationParameters,
   transferWithAuthorization,
 } from "./actions/usd/transferWithAuthorization.ts";
+export { type BlacklistAccountParameters, blacklistAccount } from "./actions/usdc/blacklistAccount.ts";
 export { type DeployFiatTokenParameters, deployFiatToken } from "./actions/usdc/deployFiatToken.ts";
 export {
   deployFiatTokenImplementation,
   linkFiatTokenBytecode,
 } from "./actions/usdc/deployFiatTokenImplementation.ts";
+export { type GetIsBlacklistedParameters, getIsBlacklisted } from "./actions/usdc/getIsBlacklisted.ts";
 export {
   type FiatTokenSetup,
   type InitializeFiatTokenParameters,
@@ -121,6 +123,10 @@ export {
   type PlaceFiatTokenParameters,
   placeFiatToken,
 } from "./actions/usdc/placeFiatToken.ts";
+export {
+  type UnBlacklistAccountParameters,
+  unBlacklistAccount,
+} from "./actions/usdc/unBlacklistAccount.ts";
 export type { ReadClient, TollgateContracts, WriteClient } from "./clientTypes.ts";
 export { batchSettlerAbi, batchSettlerBytecode } from "./contracts/artifacts/BatchSettler.ts";
 export {
