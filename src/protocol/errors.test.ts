@@ -39,6 +39,8 @@ describe("error catalogue", () => {
         "RateLimited",
         "ChainUnavailable",
         "PaymentInFlight",
+        "TokenPaused",
+        "AccountBlacklisted",
         "BudgetExceeded",
         "ApprovalDenied",
         "PriceCeilingExceeded",

@@ -42,6 +42,17 @@ export const ErrorCode = {
    * before answering): re-send the same proof after `Retry-After`, when its claim lapses.
    */
   PaymentInFlight: "PaymentInFlight",
+  /**
+   * The token's issuer paused it (USDC's pauser): no transfer can settle until it is unpaused. New
+   * payments are refused until then; ones accepted before are held and settle after (docs/facilitator.md).
+   */
+  TokenPaused: "TokenPaused",
+  /**
+   * The token's issuer blacklisted the payer or the payee (USDC's blacklister): the token refuses every
+   * transfer from or to it, so the payment cannot settle. `details.account`, `details.role` ("payer" or
+   * "payee") and `details.token` say which. Not worth retrying until the issuer lifts it.
+   */
+  AccountBlacklisted: "AccountBlacklisted",
   // Client-side only.
   BudgetExceeded: "BudgetExceeded",
   ApprovalDenied: "ApprovalDenied",
@@ -110,6 +121,8 @@ const statusByCode: Record<ErrorCode, number> = {
   RateLimited: 429,
   ChainUnavailable: 503,
   PaymentInFlight: 503,
+  TokenPaused: 503,
+  AccountBlacklisted: 403,
   BudgetExceeded: 402,
   ApprovalDenied: 403,
   PriceCeilingExceeded: 402,
