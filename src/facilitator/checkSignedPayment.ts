@@ -1,16 +1,22 @@
 /**
  * The facilitator's off-chain checks of a signed payment (DESIGN.md §4, settlement engine): everything
  * that can be refused without a round trip to the chain, cheapest first. Throws a `TollgateError`
- * with the code a client can act on; returns the recovered payer on success.
+ * with the code a client can act on; returns the payer on success.
+ *
+ * The signature is recovered locally; an EOA paying with its own key costs nothing more. A signature
+ * that does not recover to `from` is asked of `from` through the chain (ERC-1271, contractSigners.ts)
+ * when the context has `contractSigners`: a smart-contract wallet's owner signs for it, and the token
+ * (USDC v2.2's `bytes signature` overload) asks the wallet the same question when it settles.
  */
-import { type Address, hexToBigInt } from "viem";
-import { recoverTransferSigner } from "../chain/signers/recoverTransferSigner.ts";
+import { type Address, getAddress, hexToBigInt } from "viem";
+import { recoverDigestSigner, transferAuthorizationDigest } from "../chain/signers/recoverTransferSigner.ts";
 import { sameAddress } from "../protocol/address.ts";
 import { base64UrlDecode, utf8Decode } from "../protocol/base64.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import { memoNonce } from "../protocol/memo.ts";
 import { chainIdOf } from "../protocol/network.ts";
 import type { Authorization } from "../protocol/signedPayment.ts";
+import type { ContractSigners } from "./contractSigners.ts";
 
 /** secp256k1 group order / 2: EIP-2 and the token contracts refuse an `s` above it. */
 const HALF_ORDER = 0x7fffffffffffffffffffffffffffffff5d576e7357a4501ddfe92f46681b20a0n;
@@ -43,6 +49,8 @@ export type PaymentCheckContext = {
    * while it waits in a batch (EIP-3009: validBefore is exclusive).
    */
   minRemainingSeconds: number;
+  /** Checks a signature that does not recover to `from` with `from`'s ERC-1271 `isValidSignature`. */
+  contractSigners?: ContractSigners | undefined;
 };
 
 export type CheckablePayment = {
@@ -72,7 +80,7 @@ export function tokenConfigOf(
   return token;
 }
 
-/** Checks a payment's fields, window and signature. Returns the recovered signer (= `from`). */
+/** Checks a payment's fields, window and signature. Returns its signer, `from` checksummed. */
 export async function checkSignedPayment(
   context: PaymentCheckContext,
   payment: CheckablePayment,
@@ -112,18 +120,15 @@ export async function checkSignedPayment(
     });
   }
 
-  const s = hexToBigInt(`0x${payment.signature.slice(66, 130)}`);
-  if (s > HALF_ORDER) {
-    throw new TollgateError("InvalidSignature", "signature has a high s value (EIP-2); sign again", {});
-  }
   const cacheKey = recoveryKey(token, payment);
-  let signer = recoveredSigners.get(cacheKey);
-  if (signer === undefined) signer = recoverSigner(token, payment, cacheKey);
-  if (!sameAddress(signer, a.from)) {
-    throw new TollgateError("InvalidSignature", "signature was not made by the authorization's `from`", {
-      details: { from: a.from, recovered: signer },
-    });
+  const cached = recoveredSigners.get(cacheKey);
+  if (cached !== undefined) return cached;
+  const signer = await signerOf(token, payment, context.contractSigners);
+  if (recoveredSigners.size >= MAX_RECOVERED_SIGNERS) {
+    const oldest = recoveredSigners.keys().next();
+    if (oldest.done !== true) recoveredSigners.delete(oldest.value);
   }
+  recoveredSigners.set(cacheKey, signer);
   return signer;
 }
 
@@ -152,9 +157,12 @@ export function checkMinimumAmount(token: SupportedTokenConfig, a: Pick<Authoriz
 }
 
 /**
- * Recovered signers of recent payments, by everything the signature covers. Recovery is a pure
- * function of that key, so a hit is always right; it saves the second recovery when a payment is
- * checked before admission (rate limits) and again by the settlement engine. Bounded, oldest first out.
+ * Signers of recent payments whose signature checked out, by everything the signature covers. Recovery
+ * is a pure function of that key, so a hit is always right; it saves the second recovery (or, for a
+ * wallet, the second chain read) when a payment is checked before admission (rate limits) and again by
+ * the settlement engine. A wallet's answer could change within the entry's life (its owner rotated):
+ * the settlement's simulation and the token itself check it again. Refusals are not cached. Bounded,
+ * oldest first out.
  */
 const recoveredSigners = new Map<string, Address>();
 const MAX_RECOVERED_SIGNERS = 4_096;
@@ -176,31 +184,53 @@ function recoveryKey(token: SupportedTokenConfig, payment: CheckablePayment): st
   ].join("|");
 }
 
-function recoverSigner(token: SupportedTokenConfig, payment: CheckablePayment, cacheKey: string): Address {
-  let signer: Address | undefined;
+/**
+ * `from`, once its signature is shown good: recovered locally to `from` with a low s (EIP-2, as the
+ * token's ECDSA path requires), or else accepted by `from`'s own `isValidSignature`. Throws
+ * `InvalidSignature` otherwise.
+ */
+async function signerOf(
+  token: SupportedTokenConfig,
+  payment: CheckablePayment,
+  contractSigners: ContractSigners | undefined,
+): Promise<Address> {
+  const a = payment.authorization;
+  const highS = hexToBigInt(`0x${payment.signature.slice(66, 130)}`) > HALF_ORDER;
+  let digest: Uint8Array;
   try {
-    signer = recoverTransferSigner(
+    digest = transferAuthorizationDigest(
       {
         name: token.name,
         version: token.version,
         chainId: chainIdOf(payment.network),
         verifyingContract: token.address,
       },
-      payment.authorization,
-      payment.signature,
+      a,
     );
   } catch (cause) {
-    throw new TollgateError("InvalidSignature", "signature does not recover to an address", { cause });
+    throw new TollgateError("InvalidSignature", "the authorization's fields cannot be signed as typed", {
+      cause,
+    });
   }
-  if (signer === undefined) {
+  const recovered = highS ? undefined : recoverDigestSigner(digest, payment.signature);
+  if (recovered !== undefined && sameAddress(recovered, a.from)) return recovered;
+  // Not the EOA `from`'s own signature: `from` may be a wallet whose signer this is.
+  const hash = `0x${Buffer.from(digest).toString("hex")}` as const;
+  if (
+    contractSigners !== undefined &&
+    (await contractSigners.isValidSignature(a.from, hash, payment.signature))
+  ) {
+    return getAddress(a.from);
+  }
+  if (highS) {
+    throw new TollgateError("InvalidSignature", "signature has a high s value (EIP-2); sign again", {});
+  }
+  if (recovered === undefined) {
     throw new TollgateError("InvalidSignature", "signature does not recover to an address", {});
   }
-  if (recoveredSigners.size >= MAX_RECOVERED_SIGNERS) {
-    const oldest = recoveredSigners.keys().next();
-    if (oldest.done !== true) recoveredSigners.delete(oldest.value);
-  }
-  recoveredSigners.set(cacheKey, signer);
-  return signer;
+  throw new TollgateError("InvalidSignature", "signature was not made by the authorization's `from`", {
+    details: { from: a.from, recovered },
+  });
 }
 
 /**

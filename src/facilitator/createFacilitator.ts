@@ -25,6 +25,7 @@ import { admitPayments } from "./abuse/admitPayments.ts";
 import { defaultMinAmount } from "./abuse/minimumAmount.ts";
 import { createRateLimits, type RateLimitOptions } from "./abuse/rateLimits.ts";
 import type { SupportedTokenConfig } from "./checkSignedPayment.ts";
+import { createContractSigners } from "./contractSigners.ts";
 import { createFacilitatorApp } from "./createFacilitatorApp.ts";
 import { createDashboardModule, type DashboardOptions } from "./dashboard/dashboardModule.ts";
 import type { FacilitatorContext, FacilitatorModule, FacilitatorModuleFactory } from "./facilitatorModule.ts";
@@ -228,6 +229,8 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     faults: options.outbox?.faults ?? settlementFaults(options.settlement?.faults),
   });
   const gas = createGasAccount({ key, outbox, client: publicClient, logger });
+  // Smart-contract wallet payers (ERC-1271): one "has code" cache for every path that checks them.
+  const contractSigners = createContractSigners({ client: publicClient, clock });
   const settlementEngine = createSettlementEngine({
     store: options.store,
     client: publicClient,
@@ -240,6 +243,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     clock,
     logger,
     metrics,
+    contractSigners,
     confirmations: options.confirmations,
     ...options.settlement,
   });
@@ -250,6 +254,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     tokens,
     clock,
     limits: rateLimits,
+    contractSigners,
   });
   const supported: SupportedResponse = {
     version: "1",
@@ -285,6 +290,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     channels: options.channels,
     tokens: tokenConfigs,
     engine,
+    contractSigners,
     proofKeys: () => proofKeys,
     supported,
     clock,

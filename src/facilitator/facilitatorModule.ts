@@ -11,6 +11,7 @@ import type { Clock } from "../protocol/clock.ts";
 import type { SupportedResponse } from "../protocol/facilitator.ts";
 import type { Queryable, Store } from "../store/store.ts";
 import type { FacilitatorToken } from "./createFacilitator.ts";
+import type { ContractSigners } from "./contractSigners.ts";
 import type { FacilitatorSchemePart } from "./facilitatorSchemeParts.ts";
 import type { GasAccount } from "./gasAccount.ts";
 import type { FacilitatorMetrics } from "./metrics.ts";
@@ -33,6 +34,11 @@ export type FacilitatorContext = {
   channels: Address | undefined;
   tokens: readonly FacilitatorToken[];
   engine: SettlementEngine;
+  /**
+   * Checks signatures of payers with code (ERC-1271 wallets) through the chain, gas-bounded and with
+   * a "has code" cache; for signatures that do not recover to their payer (contractSigners.ts).
+   */
+  contractSigners: ContractSigners;
   proofKeys: () => readonly ProofKey[];
   supported: SupportedResponse;
   clock: Clock;

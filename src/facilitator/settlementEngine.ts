@@ -40,6 +40,7 @@ import type { SignedPayment } from "../protocol/signedPayment.ts";
 import { queryOneParsed, queryParsed } from "../store/queryParsed.ts";
 import type { Store } from "../store/store.ts";
 import type { CheckablePayment, SupportedTokenConfig } from "./checkSignedPayment.ts";
+import type { ContractSigners } from "./contractSigners.ts";
 import type { OutboxFaults } from "./outbox/createOutbox.ts";
 import { insertSignedRow } from "./outbox/outboxRecords.ts";
 import type { Outbox } from "./outbox/outboxTypes.ts";
@@ -82,6 +83,11 @@ export type SettlementEngineOptions = {
   proofKey: () => ProofKey;
   clock: Clock;
   logger: Logger;
+  /**
+   * Wallet payers' signatures, checked through the chain (contractSigners.ts). Without it only
+   * payments whose signature recovers to `from` (EOAs) pass the off-chain checks.
+   */
+  contractSigners?: ContractSigners | undefined;
   metrics?: SettlementMetrics | undefined;
   maxBatchSize?: number | undefined;
   /**
@@ -166,6 +172,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     tokens: options.tokens,
     batchSettler: options.batchSettler,
     clock,
+    contractSigners: options.contractSigners,
   });
   const waiters = createOutcomeWaiters({ store, clock, logger: log });
   const outcomeDeps: PaymentOutcomeDeps = {

@@ -12,6 +12,7 @@ import {
   checkSignedPayment,
   type SupportedTokenConfig,
 } from "../checkSignedPayment.ts";
+import type { ContractSigners } from "../contractSigners.ts";
 import type { SettlementEngine } from "../settlementEngine.ts";
 import type { RateLimits } from "./rateLimits.ts";
 
@@ -25,6 +26,8 @@ export function admitPayments(
     tokens: ReadonlyMap<string, SupportedTokenConfig>;
     clock: Clock;
     limits: Pick<RateLimits, "takePayer">;
+    /** Wallet payers' signatures, checked through the chain (contractSigners.ts). */
+    contractSigners?: ContractSigners | undefined;
   },
 ): SettlementEngine {
   const admit = async (payment: CheckablePayment): Promise<void> => {
@@ -34,6 +37,7 @@ export function admitPayments(
         tokens: options.tokens,
         nowSeconds: unixSeconds(options.clock),
         minRemainingSeconds: SETTLEMENT_MARGIN_SECONDS,
+        contractSigners: options.contractSigners,
       },
       payment,
     );

@@ -17,6 +17,7 @@ import {
   checkSignedPayment,
   type SupportedTokenConfig,
 } from "../checkSignedPayment.ts";
+import type { ContractSigners } from "../contractSigners.ts";
 import type { PaymentRow } from "../paymentRecords.ts";
 
 export type PaymentCheckClient = Pick<
@@ -64,6 +65,8 @@ export function createPaymentChecks(options: {
   tokens: ReadonlyMap<string, SupportedTokenConfig>;
   batchSettler: Address;
   clock: Clock;
+  /** Wallet payers' signatures, checked through the chain (contractSigners.ts). */
+  contractSigners?: ContractSigners | undefined;
 }): PaymentChecks {
   const { client, clock } = options;
 
@@ -159,6 +162,7 @@ export function createPaymentChecks(options: {
           tokens: options.tokens,
           nowSeconds: unixSeconds(clock),
           minRemainingSeconds: MIN_REMAINING_SECONDS,
+          contractSigners: options.contractSigners,
         },
         payment,
       ),
