@@ -23,7 +23,6 @@ import {
   type SpendReport,
 } from "../src/agent/spendReport.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { createFacilitator, type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
@@ -198,7 +197,15 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       subscriptionManager: devnet.contracts.subscriptionManager,
       // Prepaid channels: opened gaslessly here, their vouchers claimed in batches (docs/channels.md).
       channels: devnet.contracts.channels,
-      tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+      tokens: [
+        {
+          address: devnet.contracts.usd,
+          name: devnet.token.name,
+          version: devnet.token.version,
+          symbol: "USDC",
+          decimals: 6,
+        },
+      ],
       logger,
       // The keeper looks for due renewals every half second, so the month that passes shows at once.
       builtinModules: false,

@@ -22,7 +22,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type Address, getAddress } from "viem";
 import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient, type FetchFn } from "../src/client/facilitatorClient.ts";
 import { createChannelsModule } from "../src/facilitator/channels/channelsModule.ts";
@@ -197,7 +196,15 @@ async function main(): Promise<void> {
       proofKeys: [generateProofKey().key],
       batchSettler: devnet.contracts.batchSettler,
       channels: devnet.contracts.channels,
-      tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+      tokens: [
+        {
+          address: devnet.contracts.usd,
+          name: devnet.token.name,
+          version: devnet.token.version,
+          symbol: "USDC",
+          decimals: 6,
+        },
+      ],
       builtinModules: false,
       // Every payer is on loopback and pays in a tight loop: rate limits would measure themselves.
       rateLimits: { perClient: false, perPayer: false },

@@ -7,10 +7,10 @@
  * of 1, 10 and 100 distinct channels (first claim of each channel, and a later claim of the same ones),
  * a cooperative close and a timeout withdrawal (request + withdraw).
  *
- * `--token usdc` runs it all on Circle's FiatToken v2.2 (src/chain/contracts/circle-usdc) instead of
- * TollgateUSD: the real token's proxy and checks cost more per transfer.
+ * The token is the devnet's: Circle's FiatToken v2.2 (src/chain/contracts/circle-usdc) behind its proxy,
+ * the code USDC runs on Base.
  *
- *   npx tsx bench/gas.ts [--token usdc]
+ *   npx tsx bench/gas.ts
  */
 import { generateKeyPairSync, sign } from "node:crypto";
 import { bytesToHex, type Hex, hexToBytes, keccak256, stringToBytes, toHex } from "viem";
@@ -34,19 +34,16 @@ import {
 
 const BATCH = 100;
 
-const tokenFlag = process.argv.indexOf("--token");
-const token = tokenFlag === -1 ? "tollgate-usd" : process.argv[tokenFlag + 1];
-if (token !== "tollgate-usd" && token !== "usdc")
-  throw new Error(`--token: tollgate-usd or usdc, not ${token}`);
-console.log(`token: ${token === "usdc" ? "Circle's FiatToken v2.2 (USDC)" : "TollgateUSD"}`);
-
-const devnet = await startDevnet({ accounts: BATCH + 3, token });
+const devnet = await startDevnet({ accounts: BATCH + 3 });
 try {
+  console.log(
+    `token: Circle's FiatToken v2.2 (USDC), EIP-712 "${devnet.token.name}"/"${devnet.token.version}"`,
+  );
   const relayer = devnet.walletClient(devnet.deployer);
   const payee = devnet.accounts[1]!.address;
   const domain = {
-    name: "USD Coin",
-    version: "2",
+    name: devnet.token.name,
+    version: devnet.token.version,
     chainId: devnet.chain.id,
     verifyingContract: devnet.contracts.usd,
   };

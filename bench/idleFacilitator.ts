@@ -25,7 +25,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describeDevnet, writeDevnetFile } from "../src/chain/devnetFile.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { signTransferAuthorization } from "../src/chain/signers/signTransferAuthorization.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { bundleCli } from "../src/cli/bundle.ts";
@@ -154,7 +153,12 @@ async function signPayment(devnet: Devnet) {
     nonce: memoNonce(memo),
   };
   const signature = await signTransferAuthorization(payer.account, {
-    domain: { ...tollgateUsdDomain, chainId: devnet.chain.id, verifyingContract: token },
+    domain: {
+      name: devnet.token.name,
+      version: devnet.token.version,
+      chainId: devnet.chain.id,
+      verifyingContract: token,
+    },
     authorization,
   });
   return {

@@ -15,7 +15,7 @@ import { decodePaymentResponseHeader, HTTPFacilitatorClient } from "@x402/core/h
 import { ExactEvmScheme } from "@x402/evm/exact/server";
 import { paymentMiddleware, x402ResourceServer } from "@x402/express";
 import express from "express";
-import { getTokenBalance, tollgateUsdDomain } from "tollgate/chain";
+import { getTokenBalance } from "tollgate/chain";
 import { createPayer, fetchWithPayment } from "tollgate/client";
 import { formatUnitsExact } from "tollgate/protocol";
 import { type ExampleOptions, printToStdout, runIfMain, startLocalStack } from "./startLocalStack.ts";
@@ -59,7 +59,7 @@ export async function main(options: ExampleOptions = {}): Promise<PayX402ServerR
               price: {
                 amount: price.toString(),
                 asset: devnet.contracts.usd,
-                extra: { ...tollgateUsdDomain },
+                extra: { name: devnet.token.name, version: devnet.token.version },
               },
               maxTimeoutSeconds: 120,
             },

@@ -6,7 +6,7 @@
  */
 import { pathToFileURL } from "node:url";
 import pino from "pino";
-import { type Devnet, type DevnetAccount, startDevnet, tollgateUsdDomain } from "tollgate/chain";
+import { type Devnet, type DevnetAccount, startDevnet } from "tollgate/chain";
 import { createFacilitator, generateProofKey, serveApp } from "tollgate/facilitator";
 import { createStore, type Store } from "tollgate/store";
 
@@ -39,7 +39,15 @@ export async function startLocalStack(): Promise<LocalStack> {
       proofKeys: [generateProofKey().key],
       batchSettler: devnet.contracts.batchSettler,
       subscriptionManager: devnet.contracts.subscriptionManager,
-      tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+      tokens: [
+        {
+          address: devnet.contracts.usd,
+          name: devnet.token.name,
+          version: devnet.token.version,
+          symbol: "USDC",
+          decimals: 6,
+        },
+      ],
       logger: pino({ level: "silent" }),
     });
     await facilitator.start();

@@ -20,7 +20,6 @@ import { type PaidToolReceipt, paidTool } from "../src/agent/paidTool.ts";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { createFacilitatorClient, type FetchFn } from "../src/client/facilitatorClient.ts";
@@ -69,8 +68,8 @@ async function startSeller(
     network: devnet.network,
     token: {
       address: devnet.contracts.usd,
-      name: tollgateUsdDomain.name,
-      version: tollgateUsdDomain.version,
+      name: devnet.token.name,
+      version: devnet.token.version,
     },
     facilitator: tf.url,
     providerApiKey: apiKey,

@@ -17,7 +17,7 @@ import { type BudgetLedger, createBudgetLedger } from "../src/agent/budget/creat
 import { resolvePendingPayments } from "../src/agent/budget/pendingPayments.ts";
 import { type PaidToolReceipt, paidTool } from "../src/agent/paidTool.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdAbi } from "../src/chain/contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenV2_2Abi } from "../src/chain/contracts/circle-usdc/FiatTokenV2_2.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer, type Payer } from "../src/client/createPayer.ts";
 import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
@@ -273,7 +273,7 @@ describe("an agent whose /authorize answer is lost", () => {
     expect(await balanceOf(account)).toBe(before);
     const used = await devnet.publicClient.readContract({
       address: devnet.contracts.usd,
-      abi: tollgateUsdAbi,
+      abi: fiatTokenV2_2Abi,
       functionName: "authorizationState",
       args: [account.address, pending!.nonce as Hex],
     });

@@ -3,11 +3,10 @@
  * in two tokens has each token's SubscriptionManager allowance set to exactly what the budget holds
  * for that token's subscriptions, at subscribe and after every renewal, so both renew period after
  * period and neither approval lets the chain pull what the budget did not hold. On a real devnet with
- * a second TollgateUSD deployed beside the devnet's and served by the facilitator.
+ * a second USDC (another FiatToken v2.2) deployed beside the devnet's and served by the facilitator.
  */
 import type { Address } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
-import { writeContract } from "viem/actions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
 import { holdRefOf } from "../src/agent/subscriptions/agentSubscriptionRecords.ts";
@@ -16,7 +15,7 @@ import { collect } from "../src/chain/actions/subscriptions/collect.ts";
 import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
 import { getTokenAllowance } from "../src/chain/actions/usd/getTokenAllowance.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdAbi } from "../src/chain/contracts/artifacts/TollgateUSD.ts";
+import { mintFiatToken } from "../src/chain/actions/usdc/mintFiatToken.ts";
 import { deployTollgate } from "../src/chain/deployTollgate.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
@@ -29,7 +28,7 @@ import { startTestFacilitator, type TestFacilitator } from "./support/facilitato
 const DAY = 86_400;
 let devnet: Devnet;
 let tf: TestFacilitator;
-/** The second token: another TollgateUSD, deployed by the devnet's deployer. */
+/** The second token: another FiatToken, deployed by the devnet's deployer, who is its minter. */
 let otherUsd: Address;
 const plans: { first: string; second: string } = { first: "", second: "" };
 
@@ -68,11 +67,10 @@ describe("subscriptions in two tokens", () => {
     const account = privateKeyToAccount(generatePrivateKey());
     await devnet.fund(account.address, { usd: usd("5") });
     await devnet.publicClient.waitForTransactionReceipt({
-      hash: await writeContract(devnet.walletClient(devnet.deployer), {
-        address: otherUsd,
-        abi: tollgateUsdAbi,
-        functionName: "mint",
-        args: [account.address, usd("5")],
+      hash: await mintFiatToken(devnet.walletClient(devnet.deployer), {
+        token: otherUsd,
+        to: account.address,
+        amount: usd("5"),
       }),
     });
     const budget = createBudgetLedger({ store: tf.store, clock: systemClock });

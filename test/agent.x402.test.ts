@@ -21,7 +21,6 @@ import { type PaidToolReceipt, paidTool } from "../src/agent/paidTool.ts";
 import { createSpendCollector } from "../src/agent/spendReport.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { transferWithAuthorization } from "../src/chain/actions/usd/transferWithAuthorization.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { createFixedClock, systemClock } from "../src/protocol/clock.ts";
@@ -52,7 +51,11 @@ beforeAll(async () => {
     scheme: "exact" as const,
     network: NETWORK,
     payTo,
-    price: { amount: PRICE.toString(), asset: devnet.contracts.usd, extra: { ...tollgateUsdDomain } },
+    price: {
+      amount: PRICE.toString(),
+      asset: devnet.contracts.usd,
+      extra: { name: devnet.token.name, version: devnet.token.version },
+    },
     maxTimeoutSeconds: 120,
   };
   const app = express();
@@ -72,7 +75,11 @@ beforeAll(async () => {
             scheme: "exact" as const,
             network: NETWORK,
             payTo,
-            price: { amount: PRICE.toString(), asset: devnet.contracts.usd, extra: { ...tollgateUsdDomain } },
+            price: {
+              amount: PRICE.toString(),
+              asset: devnet.contracts.usd,
+              extra: { name: devnet.token.name, version: devnet.token.version },
+            },
             maxTimeoutSeconds: 120,
           },
           description: "today's weather for a city",

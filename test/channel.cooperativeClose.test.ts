@@ -14,7 +14,6 @@ import type { Address, Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
 import { type Facilitator, type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
@@ -96,8 +95,8 @@ describe("cooperative channel close at the payer's request", () => {
       network: devnet.network,
       token: {
         address: devnet.contracts.usd,
-        name: tollgateUsdDomain.name,
-        version: tollgateUsdDomain.version,
+        name: devnet.token.name,
+        version: devnet.token.version,
       },
       facilitator: server.url,
       ...(key === undefined ? {} : { providerApiKey: key }),

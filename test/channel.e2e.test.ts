@@ -13,7 +13,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { tollgateChannelsAbi } from "../src/chain/contracts/artifacts/TollgateChannels.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { createFacilitatorClient, type FetchFn } from "../src/client/facilitatorClient.ts";
@@ -96,8 +95,8 @@ describe("channel scheme end to end", () => {
       network: devnet.network,
       token: {
         address: devnet.contracts.usd,
-        name: tollgateUsdDomain.name,
-        version: tollgateUsdDomain.version,
+        name: devnet.token.name,
+        version: devnet.token.version,
       },
       facilitator: server.url,
       providerApiKey: apiKey,
@@ -233,8 +232,8 @@ describe("channel scheme end to end", () => {
       network: devnet.network,
       token: {
         address: devnet.contracts.usd,
-        name: tollgateUsdDomain.name,
-        version: tollgateUsdDomain.version,
+        name: devnet.token.name,
+        version: devnet.token.version,
       },
       facilitator: server.url,
       providerApiKey: apiKey,

@@ -10,7 +10,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { createFacilitatorClient, type FetchFn } from "../src/client/facilitatorClient.ts";
@@ -80,8 +79,8 @@ describe("a channel request that got no answer", () => {
         network: devnet.network,
         token: {
           address: devnet.contracts.usd,
-          name: tollgateUsdDomain.name,
-          version: tollgateUsdDomain.version,
+          name: devnet.token.name,
+          version: devnet.token.version,
         },
         facilitator: server.url,
         providerApiKey: apiKey,

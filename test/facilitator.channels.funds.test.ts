@@ -13,7 +13,6 @@ import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
 import { signChannelCloseRequest } from "../src/chain/actions/channels/signChannelCloseRequest.ts";
 import { signChannelTopUp } from "../src/chain/actions/channels/signChannelTopUp.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import type { Facilitator, RunningServer } from "../src/facilitator/createFacilitator.ts";
 import {
@@ -114,7 +113,8 @@ describe("facilitator channel top-up and withdrawal", () => {
       chainId: devnet.chain.id,
       channels: devnet.contracts.channels,
       tokenDomain: {
-        ...tollgateUsdDomain,
+        name: devnet.token.name,
+        version: devnet.token.version,
         chainId: devnet.chain.id,
         verifyingContract: devnet.contracts.usd,
       },

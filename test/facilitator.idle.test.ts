@@ -11,7 +11,6 @@ import pino from "pino";
 import { createPublicClient, http } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRpcCounter } from "../bench/support/rpcCounter.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import {
   type CreateFacilitatorOptions,
@@ -46,7 +45,15 @@ async function start(settlement: CreateFacilitatorOptions["settlement"] = {}) {
     batchSettler: devnet.contracts.batchSettler,
     subscriptionManager: devnet.contracts.subscriptionManager,
     channels: devnet.contracts.channels,
-    tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+    tokens: [
+      {
+        address: devnet.contracts.usd,
+        name: devnet.token.name,
+        version: devnet.token.version,
+        symbol: "USDC",
+        decimals: 6,
+      },
+    ],
     logger: pino({ level: "silent" }),
     // Every other setting is a `tollgate facilitator`'s default.
     settlement,

@@ -6,7 +6,6 @@
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitator, type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../src/facilitator/proofKeys.ts";
@@ -35,7 +34,15 @@ beforeAll(async () => {
     proofKeys: [generateProofKey().key],
     batchSettler: devnet.contracts.batchSettler,
     subscriptionManager: devnet.contracts.subscriptionManager,
-    tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+    tokens: [
+      {
+        address: devnet.contracts.usd,
+        name: devnet.token.name,
+        version: devnet.token.version,
+        symbol: "USDC",
+        decimals: 6,
+      },
+    ],
     logger: pino({ level: "silent" }),
     clock: later,
   });

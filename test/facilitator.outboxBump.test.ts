@@ -9,7 +9,6 @@ import { type Hash, parseGwei, toHex } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import {
   createFacilitator,
@@ -37,7 +36,15 @@ beforeAll(async () => {
     gasAccount: devnet.accounts[3]!.account,
     proofKeys: [generateProofKey().key],
     batchSettler: devnet.contracts.batchSettler,
-    tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+    tokens: [
+      {
+        address: devnet.contracts.usd,
+        name: devnet.token.name,
+        version: devnet.token.version,
+        symbol: "USDC",
+        decimals: 6,
+      },
+    ],
     builtinModules: false,
     settlement: { authorizeTimeoutMs: 120_000, reconcileIntervalMs: 200 },
     outbox: { bumpAfterMs: 1_500, reconcileIntervalMs: 200 },

@@ -2,7 +2,6 @@ import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { transferWithAuthorization } from "../src/chain/actions/usd/transferWithAuthorization.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitator } from "../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../src/facilitator/proofKeys.ts";
@@ -303,7 +302,15 @@ describe("service endpoints", () => {
       gasAccount: payer.account,
       proofKeys: [generateProofKey().key],
       batchSettler: devnet.contracts.batchSettler,
-      tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+      tokens: [
+        {
+          address: devnet.contracts.usd,
+          name: devnet.token.name,
+          version: devnet.token.version,
+          symbol: "USDC",
+          decimals: 6,
+        },
+      ],
       builtinModules: false,
     });
     const served = core.app.routes

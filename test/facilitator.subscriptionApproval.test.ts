@@ -11,7 +11,6 @@ import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
 import { getPermitNonce } from "../src/chain/actions/usd/getPermitNonce.ts";
 import { getTokenAllowance } from "../src/chain/actions/usd/getTokenAllowance.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import type { TokenDomain } from "../src/chain/signers/eip712Types.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
@@ -40,7 +39,12 @@ beforeAll(async () => {
   client = createFacilitatorClient({ url: tf.url, fetch });
   provider = devnet.accounts[1]!;
   manager = devnet.contracts.subscriptionManager;
-  domain = { ...tollgateUsdDomain, chainId: devnet.chain.id, verifyingContract: devnet.contracts.usd };
+  domain = {
+    name: devnet.token.name,
+    version: devnet.token.version,
+    chainId: devnet.chain.id,
+    verifyingContract: devnet.contracts.usd,
+  };
   const hash = await createPlan(devnet.walletClient(provider), {
     manager,
     token: devnet.contracts.usd,

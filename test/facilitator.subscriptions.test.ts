@@ -11,7 +11,6 @@ import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { transferToken } from "../src/chain/actions/usd/transferToken.ts";
 import { subscriptionManagerAbi } from "../src/chain/contracts/artifacts/SubscriptionManager.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
 import {
@@ -199,7 +198,12 @@ describe("gasless subscribe", () => {
       nonce: BigInt(info.intentNonce),
       deadline,
       permit: {
-        domain: { ...tollgateUsdDomain, chainId: devnet.chain.id, verifyingContract: devnet.contracts.usd },
+        domain: {
+          name: devnet.token.name,
+          version: devnet.token.version,
+          chainId: devnet.chain.id,
+          verifyingContract: devnet.contracts.usd,
+        },
         value: PRICE * 3n,
         nonce: BigInt(info.token?.permitNonce ?? "0"),
         deadline,
@@ -268,7 +272,12 @@ describe("gasless subscribe", () => {
         nonce: BigInt(info.intentNonce),
         deadline,
         permit: {
-          domain: { ...tollgateUsdDomain, chainId: devnet.chain.id, verifyingContract: devnet.contracts.usd },
+          domain: {
+            name: devnet.token.name,
+            version: devnet.token.version,
+            chainId: devnet.chain.id,
+            verifyingContract: devnet.contracts.usd,
+          },
           value: PRICE,
           nonce: 0n,
           deadline,

@@ -8,7 +8,6 @@ import { lookup } from "node:dns/promises";
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { webhooksCommand } from "../src/cli/commands/webhooks.ts";
 import { createFacilitator, type Facilitator, serveApp } from "../src/facilitator/createFacilitator.ts";
@@ -72,7 +71,15 @@ async function startFacilitator(clock: FixedClock, store: Store): Promise<Runnin
     proofKeys: [generateProofKey().key],
     batchSettler: devnet.contracts.batchSettler,
     subscriptionManager: devnet.contracts.subscriptionManager,
-    tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+    tokens: [
+      {
+        address: devnet.contracts.usd,
+        name: devnet.token.name,
+        version: devnet.token.version,
+        symbol: "USDC",
+        decimals: 6,
+      },
+    ],
     clock,
     // The receivers below listen on loopback, which webhooks refuse unless allowed; one sealing key
     // for every facilitator started on this store, as a restart with the configured key would have.

@@ -32,7 +32,6 @@ import { createMcpConnections } from "../src/agent/mcp/mcpConnections.ts";
 import type { PaidToolReceipt } from "../src/agent/paidTool.ts";
 import { defineCapability } from "../src/agent/tools/capability.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
@@ -89,7 +88,11 @@ async function startThirdPartyServer(payTo: Address): Promise<RunningServer> {
       scheme: "exact",
       network: NETWORK,
       payTo,
-      price: { amount: PRICE.toString(), asset: devnet.contracts.usd, extra: { ...tollgateUsdDomain } },
+      price: {
+        amount: PRICE.toString(),
+        asset: devnet.contracts.usd,
+        extra: { name: devnet.token.name, version: devnet.token.version },
+      },
       maxTimeoutSeconds: 120,
     });
   /** The tool's answer for a call with `payment` (or none): payment required, or the forecast and its settlement. */

@@ -1,6 +1,6 @@
 /**
- * Tollgate's money paths on Circle's real USDC code (FiatToken v2.2, src/chain/contracts/circle-usdc)
- * instead of TollgateUSD: a one-time payment through a facilitator and gate, a BatchSettler batch, a
+ * Tollgate's money paths on Circle's real USDC code (FiatToken v2.2, src/chain/contracts/circle-usdc),
+ * the token every devnet runs on: a one-time payment through a facilitator and gate, a BatchSettler batch, a
  * subscription renewed under approval, a permit and a cancelled authorization, a channel opened with
  * receiveWithAuthorization and claimed, and the token placed at Base Sepolia's USDC address with that
  * network's domain.
@@ -78,7 +78,7 @@ describe("a devnet on Circle's FiatToken v2.2", () => {
       version: "2",
       verifyingContract: usdc,
     });
-    // FiatToken-only functions answer: this is Circle's code, not TollgateUSD.
+    // FiatToken's own functions answer: this is Circle's code, not a plain ERC-20.
     const read = (functionName: "currency" | "masterMinter" | "paused") =>
       devnet.publicClient.readContract({ address: usdc, abi: fiatTokenV2_2Abi, functionName });
     expect(await read("currency")).toBe("USD");
@@ -154,7 +154,7 @@ describe("a devnet on Circle's FiatToken v2.2", () => {
     expect(await balance(payee)).toBe(300_000n);
   });
 
-  it("names refused batch items as TollgateUSD's errors and gives the facilitator's codes, decoded from USDC's revert strings", async () => {
+  it("names refused batch items and gives the facilitator's codes, decoded from USDC's revert strings", async () => {
     const domain = { name: "USD Coin", version: "2", chainId: devnet.chain.id, verifyingContract: usdc };
     const at = await now();
     const broke = privateKeyToAccount(generatePrivateKey());

@@ -23,7 +23,6 @@ import { type Address, erc20Abi, type Hash, type PrivateKeyAccount, parseEventLo
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
@@ -65,7 +64,7 @@ function requirements(amount: bigint, overrides: Partial<PaymentRequirements> = 
     asset: devnet.contracts.usd,
     payTo,
     maxTimeoutSeconds: 300,
-    extra: { ...tollgateUsdDomain },
+    extra: { name: devnet.token.name, version: devnet.token.version },
     ...overrides,
   };
 }
@@ -240,7 +239,7 @@ describe("standard x402 resource server and client over this facilitator", () =>
       price: {
         amount: price.toString(),
         asset: devnet.contracts.usd,
-        extra: { ...tollgateUsdDomain, ...extra },
+        extra: { name: devnet.token.name, version: devnet.token.version, ...extra },
       },
       maxTimeoutSeconds: 120,
     });

@@ -29,7 +29,6 @@ import type { Address, Hash, PrivateKeyAccount } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdDomain } from "../src/chain/networks.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
@@ -154,7 +153,7 @@ describe("a standard x402 client paying a Tollgate gate", () => {
         asset: devnet.contracts.usd,
         payTo,
         maxTimeoutSeconds: 300,
-        extra: { ...tollgateUsdDomain },
+        extra: { name: devnet.token.name, version: devnet.token.version },
       },
     ]);
   });
@@ -344,7 +343,7 @@ describe("Tollgate's fetchWithPayment paying a standard @x402/express server", (
       price: {
         amount: PRICE.toString(),
         asset: devnet.contracts.usd,
-        extra: { ...tollgateUsdDomain, ...extra },
+        extra: { name: devnet.token.name, version: devnet.token.version, ...extra },
       },
       maxTimeoutSeconds: 120,
     });

@@ -12,7 +12,7 @@ export type WriteClient = Client<Transport, Chain, Account>;
 
 /** Addresses of a Tollgate deployment on one network. */
 export type TollgateContracts = {
-  /** The settlement token: TollgateUSD on a devnet, USDC elsewhere. */
+  /** The settlement token: USDC (on a devnet, the FiatToken v2.2 it deployed). */
   usd: `0x${string}`;
   subscriptionManager: `0x${string}`;
   batchSettler: `0x${string}`;

@@ -1,6 +1,8 @@
 import { createWalletClient, defineChain, http } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { getTokenDomain } from "./actions/usd/getTokenDomain.ts";
 import { getTokenOwner } from "./actions/usd/getTokenOwner.ts";
+import { fiatTokenV2_2Abi } from "./contracts/circle-usdc/FiatTokenV2_2.ts";
 import { deployTollgate } from "./deployTollgate.ts";
 import { type Devnet, startDevnet } from "./startDevnet.ts";
 
@@ -19,9 +21,22 @@ describe("deployTollgate", () => {
   });
   afterAll(() => devnet.stop());
 
-  it("deploys the mintable test USD on the devnet", async () => {
+  it("deploys a test USDC on the devnet, Circle's FiatToken v2.2 whose minter is the deployer", async () => {
     const contracts = await deployTollgate(devnet.walletClient(devnet.deployer), devnet.publicClient);
-    expect(await devnet.publicClient.getCode({ address: contracts.usd })).toMatch(/^0x6080/);
+    expect(contracts.usd).not.toBe(devnet.contracts.usd);
+    expect(await getTokenDomain(devnet.publicClient, { token: contracts.usd })).toMatchObject({
+      name: "USD Coin",
+      version: "2",
+    });
+    const read = { address: contracts.usd, abi: fiatTokenV2_2Abi } as const;
+    expect(await devnet.publicClient.readContract({ ...read, functionName: "currency" })).toBe("USD");
+    expect(
+      await devnet.publicClient.readContract({
+        ...read,
+        functionName: "isMinter",
+        args: [devnet.deployer.address],
+      }),
+    ).toBe(true);
   });
 
   describe("on a chain it does not know", () => {
@@ -47,7 +62,7 @@ describe("deployTollgate", () => {
         transport: http(devnet.rpcUrl),
       });
 
-    it("refuses to deploy an owner-mintable USD Coin without a token or an explicit flag, and sends nothing", async () => {
+    it("refuses to deploy a deployer-mintable USD Coin without a token or an explicit flag, and sends nothing", async () => {
       const nonce = await devnet.publicClient.getTransactionCount({ address: devnet.deployer.address });
       await expect(deployTollgate(wallet(), devnet.publicClient)).rejects.toMatchObject({
         code: "InvalidRequest",

@@ -27,10 +27,11 @@ export const DevnetFileSchema = z.object({
     channels: AddressSchema.optional(),
   }),
   accounts: z.array(z.object({ address: AddressSchema, privateKey: HexSchema })),
-  /** The settlement token at `contracts.usd`; absent in files written before devnets could run on USDC. */
-  token: z
-    .object({ kind: z.enum(["tollgate-usd", "usdc"]), name: z.string(), version: z.string() })
-    .optional(),
+  /**
+   * The settlement token at `contracts.usd` with its EIP-712 domain as read from the chain; absent in files
+   * written before devnets recorded it (whose token's domain is read from the chain instead).
+   */
+  token: z.object({ kind: z.enum(["usdc"]), name: z.string(), version: z.string() }).optional(),
 });
 export type DevnetFile = z.infer<typeof DevnetFileSchema>;
 

@@ -83,23 +83,14 @@ export {
   getTokenTotalSupply,
 } from "./actions/usd/getTokenTotalSupply.ts";
 export { type GetTokenVersionParameters, getTokenVersion } from "./actions/usd/getTokenVersion.ts";
-export { type MintUsdParameters, mintUsd } from "./actions/usd/mintUsd.ts";
 export { type PermitParameters, permit } from "./actions/usd/permit.ts";
 export {
   type ReceiveWithAuthorizationParameters,
   receiveWithAuthorization,
 } from "./actions/usd/receiveWithAuthorization.ts";
-export {
-  type RenounceUsdOwnershipParameters,
-  renounceUsdOwnership,
-} from "./actions/usd/renounceUsdOwnership.ts";
 export { signatureArgs } from "./actions/usd/signatureArgs.ts";
 export { type TransferTokenParameters, transferToken } from "./actions/usd/transferToken.ts";
 export { type TransferTokenFromParameters, transferTokenFrom } from "./actions/usd/transferTokenFrom.ts";
-export {
-  type TransferUsdOwnershipParameters,
-  transferUsdOwnership,
-} from "./actions/usd/transferUsdOwnership.ts";
 export {
   type TransferWithAuthorizationParameters,
   transferWithAuthorization,
@@ -133,7 +124,6 @@ export {
   subscriptionManagerAbi,
   subscriptionManagerBytecode,
 } from "./contracts/artifacts/SubscriptionManager.ts";
-export { tollgateUsdAbi, tollgateUsdBytecode } from "./contracts/artifacts/TollgateUSD.ts";
 export { fiatTokenProxyAbi, fiatTokenProxyBytecode } from "./contracts/circle-usdc/FiatTokenProxy.ts";
 export {
   fiatTokenV2_2Abi,
@@ -165,7 +155,6 @@ export {
   getNetworkConfig,
   type NetworkConfig,
   networks,
-  tollgateUsdDomain,
 } from "./networks.ts";
 export {
   cancelAuthorizationTypes,

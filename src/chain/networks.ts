@@ -4,8 +4,9 @@
  *
  * USDC's domain differs per deployment (its `name()`/`version()`, which EIP-3009 signatures commit to):
  * on Base it is {name: "USD Coin", version: "2"}, on Base Sepolia {name: "USDC", version: "2"} — the
- * values Circle's FiatTokenV2_2 proxies return there and that x402's network table uses. The devnet's
- * TollgateUSD copies Base's domain. CAIP-2 parsing is `chainIdOf`/`networkOf` in src/protocol/network.ts.
+ * values Circle's FiatTokenV2_2 proxies return there and that x402's network table uses. A devnet deploys
+ * its own USDC, so its address and domain are the chain's to say (`startDevnet` reads them back and
+ * `.tollgate/devnet.json` records them), not this table's. CAIP-2 parsing is `chainIdOf`/`networkOf` in src/protocol/network.ts.
  */
 import { type Address, type Chain, defineChain, getAddress } from "viem";
 import { base, baseSepolia } from "viem/chains";
@@ -14,10 +15,10 @@ import type { Network } from "../protocol/network.ts";
 export type NetworkConfig = {
   network: Network;
   chain: Chain;
-  /** USDC on this network; `undefined` on a devnet, where TollgateUSD is deployed instead. */
+  /** USDC on this network; `undefined` on a devnet, which deploys its own (Circle's FiatToken v2.2). */
   usdc: Address | undefined;
-  /** EIP-712 domain name and version of the network's USDC. */
-  tokenDomain: { name: string; version: string };
+  /** EIP-712 domain name and version of the network's USDC; `undefined` where `usdc` is. */
+  tokenDomain: { name: string; version: string } | undefined;
   isDevnet: boolean;
 };
 
@@ -32,15 +33,12 @@ export const devnetChain = defineChain({
   testnet: true,
 });
 
-/** The same domain as USDC on Base (FiatTokenV2_2). */
-export const tollgateUsdDomain = { name: "USD Coin", version: "2" } as const;
-
 export const networks: Record<string, NetworkConfig> = {
   "eip155:31337": {
     network: "eip155:31337",
     chain: devnetChain,
     usdc: undefined,
-    tokenDomain: tollgateUsdDomain,
+    tokenDomain: undefined,
     isDevnet: true,
   },
   "eip155:84532": {

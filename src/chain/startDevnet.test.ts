@@ -2,7 +2,7 @@ import { createServer } from "node:net";
 import { toHex } from "viem";
 import { mnemonicToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { tollgateUsdAbi } from "./contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenV2_2Abi } from "./contracts/circle-usdc/FiatTokenV2_2.ts";
 import { DevnetFileSchema, describeDevnet } from "./devnetFile.ts";
 import { anvilMnemonic, type Devnet, devnetPrivateKey, startDevnet } from "./startDevnet.ts";
 
@@ -36,7 +36,7 @@ describe("startDevnet", () => {
     }
   });
 
-  it("deploys the contracts and funds every account with test USD", async () => {
+  it("deploys the contracts and Circle's USDC, the deployer its minter, and funds every account with it", async () => {
     for (const address of Object.values(devnet.contracts)) {
       const code = await devnet.publicClient.getCode({ address });
       expect(code?.length ?? 0).toBeGreaterThan(2);
@@ -44,16 +44,26 @@ describe("startDevnet", () => {
     for (const { address } of devnet.accounts) {
       const balance = await devnet.publicClient.readContract({
         address: devnet.contracts.usd,
-        abi: tollgateUsdAbi,
+        abi: fiatTokenV2_2Abi,
         functionName: "balanceOf",
         args: [address],
       });
       expect(balance).toBe(5_000_000n);
     }
+    const read = { address: devnet.contracts.usd, abi: fiatTokenV2_2Abi } as const;
+    // currency() and isMinter() are FiatToken's own: the token is Circle's code, not a plain ERC-20.
+    expect(await devnet.publicClient.readContract({ ...read, functionName: "currency" })).toBe("USD");
+    expect(
+      await devnet.publicClient.readContract({
+        ...read,
+        functionName: "isMinter",
+        args: [devnet.deployer.address],
+      }),
+    ).toBe(true);
   });
 
   it("names the token it settles in, and its devnet file records it; a file without it still reads", () => {
-    expect(devnet.token).toEqual({ kind: "tollgate-usd", name: "USD Coin", version: "2" });
+    expect(devnet.token).toEqual({ kind: "usdc", name: "USD Coin", version: "2" });
     const file = describeDevnet(devnet, 1234);
     expect(DevnetFileSchema.parse(JSON.parse(JSON.stringify(file))).token).toEqual(devnet.token);
     const { token: _, ...older } = file;

@@ -17,12 +17,9 @@ import {
   type WalletClient,
 } from "viem";
 import { HDKey, privateKeyToAccount } from "viem/accounts";
-import { writeContract } from "viem/actions";
 import { getTokenDomain } from "./actions/usd/getTokenDomain.ts";
-import { deployFiatToken } from "./actions/usdc/deployFiatToken.ts";
 import { mintFiatToken } from "./actions/usdc/mintFiatToken.ts";
 import type { TollgateContracts } from "./clientTypes.ts";
-import { tollgateUsdAbi } from "./contracts/artifacts/TollgateUSD.ts";
 import { deployTollgate } from "./deployTollgate.ts";
 import { devnetChain } from "./networks.ts";
 import { type AnvilLogger, startAnvil } from "./startAnvil.ts";
@@ -37,29 +34,24 @@ export type StartDevnetOptions = {
   blockTime?: number | undefined;
   /** Dev accounts to fund (default 10); the first is the deployer. */
   accounts?: number | undefined;
-  /** Test USD minted to every account, in 6-decimal units (default 10 000 USDC). */
+  /** USDC minted to every account, in 6-decimal units (default 10 000 USDC). */
   balance?: bigint | undefined;
   /** Loopback port (default: a free one). */
   port?: number | undefined;
   logger?: AnvilLogger | undefined;
   /**
-   * The settlement token: TollgateUSD (default), or Circle's USDC (FiatToken v2.2, domain "USD Coin"/"2",
-   * src/chain/contracts/circle-usdc) with the deployer as master minter and minter.
+   * The settlement token: Circle's USDC (FiatToken v2.2, domain "USD Coin"/"2" as on Base,
+   * src/chain/contracts/circle-usdc) with the deployer as owner, master minter and minter. The only one
+   * there is; the option names it for callers that want to say so.
    */
   token?: DevnetToken | undefined;
 };
 
 /** Which token a devnet settles in. */
-export type DevnetToken = "tollgate-usd" | "usdc";
+export type DevnetToken = "usdc";
 
 /** The token a devnet settles in, with its EIP-712 domain's name and version as read from the chain. */
 export type DevnetTokenInfo = { kind: DevnetToken; name: string; version: string };
-
-/**
- * The FiatToken proxy's admin on a devnet: an address nobody holds a key to, since a transparent proxy's
- * admin cannot use the token, and upgrading it is never needed there.
- */
-const devnetFiatTokenAdmin = "0x000000000000000000000000000000000000ad01" as const;
 
 export type Devnet = {
   rpcUrl: string;
@@ -74,7 +66,7 @@ export type Devnet = {
   testClient: TestClient<"anvil", Transport, Chain>;
   /** A wallet client for a dev account (or any local account) on this devnet. */
   walletClient(account: DevnetAccount | Account): WalletClient<Transport, Chain, Account>;
-  /** Gives an address test USD (minted by the deployer) and, optionally, ETH. */
+  /** Gives an address USDC (minted by the deployer, the token's minter) and, optionally, ETH. */
   fund(address: Address, amounts: { usd?: bigint; eth?: bigint }): Promise<void>;
   /** Moves chain time forward and mines a block; returns the new block timestamp. */
   advanceTime(seconds: number | bigint): Promise<bigint>;
@@ -104,8 +96,8 @@ export function devnetPrivateKey(index: number): Hex {
 }
 
 /**
- * Starts a local anvil chain with Tollgate deployed (TollgateUSD, SubscriptionManager, BatchSettler) and
- * every dev account holding test USD.
+ * Starts a local anvil chain with Tollgate deployed (USDC — Circle's FiatToken v2.2 —, SubscriptionManager,
+ * BatchSettler, TollgateChannels) and every dev account holding USDC.
  *
  * @example
  * const devnet = await startDevnet();
@@ -141,26 +133,18 @@ export async function setUpDevnet(
   const connected = connectDevnet(rpcUrl, count, stop);
   const { deployer, publicClient } = connected;
   const deployerClient = connected.walletClient(deployer);
-  const usdc =
-    options.token === "usdc"
-      ? (await deployFiatToken(deployerClient, { admin: devnetFiatTokenAdmin })).token
-      : undefined;
-  const contracts = await deployTollgate(deployerClient, publicClient, { usd: usdc });
-  // The deployer mints either way: as TollgateUSD's owner, or as FiatToken's configured minter.
+  if (options.token !== undefined && options.token !== "usdc") {
+    throw new Error(`a devnet settles in USDC, not ${String(options.token)}`);
+  }
+  // With no token given, deployTollgate deploys FiatToken on the devnet, the deployer its minter.
+  const contracts = await deployTollgate(deployerClient, publicClient);
   const mint = (to: Address, amount: bigint) =>
-    usdc === undefined
-      ? writeContract(deployerClient, {
-          address: contracts.usd,
-          abi: tollgateUsdAbi,
-          functionName: "mint",
-          args: [to, amount],
-        })
-      : mintFiatToken(deployerClient, { token: usdc, to, amount });
+    mintFiatToken(deployerClient, { token: contracts.usd, to, amount });
   const { name, version } = await getTokenDomain(publicClient, { token: contracts.usd });
   const devnet: Devnet = {
     ...connected,
     contracts,
-    token: { kind: usdc === undefined ? "tollgate-usd" : "usdc", name, version },
+    token: { kind: "usdc", name, version },
     async fund(address, amounts) {
       if (amounts.eth !== undefined) {
         const current = await publicClient.getBalance({ address });

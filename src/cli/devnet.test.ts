@@ -55,7 +55,7 @@ describe("tollgate devnet", () => {
     const file = DevnetFileSchema.parse(JSON.parse(readFileSync(join(dir, "devnet.json"), "utf8")));
     expect(file.rpcUrl).toBe(`http://127.0.0.1:${port}`);
     expect(file.accounts).toHaveLength(2);
-    expect(file.token).toEqual({ kind: "tollgate-usd", name: "USD Coin", version: "2" });
+    expect(file.token).toEqual({ kind: "usdc", name: "USD Coin", version: "2" });
     expect(up.lines.join("\n")).toContain(file.contracts.subscriptionManager);
 
     const again = capture();
@@ -66,7 +66,7 @@ describe("tollgate devnet", () => {
     await devnetCommand(["status", "--dir", dir], before.out);
     const timeBefore = BigInt(/chain time ([0-9]+)/.exec(before.lines[0]!)![1]!);
     expect(before.lines[1]).toBe(
-      `  token                ${file.contracts.usd} (TollgateUSD; EIP-712 domain "USD Coin" version 2)`,
+      `  token                ${file.contracts.usd} (USDC, Circle's FiatToken v2.2; EIP-712 domain "USD Coin" version 2)`,
     );
     const advanced = capture();
     expect(await devnetCommand(["advance", "12h", "--dir", dir], advanced.out)).toBe(0);
@@ -89,7 +89,7 @@ describe("tollgate devnet up --token usdc", () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it("settles in Circle's FiatToken v2.2, every account funded, and refuses an unknown token", async () => {
+  it("settles in Circle's FiatToken v2.2 when the flag names it, every account funded, and refuses any other token", async () => {
     const port = await freePort();
     const up = capture();
     const args = ["up", "--dir", dir, "--port", String(port), "--accounts", "2", "--balance", "25"];
@@ -104,7 +104,7 @@ describe("tollgate devnet up --token usdc", () => {
     );
     const client = createPublicClient({ transport: http(file.rpcUrl) });
     const read = { address: file.contracts.usd as `0x${string}`, abi: fiatTokenV2_2Abi } as const;
-    // currency() is FiatToken's alone: TollgateUSD has no such function.
+    // currency() is FiatToken's own function: the token is Circle's code, not a plain ERC-20.
     expect(await client.readContract({ ...read, functionName: "currency" })).toBe("USD");
     expect(await client.readContract({ ...read, functionName: "name" })).toBe("USD Coin");
     for (const { address } of file.accounts) {
@@ -114,7 +114,7 @@ describe("tollgate devnet up --token usdc", () => {
     }
     expect(await devnetCommand(["down", "--dir", dir], capture().out)).toBe(0);
     await expect(devnetCommand([...args, "--token", "dai"], capture().out)).rejects.toThrow(
-      /bad --token dai/,
+      /bad --token dai \(a devnet settles in usdc\)/,
     );
   });
 });

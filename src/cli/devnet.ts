@@ -28,10 +28,10 @@ export function parseDuration(text: string): number {
 type Output = { log(line: string): void; error(line: string): void };
 
 const usage = `usage: tollgate devnet <command> [--dir .tollgate]
-  up [--port 8545] [--accounts 10] [--balance 10000] [--block-time <s>] [--token tollgate-usd|usdc]
-                      start anvil in the background, deploy Tollgate, fund the accounts (balance in USDC);
-                      refuses a port something else already listens on; --token usdc settles in
-                      Circle's FiatToken v2.2 instead of TollgateUSD
+  up [--port 8545] [--accounts 10] [--balance 10000] [--block-time <s>] [--token usdc]
+                      start anvil in the background, deploy Tollgate and USDC (Circle's FiatToken v2.2,
+                      EIP-712 domain "USD Coin"/"2" as on Base, the first account its minter), fund the
+                      accounts (balance in USDC); refuses a port something else already listens on
   advance <30d|12h|seconds>
                       move chain time forward and mine a block
   status              show the running devnet
@@ -53,7 +53,7 @@ export async function devnetCommand(
       accounts: { type: "string", default: "10" },
       balance: { type: "string", default: "10000" },
       "block-time": { type: "string" },
-      token: { type: "string", default: "tollgate-usd" },
+      token: { type: "string", default: "usdc" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -121,8 +121,7 @@ async function up(
   if (!Number.isInteger(count) || count < 1) throw new Error(`bad --accounts ${flags.accounts}`);
   const balance = parseUnitsExact(flags.balance);
   const token = flags.token;
-  if (token !== "tollgate-usd" && token !== "usdc")
-    throw new Error(`bad --token ${token} (tollgate-usd or usdc)`);
+  if (token !== "usdc") throw new Error(`bad --token ${token} (a devnet settles in usdc)`);
   if (running !== undefined) {
     // The devnet it describes is gone: other commands would read its RPC URL and reach whatever
     // listens there now, so it goes whether or not this start succeeds.
@@ -151,9 +150,7 @@ async function up(
     const devnet = await setUpDevnet(anvil.rpcUrl, count, balance, () => anvil.stop(), { token });
     writeDevnetFile(file, describeDevnet(devnet, anvil.pid));
     out.log(`devnet up: ${devnet.rpcUrl} (chain ${devnet.chain.id}, ${devnet.network}, pid ${anvil.pid})`);
-    out.log(
-      `  ${token === "usdc" ? "USDC (FiatToken)    " : "TollgateUSD         "} ${devnet.contracts.usd}`,
-    );
+    out.log(`  USDC (FiatToken)     ${devnet.contracts.usd}`);
     out.log(`  SubscriptionManager  ${devnet.contracts.subscriptionManager}`);
     out.log(`  BatchSettler         ${devnet.contracts.batchSettler}`);
     out.log(`  TollgateChannels     ${devnet.contracts.channels}`);
@@ -246,8 +243,7 @@ async function status(file: string, out: Output): Promise<number> {
 /** Which token it is, for status; nothing for a file written before devnets recorded it. */
 function tokenLabel(token: DevnetFile["token"]): string {
   if (token === undefined) return "";
-  const kind = token.kind === "usdc" ? "USDC, Circle's FiatToken v2.2" : "TollgateUSD";
-  return ` (${kind}; EIP-712 domain "${token.name}" version ${token.version})`;
+  return ` (USDC, Circle's FiatToken v2.2; EIP-712 domain "${token.name}" version ${token.version})`;
 }
 
 async function down(file: string, out: Output): Promise<number> {

@@ -2,9 +2,9 @@
  * Turns what the chain said into the error codes of DESIGN.md §2.6.
  *
  * Two sources: viem errors thrown by a call (an RPC that cannot be reached, or a revert during
- * simulation) and the raw revert bytes a BatchSettler item reports in `SettleFailed`. Both TollgateUSD's
- * custom errors and USDC's `Error(string)` messages are recognised, so the same codes come out on a
- * devnet and on Base.
+ * simulation) and the raw revert bytes a BatchSettler item reports in `SettleFailed`. USDC's `Error(string)`
+ * messages are named through `fiatTokenRevertName`; the devnet runs the same FiatToken v2.2 code as Base,
+ * so the same codes come out on both.
  */
 import {
   BaseError,
@@ -16,7 +16,6 @@ import {
   TimeoutError,
 } from "viem";
 import { batchSettlerAbi } from "../chain/contracts/artifacts/BatchSettler.ts";
-import { tollgateUsdAbi } from "../chain/contracts/artifacts/TollgateUSD.ts";
 import { fiatTokenRevertName } from "../chain/events/fiatTokenRevertNames.ts";
 import { type ErrorCode, TollgateError } from "../protocol/errors.ts";
 
@@ -27,17 +26,14 @@ const byErrorName: Record<string, ErrorCode> = {
   AuthorizationAlreadyUsed: "NonceAlreadyUsed",
   ERC20InsufficientBalance: "InsufficientFunds",
   InvalidSignature: "InvalidSignature",
-  ECDSAInvalidSignature: "InvalidSignature",
-  ECDSAInvalidSignatureS: "InvalidSignature",
-  ECDSAInvalidSignatureLength: "InvalidSignature",
   AuthorizationExpired: "AuthorizationExpired",
   AuthorizationNotYetValid: "AuthorizationExpired",
   // BatchSettler: the item used all of its per-item gas (a payer's wallet that burns gas, say).
   ItemOutOfGas: "InvalidSignature",
 };
 
-/** The token's errors and BatchSettler's, which it reports for an item in place of the token's revert. */
-const revertAbi = [...tollgateUsdAbi, ...batchSettlerAbi.filter((item) => item.type === "error")];
+/** BatchSettler's errors, which it reports for an item in place of the token's revert (USDC's is an `Error(string)`). */
+const revertAbi = batchSettlerAbi.filter((item) => item.type === "error");
 
 const messages: Partial<Record<ErrorCode, string>> = {
   NonceAlreadyUsed: "this authorization's nonce was already used on chain",
@@ -63,7 +59,7 @@ export function decodeRevert(data: Hex | undefined): { code: ErrorCode; reason: 
   }
 }
 
-/** A FiatToken (USDC) `Error(string)` message, through the name TollgateUSD gives the same refusal. */
+/** A FiatToken (USDC) `Error(string)` message, through its name in `fiatTokenRevertName`. */
 function fromMessage(message: string): { code: ErrorCode; reason: string } {
   const name = fiatTokenRevertName(message);
   return { code: (name !== undefined ? byErrorName[name] : undefined) ?? "InvalidRequest", reason: message };

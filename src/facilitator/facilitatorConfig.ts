@@ -6,15 +6,18 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { join } from "node:path";
-import type { Address } from "viem";
+import { type Address, isAddressEqual } from "viem";
 import { z } from "zod";
+import { getTokenDomain } from "../chain/actions/usd/getTokenDomain.ts";
+import type { ReadClient } from "../chain/clientTypes.ts";
 import { readDevnetFile } from "../chain/devnetFile.ts";
-import { getNetworkConfig, tollgateUsdDomain } from "../chain/networks.ts";
+import { getNetworkConfig } from "../chain/networks.ts";
 import { AddressSchema } from "../protocol/address.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import { NetworkSchema } from "../protocol/network.ts";
 import { summarizeIssues } from "../protocol/parseWire.ts";
 import type { RateLimitOptions } from "./abuse/rateLimits.ts";
+import { chainUnavailable, isChainUnreachable } from "./chainErrors.ts";
 import { CommaListSchema } from "./commaListSchema.ts";
 import type { FacilitatorToken } from "./createFacilitator.ts";
 import { generateProofKey, type ProofKey, parseProofKey } from "./proofKeys.ts";
@@ -100,7 +103,7 @@ export type FacilitatorConfig = {
   network: `eip155:${number}`;
   gasKey: `0x${string}`;
   proofKeys: ProofKey[];
-  token: FacilitatorToken;
+  token: ConfiguredToken;
   batchSettler: Address;
   subscriptionManager: Address | undefined;
   channels: Address | undefined;
@@ -116,6 +119,16 @@ export type FacilitatorConfig = {
   metricsToken: string | undefined;
   /** The outbox's `stuckAfterMs` (TOLLGATE_OUTBOX_STUCK_AFTER_MS); undefined: its default. */
   outboxStuckAfterMs: number | undefined;
+};
+
+/**
+ * The token as configured. Its EIP-712 `name` and `version`, which every payer's signature commits to, are
+ * `undefined` where neither TOLLGATE_TOKEN_NAME/VERSION, the devnet file nor the network's table says them
+ * for this very token: `resolveTokenDomain` then reads them from the token on chain, never assumes them.
+ */
+export type ConfiguredToken = Omit<FacilitatorToken, "name" | "version"> & {
+  name: string | undefined;
+  version: string | undefined;
 };
 
 function missing(what: string, variable: string): never {
@@ -178,7 +191,14 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
     env.TOLLGATE_TOKEN ??
     (onDevnet ? (devnet.contracts.usd as Address) : known?.usdc) ??
     missing("the token", "TOLLGATE_TOKEN");
-  const domain = known?.tokenDomain ?? tollgateUsdDomain;
+  // The domain Tollgate knows for this token: the devnet file's (read from the chain when the devnet
+  // started), or the network table's for the network's own USDC. Any other token's is read from the chain.
+  const domain =
+    onDevnet && isAddressEqual(tokenAddress, devnet.contracts.usd as Address)
+      ? devnet.token
+      : known?.usdc !== undefined && isAddressEqual(tokenAddress, known.usdc)
+        ? known.tokenDomain
+        : undefined;
   const batchSettler =
     env.TOLLGATE_BATCH_SETTLER ??
     (onDevnet ? (devnet.contracts.batchSettler as Address) : undefined) ??
@@ -197,8 +217,8 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
     proofKeys: loadProofKeys(env, dir, onDevnet),
     token: {
       address: tokenAddress,
-      name: env.TOLLGATE_TOKEN_NAME ?? domain.name,
-      version: env.TOLLGATE_TOKEN_VERSION ?? domain.version,
+      name: env.TOLLGATE_TOKEN_NAME ?? domain?.name,
+      version: env.TOLLGATE_TOKEN_VERSION ?? domain?.version,
       symbol: "USDC",
       decimals: 6,
       // Unset: createFacilitator applies the network's default (abuse/minimumAmount.ts).
@@ -223,4 +243,31 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
     metricsToken: env.TOLLGATE_METRICS_TOKEN === "" ? undefined : env.TOLLGATE_METRICS_TOKEN,
     outboxStuckAfterMs: env.TOLLGATE_OUTBOX_STUCK_AFTER_MS,
   };
+}
+
+/**
+ * The configured token with its EIP-712 name and version, each read from the token's `name()` and
+ * `version()` where the configuration left it `undefined`. A token that answers neither is refused at
+ * start-up: a facilitator that guessed its domain would accept signatures the token then rejects.
+ *
+ * @example
+ * const token = await resolveTokenDomain(config.token, createPublicClient({ transport: http(config.rpcUrl) }));
+ */
+export async function resolveTokenDomain(
+  token: ConfiguredToken,
+  client: ReadClient,
+): Promise<FacilitatorToken> {
+  const { name, version } = token;
+  if (name !== undefined && version !== undefined) return { ...token, name, version };
+  try {
+    const onChain = await getTokenDomain(client, { token: token.address });
+    return { ...token, name: name ?? onChain.name, version: version ?? onChain.version };
+  } catch (error) {
+    if (isChainUnreachable(error)) throw chainUnavailable(error);
+    throw new TollgateError(
+      "InvalidRequest",
+      `the token ${token.address} does not answer name() and version(): set TOLLGATE_TOKEN_NAME and TOLLGATE_TOKEN_VERSION to its EIP-712 domain`,
+      { cause: error, details: { token: token.address } },
+    );
+  }
 }

@@ -21,7 +21,7 @@
  * not be carried out (JWKS or RPC unreachable), so a caller never mistakes an outage for a forgery.
  */
 import { getAbiItem, type Hex, keccak256, type PublicClient, parseEventLogs, stringToBytes } from "viem";
-import { tollgateUsdAbi } from "../chain/contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenV2_2Abi } from "../chain/contracts/circle-usdc/FiatTokenV2_2.ts";
 import {
   createFacilitatorClient,
   type FacilitatorClient,
@@ -152,7 +152,7 @@ function keyResolverOf(options: ProofVerifierOptions, clock: Clock): ProofKeyRes
   return createJwksResolver({ loadJwks: () => client.jwks(), clock });
 }
 
-const authorizationUsed = getAbiItem({ abi: tollgateUsdAbi, name: "AuthorizationUsed" });
+const authorizationUsed = getAbiItem({ abi: fiatTokenV2_2Abi, name: "AuthorizationUsed" });
 
 /**
  * On-chain check: the proof's transaction succeeded on the proof's chain and, in it, the proof's token
@@ -191,7 +191,7 @@ function checkOnChain(client: ProofChainClient): ProofSignatureCheck {
         reason: "the proof's transaction did not use the payer's authorization for this memo",
       };
     }
-    const transfer = parseEventLogs({ abi: tollgateUsdAbi, logs: fromToken, eventName: "Transfer" }).find(
+    const transfer = parseEventLogs({ abi: fiatTokenV2_2Abi, logs: fromToken, eventName: "Transfer" }).find(
       (log) => log.logIndex > used.logIndex,
     );
     const pays =

@@ -5,7 +5,7 @@
 import { z } from "zod";
 import { TollgateError } from "./errors.ts";
 
-/** USDC (and Tollgate's devnet TollgateUSD) has 6 decimals. */
+/** USDC has 6 decimals. */
 export const USDC_DECIMALS = 6;
 
 /** The largest value a uint256 holds: the ceiling of every on-chain amount, id and timestamp. */

@@ -13,8 +13,7 @@ import { deployContract, writeContract } from "viem/actions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getTokenBalance } from "../../src/chain/actions/usd/getTokenBalance.ts";
 import { batchSettlerAbi } from "../../src/chain/contracts/artifacts/BatchSettler.ts";
-import { tollgateUsdAbi } from "../../src/chain/contracts/artifacts/TollgateUSD.ts";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
+import { fiatTokenV2_2Abi } from "../../src/chain/contracts/circle-usdc/FiatTokenV2_2.ts";
 import {
   signTransferAuthorization,
   type TransferAuthorization,
@@ -165,7 +164,7 @@ function submitDirectly(from: DevnetAccount, authorization: TransferAuthorizatio
   const a = authorization;
   return writeContract(devnet.walletClient(from), {
     address: devnet.contracts.usd,
-    abi: tollgateUsdAbi,
+    abi: fiatTokenV2_2Abi,
     functionName: "transferWithAuthorization",
     args: [a.from, a.to, a.value, a.validAfter, a.validBefore, a.nonce, signature],
     gas: 200_000n,
@@ -322,7 +321,12 @@ describe("a payment settled on chain by a third party first", () => {
         nonce: payment.authorization.nonce as Hex,
       };
       const signature = await signTransferAuthorization(payer.account, {
-        domain: { ...tollgateUsdDomain, chainId: devnet.chain.id, verifyingContract: devnet.contracts.usd },
+        domain: {
+          name: devnet.token.name,
+          version: devnet.token.version,
+          chainId: devnet.chain.id,
+          verifyingContract: devnet.contracts.usd,
+        },
         authorization,
       });
       await submitDirectly(other, authorization, signature);

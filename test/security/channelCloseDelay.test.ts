@@ -20,7 +20,6 @@ import { requestChannelClose } from "../../src/chain/actions/channels/requestCha
 import { withdrawChannel } from "../../src/chain/actions/channels/withdrawChannel.ts";
 import { approveToken } from "../../src/chain/actions/usd/approveToken.ts";
 import { getTokenBalance } from "../../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
 import { type Facilitator, type RunningServer, serveApp } from "../../src/facilitator/createFacilitator.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../../src/gate/honoPaymentGate.ts";
@@ -113,8 +112,8 @@ describe("a channel whose payer could withdraw before the seller claims", { time
       network: devnet.network,
       token: {
         address: devnet.contracts.usd,
-        name: tollgateUsdDomain.name,
-        version: tollgateUsdDomain.version,
+        name: devnet.token.name,
+        version: devnet.token.version,
       },
       facilitator: server.url,
       providerApiKey: apiKey,
@@ -271,8 +270,8 @@ describe("a channel whose payer could withdraw before the seller claims", { time
         network: devnet.network,
         token: {
           address: devnet.contracts.usd,
-          name: tollgateUsdDomain.name,
-          version: tollgateUsdDomain.version,
+          name: devnet.token.name,
+          version: devnet.token.version,
         },
         facilitator: server.url,
         memoSecret: "a-close-delay-memo-secret-of-at-least-32-bytes",

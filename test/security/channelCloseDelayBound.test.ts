@@ -20,7 +20,6 @@ import { createBudgetLedger } from "../../src/agent/budget/createBudgetLedger.ts
 import { channelCloseDelayRefusal, type OfferListing } from "../../src/agent/offerCheck.ts";
 import { type PaidToolReceipt, paidTool } from "../../src/agent/paidTool.ts";
 import { createCallCounter } from "../../src/agent/policy/createCallCounter.ts";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { privateKeyAccount } from "../../src/chain/signers/privateKeyAccount.ts";
 import type { TypedDataSigner } from "../../src/chain/signers/typedDataSigner.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
@@ -165,8 +164,8 @@ describe("an agent facing a seller that asks a 30-day close delay", { timeout: 1
       network: devnet.network,
       token: {
         address: devnet.contracts.usd,
-        name: tollgateUsdDomain.name,
-        version: tollgateUsdDomain.version,
+        name: devnet.token.name,
+        version: devnet.token.version,
       },
       facilitator: tf.url,
       memoSecret: "a-close-delay-bound-memo-secret-of-32-bytes",

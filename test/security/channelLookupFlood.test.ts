@@ -18,7 +18,6 @@ import { join } from "node:path";
 import { Hono } from "hono";
 import type { Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
 import { createFacilitatorClient } from "../../src/client/facilitatorClient.ts";
 import { readPaymentRequired } from "../../src/client/readPaymentRequired.ts";
@@ -73,8 +72,8 @@ describe("a flood of made-up channel ids", () => {
       network: devnet.network,
       token: {
         address: devnet.contracts.usd,
-        name: tollgateUsdDomain.name,
-        version: tollgateUsdDomain.version,
+        name: devnet.token.name,
+        version: devnet.token.version,
       },
       facilitator: server.url,
       ...(providerApiKey === undefined ? {} : { providerApiKey }),

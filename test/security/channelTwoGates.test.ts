@@ -11,7 +11,6 @@ import { join } from "node:path";
 import { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readChannel } from "../../src/chain/actions/channels/readChannel.ts";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
 import { createFacilitatorClient, type FetchFn } from "../../src/client/facilitatorClient.ts";
 import { type Facilitator, type RunningServer, serveApp } from "../../src/facilitator/createFacilitator.ts";
@@ -68,8 +67,8 @@ describe("one voucher, one gate", { timeout: 120_000 }, () => {
       network: devnet.network,
       token: {
         address: devnet.contracts.usd,
-        name: tollgateUsdDomain.name,
-        version: tollgateUsdDomain.version,
+        name: devnet.token.name,
+        version: devnet.token.version,
       },
       facilitator: server.url,
       memoSecret: "a-two-gates-memo-secret-of-at-least-32-bytes",

@@ -10,7 +10,6 @@ import { ExactEvmScheme as ExactEvmClientScheme } from "@x402/evm/exact/client";
 import type { Address, PrivateKeyAccount } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
 import {
   type CreateFacilitatorOptions,
@@ -45,7 +44,8 @@ async function startFacilitator(
     tokens: [
       {
         address: devnet.contracts.usd,
-        ...tollgateUsdDomain,
+        name: devnet.token.name,
+        version: devnet.token.version,
         symbol: "USDC",
         decimals: 6,
         ...(options.minAmount === undefined ? {} : { minAmount: options.minAmount }),
@@ -339,7 +339,7 @@ function x402Requirements(payTo: Address, amount: bigint): PaymentRequirements {
     asset: devnet.contracts.usd,
     payTo,
     maxTimeoutSeconds: 300,
-    extra: { ...tollgateUsdDomain },
+    extra: { name: devnet.token.name, version: devnet.token.version },
   };
 }
 

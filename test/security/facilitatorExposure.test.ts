@@ -7,7 +7,6 @@
 import { networkInterfaces } from "node:os";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { type Devnet, startDevnet } from "../../src/chain/startDevnet.ts";
 import { createFacilitator, serveApp } from "../../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
@@ -127,7 +126,15 @@ describe("GET /metrics", () => {
       gasAccount: devnet.accounts[3]!.account,
       proofKeys: [generateProofKey().key],
       batchSettler: devnet.contracts.batchSettler,
-      tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+      tokens: [
+        {
+          address: devnet.contracts.usd,
+          name: devnet.token.name,
+          version: devnet.token.version,
+          symbol: "USDC",
+          decimals: 6,
+        },
+      ],
       builtinModules: false,
       metricsAccess: { token },
     });

@@ -23,7 +23,6 @@ import {
   getSubscriptionIdFromReceipt,
 } from "../../src/chain/events/decodeSubscriptionEvents.ts";
 import { SubscriptionStatus } from "../../src/chain/events/subscriptionStatus.ts";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
 import {
   createFacilitator,
@@ -95,7 +94,13 @@ async function deploy(from: DevnetAccount, abi: readonly unknown[], bytecode: He
 async function facilitatorOn(manager: Address, extraTokens: Address[] = []): Promise<Facilitator> {
   const store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
   const known: FacilitatorToken[] = [
-    { address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 },
+    {
+      address: devnet.contracts.usd,
+      name: devnet.token.name,
+      version: devnet.token.version,
+      symbol: "USDC",
+      decimals: 6,
+    },
     ...extraTokens.map((address, i) => ({
       address,
       name: `Listed ${i}`,

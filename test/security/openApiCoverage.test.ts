@@ -12,7 +12,6 @@
  */
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { payerReadHeaders } from "../../src/client/payerReadHeaders.ts";
 import { createFacilitator, type Facilitator } from "../../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
@@ -45,7 +44,7 @@ beforeAll(async () => {
     batchSettler: address(1),
     subscriptionManager: address(2),
     channels: address(3),
-    tokens: [{ address: address(4), ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+    tokens: [{ address: address(4), name: "USD Coin", version: "2", symbol: "USDC", decimals: 6 }],
     dashboard: { agents: { store, token: "an-agent-operator-token-of-some-length" } },
   });
   const provider = privateKeyToAccount(generatePrivateKey()).address.toLowerCase();

@@ -19,7 +19,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createPlan } from "../../src/chain/actions/subscriptions/createPlan.ts";
 import { getTokenBalance } from "../../src/chain/actions/usd/getTokenBalance.ts";
 import { getPlanIdFromReceipt } from "../../src/chain/events/decodeSubscriptionEvents.ts";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
 import { createPayer, type Payer } from "../../src/client/createPayer.ts";
 import { createFacilitatorClient } from "../../src/client/facilitatorClient.ts";
@@ -64,7 +63,15 @@ beforeAll(async () => {
     proofKeys: [generateProofKey().key],
     batchSettler: devnet.contracts.batchSettler,
     subscriptionManager: devnet.contracts.subscriptionManager,
-    tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+    tokens: [
+      {
+        address: devnet.contracts.usd,
+        name: devnet.token.name,
+        version: devnet.token.version,
+        symbol: "USDC",
+        decimals: 6,
+      },
+    ],
     builtinModules: false,
     modules: [createSubscriptionsModule({ keeper: false })],
   });

@@ -11,7 +11,6 @@ import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getTokenBalance } from "../../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { signTransferAuthorization } from "../../src/chain/signers/signTransferAuthorization.ts";
 import type { Devnet } from "../../src/chain/startDevnet.ts";
 import { startDevnet } from "../../src/chain/startDevnet.ts";
@@ -140,7 +139,12 @@ describe("a proof bought for one query of a route priced by query", () => {
         nonce: `0x${randomBytes(32).toString("hex")}` as const,
       };
       const signature = await signTransferAuthorization(payer.account, {
-        domain: { ...tollgateUsdDomain, chainId: devnet.chain.id, verifyingContract: devnet.contracts.usd },
+        domain: {
+          name: devnet.token.name,
+          version: devnet.token.version,
+          chainId: devnet.chain.id,
+          verifyingContract: devnet.contracts.usd,
+        },
         authorization,
       });
       const payload = {

@@ -5,19 +5,18 @@
  * would never renew (and giving a hostile token's plans the look of a supported service). It now
  * refuses them with 422 `UnsupportedToken` before anything is sent.
  *
- * Real devnet, a real facilitator over HTTP, and a second token (another TollgateUSD deployment, the
+ * Real devnet, a real facilitator over HTTP, and a second token (another FiatToken v2.2 deployment, the
  * stranger's own) that the facilitator does not serve.
  */
 import { type Address, maxUint256 } from "viem";
-import { deployContract } from "viem/actions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createPlan } from "../../src/chain/actions/subscriptions/createPlan.ts";
 import { getSubscription } from "../../src/chain/actions/subscriptions/getSubscription.ts";
 import { subscribe } from "../../src/chain/actions/subscriptions/subscribe.ts";
 import { approveToken } from "../../src/chain/actions/usd/approveToken.ts";
 import { getTokenBalance } from "../../src/chain/actions/usd/getTokenBalance.ts";
-import { mintUsd } from "../../src/chain/actions/usd/mintUsd.ts";
-import { tollgateUsdAbi, tollgateUsdBytecode } from "../../src/chain/contracts/artifacts/TollgateUSD.ts";
+import { deployFiatToken } from "../../src/chain/actions/usdc/deployFiatToken.ts";
+import { mintFiatToken } from "../../src/chain/actions/usdc/mintFiatToken.ts";
 import {
   getPlanIdFromReceipt,
   getSubscriptionIdFromReceipt,
@@ -72,16 +71,14 @@ beforeAll(async () => {
   subscriber = devnet.accounts[3]!;
 
   // The stranger's own token, which this facilitator does not serve, and a plan in it.
-  const deployed = await wait(
-    await deployContract(devnet.walletClient(stranger), {
-      abi: tollgateUsdAbi,
-      bytecode: tollgateUsdBytecode,
-      args: [stranger.address],
-    }),
-  );
-  otherToken = deployed.contractAddress!;
+  // Its proxy's admin is an address nobody holds a key to: the stranger initializes and mints.
+  otherToken = (
+    await deployFiatToken(devnet.walletClient(stranger), {
+      admin: "0x000000000000000000000000000000000000ad02",
+    })
+  ).token;
   await wait(
-    await mintUsd(devnet.walletClient(stranger), {
+    await mintFiatToken(devnet.walletClient(stranger), {
       token: otherToken,
       to: subscriber.address,
       amount: 100_000_000n,

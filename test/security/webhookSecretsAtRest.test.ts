@@ -16,7 +16,6 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
 import { createFacilitator, serveApp } from "../../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
@@ -68,7 +67,15 @@ async function issueSecrets(store: Store, gas: DevnetAccount, provider: DevnetAc
     proofKeys: [generateProofKey().key],
     batchSettler: devnet.contracts.batchSettler,
     subscriptionManager: devnet.contracts.subscriptionManager,
-    tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+    tokens: [
+      {
+        address: devnet.contracts.usd,
+        name: devnet.token.name,
+        version: devnet.token.version,
+        symbol: "USDC",
+        decimals: 6,
+      },
+    ],
     webhooks: { secretKeys: [sealingKey], allowTargets: ["127.0.0.0/8"] },
   });
   await facilitator.start();

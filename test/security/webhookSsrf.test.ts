@@ -13,7 +13,6 @@ import type { AddressInfo } from "node:net";
 import { Writable } from "node:stream";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
 import { createFacilitator, type RunningServer, serveApp } from "../../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
@@ -80,7 +79,15 @@ async function startFacilitator(gas: DevnetAccount, allowTargets: string[] | und
     proofKeys: [generateProofKey().key],
     batchSettler: devnet.contracts.batchSettler,
     subscriptionManager: devnet.contracts.subscriptionManager,
-    tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+    tokens: [
+      {
+        address: devnet.contracts.usd,
+        name: devnet.token.name,
+        version: devnet.token.version,
+        symbol: "USDC",
+        decimals: 6,
+      },
+    ],
     logger: pino({ level: "debug" }, sink),
     webhooks: {
       lookup: dns.lookup,

@@ -39,7 +39,6 @@ import {
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getTokenBalance } from "../../src/chain/actions/usd/getTokenBalance.ts";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { type Devnet, startDevnet } from "../../src/chain/startDevnet.ts";
 import { createPayer, type PaymentReceipt } from "../../src/client/createPayer.ts";
 import { type RunningServer, serveApp } from "../../src/facilitator/createFacilitator.ts";
@@ -392,7 +391,7 @@ describe("a standard x402 resource server over this facilitator", () => {
       price: {
         amount: PRICE.toString(),
         asset: devnet.contracts.usd,
-        extra: { ...tollgateUsdDomain, ...extra },
+        extra: { name: devnet.token.name, version: devnet.token.version, ...extra },
       },
       maxTimeoutSeconds: 120,
     });

@@ -6,7 +6,6 @@ import { randomBytes } from "node:crypto";
 import { type Address, type Hex, toHex } from "viem";
 import { setChannelOperator } from "../../src/chain/actions/channels/setChannelOperator.ts";
 import { signChannelOpen } from "../../src/chain/actions/channels/signChannelOpen.ts";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import type { Devnet, DevnetAccount } from "../../src/chain/startDevnet.ts";
 import {
   type ChannelsModuleOptions,
@@ -49,7 +48,12 @@ export async function signTestOpen(
   const signed = await signChannelOpen(payer.account, {
     chainId: devnet.chain.id,
     channels: devnet.contracts.channels,
-    tokenDomain: { ...tollgateUsdDomain, chainId: devnet.chain.id, verifyingContract: devnet.contracts.usd },
+    tokenDomain: {
+      name: devnet.token.name,
+      version: devnet.token.version,
+      chainId: devnet.chain.id,
+      verifyingContract: devnet.contracts.usd,
+    },
     payee,
     amount,
     sessionKeyX: key.x,
@@ -121,7 +125,15 @@ export async function startChannelFacilitator(
     proofKeys: [generateProofKey().key],
     batchSettler: devnet.contracts.batchSettler,
     channels: devnet.contracts.channels,
-    tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+    tokens: [
+      {
+        address: devnet.contracts.usd,
+        name: devnet.token.name,
+        version: devnet.token.version,
+        symbol: "USDC",
+        decimals: 6,
+      },
+    ],
     builtinModules: false,
     modules: [providersModule, createChannelsModule(options.channels)],
     outbox: options.outbox,

@@ -4,7 +4,6 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Address, Hex } from "viem";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { signTransferAuthorization } from "../../src/chain/signers/signTransferAuthorization.ts";
 import type { Devnet, DevnetAccount } from "../../src/chain/startDevnet.ts";
 import {
@@ -67,7 +66,8 @@ export async function startTestFacilitator(
     channels: devnet.contracts.channels,
     tokens: [devnet.contracts.usd, ...(options.extraTokens ?? [])].map((address) => ({
       address,
-      ...tollgateUsdDomain,
+      name: devnet.token.name,
+      version: devnet.token.version,
       symbol: "USDC",
       decimals: 6,
     })),
@@ -144,7 +144,8 @@ export async function signTestPayment(
   };
   const signature: Hex = await signTransferAuthorization(payer.account, {
     domain: {
-      ...tollgateUsdDomain,
+      name: devnet.token.name,
+      version: devnet.token.version,
       chainId: fields.chainId ?? devnet.chain.id,
       verifyingContract: token,
     },

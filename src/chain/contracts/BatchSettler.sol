@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.30;
 
-/// The EIP-3009 entry point BatchSettler calls: the `bytes signature` form of USDC v2.2 and TollgateUSD.
+/// The EIP-3009 entry point BatchSettler calls: the `bytes signature` form of USDC (FiatToken v2.2).
 interface IERC3009 {
     function transferWithAuthorization(
         address from,

@@ -6,7 +6,7 @@ import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
 import {SignatureChecker} from "@openzeppelin/contracts/utils/cryptography/SignatureChecker.sol";
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
 
-/// The EIP-3009 entry point used to pull a deposit: the `bytes signature` form of USDC v2.2 and TollgateUSD,
+/// The EIP-3009 entry point used to pull a deposit: the `bytes signature` form of USDC (FiatToken v2.2),
 /// which also accepts ERC-1271 wallets.
 interface IERC3009Receive {
     function receiveWithAuthorization(

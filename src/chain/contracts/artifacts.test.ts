@@ -14,11 +14,6 @@ import {
   tollgateChannelsBytecode,
   sourceHash as tollgateChannelsHash,
 } from "./artifacts/TollgateChannels.ts";
-import {
-  tollgateUsdAbi,
-  tollgateUsdBytecode,
-  sourceHash as tollgateUsdHash,
-} from "./artifacts/TollgateUSD.ts";
 import { compileContracts, solcVersion } from "./compileContracts.ts";
 import { hashContractSources, loadContractSources } from "./contractSources.ts";
 
@@ -27,7 +22,6 @@ const stale = "artifacts are stale: run `npm run contracts` and commit src/chain
 describe("committed contract artifacts", () => {
   it("were built from the current sources, compiler and settings", () => {
     const current = hashContractSources(solcVersion(), loadContractSources());
-    expect(tollgateUsdHash, stale).toBe(current);
     expect(subscriptionManagerHash, stale).toBe(current);
     expect(batchSettlerHash, stale).toBe(current);
     expect(tollgateChannelsHash, stale).toBe(current);
@@ -36,8 +30,6 @@ describe("committed contract artifacts", () => {
   // solc-js compiles in WebAssembly: seconds alone, much longer on a loaded two-core CI machine.
   it("hold exactly the ABI and bytecode a fresh compile produces", { timeout: 180_000 }, () => {
     const fresh = compileContracts();
-    expect(fresh.contracts.TollgateUSD.bytecode, stale).toBe(tollgateUsdBytecode);
-    expect(fresh.contracts.TollgateUSD.abi, stale).toEqual(tollgateUsdAbi);
     expect(fresh.contracts.SubscriptionManager.bytecode, stale).toBe(subscriptionManagerBytecode);
     expect(fresh.contracts.SubscriptionManager.abi, stale).toEqual(subscriptionManagerAbi);
     expect(fresh.contracts.BatchSettler.bytecode, stale).toBe(batchSettlerBytecode);
@@ -49,6 +41,6 @@ describe("committed contract artifacts", () => {
   it("gather OpenZeppelin imports into the hashed sources", () => {
     const units = Object.keys(loadContractSources());
     expect(units).toContain("@openzeppelin/contracts/utils/cryptography/ECDSA.sol");
-    expect(units).toContain("TollgateUSD.sol");
+    expect(units).toContain("BatchSettler.sol");
   });
 });

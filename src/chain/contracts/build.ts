@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { compileContracts } from "./compileContracts.ts";
 import { contractNames } from "./contractSources.ts";
 
-/** `TollgateUSD` → `tollgateUsd`, `BatchSettler` → `batchSettler`. */
+/** `TollgateChannels` → `tollgateChannels`, `BatchSettler` → `batchSettler`. */
 export function artifactPrefix(name: string): string {
   const words = name.match(/[A-Z]+(?![a-z])|[A-Z][a-z]*/g) ?? [name];
   return words.map((w, i) => (i === 0 ? w.toLowerCase() : w[0]! + w.slice(1).toLowerCase())).join("");

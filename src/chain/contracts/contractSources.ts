@@ -10,12 +10,7 @@ import { dirname, join, posix } from "node:path";
 import { fileURLToPath } from "node:url";
 
 /** The contracts Tollgate builds, in deployment order. */
-export const contractNames = [
-  "TollgateUSD",
-  "SubscriptionManager",
-  "BatchSettler",
-  "TollgateChannels",
-] as const;
+export const contractNames = ["SubscriptionManager", "BatchSettler", "TollgateChannels"] as const;
 export type ContractName = (typeof contractNames)[number];
 
 /** Compiler settings; part of the hash, so changing them marks the artifacts stale. */

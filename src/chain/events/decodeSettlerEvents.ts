@@ -1,6 +1,5 @@
 import { decodeErrorResult, getAddress, type Hex, type Log } from "viem";
 import { batchSettlerAbi } from "../contracts/artifacts/BatchSettler.ts";
-import { tollgateUsdAbi } from "../contracts/artifacts/TollgateUSD.ts";
 import { fiatTokenRevertName } from "./fiatTokenRevertNames.ts";
 import { readSettlerLogs } from "./settlerLogs.ts";
 
@@ -9,7 +8,7 @@ export type SettlementOutcome = { from: Hex; nonce: Hex } & (
   | {
       ok: false;
       reason: Hex;
-      /** The error's name; a FiatToken (USDC) message is given the name of TollgateUSD's error for it. */
+      /** The error's name; a FiatToken (USDC) message is given its name from `fiatTokenRevertName`. */
       error?: string;
       /** The revert's own `Error(string)` message, when the token reverted with one. */
       message?: string;
@@ -19,10 +18,10 @@ export type SettlementOutcome = { from: Hex; nonce: Hex } & (
 /**
  * The per-item outcomes of a BatchSettler.settle receipt, in item order, for the items it attempted (see
  * `decodeSettlerDeferred` for the ones it did not). A failed item carries the raw revert data (at most
- * 256 bytes of it) and, when the token reverts with TollgateUSD's (or OpenZeppelin ERC-20) errors, or the
- * item ran out of its gas (`ItemOutOfGas`), the error's name, e.g. `AuthorizationAlreadyUsed`. A revert with
- * an `Error(string)` message (Circle's FiatToken) carries the message, and as its name the TollgateUSD
- * error of the same meaning (`fiatTokenRevertName`), or `Error` for a message not in that table.
+ * 256 bytes of it) and the error's name. A revert with an `Error(string)` message (Circle's FiatToken)
+ * carries the message, and as its name the one `fiatTokenRevertName` gives it, e.g.
+ * `AuthorizationAlreadyUsed`, or `Error` for a message not in that table; an item that ran out of its gas
+ * is `ItemOutOfGas`.
  * Pass the logs of one receipt; anyone can make a BatchSettler emit events for a token of their own.
  */
 export function decodeSettlerEvents(logs: Log[]): SettlementOutcome[] {
@@ -55,7 +54,7 @@ export function decodeSettlerDeferred(logs: Log[]): { firstIndex: number; count:
   return undefined;
 }
 
-const revertAbi = [...tollgateUsdAbi, ...batchSettlerAbi.filter((item) => item.type === "error")];
+const revertAbi = batchSettlerAbi.filter((item) => item.type === "error");
 
 function decodeRevertReason(data: Hex): { error?: string; message?: string } {
   try {

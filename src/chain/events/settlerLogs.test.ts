@@ -3,7 +3,7 @@ import { encodeAbiParameters, encodeEventTopics, getAddress, type Hex, type Log,
 import { describe, expect, it } from "vitest";
 import { address, hexOf, uint256 } from "../../../test/support/transferArbitraries.ts";
 import { batchSettlerAbi } from "../contracts/artifacts/BatchSettler.ts";
-import { tollgateUsdAbi } from "../contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenV2_2Abi } from "../contracts/circle-usdc/FiatTokenV2_2.ts";
 import { readSettlerLogs } from "./settlerLogs.ts";
 
 const word = fc.uint8Array({ minLength: 32, maxLength: 32 }).map(hexOf);
@@ -52,7 +52,7 @@ const transfer = fc
   .map(({ at, from, to, value }) =>
     asLog(
       at,
-      encodeEventTopics({ abi: tollgateUsdAbi, eventName: "Transfer", args: { from, to } }),
+      encodeEventTopics({ abi: fiatTokenV2_2Abi, eventName: "Transfer", args: { from, to } }),
       encodeAbiParameters([{ type: "uint256" }], [value]),
     ),
   );

@@ -1,6 +1,6 @@
 /**
  * EIP-712 type definitions of everything Tollgate signs, for signing and for verifying off chain. Each
- * matches a typehash in the contracts (TollgateUSD.sol, SubscriptionManager.sol) field for field.
+ * matches a typehash in the contracts (USDC's FiatToken v2.2, SubscriptionManager.sol) field for field.
  */
 import type { Address } from "viem";
 

@@ -5,7 +5,7 @@
  */
 import { parseArgs } from "node:util";
 import { setFlagsFromString } from "node:v8";
-import { createWalletClient, defineChain, http } from "viem";
+import { createPublicClient, createWalletClient, defineChain, http } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { readDevnetFile } from "../../chain/devnetFile.ts";
 import { getNetworkConfig } from "../../chain/networks.ts";
@@ -16,7 +16,7 @@ import {
   serveApp,
 } from "../../facilitator/createFacilitator.ts";
 import { createLogger } from "../../facilitator/createLogger.ts";
-import { loadFacilitatorConfig } from "../../facilitator/facilitatorConfig.ts";
+import { loadFacilitatorConfig, resolveTokenDomain } from "../../facilitator/facilitatorConfig.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { chainIdOf } from "../../protocol/network.ts";
 import { createStore } from "../../store/createStore.ts";
@@ -85,6 +85,12 @@ export async function run(argv: string[]): Promise<number> {
     return 0;
   }
   const config = loadFacilitatorConfig(env);
+  // A token whose EIP-712 domain the configuration does not say (not the network's USDC, not the
+  // devnet's) has it read from the chain before anything starts.
+  const token = await resolveTokenDomain(
+    config.token,
+    createPublicClient({ transport: http(config.rpcUrl) }),
+  );
   if (config.databaseUrl === undefined) keepPgliteOnBaselineCode();
   const logger = createLogger({ level: config.logLevel, name: "facilitator" });
   const store = await createStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, logger });
@@ -98,7 +104,7 @@ export async function run(argv: string[]): Promise<number> {
     batchSettler: config.batchSettler,
     subscriptionManager: config.subscriptionManager,
     channels: config.channels,
-    tokens: [config.token],
+    tokens: [token],
     confirmations: config.confirmations,
     rateLimits: config.rateLimits,
     webhooks: { secretKeys: config.webhooks.secretKeys, allowTargets: config.webhooks.allowTargets },

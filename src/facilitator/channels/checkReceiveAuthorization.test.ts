@@ -12,9 +12,9 @@ const stranger = privateKeyToAccount(`0x${"22".repeat(32)}`);
 const channels = "0xCf7Ed3AccA5a467e9e704C703E8D87F634fB0Fc9" as const;
 const token: FacilitatorToken = {
   address: "0x5FbDB2315678afecb367f032d93F642f64180aa3",
-  name: "TollgateUSD",
-  version: "1",
-  symbol: "TUSD",
+  name: "USD Coin",
+  version: "2",
+  symbol: "USDC",
   decimals: 6,
 };
 const nonce = keccak256(stringToBytes("a channel deposit"));

@@ -8,7 +8,7 @@ import { SETTLER_ITEM_GAS } from "../../chain/actions/settler/settle.ts";
 import { getAuthorizationState } from "../../chain/actions/usd/getAuthorizationState.ts";
 import { getAuthorizationUsedLogs } from "../../chain/actions/usd/getAuthorizationUsedLogs.ts";
 import { simulateTransferWithAuthorization } from "../../chain/actions/usd/simulateTransferWithAuthorization.ts";
-import { tollgateUsdAbi } from "../../chain/contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenV2_2Abi } from "../../chain/contracts/circle-usdc/FiatTokenV2_2.ts";
 import { type Clock, unixSeconds } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { isChainUnreachable, toChainError } from "../chainErrors.ts";
@@ -141,9 +141,11 @@ export function createPaymentChecks(options: {
       return { kind: "other" };
     }
     const receipt = await client.getTransactionReceipt({ hash: used0.transactionHash });
-    const transfer = parseEventLogs({ abi: tollgateUsdAbi, logs: receipt.logs, eventName: "Transfer" }).find(
-      (log) => log.address.toLowerCase() === row.token && (log.logIndex ?? 0) > (used0.logIndex ?? 0),
-    );
+    const transfer = parseEventLogs({
+      abi: fiatTokenV2_2Abi,
+      logs: receipt.logs,
+      eventName: "Transfer",
+    }).find((log) => log.address.toLowerCase() === row.token && (log.logIndex ?? 0) > (used0.logIndex ?? 0));
     const matches =
       transfer !== undefined &&
       transfer.args.from.toLowerCase() === row.payer &&

@@ -1,18 +1,7 @@
 import type { Address, ContractFunctionArgs } from "viem";
 import { tollgateChannelsAbi } from "../../contracts/artifacts/TollgateChannels.ts";
-import { tollgateUsdAbi } from "../../contracts/artifacts/TollgateUSD.ts";
 import type { RelayedCall } from "../relayedCall.ts";
 import { relayedCall } from "../relayedCall.ts";
-
-/** The channel contract's ABI plus the token's errors: a relayed call's revert may come from either. */
-export const channelRevertAbi = [
-  ...tollgateChannelsAbi,
-  ...tollgateUsdAbi.filter(
-    (item) =>
-      item.type === "error" &&
-      !tollgateChannelsAbi.some((own) => own.type === "error" && own.name === item.name),
-  ),
-] as const;
 
 /** The TollgateChannels calls the facilitator relays for a payer (gasless). */
 export type ChannelRelayFunction =
@@ -23,8 +12,8 @@ export type ChannelRelayFunction =
 
 /**
  * A payer's channel call, relayed: an open or top-up carrying its EIP-3009 authorization, its signed
- * close request, or its withdrawal after the close delay. The simulation decodes the token's errors
- * too (`channelRevertAbi`), so a refused authorization reads as the token's revert.
+ * close request, or its withdrawal after the close delay. A refused authorization reverts in the token
+ * with USDC's `Error(string)` message, which the simulation's error carries as its reason.
  * @example
  * const call = channelCallForRelay({ channels, functionName: "withdraw", args: [channelId] });
  * await publicClient.simulateContract({ ...call.simulation, account: relayer });
@@ -35,11 +24,10 @@ export function channelCallForRelay<functionName extends ChannelRelayFunction>(p
   functionName: functionName;
   args: ContractFunctionArgs<typeof tollgateChannelsAbi, "nonpayable", functionName>;
 }): RelayedCall {
-  const call = relayedCall({
+  return relayedCall({
     address: p.channels,
     abi: tollgateChannelsAbi,
     functionName: p.functionName,
     args: p.args,
   } as never);
-  return { ...call, simulation: { ...call.simulation, abi: channelRevertAbi } };
 }

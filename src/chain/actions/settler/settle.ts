@@ -9,7 +9,7 @@ export type SettlementItem = { authorization: TransferAuthorization; signature: 
 export type SettleParameters = {
   /** The BatchSettler. */
   settler: Address;
-  /** The token every item transfers (TollgateUSD or USDC with the `bytes signature` EIP-3009 form). */
+  /** The token every item transfers (USDC, or a token with its `bytes signature` EIP-3009 form). */
   token: Address;
   items: readonly SettlementItem[];
   /**

@@ -1,11 +1,11 @@
 import type { Address, Hash, Hex } from "viem";
 import { writeContract } from "viem/actions";
 import type { WriteClient } from "../../clientTypes.ts";
-import { tollgateUsdAbi } from "../../contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenV2_2Abi } from "../../contracts/circle-usdc/FiatTokenV2_2.ts";
 import { signatureArgs } from "./signatureArgs.ts";
 
 export type CancelAuthorizationParameters = {
-  /** The token (TollgateUSD or USDC). */
+  /** The token (USDC, or another EIP-3009 token with its ABI). */
   token: Address;
   authorizer: Address;
   nonce: Hex;
@@ -23,14 +23,14 @@ export function cancelAuthorization(
     const { v, r, s } = signatureArgs(signature);
     return writeContract(client, {
       address: token,
-      abi: tollgateUsdAbi,
+      abi: fiatTokenV2_2Abi,
       functionName: "cancelAuthorization",
       args: [authorizer, nonce, v, r, s],
     });
   }
   return writeContract(client, {
     address: token,
-    abi: tollgateUsdAbi,
+    abi: fiatTokenV2_2Abi,
     functionName: "cancelAuthorization",
     args: [authorizer, nonce, signature],
   });

@@ -1,5 +1,5 @@
 import { type Address, getAbiItem, type Hex, type PublicClient } from "viem";
-import { tollgateUsdAbi } from "../../contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenV2_2Abi } from "../../contracts/circle-usdc/FiatTokenV2_2.ts";
 
 export type GetAuthorizationUsedLogsParameters = {
   token: Address;
@@ -16,7 +16,7 @@ export function getAuthorizationUsedLogs(
 ) {
   return client.getLogs({
     address: token,
-    event: getAbiItem({ abi: tollgateUsdAbi, name: "AuthorizationUsed" }),
+    event: getAbiItem({ abi: fiatTokenV2_2Abi, name: "AuthorizationUsed" }),
     args: { authorizer, nonce },
     fromBlock,
     toBlock,

@@ -1,9 +1,9 @@
 import type { Address } from "viem";
 import type { ReadClient } from "../../clientTypes.ts";
-import { tollgateUsdAbi } from "../../contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenV2_2Abi } from "../../contracts/circle-usdc/FiatTokenV2_2.ts";
 
 export type GetTokenBalanceParameters = {
-  /** The token (TollgateUSD or USDC). */
+  /** The token (USDC, or another EIP-3009 token with its ABI). */
   token: Address;
   owner: Address;
 };
@@ -12,7 +12,7 @@ export type GetTokenBalanceParameters = {
 export function getTokenBalance(client: ReadClient, { token, owner }: GetTokenBalanceParameters) {
   return client.readContract({
     address: token,
-    abi: tollgateUsdAbi,
+    abi: fiatTokenV2_2Abi,
     functionName: "balanceOf",
     args: [owner],
   });

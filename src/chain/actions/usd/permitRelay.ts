@@ -1,5 +1,5 @@
 import type { Address, Hex } from "viem";
-import { tollgateUsdAbi } from "../../contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenV2_2Abi } from "../../contracts/circle-usdc/FiatTokenV2_2.ts";
 import { type RelayedCall, relayedCall } from "../relayedCall.ts";
 import { signatureArgs } from "./signatureArgs.ts";
 
@@ -15,7 +15,7 @@ export function permitRelay(p: {
   const { v, r, s } = signatureArgs(p.signature);
   return relayedCall({
     address: p.token,
-    abi: tollgateUsdAbi,
+    abi: fiatTokenV2_2Abi,
     functionName: "permit",
     args: [p.owner, p.spender, p.value, p.deadline, v, r, s],
   });

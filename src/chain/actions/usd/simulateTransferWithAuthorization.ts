@@ -1,5 +1,5 @@
 import type { Address, Hex, PublicClient } from "viem";
-import { tollgateUsdAbi } from "../../contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenV2_2Abi } from "../../contracts/circle-usdc/FiatTokenV2_2.ts";
 import type { TransferAuthorization } from "../../signers/signTransferAuthorization.ts";
 
 export type SimulateTransferWithAuthorizationParameters = {
@@ -25,7 +25,7 @@ export async function simulateTransferWithAuthorization(
 ): Promise<void> {
   await client.simulateContract({
     address: token,
-    abi: tollgateUsdAbi,
+    abi: fiatTokenV2_2Abi,
     functionName: "transferWithAuthorization",
     args: [a.from, a.to, a.value, a.validAfter, a.validBefore, a.nonce, signature],
     account,

@@ -1,10 +1,10 @@
 import type { Address, Hash } from "viem";
 import { writeContract } from "viem/actions";
 import type { WriteClient } from "../../clientTypes.ts";
-import { tollgateUsdAbi } from "../../contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenV2_2Abi } from "../../contracts/circle-usdc/FiatTokenV2_2.ts";
 
 export type TransferTokenParameters = {
-  /** The token (TollgateUSD or USDC). */
+  /** The token (USDC, or another EIP-3009 token with its ABI). */
   token: Address;
   to: Address;
   amount: bigint;
@@ -17,7 +17,7 @@ export function transferToken(
 ): Promise<Hash> {
   return writeContract(client, {
     address: token,
-    abi: tollgateUsdAbi,
+    abi: fiatTokenV2_2Abi,
     functionName: "transfer",
     args: [to, amount],
   });

@@ -1,10 +1,10 @@
 import type { Address, Hash } from "viem";
 import { writeContract } from "viem/actions";
 import type { WriteClient } from "../../clientTypes.ts";
-import { tollgateUsdAbi } from "../../contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenV2_2Abi } from "../../contracts/circle-usdc/FiatTokenV2_2.ts";
 
 export type TransferTokenFromParameters = {
-  /** The token (TollgateUSD or USDC). */
+  /** The token (USDC, or another EIP-3009 token with its ABI). */
   token: Address;
   from: Address;
   to: Address;
@@ -18,7 +18,7 @@ export function transferTokenFrom(
 ): Promise<Hash> {
   return writeContract(client, {
     address: token,
-    abi: tollgateUsdAbi,
+    abi: fiatTokenV2_2Abi,
     functionName: "transferFrom",
     args: [from, to, amount],
   });

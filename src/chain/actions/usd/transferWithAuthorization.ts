@@ -1,12 +1,12 @@
 import type { Address, Hash, Hex } from "viem";
 import { writeContract } from "viem/actions";
 import type { WriteClient } from "../../clientTypes.ts";
-import { tollgateUsdAbi } from "../../contracts/artifacts/TollgateUSD.ts";
+import { fiatTokenV2_2Abi } from "../../contracts/circle-usdc/FiatTokenV2_2.ts";
 import type { TransferAuthorization } from "../../signers/signTransferAuthorization.ts";
 import { signatureArgs } from "./signatureArgs.ts";
 
 export type TransferWithAuthorizationParameters = {
-  /** The token (TollgateUSD or USDC). */
+  /** The token (USDC, or another EIP-3009 token with its ABI). */
   token: Address;
   authorization: TransferAuthorization;
   /** The payer's signature (`signTransferAuthorization`). */
@@ -27,14 +27,14 @@ export function transferWithAuthorization(
     const { v, r, s } = signatureArgs(signature);
     return writeContract(client, {
       address: token,
-      abi: tollgateUsdAbi,
+      abi: fiatTokenV2_2Abi,
       functionName: "transferWithAuthorization",
       args: [a.from, a.to, a.value, a.validAfter, a.validBefore, a.nonce, v, r, s],
     });
   }
   return writeContract(client, {
     address: token,
-    abi: tollgateUsdAbi,
+    abi: fiatTokenV2_2Abi,
     functionName: "transferWithAuthorization",
     args: [a.from, a.to, a.value, a.validAfter, a.validBefore, a.nonce, signature],
   });
