@@ -20,7 +20,7 @@ import { type Clock, systemClock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import type { SupportedResponse } from "../protocol/facilitator.ts";
 import { chainIdOf } from "../protocol/network.ts";
-import type { Store } from "../store/store.ts";
+import type { Queryable, Store } from "../store/store.ts";
 import { admitPayments } from "./abuse/admitPayments.ts";
 import { defaultMinAmount } from "./abuse/minimumAmount.ts";
 import { createRateLimits, type RateLimitOptions } from "./abuse/rateLimits.ts";
@@ -50,6 +50,7 @@ import {
   type SettlementEngineOptions,
   settlementFaults,
 } from "./settlementEngine.ts";
+import { createTokenPauseWatch } from "./tokenPauseWatch.ts";
 import {
   createWebhooksModule,
   type WebhooksModuleOptions,
@@ -128,6 +129,8 @@ export type CreateFacilitatorOptions = {
   rateLimits?: RateLimitOptions | undefined;
   /** Who may read `/metrics` (default: loopback peers only; see metricsAccess.ts). */
   metricsAccess?: MetricsAccess | undefined;
+  /** How often each token's `paused()` is read (tokenPauseWatch.ts; default 15 000 ms). */
+  tokenPause?: { intervalMs?: number | undefined } | undefined;
   /**
    * Options of the built-in webhooks module: the non-public targets allowed (none by default), the
    * keys that seal secrets at rest, … (see webhooks/createWebhooksModule.ts).
@@ -229,6 +232,21 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     faults: options.outbox?.faults ?? settlementFaults(options.settlement?.faults),
   });
   const gas = createGasAccount({ key, outbox, client: publicClient, logger });
+  // Whether the token's issuer paused it: everything that moves the token holds meanwhile.
+  const tokenPause = createTokenPauseWatch({
+    store: options.store,
+    client: publicClient,
+    chainId,
+    network: options.network,
+    tokens: options.tokens,
+    clock,
+    logger,
+    metrics,
+    async recordEvent(db: Queryable, type: string, data: Record<string, unknown>) {
+      await db.query("INSERT INTO events (type, data) VALUES ($1, $2)", [type, data]);
+    },
+    intervalMs: options.tokenPause?.intervalMs,
+  });
   // Smart-contract wallet payers (ERC-1271): one "has code" cache for every path that checks them.
   const contractSigners = createContractSigners({ client: publicClient, clock });
   const settlementEngine = createSettlementEngine({
@@ -245,6 +263,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     metrics,
     contractSigners,
     confirmations: options.confirmations,
+    tokenPause,
     ...options.settlement,
   });
   // Everything that reaches the engine from outside passes the off-chain checks and the payer's
@@ -291,6 +310,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     tokens: tokenConfigs,
     engine,
     contractSigners,
+    tokenPause,
     proofKeys: () => proofKeys,
     supported,
     clock,
@@ -340,6 +360,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     logger,
     metrics,
     chainHealth: () => publicClient.getBlockNumber({ cacheTime: 0 }),
+    pausedTokens: () => tokenPause.paused(),
     maxBodyBytes: options.maxBodyBytes,
     limitClients: rateLimits.clientMiddleware,
     limitedPaths: schemes.rateLimited,
@@ -362,6 +383,8 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     async start() {
       // Handlers are registered at construction (engine, modules), so the outbox's first pass can
       // finish what a crashed process left open; the engine first adopts batches of an older version.
+      // The pause state first: what an earlier run recorded holds the workers from their first round.
+      await tokenPause.start();
       await engine.start();
       await outbox.start();
       await schemes.start();
@@ -376,6 +399,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
       await schemes.stop();
       await engine.stop();
       await outbox.stop();
+      await tokenPause.stop();
     },
   };
 }

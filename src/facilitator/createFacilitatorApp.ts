@@ -17,6 +17,7 @@ import { assertMetricsReader, type MetricsAccess } from "./metricsAccess.ts";
 import { openApiDocumentOf } from "./openApi.ts";
 import { jwksOf, type ProofKey } from "./proofKeys.ts";
 import { routeDoc } from "./routeDocs.ts";
+import type { PausedToken } from "./tokenPauseWatch.ts";
 
 export type FacilitatorAppDeps = {
   store: Store;
@@ -28,6 +29,8 @@ export type FacilitatorAppDeps = {
   metrics: FacilitatorMetrics;
   /** Reads the chain head, for `/healthz`. */
   chainHealth: () => Promise<unknown>;
+  /** The tokens paused by their issuer now (tokenPauseWatch.ts), for `/healthz`. */
+  pausedTokens?: (() => readonly PausedToken[]) | undefined;
   /** Largest accepted request body, in bytes. */
   maxBodyBytes?: number | undefined;
   /** Who may read `/metrics` (default: loopback peers only; see metricsAccess.ts). */
@@ -102,9 +105,13 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
       const [chain, db] = await Promise.allSettled([deps.chainHealth(), store.query("SELECT 1")]);
       checks.chain = chain.status === "fulfilled" ? { ok: true } : { ok: false, message: "RPC unreachable" };
       checks.store = db.status === "fulfilled" ? { ok: true } : { ok: false, message: "store unreachable" };
+      // A paused token leaves the answer 200: every instance would say the same, and a load balancer
+      // that took them all out would stop the reads and the clear refusals that still work.
+      const reachable = Object.values(checks).every((x) => x.ok);
+      if (deps.pausedTokens !== undefined) checks.token = tokenCheck(deps.pausedTokens());
       const ok = Object.values(checks).every((x) => x.ok);
       const body: Health = { status: ok ? "ok" : "degraded", checks };
-      return c.json(body, ok ? 200 : 503);
+      return c.json(body, reachable ? 200 : 503);
     },
   );
 
@@ -137,4 +144,19 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
   deps.extend?.(app);
 
   return app;
+}
+
+/**
+ * `/healthz`'s `token` check: not ok while a token is paused by its issuer, with the earliest pause's
+ * start as `since` (settlement in it is held; docs/facilitator.md, "When the token is paused").
+ */
+function tokenCheck(paused: readonly PausedToken[]): NonNullable<Health["checks"]>[string] {
+  if (paused.length === 0) return { ok: true };
+  const first = paused.reduce((a, b) => (b.since < a.since ? b : a));
+  const names = paused.map((p) => `${p.symbol ?? "token"} ${p.token}`).join(", ");
+  return {
+    ok: false,
+    message: `paused by its issuer: ${names}; settlement is held until it is unpaused`,
+    since: first.since.toISOString(),
+  };
 }

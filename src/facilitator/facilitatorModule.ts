@@ -18,6 +18,7 @@ import type { FacilitatorMetrics } from "./metrics.ts";
 import type { Outbox } from "./outbox/outboxTypes.ts";
 import type { ProofKey } from "./proofKeys.ts";
 import type { SettlementEngine } from "./settlementEngine.ts";
+import type { TokenPauseWatch } from "./tokenPauseWatch.ts";
 
 export type FacilitatorContext = {
   store: Store;
@@ -39,6 +40,11 @@ export type FacilitatorContext = {
    * a "has code" cache; for signatures that do not recover to their payer (contractSigners.ts).
    */
   contractSigners: ContractSigners;
+  /**
+   * Whether a token is paused by its issuer (tokenPauseWatch.ts): workers that move the token hold
+   * while it is, and resume when it is unpaused. Absent in contexts built without a facilitator.
+   */
+  tokenPause?: TokenPauseWatch | undefined;
   proofKeys: () => readonly ProofKey[];
   supported: SupportedResponse;
   clock: Clock;

@@ -2,12 +2,14 @@
  * Prometheus metrics of one facilitator (DESIGN.md §4): a registry per instance, never prom-client's
  * global default, so two facilitators in one process (tests, the demo) do not share counters.
  */
-import { Counter, Histogram, Registry } from "prom-client";
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { SettlementMetrics } from "./settlementEngine.ts";
 
 export type FacilitatorMetrics = SettlementMetrics & {
   registry: Registry;
   requests: Counter<"route" | "status">;
+  /** `tollgate_token_paused{token}`: 1 while the token's issuer has it paused (tokenPauseWatch.ts), else 0. */
+  onTokenPaused(token: string, paused: boolean): void;
 };
 
 export function createFacilitatorMetrics(): FacilitatorMetrics {
@@ -49,9 +51,16 @@ export function createFacilitatorMetrics(): FacilitatorMetrics {
     labelNames: ["route", "status"] as const,
     registers: [registry],
   });
+  const tokenPaused = new Gauge({
+    name: "tollgate_token_paused",
+    help: "1 while the token's issuer has it paused and settlement in it is held, else 0",
+    labelNames: ["token"] as const,
+    registers: [registry],
+  });
   return {
     registry,
     requests,
+    onTokenPaused: (token, paused) => tokenPaused.set({ token }, paused ? 1 : 0),
     onSettled(count, amount, token) {
       settled.inc({ token }, count);
       volume.inc({ token }, Number(amount));

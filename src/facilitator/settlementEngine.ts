@@ -60,6 +60,7 @@ import { createCoalescer } from "./settlement/coalescer.ts";
 import { createOutcomeWaiters } from "./settlement/outcomeWaiters.ts";
 import { createPaymentChecks, type PaymentCheckClient } from "./settlement/paymentChecks.ts";
 import { markPaymentSettled, type PaymentOutcomeDeps } from "./settlement/paymentOutcomes.ts";
+import type { TokenPauseWatch } from "./tokenPauseWatch.ts";
 import { createWakeablePause, IDLE_BACKSTOP_MS } from "./wakeablePause.ts";
 
 export type SettlementClient = PaymentCheckClient & Pick<PublicClient, "getBlockNumber">;
@@ -89,6 +90,12 @@ export type SettlementEngineOptions = {
    */
   contractSigners?: ContractSigners | undefined;
   metrics?: SettlementMetrics | undefined;
+  /**
+   * Whether the token's issuer paused it (tokenPauseWatch.ts). While it is, its payments stay queued
+   * (none is claimed into a batch, so no transaction is sent), and the loop looks again when it is
+   * unpaused. A refusal on chain that names the pause is handed to `suspect`.
+   */
+  tokenPause?: Pick<TokenPauseWatch, "paused" | "suspect" | "onResume"> | undefined;
   maxBatchSize?: number | undefined;
   /**
    * While a batch is in flight, how long a new payment may wait for others to join its batch before
@@ -186,6 +193,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
   let stopping: Promise<void> | undefined;
   let loopDone: Promise<void> | undefined;
   let unlisten: (() => Promise<void>) | undefined;
+  let stopResume: (() => void) | undefined;
   const sleeper = createWakeablePause();
   /** Set by `signal()`; a signal that arrives while the loop is busy is not lost. */
   let dirty = false;
@@ -331,6 +339,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       clock,
       logger,
       metrics: options.metrics,
+      onTokenPaused: (token) => options.tokenPause?.suspect(token),
       claimedRows(batchId) {
         const rows = claimedRows.get(batchId);
         claimedRows.delete(batchId);
@@ -457,12 +466,14 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     let claimAtOnce = holdEnded || (inFlight.size === 0 && signals !== signalsSeen);
     holdEnded = false;
     signalsSeen = signals;
+    // Payments in a paused token wait in the queue; its unpause signals the loop (`start`).
+    const heldTokens = (options.tokenPause?.paused() ?? []).map((p) => p.token.toLowerCase());
     while (running && inFlight.size < maxInFlight && pendingMaybe) {
       const before = signals;
       claiming = true;
       const claimed = await claimBatch(
         { store, outbox, network, batchSettler: options.batchSettler },
-        { maxBatchSize, lingerMs, inFlight: inFlight.size, claimAtOnce },
+        { maxBatchSize, lingerMs, inFlight: inFlight.size, claimAtOnce, heldTokens },
       ).finally(() => {
         claiming = false;
       });
@@ -600,6 +611,10 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     try {
       row = await enqueue(payment, source);
     } catch (error) {
+      // The simulation met the pause: the watch reads `paused()` now rather than at its next round.
+      if (error instanceof TollgateError && error.code === "TokenPaused") {
+        options.tokenPause?.suspect(payment.token);
+      }
       // Refused before any row exists (checks, simulation): one line, as for settled and failed rows.
       if (error instanceof TollgateError && error.code !== "Internal") {
         const a = payment.authorization;
@@ -643,6 +658,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       await adoptLegacyBatches();
       // Payments another instance writes (or a request of this one) wake the loop; see `idlePollMs`.
       unlisten = await store.listen("payments", notified);
+      stopResume = options.tokenPause?.onResume(() => signal());
       loopDone = loop();
     },
     stop() {
@@ -651,6 +667,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
         sleeper.wake();
         await loopDone;
         await unlisten?.();
+        stopResume?.();
         // No outcome is recorded here any more: calls still waiting get a 503 to send again.
         waiters.close();
       })();

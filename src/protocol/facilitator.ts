@@ -120,7 +120,17 @@ export const HealthSchema = z.object({
   status: z.enum(["ok", "degraded"]),
   version: z.string().optional(),
   /** Per-dependency results, e.g. `{ chain: { ok: true }, store: { ok: false, message } }`. */
-  checks: z.record(z.string(), z.object({ ok: z.boolean(), message: z.string().optional() })).optional(),
+  checks: z
+    .record(
+      z.string(),
+      z.object({
+        ok: z.boolean(),
+        message: z.string().optional(),
+        /** When a check that is not ok began failing (ISO 8601), where known: `token` while paused. */
+        since: z.string().optional(),
+      }),
+    )
+    .optional(),
 });
 export type Health = z.infer<typeof HealthSchema>;
 

@@ -26,8 +26,39 @@ export const WebhookEventTypeSchema = z.enum([
   "channel.claimed",
   "channel.close_requested",
   "channel.closed",
+  "token.paused",
+  "token.unpaused",
 ]);
 export type WebhookEventType = z.infer<typeof WebhookEventTypeSchema>;
+
+/**
+ * Events about the settlement token itself: they concern every provider, so each endpoint subscribed to
+ * them gets them (the others go to the provider the event names).
+ */
+export const TokenWebhookEventTypes = [
+  "token.paused",
+  "token.unpaused",
+] as const satisfies readonly WebhookEventType[];
+
+/** `data` of `token.paused`: the token's issuer paused it; settlement in it is held until it is unpaused. */
+export const TokenPausedEventDataSchema = z.object({
+  network: z.string(),
+  token: z.string(),
+  /** When the facilitator first saw the token paused, Unix seconds. */
+  since: z.int().nonnegative(),
+});
+export type TokenPausedEventData = z.infer<typeof TokenPausedEventDataSchema>;
+
+/** `data` of `token.unpaused`: the held payments, renewals, deductions and claims settle now. */
+export const TokenUnpausedEventDataSchema = z.object({
+  network: z.string(),
+  token: z.string(),
+  /** The `since` of the pause that ended, Unix seconds. */
+  pausedSince: z.int().nonnegative(),
+  /** When the facilitator first saw the token unpaused, Unix seconds. */
+  unpausedAt: z.int().nonnegative(),
+});
+export type TokenUnpausedEventData = z.infer<typeof TokenUnpausedEventDataSchema>;
 
 /**
  * A delivered event. Delivery is at least once: receivers de-duplicate on `id`. `data` depends on

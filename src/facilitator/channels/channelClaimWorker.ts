@@ -28,6 +28,7 @@ import type { Clock } from "../../protocol/clock.ts";
 import type { Queryable, Store } from "../../store/store.ts";
 import { acquireChainWatch, type WatchedClient } from "../chainWatch.ts";
 import type { Outbox, OutboxOutcome } from "../outbox/outboxTypes.ts";
+import type { TokenPauseWatch } from "../tokenPauseWatch.ts";
 import { createWakeablePause, IDLE_BACKSTOP_MS } from "../wakeablePause.ts";
 import { readChainChannel } from "./channelChain.ts";
 import {
@@ -81,6 +82,11 @@ export type ChannelClaimWorkerContext = {
   clock: Clock;
   logger: Logger;
   recordEvent(db: Queryable, type: string, data: Record<string, unknown>): Promise<void>;
+  /**
+   * Whether a token's issuer paused it (tokenPauseWatch.ts): its channels' claims and closes wait in
+   * the table (a claim would move no money and a close would revert) until the unpause wakes the worker.
+   */
+  tokenPause?: Pick<TokenPauseWatch, "isPaused" | "onResume"> | undefined;
 };
 
 export function createChannelClaimWorker(
@@ -257,6 +263,7 @@ export function createChannelClaimWorker(
       const all = await claimableChannels(db, ctx.contract, maxBatch);
       const locked: ChannelRow[] = [];
       for (const r of all) {
+        if (ctx.tokenPause?.isPaused(r.token) === true) continue;
         if (servedTokenOf(ctx.tokens, r) !== undefined) locked.push(r);
         // A fake token's channel (servedToken.ts): held for good, never claimed on its behalf.
         else
@@ -299,6 +306,7 @@ export function createChannelClaimWorker(
       const rows = await closableChannels(db, ctx.contract, 20);
       let sent = 0;
       for (const r of rows) {
+        if (ctx.tokenPause?.isPaused(r.token) === true) continue;
         if (servedTokenOf(ctx.tokens, r) === undefined) {
           await abandonClose(db, r.channel_id as Hex, "UnsupportedToken");
           continue;
@@ -409,8 +417,10 @@ export function createChannelClaimWorker(
         chainDirty = true;
         wake();
       });
+      const stopResume = ctx.tokenPause?.onResume(wake);
       releaseWatch = () => {
         stopWatching();
+        stopResume?.();
         shared.release();
       };
       running = loop();

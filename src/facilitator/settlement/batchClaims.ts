@@ -50,9 +50,15 @@ export async function claimBatch(
      * its own first.
      */
     claimAtOnce?: boolean | undefined;
+    /**
+     * Tokens whose payments stay in the queue (lower case): their issuer paused them
+     * (tokenPauseWatch.ts), so a batch of them could only be refused.
+     */
+    heldTokens?: readonly string[] | undefined;
   },
 ): Promise<ClaimedBatch | HeldBatch | undefined> {
-  if (rule.claimAtOnce === true) return claimHead(deps, rule.maxBatchSize);
+  const held = [...(rule.heldTokens ?? [])];
+  if (rule.claimAtOnce === true) return claimHead(deps, rule.maxBatchSize, held);
   const { network } = deps;
   // The head of the queue and, for its token, the smallest cap among the next batch's rows. Read on its
   // own: deciding to hold costs one statement, and the claim below takes only rows still pending.
@@ -68,8 +74,9 @@ export async function claimBatch(
                     ORDER BY id LIMIT $2) AS next) AS cap
      FROM (SELECT token, count(*) OVER (PARTITION BY token) AS waiting, count(*) OVER () AS total,
                   (extract(epoch FROM now() - created_at) * 1000)::float8 AS age_ms
-           FROM payments WHERE status = 'pending' AND network = $1 ORDER BY id LIMIT 1) AS h`,
-    [network, rule.maxBatchSize],
+           FROM payments WHERE status = 'pending' AND network = $1 AND NOT (token = ANY($3::text[]))
+           ORDER BY id LIMIT 1) AS h`,
+    [network, rule.maxBatchSize, held],
   );
   const first = head[0];
   if (first === undefined) return undefined;
@@ -120,6 +127,7 @@ export async function claimBatch(
 async function claimHead(
   deps: { store: Store; outbox: Outbox; network: string; batchSettler: Address },
   maxBatchSize: number,
+  heldTokens: readonly string[],
 ): Promise<ClaimedBatch | undefined> {
   const { network } = deps;
   const sender = deps.outbox.sender.toLowerCase();
@@ -133,7 +141,8 @@ async function claimHead(
       }
     >(
       `WITH head AS (
-         SELECT token FROM payments WHERE status = 'pending' AND network = $1 ORDER BY id LIMIT 1
+         SELECT token FROM payments WHERE status = 'pending' AND network = $1
+           AND NOT (token = ANY($4::text[])) ORDER BY id LIMIT 1
        ), batch AS (
          INSERT INTO settlement_batches (network, token, sender, status)
          SELECT $1, token, $2, 'submitted' FROM head
@@ -151,10 +160,11 @@ async function claimHead(
          RETURNING *
        )
        SELECT batch.id AS new_batch_id, batch.token AS batch_token,
-              (SELECT count(*) FROM payments WHERE status = 'pending' AND network = $1) AS pending_total,
+              (SELECT count(*) FROM payments WHERE status = 'pending' AND network = $1
+                 AND NOT (token = ANY($4::text[]))) AS pending_total,
               claimed.*
        FROM batch LEFT JOIN claimed ON true`,
-      [network, sender, maxBatchSize],
+      [network, sender, maxBatchSize, [...heldTokens]],
     );
     const first = claimed[0];
     // No head: the queue was empty and no batch row was inserted.

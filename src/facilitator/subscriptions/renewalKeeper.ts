@@ -23,6 +23,10 @@
  *   isolation, a call that needs absurd gas) is split in halves until the items that revert alone are
  *   found. Those are set aside with the back-off of a failed pull, so they do not sit at the head of
  *   every later run, and every other item of the batch is collected in the same run.
+ * - A token paused by its issuer (tokenPauseWatch.ts) holds its plans' renewals: they are not sent
+ *   (every pull would fail and mark the subscription PastDue), and the unpause wakes the keeper. A
+ *   renewal that met a pause anyway (paused while it was on its way) counts no failure and no back-off:
+ *   its subscription is due again at the next run after the unpause.
  */
 import { randomBytes } from "node:crypto";
 import type { Hash, Log } from "viem";
@@ -33,7 +37,7 @@ import { decodeSubscriptionEvents } from "../../chain/events/decodeSubscriptionE
 import { BigintColumnSchema, SafeIntColumnSchema } from "../../store/columnSchemas.ts";
 import { queryParsed } from "../../store/queryParsed.ts";
 import type { Queryable } from "../../store/store.ts";
-import { isChainUnreachable } from "../chainErrors.ts";
+import { decodeRevert, isChainUnreachable } from "../chainErrors.ts";
 import type { FacilitatorContext } from "../facilitatorModule.ts";
 import { outboxFor } from "../outbox/outboxFor.ts";
 import { openRowMeta } from "../outbox/outboxRecords.ts";
@@ -86,7 +90,7 @@ export type RenewalKeeper = {
 
 type KeeperContext = Pick<
   FacilitatorContext,
-  "store" | "publicClient" | "gas" | "chainId" | "subscriptionManager" | "logger" | "tokens"
+  "store" | "publicClient" | "gas" | "chainId" | "subscriptionManager" | "logger" | "tokens" | "tokenPause"
 >;
 
 const DueRowSchema = z.object({
@@ -140,6 +144,7 @@ export function createRenewalKeeper(
   let loopDone: Promise<void> | undefined;
   const sleeper = createWakeablePause();
   let current: Promise<KeeperRun> | undefined;
+  let stopResume: (() => void) | undefined;
 
   async function takeLease(): Promise<boolean> {
     const rows = await ctx.store.query(
@@ -206,20 +211,30 @@ export function createRenewalKeeper(
         maxAttempts,
         batchSize,
         exclude.map(String),
-        knownTokens,
+        knownTokens.filter((token) => ctx.tokenPause?.isPaused(token) !== true),
       ],
     );
   }
 
-  function outcomesOf(logs: readonly Log[]): { renewed: Set<string>; failed: Set<string> } {
+  /** What a `collectMany` did; `paused` are the failed pulls the token refused for its pause. */
+  function outcomesOf(logs: readonly Log[]): {
+    renewed: Set<string>;
+    failed: Set<string>;
+    paused: Set<string>;
+  } {
     const renewed = new Set<string>();
     const failed = new Set<string>();
+    const paused = new Set<string>();
     for (const event of decodeSubscriptionEvents([...logs])) {
       if (event.address.toLowerCase() !== manager.toLowerCase()) continue;
       if (event.eventName === "SubscriptionRenewed") renewed.add(event.args.subscriptionId.toString());
-      if (event.eventName === "RenewalFailed") failed.add(event.args.subscriptionId.toString());
+      if (event.eventName === "RenewalFailed") {
+        const id = event.args.subscriptionId.toString();
+        if (decodeRevert(event.args.reason)?.code === "TokenPaused") paused.add(id);
+        else failed.add(id);
+      }
     }
-    return { renewed, failed };
+    return { renewed, failed, paused };
   }
 
   /**
@@ -231,8 +246,12 @@ export function createRenewalKeeper(
     if (outcome.status !== "confirmed") return;
     const meta = RenewalMetaSchema.parse(outcome.meta);
     const due = meta.due.map((d) => ({ subscription_id: BigInt(d.id), current_period_end: d.periodEnd }));
-    const { renewed, failed } = outcomesOf(outcome.logs);
+    const { renewed, failed, paused } = outcomesOf(outcome.logs);
     await commit((tx) => recordAttempts(tx, meta.chainTime, due, renewed, failed));
+    if (paused.size > 0) {
+      log.warn({ held: paused.size }, "renewals met a paused token: retried after it is unpaused");
+      for (const token of knownTokens) ctx.tokenPause?.suspect(token);
+    }
   };
   outbox.handle(RENEWAL_KIND, handler);
 
@@ -453,10 +472,12 @@ export function createRenewalKeeper(
       if (running) return;
       running = true;
       if (outbox !== ctx.outbox) await outbox.start();
+      stopResume = ctx.tokenPause?.onResume(() => sleeper.wake());
       loopDone = loop();
     },
     async stop() {
       running = false;
+      stopResume?.();
       sleeper.wake();
       await loopDone;
       if (outbox !== ctx.outbox) await outbox.stop();

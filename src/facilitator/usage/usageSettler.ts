@@ -101,7 +101,7 @@ export type UsageSettler = {
 
 type SettlerContext = Pick<
   FacilitatorContext,
-  "store" | "publicClient" | "gas" | "chainId" | "subscriptionManager" | "logger" | "tokens"
+  "store" | "publicClient" | "gas" | "chainId" | "subscriptionManager" | "logger" | "tokens" | "tokenPause"
 >;
 
 /** Attempts for a record whose whole batch transaction reverted before it fails. */
@@ -154,6 +154,7 @@ export function createUsageSettler(
   let running = false;
   let loopDone: Promise<void> | undefined;
   let unlisten: (() => Promise<void>) | undefined;
+  let stopResume: (() => void) | undefined;
   const sleeper = createWakeablePause();
   let dirty = false;
   /** When a claimed batch left unqueued (another instance's, or a dead one's) may be released, if any. */
@@ -648,7 +649,10 @@ export function createUsageSettler(
   async function tick(force: boolean): Promise<UsageRunResult & { held: boolean }> {
     const total = { ...(await reconcileUnserialized()), held: false };
     let changed = total.batches > 0;
-    for (;;) {
+    // A served token paused by its issuer: every pull in it would fail its record, so no record is
+    // claimed until the unpause wakes the loop (records are not sorted by token before they are claimed).
+    const paused = (ctx.tokenPause?.paused().length ?? 0) > 0;
+    for (; !paused; ) {
       const claimed = await claim(force);
       if (claimed === undefined) break;
       if (claimed === "held") {
@@ -708,6 +712,7 @@ export function createUsageSettler(
       running = true;
       if (outbox !== ctx.outbox) await outbox.start();
       unlisten = await store.listen("usage", () => this.signal());
+      stopResume = ctx.tokenPause?.onResume(() => this.signal());
       loopDone = loop();
     },
     async stop() {
@@ -717,6 +722,7 @@ export function createUsageSettler(
       await queue;
       await unlisten?.();
       unlisten = undefined;
+      stopResume?.();
       if (outbox !== ctx.outbox) await outbox.stop();
     },
   };

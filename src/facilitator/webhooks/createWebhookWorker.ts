@@ -4,7 +4,8 @@
  *
  * 1. Fan-out: read new rows of the `events` log past a cursor kept in the store and create one
  *    delivery per matching endpoint of the provider the event concerns (`data.provider`, else
- *    `data.payTo`), in the same transaction that moves the cursor. A crash before commit changes
+ *    `data.payTo`; every provider's for the token's own events, `token.paused`/`token.unpaused`), in
+ *    the same transaction that moves the cursor. A crash before commit changes
  *    nothing; after commit the cursor is past those events. So a restart neither skips an event nor
  *    enqueues one twice.
  * 2. Delivery: claim due deliveries (`FOR UPDATE SKIP LOCKED`) under a lease, POST each signed event,
@@ -32,6 +33,7 @@ import { z } from "zod";
 import { type Clock, unixSeconds } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import {
+  TokenWebhookEventTypes,
   WEBHOOK_SIGNATURE_HEADER,
   type WebhookEvent,
   WebhookEventTypeSchema,
@@ -192,14 +194,15 @@ export function createWebhookWorker(options: WebhookWorkerOptions): WebhookWorke
         `INSERT INTO webhook_deliveries (endpoint_id, event_id, next_attempt_at)
          SELECT w.id, e.id, $3 FROM events e
          JOIN webhook_endpoints w
-           ON w.provider = lower(coalesce(e.data ->> 'provider', e.data ->> 'payTo'))
+           ON (w.provider = lower(coalesce(e.data ->> 'provider', e.data ->> 'payTo'))
+               OR e.type = ANY ($4::text[]))
           AND (w.events IS NULL OR e.type = ANY (w.events))
           AND w.created_at <= e.created_at
          WHERE e.id = ANY ($1::bigint[]) AND e.type = ANY ($2::text[])
          ORDER BY e.tx, e.id, w.id
          ON CONFLICT (endpoint_id, event_id) DO NOTHING
          RETURNING id`,
-        [events.map((e) => e.id), knownEventTypes, new Date(clock.now())],
+        [events.map((e) => e.id), knownEventTypes, new Date(clock.now()), [...TokenWebhookEventTypes]],
       );
       await tx.query(
         "UPDATE webhook_cursors SET tx = $2::xid8, event_id = $3, updated_at = now() WHERE name = $1",
