@@ -9,7 +9,7 @@
  *   watch (chainWatch.ts): it follows every log of an address, and USDC's on Base is every transfer;
  * - at once when a chain refusal names the pause (`suspect`): a simulation of a new payment, a batch
  *   item that reverted "Pausable: paused" (fiatTokenRevertNames.ts);
- * - a token without `paused()` (TollgateUSD, any token that cannot pause) is read once and then left.
+ * - a token without `paused()` (any token that cannot pause) is read once and then left.
  *
  * Invariants:
  * 1. The state is kept per (chain, token) in the store (`token_pauses`). A change is a compare-and-set
@@ -186,7 +186,7 @@ export function createTokenPauseWatch(options: TokenPauseWatchOptions): TokenPau
         unreachable = true;
         return;
       }
-      // No `paused()` (TollgateUSD): the token cannot be paused.
+      // No `paused()`: the token cannot be paused.
       pausable.delete(token);
       log.debug({ token }, "the token has no paused(); it is not watched");
       options.metrics?.onTokenPaused(token, false);

@@ -47,7 +47,7 @@ export async function startTestFacilitator(
     batchSettler?: Address;
     /** Proof keys, the first signing (default: one fresh key). */
     proofKeys?: readonly ProofKey[];
-    /** Further TollgateUSD deployments to serve beside the devnet's (same permit domain). */
+    /** Further USDC (FiatToken) deployments to serve beside the devnet's, under the same domain. */
     extraTokens?: readonly Address[];
   } = {},
 ): Promise<TestFacilitator> {

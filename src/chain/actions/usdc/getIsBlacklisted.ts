@@ -3,7 +3,7 @@ import type { ReadClient } from "../../clientTypes.ts";
 import { fiatTokenV2_2Abi } from "../../contracts/circle-usdc/FiatTokenV2_2.ts";
 
 export type GetIsBlacklistedParameters = {
-  /** A FiatToken (USDC); TollgateUSD has no blacklist and reverts this read. */
+  /** A FiatToken (USDC); a token without `isBlacklisted` reverts this read. */
   token: Address;
   account: Address;
 };

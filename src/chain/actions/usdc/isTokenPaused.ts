@@ -8,8 +8,8 @@ export type IsTokenPausedParameters = {
 };
 
 /**
- * Reads FiatToken's `paused()`. A token without the function (TollgateUSD, which cannot pause) makes the
- * call revert with no data.
+ * Reads FiatToken's `paused()`. A token without the function (one that cannot pause) makes the call
+ * revert with no data.
  *
  * @example
  * if (await isTokenPaused(publicClient, { token: usdc })) console.log("USDC transfers are stopped");
