@@ -530,9 +530,10 @@ function refusalOf(error: TollgateError, phase: "verify" | "settle", payer: stri
       payer,
     };
   }
-  if (error.code === "InvalidRequest") {
-    // What reaches here is a revert the engine could not name: in a simulation at verify time,
-    // or of the settlement itself.
+  if (error.code === "InvalidRequest" || error.code === "AccountBlacklisted") {
+    // What reaches here is a revert the engine could not name, or a blacklisted payer or payee (x402 has
+    // no reason for it; the message names the account): in a simulation at verify time, or of the
+    // settlement itself.
     return {
       reason: phase === "verify" ? X402ErrorReason.SimulationFailed : X402ErrorReason.TransactionFailed,
       message: error.message,

@@ -11,6 +11,7 @@ import { simulateTransferWithAuthorization } from "../../chain/actions/usd/simul
 import { fiatTokenV2_2Abi } from "../../chain/contracts/circle-usdc/FiatTokenV2_2.ts";
 import { type Clock, unixSeconds } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
+import { nameBlacklistedAccount } from "../blacklistRefusal.ts";
 import { isChainUnreachable, toChainError } from "../chainErrors.ts";
 import {
   type CheckablePayment,
@@ -57,6 +58,8 @@ export type PaymentChecks = {
   onChainUse(row: PaymentRow): Promise<OnChainUse>;
   /** Checks a row again before it is retried; throws only when the chain cannot be reached. */
   recheck(row: PaymentRow): Promise<Recheck>;
+  /** `refusal` of `row`, with the blacklisted payer or payee named when it is `AccountBlacklisted`. */
+  nameBlacklisted(row: PaymentRow, refusal: TollgateError): Promise<TollgateError>;
 };
 
 export function createPaymentChecks(options: {
@@ -114,7 +117,12 @@ export function createPaymentChecks(options: {
           { cause: error, details: { gasLimit: SETTLER_ITEM_GAS.toString() } },
         );
       }
-      throw toChainError(error);
+      // A blacklisted payer or payee is named here, on the refusal path only (blacklistRefusal.ts).
+      const a = payment.authorization;
+      throw await nameBlacklistedAccount(client, toChainError(error), {
+        token: payment.token as Address,
+        parties: { payer: a.from, payee: a.to },
+      });
     }
   }
 
@@ -170,6 +178,11 @@ export function createPaymentChecks(options: {
       ),
     simulate,
     onChainUse,
+    nameBlacklisted: (row, refusal) =>
+      nameBlacklistedAccount(client, refusal, {
+        token: row.token as Address,
+        parties: { payer: row.payer, payee: row.pay_to },
+      }),
     async recheck(row) {
       const use = await onChainUse(row);
       if (use.kind === "matched") return { kind: "settled", hash: use.hash, blockNumber: use.blockNumber };

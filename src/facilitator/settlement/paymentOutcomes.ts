@@ -7,6 +7,7 @@ import type { Logger } from "pino";
 import { getAddress, type Hash } from "viem";
 import type { TollgateError } from "../../protocol/errors.ts";
 import type { Queryable } from "../../store/store.ts";
+import { blacklistedFields } from "../blacklistRefusal.ts";
 import { type PaymentRow, PaymentRowSchema } from "../paymentRecords.ts";
 import type { ProofKey } from "../proofKeys.ts";
 import { issuePaymentProof } from "./issuePaymentProof.ts";
@@ -147,11 +148,22 @@ export async function markPaymentFailed(
   if (updated.length === 0) return;
   const transaction = txHash === null ? {} : { transaction: txHash };
   deps.logger.info(
-    { ...paymentLogFields(row), event: "payment.failed", code: refusal.code, ...transaction },
+    {
+      ...paymentLogFields(row),
+      event: "payment.failed",
+      code: refusal.code,
+      ...blacklistedFields(refusal),
+      ...transaction,
+    },
     "payment failed",
   );
   await tx.query("INSERT INTO events (type, data) VALUES ('payment.failed', $1)", [
-    eventData(row, { code: refusal.code, message: refusal.message, ...transaction }),
+    eventData(row, {
+      code: refusal.code,
+      message: refusal.message,
+      ...blacklistedFields(refusal),
+      ...transaction,
+    }),
   ]);
   deps.onFailed?.(refusal.code);
 }
