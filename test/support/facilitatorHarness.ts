@@ -38,7 +38,14 @@ export async function startTestFacilitator(
   options: Partial<
     Pick<
       CreateFacilitatorOptions,
-      "settlement" | "confirmations" | "rpcUrl" | "modules" | "webhooks" | "logger" | "dashboard"
+      | "settlement"
+      | "confirmations"
+      | "rpcUrl"
+      | "modules"
+      | "webhooks"
+      | "logger"
+      | "dashboard"
+      | "tokenPause"
     >
   > & {
     store?: Store;
@@ -76,6 +83,7 @@ export async function startTestFacilitator(
     modules: options.modules,
     logger: options.logger,
     dashboard: options.dashboard,
+    tokenPause: options.tokenPause,
     // Suites' webhook receivers listen on loopback, which a facilitator refuses unless allowed.
     webhooks: options.webhooks ?? { allowTargets: ["127.0.0.0/8", "::1"] },
   });
