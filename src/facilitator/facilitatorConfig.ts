@@ -20,6 +20,7 @@ import type { RateLimitOptions } from "./abuse/rateLimits.ts";
 import { chainUnavailable, isChainUnreachable } from "./chainErrors.ts";
 import { CommaListSchema } from "./commaListSchema.ts";
 import type { FacilitatorToken } from "./createFacilitator.ts";
+import { withDeploymentDefaults } from "./deploymentEnvironment.ts";
 import { generateProofKey, type ProofKey, parseProofKey } from "./proofKeys.ts";
 import { loadWebhookConfig, type WebhookConfig, WebhookEnvSchema } from "./webhooks/webhookConfig.ts";
 
@@ -44,6 +45,11 @@ const RateLimitSchema = z
 /** What the environment may say; every field optional so devnet defaults can fill the gaps. */
 export const FacilitatorEnvSchema = z.object({
   TOLLGATE_DIR: z.string().default(".tollgate"),
+  /**
+   * A deployment file written by `tollgate deploy`; default `<TOLLGATE_DIR>/deployment-<chain id>.json`
+   * for TOLLGATE_NETWORK's chain (deploymentEnvironment.ts).
+   */
+  TOLLGATE_DEPLOYMENT: z.string().optional(),
   TOLLGATE_RPC_URL: z.url().optional(),
   /**
    * The most JSON-RPC calls sent in one batch when calls pile up (src/chain/batchingHttp.ts); 1 never
@@ -171,7 +177,8 @@ function parseEnvironment(environment: Record<string, string | undefined>): Faci
 
 /** Resolves the configuration from the environment (and the devnet file, when there is one). */
 export function loadFacilitatorConfig(environment: Record<string, string | undefined>): FacilitatorConfig {
-  const env = parseEnvironment(environment);
+  // The deployment file's token and addresses fill what the environment leaves unset.
+  const env = parseEnvironment(withDeploymentDefaults(environment));
   const dir = env.TOLLGATE_DIR;
   const devnet = readDevnetFile(dir);
   const network =

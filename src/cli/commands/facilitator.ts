@@ -34,6 +34,7 @@ const flagVariables = {
   confirmations: "TOLLGATE_CONFIRMATIONS",
   "database-url": "DATABASE_URL",
   dir: "TOLLGATE_DIR",
+  deployment: "TOLLGATE_DEPLOYMENT",
   port: "TOLLGATE_PORT",
   host: "TOLLGATE_HOST",
   "webhook-allow-targets": "TOLLGATE_WEBHOOK_ALLOW_TARGETS",
@@ -67,8 +68,14 @@ export async function run(argv: string[]): Promise<number> {
     console.log(
       "usage: tollgate facilitator [--port 4020] [--host 127.0.0.1] [--rpc-url URL] [--network eip155:N]\n" +
         "         [--confirmations N] [--database-url postgres://…] [--dir .tollgate] [--min-amount N]\n" +
-        "environment: TOLLGATE_RPC_URL TOLLGATE_NETWORK TOLLGATE_GAS_KEY TOLLGATE_PROOF_KEYS TOLLGATE_TOKEN\n" +
-        "  TOLLGATE_BATCH_SETTLER TOLLGATE_SUBSCRIPTION_MANAGER TOLLGATE_CONFIRMATIONS DATABASE_URL LOG_LEVEL\n" +
+        "         [--deployment <dir>/deployment-<chain id>.json]\n" +
+        "environment: TOLLGATE_RPC_URL TOLLGATE_NETWORK TOLLGATE_GAS_KEY TOLLGATE_PROOF_KEYS TOLLGATE_CONFIRMATIONS\n" +
+        "  DATABASE_URL LOG_LEVEL\n" +
+        "  TOLLGATE_DEPLOYMENT, --deployment (the file `tollgate deploy` wrote; default\n" +
+        "  <dir>/deployment-<chain id>.json for TOLLGATE_NETWORK; it gives the token, its EIP-712 domain and the\n" +
+        "  contracts: docs/going-live.md)\n" +
+        "  TOLLGATE_TOKEN TOLLGATE_TOKEN_NAME TOLLGATE_TOKEN_VERSION TOLLGATE_BATCH_SETTLER\n" +
+        "  TOLLGATE_SUBSCRIPTION_MANAGER TOLLGATE_CHANNELS (override the deployment file or devnet.json)\n" +
         "  TOLLGATE_MIN_AMOUNT (smallest unit; default 10000 on Base, 1 on a devnet)\n" +
         "  TOLLGATE_RATE_LIMIT_CLIENT TOLLGATE_RATE_LIMIT_PAYER TOLLGATE_RATE_LIMIT_PROVIDER (<burst>:<per second>\n" +
         "  or off; default 120:20, 60:10, 600:100)\n" +
@@ -80,7 +87,7 @@ export async function run(argv: string[]): Promise<number> {
         "  TOLLGATE_DASHBOARD, --dashboard on|off (the web dashboard at /dashboard; default on for a devnet\n" +
         "  on a loopback address, off otherwise: see docs/dashboard.md)\n" +
         "  (flags override the environment; the keys are read from the environment only;\n" +
-        "  defaults come from .tollgate/devnet.json after `tollgate devnet up`)",
+        "  defaults come from the deployment file, or from .tollgate/devnet.json after `tollgate devnet up`)",
     );
     return 0;
   }
