@@ -8,7 +8,7 @@
  */
 import { createDecipheriv, pbkdf2, scrypt, timingSafeEqual } from "node:crypto";
 import { promisify } from "node:util";
-import { bytesToHex, concat, getAddress, type Hex, hexToBytes, keccak256 } from "viem";
+import { bytesToHex, concat, getAddress, type Hex, hexToBytes, keccak256, pad } from "viem";
 import { privateKeyToAddress } from "viem/accounts";
 import { z } from "zod";
 import { TollgateError } from "../../protocol/errors.ts";
@@ -19,18 +19,21 @@ const HexText = z
   .transform((text) => hexToBytes((text.startsWith("0x") ? text : `0x${text}`) as Hex));
 
 /** scrypt cost bounds: geth's "standard" N is 2^18 (256 MiB at r = 8), foundry's 2^13. */
-const ScryptParamsSchema = z.object({
-  n: z
-    .number()
-    .int()
-    .min(2)
-    .max(2 ** 20)
-    .refine((n) => (n & (n - 1)) === 0, { error: "n must be a power of two" }),
-  r: z.number().int().min(1).max(32),
-  p: z.number().int().min(1).max(16),
-  dklen: z.literal(32),
-  salt: HexText,
-});
+const ScryptParamsSchema = z
+  .object({
+    n: z
+      .number()
+      .int()
+      .min(2)
+      .max(2 ** 20)
+      .refine((n) => (n & (n - 1)) === 0, { error: "n must be a power of two" }),
+    r: z.number().int().min(1).max(32),
+    p: z.number().int().min(1).max(16),
+    dklen: z.literal(32),
+    salt: HexText,
+  })
+  // RFC 7914 §2: N < 2^(128·r/8). OpenSSL (node:crypto) holds to it; keystores of geth and foundry use r = 8.
+  .refine((k) => Math.log2(k.n) < 16 * k.r, { error: "scrypt's n must be below 2^(16·r) (RFC 7914)" });
 
 const Pbkdf2ParamsSchema = z.object({
   c: z.number().int().min(1).max(10_000_000),
@@ -135,13 +138,14 @@ export async function decryptKeystore(keystore: string | unknown, password: stri
   }
   const decipher = createDecipheriv("aes-128-ctr", derived.subarray(0, 16), crypto.cipherparams.iv);
   const key = Buffer.concat([decipher.update(crypto.ciphertext), decipher.final()]);
-  if (key.length !== 32) {
+  // Some older wallets stored keys with their leading zero bytes dropped; geth reads them left-padded.
+  if (key.length === 0 || key.length > 32) {
     throw new TollgateError(
       "InvalidRequest",
       `the keystore holds ${key.length} bytes, not a 32-byte private key`,
     );
   }
-  const privateKey = bytesToHex(key);
+  const privateKey = pad(bytesToHex(key), { size: 32 });
   if (parsed.data.address !== undefined) {
     const address = parsed.data.address.startsWith("0x") ? parsed.data.address : `0x${parsed.data.address}`;
     if (getAddress(address.toLowerCase()) !== privateKeyToAddress(privateKey)) {
