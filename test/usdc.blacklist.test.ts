@@ -2,16 +2,27 @@
  * Tollgate when Circle's USDC (FiatToken v2.2) blacklists a payer or a payee: a new payment is refused
  * before any gas is spent with `AccountBlacklisted` naming the account and the token; an account
  * blacklisted after its payment was checked fails its own batch item alone, with the reason recorded and
- * sent to the payee, while the batch's other items settle.
+ * sent to the payee, while the batch's other items settle; a blacklisted subscriber's renewal goes past
+ * due with the reason decoded in the subscription's record, its API answer and the provider's event.
  */
-import { type Address, getAddress, type Hex } from "viem";
+import { type Address, getAddress, type Hex, maxUint256 } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { blacklistAccount } from "../src/chain/actions/usdc/blacklistAccount.ts";
-import { getTokenBalance } from "../src/chain/index.ts";
+import {
+  approveToken,
+  createPlan,
+  getPlanIdFromReceipt,
+  getSubscriptionIdFromReceipt,
+  getTokenBalance,
+  subscribe,
+} from "../src/chain/index.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
+import { createRenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
+import { createSubscriptionIndexer } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
 import { ErrorBodySchema } from "../src/protocol/errors.ts";
 import type { SignedPayment } from "../src/protocol/signedPayment.ts";
+import { SubscriptionInfoSchema } from "../src/protocol/subscriptions.ts";
 import { signTestPayment, startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
 let devnet: Devnet;
@@ -235,5 +246,63 @@ describe("a payment from or to an account USDC has blacklisted", () => {
         role: "payee",
       });
     }
+  });
+});
+
+describe("a subscription whose subscriber USDC has blacklisted", () => {
+  it("goes PastDue at renewal with AccountBlacklisted in its record, GET /subscriptions/:id and subscription.renewal_failed", async () => {
+    const [subscriber, provider] = [nextPayer(), nextPayer()];
+    const manager = devnet.contracts.subscriptionManager;
+    const interval = 3_600n;
+    const mined = async (hash: Hex) => devnet.publicClient.waitForTransactionReceipt({ hash });
+    const planId = getPlanIdFromReceipt(
+      await mined(
+        await createPlan(devnet.walletClient(provider), {
+          manager,
+          token: devnet.contracts.usd,
+          amount: 1_000_000n,
+          interval,
+          includedUnits: 0n,
+          overageUnitPrice: 0n,
+        }),
+      ),
+    );
+    await mined(
+      await approveToken(devnet.walletClient(subscriber), {
+        token: devnet.contracts.usd,
+        spender: manager,
+        amount: maxUint256,
+      }),
+    );
+    const subscriptionId = getSubscriptionIdFromReceipt(
+      await mined(await subscribe(devnet.walletClient(subscriber), { manager, planId, maxOverage: 0n })),
+    ).toString();
+
+    await blacklist(subscriber.address);
+    await devnet.advanceTime(interval + 60n);
+    const ctx = tf.facilitator.context;
+    const run = await createRenewalKeeper(ctx, { indexer: createSubscriptionIndexer(ctx) }).runOnce();
+    expect(run.failed).toContain(subscriptionId);
+
+    const info = SubscriptionInfoSchema.parse(
+      await (await fetch(`${tf.url}/subscriptions/${subscriptionId}`)).json(),
+    );
+    expect(info.status).toBe("PastDue");
+    expect(info.renewalFailure?.code).toBe("AccountBlacklisted");
+    const [row] = await tf.store.query<{ renewal_failure_code: string | null }>(
+      "SELECT renewal_failure_code FROM subscriptions WHERE subscription_id = $1",
+      [subscriptionId],
+    );
+    expect(row?.renewal_failure_code).toBe("AccountBlacklisted");
+    const [event] = await tf.store.query<{ data: Record<string, unknown> }>(
+      "SELECT data FROM events WHERE type = 'subscription.renewal_failed' AND data ->> 'subscriptionId' = $1",
+      [subscriptionId],
+    );
+    expect(event?.data).toMatchObject({
+      provider: provider.address,
+      subscriber: subscriber.address,
+      code: "AccountBlacklisted",
+    });
+    expect(event?.data.message).toMatch(/blacklisted/);
   });
 });

@@ -112,6 +112,11 @@ export const SubscriptionInfoSchema = z.object({
   spendLimit: AtomicAmountSchema.optional(),
   /** Everything pulled for it so far, counted against `spendLimit`. */
   spent: AtomicAmountSchema.optional(),
+  /**
+   * While PastDue: why its last renewal failed, decoded from the chain's revert (`code` such as
+   * `AccountBlacklisted` or `InsufficientFunds`, and a message). Absent otherwise, or before it is indexed.
+   */
+  renewalFailure: z.object({ code: z.string().max(64), message: z.string().max(500) }).optional(),
   /** The chain's latest block time when this was read. */
   chainTime: ChainTimeSchema,
 });

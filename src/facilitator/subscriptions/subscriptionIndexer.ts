@@ -31,6 +31,7 @@ import { isChainUnreachable } from "../chainErrors.ts";
 import { acquireChainWatch } from "../chainWatch.ts";
 import type { FacilitatorContext } from "../facilitatorModule.ts";
 import { createWakeablePause, IDLE_BACKSTOP_MS } from "../wakeablePause.ts";
+import { renewalFailureOf } from "./renewalFailure.ts";
 import {
   type ChainPlan,
   type ChainSubscription,
@@ -479,7 +480,7 @@ export function createSubscriptionIndexer(
           tx,
           a.subscriptionId,
           block,
-          "status = 'Active', period_start = $5, current_period_end = $6, overage_used = 0",
+          "status = 'Active', period_start = $5, current_period_end = $6, overage_used = 0, renewal_failure_code = NULL, renewal_failure_message = NULL",
           [a.periodStart, a.periodEnd],
         );
         await ctx.recordEvent(tx, "subscription.renewed", {
@@ -494,10 +495,20 @@ export function createSubscriptionIndexer(
       case "RenewalFailed": {
         const a = event.args;
         await ensureSubscription(tx, a.subscriptionId, block);
-        await updateSubscription(tx, a.subscriptionId, block, "status = 'PastDue'", []);
+        // The reason decoded (AccountBlacklisted, InsufficientFunds, …), kept until the next renewal.
+        const failure = renewalFailureOf(a.reason);
+        await updateSubscription(
+          tx,
+          a.subscriptionId,
+          block,
+          "status = 'PastDue', renewal_failure_code = $5, renewal_failure_message = $6",
+          [failure.code, failure.message],
+        );
         await ctx.recordEvent(tx, "subscription.renewal_failed", {
           ...(await subscriptionData(a.subscriptionId, "PastDue")),
           amount: a.amount.toString(),
+          code: failure.code,
+          message: failure.message,
           reason: a.reason,
           ...where,
         });

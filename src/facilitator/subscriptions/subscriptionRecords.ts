@@ -40,6 +40,9 @@ export const SubscriptionRowSchema = z.object({
   max_overage: BigintColumnSchema,
   overage_used: BigintColumnSchema,
   last_block: BigintColumnSchema,
+  /** Why the last renewal failed (migration 0197); cleared when it renews. */
+  renewal_failure_code: z.string().nullable().optional(),
+  renewal_failure_message: z.string().nullable().optional(),
 });
 export type SubscriptionRow = z.infer<typeof SubscriptionRowSchema>;
 
@@ -154,6 +157,8 @@ export function subscriptionToWire(
   sub: ChainSubscription,
   plan: PlanRow,
   chainTime: number,
+  /** The index's row, for the reason of a failed renewal. */
+  indexed?: Pick<SubscriptionRow, "renewal_failure_code" | "renewal_failure_message"> | undefined,
 ): SubscriptionInfo {
   const status = statusOf(sub.status);
   if (status === undefined) throw new Error(`subscription ${subscriptionId} does not exist`);
@@ -176,6 +181,14 @@ export function subscriptionToWire(
     overageUsed: sub.overageUsed.toString(),
     ...(sub.spendLimit === undefined ? {} : { spendLimit: sub.spendLimit.toString() }),
     ...(sub.spent === undefined ? {} : { spent: sub.spent.toString() }),
+    ...(status === "PastDue" && indexed?.renewal_failure_code != null
+      ? {
+          renewalFailure: {
+            code: indexed.renewal_failure_code,
+            message: indexed.renewal_failure_message ?? "",
+          },
+        }
+      : {}),
     chainTime,
   };
 }

@@ -59,6 +59,7 @@ import {
   type ChainPlan,
   type ChainSubscription,
   chainPlanToRow,
+  findSubscription,
   type IndexScope,
   type PlanRow,
   planToWire,
@@ -160,14 +161,16 @@ export function createSubscriptionService(
   }
 
   async function subscriptionInfo(subscriptionId: bigint): Promise<SubscriptionInfo> {
-    const [sub, now, spend] = await Promise.all([
+    const [sub, now, spend, indexed] = await Promise.all([
       readSubscription(subscriptionId),
       chainTime(),
       // A manager deployed before spend limits has no spendOf: the answer then leaves them out.
       getSubscriptionSpend(client, { manager, subscriptionId }).catch(() => undefined),
+      // The chain keeps no reason for a failed renewal; the index does (from RenewalFailed).
+      findSubscription(ctx.store, scope, subscriptionId),
     ]);
     const plan = await readPlan(sub.planId);
-    return subscriptionToWire(subscriptionId, { ...sub, ...spend }, plan, now);
+    return subscriptionToWire(subscriptionId, { ...sub, ...spend }, plan, now, indexed);
   }
 
   function intentNonce(subscriber: Address): Promise<bigint> {
