@@ -1,0 +1,130 @@
+import pino from "pino";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { pauseToken } from "../chain/actions/usdc/pauseToken.ts";
+import { unpauseToken } from "../chain/actions/usdc/unpauseToken.ts";
+import { type Devnet, startDevnet } from "../chain/startDevnet.ts";
+import type { Clock } from "../protocol/clock.ts";
+import { TokenPausedEventDataSchema, TokenUnpausedEventDataSchema } from "../protocol/webhook.ts";
+import { createTestStore } from "../store/createTestStore.ts";
+import type { Queryable, Store } from "../store/store.ts";
+import { createTokenPauseWatch, type TokenPauseWatchOptions } from "./tokenPauseWatch.ts";
+
+describe("createTokenPauseWatch", () => {
+  let devnet: Devnet;
+  let store: Store;
+  let now = Date.UTC(2026, 11, 5, 1, 0, 0);
+  const clock: Clock = { now: () => now };
+  const gauge = new Map<string, boolean>();
+
+  beforeAll(async () => {
+    devnet = await startDevnet({ token: "usdc", accounts: 1 });
+    store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
+  }, 60_000);
+  afterAll(async () => {
+    await store?.close();
+    await devnet?.stop();
+  });
+
+  /** A watch as one facilitator instance makes it; `intervalMs` long so only `check` reads the chain. */
+  function watch(overrides: Partial<TokenPauseWatchOptions> = {}) {
+    return createTokenPauseWatch({
+      store,
+      client: devnet.publicClient,
+      chainId: devnet.chain.id,
+      network: devnet.network,
+      tokens: [
+        { address: devnet.contracts.usd, symbol: "USDC" },
+        // A contract without paused(): read once, never paused.
+        { address: devnet.contracts.batchSettler },
+      ],
+      clock,
+      logger: pino({ level: "silent" }),
+      metrics: { onTokenPaused: (token, paused) => gauge.set(token, paused) },
+      async recordEvent(db: Queryable, type: string, data: Record<string, unknown>) {
+        await db.query("INSERT INTO events (type, data) VALUES ($1, $2)", [type, data]);
+      },
+      intervalMs: 3_600_000,
+      ...overrides,
+    });
+  }
+  const events = (type: string) =>
+    store.query<{ data: Record<string, unknown> }>("SELECT data FROM events WHERE type = $1 ORDER BY id", [
+      type,
+    ]);
+  const setPaused = async (paused: boolean) => {
+    const client = devnet.walletClient(devnet.deployer);
+    const token = devnet.contracts.usd;
+    await devnet.publicClient.waitForTransactionReceipt({
+      hash: await (paused ? pauseToken(client, { token }) : unpauseToken(client, { token })),
+    });
+  };
+
+  it("records a pause once across instances sharing a store, keeps its start over a restart, and calls back on the unpause", async () => {
+    const token = devnet.contracts.usd;
+    const a = watch();
+    const b = watch();
+    await a.start();
+    await b.start();
+    expect(a.isPaused(token)).toBe(false);
+    expect(gauge.get(token.toLowerCase())).toBe(false);
+
+    await setPaused(true);
+    const pausedAt = now;
+    await Promise.all([a.check(), b.check()]);
+    expect(a.isPaused(token)).toBe(true);
+    expect(b.isPaused(token)).toBe(true);
+    expect(a.isPaused(devnet.contracts.batchSettler)).toBe(false);
+    expect(gauge.get(token.toLowerCase())).toBe(true);
+    const paused = await events("token.paused");
+    expect(paused).toHaveLength(1);
+    expect(TokenPausedEventDataSchema.parse(paused[0]!.data)).toEqual({
+      network: devnet.network,
+      token,
+      since: pausedAt / 1000,
+    });
+
+    // Another instance started later (or this one restarted) holds at once, with the pause's start.
+    now += 60_000;
+    await b.stop();
+    const c = watch();
+    await c.start();
+    expect(c.paused()).toEqual([{ token, symbol: "USDC", since: new Date(pausedAt) }]);
+    await c.check();
+    expect(await events("token.paused")).toHaveLength(1);
+
+    const resumed: string[] = [];
+    a.onResume((t) => resumed.push(t));
+    c.onResume((t) => resumed.push(t));
+    await setPaused(false);
+    now += 60_000;
+    await Promise.all([a.check(), c.check()]);
+    expect(a.isPaused(token)).toBe(false);
+    expect(c.paused()).toEqual([]);
+    expect(resumed).toEqual([token, token]);
+    const unpaused = await events("token.unpaused");
+    expect(unpaused).toHaveLength(1);
+    expect(TokenUnpausedEventDataSchema.parse(unpaused[0]!.data)).toEqual({
+      network: devnet.network,
+      token,
+      pausedSince: pausedAt / 1000,
+      unpausedAt: now / 1000,
+    });
+    expect(gauge.get(token.toLowerCase())).toBe(false);
+    await a.stop();
+    await c.stop();
+  });
+
+  it("reads paused() at once when a refusal names the pause, without waiting for its interval", async () => {
+    const token = devnet.contracts.usd;
+    const w = watch();
+    await w.start();
+    await setPaused(true);
+    // Its next round is an hour away: only `suspect` can make it read now.
+    w.suspect(token);
+    await vi.waitFor(() => expect(w.isPaused(token)).toBe(true), { timeout: 5_000 });
+    await setPaused(false);
+    await w.check();
+    expect(w.isPaused(token)).toBe(false);
+    await w.stop();
+  });
+});
