@@ -161,6 +161,33 @@ describe("webhook fan-out", () => {
     expect(received[0]?.headers["content-type"]).toBe("application/json");
   });
 
+  it("delivers the token's own events to every provider's endpoints that take them", async () => {
+    const clock = createFixedClock(START);
+    await repository().create(provider, { url: "https://a.example/hooks" }, new Date(START));
+    await repository().create(
+      provider,
+      { url: "https://b.example/hooks", events: ["payment.settled"] },
+      new Date(START),
+    );
+    await repository().create(otherProvider, { url: "https://c.example/hooks" }, new Date(START));
+    const { fetch, received } = receiver();
+    const token = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
+    const paused = await recordEvent("token.paused", {
+      network: "eip155:84532",
+      token,
+      since: 1_764_900_000,
+    });
+
+    await worker(fetch, clock).runOnce();
+    expect(received.map((r) => [r.url, (JSON.parse(r.body) as WebhookEvent).id]).sort()).toEqual(
+      [
+        ["https://a.example/hooks", `evt_${paused}`],
+        ["https://c.example/hooks", `evt_${paused}`],
+      ].sort(),
+    );
+    expect(JSON.parse(received[0]!.body)).toMatchObject({ type: "token.paused", data: { token } });
+  });
+
   it("does not send an endpoint the events that happened before it was registered", async () => {
     await recordEvent("payment.settled", settled(provider));
     await store.query("SELECT pg_sleep(0.01)");
