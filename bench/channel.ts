@@ -6,7 +6,8 @@
  * (bench/support/channelGateProcess.ts: `paymentGate` on `node:http`, journal voucher store, vouchers
  * forwarded every second), so `process.cpuUsage()` of that process is the gate's CPU alone; payers in
  * this process, each a channel wallet with `createChannelFetch` (up-front vouchers on a known route).
- * Up to 512 payers: 32 funded accounts, 16 wallets (channels) each.
+ * Up to 512 payers: 32 funded accounts, 16 wallets (channels) each. Both paths settle in Circle's
+ * FiatToken v2.2 (USDC) on the same devnet; the output's first line names it and its address.
  *
  * Once every payer's channel is open, cells of 1, 8, 32 and 512 concurrent payers run for CELL_MS
  * each, every payer paying one request after another. Measured per cell: latency percentiles, paid
@@ -36,6 +37,7 @@ import {
 import { createChannelFetch } from "../src/schemes/channel/channelFetch.ts";
 import { createChannelWallet } from "../src/schemes/channel/channelWallet.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
+import { benchToken, describeBenchToken } from "./support/benchToken.ts";
 import { createRpcCounter } from "./support/rpcCounter.ts";
 import { runSocketLoad } from "./support/socketLoad.ts";
 import { elapsedMs, fmt, percentile, table } from "./support/stats.ts";
@@ -177,10 +179,16 @@ function startGateProcess(config: Record<string, unknown>): Promise<{ url: strin
 async function main(): Promise<void> {
   // Accounts: 0 the channel facilitator's gas, 1 the one-time facilitator's gas, 2 the channel payee,
   // then 32 channel payer accounts and 8 one-time payers.
-  const devnet = await startDevnet({ accounts: 3 + PAYER_ACCOUNTS + ONE_TIME_PAYERS, blockTime: 2 });
+  const devnet = await startDevnet({
+    accounts: 3 + PAYER_ACCOUNTS + ONE_TIME_PAYERS,
+    blockTime: 2,
+    token: "usdc",
+  });
+  const token = benchToken(devnet);
   const dir = mkdtempSync(join(tmpdir(), "tollgate-bench-channel-"));
   const stops: (() => Promise<void> | void)[] = [];
   try {
+    console.log(describeBenchToken(token));
     console.log("one-time path: 8 payers, 2 s blocks …");
     const oneTime = await runOneTime(devnet);
 
@@ -227,7 +235,7 @@ async function main(): Promise<void> {
     const gate = await startGateProcess({
       payTo: payee.address,
       network: devnet.network,
-      token: devnet.contracts.usd,
+      token: { address: token.address, name: token.name, version: token.version },
       facilitator: server.url,
       apiKey,
       contract: devnet.contracts.channels,
@@ -381,7 +389,7 @@ async function main(): Promise<void> {
     const ok = (c: Cell) => c.latenciesMs.length;
     const perSecond = (c: Cell) => (ok(c) / c.elapsedMs) * 1000;
     console.log(
-      `\nchannel scheme, 2 s blocks, price ${PRICE} (0.01 USDC); gate in its own process (node:http, journal store)`,
+      `\nchannel scheme, 2 s blocks, price ${PRICE} (0.01 USDC); gate in its own process (node:http, journal store)\n${describeBenchToken(token)}`,
     );
     console.log(
       table(

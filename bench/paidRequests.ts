@@ -2,7 +2,8 @@
  * Full paid requests (402 → pay → 200) through Tollgate and through the x402 reference stack, side by
  * side on the same devnet in the same run: 1, 8 and 32 concurrent payers (each a distinct funded
  * account paying one request after another) on a chain that mines each transaction at once
- * (automine), and 1, 8, 32, 128 and 512 payers on one with 2-second blocks.
+ * (automine), and 1, 8, 32, 128 and 512 payers on one with 2-second blocks. Both stacks settle in the
+ * same token, Circle's FiatToken v2.2 (USDC), at the same address; each mode prints it.
  *
  * Two wirings of the x402 reference: the way its examples wire it ("x402"), and its strongest wiring
  * ("x402+nm": the facilitator's account with viem's `nonceManager`, so concurrent settlements do not
@@ -27,6 +28,7 @@
  */
 import { type Address, getAddress } from "viem";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
+import { type BenchToken, benchToken, describeBenchToken } from "./support/benchToken.ts";
 import { runPayers } from "./support/payerLoop.ts";
 import { type PayerProcess, startPayerProcess } from "./support/payerProcess.ts";
 import { createRpcCounter } from "./support/rpcCounter.ts";
@@ -135,7 +137,7 @@ const STACKS = ["Tollgate", "x402+nm", "x402"] as const;
 /** The reference Tollgate's goals are stated against: x402 with viem's nonceManager. */
 const REFERENCE = "x402+nm";
 
-function report(mode: Mode, cells: readonly Cell[]): string {
+function report(mode: Mode, token: BenchToken, cells: readonly Cell[]): string {
   const lines: string[] = [];
   const rows: string[][] = [];
   for (const concurrency of mode.concurrency) {
@@ -179,6 +181,7 @@ function report(mode: Mode, cells: readonly Cell[]): string {
   lines.push(
     `paid requests, ${mode.name} (each payer: at least ${mode.minRounds} paid request(s) and ${mode.budgetMs / 1000} s)`,
   );
+  lines.push(`  ${describeBenchToken(token)} (every stack)`);
   lines.push(
     table(
       [
@@ -261,8 +264,12 @@ function goals(cells: readonly Cell[]): string {
 async function runMode(mode: Mode, allCells: Cell[]): Promise<string> {
   const maxPayers = Math.max(...mode.concurrency);
   // Accounts: 0 deployer, 1 Tollgate's gas, 2 and 3 the x402 facilitators' gas, then payers for each
-  // stack. All hold test USD.
-  const devnet = await startDevnet({ accounts: 4 + STACKS.length * maxPayers, blockTime: mode.blockTime });
+  // stack. All hold USDC of the devnet's FiatToken, which every stack settles in.
+  const devnet = await startDevnet({
+    accounts: 4 + STACKS.length * maxPayers,
+    blockTime: mode.blockTime,
+    token: "usdc",
+  });
   const payersOf = (i: number) => devnet.accounts.slice(4 + i * maxPayers, 4 + (i + 1) * maxPayers);
   const stacks: PaidStack[] = [];
   let payers: PayerProcess | undefined;
@@ -329,7 +336,7 @@ async function runMode(mode: Mode, allCells: Cell[]): Promise<string> {
       for (const stack of order) cells.push(await runCell(devnet, stack, mode, concurrency, payers));
     }
     allCells.push(...cells);
-    return `${report(mode, cells)}\n  idle CPU of the bench process, every stack up: ${fmt(idleCpuMsPerSecond)} ms per second`;
+    return `${report(mode, benchToken(devnet), cells)}\n  idle CPU of the bench process, every stack up: ${fmt(idleCpuMsPerSecond)} ms per second`;
   } finally {
     await payers?.stop();
     for (const stack of stacks.reverse()) await stack.stop();
@@ -338,7 +345,7 @@ async function runMode(mode: Mode, allCells: Cell[]): Promise<string> {
 }
 
 console.log(
-  `Tollgate facilitator store: ${DATABASE_URL === undefined ? "PGlite in memory" : "PostgreSQL (DATABASE_URL)"}; price ${PRICE} (0.01 USDC); viem polls every 50 ms in every facilitator; payers ${ONE_PROCESS ? "in the bench process (--one-process)" : "in a payer process of their own"}`,
+  `token: Circle's FiatToken v2.2 (USDC) for every stack; Tollgate facilitator store: ${DATABASE_URL === undefined ? "PGlite in memory" : "PostgreSQL (DATABASE_URL)"}; price ${PRICE} (0.01 USDC); viem polls every 50 ms in every facilitator; payers ${ONE_PROCESS ? "in the bench process (--one-process)" : "in a payer process of their own"}`,
 );
 const allCells: Cell[] = [];
 for (const mode of MODES) {

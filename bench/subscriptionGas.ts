@@ -2,7 +2,7 @@
  * Gas of SubscriptionManager renewals and metered deductions: one `collect` in its own transaction
  * versus one item of a 50-item `collectMany`, and one item of a 50-item `deductAllowanceMany`. Every
  * subscriber is a distinct account (no storage warmed by an earlier item); the provider already holds a
- * balance.
+ * balance. The token is Circle's FiatToken v2.2 (USDC); the first line says which, at which address.
  *
  *   npx tsx bench/subscriptionGas.ts
  */
@@ -19,12 +19,14 @@ import {
   startDevnet,
   subscribe,
 } from "../src/chain/index.ts";
+import { benchToken, describeBenchToken } from "./support/benchToken.ts";
 
 const BATCH = 50;
 const INTERVAL = 30n * 86_400n;
 
-const devnet = await startDevnet({ accounts: BATCH + 4 });
+const devnet = await startDevnet({ accounts: BATCH + 4, token: "usdc" });
 try {
+  console.log(describeBenchToken(benchToken(devnet)));
   const manager = devnet.contracts.subscriptionManager;
   const provider = devnet.accounts[1]!;
   const wait = (hash: `0x${string}`) => devnet.publicClient.waitForTransactionReceipt({ hash });

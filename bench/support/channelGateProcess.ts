@@ -12,7 +12,8 @@ import { paymentGate } from "../../src/gate/paymentGate.ts";
 const config = JSON.parse(process.argv[2] ?? "{}") as {
   payTo: Address;
   network: `eip155:${number}`;
-  token: Address;
+  /** The devnet's token with its EIP-712 domain as read from the chain (bench/support/benchToken.ts). */
+  token: { address: Address; name: string; version: string };
   facilitator: string;
   apiKey: string;
   contract: Address;
@@ -24,7 +25,7 @@ const config = JSON.parse(process.argv[2] ?? "{}") as {
 const gate = paymentGate({
   payTo: config.payTo,
   network: config.network,
-  token: { address: config.token, name: "USD Coin", version: "2" },
+  token: config.token,
   facilitator: config.facilitator,
   providerApiKey: config.apiKey,
   memoSecret: "a-bench-memo-secret-of-at-least-32-bytes!",

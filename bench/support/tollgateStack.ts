@@ -7,7 +7,6 @@ import { Hono } from "hono";
 import pino from "pino";
 import { type Address, createPublicClient, type Hex } from "viem";
 import { batchingHttp } from "../../src/chain/batchingHttp.ts";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import { privateKeyAccount } from "../../src/chain/signers/privateKeyAccount.ts";
 import type { Devnet, DevnetAccount } from "../../src/chain/startDevnet.ts";
 import type { FetchFn } from "../../src/client/facilitatorClient.ts";
@@ -67,7 +66,16 @@ export async function startTollgateStack(options: {
     proofKeys: [generateProofKey().key],
     batchSettler: devnet.contracts.batchSettler,
     subscriptionManager: devnet.contracts.subscriptionManager,
-    tokens: [{ address: devnet.contracts.usd, ...tollgateUsdDomain, symbol: "USDC", decimals: 6 }],
+    // The devnet's token with its EIP-712 domain as read from the chain (FiatToken: "USD Coin"/"2").
+    tokens: [
+      {
+        address: devnet.contracts.usd,
+        name: devnet.token.name,
+        version: devnet.token.version,
+        symbol: "USDC",
+        decimals: 6,
+      },
+    ],
     // The bench drives the stack as fast as it goes, every client from loopback and each payer in a
     // tight loop: rate limits would measure themselves, not the stack (docs/facilitator.md, "Abuse").
     rateLimits: { perClient: false, perPayer: false },

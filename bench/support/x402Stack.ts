@@ -9,7 +9,8 @@
  * Two settings differ from the examples, both in x402's favour or neutral: the viem client polls every
  * 50 ms, as Tollgate's facilitator does on a devnet (viem's default would poll a 2 s chain every 4 s),
  * and the devnet token is allowed with `setSpendControls`, which x402 v2 clients require for assets
- * they do not know.
+ * they do not know. It settles in the devnet's token (`devnet.contracts.usd`, the same contract as
+ * Tollgate's stack: Circle's FiatToken v2.2 in paidRequests.ts), with the domain read from the chain.
  *
  * With `nonceManager: true` the facilitator's account carries viem's `nonceManager` (nonces counted
  * locally instead of read from the node per transaction): the strongest wiring of the reference, since
@@ -28,7 +29,6 @@ import express from "express";
 import { type Address, createWalletClient, http, publicActions } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { createNonceManager, jsonRpc } from "viem/nonce";
-import { tollgateUsdDomain } from "../../src/chain/networks.ts";
 import type { Devnet, DevnetAccount } from "../../src/chain/startDevnet.ts";
 import { lazyPayingFetches, type PayerSpec } from "./payingFetch.ts";
 import type { RpcCounter } from "./rpcCounter.ts";
@@ -145,7 +145,8 @@ export async function startX402Stack(options: {
             price: {
               amount: options.price.toString(),
               asset: devnet.contracts.usd,
-              extra: { ...tollgateUsdDomain },
+              // The same token as Tollgate's stack on this devnet, with its domain as read from the chain.
+              extra: { name: devnet.token.name, version: devnet.token.version },
             },
             maxTimeoutSeconds: 120,
           },

@@ -1,0 +1,26 @@
+/**
+ * The token a bench's devnet settles in, as the bench prints it: its kind (TollgateUSD or Circle's
+ * FiatToken v2.2), its EIP-712 domain as read from the chain, and its address. A result is only
+ * comparable with another measured on the same token: FiatToken's transfers cost more gas than
+ * TollgateUSD's.
+ */
+import type { Address } from "viem";
+import type { Devnet, DevnetToken } from "../../src/chain/startDevnet.ts";
+
+export type BenchToken = { kind: DevnetToken; name: string; version: string; address: Address };
+
+/** The devnet's token, for a header line or a JSON record. */
+export function benchToken(devnet: Pick<Devnet, "token" | "contracts">): BenchToken {
+  return {
+    kind: devnet.token.kind,
+    name: devnet.token.name,
+    version: devnet.token.version,
+    address: devnet.contracts.usd,
+  };
+}
+
+/** One line: `token: Circle's FiatToken v2.2 (USDC), EIP-712 "USD Coin"/"2", at 0x…`. */
+export function describeBenchToken(token: BenchToken): string {
+  const kind = token.kind === "usdc" ? "Circle's FiatToken v2.2 (USDC)" : "TollgateUSD";
+  return `token: ${kind}, EIP-712 "${token.name}"/"${token.version}", at ${token.address}`;
+}
