@@ -96,7 +96,8 @@ export function toChainError(error: unknown): TollgateError {
   if (error instanceof BaseError) {
     const reverted = error.walk((e) => e instanceof ContractFunctionRevertedError);
     if (reverted instanceof ContractFunctionRevertedError) {
-      const name = reverted.data?.errorName;
+      // USDC's `Error(string)` is named by its message (`reason`), as decodeRevert names a batch item's.
+      const name = reverted.data?.errorName === "Error" ? undefined : reverted.data?.errorName;
       const code =
         (name !== undefined ? byErrorName[name] : undefined) ??
         (reverted.reason !== undefined ? fromMessage(reverted.reason).code : undefined) ??
