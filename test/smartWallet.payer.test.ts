@@ -13,10 +13,20 @@ import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/start
 import { createPayer } from "../src/client/createPayer.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
+import { WALLET_READS } from "../src/facilitator/paymentReadBack.ts";
+import { memoNonce } from "../src/protocol/memo.ts";
+import { insertPayment } from "../src/facilitator/paymentRecords.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGate.ts";
 import { paymentGate } from "../src/gate/paymentGate.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
-import { deploySmartWallet, type SmartWallet } from "./support/smartWallet.ts";
+import { readPaymentAsPayer } from "./support/readPayment.ts";
+import {
+  deployFixture,
+  deploySmartWallet,
+  gasBurningWallet,
+  type SmartWallet,
+  walletAccount,
+} from "./support/smartWallet.ts";
 
 let devnet: Devnet;
 let usdc: Address;
@@ -89,5 +99,68 @@ describe("a smart-contract wallet payer", () => {
     } finally {
       await server.close();
     }
+  });
+});
+
+describe("a smart-contract wallet reading its payments back", () => {
+  it("reads a payment it made, signing the read with its owner's key", async () => {
+    const payTo = devnet.accounts[3]!.address;
+    const server = await startGate(payTo, "0.10");
+    try {
+      const buyer = createPayer({
+        account: wallet.account,
+        network: devnet.network,
+        facilitator: tf.url,
+        fetch,
+      });
+      const { receipt } = await buyer.pay(`${server.url}/api/report`, { maxAmount: "1.00" });
+      const nonce = memoNonce(receipt!.proof.memo);
+      const response = await readPaymentAsPayer(tf.url, nonce, wallet.account);
+      expect(response.status).toBe(200);
+      expect(await response.json()).toMatchObject({
+        payer: wallet.address,
+        amount: "100000",
+        status: "settled",
+      });
+      // Another key's signature in the wallet's name finds nothing.
+      const stranger = walletAccount(wallet.address, devnet.accounts[2]!.account);
+      expect((await readPaymentAsPayer(tf.url, nonce, stranger)).status).toBe(404);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("refuses a read that only a gas-burning isValidSignature would accept, and rate-limits a wallet's chain-checked reads", async () => {
+    const burner = await deployFixture(devnet, owner, gasBurningWallet);
+    const row = await insertPayment(tf.store, {
+      nonce: `0x${randomBytes(32).toString("hex")}`,
+      network: devnet.network,
+      token: usdc,
+      payer: burner,
+      payTo: devnet.accounts[3]!.address,
+      amount: 10_000n,
+      source: "x402",
+      memo: undefined,
+      validAfter: 0n,
+      validBefore: 4_000_000_000n,
+      signature: `0x${"11".repeat(65)}`,
+    });
+    if (row === undefined) throw new Error("the nonce was taken");
+    // Unbounded, the call would answer yes: the wallet accepts anything once it burnt 2 M gas.
+    const hash = `0x${"00".repeat(32)}` as const;
+    const unbounded = await devnet.publicClient.readContract({
+      address: burner,
+      abi: gasBurningWallet.abi,
+      functionName: "isValidSignature",
+      args: [hash, "0x"],
+    });
+    expect(unbounded).toBe("0x1626ba7e");
+    const asBurner = walletAccount(burner, devnet.accounts[2]!.account);
+    for (let i = 0; i < WALLET_READS; i++) {
+      expect((await readPaymentAsPayer(tf.url, row.nonce, asBurner)).status).toBe(404);
+    }
+    const limited = await readPaymentAsPayer(tf.url, row.nonce, asBurner);
+    expect(limited.status).toBe(429);
+    expect(await limited.json()).toMatchObject({ error: { code: "RateLimited" } });
   });
 });

@@ -30,7 +30,7 @@ export type ContractSigners = {
 };
 
 export type ContractSignersOptions = {
-  client: Pick<PublicClient, "call" | "getCode">;
+  client: Pick<PublicClient, "request" | "getCode">;
   clock: Clock;
   /** Seconds an address found with code is remembered as such (default 600). */
   codeTtlSeconds?: number | undefined;

@@ -7,14 +7,19 @@
  * Who may read:
  * - the payee, with a provider API key (`Authorization: Bearer tg_…`) of the payment's `payTo`;
  * - the payer, with `X-Tollgate-Payer-Auth` (src/protocol/payerReadAuth.ts): an EIP-191 signature by
- *   the payment's `from` over the method, this path and a time at most 60 s old.
+ *   the payment's `from` over the method, this path and a time at most 60 s old. An EOA's signature is
+ *   recovered locally. A smart-contract wallet's (its owner's key, which does not recover to the wallet)
+ *   is asked of the payment's payer through the chain (ERC-1271, contractSigners.ts) — only once the
+ *   payment is found, only for a payer with code, in an `eth_call` capped in gas, and at most
+ *   WALLET_READS per wallet at once (refilled one a second; 429 past it). So a stranger cannot make the
+ *   facilitator run chain reads for addresses of its choosing: each one names a payment's payer.
  *
  * A request without either credential is refused (401) before the store is read. A credential that
  * checks out but belongs to neither party gets the same 404 as an unknown nonce, so the endpoint tells
  * a stranger nothing about which nonces the facilitator holds.
  */
 import type { Context, Hono } from "hono";
-import { getAddress, recoverMessageAddress } from "viem";
+import { type Address, getAddress, type Hex, hashMessage, recoverMessageAddress } from "viem";
 import { z } from "zod";
 import { sameAddress } from "../protocol/address.ts";
 import { type Clock, unixSeconds } from "../protocol/clock.ts";
@@ -28,6 +33,8 @@ import {
   payerReadMessage,
 } from "../protocol/payerReadAuth.ts";
 import type { Store } from "../store/store.ts";
+import { createTokenBuckets } from "./abuse/tokenBucket.ts";
+import type { ContractSigners } from "./contractSigners.ts";
 import type { PaymentRow } from "./paymentRecords.ts";
 import { findProviderByApiKey } from "./providers/requireProvider.ts";
 import { routeDoc } from "./routeDocs.ts";
@@ -37,10 +44,20 @@ export type PaymentReadBackDeps = {
   engine: Pick<SettlementEngine, "getPayment">;
   store: Store;
   clock: Clock;
+  /** Checks a wallet payer's read (ERC-1271); without it only EOA payers read their payments. */
+  contractSigners?: Pick<ContractSigners, "isValidSignature"> | undefined;
 };
 
-/** Who is asking: the address the credential proves, and in which role it may read. */
-type Reader = { role: "payee" | "payer"; address: string };
+/**
+ * Who is asking: the payee its key proves, or a payer's signed read — the address it recovers to (none
+ * for a signature that recovers no key), and what was signed, for a wallet's check.
+ */
+type Reader =
+  | { role: "payee"; address: string }
+  | { role: "payer"; recovered: Address | undefined; message: string; signature: Hex };
+
+/** Reads a wallet may have checked through the chain at once; one more each second. */
+export const WALLET_READS = 10;
 
 const NonceSchema = z.string().regex(/^0x[0-9a-fA-F]{64}$/);
 
@@ -55,13 +72,43 @@ const readBackDoc = routeDoc({
 });
 
 export function mountPaymentReadBack(app: Hono, deps: PaymentReadBackDeps): void {
+  const walletReads = createTokenBuckets({ capacity: WALLET_READS, refillPerSecond: 1, clock: deps.clock });
+
+  /** Whether the payer of `row` (a wallet) accepts the signed read: gas-capped chain read, rate-limited. */
+  const walletSigned = async (row: PaymentRow, reader: Reader & { role: "payer" }): Promise<boolean> => {
+    if (deps.contractSigners === undefined) return false;
+    const taken = walletReads.take(row.payer);
+    if (!taken.ok) {
+      throw new TollgateError(
+        "RateLimited",
+        `too many signed reads for this payer; retry after ${taken.retryAfterSeconds} s`,
+        { retryAfter: taken.retryAfterSeconds, details: { limit: "walletRead" } },
+      );
+    }
+    return deps.contractSigners.isValidSignature(
+      getAddress(row.payer),
+      hashMessage(reader.message),
+      reader.signature,
+    );
+  };
+
   app.get("/payments/:nonce", readBackDoc, async (c) => {
     const nonce = NonceSchema.safeParse(c.req.param("nonce"));
     if (!nonce.success) throw new TollgateError("InvalidRequest", "nonce must be 0x and 64 hex digits");
     const reader = await readerOf(c, deps, `/payments/${nonce.data}`);
     const row = await deps.engine.getPayment(nonce.data.toLowerCase());
-    const owner = row === undefined ? undefined : reader.role === "payee" ? row.pay_to : row.payer;
-    if (row === undefined || owner === undefined || !sameAddress(owner, reader.address)) {
+    const allowed =
+      row !== undefined &&
+      (reader.role === "payee"
+        ? sameAddress(row.pay_to, reader.address)
+        : (reader.recovered !== undefined && sameAddress(row.payer, reader.recovered)) ||
+          (await walletSigned(row, reader)));
+    if (!allowed) {
+      if (reader.role === "payer" && reader.recovered === undefined) {
+        throw new TollgateError("Unauthorized", `${PAYER_AUTH_HEADER} carries no recoverable signature`, {
+          details: { reason: "bad_payer_signature" },
+        });
+      }
       throw new TollgateError("NotFound", "no payment with that nonce for this payer or payee");
     }
     return c.json(recordOf(row));
@@ -96,13 +143,8 @@ async function readerOf(c: Context, deps: PaymentReadBackDeps, relativePath: str
   // The path relative to the facilitator's base, rebuilt from the route: the same text whether this
   // app is served at the root, mounted under a prefix, or behind a proxy that strips one.
   const message = payerReadMessage({ method: c.req.method, path: relativePath, t });
-  const address = await recoverMessageAddress({ message, signature }).catch(() => undefined);
-  if (address === undefined) {
-    throw new TollgateError("Unauthorized", `${PAYER_AUTH_HEADER} carries no recoverable signature`, {
-      details: { reason: "bad_payer_signature" },
-    });
-  }
-  return { role: "payer", address };
+  const recovered = await recoverMessageAddress({ message, signature }).catch(() => undefined);
+  return { role: "payer", recovered, message, signature };
 }
 
 function recordOf(row: PaymentRow): PaymentRecord {

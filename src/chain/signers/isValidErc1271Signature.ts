@@ -5,7 +5,9 @@
  * shorter or other answer, or an address without code (the call returns nothing) is no.
  *
  * The call is an `eth_call` capped at `gas`: a wallet is anyone's contract, and one whose
- * `isValidSignature` loops costs the node at most that much and answers no.
+ * `isValidSignature` loops costs the node at most that much and answers no. It is sent once: viem
+ * retries a request the node failed with an internal error, which is how nodes report running out of
+ * gas, so a gas-burning wallet would cost four calls and a second of backoff instead of one.
  */
 import {
   type Address,
@@ -14,6 +16,7 @@ import {
   encodeFunctionData,
   type Hex,
   HttpRequestError,
+  numberToHex,
   type PublicClient,
   TimeoutError,
   WebSocketRequestError,
@@ -60,21 +63,23 @@ export type IsValidErc1271SignatureParameters = {
  * const ok = await isValidErc1271Signature(publicClient, { address: wallet, hash: digest, signature });
  */
 export async function isValidErc1271Signature(
-  client: Pick<PublicClient, "call">,
+  client: Pick<PublicClient, "request">,
   { address, hash, signature, gas, blockTag }: IsValidErc1271SignatureParameters,
 ): Promise<boolean> {
+  const data = encodeFunctionData({
+    abi: erc1271Abi,
+    functionName: "isValidSignature",
+    args: [hash, signature],
+  });
   try {
-    const { data } = await client.call({
-      to: address,
-      data: encodeFunctionData({
-        abi: erc1271Abi,
-        functionName: "isValidSignature",
-        args: [hash, signature],
-      }),
-      gas: gas ?? ERC1271_CHECK_GAS,
-      ...(blockTag === undefined ? {} : { blockTag }),
-    });
-    return data !== undefined && data.toLowerCase() === MAGIC_WORD;
+    const answer = await client.request(
+      {
+        method: "eth_call",
+        params: [{ to: address, data, gas: numberToHex(gas ?? ERC1271_CHECK_GAS) }, blockTag ?? "latest"],
+      },
+      { retryCount: 0 },
+    );
+    return typeof answer === "string" && answer.toLowerCase() === MAGIC_WORD;
   } catch (error) {
     if (isTransportFailure(error)) throw error;
     // A revert, running out of its gas, or any other refusal by the node to run it: not a yes.

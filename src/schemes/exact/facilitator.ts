@@ -115,7 +115,7 @@ export const exactFacilitator = defineFacilitatorScheme({
           const { proof } = await readJsonBody(c, VerifyRequestSchema);
           return c.json(await verifyOwnProof(proof));
         });
-        mountPaymentReadBack(app, { engine, store, clock });
+        mountPaymentReadBack(app, { engine, store, clock, contractSigners: ctx.contractSigners });
       },
     };
   },
