@@ -5,19 +5,32 @@
  * through the same client, gate and facilitator paths as an EOA.
  */
 import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { Hono } from "hono";
 import { type Address, type Hex, recoverTypedDataAddress } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
 import { getTokenBalance } from "../src/chain/index.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
+import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { WALLET_READS } from "../src/facilitator/paymentReadBack.ts";
-import { memoNonce } from "../src/protocol/memo.ts";
 import { insertPayment } from "../src/facilitator/paymentRecords.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGate.ts";
 import { paymentGate } from "../src/gate/paymentGate.ts";
+import { memoNonce } from "../src/protocol/memo.ts";
+import { createChannelFetch } from "../src/schemes/channel/channelFetch.ts";
+import { createChannelWallet } from "../src/schemes/channel/channelWallet.ts";
+import { createTestStore } from "../src/store/createTestStore.ts";
+import {
+  nameChannelOperator,
+  registerTestProvider,
+  startChannelFacilitator,
+} from "./support/channelFixtures.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 import { readPaymentAsPayer } from "./support/readPayment.ts";
 import {
@@ -37,7 +50,7 @@ let tf: TestFacilitator;
 const balance = (address: Address) => getTokenBalance(devnet.publicClient, { token: usdc, owner: address });
 
 beforeAll(async () => {
-  devnet = await startDevnet({ token: "usdc", accounts: 4 });
+  devnet = await startDevnet({ token: "usdc", accounts: 7 });
   usdc = devnet.contracts.usd;
   owner = devnet.accounts[1]!;
   wallet = await deploySmartWallet(devnet, owner, { usd: 50_000_000n });
@@ -163,4 +176,95 @@ describe("a smart-contract wallet reading its payments back", () => {
     expect(limited.status).toBe(429);
     expect(await limited.json()).toMatchObject({ error: { code: "RateLimited" } });
   });
+});
+
+describe("a smart-contract wallet paying through a channel", () => {
+  const PRICE = 10_000n;
+
+  it("opens a channel with its ERC-1271 ReceiveWithAuthorization, pays with vouchers the contract accepts, and has its close request relayed", async () => {
+    const payee = devnet.accounts[4]!;
+    const gas = devnet.accounts[5]!;
+    const store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
+    const dir = mkdtempSync(join(tmpdir(), "tollgate-wallet-channel-"));
+    const { facilitator, server } = await startChannelFacilitator(devnet, {
+      store,
+      gas,
+      channels: {
+        claims: { thresholdValue: 1n, maxAgeMs: 3_600_000, intervalMs: 100 },
+        minDeposit: 100_000n,
+      },
+      outbox: { reconcileIntervalMs: 100 },
+    });
+    const apiKey = await registerTestProvider(server.url, payee);
+    await nameChannelOperator(devnet, payee, gas.address);
+    const gate = paymentGate({
+      payTo: payee.address,
+      network: devnet.network,
+      token: { address: usdc, name: devnet.token.name, version: devnet.token.version },
+      facilitator: server.url,
+      providerApiKey: apiKey,
+      memoSecret: randomBytes(32),
+      routes: { "GET /api/item": { pricing: [{ type: "channel", amount: PRICE }] } },
+      schemeOptions: {
+        channel: {
+          contract: devnet.contracts.channels,
+          journal: join(dir, "vouchers.journal"),
+          forwardIntervalMs: 3_600_000,
+        },
+      },
+    });
+    const app = new Hono<PaymentGateEnv>();
+    app.use("/api/*", honoPaymentGate(gate));
+    app.get("/api/item", (c) => c.json({ paidWith: c.get("payment")?.scheme }));
+    const api = await serveApp(app);
+    try {
+      const channelWallet = createChannelWallet({
+        account: wallet.account,
+        network: devnet.network,
+        facilitator: createFacilitatorClient({ url: server.url, fetch }),
+        calls: 20,
+      });
+      const paidFetch = createChannelFetch(fetch, { wallet: channelWallet, maxPrice: PRICE });
+      const walletBefore = await balance(wallet.address);
+      for (let i = 0; i < 5; i++) {
+        const response = await paidFetch(`${api.url}/api/item`);
+        expect(response.status).toBe(200);
+        expect(await response.json()).toEqual({ paidWith: "channel" });
+      }
+      const [channel] = channelWallet.channels();
+      expect(channel).toMatchObject({ status: "open", deposit: 20n * PRICE, signed: 5n * PRICE });
+      const onOpen = await readChannel(devnet.publicClient, {
+        channels: devnet.contracts.channels,
+        channelId: channel!.channelId,
+      });
+      expect(onOpen.payer).toBe(wallet.address);
+      expect(await balance(wallet.address)).toBe(walletBefore - 20n * PRICE);
+
+      // The gate forwards its vouchers on shutdown; the facilitator claims them on chain.
+      await gate.close();
+      const read = () =>
+        readChannel(devnet.publicClient, {
+          channels: devnet.contracts.channels,
+          channelId: channel!.channelId,
+        });
+      let claimed = await read();
+      for (let waited = 0; claimed.claimed < 5n * PRICE && waited < 20_000; waited += 100) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        claimed = await read();
+      }
+      expect(claimed.claimed).toBe(5n * PRICE);
+
+      // The close request is the wallet's EIP-712 signature (its owner's key), relayed as requestCloseFor.
+      const outcome = await channelWallet.requestClose(channel!.channelId, { cooperative: false });
+      expect(outcome.closeRequestedAt).toBeGreaterThan(0);
+      expect(Number((await read()).closeRequestedAt)).toBe(outcome.closeRequestedAt);
+    } finally {
+      await api.close();
+      await gate.close();
+      await server.close();
+      await facilitator.stop();
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
