@@ -1,11 +1,23 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createPublicClient, createTestClient, createWalletClient, http, zeroHash } from "viem";
+import { privateKeyToAccount } from "viem/accounts";
+import { deployContract, waitForTransactionReceipt } from "viem/actions";
+import { baseSepolia } from "viem/chains";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getIsOperator } from "../../chain/actions/subscriptions/getIsOperator.ts";
 import { getPlan } from "../../chain/actions/subscriptions/getPlan.ts";
+import { placeFiatToken } from "../../chain/actions/usdc/placeFiatToken.ts";
+import {
+  subscriptionManagerAbi,
+  subscriptionManagerBytecode,
+} from "../../chain/contracts/artifacts/SubscriptionManager.ts";
+import { deploymentFilePath, writeDeploymentFile } from "../../chain/deploymentFile.ts";
 import { type DevnetFile, describeDevnet } from "../../chain/devnetFile.ts";
-import { type Devnet, startDevnet } from "../../chain/startDevnet.ts";
+import { getNetworkConfig } from "../../chain/networks.ts";
+import { startAnvil } from "../../chain/startAnvil.ts";
+import { type Devnet, devnetPrivateKey, startDevnet } from "../../chain/startDevnet.ts";
 import { planCommand } from "./plan.ts";
 
 let devnet: Devnet;
@@ -122,5 +134,72 @@ describe("tollgate plan", () => {
     await expect(plan("show", "424242")).rejects.toMatchObject({ code: "NotFound" });
     expect((await plan("create", "--amount", "1")).code).toBe(2);
     expect((await plan("explode")).code).toBe(2);
+  });
+});
+
+describe("tollgate plan on a chain `tollgate deploy` deployed to", () => {
+  it("takes the manager from the chain's deployment file and the token from the network's USDC, not from a devnet file of another chain", async () => {
+    const anvil = await startAnvil({ chainId: 84532, accounts: 2 });
+    const dir = mkdtempSync(join(tmpdir(), "tollgate-plan-sepolia-"));
+    try {
+      const chain = { ...baseSepolia, rpcUrls: { default: { http: [anvil.rpcUrl] } } };
+      const issuer = createWalletClient({
+        chain,
+        transport: http(anvil.rpcUrl),
+        account: privateKeyToAccount(devnetPrivateKey(0)),
+      });
+      const usdc = getNetworkConfig("eip155:84532")!.usdc!;
+      await placeFiatToken(issuer, {
+        testClient: createTestClient({ chain, transport: http(anvil.rpcUrl), mode: "anvil" }),
+        address: usdc,
+        name: "USDC",
+        admin: "0x000000000000000000000000000000000000ad01",
+      });
+      const receipt = await waitForTransactionReceipt(issuer, {
+        hash: await deployContract(issuer, {
+          abi: subscriptionManagerAbi,
+          bytecode: subscriptionManagerBytecode,
+        }),
+      });
+      const manager = receipt.contractAddress!;
+      writeDeploymentFile(deploymentFilePath(dir, 84532), {
+        version: 1,
+        network: "eip155:84532",
+        chainId: 84532,
+        token: { address: usdc, name: "USDC", version: "2", symbol: "USDC", decimals: 6, kind: "network" },
+        contracts: {
+          batchSettler: "0x0000000000000000000000000000000000000b01",
+          subscriptionManager: manager,
+          channels: "0x0000000000000000000000000000000000000c01",
+        },
+        codeHashes: { batchSettler: zeroHash, subscriptionManager: zeroHash, channels: zeroHash },
+        salt: zeroHash,
+        deployer: issuer.account.address,
+        deployedAt: new Date(0).toISOString(),
+        transactions: [],
+      });
+      // A devnet left over in the same directory describes chain 31337, not this one.
+      writeFileSync(join(dir, "devnet.json"), JSON.stringify(describeDevnet(devnet)));
+
+      const lines: string[] = [];
+      const errors: string[] = [];
+      const code = await planCommand(
+        ["create", "--amount", "9", "--interval", "30d", "--rpc", anvil.rpcUrl, "--dir", dir, "--json"],
+        {
+          env: { TOLLGATE_PROVIDER_KEY: devnetPrivateKey(1) },
+          out: { log: (line) => lines.push(line), error: (line) => errors.push(line) },
+        },
+      );
+      expect(errors).toEqual([]);
+      expect(code).toBe(0);
+      const created = JSON.parse(lines.join("\n")) as { planId: string; token: string };
+      expect(created.token).toBe(usdc);
+      const reader = createPublicClient({ chain, transport: http(anvil.rpcUrl) });
+      const onChain = await getPlan(reader, { manager, planId: BigInt(created.planId) });
+      expect(onChain).toMatchObject({ token: usdc, amount: 9_000_000n });
+    } finally {
+      await anvil.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

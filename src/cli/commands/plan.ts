@@ -1,7 +1,9 @@
 /**
  * `tollgate plan create | deprecate | show | operator`: a provider's subscription plans on the
  * SubscriptionManager, sent from the provider's own key (plans are paid to whoever creates them).
- * Defaults (RPC, manager, token, dev keys) come from `.tollgate/devnet.json` after `tollgate devnet up`.
+ * Defaults (RPC, manager, token, dev keys) come from `.tollgate/devnet.json` after `tollgate devnet up`;
+ * on another chain, manager and token come from the deployment file `tollgate deploy` wrote for it and the
+ * network's USDC (src/chain/networks.ts), so a provider on Base Sepolia sets only the RPC URL and its key.
  */
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -24,6 +26,7 @@ import { getPlan } from "../../chain/actions/subscriptions/getPlan.ts";
 import { setOperator } from "../../chain/actions/subscriptions/setOperator.ts";
 import { getTokenDecimals } from "../../chain/actions/usd/getTokenDecimals.ts";
 import { getTokenSymbol } from "../../chain/actions/usd/getTokenSymbol.ts";
+import { deploymentFilePath, readDeploymentFile } from "../../chain/deploymentFile.ts";
 import { type DevnetFile, readDevnetFile } from "../../chain/devnetFile.ts";
 import { getPlanIdFromReceipt } from "../../chain/events/decodeSubscriptionEvents.ts";
 import { devnetChain, getNetworkConfig } from "../../chain/networks.ts";
@@ -67,7 +70,8 @@ const usage = `usage: tollgate plan <command> [--rpc <url>] [--manager 0x…] [-
   operator <address> [--revoke] [--key 0x… | --account <devnet index>]
                        let a facilitator (its /supported signer) deduct metered usage on your plans
 RPC, manager and token default to TOLLGATE_RPC_URL, TOLLGATE_SUBSCRIPTION_MANAGER and TOLLGATE_TOKEN,
-then to .tollgate/devnet.json; the key to TOLLGATE_PROVIDER_KEY.`;
+then to .tollgate/devnet.json (on the devnet's chain), then to the deployment-<chain id>.json that
+\`tollgate deploy\` wrote and the network's USDC; the key to TOLLGATE_PROVIDER_KEY.`;
 
 /** Runs `tollgate plan …`; returns the exit code. */
 export async function planCommand(argv: string[], deps: PlanCommandDeps): Promise<number> {
@@ -97,16 +101,32 @@ export async function planCommand(argv: string[], deps: PlanCommandDeps): Promis
     return values.help === true ? 0 : 2;
   }
   const env = parseWire(PlanEnvSchema, deps.env, { what: "environment" });
-  const devnet = readDevnetFile(resolve(deps.cwd ?? process.cwd(), values.dir ?? env.TOLLGATE_DIR));
-  const rpc = values.rpc ?? env.TOLLGATE_RPC_URL ?? devnet?.rpcUrl;
+  const dir = resolve(deps.cwd ?? process.cwd(), values.dir ?? env.TOLLGATE_DIR);
+  const devnetFile = readDevnetFile(dir);
+  const rpc = values.rpc ?? env.TOLLGATE_RPC_URL ?? devnetFile?.rpcUrl;
+  if (rpc === undefined) {
+    deps.out.error(
+      "tollgate plan: no chain: pass --rpc (or set TOLLGATE_RPC_URL), or run `tollgate devnet up` first",
+    );
+    return 2;
+  }
+  const chain = await chainAt(rpc);
+  // Defaults come from what describes this very chain: the devnet file only when the RPC is the devnet's
+  // chain, then the deployment `tollgate deploy` wrote for it, then the network's own USDC.
+  const devnet = devnetFile?.chainId === chain.id ? devnetFile : undefined;
+  const deployment = readDeploymentFile(deploymentFilePath(dir, chain.id));
   const managerText =
-    values.manager ?? env.TOLLGATE_SUBSCRIPTION_MANAGER ?? devnet?.contracts.subscriptionManager;
-  if (rpc === undefined || managerText === undefined) {
-    deps.out.error("tollgate plan: no chain: pass --rpc and --manager, or run `tollgate devnet up` first");
+    values.manager ??
+    env.TOLLGATE_SUBSCRIPTION_MANAGER ??
+    devnet?.contracts.subscriptionManager ??
+    deployment?.contracts.subscriptionManager;
+  if (managerText === undefined) {
+    deps.out.error(
+      `tollgate plan: no SubscriptionManager on chain ${chain.id}: pass --manager, or run \`tollgate deploy\` (it writes ${deploymentFilePath(dir, chain.id)})`,
+    );
     return 2;
   }
   const manager = parseWire(AddressSchema, managerText, { what: "--manager" });
-  const chain = await chainAt(rpc);
   const client = createPublicClient({ chain, transport: http(rpc), pollingInterval: 100 }) as PublicClient<
     Transport,
     Chain
@@ -138,7 +158,12 @@ export async function planCommand(argv: string[], deps: PlanCommandDeps): Promis
         deps.out.error(`tollgate plan create: --amount and --interval are required\n\n${usage}`);
         return 2;
       }
-      const tokenText = values.token ?? env.TOLLGATE_TOKEN ?? devnet?.contracts.usd;
+      const tokenText =
+        values.token ??
+        env.TOLLGATE_TOKEN ??
+        devnet?.contracts.usd ??
+        deployment?.token.address ??
+        getNetworkConfig(`eip155:${chain.id}`)?.usdc;
       if (tokenText === undefined) {
         deps.out.error("tollgate plan create: no token: pass --token");
         return 2;
