@@ -11,7 +11,10 @@ type TerminalInput = Readable & { isTTY?: boolean; setRawMode?(mode: boolean): u
 export function readSecretLine(input: TerminalInput, output: Writable, question: string): Promise<string> {
   if (input.isTTY !== true || input.setRawMode === undefined) {
     const prompt = createLinePrompt(input, output);
-    return prompt.ask(question).finally(() => prompt.close());
+    return prompt.ask(question).finally(() => {
+      prompt.close();
+      output.write("\n");
+    });
   }
   const setRawMode = input.setRawMode.bind(input);
   output.write(question);

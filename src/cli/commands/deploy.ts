@@ -319,7 +319,7 @@ export async function deployCommand(argv: string[], deps: DeployCommandDeps): Pr
       : `deployed ${sent} contract${sent === 1 ? "" : "s"} on ${network}; wrote ${file}`,
   );
   deps.out.log(
-    `next: fund the facilitator's gas key, then TOLLGATE_NETWORK=${network} TOLLGATE_RPC_URL=… TOLLGATE_GAS_KEY=… TOLLGATE_PROOF_KEYS=… tollgate facilitator${dir === ".tollgate" ? "" : ` --dir ${dir}`}`,
+    `next: fund the facilitator's gas key, then TOLLGATE_NETWORK=${network} TOLLGATE_RPC_URL=… TOLLGATE_GAS_KEY=… TOLLGATE_PROOF_KEYS=… tollgate facilitator${values.dir === undefined ? "" : ` --dir ${dir}`}`,
   );
   return 0;
 }
