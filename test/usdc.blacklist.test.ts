@@ -3,7 +3,9 @@
  * before any gas is spent with `AccountBlacklisted` naming the account and the token; an account
  * blacklisted after its payment was checked fails its own batch item alone, with the reason recorded and
  * sent to the payee, while the batch's other items settle; a blacklisted subscriber's renewal goes past
- * due with the reason decoded in the subscription's record, its API answer and the provider's event.
+ * due with the reason decoded in the subscription's record, its API answer and the provider's event; a
+ * channel is not opened by a blacklisted payer nor to a blacklisted payee, and a claim for a payee
+ * blacklisted since is held with the reason and the payee told.
  */
 import { type Address, getAddress, type Hex, maxUint256 } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
@@ -18,11 +20,21 @@ import {
   subscribe,
 } from "../src/chain/index.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
+import type { Facilitator, RunningServer } from "../src/facilitator/createFacilitator.ts";
 import { createRenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
 import { createSubscriptionIndexer } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
 import { ErrorBodySchema } from "../src/protocol/errors.ts";
 import type { SignedPayment } from "../src/protocol/signedPayment.ts";
 import { SubscriptionInfoSchema } from "../src/protocol/subscriptions.ts";
+import { createTestStore } from "../src/store/createTestStore.ts";
+import type { Store } from "../src/store/store.ts";
+import {
+  nameChannelOperator,
+  registerTestProvider,
+  signTestOpen,
+  startChannelFacilitator,
+  wireVoucher,
+} from "./support/channelFixtures.ts";
 import { signTestPayment, startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
 let devnet: Devnet;
@@ -134,7 +146,7 @@ async function paymentRow(nonce: Hex) {
 }
 
 beforeAll(async () => {
-  devnet = await startDevnet({ token: "usdc", accounts: 16 });
+  devnet = await startDevnet({ token: "usdc", accounts: 20 });
   tf = await startTestFacilitator(devnet, {
     settlement: {
       maxInFlight: 1,
@@ -304,5 +316,100 @@ describe("a subscription whose subscriber USDC has blacklisted", () => {
       code: "AccountBlacklisted",
     });
     expect(event?.data.message).toMatch(/blacklisted/);
+  });
+});
+
+describe("a channel with an account USDC has blacklisted", () => {
+  let store: Store;
+  let facilitator: Facilitator;
+  let server: RunningServer;
+  /** Its own gas account: the suite's other facilitator sends from the last one. */
+  const channelGas = () => devnet.accounts[devnet.accounts.length - 2]!;
+  const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
+    fetch(`${server.url}${path}`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...headers },
+      body: JSON.stringify(body),
+    });
+
+  beforeAll(async () => {
+    store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
+    ({ facilitator, server } = await startChannelFacilitator(devnet, {
+      store,
+      gas: channelGas(),
+      channels: {
+        claims: { thresholdValue: 1n, maxAgeMs: 3_600_000, intervalMs: 100, operatorCacheMs: 0 },
+        minDeposit: 100_000n,
+      },
+    }));
+  });
+  afterAll(async () => {
+    await server?.close();
+    await facilitator?.stop();
+    await store?.close();
+  });
+
+  it("refuses to open a blacklisted payer's channel, and a channel to a blacklisted payee, with 403 AccountBlacklisted before any gas is spent", async () => {
+    const [payer, payee] = [nextPayer(), nextPayer()];
+    const gasNonce = await devnet.publicClient.getTransactionCount({ address: channelGas().address });
+    await blacklist(payer.address);
+    const fromBlacklisted = await post("/channels", (await signTestOpen(devnet, payer, payee.address)).body);
+    expect(fromBlacklisted.status).toBe(403);
+    expect(ErrorBodySchema.parse(await fromBlacklisted.json()).error).toMatchObject({
+      code: "AccountBlacklisted",
+      details: { account: payer.address, role: "payer" },
+    });
+
+    const blacklistedPayee = freshAddress();
+    await blacklist(blacklistedPayee);
+    const toBlacklisted = await post("/channels", (await signTestOpen(devnet, payee, blacklistedPayee)).body);
+    expect(toBlacklisted.status).toBe(403);
+    expect(ErrorBodySchema.parse(await toBlacklisted.json()).error).toMatchObject({
+      code: "AccountBlacklisted",
+      details: { account: blacklistedPayee, role: "payee" },
+    });
+    expect(await devnet.publicClient.getTransactionCount({ address: channelGas().address })).toBe(gasNonce);
+  });
+
+  it("holds the claim of a payee blacklisted after its channel opened, with AccountBlacklisted recorded and channel.claim_failed sent to it", async () => {
+    const [payer, payee] = [nextPayer(), nextPayer()];
+    const apiKey = await registerTestProvider(server.url, payee);
+    await nameChannelOperator(devnet, payee, channelGas().address);
+    const opened = await signTestOpen(devnet, payer, payee.address);
+    expect((await post("/channels", opened.body)).status).toBe(201);
+
+    await blacklist(payee.address);
+    const voucher = wireVoucher(devnet, opened.key, opened.channelId, 150_000n);
+    const stored = await post(
+      "/channels/vouchers",
+      { vouchers: [voucher] },
+      { authorization: `Bearer ${apiKey}` },
+    );
+    expect(stored.status).toBe(200);
+
+    await until(async () => {
+      const [row] = await store.query<{ claim_error: string | null }>(
+        "SELECT claim_error FROM channels WHERE channel_id = $1",
+        [opened.channelId.toLowerCase()],
+      );
+      return row?.claim_error != null;
+    });
+    const [row] = await store.query<{ claim_error: string | null; claimed: string }>(
+      "SELECT claim_error, claimed FROM channels WHERE channel_id = $1",
+      [opened.channelId.toLowerCase()],
+    );
+    expect(row).toMatchObject({ claim_error: "AccountBlacklisted" });
+    expect(BigInt(row!.claimed)).toBe(0n);
+    expect(await balance(payee.address)).toBe(10_000_000_000n);
+    const [event] = await store.query<{ data: Record<string, unknown> }>(
+      "SELECT data FROM events WHERE type = 'channel.claim_failed'",
+    );
+    expect(event?.data).toMatchObject({
+      provider: payee.address.toLowerCase(),
+      channelId: opened.channelId.toLowerCase(),
+      code: "AccountBlacklisted",
+      account: payee.address,
+      role: "payee",
+    });
   });
 });

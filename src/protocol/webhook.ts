@@ -24,6 +24,7 @@ export const WebhookEventTypeSchema = z.enum([
   "plan.deprecated",
   "channel.opened",
   "channel.claimed",
+  "channel.claim_failed",
   "channel.close_requested",
   "channel.closed",
   "token.paused",

@@ -23,6 +23,7 @@ import { claimChannelsCall } from "../../chain/actions/channels/claimChannelsCal
 import { closeChannelWithVoucherCall } from "../../chain/actions/channels/closeChannelWithVoucherCall.ts";
 import { decodeChannelClaims } from "../../chain/actions/channels/decodeChannelEvents.ts";
 import { getIsChannelOperator } from "../../chain/actions/channels/getIsChannelOperator.ts";
+import { getIsBlacklisted } from "../../chain/actions/usdc/getIsBlacklisted.ts";
 import { tollgateChannelsAbi } from "../../chain/contracts/artifacts/TollgateChannels.ts";
 import type { Clock } from "../../protocol/clock.ts";
 import type { Queryable, Store } from "../../store/store.ts";
@@ -148,6 +149,18 @@ export function createChannelClaimWorker(
       const item = decoded.find((d) => d.channelId.toLowerCase() === row.channel_id);
       if (item === undefined || !item.ok) chain.set(row.channel_id, await chainOf(row.channel_id as Hex));
     }
+    // ClaimFailed says only TransferFailed: whether the token's issuer blacklisted the payee (USDC) is
+    // read, for such items alone. Such a claim is held (a newer voucher tries again) and the payee told.
+    const blacklisted = new Set<string>();
+    for (const row of rows) {
+      const item = decoded.find((d) => d.channelId.toLowerCase() === row.channel_id);
+      if (item === undefined || item.ok || item.reason !== "TransferFailed") continue;
+      const listed = await getIsBlacklisted(ctx.publicClient, {
+        token: row.token as Address,
+        account: row.payee as Address,
+      }).catch(() => false);
+      if (listed) blacklisted.add(row.channel_id);
+    }
     await commit(async (db) => {
       for (const row of rows) {
         const item = decoded.find((d) => d.channelId.toLowerCase() === row.channel_id);
@@ -170,12 +183,28 @@ export function createChannelClaimWorker(
           item !== undefined && !item.ok && ["BadSignature", "AboveDeposit", "NotPayee"].includes(item.reason)
             ? item.reason
             : null;
+        const held = blacklisted.has(row.channel_id) ? "AccountBlacklisted" : permanent;
         await finishClaim(
           db,
           row.channel_id as Hex,
-          { claimed: onChain?.claimed ?? row.claimed, closed: onChain?.closed ?? false, error: permanent },
+          { claimed: onChain?.claimed ?? row.claimed, closed: onChain?.closed ?? false, error: held },
           now(),
         );
+        if (held === "AccountBlacklisted") {
+          await ctx.recordEvent(db, "channel.claim_failed", {
+            provider: row.payee,
+            channelId: row.channel_id,
+            payer: getAddress(row.payer),
+            payee: getAddress(row.payee),
+            token: getAddress(row.token),
+            cumulativeAmount: row.voucher_amount.toString(),
+            code: "AccountBlacklisted",
+            message: `the token's issuer has blacklisted the payee ${getAddress(row.payee)}; the token refuses to pay it`,
+            account: getAddress(row.payee),
+            role: "payee",
+            transaction: outcome.status === "confirmed" ? outcome.hash : null,
+          });
+        }
       }
     });
     if (outcome.status !== "confirmed" || decoded.some((d) => !d.ok)) logOutcome(outcome, decoded.length);

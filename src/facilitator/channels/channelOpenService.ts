@@ -17,11 +17,13 @@ import { channelCallForRelay } from "../../chain/actions/channels/channelCallFor
 import { computeChannelId, computeChannelOpenNonce } from "../../chain/actions/channels/channelHashes.ts";
 import { openChannelWithAuthorizationArgs } from "../../chain/actions/channels/openChannelWithAuthorization.ts";
 import { getAuthorizationState } from "../../chain/actions/usd/getAuthorizationState.ts";
+import { getIsBlacklisted } from "../../chain/actions/usdc/getIsBlacklisted.ts";
 import { tollgateChannelsAbi } from "../../chain/contracts/artifacts/TollgateChannels.ts";
 import type { ChannelOpenRequest, ChannelOpenResponse } from "../../protocol/channels.ts";
 import type { Clock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { Queryable, Store } from "../../store/store.ts";
+import { nameBlacklistedAccount } from "../blacklistRefusal.ts";
 import type { FacilitatorToken } from "../createFacilitator.ts";
 import type { GasAccount } from "../gasAccount.ts";
 import { channelToWire, readChainChannel } from "./channelChain.ts";
@@ -189,6 +191,19 @@ export function createChannelOpenService(ctx: ChannelOpenContext, policy: Channe
     return used;
   }
 
+  async function refuseBlacklistedPayee(req: ChannelOpenRequest): Promise<void> {
+    const listed = await getIsBlacklisted(ctx.publicClient, { token: req.token, account: req.payee }).catch(
+      () => false,
+    );
+    if (!listed) return;
+    const payee = getAddress(req.payee);
+    throw new TollgateError(
+      "AccountBlacklisted",
+      `the token's issuer has blacklisted the payee ${payee}; a channel to it could never be claimed`,
+      { details: { account: payee, role: "payee", token: getAddress(req.token) } },
+    );
+  }
+
   async function relay(
     req: ChannelOpenRequest,
     token: FacilitatorToken,
@@ -208,12 +223,17 @@ export function createChannelOpenService(ctx: ChannelOpenContext, policy: Channe
     policy.takePayer(req.payer);
     try {
       if (await alreadyOpened(req, nonce)) return answer(channelId, nonce, null, 200);
-      await checkPayerBalance(ctx.publicClient, {
-        token: req.token,
-        payer: req.payer,
-        amount: req.amount,
-        refusal: "the payer's balance does not cover the deposit",
-      });
+      // Read together: a payee the token's issuer blacklisted (USDC) could never be paid by a claim, so
+      // its channel is refused now rather than lock the payer's deposit up to the close delay.
+      await Promise.all([
+        checkPayerBalance(ctx.publicClient, {
+          token: req.token,
+          payer: req.payer,
+          amount: req.amount,
+          refusal: "the payer's balance does not cover the deposit",
+        }),
+        refuseBlacklistedPayee(req),
+      ]);
     } catch (error) {
       throw toChannelError(error);
     }
@@ -234,7 +254,11 @@ export function createChannelOpenService(ctx: ChannelOpenContext, policy: Channe
     try {
       await ctx.publicClient.simulateContract({ ...call.simulation, account: ctx.gas.address } as never);
     } catch (error) {
-      const refused = toChannelError(error);
+      // A blacklisted payer: the token refuses its deposit, named here (blacklistRefusal.ts).
+      const refused = await nameBlacklistedAccount(ctx.publicClient, toChannelError(error), {
+        token: req.token,
+        parties: { payer: req.payer },
+      });
       // Another instance (or a crashed attempt) opened it with this very authorization.
       if (refused.code === "NonceAlreadyUsed" && (await alreadyOpened(req, nonce).catch(() => false))) {
         return answer(channelId, nonce, null, 200);
