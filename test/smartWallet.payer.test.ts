@@ -9,19 +9,27 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Hono } from "hono";
-import { type Address, type Hex, recoverTypedDataAddress } from "viem";
+import { type Address, type Hex, maxUint256, recoverTypedDataAddress } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
+import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
+import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { getTokenBalance } from "../src/chain/index.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
+import { registerProvider } from "../src/client/registerProvider.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { WALLET_READS } from "../src/facilitator/paymentReadBack.ts";
 import { insertPayment } from "../src/facilitator/paymentRecords.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGate.ts";
-import { paymentGate } from "../src/gate/paymentGate.ts";
+import {
+  type GateResult,
+  type PaymentGate,
+  type PaymentGateControls,
+  paymentGate,
+} from "../src/gate/paymentGate.ts";
 import { memoNonce } from "../src/protocol/memo.ts";
 import { createChannelFetch } from "../src/schemes/channel/channelFetch.ts";
 import { createChannelWallet } from "../src/schemes/channel/channelWallet.ts";
@@ -34,6 +42,7 @@ import {
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 import { readPaymentAsPayer } from "./support/readPayment.ts";
 import {
+  approveCall,
   deployFixture,
   deploySmartWallet,
   gasBurningWallet,
@@ -265,6 +274,88 @@ describe("a smart-contract wallet paying through a channel", () => {
       await facilitator.stop();
       await store.close();
       rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
+
+describe("a smart-contract wallet subscribing", () => {
+  it("approves the SubscriptionManager through its own execute, subscribes gasless, and is served by a gate on its sub-auth token", async () => {
+    const provider = devnet.accounts[4]!;
+    const manager = devnet.contracts.subscriptionManager;
+    const created = await createPlan(devnet.walletClient(provider), {
+      manager,
+      token: usdc,
+      amount: 2_000_000n,
+      interval: 30n * 86_400n,
+      includedUnits: 0n,
+      overageUnitPrice: 0n,
+    });
+    const planId = getPlanIdFromReceipt(
+      await devnet.publicClient.waitForTransactionReceipt({ hash: created }),
+    );
+    await wallet.execute(usdc, approveCall(manager, maxUint256));
+
+    const results: GateResult[] = [];
+    let gate: (PaymentGate & PaymentGateControls) | undefined;
+    const app = new Hono();
+    app.use("/api/*", async (c, next) => {
+      const result = await gate!(c.req.raw);
+      results.push(result);
+      if (result.kind === "respond") return result.response;
+      await next();
+    });
+    app.get("/api/report", (c) => c.json({ report: "monthly" }));
+    const api = await serveApp(app);
+    try {
+      const client = createFacilitatorClient({ url: tf.url, fetch });
+      gate = paymentGate({
+        payTo: provider.address,
+        network: devnet.network,
+        token: usdc,
+        facilitator: tf.url,
+        fetch,
+        memoSecret: randomBytes(32),
+        publicOrigin: api.url,
+        providerApiKey: (await registerProvider(client, provider.account)).apiKey,
+        subscriptionEventPollMs: 0,
+        // The gate asks a wallet subscriber's isValidSignature about its sub-auth tokens.
+        chainClient: devnet.publicClient,
+        routes: { "GET /api/report": { pricing: [{ type: "subscription", plan: planId }] } },
+      });
+      await gate.ready();
+      const buyer = createPayer({
+        account: wallet.account,
+        network: devnet.network,
+        facilitator: tf.url,
+        fetch,
+      });
+      const walletBefore = await balance(wallet.address);
+      const subscriptionId = await buyer.subscribe({ planId });
+      expect(await balance(wallet.address)).toBe(walletBefore - 2_000_000n);
+
+      const headers = await buyer.subscriptionHeaders(subscriptionId, api.url);
+      const response = await fetch(`${api.url}/api/report`, { headers });
+      expect(response.status).toBe(200);
+      expect(await response.json()).toEqual({ report: "monthly" });
+      expect(results.at(-1)).toMatchObject({
+        kind: "pass",
+        subscription: { subscriptionId, subscriber: wallet.address },
+      });
+
+      // A token signed by another key in the wallet's name is refused.
+      const stranger = createPayer({
+        account: walletAccount(wallet.address, devnet.accounts[2]!.account),
+        network: devnet.network,
+        facilitator: tf.url,
+        fetch,
+      });
+      const forged = await fetch(`${api.url}/api/report`, {
+        headers: await stranger.subscriptionHeaders(subscriptionId, api.url),
+      });
+      expect(forged.status).toBe(402);
+    } finally {
+      await gate?.close();
+      await api.close();
     }
   }, 60_000);
 });

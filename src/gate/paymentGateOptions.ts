@@ -3,6 +3,7 @@
  * fails at start-up with a message naming the option, never on a request.
  */
 import { isIP } from "node:net";
+import type { PublicClient } from "viem";
 import { z } from "zod";
 import type { FacilitatorClient, FetchFn } from "../client/facilitatorClient.ts";
 import { AddressSchema } from "../protocol/address.ts";
@@ -369,6 +370,15 @@ export const PaymentGateOptionsSchema = z.strictObject({
   maxUnsettledUsage: PriceSchema.optional(),
   /** How often metered charges are sent to the facilitator (default 2 000 ms; 0 = only on `flushUsage()`). */
   usageFlushIntervalMs: z.int().min(0).max(600_000).optional(),
+  /**
+   * A client of the gate's chain (a viem `PublicClient`, or anything with its `request`), for subscribers
+   * that are smart-contract wallets (ERC-1271): a wallet's sub-auth token is signed by a key the wallet
+   * trusts, which only the wallet's `isValidSignature` can vouch for (a gas-capped `eth_call`, at most 30
+   * per subscriber a minute). Without it only tokens signed by the subscriber's own key pass.
+   */
+  chainClient: z
+    .custom<Pick<PublicClient, "request">>(hasMethods("request"), { error: "expected a viem public client" })
+    .optional(),
   logger: z
     .custom<GateLogger>(hasMethods("debug", "warn", "error"), { error: "expected a logger (pino)" })
     .optional(),

@@ -32,6 +32,11 @@ export type SubAuthVerifier = {
   accepted(token: string, subscriptionId: string): (SubAuthVerdict & { ok: true }) | undefined;
   /** Drops a token from the cache: its signer turned out not to hold the subscription it names. */
   forget(token: string): void;
+  /**
+   * Records that a cached token speaks for `signer`: a smart-contract wallet whose `isValidSignature`
+   * accepted it (walletSubAuth.ts), though it recovers to another key. Its later uses pass as cached.
+   */
+  vouch(token: string, signer: Address): void;
   readonly size: number;
 };
 
@@ -100,6 +105,10 @@ export function createSubAuthVerifier(options: SubAuthVerifierOptions): SubAuthV
     },
     forget(token) {
       entries.delete(token);
+    },
+    vouch(token, signer) {
+      const entry = entries.get(token);
+      if (entry !== undefined) entries.set(token, { ...entry, signer, verdict: { ok: true, signer } });
     },
     accepted(token, subscriptionId) {
       const cached = entries.get(token);

@@ -39,6 +39,7 @@ import {
   renewalOverdueMessage,
   type SubscriptionStatusCache,
 } from "./createSubscriptionStatusCache.ts";
+import type { WalletSubAuthCheck } from "./walletSubAuth.ts";
 
 /** A subscription the gate served a request under (`GateResult.subscription`). */
 export type GateSubscription = {
@@ -130,6 +131,11 @@ export type SubscriptionGateOptions = {
   logger?: GateLogger | undefined;
   /** For tests: replaces the token verifier. */
   verifier?: SubAuthVerifier | undefined;
+  /**
+   * Checks a token whose signer is not the subscriber with the subscriber's ERC-1271
+   * `isValidSignature` (walletSubAuth.ts). Without it a smart-contract wallet's tokens are refused.
+   */
+  walletSubAuth?: WalletSubAuthCheck | undefined;
 };
 
 /** The poller of a gate without a provider API key: the event feed would refuse it. */
@@ -413,11 +419,15 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
       return refuse("SubscriptionNotActive", `subscription ${subscriptionId} does not exist`);
     }
     if (!sameAddress(info.subscriber, verdict.signer)) {
-      verifier.forget(token);
-      return refuse(
-        "SubscriptionAuthInvalid",
-        `the token is not signed by subscription ${subscriptionId}'s subscriber`,
-      );
+      // Not the subscriber's own key: the subscriber may be a wallet that this key signs for.
+      if (options.walletSubAuth === undefined || !(await options.walletSubAuth(info.subscriber, token))) {
+        verifier.forget(token);
+        return refuse(
+          "SubscriptionAuthInvalid",
+          `the token is not signed by subscription ${subscriptionId}'s subscriber`,
+        );
+      }
+      verifier.vouch(token, info.subscriber);
     }
     if (!covers(route, info)) {
       return refuse(

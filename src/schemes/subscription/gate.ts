@@ -6,7 +6,7 @@
  * `metered` entries compile to offers of this part.
  */
 
-import type { Address } from "viem";
+import type { Address, PublicClient } from "viem";
 import { deductionAmount, type ServedSubscription } from "../../gate/deductAllowance.ts";
 import { GatePass } from "../../gate/gatePass.ts";
 import { checkFailureResponse, errorResponse, misconfigured } from "../../gate/gateResponses.ts";
@@ -32,6 +32,7 @@ import {
   type SubscriptionGate,
   type SubscriptionOutcome,
 } from "../../gate/subscriptions/createSubscriptionGate.ts";
+import { createWalletSubAuthCheck } from "../../gate/subscriptions/walletSubAuth.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { HeaderName } from "../../protocol/header.ts";
 import { optionTermsOf, type Pricing } from "../../protocol/pricing.ts";
@@ -72,6 +73,7 @@ type SubscriptionSettings = {
   usageLedger?: UsageLedger;
   maxUnsettledUsage?: Price;
   usageFlushIntervalMs?: number;
+  chainClient?: Pick<PublicClient, "request">;
 };
 
 /**
@@ -129,6 +131,9 @@ function createSubscriptionPart(context: GateSchemeContext): GateScheme<PlanOffe
       renewalGraceSeconds: settings.subscriptionRenewalGraceSeconds ?? 300,
       eventPollMs: settings.subscriptionEventPollMs ?? 1_000,
       providerApiKey: settings.providerApiKey,
+      ...(settings.chainClient === undefined
+        ? {}
+        : { walletSubAuth: createWalletSubAuthCheck({ client: settings.chainClient, clock }) }),
       metering: {
         ledger,
         flusher:
