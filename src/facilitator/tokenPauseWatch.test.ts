@@ -15,6 +15,8 @@ describe("createTokenPauseWatch", () => {
   let now = Date.UTC(2026, 11, 5, 1, 0, 0);
   const clock: Clock = { now: () => now };
   const gauge = new Map<string, boolean>();
+  /** paused() calls on the contract that has none. */
+  let settlerReads = 0;
 
   beforeAll(async () => {
     devnet = await startDevnet({ token: "usdc", accounts: 1 });
@@ -29,7 +31,12 @@ describe("createTokenPauseWatch", () => {
   function watch(overrides: Partial<TokenPauseWatchOptions> = {}) {
     return createTokenPauseWatch({
       store,
-      client: devnet.publicClient,
+      client: {
+        readContract: ((args: { address: string }) => {
+          if (args.address.toLowerCase() === devnet.contracts.batchSettler.toLowerCase()) settlerReads++;
+          return devnet.publicClient.readContract(args as never);
+        }) as Devnet["publicClient"]["readContract"],
+      },
       chainId: devnet.chain.id,
       network: devnet.network,
       tokens: [
@@ -112,6 +119,17 @@ describe("createTokenPauseWatch", () => {
     expect(gauge.get(token.toLowerCase())).toBe(false);
     await a.stop();
     await c.stop();
+  });
+
+  it("reads paused() of a contract without it once, and never again", async () => {
+    const w = watch();
+    settlerReads = 0;
+    await w.start();
+    await w.check();
+    await w.check();
+    expect(settlerReads).toBe(1);
+    expect(w.isPaused(devnet.contracts.batchSettler)).toBe(false);
+    await w.stop();
   });
 
   it("reads paused() at once when a refusal names the pause, without waiting for its interval", async () => {

@@ -22,7 +22,13 @@
  * 3. Listeners of `onResume` are called after the unpause is recorded, so what they then claim is sent.
  */
 import type { Logger } from "pino";
-import { type Address, getAddress } from "viem";
+import {
+  type Address,
+  BaseError,
+  ContractFunctionRevertedError,
+  ContractFunctionZeroDataError,
+  getAddress,
+} from "viem";
 import { z } from "zod";
 import { isTokenPaused } from "../chain/actions/usdc/isTokenPaused.ts";
 import type { ReadClient } from "../chain/clientTypes.ts";
@@ -181,12 +187,13 @@ export function createTokenPauseWatch(options: TokenPauseWatchOptions): TokenPau
       if (unreachable) log.info("the chain answers again; token pause state read");
       unreachable = false;
     } catch (error) {
-      if (isChainUnreachable(error)) {
-        if (!unreachable) log.warn("cannot read whether the token is paused: the chain is unreachable");
+      if (!hasNoPausedFunction(error)) {
+        // The chain could not answer (unreachable, or an RPC error): asked again next round.
+        if (!unreachable) log.warn({ err: error }, "cannot read whether the token is paused; reading again");
         unreachable = true;
         return;
       }
-      // No `paused()`: the token cannot be paused.
+      // No `paused()`: the token cannot be paused (the call reverts or returns nothing).
       pausable.delete(token);
       log.debug({ token }, "the token has no paused(); it is not watched");
       options.metrics?.onTokenPaused(token, false);
@@ -265,4 +272,14 @@ export function createTokenPauseWatch(options: TokenPauseWatchOptions): TokenPau
       await checking?.catch(() => undefined);
     },
   };
+}
+
+/** Whether a `paused()` call failed because the contract has no such function (not for want of the chain). */
+function hasNoPausedFunction(error: unknown): boolean {
+  if (isChainUnreachable(error) || !(error instanceof BaseError)) return false;
+  return (
+    error.walk(
+      (e) => e instanceof ContractFunctionZeroDataError || e instanceof ContractFunctionRevertedError,
+    ) !== null
+  );
 }
