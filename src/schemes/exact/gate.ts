@@ -58,6 +58,7 @@ import type {
   SchemeAcceptance,
   SchemePaymentBase,
 } from "../types.ts";
+import { checkSettleableAmounts } from "./checkSettleableAmounts.ts";
 
 /** One way to pay a route once: the price in the token's smallest unit. */
 export type ExactOffer = { scheme: "exact"; amount: bigint };
@@ -156,6 +157,14 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
   return {
     compile: (entry, where) => compileOneTime(entry, context.decimals, where),
     offer: (offer) => ({ scheme: "exact", amount: offer.amount, x402: true }),
+    async ready(offers) {
+      // A price under the facilitator's minimum (0.01 USDC on Base) is refused at every payment.
+      checkSettleableAmounts(
+        await context.facilitator.supported(),
+        { network, token, decimals: context.decimals },
+        offers.map((offer) => offer.amount),
+      );
+    },
     credential: (request) => request.headers.get(HeaderName.Payment),
     async accept(header, request, route): Promise<SchemeAcceptance> {
       const { method, path } = request;
