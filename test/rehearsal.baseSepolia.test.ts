@@ -44,7 +44,7 @@ import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { mintFiatToken } from "../src/chain/actions/usdc/mintFiatToken.ts";
 import { placeFiatToken } from "../src/chain/actions/usdc/placeFiatToken.ts";
 import { fiatTokenV2_2Abi } from "../src/chain/contracts/circle-usdc/FiatTokenV2_2.ts";
-import { deployTollgate } from "../src/chain/deployTollgate.ts";
+import { deploymentFilePath, readDeploymentFile } from "../src/chain/deploymentFile.ts";
 import { getNetworkConfig } from "../src/chain/networks.ts";
 import { type Anvil, startAnvil } from "../src/chain/startAnvil.ts";
 import { createPayer, type Payer } from "../src/client/createPayer.ts";
@@ -98,6 +98,7 @@ const keys = {
 const provider = privateKeyToAccount(keys.provider);
 
 let facilitator: FacilitatorProcess;
+let facilitatorEnv: Record<string, string>;
 let facilitatorClient: FacilitatorClient;
 /** The facilitator's `/supported` entry for Base Sepolia: where gates and payers learn token and contracts. */
 let served: SupportedNetwork;
@@ -120,18 +121,11 @@ async function faucet(address: Address, amounts: { eth?: bigint; usdc?: bigint }
   }
 }
 
-/**
- * Deploys Tollgate as a user does on Base Sepolia. Returns what the facilitator's environment needs
- * beyond the user's keys and RPC URL (nothing, once the deployment is a file the facilitator reads).
- */
-async function deploy(): Promise<Record<string, string>> {
-  const contracts = await deployTollgate(wallet(keys.deployer), publicClient);
-  expect(contracts.usd).toBe(BASE_SEPOLIA_USDC);
-  return {
-    TOLLGATE_BATCH_SETTLER: contracts.batchSettler,
-    TOLLGATE_SUBSCRIPTION_MANAGER: contracts.subscriptionManager,
-    TOLLGATE_CHANNELS: contracts.channels,
-  };
+/** `tollgate deploy` as a user runs it on Base Sepolia: the RPC URL, the network, the deployer's key. */
+function deploy() {
+  return runCli(["deploy", "--rpc-url", anvil.rpcUrl, "--network", NETWORK], {
+    env: { TOLLGATE_DIR: dir, TOLLGATE_DEPLOYER_KEY: keys.deployer },
+  });
 }
 
 /** What a Base Sepolia user sets for every `tollgate` command. */
@@ -161,15 +155,17 @@ beforeAll(async () => {
   for (const key of [keys.deployer, keys.gas, keys.provider, keys.seller]) {
     await faucet(privateKeyToAccount(key).address, { eth: 1n * ETH });
   }
-  const deployment = await deploy();
-  facilitator = await startFacilitatorProcess({
+  const deployed = await deploy();
+  expect(deployed.code, deployed.stdout + deployed.stderr).toBe(0);
+  expect(deployed.stdout + deployed.stderr).not.toContain(keys.deployer.slice(2));
+  facilitatorEnv = {
     ...userEnv(),
-    ...deployment,
     TOLLGATE_GAS_KEY: keys.gas,
     TOLLGATE_PROOF_KEYS: keys.proof,
     TOLLGATE_PORT: "0",
     LOG_LEVEL: "warn",
-  });
+  };
+  facilitator = await startFacilitatorProcess(facilitatorEnv);
   cleanups.push(() => facilitator.stop());
   facilitatorClient = createFacilitatorClient({ url: facilitator.url, fetch });
   const supported = await facilitatorClient.supported();
@@ -212,6 +208,31 @@ describe("the chain a Base Sepolia user meets", () => {
       usdc: BASE_SEPOLIA_USDC,
       tokenDomain: BASE_SEPOLIA_USDC_DOMAIN,
     });
+  });
+
+  it("gets a deployment file naming Base Sepolia's USDC with its domain, and a second deploy sends nothing", async () => {
+    const file = readDeploymentFile(deploymentFilePath(dir, CHAIN_ID));
+    expect(file).toMatchObject({
+      network: NETWORK,
+      chainId: CHAIN_ID,
+      token: {
+        address: BASE_SEPOLIA_USDC,
+        ...BASE_SEPOLIA_USDC_DOMAIN,
+        symbol: "USDC",
+        decimals: 6,
+        kind: "network",
+      },
+    });
+    for (const address of Object.values(file!.contracts)) {
+      expect(await publicClient.getCode({ address: address as Address })).toMatch(/^0x[0-9a-f]{2,}$/);
+    }
+    const deployer = privateKeyToAccount(keys.deployer).address;
+    const nonce = await publicClient.getTransactionCount({ address: deployer });
+    const again = await deploy();
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).toContain("nothing to deploy");
+    expect(await publicClient.getTransactionCount({ address: deployer })).toBe(nonce);
+    expect(readDeploymentFile(deploymentFilePath(dir, CHAIN_ID))?.contracts).toEqual(file!.contracts);
   });
 
   it("gets a facilitator that serves Base Sepolia's USDC under its on-chain domain and Tollgate's contracts", () => {
@@ -280,12 +301,7 @@ async function newPayer(
 /** Creates a plan with `tollgate plan create`, as the README does, from the provider's key. */
 async function createPlanWithCli(args: string[]): Promise<bigint> {
   const result = await runCli(["plan", "create", ...args, "--json"], {
-    env: {
-      ...userEnv(),
-      TOLLGATE_PROVIDER_KEY: keys.provider,
-      TOLLGATE_SUBSCRIPTION_MANAGER: served.subscriptionManager,
-      TOLLGATE_TOKEN: served.tokens[0]!.address,
-    },
+    env: { ...userEnv(), TOLLGATE_PROVIDER_KEY: keys.provider },
   });
   expect(result.stderr).toBe("");
   expect(result.code).toBe(0);
@@ -316,6 +332,22 @@ describe("the README's flows on Base Sepolia", () => {
     });
     expect(analytics.code, analytics.stderr).toBe(0);
     expect(JSON.parse(analytics.stdout).summary).toMatchObject({ volume: "500000", count: 1 });
+  });
+
+  it("refuses at start-up a gate priced under the facilitator's minimum payment (0.01 USDC off a devnet)", async () => {
+    const cheap = paymentGate({
+      payTo: provider.address,
+      network: NETWORK,
+      token: served.tokens[0]!.address,
+      facilitator: facilitator.url,
+      memoSecret: "a-rehearsal-memo-secret-of-at-least-32-bytes",
+      routes: { "GET /api/detect": { price: "0.005" } },
+    });
+    await expect(cheap.ready()).rejects.toMatchObject({
+      code: "InvalidRequest",
+      message: expect.stringMatching(/price 0\.005 is below the facilitator's minimum payment of 0\.01/),
+    });
+    await cheap.close();
   });
 
   it("subscribes gaslessly, rides on the subscription, and is refused while paused", async () => {
@@ -362,11 +394,7 @@ describe("the README's flows on Base Sepolia", () => {
       "0.01",
     ]);
     const operator = await runCli(["plan", "operator", gasAddress()], {
-      env: {
-        ...userEnv(),
-        TOLLGATE_PROVIDER_KEY: keys.provider,
-        TOLLGATE_SUBSCRIPTION_MANAGER: served.subscriptionManager,
-      },
+      env: { ...userEnv(), TOLLGATE_PROVIDER_KEY: keys.provider },
     });
     expect(operator.code, operator.stderr).toBe(0);
     const api = await serveGated("/api/search", [{ type: "subscription", plan: planId.toString() }]);
@@ -462,6 +490,28 @@ describe("the README's flows on Base Sepolia", () => {
     expect((await budget.report("researcher")).spent.total).toBe(USDC("0.01"));
     expect(await balanceOf(address)).toBe(USDC("0.99"));
     expect(await balanceOf(seller.address)).toBe(USDC("0.01"));
+  });
+});
+
+describe("subscription periods on Base Sepolia", () => {
+  // Last in the file: the chain's clock jumps a day ahead of the wall clock that one-time payments sign by.
+  it("renews a subscription whose period has ended when the restarted facilitator's keeper runs", async () => {
+    const planId = await createPlanWithCli(["--amount", "1", "--interval", "1d"]);
+    const { payer, address } = await newPayer("3");
+    await payer.subscribe({ planId });
+    expect(await balanceOf(address)).toBe(USDC("2"));
+
+    await testClient.increaseTime({ seconds: 86_400 + 60 });
+    await testClient.mine({ blocks: 1 });
+    // The keeper runs as the facilitator starts (then every 30 s): a restart renews what fell due.
+    await facilitator.stop();
+    facilitator = await startFacilitatorProcess(facilitatorEnv);
+    let balance = await balanceOf(address);
+    for (let i = 0; i < 300 && balance !== USDC("1"); i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      balance = await balanceOf(address);
+    }
+    expect(balance, facilitator.output()).toBe(USDC("1"));
   });
 });
 
