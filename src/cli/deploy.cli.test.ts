@@ -173,6 +173,18 @@ describe("tollgate deploy", { timeout: 240_000 }, () => {
     expect(await nonce()).toBe(before);
   });
 
+  it("never prints an RPC URL it could not reach (it may carry an API key)", async () => {
+    const result = await runCli(
+      ["deploy", "--rpc-url", "http://127.0.0.1:9/v2/apikey0123456789", "--dry-run"],
+      {
+        env: { TOLLGATE_DIR: dir },
+      },
+    );
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("ChainUnavailable");
+    expect(result.stdout + result.stderr).not.toContain("apikey0123456789");
+  });
+
   it("refuses a --network that is not the RPC's chain", async () => {
     const result = await deploy(["--dry-run", "--test-token", "--network", "eip155:84532"]);
     expect(result.code).toBe(1);

@@ -136,22 +136,7 @@ export async function deployCommand(argv: string[], deps: DeployCommandDeps): Pr
     );
     return 2;
   }
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      "rpc-url": { type: "string" },
-      network: { type: "string" },
-      token: { type: "string" },
-      "test-token": { type: "boolean", default: false },
-      keystore: { type: "string" },
-      dir: { type: "string" },
-      confirmations: { type: "string" },
-      "dry-run": { type: "boolean", default: false },
-      json: { type: "boolean", default: false },
-      help: { type: "boolean", short: "h" },
-    },
-  });
+  const { values, positionals } = parseDeployArgs(argv);
   if (values.help === true) {
     deps.out.log(usage);
     return 0;
@@ -170,6 +155,42 @@ export async function deployCommand(argv: string[], deps: DeployCommandDeps): Pr
     deps.out.error("tollgate deploy: --token and --test-token exclude each other");
     return 2;
   }
+  try {
+    return await deployWith(rpcUrl, values, env, deps);
+  } catch (error) {
+    // viem's errors name the URL they called, and an RPC URL often holds a provider's API key.
+    if (error instanceof Error) error.message = error.message.split(rpcUrl).join("<rpc url>");
+    throw error;
+  }
+}
+
+type DeployFlags = ReturnType<typeof parseDeployArgs>["values"];
+
+function parseDeployArgs(argv: string[]) {
+  return parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      "rpc-url": { type: "string" },
+      network: { type: "string" },
+      token: { type: "string" },
+      "test-token": { type: "boolean", default: false },
+      keystore: { type: "string" },
+      dir: { type: "string" },
+      confirmations: { type: "string" },
+      "dry-run": { type: "boolean", default: false },
+      json: { type: "boolean", default: false },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+}
+
+async function deployWith(
+  rpcUrl: string,
+  values: DeployFlags,
+  env: z.infer<typeof DeployEnvSchema>,
+  deps: DeployCommandDeps,
+): Promise<number> {
   const confirmations = parseConfirmations(values.confirmations);
   const dir = values.dir ?? env.TOLLGATE_DIR;
   const dryRun = values["dry-run"];
