@@ -45,6 +45,8 @@ const settings = () => ({
   gasKey: devnet.accounts[1]!.privateKey,
   manager: devnet.contracts.subscriptionManager,
   token: devnet.contracts.usd,
+  tokenName: devnet.token.name,
+  tokenVersion: devnet.token.version,
 });
 
 describe.skipIf(DATABASE_URL === undefined)("the renewal keeper's lease", () => {

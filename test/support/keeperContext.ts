@@ -18,7 +18,16 @@ import type { Store } from "../../src/store/store.ts";
 
 export function keeperOver(
   store: Store,
-  settings: { rpcUrl: string; gasKey: Hex; manager: Address; token: Address; rpcTimeoutMs?: number },
+  settings: {
+    rpcUrl: string;
+    gasKey: Hex;
+    manager: Address;
+    token: Address;
+    /** The token's EIP-712 domain as the chain has it (a devnet's `devnet.token`). */
+    tokenName: string;
+    tokenVersion: string;
+    rpcTimeoutMs?: number;
+  },
   options: RenewalKeeperOptions,
 ) {
   const publicClient = createPublicClient({
@@ -42,7 +51,15 @@ export function keeperOver(
       chainId: foundry.id,
       subscriptionManager: settings.manager,
       logger,
-      tokens: [{ address: settings.token, name: "USD Coin", version: "2", symbol: "USDC", decimals: 6 }],
+      tokens: [
+        {
+          address: settings.token,
+          name: settings.tokenName,
+          version: settings.tokenVersion,
+          symbol: "USDC",
+          decimals: 6,
+        },
+      ],
       outbox,
     },
     { ...options, outbox },
