@@ -7,6 +7,10 @@
  * channel is not opened by a blacklisted payer nor to a blacklisted payee, and a claim for a payee
  * blacklisted since is held with the reason and the payee told.
  */
+import { x402Client } from "@x402/core/client";
+import { HTTPFacilitatorClient } from "@x402/core/http";
+import type { PaymentRequirements } from "@x402/core/types";
+import { ExactEvmScheme } from "@x402/evm/exact/client";
 import { type Address, getAddress, type Hex, maxUint256 } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -194,6 +198,40 @@ describe("a payment from or to an account USDC has blacklisted", () => {
     expect(error.code).toBe("AccountBlacklisted");
     expect(error.details).toMatchObject({ account: payee, role: "payee" });
     expect(await devnet.publicClient.getTransactionCount({ address: gasAccount().address })).toBe(gasNonce);
+  });
+
+  it("refuses an x402 payment from a blacklisted payer at /x402/verify, the message naming the payer", async () => {
+    const payer = nextPayer();
+    await blacklist(payer.address);
+    const network = devnet.network;
+    const offer: PaymentRequirements = {
+      scheme: "exact",
+      network,
+      amount: "250000",
+      asset: devnet.contracts.usd,
+      payTo: freshAddress(),
+      maxTimeoutSeconds: 300,
+      extra: { name: devnet.token.name, version: devnet.token.version },
+    };
+    const payload = await new x402Client()
+      .register(network, new ExactEvmScheme(payer.account))
+      .setSpendControls({ allowedAssets: [{ network, asset: offer.asset }] })
+      .createPaymentPayload({
+        x402Version: 2,
+        resource: {
+          url: "http://127.0.0.1/paid",
+          description: "a paid resource",
+          mimeType: "application/json",
+        },
+        accepts: [offer],
+      });
+    const result = await new HTTPFacilitatorClient({ url: `${tf.url}/x402` }).verify(payload, offer);
+    expect(result).toMatchObject({
+      isValid: false,
+      invalidReason: "invalid_exact_evm_transaction_simulation_failed",
+      payer: payer.address,
+    });
+    expect(result.invalidMessage).toContain(payer.address);
   });
 
   it("fails only the item of a payer blacklisted after its payment was checked: AccountBlacklisted recorded and sent to the payee, the batch's other payment settled", async () => {
