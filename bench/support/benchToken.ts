@@ -1,8 +1,7 @@
 /**
- * The token a bench's devnet settles in, as the bench prints it: its kind (TollgateUSD or Circle's
- * FiatToken v2.2), its EIP-712 domain as read from the chain, and its address. A result is only
- * comparable with another measured on the same token: FiatToken's transfers cost more gas than
- * TollgateUSD's.
+ * The token a bench's devnet settles in, as the bench prints it: its kind (Circle's FiatToken v2.2, the
+ * only token a devnet runs on), its EIP-712 domain as read from the chain, and its address, so a result
+ * says what it was measured on.
  */
 import type { Address } from "viem";
 import type { Devnet, DevnetToken } from "../../src/chain/startDevnet.ts";
@@ -21,6 +20,6 @@ export function benchToken(devnet: Pick<Devnet, "token" | "contracts">): BenchTo
 
 /** One line: `token: Circle's FiatToken v2.2 (USDC), EIP-712 "USD Coin"/"2", at 0x…`. */
 export function describeBenchToken(token: BenchToken): string {
-  const kind = token.kind === "usdc" ? "Circle's FiatToken v2.2 (USDC)" : "TollgateUSD";
+  const kind = token.kind === "usdc" ? "Circle's FiatToken v2.2 (USDC)" : token.kind;
   return `token: ${kind}, EIP-712 "${token.name}"/"${token.version}", at ${token.address}`;
 }
