@@ -9,17 +9,28 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Hono } from "hono";
-import { type Address, type Hex, maxUint256, recoverTypedDataAddress } from "viem";
+import {
+  type Address,
+  createPublicClient,
+  custom,
+  type Hex,
+  type LocalAccount,
+  maxUint256,
+  recoverTypedDataAddress,
+} from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
 import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { getTokenBalance } from "../src/chain/index.ts";
+import { transferWithAuthorizationTypes } from "../src/chain/signers/eip712Types.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
 import { registerProvider } from "../src/client/registerProvider.ts";
+import { type CheckablePayment, checkSignedPayment } from "../src/facilitator/checkSignedPayment.ts";
+import { createContractSigners } from "../src/facilitator/contractSigners.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { WALLET_READS } from "../src/facilitator/paymentReadBack.ts";
 import { insertPayment } from "../src/facilitator/paymentRecords.ts";
@@ -30,6 +41,7 @@ import {
   type PaymentGateControls,
   paymentGate,
 } from "../src/gate/paymentGate.ts";
+import { createFixedClock, unixSeconds } from "../src/protocol/clock.ts";
 import { memoNonce } from "../src/protocol/memo.ts";
 import { createChannelFetch } from "../src/schemes/channel/channelFetch.ts";
 import { createChannelWallet } from "../src/schemes/channel/channelWallet.ts";
@@ -178,12 +190,18 @@ describe("a smart-contract wallet reading its payments back", () => {
     });
     expect(unbounded).toBe("0x1626ba7e");
     const asBurner = walletAccount(burner, devnet.accounts[2]!.account);
-    for (let i = 0; i < WALLET_READS; i++) {
-      expect((await readPaymentAsPayer(tf.url, row.nonce, asBurner)).status).toBe(404);
-    }
-    const limited = await readPaymentAsPayer(tf.url, row.nonce, asBurner);
-    expect(limited.status).toBe(429);
-    expect(await limited.json()).toMatchObject({ error: { code: "RateLimited" } });
+    // Refused, never served; sent all at once, the reads past the wallet's allowance are 429 before
+    // any chain read (the bucket refills one a second, far slower than these arrive).
+    const statuses = await Promise.all(
+      Array.from({ length: 2 * WALLET_READS }, async () => {
+        const response = await readPaymentAsPayer(tf.url, row.nonce, asBurner);
+        await response.body?.cancel();
+        return response.status;
+      }),
+    );
+    expect(statuses.every((status) => status === 404 || status === 429)).toBe(true);
+    expect(statuses.filter((status) => status === 404).length).toBeGreaterThanOrEqual(1);
+    expect(statuses.filter((status) => status === 429).length).toBeGreaterThanOrEqual(WALLET_READS / 2);
   });
 });
 
@@ -358,4 +376,108 @@ describe("a smart-contract wallet subscribing", () => {
       await api.close();
     }
   }, 60_000);
+});
+
+describe("the facilitator's chain reads for payers' signatures", () => {
+  /** The facilitator's off-chain check of an x402-style payment, over a client that counts its RPC calls. */
+  function checker() {
+    const calls: string[] = [];
+    const client = createPublicClient({
+      chain: devnet.chain,
+      transport: custom({
+        request: async (args: { method: string; params?: unknown }) => {
+          calls.push(args.method);
+          return devnet.publicClient.request(args as never);
+        },
+      }),
+    });
+    const clock = createFixedClock(Date.now());
+    const contractSigners = createContractSigners({ client, clock });
+    const check = (payment: CheckablePayment) =>
+      checkSignedPayment(
+        {
+          network: devnet.network,
+          tokens: new Map([
+            [
+              usdc.toLowerCase(),
+              { address: usdc, name: devnet.token.name, version: devnet.token.version, symbol: "USDC" },
+            ],
+          ]),
+          nowSeconds: unixSeconds(clock),
+          minRemainingSeconds: 6,
+          contractSigners,
+        },
+        payment,
+      );
+    return { calls, clock, check };
+  }
+
+  async function signed(from: LocalAccount, signer: LocalAccount = from): Promise<CheckablePayment> {
+    const now = BigInt(Math.floor(Date.now() / 1000));
+    const authorization = {
+      from: from.address,
+      to: devnet.accounts[3]!.address,
+      value: 10_000n,
+      validAfter: now - 60n,
+      validBefore: now + 600n,
+      nonce: `0x${randomBytes(32).toString("hex")}` as Hex,
+    };
+    const signature = await signer.signTypedData({
+      domain: {
+        name: devnet.token.name,
+        version: devnet.token.version,
+        chainId: devnet.chain.id,
+        verifyingContract: usdc,
+      },
+      types: transferWithAuthorizationTypes,
+      primaryType: "TransferWithAuthorization",
+      message: authorization,
+    });
+    return {
+      network: devnet.network,
+      token: usdc,
+      authorization: {
+        ...authorization,
+        value: authorization.value.toString(),
+        validAfter: authorization.validAfter.toString(),
+        validBefore: authorization.validBefore.toString(),
+      },
+      signature,
+    };
+  }
+
+  it("reads nothing for an EOA's own signature, and asks a wallet once per signature behind a has-code cache", async () => {
+    const { calls, clock, check } = checker();
+    const eoa = devnet.accounts[2]!.account;
+    expect(await check(await signed(eoa))).toBe(eoa.address);
+    expect(calls).toEqual([]);
+
+    expect(await check(await signed(wallet.account))).toBe(wallet.address);
+    expect(calls).toEqual(["eth_getCode", "eth_call"]);
+    calls.length = 0;
+    // The same payment again: its verdict is cached. A new one: the code is, the signature is asked.
+    const second = await signed(wallet.account);
+    await check(second);
+    await check(second);
+    expect(calls).toEqual(["eth_call"]);
+    calls.length = 0;
+
+    // Another key signing in an EOA's name: one code read, then refused from the cache for 30 s.
+    const forged = () => signed(walletAccount(eoa.address, devnet.accounts[1]!.account));
+    await expect(check(await forged())).rejects.toMatchObject({ code: "InvalidSignature" });
+    await expect(check(await forged())).rejects.toMatchObject({ code: "InvalidSignature" });
+    expect(calls).toEqual(["eth_getCode"]);
+    calls.length = 0;
+    // An EOA may gain code (EIP-7702) at any time: "no code" is read again once its entry expires.
+    clock.advance(31_000);
+    await expect(check(await forged())).rejects.toMatchObject({ code: "InvalidSignature" });
+    expect(calls).toEqual(["eth_getCode"]);
+  });
+
+  it("refuses a payment from a wallet whose isValidSignature needs more gas than the cap", async () => {
+    const burner = await deployFixture(devnet, owner, gasBurningWallet);
+    const { check } = checker();
+    const payment = await signed(walletAccount(burner, devnet.accounts[2]!.account));
+    await expect(check(payment)).rejects.toMatchObject({ code: "InvalidSignature" });
+  });
 });
