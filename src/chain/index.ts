@@ -1,6 +1,41 @@
 /** `tollgate/chain`: networks, contract artifacts, typed contract actions, EIP-712 signers, devnet. */
 
 export {
+  assertNotForeign,
+  type DeployDeterministicParameters,
+  type DeployDeterministicResult,
+  deployDeterministic,
+} from "./actions/deploy/deployDeterministic.ts";
+export {
+  type DeterministicAddressParameters,
+  deterministicAddress,
+  deterministicCalldata,
+  deterministicDeployer,
+  tollgateSalt,
+} from "./actions/deploy/deterministicAddress.ts";
+export {
+  type PlannedDeployment,
+  type PlanTollgateDeploymentParameters,
+  planTollgateDeployment,
+  type TollgateContractName,
+  tollgateContractCode,
+} from "./actions/deploy/planTollgateDeployment.ts";
+export {
+  assertDeterministicDeployer,
+  type DeterministicDeployment,
+  type ReadDeterministicDeploymentParameters,
+  readDeterministicDeployment,
+} from "./actions/deploy/readDeterministicDeployment.ts";
+export {
+  type ReadSettlementTokenParameters,
+  readSettlementToken,
+  type SettlementToken,
+} from "./actions/deploy/readSettlementToken.ts";
+export {
+  type SimulateDeterministicCodeParameters,
+  simulateDeterministicCode,
+} from "./actions/deploy/simulateDeterministicCode.ts";
+export {
   SETTLER_ITEM_GAS,
   SETTLER_ITEM_GAS_REQUIRED,
   type SettlementItem,
@@ -131,6 +166,13 @@ export {
   fiatTokenV2_2LinkReferences,
 } from "./contracts/circle-usdc/FiatTokenV2_2.ts";
 export { signatureCheckerAbi, signatureCheckerBytecode } from "./contracts/circle-usdc/SignatureChecker.ts";
+export {
+  type DeploymentFile,
+  DeploymentFileSchema,
+  deploymentFilePath,
+  readDeploymentFile,
+  writeDeploymentFile,
+} from "./deploymentFile.ts";
 export { type DeployTollgateOptions, deployTollgate } from "./deployTollgate.ts";
 export {
   decodeSettlerDeferred,
@@ -156,6 +198,7 @@ export {
   type NetworkConfig,
   networks,
 } from "./networks.ts";
+export { decryptKeystore, type Keystore, KeystoreSchema } from "./signers/decryptKeystore.ts";
 export {
   cancelAuthorizationTypes,
   cancelIntentTypes,
