@@ -135,6 +135,48 @@ describe("channel scheme at the gate", () => {
     expect(body.accepts.map((o) => o.scheme)).toContain("exact");
   });
 
+  it("offers the TollgateChannels contract the facilitator's /supported lists when none is configured, and says so when it lists none", async () => {
+    const gateOn = (network: `eip155:${number}`) => {
+      const supported = {
+        version: "1",
+        schemes: ["exact"],
+        networks: [
+          {
+            network: "eip155:84532",
+            tokens: [{ address: TOKEN, symbol: "USDC", decimals: 6, eip712: { name: "USDC", version: "2" } }],
+            batchSettler: CONTRACT,
+            channels: CONTRACT,
+            signers: [],
+          },
+        ],
+      };
+      const fetchSupported: FetchFn = async (input) =>
+        String(input).endsWith("/supported") ? Response.json(supported) : noNetwork(input);
+      const gate = paymentGate({
+        payTo: PAY_TO,
+        network,
+        token: TOKEN,
+        facilitator: "http://facilitator.test",
+        fetch: fetchSupported,
+        memoSecret: "a-test-memo-secret-that-is-at-least-32-bytes-long",
+        routes: { "GET /api/item": { pricing: [{ type: "channel", amount: PRICE }] } },
+        schemeOptions: { channel: { store: createMemoryVoucherStore({ tag: TAG }) } },
+      });
+      const app = new Hono<PaymentGateEnv>();
+      app.use("/api/*", honoPaymentGate(gate));
+      app.get("/api/*", (c) => c.json({ ok: true }));
+      return app;
+    };
+    const response = await gateOn("eip155:84532").request("/api/item");
+    expect(response.status).toBe(402);
+    const option = PaymentRequiredSchema.parse(await response.json()).accepts[0];
+    expect(ChannelTermsSchema.parse(option?.extra).contract).toBe(CONTRACT);
+
+    const unlisted = await gateOn("eip155:8453").request("/api/item");
+    expect(unlisted.status).toBe(500);
+    expect(JSON.stringify(await unlisted.json())).not.toContain("TollgateChannels");
+  });
+
   it("serves a request paying with a voucher, with the payment and a receipt, after persisting it", async () => {
     const { get, served, store, signer, channelId } = setup();
     const response = await get("/api/item", signer.header(PRICE));

@@ -88,8 +88,11 @@ const isSource = (value: unknown): value is ChannelStateSource =>
 
 /** `schemeOptions.channel` of `paymentGate`. */
 export const ChannelGateOptionsSchema = z.object({
-  /** The `TollgateChannels` contract. */
-  contract: AddressSchema,
+  /**
+   * The `TollgateChannels` contract (default: the one the facilitator's `/supported` lists for the
+   * gate's network, as `tollgate deploy` recorded it).
+   */
+  contract: AddressSchema.optional(),
   /** A voucher store (journal, PostgreSQL, Redis); default: a journal at `journal`. */
   store: z.custom<VoucherStore>(isStore).optional(),
   /** The journal path when no `store` is given (default `.tollgate/channel-vouchers.journal`). */
@@ -164,16 +167,9 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
   let settings: z.infer<typeof ChannelGateOptionsSchema> | undefined;
   const options = (): z.infer<typeof ChannelGateOptionsSchema> => {
     if (settings !== undefined) return settings;
-    const raw = context.options.schemeOptions?.channel;
-    if (raw === undefined) {
-      throw new TollgateError(
-        "InvalidRequest",
-        "paymentGate options: a channel pricing entry needs schemeOptions.channel.contract (the TollgateChannels address)",
-      );
-    }
     const parsed = parseGateOptions(
       ChannelGateOptionsSchema,
-      raw,
+      context.options.schemeOptions?.channel ?? {},
       "paymentGate options: schemeOptions.channel",
     );
     const margin = parsed.closeMarginSeconds ?? 600;
@@ -185,6 +181,29 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
     }
     settings = parsed;
     return settings;
+  };
+  let contractLookup: Promise<Address> | undefined;
+  /** The configured contract, or the facilitator's for the gate's network (read once; a failure is retried). */
+  const channelsContract = (): Promise<Address> => {
+    const configured = options().contract;
+    if (configured !== undefined) return Promise.resolve(configured as Address);
+    if (contractLookup === undefined) {
+      contractLookup = context.facilitator.supported().then((supported) => {
+        const listed = supported.networks.find((n) => n.network === context.network)?.channels;
+        if (listed === undefined) {
+          throw new TollgateError(
+            "InvalidRequest",
+            `paymentGate options: the facilitator lists no TollgateChannels contract for ${context.network}; set schemeOptions.channel.contract`,
+            { details: { network: context.network } },
+          );
+        }
+        return listed as Address;
+      });
+      contractLookup.catch(() => {
+        contractLookup = undefined;
+      });
+    }
+    return contractLookup;
   };
   let storeReady: Promise<VoucherStore> | undefined;
   const openStore = (): Promise<VoucherStore> => {
@@ -221,6 +240,7 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
     if (verifier !== undefined) return verifier;
     const store = await openStore();
     const tag = await storeTag();
+    const channels = await channelsContract();
     if (verifier !== undefined) return verifier;
     const o = options();
     if (typeof apiKey === "string") {
@@ -258,7 +278,7 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
     });
     verifier = createChannelVerifier({
       chainId: chainIdOf(context.network),
-      channels: o.contract as Address,
+      channels,
       payTo: context.payTo,
       token: context.token,
       source,
@@ -298,12 +318,13 @@ function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
       // A fault of the store (its tag unreadable) is a fault of the 402, not an offer without a tag: a
       // payer must never open a channel no gate of this store would serve.
       const tag = await storeTag();
+      const contract = await channelsContract();
       const minDeposit = minDepositOf(o);
       return {
         scheme: "channel",
         amount: offer.amount,
         extra: {
-          contract: o.contract,
+          contract,
           facilitator: context.facilitator.url,
           minDeposit: (minDeposit > offer.amount ? minDeposit : offer.amount).toString(),
           suggestedDeposit: (offer.amount * BigInt(o.suggestedRequests ?? 1_000)).toString(),
