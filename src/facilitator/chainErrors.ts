@@ -32,10 +32,15 @@ const byErrorName: Record<string, ErrorCode> = {
   ItemOutOfGas: "InvalidSignature",
   // USDC's blacklister refused the payer or the payee (blacklistRefusal.ts reads which).
   AccountBlacklisted: "AccountBlacklisted",
+  // USDC's pauser stopped the token: nothing is wrong with the payment (tokenPauseWatch.ts holds it).
+  TokenPaused: "TokenPaused",
 };
 
 /** BatchSettler's errors, which it reports for an item in place of the token's revert (USDC's is an `Error(string)`). */
 const revertAbi = batchSettlerAbi.filter((item) => item.type === "error");
+
+/** Seconds a payer is told to wait before trying again while the token is paused. */
+export const TOKEN_PAUSED_RETRY_AFTER_SECONDS = 60;
 
 const messages: Partial<Record<ErrorCode, string>> = {
   NonceAlreadyUsed: "this authorization's nonce was already used on chain",
@@ -43,6 +48,7 @@ const messages: Partial<Record<ErrorCode, string>> = {
   InvalidSignature: "the token contract refused the signature",
   AuthorizationExpired: "the authorization is outside its validity window on chain",
   AccountBlacklisted: "the token's issuer blacklisted the payer or the payee; the token refuses the transfer",
+  TokenPaused: "the token's issuer has paused it; payments settle once it is unpaused",
 };
 
 /** A refusal decoded from revert data, or `undefined` when the data is not recognised. */
@@ -108,6 +114,7 @@ export function toChainError(error: unknown): TollgateError {
         {
           cause: error,
           details: { revert: name ?? reverted.reason ?? "unknown" },
+          ...(code === "TokenPaused" ? { retryAfter: TOKEN_PAUSED_RETRY_AFTER_SECONDS } : {}),
         },
       );
     }

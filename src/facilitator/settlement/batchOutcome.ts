@@ -6,7 +6,8 @@
  *
  * - confirmed: each item per BatchSettler's events — `Settled` settles it, `SettleFailed` fails it
  *   (unless its nonce was used by exactly this transfer elsewhere: settled), no event (deferred for gas)
- *   requeues it without counting an attempt.
+ *   requeues it without counting an attempt, and so does a refusal because the token is paused
+ *   (`TokenPaused`: the engine holds it until the unpause; reverted batches alike).
  * - reverted: nothing moved. Each item is checked again; those still good go back to the queue capped
  *   at half the batch's size, so a poisonous item ends alone and fails after MAX_ATTEMPTS.
  * - dropped: the transaction will never be mined; each item's fate is read from the token itself.
@@ -55,6 +56,11 @@ export type BatchOutcomeDeps = PaymentOutcomeDeps & {
    * are read from the store.
    */
   claimedRows?: ((batchId: number) => PaymentRow[] | undefined) | undefined;
+  /**
+   * Items were refused because the token's issuer paused it (tokenPauseWatch.ts `suspect`): they went
+   * back to the queue without counting an attempt, and the engine holds them until it is unpaused.
+   */
+  onTokenPaused?: ((token: string) => void) | undefined;
   /**
    * After the outcome committed: the batch's payments (to wake their waiters), the rows it settled as
    * they now are (so a waiter need not read them again), and whether it put any back in the queue.
@@ -127,7 +133,9 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     let settledCount = 0;
     let settledVolume = 0n;
     let deferred = 0;
+    let paused = 0;
     await commit(async (tx) => {
+      paused = 0;
       recorded.settled.length = 0;
       recorded.requeued = false;
       const settle: { row: PaymentRow; settled: Settlement }[] = [];
@@ -146,6 +154,12 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
           settledVolume += row.amount;
           const by = paidElsewhere ?? { hash: outcome.hash, blockNumber: outcome.blockNumber };
           settle.push({ row, settled: { txHash: by.hash, blockNumber: by.blockNumber, nowSeconds: now } });
+        } else if (refusalFromRevert(result.reason).code === "TokenPaused") {
+          // The token was paused after the batch was built: nothing is wrong with the payment. Held
+          // like a deferred item, and sent again once the token is unpaused.
+          paused++;
+          recorded.requeued = true;
+          await requeuePayment(tx, row, { refundAttempt: true });
         } else {
           const refusal = refusals.get(row.nonce) ?? refusalFromRevert(result.reason);
           await markPaymentFailed(deps, tx, row, refusal, outcome.hash);
@@ -159,6 +173,13 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
       });
     });
     if (deferred > 0) log.info({ batch: batchId, deferred }, "settler deferred items; they are requeued");
+    if (paused > 0 && token !== undefined) {
+      log.warn(
+        { batch: batchId, held: paused },
+        "the token is paused: its items are held until it is unpaused",
+      );
+      deps.onTokenPaused?.(token);
+    }
     if (settledCount > 0) deps.metrics?.onSettled(settledCount, settledVolume, token ?? "");
     for (const r of rows) deps.metrics?.onLatency((deps.clock.now() - r.created_at.getTime()) / 1000);
   }
@@ -175,7 +196,9 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     const verdicts = new Map<number, Recheck>();
     for (const row of open) verdicts.set(row.id, await deps.checks.recheck(row));
     const now = unixSeconds(deps.clock);
+    let paused = false;
     await commit(async (tx) => {
+      paused = false;
       recorded.settled.length = 0;
       recorded.requeued = false;
       const settle: { row: PaymentRow; settled: Settlement }[] = [];
@@ -186,6 +209,11 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
             row,
             settled: { txHash: verdict.hash, blockNumber: verdict.blockNumber, nowSeconds: now },
           });
+        } else if (verdict.kind === "failed" && verdict.error.code === "TokenPaused") {
+          // Paused, not refused: back to the queue, no attempt counted, held until the unpause.
+          paused = true;
+          recorded.requeued = true;
+          await requeuePayment(tx, row, { refundAttempt: true });
         } else if (verdict.kind === "failed") {
           await markPaymentFailed(deps, tx, row, verdict.error, txHash);
         } else if (
@@ -215,6 +243,8 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
       { batch: batchId, tx: txHash, items: open.length, cap },
       "settlement transaction reverted; items checked again and split",
     );
+    const token = rows[0]?.token;
+    if (paused && token !== undefined) deps.onTokenPaused?.(token);
   }
 
   async function dropped(
