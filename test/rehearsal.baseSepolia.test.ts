@@ -425,7 +425,8 @@ describe("the README's flows on Base Sepolia", () => {
     await publicClient.waitForTransactionReceipt({ hash });
     const price = USDC("0.01");
     const api = await serveGated("/api/item", [{ type: "channel", amount: price }], {
-      schemeOptions: { channel: { contract: channels, journal: join(dir, "vouchers.journal") } },
+      // The TollgateChannels contract: the one the facilitator lists, from the deployment file.
+      schemeOptions: { channel: { journal: join(dir, "vouchers.journal") } },
     });
     const { address } = await newPayer("5", keys.payer);
     const channelWallet = createChannelWallet({
