@@ -76,6 +76,8 @@ const BASE_SEPOLIA_USDC_DOMAIN = { name: "USDC", version: "2" } as const;
 const DETERMINISTIC_DEPLOYER = getAddress("0x4e59b44847b379578588920ca78fbf26c0b4956c");
 const ETH = 10n ** 18n;
 const USDC = (text: string) => parseUnitsExact(text);
+// Each step may run the CLI as its own process (`tollgate deploy`, `plan`, a facilitator restart): a tsx
+// start takes seconds on a loaded machine, hence the describes' timeouts.
 
 let anvil: Anvil;
 let chain: Chain;
@@ -180,14 +182,14 @@ beforeAll(async () => {
   });
   expect(registered.code, registered.stderr).toBe(0);
   providerApiKey = z.object({ apiKey: z.string() }).parse(JSON.parse(registered.stdout)).apiKey;
-}, 120_000);
+}, 240_000);
 
 afterAll(async () => {
   for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
   rmSync(dir, { recursive: true, force: true });
 });
 
-describe("the chain a Base Sepolia user meets", () => {
+describe("the chain a Base Sepolia user meets", { timeout: 90_000 }, () => {
   it("is chain 84532 with the deterministic deployer and Circle's USDC under Base Sepolia's domain", async () => {
     expect(await publicClient.getChainId()).toBe(CHAIN_ID);
     expect(await publicClient.getCode({ address: DETERMINISTIC_DEPLOYER })).toMatch(/^0x[0-9a-f]{2,}$/);
@@ -308,7 +310,7 @@ async function createPlanWithCli(args: string[]): Promise<bigint> {
   return BigInt(z.object({ planId: z.string() }).parse(JSON.parse(result.stdout)).planId);
 }
 
-describe("the README's flows on Base Sepolia", () => {
+describe("the README's flows on Base Sepolia", { timeout: 90_000 }, () => {
   it("pays once: 402, a signed transfer settled on chain, 200", async () => {
     const api = await serveGated("/api/reports/42", [{ type: "one-time", price: "0.50" }]);
     // A standard x402 client reads the token and the domain to sign under from the 402 alone.
@@ -494,7 +496,7 @@ describe("the README's flows on Base Sepolia", () => {
   });
 });
 
-describe("subscription periods on Base Sepolia", () => {
+describe("subscription periods on Base Sepolia", { timeout: 90_000 }, () => {
   // Last in the file: the chain's clock jumps a day ahead of the wall clock that one-time payments sign by.
   it("renews a subscription whose period has ended when the restarted facilitator's keeper runs", async () => {
     const planId = await createPlanWithCli(["--amount", "1", "--interval", "1d"]);
