@@ -18,7 +18,8 @@
  *    finds the pause (and its `since`) where it was.
  * 2. The local answer (`isPaused`) may lag the chain by one interval either way. That is safe: a worker
  *    that sends while the token is paused has its items refused as `TokenPaused`, which holds them
- *    (never fails them) and calls `suspect`; one that holds a little after the unpause only waits.
+ *    (never fails them) and calls `suspect`, which holds the token until `paused()` is read (so the requeued
+ *    items are not sent again meanwhile); one that holds a little after the unpause only waits.
  * 3. Listeners of `onResume` are called after the unpause is recorded, so what they then claim is sent.
  */
 import type { Logger } from "pino";
@@ -44,7 +45,10 @@ import { createWakeablePause } from "./wakeablePause.ts";
 export type PausedToken = { token: Address; symbol: string | undefined; since: Date };
 
 export type TokenPauseWatch = {
-  /** Whether `token` is paused as last seen; false for a token never seen paused or that cannot pause. */
+  /**
+   * Whether `token` is paused as last seen, or a chain refusal named the pause and `paused()` has not been
+   * read since; false for a token never seen paused or that cannot pause.
+   */
   isPaused(token: string): boolean;
   /** The tokens paused now. */
   paused(): readonly PausedToken[];
@@ -86,6 +90,11 @@ export function createTokenPauseWatch(options: TokenPauseWatchOptions): TokenPau
   /** Tokens whose `paused()` is read: every served one until it proves to have none. */
   const pausable = new Set(symbols.keys());
   const known = new Map<string, Known>();
+  /**
+   * Tokens a chain refusal named as paused, held until `paused()` is read: without it, the items that
+   * refusal requeued would be claimed and sent again before the read lands.
+   */
+  const suspected = new Set<string>();
   const listeners = new Set<(token: Address) => void>();
   const sleeper = createWakeablePause();
   let running = false;
@@ -195,13 +204,19 @@ export function createTokenPauseWatch(options: TokenPauseWatchOptions): TokenPau
       }
       // No `paused()`: the token cannot be paused (the call reverts or returns nothing).
       pausable.delete(token);
+      if (suspected.delete(token)) for (const listener of listeners) listener(getAddress(token));
       log.debug({ token }, "the token has no paused(); it is not watched");
       options.metrics?.onTokenPaused(token, false);
       return;
     }
     const was = known.get(token);
+    const wasSuspected = suspected.delete(token);
     if (paused && was?.paused !== true) await recordPaused(token);
     else if (!paused && (was === undefined || was.paused)) await recordUnpaused(token);
+    else if (!paused && wasSuspected) {
+      // The refusal was not the pause after all (or it ended already): what it held is sent again.
+      for (const listener of listeners) listener(getAddress(token));
+    }
   }
 
   async function checkAll(): Promise<void> {
@@ -235,7 +250,8 @@ export function createTokenPauseWatch(options: TokenPauseWatchOptions): TokenPau
   }
 
   return {
-    isPaused: (token) => known.get(token.toLowerCase())?.paused === true,
+    isPaused: (token) =>
+      known.get(token.toLowerCase())?.paused === true || suspected.has(token.toLowerCase()),
     paused() {
       const out: PausedToken[] = [];
       for (const [token, state] of known) {
@@ -245,8 +261,10 @@ export function createTokenPauseWatch(options: TokenPauseWatchOptions): TokenPau
       return out;
     },
     suspect(token) {
-      if (!pausable.has(token.toLowerCase())) return;
-      if (known.get(token.toLowerCase())?.paused === true) return;
+      const key = token.toLowerCase();
+      if (!pausable.has(key)) return;
+      if (known.get(key)?.paused === true) return;
+      suspected.add(key);
       check().catch((error: unknown) => log.error({ err: error }, "token pause check failed"));
     },
     check,
