@@ -100,6 +100,8 @@ export type CreateFacilitatorOptions = {
         | "authorizeTimeoutMs"
         | "reconcileIntervalMs"
         | "idlePollMs"
+        | "reorgWindowBlocks"
+        | "reorgCheckIntervalMs"
         | "faults"
       >
     | undefined;

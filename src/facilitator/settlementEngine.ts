@@ -60,10 +60,11 @@ import { createCoalescer } from "./settlement/coalescer.ts";
 import { createOutcomeWaiters } from "./settlement/outcomeWaiters.ts";
 import { createPaymentChecks, type PaymentCheckClient } from "./settlement/paymentChecks.ts";
 import { markPaymentSettled, type PaymentOutcomeDeps } from "./settlement/paymentOutcomes.ts";
+import { createSettledBatchWatch } from "./settlement/settledBatchWatch.ts";
 import type { TokenPauseWatch } from "./tokenPauseWatch.ts";
 import { createWakeablePause, IDLE_BACKSTOP_MS } from "./wakeablePause.ts";
 
-export type SettlementClient = PaymentCheckClient & Pick<PublicClient, "getBlockNumber">;
+export type SettlementClient = PaymentCheckClient & Pick<PublicClient, "getBlockNumber" | "getBlock">;
 
 export type SettlementMetrics = {
   onSettled(count: number, volume: bigint, token: string): void;
@@ -107,6 +108,14 @@ export type SettlementEngineOptions = {
    * 100 payments from plain accounts use ~28 M gas, about what a 30 M-gas block holds (docs/facilitator.md).
    */
   maxInFlight?: number | undefined;
+  /**
+   * Settled batches mined within this many blocks of the head are watched for a reorganisation that
+   * undoes them, and settled again if one does (settlement/settledBatchWatch.ts; default 64, at least
+   * `confirmations`).
+   */
+  reorgWindowBlocks?: number | undefined;
+  /** How often the settled batches of that window are compared with the chain (default 2 000 ms). */
+  reorgCheckIntervalMs?: number | undefined;
   /** Accepted for compatibility; confirmations are the outbox's (createFacilitator's `confirmations`). */
   confirmations?: number | undefined;
   proofTtlSeconds?: number | undefined;
@@ -188,6 +197,34 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     logger: log,
     onFailed: (code) => options.metrics?.onFailed(code),
   };
+
+  const reorgCheckIntervalMs = options.reorgCheckIntervalMs ?? 2_000;
+  const settledWatch = createSettledBatchWatch({
+    store,
+    client: options.client,
+    network,
+    logger,
+    windowBlocks: Math.max(options.reorgWindowBlocks ?? 64, options.confirmations ?? 1),
+    onReopened: () => outbox.wake(),
+  });
+  const watchSleeper = createWakeablePause();
+  let watchDone: Promise<void> | undefined;
+
+  /** Compares recently settled batches with the chain every `reorgCheckIntervalMs` while running. */
+  async function watchLoop(): Promise<void> {
+    let failing = false;
+    while (running) {
+      await watchSleeper.pause(reorgCheckIntervalMs);
+      if (!running) break;
+      try {
+        await settledWatch.check();
+        failing = false;
+      } catch (error) {
+        if (!failing) log.warn({ err: error }, "settled batch watch failed; it will be retried");
+        failing = true;
+      }
+    }
+  }
 
   let running = false;
   let stopping: Promise<void> | undefined;
@@ -660,12 +697,15 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       unlisten = await store.listen("payments", notified);
       stopResume = options.tokenPause?.onResume(() => signal());
       loopDone = loop();
+      watchDone = watchLoop();
     },
     stop() {
       stopping ??= (async () => {
         running = false;
         sleeper.wake();
+        watchSleeper.wake();
         await loopDone;
+        await watchDone;
         await unlisten?.();
         stopResume?.();
         // No outcome is recorded here any more: calls still waiting get a 503 to send again.

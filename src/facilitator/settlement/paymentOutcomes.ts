@@ -83,10 +83,14 @@ export async function markPaymentsSettled(
   }
   const close = options.close;
   // The rows, their events (inserted only for rows that were in `from`) and the batch in one statement.
+  // A row with a `block_number` (only this statement writes it) was settled and announced before, by a
+  // batch a reorganisation undid (settledBatchWatch.ts): settled again, it gets no second `payment.settled`.
   const updated = await tx.query(
     `WITH input AS (
        SELECT * FROM unnest($1::bigint[], $2::text[], $3::numeric[], $4::text[], $5::text[])
          AS i(id, tx_hash, block_number, proof, event)
+     ), announced AS (
+       SELECT id FROM payments WHERE id = ANY($1::bigint[]) AND block_number IS NOT NULL
      ), settled AS (
        UPDATE payments p SET status = 'settled', tx_hash = i.tx_hash, block_number = i.block_number,
          proof = i.proof::jsonb, settled_at = now(), failure_code = NULL, failure_message = NULL,
@@ -95,7 +99,8 @@ export async function markPaymentsSettled(
        WHERE p.id = i.id AND p.status = $6 AND ($7::bigint IS NULL OR p.batch_id = $7)
        RETURNING p.*, i.event AS settled_event
      ), recorded AS (
-       INSERT INTO events (type, data) SELECT 'payment.settled', settled_event::jsonb FROM settled ORDER BY id
+       INSERT INTO events (type, data) SELECT 'payment.settled', settled_event::jsonb FROM settled
+       WHERE id NOT IN (SELECT id FROM announced) ORDER BY id
      ), closed AS (
        UPDATE settlement_batches SET status = $8, tx_hash = coalesce($9, tx_hash), block_number = $10,
          updated_at = now()

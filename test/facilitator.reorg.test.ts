@@ -1,0 +1,111 @@
+/**
+ * A one-time settlement batch undone by a chain reorganisation, on a devnet running Circle's USDC: the
+ * payment settled and its proof was issued, then the block holding the batch was rolled back
+ * (`anvil_rollback`) or replaced by another (`anvil_reorg`). The facilitator notices that the batch's
+ * transaction left the chain, sends it again, and the payment ends settled exactly once: the payee paid
+ * once on chain, the authorization used, the row settled in the new block, and one `payment.settled`.
+ */
+import type { Address, Hash, Hex } from "viem";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { getAuthorizationState } from "../src/chain/actions/usd/getAuthorizationState.ts";
+import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
+import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
+import { signTestPayment, startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
+
+const amount = 500_000n;
+
+describe("facilitator after a reorganisation undid a settlement batch", () => {
+  let devnet: Devnet;
+  let tf: TestFacilitator;
+
+  beforeAll(async () => {
+    devnet = await startDevnet({ token: "usdc", accounts: 4 });
+    tf = await startTestFacilitator(devnet, { settlement: { reorgCheckIntervalMs: 50 } });
+  }, 60_000);
+  afterAll(async () => {
+    await tf?.stop();
+    await devnet?.stop();
+  });
+
+  const balanceOf = (owner: Address) =>
+    getTokenBalance(devnet.publicClient, { token: devnet.contracts.usd, owner });
+  const paymentRow = async (nonce: string) =>
+    (
+      await tf.store.query<{ status: string; tx_hash: Hash | null; block_number: string | null }>(
+        "SELECT status, tx_hash, block_number FROM payments WHERE nonce = $1",
+        [nonce.toLowerCase()],
+      )
+    )[0];
+  const settledEvents = async (nonce: string) =>
+    (
+      await tf.store.query<{ data: { nonce: string } }>(
+        "SELECT data FROM events WHERE type = 'payment.settled'",
+      )
+    ).filter((e) => e.data.nonce === nonce.toLowerCase());
+  const receiptOrNull = (hash: Hash) => devnet.publicClient.getTransactionReceipt({ hash }).catch(() => null);
+
+  async function settleOnce() {
+    const [, payer, payee] = devnet.accounts;
+    const payment = await signTestPayment(devnet, payer!, { payTo: payee!.address, amount });
+    const before = { payer: await balanceOf(payer!.address), payee: await balanceOf(payee!.address) };
+    const { proof } = await tf.facilitator.engine.authorize(payment);
+    const nonce = payment.authorization.nonce;
+    const first = await paymentRow(nonce);
+    expect(first?.status).toBe("settled");
+    expect(proof.tx).toBe(first?.tx_hash);
+    const receipt = await devnet.publicClient.getTransactionReceipt({ hash: first!.tx_hash! });
+    expect(await balanceOf(payee!.address)).toBe(before.payee + amount);
+    return { payer: payer!, payee: payee!, nonce, before, receipt };
+  }
+
+  async function expectSettledAgainOnce(
+    settled: Awaited<ReturnType<typeof settleOnce>>,
+    undone: { blockHash: Hash },
+  ) {
+    const { payer, payee, nonce, before } = settled;
+    // Settled again by a transaction that is on the chain now, in a block the reorganisation made.
+    await vi.waitFor(
+      async () => {
+        const row = await paymentRow(nonce);
+        expect(row?.status).toBe("settled");
+        const receipt = await receiptOrNull(row!.tx_hash!);
+        expect(receipt?.status).toBe("success");
+        expect(receipt?.blockHash).not.toBe(undone.blockHash);
+        expect(BigInt(row!.block_number!)).toBe(receipt?.blockNumber);
+      },
+      { timeout: 20_000, interval: 50 },
+    );
+    // Paid exactly once, on chain.
+    expect(await balanceOf(payee.address)).toBe(before.payee + amount);
+    expect(await balanceOf(payer.address)).toBe(before.payer - amount);
+    expect(
+      await getAuthorizationState(devnet.publicClient, {
+        token: devnet.contracts.usd,
+        authorizer: payer.address,
+        nonce: nonce as Hex,
+      }),
+    ).toBe(true);
+    // Announced once: the provider's webhook and analytics count the payment one time.
+    expect(await settledEvents(nonce)).toHaveLength(1);
+    const proofNow = await tf.facilitator.engine.getPayment(nonce);
+    expect(proofNow?.proof).not.toBeNull();
+  }
+
+  it("settles a batch again, once, after its block was rolled back", async () => {
+    const settled = await settleOnce();
+    await devnet.testClient.request({ method: "anvil_rollback", params: [1] } as never);
+    // The rollback undid the payment on chain: the receipt is gone and the payee's balance is back.
+    expect(await receiptOrNull(settled.receipt.transactionHash)).toBeNull();
+    expect(await balanceOf(settled.payee.address)).toBe(settled.before.payee);
+    await expectSettledAgainOnce(settled, settled.receipt);
+  }, 60_000);
+
+  it("settles a batch again, once, after its block was replaced by a reorganisation", async () => {
+    const settled = await settleOnce();
+    await devnet.testClient.request({ method: "anvil_reorg", params: [1, []] } as never);
+    const after = await receiptOrNull(settled.receipt.transactionHash);
+    // The block at the batch's height is another one now, without the batch.
+    expect(after === null || after.blockHash !== settled.receipt.blockHash).toBe(true);
+    await expectSettledAgainOnce(settled, settled.receipt);
+  }, 60_000);
+});
