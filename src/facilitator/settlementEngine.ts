@@ -209,20 +209,28 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
   });
   const watchSleeper = createWakeablePause();
   let watchDone: Promise<void> | undefined;
+  /** Batches may be in the watch's window: set at start and by every outcome recorded here. */
+  let watchDue = true;
 
-  /** Compares recently settled batches with the chain every `reorgCheckIntervalMs` while running. */
+  /**
+   * Compares recently settled batches with the chain every `reorgCheckIntervalMs` while any is in the
+   * window; with none, it sleeps until an outcome is recorded here (`afterCommit`).
+   */
   async function watchLoop(): Promise<void> {
     let failing = false;
     while (running) {
-      await watchSleeper.pause(reorgCheckIntervalMs);
-      if (!running) break;
+      if (!watchDue) {
+        await watchSleeper.pause(idlePollMs);
+        continue;
+      }
       try {
-        await settledWatch.check();
+        watchDue = (await settledWatch.check()).watching;
         failing = false;
       } catch (error) {
         if (!failing) log.warn({ err: error }, "settled batch watch failed; it will be retried");
         failing = true;
       }
+      if (watchDue && running) await watchSleeper.pause(reorgCheckIntervalMs);
     }
   }
 
@@ -386,6 +394,10 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
         inFlight.delete(batchId);
         claimedRows.delete(batchId);
         if (requeued) pendingMaybe = true;
+        if (!watchDue) {
+          watchDue = true;
+          watchSleeper.wake();
+        }
         const settledByNonce = new Map(settled.map((r) => [r.nonce, r]));
         for (const r of rows) {
           const row = settledByNonce.get(r.nonce);

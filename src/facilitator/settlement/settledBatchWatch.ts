@@ -4,9 +4,12 @@
  * transaction left the canonical chain is settled again (docs/facilitator.md, "Reorganisations").
  *
  * Invariants:
- * 1. Cheap: a check reads the head block (one call) and stops there when its hash is the one the last
- *    check saw. Otherwise it compares one block hash per distinct block holding a recently confirmed
- *    batch; a batch's own block hash is learned once, from its receipt. Never a call per payment.
+ * 1. Cheap: a check first reads the store for confirmed batches still in the window (mined within
+ *    `windowBlocks` of the head last read, and confirmed less than `maxWatchMs` ago); with none it makes
+ *    no RPC call and says so, and the engine stops checking until its next outcome (a facilitator at
+ *    rest polls nothing). Otherwise it reads the head block (one call) and stops there when its hash is
+ *    the one the last check saw; else it compares one block hash per distinct block holding a watched
+ *    batch (a batch's own block hash is learned once, from its receipt). Never a call per payment.
  * 2. A batch whose transaction has no receipt any more, or one in another block, is reopened in ONE
  *    store transaction: its outbox row goes back to `broadcast` (stale, so a worker drives it at once),
  *    the batch back to `submitted`, and the payments that batch settled back to `submitted` in it, their
@@ -40,13 +43,21 @@ export type SettledBatchWatchOptions = {
   logger: Logger;
   /** Batches mined within this many blocks of the head are watched (default 64). */
   windowBlocks?: number | undefined;
+  /**
+   * And at most this long after their outcome was recorded (default 15 min): a chain that mines no
+   * block (an automining devnet at rest) is not watched for ever.
+   */
+  maxWatchMs?: number | undefined;
   /** A batch was reopened: its outbox row waits to be driven (the outbox's `wake`). */
   onReopened(batchIds: readonly number[]): void;
 };
 
 export type SettledBatchWatch = {
-  /** Compares the recently settled batches with the canonical chain; resolves with the batches reopened. */
-  check(): Promise<number[]>;
+  /**
+   * Compares the recently settled batches with the canonical chain: resolves with the batches
+   * reopened, and whether any batch is still watched (`false`: nothing to check until a next outcome).
+   */
+  check(): Promise<{ reopened: number[]; watching: boolean }>;
 };
 
 type WatchedBatch = { id: number; outbox_id: string; tx_hash: Hash; block_number: string };
@@ -57,7 +68,10 @@ export function createSettledBatchWatch(options: SettledBatchWatchOptions): Sett
   const log = options.logger.child({ component: "settlement" });
   /** Each watched batch's block hash, as its receipt gave it. */
   const blockOf = new Map<number, Hash>();
+  const maxWatchMs = options.maxWatchMs ?? 15 * 60_000;
   let lastHead: Hash | undefined;
+  /** The head's number at the last check: batches at or below it minus the window are final. */
+  let lastHeadNumber: bigint | undefined;
 
   /** The block hash the batch's transaction is mined in now at its recorded height, or `undefined`. */
   async function minedAt(batch: WatchedBatch): Promise<Hash | undefined> {
@@ -103,16 +117,30 @@ export function createSettledBatchWatch(options: SettledBatchWatchOptions): Sett
     });
   }
 
-  async function check(): Promise<number[]> {
-    const head = await client.getBlock({ blockTag: "latest" });
-    if (head.hash !== null && head.hash === lastHead) return [];
-    const batches = await store.query<WatchedBatch>(
-      `SELECT id, outbox_id, tx_hash, block_number FROM settlement_batches
-       WHERE network = $1 AND status = 'confirmed' AND outbox_id IS NOT NULL AND tx_hash IS NOT NULL
-         AND block_number IS NOT NULL AND block_number > $2
-       ORDER BY block_number, id`,
-      [network, (head.number ?? 0n) - windowBlocks],
+  /** Confirmed batches mined above `floor` and confirmed within `maxWatchMs`: the newest 512. */
+  function watchedBatches(floor: bigint): Promise<WatchedBatch[]> {
+    return store.query<WatchedBatch>(
+      `SELECT * FROM (
+         SELECT id, outbox_id, tx_hash, block_number FROM settlement_batches
+         WHERE network = $1 AND status = 'confirmed' AND outbox_id IS NOT NULL AND tx_hash IS NOT NULL
+           AND block_number IS NOT NULL AND block_number > $2
+           AND updated_at > now() - $3::float8 * interval '1 millisecond'
+         ORDER BY block_number DESC, id DESC LIMIT 512
+       ) AS w ORDER BY block_number, id`,
+      [network, floor, maxWatchMs],
     );
+  }
+
+  async function check(): Promise<{ reopened: number[]; watching: boolean }> {
+    const floor = lastHeadNumber === undefined ? -1n : lastHeadNumber - windowBlocks;
+    if ((await watchedBatches(floor)).length === 0) {
+      blockOf.clear();
+      return { reopened: [], watching: false };
+    }
+    const head = await client.getBlock({ blockTag: "latest" });
+    lastHeadNumber = head.number ?? lastHeadNumber;
+    if (head.hash !== null && head.hash === lastHead) return { reopened: [], watching: true };
+    const batches = await watchedBatches((head.number ?? 0n) - windowBlocks);
     const watched = new Set(batches.map((b) => Number(b.id)));
     for (const id of blockOf.keys()) if (!watched.has(id)) blockOf.delete(id);
     const byBlock = new Map<string, WatchedBatch[]>();
@@ -142,7 +170,7 @@ export function createSettledBatchWatch(options: SettledBatchWatchOptions): Sett
     }
     lastHead = head.hash ?? undefined;
     if (reopened.length > 0) options.onReopened(reopened);
-    return reopened;
+    return { reopened, watching: true };
   }
 
   return { check };
