@@ -5,7 +5,7 @@
  * transaction left the chain, sends it again, and the payment ends settled exactly once: the payee paid
  * once on chain, the authorization used, the row settled in the new block, and one `payment.settled`.
  */
-import type { Address, Hash, Hex } from "viem";
+import { type Address, encodeFunctionData, erc20Abi, type Hash, type Hex, toHex } from "viem";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { getAuthorizationState } from "../src/chain/actions/usd/getAuthorizationState.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
@@ -19,7 +19,7 @@ describe("facilitator after a reorganisation undid a settlement batch", () => {
   let tf: TestFacilitator;
 
   beforeAll(async () => {
-    devnet = await startDevnet({ token: "usdc", accounts: 4 });
+    devnet = await startDevnet({ token: "usdc", accounts: 6 });
     tf = await startTestFacilitator(devnet, { settlement: { reorgCheckIntervalMs: 50 } });
   }, 60_000);
   afterAll(async () => {
@@ -44,8 +44,8 @@ describe("facilitator after a reorganisation undid a settlement batch", () => {
     ).filter((e) => e.data.nonce === nonce.toLowerCase());
   const receiptOrNull = (hash: Hash) => devnet.publicClient.getTransactionReceipt({ hash }).catch(() => null);
 
-  async function settleOnce() {
-    const [, payer, payee] = devnet.accounts;
+  async function settleOnce(payer = devnet.accounts[1]!) {
+    const payee = devnet.accounts[2];
     const payment = await signTestPayment(devnet, payer!, { payTo: payee!.address, amount });
     const before = { payer: await balanceOf(payer!.address), payee: await balanceOf(payee!.address) };
     const { proof } = await tf.facilitator.engine.authorize(payment);
@@ -55,7 +55,7 @@ describe("facilitator after a reorganisation undid a settlement batch", () => {
     expect(proof.tx).toBe(first?.tx_hash);
     const receipt = await devnet.publicClient.getTransactionReceipt({ hash: first!.tx_hash! });
     expect(await balanceOf(payee!.address)).toBe(before.payee + amount);
-    return { payer: payer!, payee: payee!, nonce, before, receipt };
+    return { payer, payee: payee!, nonce, before, receipt };
   }
 
   async function expectSettledAgainOnce(
@@ -107,5 +107,38 @@ describe("facilitator after a reorganisation undid a settlement batch", () => {
     // The block at the batch's height is another one now, without the batch.
     expect(after === null || after.blockHash !== settled.receipt.blockHash).toBe(true);
     await expectSettledAgainOnce(settled, settled.receipt);
+  }, 60_000);
+
+  it("fails a proven payment with payment.failed when the payer emptied the wallet on the new chain", async () => {
+    const payer = devnet.accounts[4]!;
+    const settled = await settleOnce(payer);
+    const balance = await balanceOf(payer.address);
+    // The block is replaced by one in which the payer moves every remaining unit away first.
+    const emptying = {
+      from: payer.address,
+      to: devnet.contracts.usd,
+      data: encodeFunctionData({
+        abi: erc20Abi,
+        functionName: "transfer",
+        args: [devnet.accounts[0]!.address, balance + amount],
+      }),
+      gas: toHex(100_000),
+    };
+    await devnet.testClient.request({ method: "anvil_reorg", params: [1, [[emptying, 0]]] } as never);
+    expect(await balanceOf(payer.address)).toBe(0n);
+    await vi.waitFor(async () => expect((await paymentRow(settled.nonce))?.status).toBe("failed"), {
+      timeout: 20_000,
+      interval: 50,
+    });
+    // Not paid, and the provider who served on the proof is told.
+    expect(await balanceOf(settled.payee.address)).toBe(settled.before.payee);
+    const failed = (
+      await tf.store.query<{ data: { nonce: string } }>(
+        "SELECT data FROM events WHERE type = 'payment.failed'",
+      )
+    ).filter((e) => e.data.nonce === settled.nonce.toLowerCase());
+    expect(failed).toHaveLength(1);
+    expect(await settledEvents(settled.nonce)).toHaveLength(1);
+    expect((await tf.facilitator.engine.getPayment(settled.nonce))?.proof).toBeNull();
   }, 60_000);
 });
