@@ -96,7 +96,7 @@ export type SettlementEngineOptions = {
    * (none is claimed into a batch, so no transaction is sent), and the loop looks again when it is
    * unpaused. A refusal on chain that names the pause is handed to `suspect`.
    */
-  tokenPause?: Pick<TokenPauseWatch, "paused" | "suspect" | "onResume"> | undefined;
+  tokenPause?: Pick<TokenPauseWatch, "heldTokens" | "suspect" | "onResume"> | undefined;
   maxBatchSize?: number | undefined;
   /**
    * While a batch is in flight, how long a new payment may wait for others to join its batch before
@@ -516,7 +516,7 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     holdEnded = false;
     signalsSeen = signals;
     // Payments in a paused token wait in the queue; its unpause signals the loop (`start`).
-    const heldTokens = (options.tokenPause?.paused() ?? []).map((p) => p.token.toLowerCase());
+    const heldTokens = options.tokenPause?.heldTokens() ?? [];
     while (running && inFlight.size < maxInFlight && pendingMaybe) {
       const before = signals;
       claiming = true;

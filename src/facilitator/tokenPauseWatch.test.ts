@@ -139,10 +139,33 @@ describe("createTokenPauseWatch", () => {
     await setPaused(true);
     // Its next round is an hour away: only `suspect` can make it read now.
     w.suspect(token);
-    await vi.waitFor(() => expect(w.isPaused(token)).toBe(true), { timeout: 5_000 });
+    await vi.waitFor(
+      () => expect(w.paused().map((p) => p.token.toLowerCase())).toEqual([token.toLowerCase()]),
+      { timeout: 5_000 },
+    );
+    expect(w.isPaused(token)).toBe(true);
     await setPaused(false);
     await w.check();
     expect(w.isPaused(token)).toBe(false);
+    await w.stop();
+  });
+
+  it("holds a token a refusal named until paused() is read, then lets it go with a resume when it is not paused", async () => {
+    const token = devnet.contracts.usd;
+    const w = watch();
+    await w.start();
+    await w.check();
+    const resumed: string[] = [];
+    w.onResume((t) => resumed.push(t.toLowerCase()));
+    // The refusal is taken at its word until the chain is read: nothing requeued by it is sent meanwhile.
+    w.suspect(token);
+    expect(w.heldTokens()).toEqual([token.toLowerCase()]);
+    expect(w.isPaused(token)).toBe(true);
+    expect(w.paused()).toEqual([]);
+    await w.check();
+    expect(w.heldTokens()).toEqual([]);
+    expect(w.isPaused(token)).toBe(false);
+    expect(resumed).toEqual([token.toLowerCase()]);
     await w.stop();
   });
 });

@@ -52,6 +52,11 @@ export type TokenPauseWatch = {
   isPaused(token: string): boolean;
   /** The tokens paused now. */
   paused(): readonly PausedToken[];
+  /**
+   * The tokens (lower case) whose transfers are held: paused, or named by a refusal and not read since.
+   * What moves tokens asks this, so items a refusal requeued wait for the read instead of being sent again.
+   */
+  heldTokens(): readonly string[];
   /** A chain refusal said `token` is paused: read `paused()` now (without waiting for it). */
   suspect(token: string): void;
   /** Reads `paused()` of every token that can pause and records what changed. */
@@ -259,6 +264,11 @@ export function createTokenPauseWatch(options: TokenPauseWatchOptions): TokenPau
           out.push({ token: getAddress(token), symbol: symbols.get(token), since: state.since });
       }
       return out;
+    },
+    heldTokens() {
+      const out = new Set(suspected);
+      for (const [token, state] of known) if (state.paused) out.add(token);
+      return [...out];
     },
     suspect(token) {
       const key = token.toLowerCase();

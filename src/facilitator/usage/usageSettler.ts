@@ -651,7 +651,7 @@ export function createUsageSettler(
     let changed = total.batches > 0;
     // A served token paused by its issuer: every pull in it would fail its record, so no record is
     // claimed until the unpause wakes the loop (records are not sorted by token before they are claimed).
-    const paused = (ctx.tokenPause?.paused().length ?? 0) > 0;
+    const paused = (ctx.tokenPause?.heldTokens().length ?? 0) > 0;
     for (; !paused; ) {
       const claimed = await claim(force);
       if (claimed === undefined) break;
