@@ -8,6 +8,7 @@
  * (`RenewalFailed`, `DeductionFailed`) move nothing.
  */
 import type { Address, PublicClient } from "viem";
+import { pageLogRanges } from "../../chain/actions/getLogsPaged.ts";
 import { subscriptionManagerAbi } from "../../chain/contracts/artifacts/SubscriptionManager.ts";
 
 /** What the reader needs of a viem public client. */
@@ -34,15 +35,30 @@ export async function readSubscriptionPulls(
   p: { manager: Address; subscriptionId: bigint; fromBlock: bigint },
 ): Promise<SubscriptionPulls> {
   const toBlock = await client.getBlockNumber();
-  const range = { address: p.manager, abi: subscriptionManagerAbi, fromBlock: p.fromBlock, toBlock } as const;
   const args = { subscriptionId: p.subscriptionId };
+  // Providers cap a log query's block range: each event is read in pages they accept.
+  const paged = <T>(read: (fromBlock: bigint, toBlock: bigint) => Promise<T[]>) =>
+    pageLogRanges(client, { fromBlock: p.fromBlock, toBlock }, read);
+  const on = { address: p.manager, abi: subscriptionManagerAbi, args } as const;
   const [created, renewed, resumed, deducted, failed, cancelled] = await Promise.all([
-    client.getContractEvents({ ...range, eventName: "SubscriptionCreated", args }),
-    client.getContractEvents({ ...range, eventName: "SubscriptionRenewed", args }),
-    client.getContractEvents({ ...range, eventName: "SubscriptionResumed", args }),
-    client.getContractEvents({ ...range, eventName: "AllowanceDeducted", args }),
-    client.getContractEvents({ ...range, eventName: "RenewalFailed", args }),
-    client.getContractEvents({ ...range, eventName: "SubscriptionCancelled", args }),
+    paged((fromBlock, toBlock) =>
+      client.getContractEvents({ ...on, eventName: "SubscriptionCreated", fromBlock, toBlock }),
+    ),
+    paged((fromBlock, toBlock) =>
+      client.getContractEvents({ ...on, eventName: "SubscriptionRenewed", fromBlock, toBlock }),
+    ),
+    paged((fromBlock, toBlock) =>
+      client.getContractEvents({ ...on, eventName: "SubscriptionResumed", fromBlock, toBlock }),
+    ),
+    paged((fromBlock, toBlock) =>
+      client.getContractEvents({ ...on, eventName: "AllowanceDeducted", fromBlock, toBlock }),
+    ),
+    paged((fromBlock, toBlock) =>
+      client.getContractEvents({ ...on, eventName: "RenewalFailed", fromBlock, toBlock }),
+    ),
+    paged((fromBlock, toBlock) =>
+      client.getContractEvents({ ...on, eventName: "SubscriptionCancelled", fromBlock, toBlock }),
+    ),
   ]);
   let total = 0n;
   for (const e of created) total += e.args.amount ?? 0n;

@@ -23,6 +23,7 @@ import { claimChannelsCall } from "../../chain/actions/channels/claimChannelsCal
 import { closeChannelWithVoucherCall } from "../../chain/actions/channels/closeChannelWithVoucherCall.ts";
 import { decodeChannelClaims } from "../../chain/actions/channels/decodeChannelEvents.ts";
 import { getIsChannelOperator } from "../../chain/actions/channels/getIsChannelOperator.ts";
+import { pageLogRanges } from "../../chain/actions/getLogsPaged.ts";
 import { getIsBlacklisted } from "../../chain/actions/usdc/getIsBlacklisted.ts";
 import { tollgateChannelsAbi } from "../../chain/contracts/artifacts/TollgateChannels.ts";
 import type { Clock } from "../../protocol/clock.ts";
@@ -372,13 +373,16 @@ export function createChannelClaimWorker(
     }
     if (latest < fromBlock) return;
     // Public RPCs cap a log query's block range: follow the chain in steps.
-    const toBlock = latest - fromBlock > MAX_LOG_RANGE ? fromBlock + MAX_LOG_RANGE : latest;
-    const logs = await ctx.publicClient.getContractEvents({
-      address: ctx.contract,
-      abi: tollgateChannelsAbi,
-      fromBlock,
-      toBlock,
-    });
+    const toBlock = latest - fromBlock >= MAX_LOG_RANGE ? fromBlock + MAX_LOG_RANGE - 1n : latest;
+    // And within a step, in pages the provider accepts (narrower when it refuses one as too large).
+    const logs = await pageLogRanges(ctx.publicClient, { fromBlock, toBlock }, (from, to) =>
+      ctx.publicClient.getContractEvents({
+        address: ctx.contract,
+        abi: tollgateChannelsAbi,
+        fromBlock: from,
+        toBlock: to,
+      }),
+    );
     for (const log of logs) {
       if (log.eventName === "CloseRequested") {
         const { channelId, requestedAt } = log.args as { channelId: Hex; requestedAt: bigint };

@@ -16,6 +16,7 @@ import { type Address, getAddress, type Hash, type Hex, type PublicClient } from
 import { channelCallForRelay } from "../../chain/actions/channels/channelCallForRelay.ts";
 import { computeChannelId, computeChannelOpenNonce } from "../../chain/actions/channels/channelHashes.ts";
 import { openChannelWithAuthorizationArgs } from "../../chain/actions/channels/openChannelWithAuthorization.ts";
+import { pageLogRanges } from "../../chain/actions/getLogsPaged.ts";
 import { getAuthorizationState } from "../../chain/actions/usd/getAuthorizationState.ts";
 import { getIsBlacklisted } from "../../chain/actions/usdc/getIsBlacklisted.ts";
 import { tollgateChannelsAbi } from "../../chain/contracts/artifacts/TollgateChannels.ts";
@@ -37,7 +38,10 @@ import {
 
 export type ChannelOpenContext = {
   store: Store;
-  publicClient: Pick<PublicClient, "readContract" | "simulateContract" | "getCode" | "getContractEvents">;
+  publicClient: Pick<
+    PublicClient,
+    "readContract" | "simulateContract" | "getCode" | "getContractEvents" | "getBlockNumber"
+  >;
   gas: Pick<GasAccount, "address" | "sendAndWait">;
   network: `eip155:${number}`;
   chainId: number;
@@ -164,17 +168,22 @@ export function createChannelOpenService(ctx: ChannelOpenContext, policy: Channe
   }
 
   async function findOpenTransaction(channelId: Hex): Promise<Hash> {
-    const logs = await ctx.publicClient
-      .getContractEvents({
-        address: ctx.contract,
-        abi: tollgateChannelsAbi,
-        eventName: "ChannelOpened",
-        args: { channelId },
-        fromBlock: 0n,
-      })
-      .catch((e: unknown) => {
-        throw toChannelError(e);
-      });
+    // The channel is open, so its log exists: read history newest page first, in pages a provider accepts.
+    const logs = await pageLogRanges(
+      ctx.publicClient,
+      { fromBlock: 0n, order: "newest-first" },
+      (fromBlock, toBlock) =>
+        ctx.publicClient.getContractEvents({
+          address: ctx.contract,
+          abi: tollgateChannelsAbi,
+          eventName: "ChannelOpened",
+          args: { channelId },
+          fromBlock,
+          toBlock,
+        }),
+    ).catch((e: unknown) => {
+      throw toChannelError(e);
+    });
     const hash = logs[0]?.transactionHash;
     if (hash == null)
       throw new TollgateError("ChainUnavailable", "cannot find the open transaction yet", { retryAfter: 1 });

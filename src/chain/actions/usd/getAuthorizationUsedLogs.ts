@@ -1,5 +1,6 @@
 import { type Address, getAbiItem, type Hex, type PublicClient } from "viem";
 import { fiatTokenV2_2Abi } from "../../contracts/circle-usdc/FiatTokenV2_2.ts";
+import { getLogsPaged } from "../getLogsPaged.ts";
 
 export type GetAuthorizationUsedLogsParameters = {
   token: Address;
@@ -7,18 +8,25 @@ export type GetAuthorizationUsedLogsParameters = {
   nonce: Hex;
   fromBlock: bigint;
   toBlock: bigint;
+  /** Most blocks one `eth_getLogs` call spans (default 2 000): providers refuse wider ranges. */
+  maxRange?: bigint | number | undefined;
 };
 
-/** The token's `AuthorizationUsed` logs of one (authorizer, nonce): the transaction that used it. */
+/**
+ * The token's `AuthorizationUsed` logs of one (authorizer, nonce): the transaction that used it. A nonce
+ * is used once, so the range is read newest page first and the search stops at the page that has it.
+ */
 export function getAuthorizationUsedLogs(
-  client: Pick<PublicClient, "getLogs">,
-  { token, authorizer, nonce, fromBlock, toBlock }: GetAuthorizationUsedLogsParameters,
+  client: Pick<PublicClient, "getLogs" | "getBlockNumber">,
+  { token, authorizer, nonce, fromBlock, toBlock, maxRange }: GetAuthorizationUsedLogsParameters,
 ) {
-  return client.getLogs({
+  return getLogsPaged(client, {
     address: token,
     event: getAbiItem({ abi: fiatTokenV2_2Abi, name: "AuthorizationUsed" }),
     args: { authorizer, nonce },
     fromBlock,
     toBlock,
+    maxRange,
+    order: "newest-first",
   });
 }
