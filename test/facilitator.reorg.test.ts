@@ -9,6 +9,7 @@ import { type Address, encodeFunctionData, erc20Abi, type Hash, type Hex, toHex 
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { getAuthorizationState } from "../src/chain/actions/usd/getAuthorizationState.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
+import { fiatTokenV2_2Abi } from "../src/chain/contracts/circle-usdc/FiatTokenV2_2.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { signTestPayment, startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
@@ -45,6 +46,11 @@ describe("facilitator after a reorganisation undid a settlement batch", () => {
   const receiptOrNull = (hash: Hash) => devnet.publicClient.getTransactionReceipt({ hash }).catch(() => null);
 
   async function settleOnce(payer = devnet.accounts[1]!) {
+    const { payment, ...rest } = await settlePayment(payer);
+    return rest;
+  }
+
+  async function settlePayment(payer = devnet.accounts[1]!) {
     const payee = devnet.accounts[2];
     const payment = await signTestPayment(devnet, payer!, { payTo: payee!.address, amount });
     const before = { payer: await balanceOf(payer!.address), payee: await balanceOf(payee!.address) };
@@ -55,7 +61,7 @@ describe("facilitator after a reorganisation undid a settlement batch", () => {
     expect(proof.tx).toBe(first?.tx_hash);
     const receipt = await devnet.publicClient.getTransactionReceipt({ hash: first!.tx_hash! });
     expect(await balanceOf(payee!.address)).toBe(before.payee + amount);
-    return { payer, payee: payee!, nonce, before, receipt };
+    return { payer, payee: payee!, nonce, before, receipt, payment };
   }
 
   async function expectSettledAgainOnce(
@@ -107,6 +113,43 @@ describe("facilitator after a reorganisation undid a settlement batch", () => {
     // The block at the batch's height is another one now, without the batch.
     expect(after === null || after.blockHash !== settled.receipt.blockHash).toBe(true);
     await expectSettledAgainOnce(settled, settled.receipt);
+  }, 60_000);
+
+  it("settles a payment by the transaction that used its authorization on the new chain, announced once", async () => {
+    const { payment, ...settled } = await settlePayment();
+    const a = payment.authorization;
+    // The block is replaced by one in which a third party submits the very same authorization.
+    const thirdParty = {
+      from: devnet.accounts[5]!.address,
+      to: devnet.contracts.usd,
+      data: encodeFunctionData({
+        abi: fiatTokenV2_2Abi,
+        functionName: "transferWithAuthorization",
+        args: [
+          a.from,
+          a.to,
+          BigInt(a.value),
+          BigInt(a.validAfter),
+          BigInt(a.validBefore),
+          a.nonce as Hex,
+          payment.signature as Hex,
+        ],
+      }),
+      gas: toHex(200_000),
+    };
+    await devnet.testClient.request({ method: "anvil_reorg", params: [1, [[thirdParty, 0]]] } as never);
+    const [replacing] = (await devnet.publicClient.getBlock({ includeTransactions: true })).transactions;
+    expect(replacing).toBeDefined();
+    await vi.waitFor(
+      async () => {
+        const row = await paymentRow(settled.nonce);
+        expect(row?.status).toBe("settled");
+        expect(row?.tx_hash).toBe(typeof replacing === "string" ? replacing : replacing?.hash);
+      },
+      { timeout: 20_000, interval: 50 },
+    );
+    expect(await balanceOf(settled.payee.address)).toBe(settled.before.payee + amount);
+    expect(await settledEvents(settled.nonce)).toHaveLength(1);
   }, 60_000);
 
   it("fails a proven payment with payment.failed when the payer emptied the wallet on the new chain", async () => {
