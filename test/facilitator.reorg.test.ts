@@ -91,8 +91,18 @@ describe("facilitator after a reorganisation undid a settlement batch", () => {
         nonce: nonce as Hex,
       }),
     ).toBe(true);
-    // Announced once: the provider's webhook and analytics count the payment one time.
+    // Announced once: the provider's webhook and analytics count the payment one time, and so does
+    // the settled-payments metric.
     expect(await settledEvents(nonce)).toHaveLength(1);
+    const metrics = await (await fetch(`${tf.url}/metrics`)).text();
+    const counted = metrics
+      .split("\n")
+      .filter((l) => l.startsWith("tollgate_payments_settled_total{"))
+      .reduce((sum, l) => sum + Number(l.split(" ").at(-1)), 0);
+    const rows = await tf.store.query<{ n: string }>(
+      "SELECT count(*) AS n FROM payments WHERE status = 'settled'",
+    );
+    expect(counted).toBe(Number(rows[0]!.n));
     const proofNow = await tf.facilitator.engine.getPayment(nonce);
     expect(proofNow?.proof).not.toBeNull();
   }

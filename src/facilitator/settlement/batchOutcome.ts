@@ -150,8 +150,12 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
           recorded.requeued = true;
           await requeuePayment(tx, row, { refundAttempt: true });
         } else if (result.ok || paidElsewhere !== undefined) {
-          settledCount++;
-          settledVolume += row.amount;
+          // A payment settled before by a batch a reorganisation undid (it keeps that settlement's
+          // block number; settledBatchWatch.ts) was counted then.
+          if (row.block_number === null) {
+            settledCount++;
+            settledVolume += row.amount;
+          }
           const by = paidElsewhere ?? { hash: outcome.hash, blockNumber: outcome.blockNumber };
           settle.push({ row, settled: { txHash: by.hash, blockNumber: by.blockNumber, nowSeconds: now } });
         } else if (refusalFromRevert(result.reason).code === "TokenPaused") {
