@@ -90,6 +90,8 @@ export type CreateFacilitatorOptions = {
   logger?: Logger | undefined;
   /** Confirmations to wait for before a payment counts as settled (default 1). */
   confirmations?: number | undefined;
+  /** Most blocks one `eth_getLogs` call spans (default 2 000): RPC providers cap it. */
+  logsRange?: number | undefined;
   settlement?:
     | Pick<
         SettlementEngineOptions,
@@ -310,6 +312,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     subscriptionManager: options.subscriptionManager,
     channels: options.channels,
     tokens: tokenConfigs,
+    logsRange: options.logsRange,
     engine,
     contractSigners,
     tokenPause,

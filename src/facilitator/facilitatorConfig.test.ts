@@ -108,3 +108,15 @@ describe("the facilitator token's EIP-712 domain", () => {
     ).rejects.toMatchObject({ code: "ChainUnavailable" });
   });
 });
+
+describe("the facilitator's eth_getLogs range", () => {
+  it("is 2000 blocks unless TOLLGATE_RPC_LOGS_RANGE says otherwise", () => {
+    expect(onBase({}).logsRange).toBe(2000);
+    expect(onBase({ TOLLGATE_RPC_LOGS_RANGE: "500" }).logsRange).toBe(500);
+  });
+
+  it("refuses a range that is not a positive whole number of blocks", () => {
+    expect(() => onBase({ TOLLGATE_RPC_LOGS_RANGE: "0" })).toThrow(/TOLLGATE_RPC_LOGS_RANGE/);
+    expect(() => onBase({ TOLLGATE_RPC_LOGS_RANGE: "many" })).toThrow(/TOLLGATE_RPC_LOGS_RANGE/);
+  });
+});

@@ -56,6 +56,11 @@ export const FacilitatorEnvSchema = z.object({
    * batches, for a node that bills or limits batches. Default 100.
    */
   TOLLGATE_RPC_BATCH_SIZE: z.coerce.number().int().min(1).max(1000).default(100),
+  /**
+   * The most blocks one `eth_getLogs` call spans (src/chain/actions/getLogsPaged.ts): providers cap it,
+   * from a few hundred to 10 000 blocks; a refused range is halved. Default 2000.
+   */
+  TOLLGATE_RPC_LOGS_RANGE: z.coerce.number().int().min(1).max(1_000_000).default(2000),
   TOLLGATE_NETWORK: NetworkSchema.optional(),
   TOLLGATE_GAS_KEY: PrivateKeySchema.optional(),
   /** Comma-separated proof-key seeds (base64url or 0x-hex, 32 bytes); the first signs. */
@@ -106,6 +111,8 @@ export type FacilitatorConfig = {
   rpcUrl: string;
   /** TOLLGATE_RPC_BATCH_SIZE. */
   rpcBatchSize: number;
+  /** TOLLGATE_RPC_LOGS_RANGE: most blocks per `eth_getLogs` call. */
+  logsRange: number;
   network: `eip155:${number}`;
   gasKey: `0x${string}`;
   proofKeys: ProofKey[];
@@ -219,6 +226,7 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
     dir,
     rpcUrl,
     rpcBatchSize: env.TOLLGATE_RPC_BATCH_SIZE,
+    logsRange: env.TOLLGATE_RPC_LOGS_RANGE,
     network,
     gasKey,
     proofKeys: loadProofKeys(env, dir, onDevnet),

@@ -34,6 +34,11 @@ export type FacilitatorContext = {
   /** TollgateChannels, when this facilitator relays and claims prepaid channels (docs/channels.md). */
   channels: Address | undefined;
   tokens: readonly FacilitatorToken[];
+  /**
+   * Most blocks one `eth_getLogs` call spans (src/chain/actions/getLogsPaged.ts; default 2 000):
+   * providers cap it and refuse wider ranges.
+   */
+  logsRange?: number | undefined;
   engine: SettlementEngine;
   /**
    * Checks signatures of payers with code (ERC-1271 wallets) through the chain, gas-bounded and with

@@ -71,6 +71,8 @@ export async function run(argv: string[]): Promise<number> {
         "         [--deployment <dir>/deployment-<chain id>.json]\n" +
         "environment: TOLLGATE_RPC_URL TOLLGATE_NETWORK TOLLGATE_GAS_KEY TOLLGATE_PROOF_KEYS TOLLGATE_CONFIRMATIONS\n" +
         "  DATABASE_URL LOG_LEVEL\n" +
+        "  TOLLGATE_RPC_BATCH_SIZE (most calls per JSON-RPC batch; default 100, 1 never batches)\n" +
+        "  TOLLGATE_RPC_LOGS_RANGE (most blocks per eth_getLogs call; default 2000, halved when refused)\n" +
         "  TOLLGATE_DEPLOYMENT, --deployment (the file `tollgate deploy` wrote; default\n" +
         "  <dir>/deployment-<chain id>.json for TOLLGATE_NETWORK; it gives the token, its EIP-712 domain and the\n" +
         "  contracts: docs/going-live.md)\n" +
@@ -113,6 +115,7 @@ export async function run(argv: string[]): Promise<number> {
     channels: config.channels,
     tokens: [token],
     confirmations: config.confirmations,
+    logsRange: config.logsRange,
     rateLimits: config.rateLimits,
     webhooks: { secretKeys: config.webhooks.secretKeys, allowTargets: config.webhooks.allowTargets },
     metricsAccess: { token: config.metricsToken },

@@ -78,6 +78,8 @@ export type ChannelClaimWorkerContext = {
   publicClient: Pick<PublicClient, "readContract" | "getContractEvents"> & WatchedClient;
   outbox: Pick<Outbox, "enqueue" | "wake" | "handle" | "sender">;
   chainId: number;
+  /** Most blocks one `eth_getLogs` call spans (default 2 000). */
+  logsRange?: number | undefined;
   contract: Address;
   /** The tokens served: a row of another (one kept before rows were limited to them) is never sent. */
   tokens: readonly { address: Address }[];
@@ -104,6 +106,7 @@ export function createChannelClaimWorker(
   let running: Promise<void> | undefined;
   let stopping = false;
   let fromBlock: bigint | undefined;
+  const logsRange = BigInt(ctx.logsRange ?? MAX_LOG_RANGE);
   /** The contract may have new logs (the chain watch said so); the logs are also read every `intervalMs`. */
   let chainDirty = true;
   let lastWatch = Number.NEGATIVE_INFINITY;
@@ -373,15 +376,18 @@ export function createChannelClaimWorker(
     }
     if (latest < fromBlock) return;
     // Public RPCs cap a log query's block range: follow the chain in steps.
-    const toBlock = latest - fromBlock >= MAX_LOG_RANGE ? fromBlock + MAX_LOG_RANGE - 1n : latest;
+    const toBlock = latest - fromBlock >= logsRange ? fromBlock + logsRange - 1n : latest;
     // And within a step, in pages the provider accepts (narrower when it refuses one as too large).
-    const logs = await pageLogRanges(ctx.publicClient, { fromBlock, toBlock }, (from, to) =>
-      ctx.publicClient.getContractEvents({
-        address: ctx.contract,
-        abi: tollgateChannelsAbi,
-        fromBlock: from,
-        toBlock: to,
-      }),
+    const logs = await pageLogRanges(
+      ctx.publicClient,
+      { fromBlock, toBlock, maxRange: logsRange },
+      (from, to) =>
+        ctx.publicClient.getContractEvents({
+          address: ctx.contract,
+          abi: tollgateChannelsAbi,
+          fromBlock: from,
+          toBlock: to,
+        }),
     );
     for (const log of logs) {
       if (log.eventName === "CloseRequested") {

@@ -47,6 +47,8 @@ export type ChannelOpenContext = {
   chainId: number;
   contract: Address;
   tokens: readonly FacilitatorToken[];
+  /** Most blocks one `eth_getLogs` call spans (default 2 000). */
+  logsRange?: number | undefined;
   clock: Clock;
   logger: Logger;
   recordEvent(db: Queryable, type: string, data: Record<string, unknown>): Promise<void>;
@@ -171,7 +173,7 @@ export function createChannelOpenService(ctx: ChannelOpenContext, policy: Channe
     // The channel is open, so its log exists: read history newest page first, in pages a provider accepts.
     const logs = await pageLogRanges(
       ctx.publicClient,
-      { fromBlock: 0n, order: "newest-first" },
+      { fromBlock: 0n, maxRange: ctx.logsRange, order: "newest-first" },
       (fromBlock, toBlock) =>
         ctx.publicClient.getContractEvents({
           address: ctx.contract,

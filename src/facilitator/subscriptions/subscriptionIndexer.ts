@@ -59,7 +59,7 @@ export type SubscriptionIndexerOptions = {
    * 30 s); with confirmations the head is followed at this interval (default 1000 ms).
    */
   pollIntervalMs?: number | undefined;
-  /** Blocks per `eth_getLogs` call (default 2000; halved on a refusal). */
+  /** Blocks per `eth_getLogs` call (default the facilitator's `logsRange`, else 2000; halved on a refusal). */
   chunkSize?: number | undefined;
   /** Blocks to stay behind the head, as protection against reorgs (default 0). */
   confirmations?: number | undefined;
@@ -81,7 +81,8 @@ export type SubscriptionIndexer = {
 type IndexerContext = Pick<
   FacilitatorContext,
   "store" | "publicClient" | "chainId" | "network" | "subscriptionManager" | "logger" | "recordEvent"
->;
+> &
+  Partial<Pick<FacilitatorContext, "logsRange">>;
 
 type ManagerEvent = ReturnType<typeof decodeSubscriptionEvents>[number];
 
@@ -101,7 +102,7 @@ export function createSubscriptionIndexer(
   const confirmations = BigInt(options.confirmations ?? 0);
   const pollIntervalMs = options.pollIntervalMs ?? (confirmations === 0n ? IDLE_BACKSTOP_MS : 1_000);
   const start = options.start ?? (getNetworkConfig(ctx.network)?.isDevnet === false ? "snapshot" : "genesis");
-  let chunkSize = BigInt(options.chunkSize ?? 2_000);
+  let chunkSize = BigInt(options.chunkSize ?? ctx.logsRange ?? 2_000);
   const log: Logger = ctx.logger.child({ component: "subscription-indexer" });
   const client = ctx.publicClient;
 

@@ -102,7 +102,8 @@ export type UsageSettler = {
 type SettlerContext = Pick<
   FacilitatorContext,
   "store" | "publicClient" | "gas" | "chainId" | "subscriptionManager" | "logger" | "tokens" | "tokenPause"
->;
+> &
+  Partial<Pick<FacilitatorContext, "logsRange">>;
 
 /** Attempts for a record whose whole batch transaction reverted before it fails. */
 const MAX_ATTEMPTS = 3;
@@ -440,6 +441,7 @@ export function createUsageSettler(
           manager,
           ref: event.args.ref,
           fromBlock: 0n,
+          maxRange: ctx.logsRange,
         }).catch(() => []);
         outcomes.set(ref, { ok: true, hash: earlier[0]?.transactionHash ?? receipt.hash });
         log.warn({ ref, earlier: earlier[0]?.transactionHash }, "usage ref was deducted before; not again");
@@ -514,6 +516,7 @@ export function createUsageSettler(
           manager,
           ref: row.chain_ref,
           fromBlock: outcome.fromBlock ?? 0n,
+          maxRange: ctx.logsRange,
         });
         if (logs[0] !== undefined) found.set(row.id, logs[0].transactionHash);
       }
