@@ -110,9 +110,10 @@ describe("facilitator after a reorganisation undid a settlement batch", () => {
   it("settles a batch again, once, after its block was rolled back", async () => {
     const settled = await settleOnce();
     await devnet.testClient.request({ method: "anvil_rollback", params: [1] } as never);
-    // The rollback undid the payment on chain: the receipt is gone and the payee's balance is back.
-    expect(await receiptOrNull(settled.receipt.transactionHash)).toBeNull();
-    expect(await balanceOf(settled.payee.address)).toBe(settled.before.payee);
+    // The rollback undid the payment on chain: its receipt is gone (or, once the facilitator sent the
+    // transaction again, in another block).
+    const after = await receiptOrNull(settled.receipt.transactionHash);
+    expect(after === null || after.blockHash !== settled.receipt.blockHash).toBe(true);
     await expectSettledAgainOnce(settled, settled.receipt);
   }, 60_000);
 
@@ -148,7 +149,12 @@ describe("facilitator after a reorganisation undid a settlement batch", () => {
       gas: toHex(200_000),
     };
     await devnet.testClient.request({ method: "anvil_reorg", params: [1, [[thirdParty, 0]]] } as never);
-    const [replacing] = (await devnet.publicClient.getBlock({ includeTransactions: true })).transactions;
+    const [replacing] = (
+      await devnet.publicClient.getBlock({
+        blockNumber: settled.receipt.blockNumber,
+        includeTransactions: true,
+      })
+    ).transactions;
     expect(replacing).toBeDefined();
     await vi.waitFor(
       async () => {
