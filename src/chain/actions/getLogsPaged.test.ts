@@ -73,10 +73,13 @@ describe("getLogsPaged", () => {
     expect((proxy.calls.get("eth_getLogs") ?? 0) - before).toBeLessThan(3);
   });
 
-  it("passes on a failure that is not about the range instead of narrowing", async () => {
-    proxy.set({ unavailable: true });
+  it.each([
+    ["a 503", { unavailable: true }],
+    ["a 429", { rateLimitEvery: 1 }],
+  ])("passes on %s instead of narrowing the range", async (_, faults) => {
+    proxy.set(faults);
     const before = proxy.calls.get("eth_getLogs") ?? 0;
-    await expect(getLogsPaged(client, { ...filter(), toBlock: head })).rejects.toThrow(/503|unavailable/i);
+    await expect(getLogsPaged(client, { ...filter(), toBlock: head })).rejects.toThrow(/HTTP request failed/);
     proxy.set({});
     expect(proxy.calls.get("eth_getLogs") ?? 0).toBe(before + 1);
   });
