@@ -135,6 +135,10 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
     let deferred = 0;
     let paused = 0;
     await commit(async (tx) => {
+      // A retried commit starts over: what an aborted attempt counted was never committed.
+      settledCount = 0;
+      settledVolume = 0n;
+      deferred = 0;
       paused = 0;
       recorded.settled.length = 0;
       recorded.requeued = false;
