@@ -12,7 +12,7 @@ export type IsTokenPausedParameters = {
  * revert with no data.
  *
  * @example
- * if (await isTokenPaused(publicClient, { token: usdc })) console.log("USDC transfers are stopped");
+ * if (await isTokenPaused(publicClient, { token: usdc })) return "held";
  */
 export function isTokenPaused(client: ReadClient, { token }: IsTokenPausedParameters): Promise<boolean> {
   return client.readContract({ address: token, abi: fiatTokenV2_2Abi, functionName: "paused" });
