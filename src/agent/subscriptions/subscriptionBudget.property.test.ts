@@ -3,12 +3,14 @@
  * subscriptions at new prices moves more money than the budget allows.
  *
  * The ledger is the real one (PGlite); the chain is a model of the SubscriptionManager's rules (one
- * token allowance per wallet shared by its subscriptions and replaced by each permit; overage up to
- * the cap per period; a renewal when due, PastDue when the pull fails; nothing pulled while Paused or
- * Cancelled). The agent's steps mirror createSubscriptionKeeper: subscribe with
- * `subscriptionCommitment`, approve exactly the holds, record what the chain pulled, pause what took
- * more than its hold or cannot be held another period, end what went PastDue, top the approval up to
- * the holds after a look (a relayed permit) and by a cap raise's step when the raise is held. The watcher looks once
+ * token allowance per wallet shared by its subscriptions and replaced by each permit; a spend limit per
+ * subscription, checked before every pull; overage up to the cap per period; a renewal when due,
+ * PastDue when the pull fails; nothing pulled while Paused or Cancelled). The agent's steps mirror
+ * createSubscriptionKeeper: subscribe with `subscriptionCommitment` and a spend limit of the first
+ * period plus the hold, approve exactly the holds, record what the chain pulled, pause what took more
+ * than its hold or cannot be held another period, end what went PastDue, raise the spend limit to what
+ * the budget committed, top the approval up to the holds after a look (a relayed permit) and by a cap
+ * raise's step when the raise is held. The watcher looks once
  * per period, before time moves on (docs/budgets.md: it must run more often than the shortest plan
  * interval). test/agent.subscriptionBudget.test.ts runs the same rules on a real devnet.
  */
@@ -38,6 +40,7 @@ type Sub = {
   due: number;
   status: "Active" | "PastDue" | "Paused" | "Cancelled";
   pulled: bigint;
+  spendLimit: bigint;
   recordedFirst: bigint;
   ended: boolean;
 };
@@ -103,7 +106,8 @@ describe("a subscription budget against random sellers", () => {
     });
     const world: World = { allowance: 0n, moved: new Map(), period: 0, subs: [] };
     const pull = (sub: Sub, amount: bigint) => {
-      if (world.allowance < amount) return false;
+      // The manager checks the subscription's spend limit first, then the shared allowance.
+      if (sub.pulled + amount > sub.spendLimit || world.allowance < amount) return false;
       world.allowance -= amount;
       sub.pulled += amount;
       world.moved.set(sub.provider, (world.moved.get(sub.provider) ?? 0n) + amount);
@@ -114,6 +118,14 @@ describe("a subscription budget against random sellers", () => {
       sub.ended = true;
       await ledger.releaseHold(agent, sub.ref);
       await ledger.endSubscription(agent, sub.ref);
+    };
+    /** boundOnChain: the spend limit raised (never lowered) to what the budget committed. */
+    const bound = async (sub: Sub) => {
+      if (sub.status !== "Active") return;
+      const hold = await ledger.getHold(agent, sub.ref);
+      if (hold === undefined) return;
+      const target = sub.recordedFirst + hold.charged + hold.held;
+      if (sub.spendLimit < target) sub.spendLimit = target;
     };
     /**
      * coverNextRenewal: hold what an Active subscription can take before the next look; when the
@@ -126,6 +138,7 @@ describe("a subscription budget against random sellers", () => {
       if (held >= need) return;
       try {
         await ledger.hold(agent, { ref: sub.ref, provider: sub.provider, amount: need - held });
+        await bound(sub);
         return;
       } catch (error) {
         if (!isTollgateError(error, "BudgetExceeded")) throw error;
@@ -152,7 +165,10 @@ describe("a subscription budget against random sellers", () => {
         else if (sub.status === "PastDue") {
           sub.status = "Cancelled";
           await end(sub);
-        } else if (sub.status === "Active") await cover(sub, false);
+        } else if (sub.status === "Active") {
+          await cover(sub, false);
+          await bound(sub);
+        }
       }
       // The approval top-up: up to what the live subscriptions hold, never above it, never lowered.
       let holds = 0n;
@@ -204,6 +220,7 @@ describe("a subscription budget against random sellers", () => {
             due: world.period + 1,
             status: "Active",
             pulled: 0n,
+            spendLimit: commitment.approval,
             recordedFirst: action.price,
             ended: false,
           };
@@ -239,6 +256,7 @@ describe("a subscription budget against random sellers", () => {
           await ledger.hold(agent, { ref: sub.ref, provider: sub.provider, amount: step });
           await coverOthers(sub);
           world.allowance += step; // the raise's permit: the allowance plus the held step
+          await bound(sub);
           sub.cap += step;
           break;
         }
@@ -259,6 +277,19 @@ describe("a subscription budget against random sellers", () => {
     await fc.assert(fc.asyncProperty(fc.array(Action, { minLength: 1, maxLength: 40 }), run), {
       numRuns: 60,
       examples: [
+        // Seed -99154027: a plan that went PastDue renewed, before the watcher looked, out of the
+        // approval a cap raise on another plan had grown; its spend limit now refuses the renewal.
+        [
+          [
+            { kind: "subscribe", provider: 0, price: 149_705n, unit: 296n, units: 1 },
+            { kind: "advance" },
+            { kind: "collect", sub: 0 },
+            { kind: "subscribe", provider: 1, price: 1_000n, unit: 0n, units: 0 },
+            { kind: "subscribe", provider: 0, price: 1_000n, unit: 1_351n, units: 30 },
+            { kind: "raise", sub: 235_594_804, step: 66_349n },
+            { kind: "collect", sub: 0 },
+          ],
+        ],
         // Seed 1856419203: a plan whose renewal the per-provider limit could not hold renewed out of
         // the approval a second seller's subscription raised for its own hold.
         [
