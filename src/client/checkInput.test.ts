@@ -12,8 +12,8 @@ import {
   createX402Payment,
   fetchWithPayment,
   getPayment,
-  parsePriceCeiling,
   parseTokenAmount,
+  parseUsdcCeiling,
   payerReadHeaders,
   readPaymentRequired,
   registerProvider,
@@ -69,8 +69,8 @@ describe("tollgate/client inputs", () => {
   });
 
   it.each([
-    ["parsePriceCeiling()", () => parsePriceCeiling(any(undefined))],
-    ["parsePriceCeiling(0.5)", () => parsePriceCeiling(any(0.5))],
+    ["parseUsdcCeiling()", () => parseUsdcCeiling(any(undefined))],
+    ["parseUsdcCeiling(0.5)", () => parseUsdcCeiling(any(0.5))],
     ["parseTokenAmount()", () => parseTokenAmount(any(undefined), "maxOverage")],
     [
       "fetchWithPayment without maxPrice",

@@ -29,8 +29,8 @@ import { createFacilitatorClient, type FacilitatorClient, type FetchFn } from ".
 import { changeSubscriptionThroughFacilitator } from "./facilitatorSubscriptions.ts";
 import { fetchWithPayment } from "./fetchWithPayment.ts";
 import { getPayment, paymentPath } from "./getPayment.ts";
-import { parsePriceCeiling } from "./parsePriceCeiling.ts";
 import { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
+import { parseUsdcCeiling } from "./parseUsdcCeiling.ts";
 import { payerReadHeaders } from "./payerReadHeaders.ts";
 import { isRequestLike, type PaymentTerms, paymentOptionOf } from "./paymentTerms.ts";
 import { type SubscribeToPlanOptions, subscribeToPlan } from "./subscribeToPlan.ts";
@@ -336,7 +336,7 @@ export function createPayer(options: CreatePayerOptions): Payer {
         network,
         facilitator,
         account,
-        pay: (option, p) => payOption(option, parsePriceCeiling(p.maxAmount), p.signal),
+        pay: (option, p) => payOption(option, parseUsdcCeiling(p.maxAmount), p.signal),
       },
       {
         maxPrice: ceiling,
@@ -434,7 +434,7 @@ function parsePayOptions(value: unknown): { maxAmount: bigint | undefined; signa
     throw new TollgateError("InvalidRequest", "pay(): signal must be an AbortSignal");
   }
   return {
-    maxAmount: maxAmount === undefined ? undefined : parsePriceCeiling(maxAmount as bigint | string),
+    maxAmount: maxAmount === undefined ? undefined : parseUsdcCeiling(maxAmount as bigint | string),
     signal,
   };
 }

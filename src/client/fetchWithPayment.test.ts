@@ -10,7 +10,7 @@ import type { PaymentOption } from "../protocol/paymentRequired.ts";
 import type { PaymentReceipt } from "./createPayer.ts";
 import type { FacilitatorClient, FetchFn } from "./facilitatorClient.ts";
 import { type FetchPayer, fetchWithPayment } from "./fetchWithPayment.ts";
-import { parsePriceCeiling } from "./parsePriceCeiling.ts";
+import { parseUsdcCeiling } from "./parseUsdcCeiling.ts";
 
 const PAYER = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
 const FACILITATOR = "http://facilitator.test";
@@ -106,7 +106,7 @@ function setup() {
     network: "eip155:31337",
     facilitator: { url: FACILITATOR } as FacilitatorClient,
     async pay(option, { maxAmount }): Promise<PaymentReceipt> {
-      if (BigInt(option.amount) > parsePriceCeiling(maxAmount)) throw new Error("over the ceiling");
+      if (BigInt(option.amount) > parseUsdcCeiling(maxAmount)) throw new Error("over the ceiling");
       paid.push(option);
       const now = unixSeconds(clock);
       const proof = signPaymentProof(signer, {

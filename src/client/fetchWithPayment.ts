@@ -32,8 +32,8 @@ import { subscriptionScheme } from "../schemes/subscription/index.ts";
 import type { ClientPayment, ClientSchemePart, Scheme, SchemeId, SchemePayer } from "../schemes/types.ts";
 import type { OriginSubscription, Payer, PaymentReceipt, PayOptions } from "./createPayer.ts";
 import { type FetchFn, parseRetryAfter, sameFacilitatorUrl } from "./facilitatorClient.ts";
-import { parsePriceCeiling } from "./parsePriceCeiling.ts";
 import { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
+import { parseUsdcCeiling } from "./parseUsdcCeiling.ts";
 import {
   affordableOptions,
   type CallPayers,
@@ -206,7 +206,7 @@ export function fetchWithPayment(
       'fetchWithPayment(fetch, payer, options): options need maxPrice, e.g. { maxPrice: "0.50" }',
     );
   }
-  const maxPrice = parsePriceCeiling(options.maxPrice);
+  const maxPrice = parseUsdcCeiling(options.maxPrice);
   const terms = options.subscription;
   if (terms !== undefined && (typeof terms !== "object" || terms === null)) {
     throw new TollgateError(
@@ -218,7 +218,7 @@ export function fetchWithPayment(
   // since a caller's `choose` may set the terms for the plan it picks.
   if (terms?.maxOverage !== undefined) parseTokenAmount(terms.maxOverage, "subscription.maxOverage");
   if (terms?.approval !== undefined) parseTokenAmount(terms.approval, "subscription.approval");
-  const subscriptionMaxPrice = terms?.maxPrice === undefined ? undefined : parsePriceCeiling(terms.maxPrice);
+  const subscriptionMaxPrice = terms?.maxPrice === undefined ? undefined : parseUsdcCeiling(terms.maxPrice);
   const onInactive = options.onSubscriptionInactive;
   if (onInactive !== undefined && onInactive !== "error" && onInactive !== "pay-once") {
     throw new TollgateError(

@@ -28,8 +28,8 @@ export {
   type PayX402,
 } from "./fetchWithPayment.ts";
 export { getPayment, paymentPath } from "./getPayment.ts";
-export { parsePriceCeiling } from "./parsePriceCeiling.ts";
 export { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
+export { parseUsdcCeiling } from "./parseUsdcCeiling.ts";
 export { payerReadHeaders } from "./payerReadHeaders.ts";
 export type { PaymentTerms } from "./paymentTerms.ts";
 export { createPayX402, createX402Payment } from "./payX402.ts";

@@ -29,8 +29,8 @@ import {
   getPlanInfo,
   subscribeThroughFacilitator,
 } from "./facilitatorSubscriptions.ts";
-import { parsePriceCeiling } from "./parsePriceCeiling.ts";
 import { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
+import { parseUsdcCeiling } from "./parseUsdcCeiling.ts";
 
 /** Kept here too: callers imported it from this module before it had its own. */
 export { parseTokenAmount } from "./parseTokenAmount.ts";
@@ -120,7 +120,7 @@ export async function subscribeToPlan(
     options.spendLimit === undefined ? undefined : parseTokenAmount(options.spendLimit, "spendLimit");
   const approvalOption =
     options.approval === undefined ? undefined : parseTokenAmount(options.approval, "approval");
-  const maxPrice = options.maxPrice === undefined ? undefined : parsePriceCeiling(options.maxPrice);
+  const maxPrice = options.maxPrice === undefined ? undefined : parseUsdcCeiling(options.maxPrice);
   const requestOptions: RequestOptions = { signal: options.signal };
   const plan = await getPlanInfo(context.facilitator, planId, requestOptions);
   if (plan.deprecated) {

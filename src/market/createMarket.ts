@@ -32,7 +32,7 @@ import {
   SellerReportSchema,
 } from "./marketApi.ts";
 import { createMarketRegistry, type MarketRegistryOptions } from "./marketRegistry.ts";
-import { parsePriceCeiling } from "./parsePriceCeiling.ts";
+import { parseAtomicOrUsdcCeiling } from "./parseAtomicOrUsdcCeiling.ts";
 import {
   createSellerLiveness,
   type SellerLiveness,
@@ -183,7 +183,7 @@ export function createMarketService(options: CreateMarketOptions): MarketService
     const offset = query.offset ?? 0;
     const results = await registry.search({
       q: query.q,
-      maxPrice: query.maxPrice === undefined ? undefined : parsePriceCeiling(query.maxPrice),
+      maxPrice: query.maxPrice === undefined ? undefined : parseAtomicOrUsdcCeiling(query.maxPrice),
       scheme: query.scheme,
       network: query.network,
       limit,

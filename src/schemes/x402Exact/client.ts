@@ -22,7 +22,7 @@ import { requireObject } from "../../client/checkInput.ts";
 import type { PayerSigner } from "../../client/createPayer.ts";
 import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
 import type { PayX402 } from "../../client/fetchWithPayment.ts";
-import { parsePriceCeiling } from "../../client/parsePriceCeiling.ts";
+import { parseUsdcCeiling } from "../../client/parseUsdcCeiling.ts";
 import { AddressSchema, sameAddress } from "../../protocol/address.ts";
 import { AtomicAmountSchema } from "../../protocol/amount.ts";
 import { type Clock, systemClock, unixSeconds } from "../../protocol/clock.ts";
@@ -114,7 +114,7 @@ export async function createX402Payment(
       `${usage}: paymentRequired is x402's PAYMENT-REQUIRED, with accepts`,
     );
   }
-  const maxPrice = parsePriceCeiling(options.maxPrice);
+  const maxPrice = parseUsdcCeiling(options.maxPrice);
   const clock = options.clock ?? systemClock;
   const random = options.random ?? ((bytes: number) => randomBytes(bytes));
 

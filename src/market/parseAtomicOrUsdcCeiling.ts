@@ -11,12 +11,13 @@ const WITH_UNIT = /^([0-9]+(?:\.[0-9]+)?)\s*usdc$/i;
  * - digits only are atomic units, as every amount on Tollgate's wire (`"20000"` = 0.02 USDC);
  * - a decimal point or a `usdc` suffix makes it USDC text (`"0.02"`, `"1usdc"`, `"1.5 USDC"`),
  *   converted with 6 decimals and refused when it has more.
- * Throws `InvalidRequest` (with the parse error as `cause`) for anything else.
+ * Throws `InvalidRequest` (with the parse error as `cause`) for anything else. A payer's ceiling reads
+ * every string as USDC text instead (`parseUsdcCeiling` in the client).
  *
  * @example
- * parsePriceCeiling("0.02") === parsePriceCeiling("20000") // both 20000n
+ * parseAtomicOrUsdcCeiling("0.02") === parseAtomicOrUsdcCeiling("20000") // both 20000n
  */
-export function parsePriceCeiling(text: string, decimals: number = USDC_DECIMALS): bigint {
+export function parseAtomicOrUsdcCeiling(text: string, decimals: number = USDC_DECIMALS): bigint {
   const trimmed = typeof text === "string" ? text.trim() : "";
   try {
     if (ATOMIC.test(trimmed)) return fromAtomic(trimmed);

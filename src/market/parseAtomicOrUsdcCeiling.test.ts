@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { parsePriceCeiling } from "./parsePriceCeiling.ts";
+import { parseAtomicOrUsdcCeiling } from "./parseAtomicOrUsdcCeiling.ts";
 
-describe("parsePriceCeiling", () => {
+describe("parseAtomicOrUsdcCeiling", () => {
   it.each([
     ["20000", 20_000n],
     ["0", 0n],
@@ -12,7 +12,7 @@ describe("parsePriceCeiling", () => {
     [" 7 ", 7n],
     ["115792089237316195423570985008687907853269984665640564039457584007913129639935", 2n ** 256n - 1n],
   ])("reads %j as %s", (text, expected) => {
-    expect(parsePriceCeiling(text)).toBe(expected);
+    expect(parseAtomicOrUsdcCeiling(text)).toBe(expected);
   });
 
   it.each([
@@ -27,6 +27,6 @@ describe("parsePriceCeiling", () => {
     ["0500", "leading zero in atomic units"],
     ["115792089237316195423570985008687907853269984665640564039457584007913129639936", "above uint256"],
   ])("refuses %j (%s) with InvalidRequest", (text) => {
-    expect(() => parsePriceCeiling(text)).toThrow(expect.objectContaining({ code: "InvalidRequest" }));
+    expect(() => parseAtomicOrUsdcCeiling(text)).toThrow(expect.objectContaining({ code: "InvalidRequest" }));
   });
 });
