@@ -85,6 +85,7 @@ function countingClient(): { client: OutboxClient; checks: () => number } {
     getTransactionReceipt: (args) => chain.getTransactionReceipt(args),
     waitForTransactionReceipt: (args) => chain.waitForTransactionReceipt(args),
     getBlockNumber: (args) => chain.getBlockNumber(args),
+    getBlock: ((args) => chain.getBlock(args)) as OutboxClient["getBlock"],
     getTransactionCount: (args) => {
       if (args.blockTag === "pending") checks++;
       return chain.getTransactionCount(args);

@@ -122,6 +122,8 @@ export type CreateFacilitatorOptions = {
         | "bumpAfterMs"
         | "maxFeePerGas"
         | "stuckAfterMs"
+        | "reorgWindowBlocks"
+        | "reorgCheckIntervalMs"
         | "faults"
       >
     | undefined;
@@ -232,6 +234,10 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     logger,
     confirmations: options.confirmations,
     reconcileIntervalMs: options.settlement?.reconcileIntervalMs,
+    // The reorganisation watch is the outbox's (outbox/confirmedRowWatch.ts); the settlement options
+    // that set it before still do.
+    reorgWindowBlocks: options.settlement?.reorgWindowBlocks,
+    reorgCheckIntervalMs: options.settlement?.reorgCheckIntervalMs,
     ...options.outbox,
     faults: options.outbox?.faults ?? settlementFaults(options.settlement?.faults),
   });

@@ -60,7 +60,7 @@ import { createCoalescer } from "./settlement/coalescer.ts";
 import { createOutcomeWaiters } from "./settlement/outcomeWaiters.ts";
 import { createPaymentChecks, type PaymentCheckClient } from "./settlement/paymentChecks.ts";
 import { markPaymentSettled, type PaymentOutcomeDeps } from "./settlement/paymentOutcomes.ts";
-import { createSettledBatchWatch } from "./settlement/settledBatchWatch.ts";
+import { createReopenSettledBatch } from "./settlement/reopenSettledBatch.ts";
 import type { TokenPauseWatch } from "./tokenPauseWatch.ts";
 import { createWakeablePause, IDLE_BACKSTOP_MS } from "./wakeablePause.ts";
 
@@ -110,11 +110,11 @@ export type SettlementEngineOptions = {
   maxInFlight?: number | undefined;
   /**
    * Settled batches mined within this many blocks of the head are watched for a reorganisation that
-   * undoes them, and settled again if one does (settlement/settledBatchWatch.ts; default 64, at least
-   * `confirmations`).
+   * undoes them, and settled again if one does (outbox/confirmedRowWatch.ts). Read by createFacilitator,
+   * which gives it to the outbox (default 64, at least `confirmations`).
    */
   reorgWindowBlocks?: number | undefined;
-  /** How often the settled batches of that window are compared with the chain (default 2 000 ms). */
+  /** How often the confirmed rows of that window are compared with the chain (the outbox's; default 2 000 ms). */
   reorgCheckIntervalMs?: number | undefined;
   /** Accepted for compatibility; confirmations are the outbox's (createFacilitator's `confirmations`). */
   confirmations?: number | undefined;
@@ -198,41 +198,9 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
     onFailed: (code) => options.metrics?.onFailed(code),
   };
 
-  const reorgCheckIntervalMs = options.reorgCheckIntervalMs ?? 2_000;
-  const settledWatch = createSettledBatchWatch({
-    store,
-    client: options.client,
-    network,
-    logger,
-    windowBlocks: Math.max(options.reorgWindowBlocks ?? 64, options.confirmations ?? 1),
-    onReopened: () => outbox.wake(),
-  });
-  const watchSleeper = createWakeablePause();
-  let watchDone: Promise<void> | undefined;
-  /** Batches may be in the watch's window: set at start and by every outcome recorded here. */
-  let watchDue = true;
-
-  /**
-   * Compares recently settled batches with the chain every `reorgCheckIntervalMs` while any is in the
-   * window; with none, it sleeps until an outcome is recorded here (`afterCommit`).
-   */
-  async function watchLoop(): Promise<void> {
-    let failing = false;
-    while (running) {
-      if (!watchDue) {
-        await watchSleeper.pause(idlePollMs);
-        continue;
-      }
-      try {
-        watchDue = (await settledWatch.check()).watching;
-        failing = false;
-      } catch (error) {
-        if (!failing) log.warn({ err: error }, "settled batch watch failed; it will be retried");
-        failing = true;
-      }
-      if (watchDue && running) await watchSleeper.pause(reorgCheckIntervalMs);
-    }
-  }
+  // A batch a reorganisation undid is reopened by the outbox's watch with this hook, and sent again
+  // (outbox/confirmedRowWatch.ts; its window and interval are the outbox's reorg options).
+  outbox.onReorg(SETTLEMENT_KIND, createReopenSettledBatch(logger));
 
   let running = false;
   let stopping: Promise<void> | undefined;
@@ -394,10 +362,6 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
         inFlight.delete(batchId);
         claimedRows.delete(batchId);
         if (requeued) pendingMaybe = true;
-        if (!watchDue) {
-          watchDue = true;
-          watchSleeper.wake();
-        }
         const settledByNonce = new Map(settled.map((r) => [r.nonce, r]));
         for (const r of rows) {
           const row = settledByNonce.get(r.nonce);
@@ -709,15 +673,12 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       unlisten = await store.listen("payments", notified);
       stopResume = options.tokenPause?.onResume(() => signal());
       loopDone = loop();
-      watchDone = watchLoop();
     },
     stop() {
       stopping ??= (async () => {
         running = false;
         sleeper.wake();
-        watchSleeper.wake();
         await loopDone;
-        await watchDone;
         await unlisten?.();
         stopResume?.();
         // No outcome is recorded here any more: calls still waiting get a 503 to send again.

@@ -33,9 +33,17 @@ import type { Clock } from "../../protocol/clock.ts";
 import type { Store } from "../../store/store.ts";
 import { isChainUnreachable } from "../chainErrors.ts";
 import { createWakeablePause, IDLE_BACKSTOP_MS } from "../wakeablePause.ts";
+import { createConfirmedRowWatch } from "./confirmedRowWatch.ts";
 import type { GasKey } from "./gasKey.ts";
 import { insertOutboxRow, type OutboxRow, openOutboxRows, touchRows } from "./outboxRecords.ts";
-import type { Outbox, OutboxHandler, OutboxOutcome, OutboxRequest, OutboxSigned } from "./outboxTypes.ts";
+import type {
+  Outbox,
+  OutboxHandler,
+  OutboxOutcome,
+  OutboxReopenHook,
+  OutboxRequest,
+  OutboxSigned,
+} from "./outboxTypes.ts";
 import { type OutboxWaitDeps, waitForOutcome, waitForSigned } from "./outboxWaits.ts";
 import { repairRewind } from "./rewindRepair.ts";
 import { createRowDriver, FILLER_KIND, type OutboxFaults } from "./rowDriver.ts";
@@ -51,6 +59,7 @@ export type OutboxClient = Pick<
   | "waitForTransactionReceipt"
   | "getBlockNumber"
   | "getTransactionCount"
+  | "getBlock"
 > & {
   /** viem's polling interval of the client (ms): sets the default `receiptPollsMs`. */
   readonly pollingInterval?: number | undefined;
@@ -111,6 +120,14 @@ export type OutboxOptions = {
   receiptPollsMs?: readonly number[] | undefined;
   /** Rows signed per pass (default 64). */
   maxSignPerPass?: number | undefined;
+  /**
+   * Confirmed rows of a kind with a reopen hook (`onReorg`) mined within this many blocks of the head
+   * are watched for a reorganisation that undoes them (confirmedRowWatch.ts; default 64, at least
+   * `confirmations`).
+   */
+  reorgWindowBlocks?: number | undefined;
+  /** How often the rows of that window are compared with the chain while any is in it (default 2 000 ms). */
+  reorgCheckIntervalMs?: number | undefined;
   faults?: OutboxFaults | undefined;
 };
 
@@ -158,6 +175,47 @@ export function createOutbox(options: OutboxOptions): Outbox {
   }
 
   const handlers = new Map<string, OutboxHandler>([[FILLER_KIND, async () => {}]]);
+  const reopenHooks = new Map<string, OutboxReopenHook>();
+  const reorgWatch = createConfirmedRowWatch({
+    store,
+    client,
+    scope,
+    logger: options.logger,
+    hooks: reopenHooks,
+    windowBlocks: Math.max(options.reorgWindowBlocks ?? 64, confirmations),
+  });
+  const reorgCheckIntervalMs = options.reorgCheckIntervalMs ?? 2_000;
+  const watchSleeper = createWakeablePause();
+  let watchDone: Promise<void> | undefined;
+  /** Confirmed rows may be in the watch's window: set at start and by every outcome recorded here. */
+  let watchDue = true;
+
+  /**
+   * Compares recently confirmed rows with the chain every `reorgCheckIntervalMs` while any is in the
+   * window; with none, it sleeps until an outcome is recorded here, or `idlePollMs` (one store read, for
+   * outcomes another instance recorded).
+   */
+  async function watchLoop(): Promise<void> {
+    let failing = false;
+    while (running) {
+      try {
+        const { reopened, watching } = await reorgWatch.check();
+        watchDue = watching;
+        failing = false;
+        if (reopened.length > 0) {
+          for (const row of await openOutboxRows(store, scope, [...handlers.keys()], undefined)) {
+            if (reopened.includes(row.id) && !inFlight.has(row.id)) track(row, false);
+          }
+        }
+      } catch (error) {
+        if (!failing) log.warn({ err: error }, "reorganisation watch failed; it will be retried");
+        failing = true;
+      }
+      if (!running) break;
+      if (watchDue || failing) await watchSleeper.pause(reorgCheckIntervalMs);
+      else await watchSleeper.pause(idlePollMs);
+    }
+  }
   const inFlight = new Map<number, Promise<void>>();
   /**
    * Each row in flight: when this worker began driving it (`since`), and the newest block known then
@@ -246,7 +304,13 @@ export function createOutbox(options: OutboxOptions): Outbox {
     let failed = false;
     const promise = driver
       .drive(row, fresh)
-      .then(() => setChainDown(false))
+      .then(() => {
+        setChainDown(false);
+        if (!watchDue && reopenHooks.has(row.kind)) {
+          watchDue = true;
+          watchSleeper.wake();
+        }
+      })
       .catch((error: unknown) => {
         if (isChainUnreachable(error)) {
           if (!chainDown)
@@ -475,6 +539,13 @@ export function createOutbox(options: OutboxOptions): Outbox {
     handle(kind, handler) {
       handlers.set(kind, handler);
     },
+    onReorg(kind, hook) {
+      reopenHooks.set(kind, hook);
+      if (!watchDue) {
+        watchDue = true;
+        watchSleeper.wake();
+      }
+    },
     waitFor: (id) => waitForOutcome(waits, id),
     waitForHash: (id) => waitForSigned(waits, id),
     flush,
@@ -483,11 +554,14 @@ export function createOutbox(options: OutboxOptions): Outbox {
       running = true;
       unlisten = await store.listen("outbox", checkLater);
       loopDone = loop();
+      watchDone = watchLoop();
     },
     async stop() {
       running = false;
       sleeper.wake();
+      watchSleeper.wake();
       await loopDone;
+      await watchDone;
       await Promise.allSettled([...inFlight.values()]);
       if (laterCheck !== undefined) clearTimeout(laterCheck);
       laterCheck = undefined;

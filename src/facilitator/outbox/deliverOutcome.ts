@@ -25,6 +25,7 @@ export async function deliverOutcome(
         status: outcome.status,
         hash: outcome.hash,
         blockNumber: outcome.status === "dropped" ? null : outcome.blockNumber,
+        blockHash: outcome.status === "dropped" ? null : outcome.blockHash,
         failure: outcome.status === "dropped" ? `${outcome.reason}: ${outcome.message}` : null,
       });
       if (!won) return false;

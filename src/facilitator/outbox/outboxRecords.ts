@@ -41,6 +41,7 @@ export const OutboxRowSchema = z.object({
   replaced_hashes: z.array(HashText),
   from_block: BigintColumnSchema.nullable(),
   block_number: BigintColumnSchema.nullable(),
+  block_hash: HashText.nullable().optional(),
   failure: z.string().nullable(),
   created_at: TimestampColumnSchema,
   updated_at: TimestampColumnSchema,
@@ -226,14 +227,16 @@ export async function markFinal(
     status: "confirmed" | "reverted" | "dropped";
     hash: Hash | null;
     blockNumber: bigint | null;
+    /** The receipt's block hash, kept for the reorganisation watch (confirmedRowWatch.ts). */
+    blockHash?: Hash | null | undefined;
     failure: string | null;
   },
 ): Promise<boolean> {
   const rows = await db.query(
     `UPDATE tx_outbox SET status = $2, tx_hash = coalesce($3, tx_hash), block_number = $4, failure = $5,
-       done_at = now(), updated_at = now()
+       block_hash = $6, done_at = now(), updated_at = now()
      WHERE id = $1 AND status IN ('signed', 'broadcast') RETURNING id`,
-    [id, final.status, final.hash, final.blockNumber, final.failure],
+    [id, final.status, final.hash, final.blockNumber, final.failure, final.blockHash?.toLowerCase() ?? null],
   );
   return rows.length === 1;
 }

@@ -51,8 +51,8 @@ type OutcomeBase = {
 /** How a call ended. */
 export type OutboxOutcome = OutcomeBase &
   (
-    | { status: "confirmed"; hash: Hash; blockNumber: bigint; logs: Log[] }
-    | { status: "reverted"; hash: Hash; blockNumber: bigint }
+    | { status: "confirmed"; hash: Hash; blockNumber: bigint; blockHash?: Hash | undefined; logs: Log[] }
+    | { status: "reverted"; hash: Hash; blockNumber: bigint; blockHash?: Hash | undefined }
     | { status: "dropped"; reason: "displaced" | "refused"; message: string; hash: Hash | null }
   );
 
@@ -64,6 +64,28 @@ export type OutboxCommit = (apply: (db: Queryable) => Promise<void>) => Promise<
 
 /** A producer's outcome handler; see the module comment. */
 export type OutboxHandler = (outcome: OutboxOutcome, commit: OutboxCommit) => Promise<void>;
+
+/** A confirmed row whose transaction a reorganisation took off the canonical chain (confirmedRowWatch.ts). */
+export type ReopenedRow = {
+  /** The outbox row. */
+  id: number;
+  kind: string;
+  owner: string;
+  meta: Record<string, unknown> | null;
+  /** The undone transaction. */
+  hash: Hash;
+  /** The block it was mined in before. */
+  blockNumber: bigint;
+};
+
+/**
+ * A producer's reopen hook: runs in the one store transaction that has just moved the row `confirmed` →
+ * `broadcast` (a compare-and-set; only the instance that won it runs the hook). It undoes, with
+ * compare-and-set writes, what the kind's handler recorded from the undone receipt, so the handler can
+ * record the re-sent transaction's receipt as a first outcome. Throwing rolls the whole reopen back (the
+ * row stays confirmed and is found again). No chain calls inside.
+ */
+export type OutboxReopenHook = (tx: Queryable, row: ReopenedRow) => Promise<void>;
 
 /** A row's progress as `waitForHash` sees it. */
 export type OutboxSigned = { id: number; hash: Hash; nonce: number };
@@ -93,6 +115,13 @@ export type Outbox = {
   wake(): void;
   /** Registers the handler of a kind; a later registration of the same kind replaces it. */
   handle(kind: string, handler: OutboxHandler): void;
+  /**
+   * Registers the reopen hook of a kind: its confirmed rows are then watched for a reorganisation
+   * (confirmedRowWatch.ts) and, once their transaction left the chain, reopened with the hook and their
+   * recorded bytes broadcast again; the kind's handler receives the new outcome. Kinds without a hook
+   * are not watched. A later registration of the same kind replaces it.
+   */
+  onReorg(kind: string, hook: OutboxReopenHook): void;
   /**
    * Resolves with the row's outcome once recorded (by this worker or another instance's). When the
    * worker is not running, drives the outbox itself meanwhile. Rejects with the error of a failed

@@ -37,6 +37,7 @@ export function receiptOutcome(row: OutboxRow, receipt: TransactionReceipt): Out
         status: "confirmed",
         hash: receipt.transactionHash,
         blockNumber: receipt.blockNumber,
+        blockHash: receipt.blockHash,
         logs: receipt.logs,
       }
     : {
@@ -44,6 +45,7 @@ export function receiptOutcome(row: OutboxRow, receipt: TransactionReceipt): Out
         status: "reverted",
         hash: receipt.transactionHash,
         blockNumber: receipt.blockNumber,
+        blockHash: receipt.blockHash,
       };
 }
 

@@ -155,7 +155,7 @@ export function createBatchOutcomeHandler(deps: BatchOutcomeDeps): OutboxHandler
           await requeuePayment(tx, row, { refundAttempt: true });
         } else if (result.ok || paidElsewhere !== undefined) {
           // A payment settled before by a batch a reorganisation undid (it keeps that settlement's
-          // block number; settledBatchWatch.ts) was counted then.
+          // block number; reopenSettledBatch.ts) was counted then.
           if (row.block_number === null) {
             settledCount++;
             settledVolume += row.amount;

@@ -84,7 +84,7 @@ export async function markPaymentsSettled(
   const close = options.close;
   // The rows, their events (inserted only for rows that were in `from`) and the batch in one statement.
   // A row with a `block_number` (only this statement writes it) was settled and announced before, by a
-  // batch a reorganisation undid (settledBatchWatch.ts): settled again, it gets no second `payment.settled`.
+  // batch a reorganisation undid (reopenSettledBatch.ts): settled again, it gets no second `payment.settled`.
   const updated = await tx.query(
     `WITH input AS (
        SELECT * FROM unnest($1::bigint[], $2::text[], $3::numeric[], $4::text[], $5::text[])
@@ -151,6 +151,9 @@ export async function markPaymentFailed(
     [row.id, refusal.code, refusal.message, txHash, row.batch_id],
   );
   if (updated.length === 0) return;
+  // A payment whose failure was announced before a reorganisation undid its batch (it keeps its
+  // failure_code; reopenSettledBatch.ts) failing again on the new chain is not announced twice.
+  if (row.failure_code !== null) return;
   const transaction = txHash === null ? {} : { transaction: txHash };
   deps.logger.info(
     {

@@ -1,0 +1,366 @@
+/**
+ * The minimum payment that follows the network's fee: a payment whose settlement would cost the
+ * facilitator more than `maxFeeShare` of its value is refused. The configured minimum
+ * (minimumAmount.ts, `TOLLGATE_MIN_AMOUNT`) stays a floor under it; this raises the minimum when gas
+ * gets dear and lets it fall back when gas is cheap again.
+ *
+ * What one payment costs: its item in a shared batch, `SETTLEMENT_ITEM_GAS` at the latest block's base
+ * fee plus the priority fee the gas key offers, and on an OP-stack chain (a GasPriceOracle at
+ * 0x42…0F) the L1 data fee of the item's calldata. The facilitator pays in ETH and the payment is in a
+ * USD token, so the wei are converted at `ethPriceUsd`, a configured rate: no price feed is read, and
+ * the token is taken to be worth one USD.
+ *
+ * Invariants:
+ * - Nothing is polled: the chain is read when a payment or `GET /supported` needs the minimum and the
+ *   last reading is older than `maxAgeMs`, one read at a time, so a facilitator at rest makes no call
+ *   and a flood of requests makes at most one read per `maxAgeMs`.
+ * - A failed read never refuses a payment by itself: the last reading stays in force (or, before any,
+ *   the configured minimum alone), and the simulation that follows meets the same outage.
+ * - All arithmetic is in bigint; the minimum is rounded up, so the refused share is never understated.
+ */
+import type { Logger } from "pino";
+import {
+  type Address,
+  encodeAbiParameters,
+  formatUnits,
+  keccak256,
+  type PublicClient,
+  parseUnits,
+  toHex,
+} from "viem";
+import { getL1DataFee, hasGasPriceOracle } from "../../chain/actions/fees/getL1DataFee.ts";
+import { formatUnitsExact } from "../../protocol/amount.ts";
+import type { Clock } from "../../protocol/clock.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+
+/**
+ * Gas one payment adds to a batched settlement on USDC (FiatToken v2.2), measured by bench/gas.ts:
+ * 47 455 per item in a batch of 100 distinct payers (docs/contracts.md). A payment settled alone costs
+ * more (~80 000 with the transaction's own 21 000), but a facilitator under the load where fees matter
+ * settles in batches, and the configured minimum covers the lone case at ordinary fees.
+ */
+export const SETTLEMENT_ITEM_GAS = 47_500n;
+
+/**
+ * Default largest share of a payment's value its settlement may cost: one half. The facilitator takes
+ * no cut, so this is not a margin but a guard against a spike: at ordinary Base fees the configured
+ * 0.01 USDC minimum binds (a batched item costs ~0.002 USD at 0.01 gwei), and a 0.01 USDC payment stays
+ * settleable up to about twice that gas price; a fee that rises tenfold refuses what would cost more
+ * than half its value instead of settling it at a loss. A smaller share (0.2) would move the minimum
+ * above 0.01 USDC on ordinary days and refuse gates priced at it.
+ */
+export const DEFAULT_MAX_FEE_SHARE = "0.5";
+
+/**
+ * Default ETH price, USD: deliberately above where ETH has traded, so that a forgotten setting
+ * overstates what gas costs (a minimum a little high) rather than understating it (payments settled at a
+ * loss). Set `TOLLGATE_ETH_PRICE_USD` to the current price.
+ */
+export const DEFAULT_ETH_PRICE_USD = "5000";
+
+/** Default age after which a reading is read again when asked for (three Base blocks). */
+export const DEFAULT_FEE_MAX_AGE_MS = 6_000;
+
+/** Parts per million: the share's precision. */
+const PPM = 1_000_000n;
+/** Micro-USD per USD: the ETH price's precision. */
+const MICRO = 1_000_000n;
+const WEI_PER_ETH = 10n ** 18n;
+
+/** Exact decimal text of a share in (0, 1], as parts per million; throws `InvalidRequest` otherwise. */
+export function parseFeeShare(text: string): bigint {
+  if (!/^\d+(\.\d{1,6})?$/.test(text)) {
+    throw new TollgateError("InvalidRequest", `max fee share "${text}" is not a decimal such as 0.5`, {
+      details: { maxFeeShare: text },
+    });
+  }
+  const ppm = parseUnits(text, 6);
+  if (ppm <= 0n || ppm > PPM) {
+    throw new TollgateError("InvalidRequest", "max fee share must be above 0 and at most 1", {
+      details: { maxFeeShare: text },
+    });
+  }
+  return ppm;
+}
+
+/** Exact decimal text of a positive USD price (at most 6 decimals), as micro-USD. */
+export function parseUsdPrice(text: string): bigint {
+  if (!/^\d{1,12}(\.\d{1,6})?$/.test(text) || parseUnits(text, 6) <= 0n) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `ETH price "${text}" is not a positive USD amount such as 4000`,
+      {
+        details: { ethPriceUsd: text },
+      },
+    );
+  }
+  return parseUnits(text, 6);
+}
+
+/** One reading of the chain's fee: what settling one batched payment costs, in wei. */
+export type FeeReading = {
+  blockNumber: bigint;
+  baseFeePerGas: bigint;
+  priorityFeePerGas: bigint;
+  /** The L1 data fee of one item's calldata (0 off OP-stack chains). */
+  l1Fee: bigint;
+  /** `SETTLEMENT_ITEM_GAS × (baseFee + priorityFee) + l1Fee`. */
+  costWei: bigint;
+};
+
+/** What a reading means for a token: the cost of settling one payment and the fee-driven minimum. */
+export type FeeMinimum = {
+  /** What settling one batched payment costs now, in the token's smallest unit (rounded up). */
+  settlementCost: bigint;
+  /** The smallest value whose share `maxFeeShare` covers that cost (rounded up; at least 1). */
+  minimum: bigint;
+  blockNumber: bigint;
+};
+
+/** `costWei` in a USD token of `decimals` at `ethPriceMicroUsd`, and the value `sharePpm` of which it is. */
+export function settlementFeeMinimum(
+  reading: Pick<FeeReading, "costWei" | "blockNumber">,
+  terms: { decimals: number; ethPriceMicroUsd: bigint; sharePpm: bigint },
+): FeeMinimum {
+  // cost (units) = wei × µUSD/ETH × 10^decimals / (10^18 wei/ETH × 10^6 µUSD/USD)
+  const numerator = reading.costWei * terms.ethPriceMicroUsd * 10n ** BigInt(terms.decimals);
+  const denominator = WEI_PER_ETH * MICRO;
+  const settlementCost = ceilDiv(numerator, denominator);
+  // One rounding for the minimum, from the exact cost: value × share ≥ cost.
+  const minimum = ceilDiv(numerator * PPM, denominator * terms.sharePpm);
+  return { settlementCost, minimum: minimum < 1n ? 1n : minimum, blockNumber: reading.blockNumber };
+}
+
+function ceilDiv(a: bigint, b: bigint): bigint {
+  return (a + b - 1n) / b;
+}
+
+/**
+ * A settlement item's calldata as BatchSettler's `settle` carries it (one element of its array): what
+ * the L1 data fee is asked for. Its words are filled with hash output, so compression finds no more in
+ * it than in a real authorization's nonce and signature.
+ */
+const SAMPLE_ITEM: `0x${string}` = (() => {
+  const word = (label: string) => keccak256(toHex(`tollgate settlement item ${label}`));
+  const address = (label: string) => `0x${word(label).slice(26)}` as Address;
+  return encodeAbiParameters(
+    [
+      {
+        type: "tuple",
+        components: [
+          { name: "from", type: "address" },
+          { name: "to", type: "address" },
+          { name: "value", type: "uint256" },
+          { name: "validAfter", type: "uint256" },
+          { name: "validBefore", type: "uint256" },
+          { name: "nonce", type: "bytes32" },
+          { name: "signature", type: "bytes" },
+        ],
+      },
+    ],
+    [
+      {
+        from: address("from"),
+        to: address("to"),
+        value: 12_345_678n,
+        validAfter: 1_800_000_000n,
+        validBefore: 1_800_000_600n,
+        nonce: word("nonce"),
+        signature: `${word("r")}${word("s").slice(2)}1b`,
+      },
+    ],
+  );
+})();
+
+export type SettlementFeeFloorClient = Pick<
+  PublicClient,
+  "getBlock" | "getCode" | "readContract" | "estimateMaxPriorityFeePerGas"
+>;
+
+export type SettlementFeeFloorOptions = {
+  client: SettlementFeeFloorClient;
+  /** The tokens served, with their decimals and configured minimum (the floor under the fee's). */
+  tokens: readonly { address: Address; decimals: number; symbol: string; minAmount: bigint }[];
+  /** Largest share of a payment's value its settlement may cost, decimal text in (0, 1] (default 0.5). */
+  maxFeeShare?: string | undefined;
+  /** ETH in USD, decimal text (default 5000). */
+  ethPriceUsd?: string | undefined;
+  /** Age after which a reading is read again when asked for (default 6 000 ms; 0: every time). */
+  maxAgeMs?: number | undefined;
+  clock: Clock;
+  logger: Logger;
+};
+
+export type SettlementFeeFloor = {
+  /** The share as configured (decimal text), for `/supported` and error details. */
+  readonly maxFeeShare: string;
+  /**
+   * Reads the chain's fee when the last reading is older than `maxAgeMs` (one read at a time; callers
+   * meanwhile share it). Never throws: a failed read keeps the last reading.
+   */
+  refresh(): Promise<void>;
+  /** The fee-driven minimum of a token (address, any case) from the last reading; none before it. */
+  feeMinimumOf(token: string): FeeMinimum | undefined;
+  /** The minimum in force for a token: its configured one, or the fee's when that is higher. */
+  minimumOf(token: string): bigint;
+  /** The last reading, for logs and tests. */
+  reading(): FeeReading | undefined;
+};
+
+/**
+ * @example
+ * const floor = createSettlementFeeFloor({ client, tokens, maxFeeShare: "0.5", ethPriceUsd: "4000", clock, logger });
+ * await floor.refresh();
+ * floor.minimumOf(usdc); // 10000n at ordinary Base fees, more when gas is dear
+ */
+export function createSettlementFeeFloor(options: SettlementFeeFloorOptions): SettlementFeeFloor {
+  const { client, clock } = options;
+  const log = options.logger.child({ component: "fee-floor" });
+  const maxFeeShare = options.maxFeeShare ?? DEFAULT_MAX_FEE_SHARE;
+  const sharePpm = parseFeeShare(maxFeeShare);
+  const ethPriceMicroUsd = parseUsdPrice(options.ethPriceUsd ?? DEFAULT_ETH_PRICE_USD);
+  const maxAgeMs = options.maxAgeMs ?? DEFAULT_FEE_MAX_AGE_MS;
+  const tokens = new Map(options.tokens.map((t) => [t.address.toLowerCase(), t]));
+
+  let last: (FeeReading & { at: number }) | undefined;
+  let inFlight: Promise<void> | undefined;
+  /** Whether the chain has a GasPriceOracle: asked once (a predeploy does not come or go). */
+  let oracle: Promise<boolean> | undefined;
+  let failing = false;
+  let oracleFailing = false;
+  /** Tokens whose minimum the fee raised above the configured one at the last reading. */
+  const raised = new Set<string>();
+
+  async function l1FeeOf(): Promise<bigint> {
+    oracle ??= hasGasPriceOracle(client).catch((error: unknown) => {
+      oracle = undefined;
+      throw error;
+    });
+    if (!(await oracle)) return 0n;
+    try {
+      const fee = await getL1DataFee(client, { data: SAMPLE_ITEM });
+      oracleFailing = false;
+      return fee;
+    } catch (error) {
+      // An oracle that will not answer: the L2 gas alone is still a lower bound of the cost.
+      if (!oracleFailing)
+        log.warn({ err: error }, "the GasPriceOracle did not price the L1 data fee; counting L2 gas only");
+      oracleFailing = true;
+      return 0n;
+    }
+  }
+
+  async function read(): Promise<void> {
+    try {
+      // Sent together: over the batching transport they are one HTTP request.
+      const [block, priorityFeePerGas, l1Fee] = await Promise.all([
+        client.getBlock({ blockTag: "latest" }),
+        client.estimateMaxPriorityFeePerGas(),
+        l1FeeOf(),
+      ]);
+      const baseFeePerGas = block.baseFeePerGas ?? 0n;
+      const costWei = SETTLEMENT_ITEM_GAS * (baseFeePerGas + priorityFeePerGas) + l1Fee;
+      last = {
+        at: clock.now(),
+        blockNumber: block.number ?? 0n,
+        baseFeePerGas,
+        priorityFeePerGas,
+        l1Fee,
+        costWei,
+      };
+      if (failing) log.info("the network's fee is read again");
+      failing = false;
+      report();
+    } catch (error) {
+      if (!failing)
+        log.warn({ err: error }, "the network's fee could not be read; the last minimum stays in force");
+      failing = true;
+    }
+  }
+
+  /** One line when the fee starts or stops raising a token's minimum above the configured one. */
+  function report(): void {
+    for (const token of tokens.values()) {
+      const key = token.address.toLowerCase();
+      const fee = feeMinimumOf(key);
+      const above = fee !== undefined && fee.minimum > token.minAmount;
+      if (above === raised.has(key)) continue;
+      const text = (units: bigint) => `${formatUnitsExact(units, token.decimals)} ${token.symbol}`;
+      if (above) {
+        raised.add(key);
+        log.warn(
+          {
+            token: token.address,
+            minimum: fee.minimum.toString(),
+            settlementCost: fee.settlementCost.toString(),
+            baseFeeGwei: formatUnits(last?.baseFeePerGas ?? 0n, 9),
+            blockNumber: fee.blockNumber.toString(),
+          },
+          `network fees raised the minimum payment to ${text(fee.minimum)} (settling one costs ${text(fee.settlementCost)}); payments below it are refused until fees fall`,
+        );
+      } else {
+        raised.delete(key);
+        log.info(
+          { token: token.address },
+          `the minimum payment is back to the configured ${text(token.minAmount)}`,
+        );
+      }
+    }
+  }
+
+  function feeMinimumOf(token: string): FeeMinimum | undefined {
+    const config = tokens.get(token.toLowerCase());
+    if (config === undefined || last === undefined) return undefined;
+    return settlementFeeMinimum(last, { decimals: config.decimals, ethPriceMicroUsd, sharePpm });
+  }
+
+  return {
+    maxFeeShare,
+    refresh() {
+      if (last !== undefined && clock.now() - last.at < maxAgeMs && maxAgeMs > 0) return Promise.resolve();
+      inFlight ??= read().finally(() => {
+        inFlight = undefined;
+      });
+      return inFlight;
+    },
+    feeMinimumOf,
+    minimumOf(token) {
+      const configured = tokens.get(token.toLowerCase())?.minAmount ?? 1n;
+      const fee = feeMinimumOf(token)?.minimum ?? 0n;
+      return fee > configured ? fee : configured;
+    },
+    reading: () => last,
+  };
+}
+
+/**
+ * Refuses a payment whose value does not cover its settlement at the fee's share: 422 `AmountMismatch`
+ * with `details.reason = "settlement_cost_too_high"` and the `minimum` that would pass now. A payment at
+ * or above the configured minimum that the fee does not raise passes.
+ */
+export function checkSettlementCost(
+  floor: SettlementFeeFloor,
+  token: { address: Address; symbol: string; decimals?: number | undefined },
+  value: bigint,
+): void {
+  const fee = floor.feeMinimumOf(token.address);
+  if (fee === undefined || value >= fee.minimum) return;
+  const minimum = floor.minimumOf(token.address);
+  const text = (units: bigint) =>
+    token.decimals === undefined ? `${units}` : `${formatUnitsExact(units, token.decimals)} ${token.symbol}`;
+  throw new TollgateError(
+    "AmountMismatch",
+    `settling this payment of ${text(value)} would cost about ${text(fee.settlementCost)} in gas at the network's current fee, more than ${floor.maxFeeShare} of its value; this facilitator settles payments of at least ${text(minimum)} while the fee stays this high`,
+    {
+      details: {
+        reason: "settlement_cost_too_high",
+        value: value.toString(),
+        minimum: minimum.toString(),
+        settlementCost: fee.settlementCost.toString(),
+        maxFeeShare: floor.maxFeeShare,
+        blockNumber: fee.blockNumber.toString(),
+        token: token.address,
+      },
+    },
+  );
+}
