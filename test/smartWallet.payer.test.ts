@@ -18,6 +18,7 @@ import {
   maxUint256,
   recoverTypedDataAddress,
 } from "viem";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
 import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
@@ -43,6 +44,11 @@ import {
 } from "../src/gate/paymentGate.ts";
 import { createFixedClock, unixSeconds } from "../src/protocol/clock.ts";
 import { memoNonce } from "../src/protocol/memo.ts";
+import {
+  encodeSubAuthPayload,
+  formatSubAuthToken,
+  subAuthMessage,
+} from "../src/protocol/subscriptionAuth.ts";
 import { createChannelFetch } from "../src/schemes/channel/channelFetch.ts";
 import { createChannelWallet } from "../src/schemes/channel/channelWallet.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
@@ -371,6 +377,29 @@ describe("a smart-contract wallet subscribing", () => {
         headers: await stranger.subscriptionHeaders(subscriptionId, api.url),
       });
       expect(forged.status).toBe(402);
+
+      // Junk in the wallet's name, signed by fresh keys, spends the wallet's shared window of chain
+      // checks (30 a minute); the owner's key, accepted before, has a window of its own, so the owner's
+      // next token is still put to the wallet and served.
+      const tokenBy = async (signer: LocalAccount, iat: number) => {
+        const payload = encodeSubAuthPayload({
+          sub: subscriptionId.toString(),
+          aud: api.url,
+          iat,
+          exp: iat + 600,
+        });
+        const signature = await signer.signMessage({ message: subAuthMessage(payload) });
+        return { ...headers, "X-Tollgate-Sub-Auth": formatSubAuthToken(payload, signature) };
+      };
+      const now = Math.floor(Date.now() / 1000);
+      for (let i = 0; i < 31; i++) {
+        const junk = await fetch(`${api.url}/api/report`, {
+          headers: await tokenBy(privateKeyToAccount(generatePrivateKey()), now - 10),
+        });
+        expect(junk.status).toBe(402);
+      }
+      const next = await fetch(`${api.url}/api/report`, { headers: await tokenBy(owner.account, now - 5) });
+      expect(next.status).toBe(200);
     } finally {
       await gate?.close();
       await api.close();
