@@ -16,6 +16,9 @@
  * - Outcomes come from the receipt's per-item events; where a receipt says nothing (reverted, dropped,
  *   deferred, NothingNew), `claimed` is read back from the chain, which is the truth. A claim can never
  *   pay twice: the contract pays `cumulative − claimed`.
+ * - A confirmed claim a reorganisation undid is reopened by the outbox's watch (channelClaimReorg.ts):
+ *   its channels are in flight again at what they held before it, its bytes are sent again, and its new
+ *   outcome is recorded here as a first one; `channel.claimed` announces nothing twice.
  */
 import type { Logger } from "pino";
 import { type Address, getAddress, type Hex, type PublicClient, parseEventLogs } from "viem";
@@ -33,6 +36,7 @@ import type { Outbox, OutboxOutcome } from "../outbox/outboxTypes.ts";
 import type { TokenPauseWatch } from "../tokenPauseWatch.ts";
 import { createWakeablePause, IDLE_BACKSTOP_MS } from "../wakeablePause.ts";
 import { readChainChannel } from "./channelChain.ts";
+import { announcedAmount, recordClaimItem, reopenChannelClaim } from "./channelClaimReorg.ts";
 import {
   abandonClose,
   type ChainChannel,
@@ -46,6 +50,7 @@ import {
   markClaimInFlight,
   markClosed,
   markCloseRequested,
+  raiseClaimed,
   upsertChannel,
   watchedChannels,
 } from "./channelRecords.ts";
@@ -76,7 +81,7 @@ export type ChannelClaimWorkerOptions = {
 export type ChannelClaimWorkerContext = {
   store: Store;
   publicClient: Pick<PublicClient, "readContract" | "getContractEvents"> & WatchedClient;
-  outbox: Pick<Outbox, "enqueue" | "wake" | "handle" | "sender">;
+  outbox: Pick<Outbox, "enqueue" | "wake" | "handle" | "onReorg" | "sender">;
   chainId: number;
   /** Most blocks one `eth_getLogs` call spans (default 2 000). */
   logsRange?: number | undefined;
@@ -143,6 +148,35 @@ export function createChannelClaimWorker(
 
   // ---------------------------------------------------------------- outcomes
 
+  /**
+   * Records what a claim's receipt says it paid on a channel and announces it with `channel.claimed`,
+   * less what an earlier event announced (a claim sent again after a reorganisation; channelClaimReorg.ts).
+   */
+  async function recordPaid(
+    db: Queryable,
+    row: Pick<ChannelRow, "channel_id" | "payer" | "payee" | "token">,
+    item: { cumulativeAmount: bigint; amount: bigint },
+    outcome: OutboxOutcome,
+  ) {
+    const paid = {
+      claimedBefore: item.cumulativeAmount - item.amount,
+      cumulativeAmount: item.cumulativeAmount,
+    };
+    await recordClaimItem(db, outcome.id, row.channel_id as Hex, paid);
+    const announced = await announcedAmount(db, row.channel_id as Hex, paid);
+    if (announced === 0n) return;
+    await ctx.recordEvent(db, "channel.claimed", {
+      provider: row.payee,
+      channelId: row.channel_id,
+      payer: getAddress(row.payer),
+      payee: getAddress(row.payee),
+      token: getAddress(row.token),
+      cumulativeAmount: item.cumulativeAmount.toString(),
+      amount: announced.toString(),
+      transaction: outcome.status === "confirmed" ? outcome.hash : null,
+    });
+  }
+
   ctx.outbox.handle(CHANNEL_CLAIM_KIND, async (outcome, commit) => {
     const id = outcome.id;
     const rows = await channelsOfClaim(ctx.store, id);
@@ -171,16 +205,7 @@ export function createChannelClaimWorker(
         const onChain = chain.get(row.channel_id);
         if (item?.ok === true) {
           await finishClaim(db, row.channel_id as Hex, { claimed: item.cumulativeAmount }, now());
-          await ctx.recordEvent(db, "channel.claimed", {
-            provider: row.payee,
-            channelId: row.channel_id,
-            payer: getAddress(row.payer),
-            payee: getAddress(row.payee),
-            token: getAddress(row.token),
-            cumulativeAmount: item.cumulativeAmount.toString(),
-            amount: item.amount.toString(),
-            transaction: outcome.status === "confirmed" ? outcome.hash : null,
-          });
+          await recordPaid(db, row, item, outcome);
           continue;
         }
         const permanent =
@@ -210,11 +235,27 @@ export function createChannelClaimWorker(
           });
         }
       }
+      // A channel this claim paid that is in another claim's flight now: a claim a reorganisation undid
+      // was sent again after a newer one of the channel (channelClaimReorg.ts). The receipt still says
+      // what the chain holds; that claim's outcome ends the flight.
+      for (const item of decoded) {
+        if (!item.ok || rows.some((r) => r.channel_id === item.channelId.toLowerCase())) continue;
+        const row = await findChannel(db, item.channelId);
+        if (row === undefined) continue;
+        await raiseClaimed(db, item.channelId, item.cumulativeAmount);
+        await recordPaid(db, row, item, outcome);
+      }
     });
     if (outcome.status !== "confirmed" || decoded.some((d) => !d.ok)) logOutcome(outcome, decoded.length);
     // A voucher or a close the payee asked for that arrived while these channels were in flight was
     // skipped by the rounds since: look again now, not at the next backstop read.
     wake();
+  });
+
+  // A claim a reorganisation undid: its channels are in flight again at what they held before it, and
+  // the outbox sends its bytes again; the handler above records that outcome (channelClaimReorg.ts).
+  ctx.outbox.onReorg(CHANNEL_CLAIM_KIND, async (tx, row) => {
+    await reopenChannelClaim(tx, row.id);
   });
 
   ctx.outbox.handle(CHANNEL_CLOSE_KIND, async (outcome, commit) => {

@@ -43,6 +43,8 @@ export const ChannelRowSchema = z.object({
   claim_amount: BigintColumnSchema.nullable(),
   claim_error: z.string().nullable(),
   close_wanted: z.boolean(),
+  /** The highest cumulative amount a `channel.claimed` event announced (channelClaimReorg.ts). */
+  announced_claimed: BigintColumnSchema,
 });
 export type ChannelRow = z.infer<typeof ChannelRowSchema>;
 
@@ -232,6 +234,14 @@ export async function finishClaim(
        updated_at = now()
      WHERE channel_id = $1`,
     [lower(channelId), outcome.claimed, outcome.closed ?? false, outcome.error ?? null, now],
+  );
+}
+
+/** Raises a channel's cached `claimed` to what a receipt proved, leaving any claim in flight as it is. */
+export async function raiseClaimed(db: Queryable, channelId: Hex, claimed: bigint): Promise<void> {
+  await db.query(
+    "UPDATE channels SET claimed = GREATEST(claimed, $2), updated_at = now() WHERE channel_id = $1",
+    [lower(channelId), claimed],
   );
 }
 
