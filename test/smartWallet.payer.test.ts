@@ -165,6 +165,18 @@ describe("a smart-contract wallet reading its payments back", () => {
       // Another key's signature in the wallet's name finds nothing.
       const stranger = walletAccount(wallet.address, devnet.accounts[2]!.account);
       expect((await readPaymentAsPayer(tf.url, nonce, stranger)).status).toBe(404);
+      // Strangers spending the wallet's bucket of chain-checked reads do not lock its owner out: the
+      // owner's key, accepted before, draws on a bucket of its own.
+      for (let i = 0; i < 2 * WALLET_READS; i++) {
+        const junk = await readPaymentAsPayer(
+          tf.url,
+          nonce,
+          walletAccount(wallet.address, privateKeyToAccount(generatePrivateKey())),
+        );
+        expect([404, 429]).toContain(junk.status);
+        await junk.body?.cancel();
+      }
+      expect((await readPaymentAsPayer(tf.url, nonce, wallet.account)).status).toBe(200);
     } finally {
       await server.close();
     }

@@ -12,7 +12,9 @@
  *   is asked of the payment's payer through the chain (ERC-1271, contractSigners.ts) — only once the
  *   payment is found, only for a payer with code, in an `eth_call` capped in gas, and at most
  *   WALLET_READS per wallet at once (refilled one a second; 429 past it). So a stranger cannot make the
- *   facilitator run chain reads for addresses of its choosing: each one names a payment's payer.
+ *   facilitator run chain reads for addresses of its choosing: each one names a payment's payer. A key
+ *   the wallet has accepted before (its owner) draws on a bucket of its own, so strangers spending the
+ *   wallet's bucket with junk reads do not lock its owner out; every read is still put to the wallet.
  *
  * A request without either credential is refused (401) before the store is read. A credential that
  * checks out but belongs to neither party gets the same 404 as an unknown nonce, so the endpoint tells
@@ -73,11 +75,19 @@ const readBackDoc = routeDoc({
 
 export function mountPaymentReadBack(app: Hono, deps: PaymentReadBackDeps): void {
   const walletReads = createTokenBuckets({ capacity: WALLET_READS, refillPerSecond: 1, clock: deps.clock });
+  /** `wallet:key` pairs whose read the wallet accepted; insertion-ordered, the oldest forgotten first. */
+  const knownKeys = new Set<string>();
 
   /** Whether the payer of `row` (a wallet) accepts the signed read: gas-capped chain read, rate-limited. */
   const walletSigned = async (row: PaymentRow, reader: Reader & { role: "payer" }): Promise<boolean> => {
     if (deps.contractSigners === undefined) return false;
-    const taken = walletReads.take(row.payer);
+    const pair =
+      reader.recovered === undefined
+        ? undefined
+        : `${row.payer.toLowerCase()}:${reader.recovered.toLowerCase()}`;
+    const taken = walletReads.take(
+      pair !== undefined && knownKeys.has(pair) ? pair : row.payer.toLowerCase(),
+    );
     if (!taken.ok) {
       throw new TollgateError(
         "RateLimited",
@@ -85,11 +95,20 @@ export function mountPaymentReadBack(app: Hono, deps: PaymentReadBackDeps): void
         { retryAfter: taken.retryAfterSeconds, details: { limit: "walletRead" } },
       );
     }
-    return deps.contractSigners.isValidSignature(
+    const accepted = await deps.contractSigners.isValidSignature(
       getAddress(row.payer),
       hashMessage(reader.message),
       reader.signature,
     );
+    if (accepted && pair !== undefined) {
+      knownKeys.delete(pair);
+      if (knownKeys.size >= 10_000) {
+        const oldest = knownKeys.values().next();
+        if (oldest.done !== true) knownKeys.delete(oldest.value);
+      }
+      knownKeys.add(pair);
+    }
+    return accepted;
   };
 
   app.get("/payments/:nonce", readBackDoc, async (c) => {
