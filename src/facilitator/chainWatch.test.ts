@@ -5,8 +5,11 @@
  * subscribes again on its own socket.
  */
 import { inspect } from "node:util";
+import { createPublicClient } from "viem";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { startRpcFaultProxy } from "../../test/support/rpcFaultProxy.ts";
 import { startTcpProxy } from "../../test/support/tcpProxy.ts";
+import { rpcTransport } from "../chain/rpcTransport.ts";
 import { type Anvil, startAnvil } from "../chain/startAnvil.ts";
 import { connectDevnet, type Devnet, setUpDevnet, startDevnet } from "../chain/startDevnet.ts";
 import { capturingLogger } from "../store/capturingLogger.ts";
@@ -93,6 +96,44 @@ describe("acquireChainWatch", () => {
       release();
       console_.mockRestore();
       await anvil.stop();
+    }
+  });
+
+  it("reads the head instead when the provider refuses WebSocket, asking for a socket once", async () => {
+    // An HTTP-only provider in front of the devnet: the ws:// derived from its http:// URL is refused.
+    const proxy = await startRpcFaultProxy(devnet.rpcUrl);
+    const client = createPublicClient({
+      chain: devnet.publicClient.chain,
+      transport: rpcTransport([`${proxy.url}/v2/abcdefghijklmnopqrstuvwxyz012345`, devnet.rpcUrl]),
+    });
+    const { logger, lines } = capturingLogger();
+    const { watch, release } = acquireChainWatch(client, logger, { resubscribeMs: 20, pollMs: 20 });
+    try {
+      expect(watch.mode()).toBe("websocket");
+      let told = 0;
+      watch.watch(devnet.contracts.usd, () => {
+        told++;
+      });
+      await expect.poll(() => watch.mode(), { timeout: 10_000 }).toBe("blocks");
+      await expect.poll(() => told, { timeout: 10_000 }).toBeGreaterThan(0);
+      const before = told;
+      await devnet.fund(devnet.accounts[1]!.address, { usd: 1n });
+      await expect.poll(() => told, { timeout: 10_000 }).toBeGreaterThan(before);
+      // Many polls later (every 20 ms, as the resubscription would have been), still one socket asked.
+      const polls = proxy.calls.get("eth_blockNumber") ?? 0;
+      await expect
+        .poll(() => proxy.calls.get("eth_blockNumber") ?? 0, { timeout: 10_000 })
+        .toBeGreaterThan(polls + 10);
+      expect(proxy.webSocketAttempts()).toBe(1);
+      const warnings = lines().filter((line) => Number(line.level) >= 40);
+      expect(warnings.map((line) => line.msg)).toEqual([
+        "the RPC provider refuses WebSocket; watching the chain by reading its head every 20 ms",
+      ]);
+      // The provider's key is not printed.
+      expect(JSON.stringify(lines())).not.toContain("abcdefghijklmnopqrstuvwxyz012345");
+    } finally {
+      release();
+      await proxy.close();
     }
   });
 

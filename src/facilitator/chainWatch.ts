@@ -10,6 +10,9 @@
  *   `eth_blockNumber` per block time, and the followers are told when it moves.
  * - Otherwise (an automining devnet without WebSocket): nothing; the followers' backstop reads find
  *   what there is.
+ * - A provider that refuses WebSocket (its HTTP side answers, its socket never opened: a devnet's URL
+ *   behind a proxy, whose ws:// is derived from http://) is not asked again: the watch reads the head
+ *   every block time instead (`pollMs`, 1 s, on a chain without one), and says so once.
  *
  * Invariant: a follower never depends on being told. A lost push, a dropped socket or a missed block
  * only delays it until its own backstop read (wakeablePause.ts, `IDLE_BACKSTOP_MS`), which reads from its
@@ -26,6 +29,7 @@ import {
   webSocket,
 } from "viem";
 import { getNetworkConfig } from "../chain/networks.ts";
+import { redactRpcUrl, redactRpcUrlsIn } from "../chain/rpcUrls.ts";
 
 export type ChainWatch = {
   /** Calls `listener` whenever `address` may have new logs. Returns a function that stops it. */
@@ -45,7 +49,9 @@ export function webSocketUrlOf(client: WatchedClient, devnet: boolean): string |
   if (transport.type === "webSocket" && typeof transport.url === "string") return transport.url;
   const fromChain = client.chain?.rpcUrls.default.webSocket?.[0];
   if (fromChain !== undefined) return fromChain;
-  if (devnet && transport.type === "http" && typeof transport.url === "string") {
+  // rpcTransport's fallback over several URLs gives its first as `url`.
+  const httpLike = transport.type === "http" || transport.type === "fallback";
+  if (devnet && httpLike && typeof transport.url === "string" && /^https?:/.test(transport.url)) {
     // anvil answers WebSocket upgrades on its HTTP port.
     return transport.url.replace(/^http/, "ws");
   }
@@ -62,7 +68,7 @@ const watches = new WeakMap<object, { watch: ChainWatch; users: number; close():
 export function acquireChainWatch(
   client: WatchedClient,
   logger: Logger,
-  options: { resubscribeMs?: number } = {},
+  options: { resubscribeMs?: number; pollMs?: number } = {},
 ): { watch: ChainWatch; release(): void } {
   let entry = watches.get(client);
   if (entry === undefined) {
@@ -72,6 +78,7 @@ export function acquireChainWatch(
       devnet,
       logger,
       resubscribeMs: options.resubscribeMs ?? RESUBSCRIBE_MS,
+      pollMs: options.pollMs ?? POLL_MS,
     });
     entry = { watch: created, users: 0, close: created.close };
     watches.set(client, entry);
@@ -94,15 +101,38 @@ export function acquireChainWatch(
 }
 
 const RESUBSCRIBE_MS = 5_000;
+/** How often a watch whose provider refuses WebSocket reads the head on a chain without a block time. */
+const POLL_MS = 1_000;
 
 function createChainWatch(
   client: WatchedClient,
-  options: { devnet: boolean; logger: Logger; resubscribeMs: number },
+  options: { devnet: boolean; logger: Logger; resubscribeMs: number; pollMs: number },
 ): ChainWatch & { close(): void } {
   const log = options.logger.child({ component: "chain-watch" });
   const listeners = new Set<Listener>();
   const wsUrl = webSocketUrlOf(client, options.devnet);
   const blockTimeMs = client.chain?.blockTime;
+  /** How often block polling reads the head. */
+  let pollMs = blockTimeMs;
+  /** The URL as logs print it: a provider's key stays out of them. */
+  const shownUrl = wsUrl === undefined ? undefined : redactRpcUrl(wsUrl);
+  const secrets = wsUrl === undefined ? [] : [wsUrl];
+  /**
+   * A socket's failure in one line, its URL redacted: what fails may be an error event carrying the whole
+   * socket (its request line and URL included), never logged as it is.
+   */
+  const describe = (error: unknown): string => {
+    const e = error as { message?: unknown; error?: { message?: unknown } } | null;
+    const text =
+      typeof e?.message === "string"
+        ? e.message
+        : typeof e?.error?.message === "string"
+          ? e.error.message
+          : String(error);
+    return redactRpcUrlsIn(text, secrets).slice(0, 500);
+  };
+  /** Whether a socket ever opened: a provider whose socket never did, while HTTP answers, refuses WebSocket. */
+  let everOpened = false;
   let mode: "websocket" | "blocks" | "none" =
     wsUrl !== undefined ? "websocket" : blockTimeMs ? "blocks" : "none";
   let closed = false;
@@ -114,8 +144,9 @@ function createChainWatch(
   /** Whether the subscription is down: its outage was reported once, at warn; the rest go to debug. */
   let failing = false;
   const failed = (error: unknown, message: string) => {
-    if (failing) log.debug({ err: error, url: wsUrl }, message);
-    else log.warn({ err: error, url: wsUrl }, message);
+    const reason = describe(error);
+    if (failing) log.debug({ reason, url: shownUrl }, message);
+    else log.warn({ reason, url: shownUrl }, message);
     failing = true;
   };
 
@@ -145,7 +176,17 @@ function createChainWatch(
     });
     try {
       // The socket first, held: however this attempt ends, the watch can close it.
-      const rpc = await socket.transport.getRpcClient();
+      let rpc: Awaited<ReturnType<typeof socket.transport.getRpcClient>>;
+      try {
+        rpc = await socket.transport.getRpcClient();
+      } catch (error) {
+        if (!closed && !everOpened && (await httpAnswers())) {
+          refused(error);
+          return;
+        }
+        throw error;
+      }
+      everOpened = true;
       closeSocket = () => rpc.close();
       if (closed) {
         closeSocket();
@@ -180,7 +221,7 @@ function createChainWatch(
       }
       if (failing) {
         failing = false;
-        log.info({ url: wsUrl }, "chain log subscription restored");
+        log.info({ url: shownUrl }, "chain log subscription restored");
       }
       // Whatever happened before the subscription began (or while it was down) is read now.
       tellAll();
@@ -213,6 +254,28 @@ function createChainWatch(
     timer.unref?.();
   }
 
+  /** Whether the node answers over HTTP (asked only when a first socket failed to open). */
+  async function httpAnswers(): Promise<boolean> {
+    try {
+      await client.getBlockNumber({ cacheTime: 0 });
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** The provider refuses WebSocket: the watch polls the head from now on and never opens a socket again. */
+  function refused(error: unknown): void {
+    mode = "blocks";
+    pollMs = blockTimeMs ?? options.pollMs;
+    subscribedTo = "";
+    log.warn(
+      { reason: describe(error), url: shownUrl, pollMs },
+      `the RPC provider refuses WebSocket; watching the chain by reading its head every ${pollMs} ms`,
+    );
+    pollBlocks();
+  }
+
   // ---- block polling -------------------------------------------------------------------------------
 
   let lastBlock: bigint | undefined;
@@ -230,11 +293,11 @@ function createChainWatch(
       }
       timer = undefined;
       pollBlocks();
-    }, blockTimeMs);
+    }, pollMs);
     timer.unref?.();
   }
 
-  log.debug({ mode, url: wsUrl }, "watching the chain");
+  log.debug({ mode, url: shownUrl }, "watching the chain");
   return {
     mode: () => mode,
     watch(address, fn) {

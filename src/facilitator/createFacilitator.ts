@@ -14,8 +14,9 @@ import {
   type PublicClient,
   type Transport,
 } from "viem";
-import { batchingHttp } from "../chain/batchingHttp.ts";
 import { devnetChain, getNetworkConfig } from "../chain/networks.ts";
+import { type RpcTransportOptions, rpcTransport } from "../chain/rpcTransport.ts";
+import { parseRpcUrls } from "../chain/rpcUrls.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import type { SupportedResponse } from "../protocol/facilitator.ts";
@@ -44,6 +45,7 @@ import { createOutbox, type OutboxOptions } from "./outbox/createOutbox.ts";
 import { createGasKey } from "./outbox/gasKey.ts";
 import type { ProofKey } from "./proofKeys.ts";
 import { findProviderByApiKey } from "./providers/requireProvider.ts";
+import { logRpcProviderEvents } from "./rpcProviderEvents.ts";
 import {
   createSettlementEngine,
   type SettlementEngine,
@@ -61,8 +63,29 @@ export type FacilitatorToken = SupportedTokenConfig & { decimals: number };
 
 export type CreateFacilitatorOptions = {
   store: Store;
-  /** The chain: an RPC URL, or a viem public client for it. */
-  rpcUrl?: string | undefined;
+  /**
+   * The chain: an RPC URL, several (an array, or comma-separated) in order of preference, or a viem
+   * public client for it. Several URLs fail over and avoid a lagging node (src/chain/rpcTransport.ts).
+   */
+  rpcUrl?: string | readonly string[] | undefined;
+  /**
+   * How the client built from `rpcUrl` retries and fails over (src/chain/rpcTransport.ts): backoff
+   * (200 ms doubling to 5 s, `Retry-After` honoured within 5 s, 3 retries), a failing provider passed over for
+   * 30 s, a provider more than 5 blocks behind the others avoided (heads compared at most every 30 s,
+   * beside the facilitator's own head reads).
+   */
+  rpcFailover?:
+    | Pick<
+        RpcTransportOptions,
+        | "retryCount"
+        | "backoffBaseMs"
+        | "backoffMaxMs"
+        | "cooldownMs"
+        | "maxLagBlocks"
+        | "headCheckMs"
+        | "timeout"
+      >
+    | undefined;
   /**
    * How the client built from `rpcUrl` sends calls (src/chain/batchingHttp.ts): a call at once when no
    * request is open, the ones made meanwhile as one JSON-RPC batch of at most `maxBatchSize` (100; 1
@@ -190,27 +213,35 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
   const logger = options.logger ?? pino({ level: "silent" });
   const chainId = chainIdOf(options.network);
   const config = getNetworkConfig(options.network);
+  if (options.publicClient === undefined && options.rpcUrl === undefined) {
+    throw new TypeError("createFacilitator needs rpcUrl or publicClient");
+  }
+  const rpcUrls =
+    options.rpcUrl === undefined
+      ? []
+      : typeof options.rpcUrl === "string"
+        ? parseRpcUrls(options.rpcUrl)
+        : parseRpcUrls(options.rpcUrl.join(","));
+  const metrics = createFacilitatorMetrics();
+  const rpcEvents = logRpcProviderEvents(logger.child({ component: "rpc" }), metrics);
   const publicClient =
     options.publicClient ??
     createPublicClient({
       chain: config?.chain ?? { ...devnetChain, id: chainId },
-      transport: batchingHttp(options.rpcUrl, {
-        retryCount: 1,
+      transport: rpcTransport(rpcUrls, {
         timeout: 10_000,
         ...options.rpcBatch,
+        ...options.rpcFailover,
         onBatchRefused: (reason) =>
           logger.warn(
             { reason },
             "the RPC node refused a batch of calls; sending them one by one from now on",
           ),
+        onEvent: (event) => rpcEvents(event),
       }),
       // A devnet mines on demand: poll receipts quickly. Real chains have block times of seconds.
       pollingInterval: config?.isDevnet === false ? 1_000 : 50,
     });
-  if (options.publicClient === undefined && options.rpcUrl === undefined) {
-    throw new TypeError("createFacilitator needs rpcUrl or publicClient");
-  }
-  const metrics = createFacilitatorMetrics();
   // A token without its own minimum gets the network's default (abuse/minimumAmount.ts).
   const tokenConfigs = options.tokens.map((t) => ({
     ...t,

@@ -10,6 +10,15 @@ export type FacilitatorMetrics = SettlementMetrics & {
   requests: Counter<"route" | "status">;
   /** `tollgate_token_paused{token}`: 1 while the token's issuer has it paused (tokenPauseWatch.ts), else 0. */
   onTokenPaused(token: string, paused: boolean): void;
+  /** The RPC providers' state (src/chain/rpcTransport.ts), by redacted URL. */
+  rpc: {
+    /** `tollgate_rpc_provider_up{provider}`: 1 while used, 0 while passed over for failing. */
+    onUp(provider: string, up: boolean): void;
+    /** `tollgate_rpc_provider_lagging{provider}`: 1 while its head is too far behind the others', else 0. */
+    onLagging(provider: string, lagging: boolean): void;
+    /** `tollgate_rpc_retries_total`: calls sent again after every provider failed them. */
+    onRetry(): void;
+  };
 };
 
 export function createFacilitatorMetrics(): FacilitatorMetrics {
@@ -57,9 +66,31 @@ export function createFacilitatorMetrics(): FacilitatorMetrics {
     labelNames: ["token"] as const,
     registers: [registry],
   });
+  const rpcUp = new Gauge({
+    name: "tollgate_rpc_provider_up",
+    help: "1 while the RPC provider (by redacted URL) is used, 0 while it is passed over for failing",
+    labelNames: ["provider"] as const,
+    registers: [registry],
+  });
+  const rpcLagging = new Gauge({
+    name: "tollgate_rpc_provider_lagging",
+    help: "1 while the RPC provider's head is too far behind the other providers', else 0",
+    labelNames: ["provider"] as const,
+    registers: [registry],
+  });
+  const rpcRetries = new Counter({
+    name: "tollgate_rpc_retries_total",
+    help: "RPC calls sent again, after a backoff, because every provider failed them (429, 5xx, timeout)",
+    registers: [registry],
+  });
   return {
     registry,
     requests,
+    rpc: {
+      onUp: (provider, up) => rpcUp.set({ provider }, up ? 1 : 0),
+      onLagging: (provider, lagging) => rpcLagging.set({ provider }, lagging ? 1 : 0),
+      onRetry: () => rpcRetries.inc(),
+    },
     onTokenPaused: (token, paused) => tokenPaused.set({ token }, paused ? 1 : 0),
     onSettled(count, amount, token) {
       settled.inc({ token }, count);

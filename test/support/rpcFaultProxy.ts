@@ -1,7 +1,9 @@
 /**
  * A loopback JSON-RPC proxy in front of a real node that behaves like the providers a facilitator meets
  * on a live network: it refuses `eth_getLogs` ranges wider than a cap the way they do, answers HTTP 429 or
- * 503 to a share of requests, or reports a head that lags the node's. Everything else is passed through.
+ * 503 to a share of requests, reports a head that lags the node's, holds requests unanswered (a hung
+ * provider), and refuses WebSocket upgrades as an HTTP-only provider does. Everything else is passed
+ * through.
  */
 import { createServer, type IncomingMessage, type Server } from "node:http";
 
@@ -12,6 +14,10 @@ export type RpcFaults = {
   refusal?: "rpc-error" | "http-413" | undefined;
   /** Every `n`th request is answered HTTP 429 (1: all of them). */
   rateLimitEvery?: number | undefined;
+  /** The `Retry-After` header of a 429, in seconds. Default "0". */
+  retryAfter?: string | undefined;
+  /** Requests are held unanswered (until the faults change or the proxy closes). */
+  hang?: boolean | undefined;
   /** Every request is answered HTTP 503. */
   unavailable?: boolean | undefined;
   /** `eth_blockNumber` reports this many blocks behind the node. */
@@ -26,6 +32,10 @@ export type RpcFaultProxy = {
   calls: Map<string, number>;
   /** `eth_getLogs` calls refused for their range. */
   refusedRanges(): number;
+  /** HTTP requests answered 429. */
+  rateLimited(): number;
+  /** WebSocket upgrades asked for (each refused with HTTP 404). */
+  webSocketAttempts(): number;
   close(): Promise<void>;
 };
 
@@ -35,6 +45,10 @@ export async function startRpcFaultProxy(target: string, initial: RpcFaults = {}
   let faults = initial;
   let requests = 0;
   let refused = 0;
+  let limited = 0;
+  let upgrades = 0;
+  /** Requests held by `hang`, answered 503 when the faults change. */
+  const held = new Set<() => void>();
   const calls = new Map<string, number>();
 
   async function forward(call: RpcCall): Promise<unknown> {
@@ -88,12 +102,21 @@ export async function startRpcFaultProxy(target: string, initial: RpcFaults = {}
       requests++;
       for (const call of Array.isArray(body) ? body : [body])
         calls.set(call.method, (calls.get(call.method) ?? 0) + 1);
+      if (faults.hang) {
+        await new Promise<void>((resolve) => held.add(resolve));
+        if (faults.hang) return;
+        res.writeHead(503, { "content-type": "text/plain" }).end("service unavailable");
+        return;
+      }
       if (faults.unavailable) {
         res.writeHead(503, { "content-type": "text/plain" }).end("service unavailable");
         return;
       }
       if (faults.rateLimitEvery !== undefined && requests % faults.rateLimitEvery === 0) {
-        res.writeHead(429, { "content-type": "text/plain", "retry-after": "0" }).end("too many requests");
+        limited++;
+        res
+          .writeHead(429, { "content-type": "text/plain", "retry-after": faults.retryAfter ?? "0" })
+          .end("too many requests");
         return;
       }
       const answers = await Promise.all((Array.isArray(body) ? body : [body]).map(answer));
@@ -109,6 +132,11 @@ export async function startRpcFaultProxy(target: string, initial: RpcFaults = {}
       res.writeHead(502, { "content-type": "text/plain" }).end(String(error));
     }
   });
+  // An HTTP-only provider: an upgrade to WebSocket is answered 404 and the connection closed.
+  server.on("upgrade", (_req, socket) => {
+    upgrades++;
+    socket.end("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+  });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const address = server.address();
   const port = address !== null && typeof address === "object" ? address.port : 0;
@@ -117,11 +145,17 @@ export async function startRpcFaultProxy(target: string, initial: RpcFaults = {}
     url: `http://127.0.0.1:${port}`,
     set(next) {
       faults = next;
+      for (const release of held) release();
+      held.clear();
     },
     calls,
     refusedRanges: () => refused,
+    rateLimited: () => limited,
+    webSocketAttempts: () => upgrades,
     close: () =>
       new Promise<void>((resolve) => {
+        for (const release of held) release();
+        held.clear();
         server.closeAllConnections();
         server.close(() => resolve());
       }),
