@@ -23,6 +23,12 @@ export type StartAnvilOptions = {
    */
   chainId?: number | undefined;
   /**
+   * The network family anvil imitates (`--network`): `optimism` accepts OP-stack deposit transactions
+   * and formats blocks as an OP-stack node does. It deploys no predeploys: code at the GasPriceOracle's
+   * address (0x42…0F) is the caller's to set (`anvil_setCode`).
+   */
+  network?: "ethereum" | "optimism" | undefined;
+  /**
    * Run anvil in its own process group, writing its output to this file, and let it outlive this process
    * (the `devnet up` command). Needs an explicit `port`: readiness is then checked over RPC.
    */
@@ -59,6 +65,7 @@ function anvilArgs(options: StartAnvilOptions): string[] {
   args.push("--accounts", String(options.accounts ?? 10));
   if (options.chainId !== undefined) args.push("--chain-id", String(options.chainId));
   if (options.blockTime !== undefined) args.push("--block-time", String(options.blockTime));
+  if (options.network !== undefined) args.push("--network", options.network);
   return args;
 }
 

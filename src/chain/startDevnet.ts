@@ -39,6 +39,8 @@ export type StartDevnetOptions = {
   /** Loopback port (default: a free one). */
   port?: number | undefined;
   logger?: AnvilLogger | undefined;
+  /** The network family anvil imitates (startAnvil.ts): `optimism` for an OP-stack chain such as Base. */
+  network?: "ethereum" | "optimism" | undefined;
   /**
    * The settlement token: Circle's USDC (FiatToken v2.2, domain "USD Coin"/"2" as on Base,
    * src/chain/contracts/circle-usdc) with the deployer as owner, master minter and minter. The only one
@@ -111,6 +113,7 @@ export async function startDevnet(options: StartDevnetOptions = {}): Promise<Dev
     blockTime: options.blockTime,
     accounts: count,
     logger: options.logger,
+    network: options.network,
   });
   try {
     return await setUpDevnet(anvil.rpcUrl, count, options.balance ?? 10_000_000_000n, () => anvil.stop(), {

@@ -25,6 +25,12 @@ import type { Queryable, Store } from "../store/store.ts";
 import { admitPayments } from "./abuse/admitPayments.ts";
 import { defaultMinAmount } from "./abuse/minimumAmount.ts";
 import { createRateLimits, type RateLimitOptions } from "./abuse/rateLimits.ts";
+import {
+  createSettlementFeeFloor,
+  followsFee,
+  type SettlementFeeOptions,
+  supportedNow,
+} from "./abuse/settlementFeeFloor.ts";
 import type { SupportedTokenConfig } from "./checkSignedPayment.ts";
 import { createContractSigners } from "./contractSigners.ts";
 import { createFacilitatorApp } from "./createFacilitatorApp.ts";
@@ -162,6 +168,14 @@ export type CreateFacilitatorOptions = {
   tokenPause?: { intervalMs?: number | undefined } | undefined;
   /**
    * Options of the built-in webhooks module: the non-public targets allowed (none by default), the
+  /**
+   * The minimum payment that follows the network's fee (abuse/settlementFeeFloor.ts): a payment whose
+   * batched settlement would cost more than `maxFeeShare` (default 0.5) of its value, at `ethPriceUsd`
+   * (default 5000), is refused, and `/supported` publishes the minimum in force. On by default on a real
+   * network; on a devnet only when `ethPriceUsd` is given. `false` turns it off (the configured
+   * `minAmount` alone).
+   */
+  settlementFee?: SettlementFeeOptions | false | undefined;
    * keys that seal secrets at rest, … (see webhooks/createWebhooksModule.ts).
    */
   webhooks?: WebhooksModuleOptions | undefined;
@@ -260,6 +274,17 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
   const outbox = createOutbox({
     store: options.store,
     client: publicClient,
+  const settlementFee = options.settlementFee;
+  const feeFloor = followsFee(settlementFee, config?.isDevnet !== false)
+    ? createSettlementFeeFloor({
+        ...settlementFee,
+        client: publicClient,
+        tokens: tokenConfigs,
+        maxFeePerGas: options.outbox?.maxFeePerGas,
+        clock,
+        logger,
+      })
+    : undefined;
     key,
     clock,
     logger,
@@ -350,6 +375,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     channels: options.channels,
     tokens: tokenConfigs,
     logsRange: options.logsRange,
+    feeFloor,
     engine,
     contractSigners,
     tokenPause,
@@ -363,6 +389,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     },
   };
   // The dashboard rotates webhook secrets: it and the webhooks module must seal with the same keys.
+          ...(feeFloor === undefined ? {} : { minAmountFloor: t.minAmount.toString() }),
   let webhookOptions = options.webhooks;
   if (options.dashboard !== undefined && (webhookOptions?.secretKeys ?? []).length === 0) {
     logger.warn("webhook secrets are sealed with a key of this process only; configure webhook secret keys");
@@ -433,6 +460,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
       for (const m of modules) {
         await m.start?.();
         started.push(m);
+    currentSupported: feeFloor === undefined ? undefined : () => supportedNow(supported, feeFloor),
       }
     },
     async stop() {

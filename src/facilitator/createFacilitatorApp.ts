@@ -25,6 +25,8 @@ export type FacilitatorAppDeps = {
   proofKeys: () => readonly ProofKey[];
   supported: SupportedResponse;
   clock: Clock;
+  /** `/supported` with the minimums in force now, when they follow the network's fee (settlementFeeFloor.ts). */
+  currentSupported?: (() => Promise<SupportedResponse>) | undefined;
   logger: Logger;
   metrics: FacilitatorMetrics;
   /** Reads the chain head, for `/healthz`. */
@@ -86,7 +88,7 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
       summary: "Networks, tokens and schemes this facilitator settles",
       response: SupportedResponseSchema,
     }),
-    (c) => c.json(deps.supported),
+    async (c) => c.json(deps.currentSupported === undefined ? deps.supported : await deps.currentSupported()),
   );
   app.get(
     "/.well-known/jwks.json",

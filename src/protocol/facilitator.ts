@@ -67,8 +67,25 @@ export const SupportedTokenSchema = z.object({
   decimals: z.int().min(0).max(77),
   /** EIP-712 domain name and version of the token (USDC: "USD Coin", "2"). */
   eip712: z.object({ name: z.string().min(1).max(128), version: z.string().min(1).max(32) }),
-  /** The smallest payment the facilitator settles in this token, smallest unit (a gate prices above it). */
+  /**
+   * The smallest payment the facilitator settles in this token now, smallest unit (a gate prices above
+   * it): `minAmountFloor`, or more while the network's fee makes settling dear (`settlementCost`).
+   */
   minAmount: UintStringSchema.optional(),
+  /** The configured minimum: `minAmount` never falls below it, whatever the fee. */
+  minAmountFloor: UintStringSchema.optional(),
+  /**
+   * What settling one payment in a batch costs at the latest block's fee, smallest unit (gas, plus the
+   * L1 data fee on OP-stack chains), and the largest share of a payment's value it may be: `minAmount`
+   * is at least `amount / maxFeeShare`.
+   */
+  settlementCost: z
+    .object({
+      amount: UintStringSchema,
+      maxFeeShare: z.string().regex(/^\d+(\.\d+)?$/),
+      blockNumber: UintStringSchema,
+    })
+    .optional(),
 });
 export type SupportedToken = z.infer<typeof SupportedTokenSchema>;
 

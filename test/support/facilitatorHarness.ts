@@ -47,6 +47,7 @@ export async function startTestFacilitator(
       | "dashboard"
       | "tokenPause"
     >
+      | "settlementFee"
   > & {
     store?: Store;
     gasAccount?: DevnetAccount;
@@ -86,6 +87,7 @@ export async function startTestFacilitator(
     tokenPause: options.tokenPause,
     // Suites' webhook receivers listen on loopback, which a facilitator refuses unless allowed.
     webhooks: options.webhooks ?? { allowTargets: ["127.0.0.0/8", "::1"] },
+    settlementFee: options.settlementFee,
   });
   await facilitator.start();
   const server = await serveApp(facilitator.app);

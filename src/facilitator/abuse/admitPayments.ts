@@ -1,8 +1,9 @@
 /**
  * Admission in front of the settlement engine (DESIGN.md §4, "Abuse"): every payment that would cost
  * a chain read or gas — `/authorize`, `/x402/verify`, `/x402/settle` — first passes the off-chain
- * checks (minimum amount, memo expiry, window, signature), and only then takes a token of its payer's
- * rate-limit bucket. The engine checks again (it is also used without this wrapper); the recovered
+ * checks (minimum amount, memo expiry, window, signature), then the cost of settling it at the network's
+ * fee (settlementFeeFloor.ts: at most one chain read per few seconds, shared by every payment), and only
+ * then takes a token of its payer's rate-limit bucket, so a refused payment costs its payer nothing. The engine checks again (it is also used without this wrapper); the recovered
  * signer is cached in `checkSignedPayment`, so the second check costs no second recovery.
  */
 import type { Clock } from "../../protocol/clock.ts";
@@ -15,6 +16,7 @@ import {
 import type { ContractSigners } from "../contractSigners.ts";
 import type { SettlementEngine } from "../settlementEngine.ts";
 import type { RateLimits } from "./rateLimits.ts";
+import type { SettlementFeeFloor } from "./settlementFeeFloor.ts";
 
 /** Seconds an authorization and a memo must have left on arrival (the engine's own margin). */
 export const SETTLEMENT_MARGIN_SECONDS = 6;
@@ -28,6 +30,8 @@ export function admitPayments(
     limits: Pick<RateLimits, "takePayer">;
     /** Wallet payers' signatures, checked through the chain (contractSigners.ts). */
     contractSigners?: ContractSigners | undefined;
+    /** The minimum that follows the network's fee; without it only the configured minimum holds. */
+    feeFloor?: SettlementFeeFloor | undefined;
   },
 ): SettlementEngine {
   const admit = async (payment: CheckablePayment): Promise<void> => {
@@ -41,6 +45,11 @@ export function admitPayments(
       },
       payment,
     );
+    const floor = options.feeFloor;
+    if (floor !== undefined) {
+      await floor.refresh();
+      floor.assertCovers(payment.token, BigInt(payment.authorization.value));
+    }
     options.limits.takePayer(payer);
   };
   return {

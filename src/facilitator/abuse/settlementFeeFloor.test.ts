@@ -4,7 +4,6 @@ import { describe, expect, it } from "vitest";
 import { createFixedClock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import {
-  checkSettlementCost,
   createSettlementFeeFloor,
   parseFeeShare,
   parseUsdPrice,
@@ -44,7 +43,7 @@ function chain(state: { baseFee: bigint; priority?: bigint; l1Fee?: bigint | "re
 
 function floorOver(
   client: SettlementFeeFloorClient,
-  options: { maxAgeMs?: number; minAmount?: bigint } = {},
+  options: { maxAgeMs?: number; minAmount?: bigint; maxFeePerGas?: bigint } = {},
 ) {
   const clock = createFixedClock(1_800_000_000_000);
   const floor = createSettlementFeeFloor({
@@ -53,6 +52,7 @@ function floorOver(
     maxFeeShare: "0.5",
     ethPriceUsd: "4000",
     maxAgeMs: options.maxAgeMs ?? 6_000,
+    maxFeePerGas: options.maxFeePerGas,
     clock,
     logger: pino({ level: "silent" }),
   });
@@ -105,6 +105,12 @@ describe("createSettlementFeeFloor", () => {
     expect(floor.minimumOf(USDC.toLowerCase())).toBe(380_000n);
   });
 
+  it("counts gas at most at the outbox's fee ceiling: no transaction pays more, so a spike above it raises the minimum no further", async () => {
+    const { floor } = floorOver(chain({ baseFee: 100n * GWEI }).client, { maxFeePerGas: GWEI });
+    await floor.refresh();
+    expect(floor.minimumOf(USDC)).toBe(380_000n);
+  });
+
   it("reads the chain at most once per maxAgeMs, and once for callers asking together; never at rest", async () => {
     const { client, calls } = chain({ baseFee: GWEI });
     const { floor, clock } = floorOver(client);
@@ -142,9 +148,7 @@ describe("createSettlementFeeFloor", () => {
     await floor.refresh();
     expect(floor.feeMinimumOf(USDC)).toBeUndefined();
     expect(floor.minimumOf(USDC)).toBe(10_000n);
-    expect(() =>
-      checkSettlementCost(floor, { address: USDC, symbol: "USDC", decimals: 6 }, 10_000n),
-    ).not.toThrow();
+    expect(() => floor.assertCovers(USDC, 10_000n)).not.toThrow();
     state.fail = false;
     await floor.refresh();
     state.fail = true;
@@ -154,14 +158,13 @@ describe("createSettlementFeeFloor", () => {
   });
 });
 
-describe("checkSettlementCost", () => {
+describe("assertCovers", () => {
   it("refuses a payment worth less than its settlement at the share with 422 and the minimum that would pass", async () => {
     const { floor } = floorOver(chain({ baseFee: GWEI }).client);
     await floor.refresh();
-    const token = { address: USDC, symbol: "USDC", decimals: 6 };
     let refused: unknown;
     try {
-      checkSettlementCost(floor, token, 379_999n);
+      floor.assertCovers(USDC, 379_999n);
     } catch (error) {
       refused = error;
     }
@@ -178,6 +181,6 @@ describe("checkSettlementCost", () => {
       },
     });
     expect((refused as Error).message).toMatch(/at least 0\.38 USDC/);
-    expect(() => checkSettlementCost(floor, token, 380_000n)).not.toThrow();
+    expect(() => floor.assertCovers(USDC, 380_000n)).not.toThrow();
   });
 });

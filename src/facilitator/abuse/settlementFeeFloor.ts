@@ -32,6 +32,7 @@ import { getL1DataFee, hasGasPriceOracle } from "../../chain/actions/fees/getL1D
 import { formatUnitsExact } from "../../protocol/amount.ts";
 import type { Clock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
+import type { SupportedResponse } from "../../protocol/facilitator.ts";
 
 /**
  * Gas one payment adds to a batched settlement on USDC (FiatToken v2.2), measured by bench/gas.ts:
@@ -104,7 +105,7 @@ export type FeeReading = {
   priorityFeePerGas: bigint;
   /** The L1 data fee of one item's calldata (0 off OP-stack chains). */
   l1Fee: bigint;
-  /** `SETTLEMENT_ITEM_GAS × (baseFee + priorityFee) + l1Fee`. */
+  /** `SETTLEMENT_ITEM_GAS × min(baseFee + priorityFee, maxFeePerGas) + l1Fee`. */
   costWei: bigint;
 };
 
@@ -185,6 +186,11 @@ export type SettlementFeeFloorOptions = {
   maxFeeShare?: string | undefined;
   /** ETH in USD, decimal text (default 5000). */
   ethPriceUsd?: string | undefined;
+  /**
+   * The outbox's ceiling on `maxFeePerGas` (TOLLGATE_MAX_FEE_GWEI), if any: no transaction pays more per
+   * gas, so the cost is counted at most at it (a payment accepted above it waits for the fee to fall).
+   */
+  maxFeePerGas?: bigint | undefined;
   /** Age after which a reading is read again when asked for (default 6 000 ms; 0: every time). */
   maxAgeMs?: number | undefined;
   clock: Clock;
@@ -203,6 +209,12 @@ export type SettlementFeeFloor = {
   feeMinimumOf(token: string): FeeMinimum | undefined;
   /** The minimum in force for a token: its configured one, or the fee's when that is higher. */
   minimumOf(token: string): bigint;
+  /**
+   * Refuses a payment whose value does not cover its settlement at the share: 422 `AmountMismatch` with
+   * `details.reason = "settlement_cost_too_high"` and the `minimum` that would pass now. Reads nothing:
+   * `refresh` first.
+   */
+  assertCovers(token: string, value: bigint): void;
   /** The last reading, for logs and tests. */
   reading(): FeeReading | undefined;
 };
@@ -259,7 +271,10 @@ export function createSettlementFeeFloor(options: SettlementFeeFloorOptions): Se
         l1FeeOf(),
       ]);
       const baseFeePerGas = block.baseFeePerGas ?? 0n;
-      const costWei = SETTLEMENT_ITEM_GAS * (baseFeePerGas + priorityFeePerGas) + l1Fee;
+      const perGas = baseFeePerGas + priorityFeePerGas;
+      const ceiling = options.maxFeePerGas;
+      const costWei =
+        SETTLEMENT_ITEM_GAS * (ceiling !== undefined && perGas > ceiling ? ceiling : perGas) + l1Fee;
       last = {
         at: clock.now(),
         blockNumber: block.number ?? 0n,
@@ -308,6 +323,12 @@ export function createSettlementFeeFloor(options: SettlementFeeFloorOptions): Se
     }
   }
 
+  function minimumOf(token: string): bigint {
+    const configured = tokens.get(token.toLowerCase())?.minAmount ?? 1n;
+    const fee = feeMinimumOf(token)?.minimum ?? 0n;
+    return fee > configured ? fee : configured;
+  }
+
   function feeMinimumOf(token: string): FeeMinimum | undefined {
     const config = tokens.get(token.toLowerCase());
     if (config === undefined || last === undefined) return undefined;
@@ -324,43 +345,80 @@ export function createSettlementFeeFloor(options: SettlementFeeFloorOptions): Se
       return inFlight;
     },
     feeMinimumOf,
-    minimumOf(token) {
-      const configured = tokens.get(token.toLowerCase())?.minAmount ?? 1n;
-      const fee = feeMinimumOf(token)?.minimum ?? 0n;
-      return fee > configured ? fee : configured;
+    minimumOf,
+    assertCovers(token, value) {
+      const config = tokens.get(token.toLowerCase());
+      const fee = feeMinimumOf(token);
+      if (config === undefined || fee === undefined || value >= fee.minimum) return;
+      const minimum = minimumOf(token);
+      const text = (units: bigint) => `${formatUnitsExact(units, config.decimals)} ${config.symbol}`;
+      throw new TollgateError(
+        "AmountMismatch",
+        `settling this payment of ${text(value)} would cost about ${text(fee.settlementCost)} in gas at the network's current fee, more than ${maxFeeShare} of its value; this facilitator settles payments of at least ${text(minimum)} while the fee stays this high`,
+        {
+          details: {
+            reason: "settlement_cost_too_high",
+            value: value.toString(),
+            minimum: minimum.toString(),
+            settlementCost: fee.settlementCost.toString(),
+            maxFeeShare,
+            blockNumber: fee.blockNumber.toString(),
+            token: config.address,
+          },
+        },
+      );
     },
     reading: () => last,
   };
 }
 
+/** `createFacilitator`'s `settlementFee` option: the share, the ETH price, how fresh a reading must be. */
+export type SettlementFeeOptions = Pick<
+  SettlementFeeFloorOptions,
+  "maxFeeShare" | "ethPriceUsd" | "maxAgeMs"
+>;
+
 /**
- * Refuses a payment whose value does not cover its settlement at the fee's share: 422 `AmountMismatch`
- * with `details.reason = "settlement_cost_too_high"` and the `minimum` that would pass now. A payment at
- * or above the configured minimum that the fee does not raise passes.
+ * Whether a facilitator on `network` follows the fee: always on a real network (unless `false`); on a
+ * devnet, whose ETH is worth nothing, only when an ETH price is given.
  */
-export function checkSettlementCost(
+export function followsFee(
+  options: SettlementFeeOptions | false | undefined,
+  devnet: boolean,
+): options is SettlementFeeOptions | undefined {
+  if (options === false) return false;
+  return !devnet || options?.ethPriceUsd !== undefined;
+}
+
+/**
+ * `/supported` with each token's minimum as the fee has it now (read first when the last reading is
+ * stale): `minAmount` in force, `minAmountFloor` configured, `settlementCost` behind it.
+ */
+export async function supportedNow(
+  supported: SupportedResponse,
   floor: SettlementFeeFloor,
-  token: { address: Address; symbol: string; decimals?: number | undefined },
-  value: bigint,
-): void {
-  const fee = floor.feeMinimumOf(token.address);
-  if (fee === undefined || value >= fee.minimum) return;
-  const minimum = floor.minimumOf(token.address);
-  const text = (units: bigint) =>
-    token.decimals === undefined ? `${units}` : `${formatUnitsExact(units, token.decimals)} ${token.symbol}`;
-  throw new TollgateError(
-    "AmountMismatch",
-    `settling this payment of ${text(value)} would cost about ${text(fee.settlementCost)} in gas at the network's current fee, more than ${floor.maxFeeShare} of its value; this facilitator settles payments of at least ${text(minimum)} while the fee stays this high`,
-    {
-      details: {
-        reason: "settlement_cost_too_high",
-        value: value.toString(),
-        minimum: minimum.toString(),
-        settlementCost: fee.settlementCost.toString(),
-        maxFeeShare: floor.maxFeeShare,
-        blockNumber: fee.blockNumber.toString(),
-        token: token.address,
-      },
-    },
-  );
+): Promise<SupportedResponse> {
+  await floor.refresh();
+  return {
+    ...supported,
+    networks: supported.networks.map((network) => ({
+      ...network,
+      tokens: network.tokens.map((token) => {
+        const fee = floor.feeMinimumOf(token.address);
+        return {
+          ...token,
+          minAmount: floor.minimumOf(token.address).toString(),
+          ...(fee === undefined
+            ? {}
+            : {
+                settlementCost: {
+                  amount: fee.settlementCost.toString(),
+                  maxFeeShare: floor.maxFeeShare,
+                  blockNumber: fee.blockNumber.toString(),
+                },
+              }),
+        };
+      }),
+    })),
+  };
 }
