@@ -247,6 +247,25 @@ describe("remote tool manifests", () => {
   });
 });
 
+describe("a seller the facilitator cannot settle for", () => {
+  it("fails at start, not at its first buyer, and leaves nothing listening", async () => {
+    const stray = "0x000000000000000000000000000000000000dEaD" as const;
+    const specialist = createSpecialist({
+      name: "stray-token",
+      account: devnet.accounts[5]!.account,
+      capabilities: [summarizer],
+      facilitator: tf.url,
+      network: devnet.network,
+      token: stray,
+    });
+    await expect(specialist.start()).rejects.toMatchObject({
+      code: "InvalidRequest",
+      message: expect.stringContaining("does not settle the token"),
+    });
+    expect(specialist.url).toBeUndefined();
+  });
+});
+
 describe("a seller that goes away", () => {
   it("gives buyers SellerUnreachable, is reported, left out of the catalog, and offered again when back", async () => {
     const { payer, budget } = await newAgent("loyal-agent");

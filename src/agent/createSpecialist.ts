@@ -375,6 +375,17 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
       });
       url = `http://${host}:${listening.port}`;
       app = buildApp(url);
+      // Refused at start rather than at the first buyer: a price under the facilitator's minimum, or a
+      // plan that is not this seller's (the gate's ready()).
+      try {
+        await gate?.ready();
+      } catch (error) {
+        await gate?.close();
+        server?.close();
+        server = undefined;
+        url = undefined;
+        throw error;
+      }
       const capabilities: ManifestCapability[] = options.capabilities.map((c) => ({
         name: c.name,
         description: c.description,
