@@ -86,6 +86,30 @@ export const FacilitatorEnvSchema = z.object({
     .transform((text) => BigInt(text))
     .optional(),
   /** Rate limit per client address on the endpoints that cost chain work (default 120:20). */
+  /**
+   * The largest share of a payment's value its settlement may cost (abuse/settlementFeeFloor.ts): while
+   * the network's fee makes settling dearer, the minimum payment rises above TOLLGATE_MIN_AMOUNT. A
+   * decimal above 0 and at most 1 (default 0.5), or `off` (the configured minimum alone). On a devnet it
+   * applies only when TOLLGATE_ETH_PRICE_USD is set.
+   */
+  TOLLGATE_MAX_FEE_SHARE: z
+    .string()
+    .trim()
+    .regex(/^(off|0\.\d{0,5}[1-9]|1(\.0{1,6})?)$/, {
+      error: "expected a decimal above 0 and at most 1 (e.g. 0.5), or off",
+    })
+    .optional(),
+  /**
+   * ETH in USD, the rate at which the gas of settling is compared with payments in USDC (no price feed
+   * is read). Default 5000, above where ETH has traded, so a stale setting errs towards a higher minimum.
+   */
+  TOLLGATE_ETH_PRICE_USD: z
+    .string()
+    .trim()
+    .regex(/^(?=.*[1-9])\d{1,12}(\.\d{1,6})?$/, {
+      error: "expected a positive USD price such as 4000 or 3999.5",
+    })
+    .optional(),
   TOLLGATE_RATE_LIMIT_CLIENT: RateLimitSchema.optional(),
   /** Rate limit per payer address (default 60:10). */
   TOLLGATE_RATE_LIMIT_PAYER: RateLimitSchema.optional(),
@@ -142,6 +166,8 @@ export type FacilitatorConfig = {
 export type ConfiguredToken = Omit<FacilitatorToken, "name" | "version"> & {
   name: string | undefined;
   version: string | undefined;
+  /** TOLLGATE_MAX_FEE_SHARE and TOLLGATE_ETH_PRICE_USD (`false`: off); unset fields take their defaults. */
+  settlementFee: { maxFeeShare?: string; ethPriceUsd?: string } | false;
 };
 
 function missing(what: string, variable: string): never {
@@ -268,6 +294,13 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
  * @example
  * const token = await resolveTokenDomain(config.token, createPublicClient({ transport: http(config.rpcUrl) }));
  */
+    settlementFee:
+      env.TOLLGATE_MAX_FEE_SHARE === "off"
+        ? false
+        : {
+            ...(env.TOLLGATE_MAX_FEE_SHARE === undefined ? {} : { maxFeeShare: env.TOLLGATE_MAX_FEE_SHARE }),
+            ...(env.TOLLGATE_ETH_PRICE_USD === undefined ? {} : { ethPriceUsd: env.TOLLGATE_ETH_PRICE_USD }),
+          },
 export async function resolveTokenDomain(
   token: ConfiguredToken,
   client: ReadClient,

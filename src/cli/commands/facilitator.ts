@@ -39,6 +39,8 @@ const flagVariables = {
   host: "TOLLGATE_HOST",
   "webhook-allow-targets": "TOLLGATE_WEBHOOK_ALLOW_TARGETS",
   "min-amount": "TOLLGATE_MIN_AMOUNT",
+  "max-fee-share": "TOLLGATE_MAX_FEE_SHARE",
+  "eth-price-usd": "TOLLGATE_ETH_PRICE_USD",
   dashboard: "TOLLGATE_DASHBOARD",
 } as const;
 
@@ -83,6 +85,10 @@ export async function run(argv: string[]): Promise<number> {
         "  or off; default 120:20, 60:10, 600:100)\n" +
         "  TOLLGATE_TRUSTED_PROXIES (reverse proxies whose X-Forwarded-For is believed; default none)\n" +
         "  TOLLGATE_METRICS_TOKEN (unset: /metrics answers loopback peers only)\n" +
+        "  TOLLGATE_MAX_FEE_SHARE, --max-fee-share (refuse a payment whose settlement would cost more than this\n" +
+        "  share of its value at the network's current fee: the minimum rises with the fee; default 0.5, or off)\n" +
+        "  TOLLGATE_ETH_PRICE_USD, --eth-price-usd (ETH in USD for that comparison; default 5000; on a devnet\n" +
+        "  the share applies only when this is set)\n" +
         "  TOLLGATE_WEBHOOK_KEYS (keys sealing webhook secrets; default: generated into <dir>/webhook-secret-key)\n" +
         "  TOLLGATE_WEBHOOK_ALLOW_TARGETS, --webhook-allow-targets (non-public webhook targets allowed, e.g.\n" +
         "  127.0.0.0/8,::1 for local development; default none)\n" +
@@ -125,6 +131,7 @@ export async function run(argv: string[]): Promise<number> {
     logger,
     dashboard: dashboardOptions(env.TOLLGATE_DASHBOARD, config),
   });
+    settlementFee: config.settlementFee,
   let server: Awaited<ReturnType<typeof serveApp>>;
   try {
     await facilitator.start();
