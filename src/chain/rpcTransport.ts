@@ -92,6 +92,8 @@ type Provider = {
   /** The redacted URL: how logs, metrics and events name it. */
   name: string;
   downUntil: number;
+  /** When it last failed: an answer to a call sent before then does not say it is back. */
+  failedAt: number;
   down: boolean;
   lagging: boolean;
   base: ReturnType<Transport> | undefined;
@@ -119,7 +121,15 @@ export function rpcTransport(urls: readonly string[], options: RpcTransportOptio
     const seen = (names.get(redacted) ?? 0) + 1;
     names.set(redacted, seen);
     const name = seen === 1 ? redacted : `${redacted} (#${seen})`;
-    return { url, name, downUntil: 0, down: false, lagging: false, base: undefined };
+    return {
+      url,
+      name,
+      downUntil: 0,
+      failedAt: Number.NEGATIVE_INFINITY,
+      down: false,
+      lagging: false,
+      base: undefined,
+    };
   });
   let lastHeadCheck = Number.NEGATIVE_INFINITY;
   let headCheckRunning = false;
@@ -132,7 +142,8 @@ export function rpcTransport(urls: readonly string[], options: RpcTransportOptio
     return !usable(p, at) && providers.some((q) => q !== p && usable(q, at));
   }
 
-  function answered(p: Provider): void {
+  function answered(p: Provider, sentAt: number): void {
+    if (sentAt < p.failedAt) return;
     p.downUntil = 0;
     if (p.down) {
       p.down = false;
@@ -141,7 +152,8 @@ export function rpcTransport(urls: readonly string[], options: RpcTransportOptio
   }
 
   function failed(p: Provider, error: unknown): void {
-    p.downUntil = now() + cooldownMs;
+    p.failedAt = now();
+    p.downUntil = p.failedAt + cooldownMs;
     if (!p.down) {
       p.down = true;
       options.onEvent?.({ kind: "down", provider: p.name, error: redactRpcUrlsInError(error, urls) });
@@ -200,9 +212,10 @@ export function rpcTransport(urls: readonly string[], options: RpcTransportOptio
     const request = (async (args, requestOptions) => {
       if (passOver(p))
         throw new ProviderPassedOver(`${p.name} is passed over (${p.lagging ? "lagging" : "failing"})`);
+      const sentAt = now();
       try {
         const result = await base.request(args, requestOptions);
-        answered(p);
+        answered(p, sentAt);
         if (args.method === "eth_blockNumber") sawHead(p, result);
         return result;
       } catch (error) {

@@ -41,6 +41,7 @@ export async function startTestFacilitator(
       | "settlement"
       | "confirmations"
       | "rpcUrl"
+      | "rpcFailover"
       | "modules"
       | "webhooks"
       | "logger"
@@ -66,6 +67,7 @@ export async function startTestFacilitator(
   const facilitator = createFacilitator({
     store,
     ...(options.rpcUrl === undefined ? { publicClient: devnet.publicClient } : { rpcUrl: options.rpcUrl }),
+    rpcFailover: options.rpcFailover,
     network: devnet.network,
     gasAccount: gas.account,
     proofKeys,
