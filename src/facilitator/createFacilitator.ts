@@ -14,7 +14,7 @@ import {
   type PublicClient,
   type Transport,
 } from "viem";
-import { devnetChain, getNetworkConfig } from "../chain/networks.ts";
+import { defaultConfirmations, devnetChain, getNetworkConfig } from "../chain/networks.ts";
 import { type RpcTransportOptions, rpcTransport } from "../chain/rpcTransport.ts";
 import { parseRpcUrls } from "../chain/rpcUrls.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
@@ -117,7 +117,11 @@ export type CreateFacilitatorOptions = {
   tokens: readonly FacilitatorToken[];
   clock?: Clock | undefined;
   logger?: Logger | undefined;
-  /** Confirmations to wait for before a payment counts as settled (default 1). */
+  /**
+   * Blocks that must hold a settlement before the payment counts as settled and its proof is issued.
+   * Default: the network's (src/chain/networks.ts `CONFIRMATIONS`: 2 on Base, 1 on Base Sepolia and a
+   * devnet, 1 elsewhere).
+   */
   confirmations?: number | undefined;
   /** Most blocks one `eth_getLogs` call spans (default 2 000): RPC providers cap it. */
   logsRange?: number | undefined;
@@ -234,6 +238,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     options.rpcUrl === undefined
       ? []
       : typeof options.rpcUrl === "string"
+  const confirmations = options.confirmations ?? defaultConfirmations(options.network);
         ? parseRpcUrls(options.rpcUrl)
         : parseRpcUrls(options.rpcUrl.join(","));
   const metrics = createFacilitatorMetrics();
@@ -288,7 +293,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     key,
     clock,
     logger,
-    confirmations: options.confirmations,
+    confirmations,
     reconcileIntervalMs: options.settlement?.reconcileIntervalMs,
     // The reorganisation watch is the outbox's (outbox/confirmedRowWatch.ts); the settlement options
     // that set it before still do.
@@ -328,7 +333,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     logger,
     metrics,
     contractSigners,
-    confirmations: options.confirmations,
+    confirmations,
     tokenPause,
     ...options.settlement,
   });

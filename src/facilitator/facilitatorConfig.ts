@@ -11,7 +11,7 @@ import { z } from "zod";
 import { getTokenDomain } from "../chain/actions/usd/getTokenDomain.ts";
 import type { ReadClient } from "../chain/clientTypes.ts";
 import { readDevnetFile } from "../chain/devnetFile.ts";
-import { getNetworkConfig } from "../chain/networks.ts";
+import { defaultConfirmations, getNetworkConfig } from "../chain/networks.ts";
 import { AddressSchema } from "../protocol/address.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import { NetworkSchema } from "../protocol/network.ts";
@@ -72,7 +72,8 @@ export const FacilitatorEnvSchema = z.object({
   TOLLGATE_SUBSCRIPTION_MANAGER: AddressSchema.optional(),
   /** TollgateChannels (docs/channels.md); on a devnet, read from devnet.json. */
   TOLLGATE_CHANNELS: AddressSchema.optional(),
-  TOLLGATE_CONFIRMATIONS: z.coerce.number().int().min(1).max(64).default(1),
+  /** Unset: the network's default (src/chain/networks.ts `CONFIRMATIONS`: 2 on Base, else 1). */
+  TOLLGATE_CONFIRMATIONS: z.coerce.number().int().min(1).max(64).optional(),
   TOLLGATE_HOST: z.string().default("127.0.0.1"),
   TOLLGATE_PORT: z.coerce.number().int().min(0).max(65_535).default(4020),
   DATABASE_URL: z.string().optional(),
@@ -268,7 +269,7 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
     batchSettler,
     subscriptionManager,
     channels,
-    confirmations: env.TOLLGATE_CONFIRMATIONS,
+    confirmations: env.TOLLGATE_CONFIRMATIONS ?? defaultConfirmations(network),
     host: env.TOLLGATE_HOST,
     port: env.TOLLGATE_PORT,
     databaseUrl: env.DATABASE_URL === "" ? undefined : env.DATABASE_URL,

@@ -78,8 +78,28 @@ describe("tollgate facilitator configuration", () => {
       proofKeyFromSeed(Buffer.from(seedA.slice(2), "hex")).kid,
       proofKeyFromSeed(Buffer.from(seedB.slice(2), "hex")).kid,
     ]);
-    expect(config.confirmations).toBe(1);
+    expect(config.confirmations).toBe(2);
     expect(config.databaseUrl).toBeUndefined();
+  });
+
+  it("waits for the network's confirmations unless the operator states them (src/chain/networks.ts)", () => {
+    // A network whose token the table does not name needs it stated.
+    const on = (network: string, extra: Record<string, string> = {}) =>
+      configFrom(["--network", network], {
+        ...environment,
+        TOLLGATE_TOKEN: "0x1111111111111111111111111111111111111111",
+        ...extra,
+      }).confirmations;
+    // Base: the receipt's block and one more; Base Sepolia and a devnet: the receipt's block.
+    expect(configFrom([]).confirmations).toBe(2);
+    expect(on("eip155:84532")).toBe(1);
+    expect(on("eip155:31337")).toBe(1);
+    // A network the table does not know: 1.
+    expect(on("eip155:10")).toBe(1);
+    // Stated, the setting wins, below the default as above it.
+    expect(configFrom(["--confirmations", "1"]).confirmations).toBe(1);
+    expect(configFrom([], { ...environment, TOLLGATE_CONFIRMATIONS: "1" }).confirmations).toBe(1);
+    expect(on("eip155:84532", { TOLLGATE_CONFIRMATIONS: "5" })).toBe(5);
   });
 
   it("refuses bad settings with a typed error naming what to fix", () => {

@@ -75,6 +75,8 @@ export async function run(argv: string[]): Promise<number> {
         "  DATABASE_URL LOG_LEVEL\n" +
         "  TOLLGATE_RPC_BATCH_SIZE (most calls per JSON-RPC batch; default 100, 1 never batches)\n" +
         "  TOLLGATE_RPC_LOGS_RANGE (most blocks per eth_getLogs call; default 2000, halved when refused)\n" +
+        "  TOLLGATE_CONFIRMATIONS, --confirmations (blocks that must hold a settlement before its proof is\n" +
+        "  issued; default 2 on Base, 1 on Base Sepolia and a devnet: docs/going-live.md)\n" +
         "  TOLLGATE_DEPLOYMENT, --deployment (the file `tollgate deploy` wrote; default\n" +
         "  <dir>/deployment-<chain id>.json for TOLLGATE_NETWORK; it gives the token, its EIP-712 domain and the\n" +
         "  contracts: docs/going-live.md)\n" +
