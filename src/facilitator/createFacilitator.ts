@@ -44,6 +44,8 @@ import {
 } from "./facilitatorSchemeParts.ts";
 import { facilitatorSchemes } from "./facilitatorSchemes.ts";
 import { createGasAccount } from "./gasAccount.ts";
+import { feesCheck, gasCheck } from "./gasHealth.ts";
+import { createGasRunway, type GasRunwayOptions } from "./gasRunway.ts";
 import { createFacilitatorMetrics, type FacilitatorMetrics } from "./metrics.ts";
 import type { MetricsAccess } from "./metricsAccess.ts";
 import { builtinModules } from "./modules.ts";
@@ -168,6 +170,11 @@ export type CreateFacilitatorOptions = {
   rateLimits?: RateLimitOptions | undefined;
   /** Who may read `/metrics` (default: loopback peers only; see metricsAccess.ts). */
   metricsAccess?: MetricsAccess | undefined;
+  /**
+   * The gas key's runway (gasRunway.ts): when to warn (`warnBelowSeconds`, default a day), the window
+   * whose spend sets the pace (24 h), the least time between two balance reads (60 s).
+   */
+  gasRunway?: Pick<GasRunwayOptions, "warnBelowSeconds" | "windowMs" | "minSpanMs" | "refreshMs"> | undefined;
   /** How often each token's `paused()` is read (tokenPauseWatch.ts; default 15 000 ms). */
   tokenPause?: { intervalMs?: number | undefined } | undefined;
   /**
@@ -274,7 +281,23 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     findProvider: (apiKey) => findProviderByApiKey(options.store, apiKey),
   });
   const proofKeys = options.proofKeys;
-  const key = createGasKey({ account: options.gasAccount, client: publicClient, chainId, clock });
+  const key = createGasKey({
+    account: options.gasAccount,
+    client: publicClient,
+    chainId,
+    clock,
+    maxFeePerGas: options.outbox?.maxFeePerGas,
+  });
+  // How long the gas key lasts: read at start and after outcomes, never at rest.
+  const runway = createGasRunway({
+    store: options.store,
+    client: publicClient,
+    address: key.address,
+    chainId,
+    clock,
+    logger,
+    ...options.gasRunway,
+  });
   // One outbox for every transaction of the gas key: settlement, relayed calls, renewals, usage, claims.
   const outbox = createOutbox({
     store: options.store,
@@ -300,7 +323,14 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     reorgWindowBlocks: options.settlement?.reorgWindowBlocks,
     reorgCheckIntervalMs: options.settlement?.reorgCheckIntervalMs,
     ...options.outbox,
+    onOutcome: () => runway.noteOutcome(),
     faults: options.outbox?.faults ?? settlementFaults(options.settlement?.faults),
+  });
+  metrics.watchGas({
+    feeHold: () => outbox.feeHold(),
+    feeAsked: () => key.wantedFee(),
+    ceiling: key.maxFeePerGas,
+    runway: () => runway.state(),
   });
   const gas = createGasAccount({ key, outbox, client: publicClient, logger });
   // Whether the token's issuer paused it: everything that moves the token holds meanwhile.
@@ -435,6 +465,10 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     metrics,
     chainHealth: () => publicClient.getBlockNumber({ cacheTime: 0 }),
     pausedTokens: () => tokenPause.paused(),
+    gasChecks: async (detailed) => ({
+      fees: feesCheck(outbox.feeHold(), key.maxFeePerGas, detailed),
+      gas: gasCheck(detailed ? await runway.fresh() : runway.state(), detailed),
+    }),
     maxBodyBytes: options.maxBodyBytes,
     limitClients: rateLimits.clientMiddleware,
     limitedPaths: schemes.rateLimited,
@@ -461,6 +495,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
       await tokenPause.start();
       await engine.start();
       await outbox.start();
+      await runway.start();
       await schemes.start();
       for (const m of modules) {
         await m.start?.();
@@ -474,6 +509,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
       await schemes.stop();
       await engine.stop();
       await outbox.stop();
+      runway.stop();
       await tokenPause.stop();
     },
   };

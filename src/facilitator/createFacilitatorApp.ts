@@ -11,9 +11,10 @@ import {
   SupportedResponseSchema,
 } from "../protocol/facilitator.ts";
 import type { Store } from "../store/store.ts";
+import type { HealthCheck } from "./gasHealth.ts";
 import { errorResponse } from "./httpErrors.ts";
 import type { FacilitatorMetrics } from "./metrics.ts";
-import { assertMetricsReader, type MetricsAccess } from "./metricsAccess.ts";
+import { assertMetricsReader, isMetricsReader, type MetricsAccess } from "./metricsAccess.ts";
 import { openApiDocumentOf } from "./openApi.ts";
 import { jwksOf, type ProofKey } from "./proofKeys.ts";
 import { routeDoc } from "./routeDocs.ts";
@@ -33,6 +34,11 @@ export type FacilitatorAppDeps = {
   chainHealth: () => Promise<unknown>;
   /** The tokens paused by their issuer now (tokenPauseWatch.ts), for `/healthz`. */
   pausedTokens?: (() => readonly PausedToken[]) | undefined;
+  /**
+   * The gas key's checks for `/healthz` (gasHealth.ts: `fees`, `gas`); `detailed` when the caller may
+   * read `/metrics`, who gets the figures (and fresh ones). No RPC call for anyone else.
+   */
+  gasChecks?: ((detailed: boolean) => Promise<Record<string, HealthCheck>>) | undefined;
   /** Largest accepted request body, in bytes. */
   maxBodyBytes?: number | undefined;
   /** Who may read `/metrics` (default: loopback peers only; see metricsAccess.ts). */
@@ -111,6 +117,9 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
       // that took them all out would stop the reads and the clear refusals that still work.
       const reachable = Object.values(checks).every((x) => x.ok);
       if (deps.pausedTokens !== undefined) checks.token = tokenCheck(deps.pausedTokens());
+      if (deps.gasChecks !== undefined) {
+        Object.assign(checks, await deps.gasChecks(isMetricsReader(c, deps.metricsAccess ?? {})));
+      }
       const ok = Object.values(checks).every((x) => x.ok);
       const body: Health = { status: ok ? "ok" : "degraded", checks };
       return c.json(body, reachable ? 200 : 503);

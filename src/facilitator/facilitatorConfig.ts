@@ -6,7 +6,7 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { join } from "node:path";
-import { type Address, isAddressEqual } from "viem";
+import { type Address, isAddressEqual, parseGwei } from "viem";
 import { z } from "zod";
 import { getTokenDomain } from "../chain/actions/usd/getTokenDomain.ts";
 import type { ReadClient } from "../chain/clientTypes.ts";
@@ -125,6 +125,20 @@ export const FacilitatorEnvSchema = z.object({
   // transactions (outbox/rewindRepair.ts): a chain with slow blocks wants more than the default 15 s.
   TOLLGATE_OUTBOX_STUCK_AFTER_MS: z.coerce.number().int().min(1_000).max(3_600_000).optional(),
   TOLLGATE_METRICS_TOKEN: z.string().min(16, { error: "use at least 16 characters" }).optional(),
+  /**
+   * The most any transaction of the gas key offers per gas (`maxFeePerGas`), in gwei, decimals allowed
+   * (`0.5`, `50`). Above it, transactions wait for the chain's fee to fall (outbox/feeHold.ts). Default:
+   * no maximum.
+   */
+  TOLLGATE_MAX_FEE_GWEI: z
+    .string()
+    .trim()
+    .regex(/^\d{1,9}(\.\d{1,9})?$/, { error: "expected gwei, a decimal such as 0.5 or 50" })
+    .transform((text) => parseGwei(text))
+    .refine((wei) => wei > 0n, { error: "the maximum fee must be above 0" })
+    .optional(),
+  /** Warn when the gas key lasts fewer hours than this at its recent spending (gasRunway.ts; default 24). */
+  TOLLGATE_GAS_RUNWAY_WARN_HOURS: z.coerce.number().min(0).max(10_000).default(24),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   // TOLLGATE_WEBHOOK_KEYS, TOLLGATE_WEBHOOK_ALLOW_TARGETS (webhooks/webhookConfig.ts).
   ...WebhookEnvSchema.shape,
@@ -157,6 +171,10 @@ export type FacilitatorConfig = {
   metricsToken: string | undefined;
   /** The outbox's `stuckAfterMs` (TOLLGATE_OUTBOX_STUCK_AFTER_MS); undefined: its default. */
   outboxStuckAfterMs: number | undefined;
+  /** TOLLGATE_MAX_FEE_GWEI in wei per gas; undefined: no maximum. */
+  maxFeePerGas: bigint | undefined;
+  /** TOLLGATE_GAS_RUNWAY_WARN_HOURS in seconds. */
+  gasRunwayWarnSeconds: number;
 };
 
 /**
@@ -284,6 +302,8 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
     },
     metricsToken: env.TOLLGATE_METRICS_TOKEN === "" ? undefined : env.TOLLGATE_METRICS_TOKEN,
     outboxStuckAfterMs: env.TOLLGATE_OUTBOX_STUCK_AFTER_MS,
+    maxFeePerGas: env.TOLLGATE_MAX_FEE_GWEI,
+    gasRunwayWarnSeconds: env.TOLLGATE_GAS_RUNWAY_WARN_HOURS * 3_600,
   };
 }
 

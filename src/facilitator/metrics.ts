@@ -3,13 +3,33 @@
  * global default, so two facilitators in one process (tests, the demo) do not share counters.
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { GasRunwayState } from "./gasRunway.ts";
+import type { FeeHoldState } from "./outbox/feeHold.ts";
 import type { SettlementMetrics } from "./settlementEngine.ts";
+
+/** What the gas key's gauges read at each scrape (no work between scrapes, no RPC call at one). */
+export type GasGaugeSources = {
+  /** The outbox's rows waiting for the fee (outbox/feeHold.ts). */
+  feeHold(): FeeHoldState | undefined;
+  /** The `maxFeePerGas` the chain asked at the last fee read, before the ceiling. */
+  feeAsked(): bigint | undefined;
+  /** The operator's maximum fee (TOLLGATE_MAX_FEE_GWEI), if any. */
+  ceiling: bigint | undefined;
+  /** The key's balance and runway as last read (gasRunway.ts). */
+  runway(): GasRunwayState | undefined;
+};
 
 export type FacilitatorMetrics = SettlementMetrics & {
   registry: Registry;
   requests: Counter<"route" | "status">;
   /** `tollgate_token_paused{token}`: 1 while the token's issuer has it paused (tokenPauseWatch.ts), else 0. */
   onTokenPaused(token: string, paused: boolean): void;
+  /**
+   * The gas key's gauges, read from `sources` at each scrape: `tollgate_outbox_fee_held_rows`,
+   * `tollgate_gas_fee_asked_wei`, `tollgate_gas_max_fee_wei`, `tollgate_gas_base_fee_wei`,
+   * `tollgate_gas_key_balance_wei`, `tollgate_gas_key_runway_seconds`.
+   */
+  watchGas(sources: GasGaugeSources): void;
   /** The RPC providers' state (src/chain/rpcTransport.ts), by redacted URL. */
   rpc: {
     /** `tollgate_rpc_provider_up{provider}`: 1 while used, 0 while passed over for failing. */
@@ -83,9 +103,55 @@ export function createFacilitatorMetrics(): FacilitatorMetrics {
     help: "RPC calls sent again, after a backoff, because every provider failed them (429, 5xx, timeout)",
     registers: [registry],
   });
+  let gas: GasGaugeSources | undefined;
+  /** A gauge set from `gas` at scrape time; no value (no sample) while `read` gives none. */
+  const gasGauge = (name: string, help: string, read: (g: GasGaugeSources) => number | bigint | undefined) =>
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        this.reset();
+        const value = gas === undefined ? undefined : read(gas);
+        if (value !== undefined) this.set(Number(value));
+      },
+    });
+  gasGauge(
+    "tollgate_outbox_fee_held_rows",
+    "Transactions waiting, unmined, for the chain's fee to fall under the maximum fee (TOLLGATE_MAX_FEE_GWEI)",
+    (g) => g.feeHold()?.rows ?? 0,
+  );
+  gasGauge(
+    "tollgate_gas_fee_asked_wei",
+    "The maxFeePerGas the chain asked at the last fee read (wei per gas), before the maximum fee",
+    (g) => g.feeAsked(),
+  );
+  gasGauge(
+    "tollgate_gas_max_fee_wei",
+    "The maximum fee a transaction offers (TOLLGATE_MAX_FEE_GWEI, in wei per gas); absent when unset",
+    (g) => g.ceiling,
+  );
+  gasGauge(
+    "tollgate_gas_base_fee_wei",
+    "The chain's base fee (wei per gas) as read while transactions wait for the fee; absent otherwise",
+    (g) => g.feeHold()?.baseFee,
+  );
+  gasGauge("tollgate_gas_key_balance_wei", "The gas key's balance (wei) as last read", (g) => g.runway()?.balance);
+  gasGauge(
+    "tollgate_gas_key_runway_seconds",
+    "Seconds the gas key's balance lasts at its recent spending (the last 24 h); +Inf when it spent nothing",
+    (g) => {
+      const runway = g.runway();
+      if (runway === undefined) return undefined;
+      return runway.runwaySeconds ?? Number.POSITIVE_INFINITY;
+    },
+  );
   return {
     registry,
     requests,
+    watchGas(sources) {
+      gas = sources;
+    },
     rpc: {
       onUp: (provider, up) => rpcUp.set({ provider }, up ? 1 : 0),
       onLagging: (provider, lagging) => rpcLagging.set({ provider }, lagging ? 1 : 0),

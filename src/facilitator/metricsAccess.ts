@@ -41,6 +41,16 @@ export function assertMetricsReader(c: Context, access: MetricsAccess): void {
   );
 }
 
+/** Whether the request may read the metrics (and the figures `/healthz` gives a metrics reader). */
+export function isMetricsReader(c: Context, access: MetricsAccess): boolean {
+  try {
+    assertMetricsReader(c, access);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** The socket peer's address under @hono/node-server, or `undefined` when there is no socket. */
 function peerAddress(c: Context): string | undefined {
   const env = c.env as { incoming?: { socket?: { remoteAddress?: unknown } } } | undefined;

@@ -64,6 +64,20 @@ import { createReopenSettledBatch } from "./settlement/reopenSettledBatch.ts";
 import type { TokenPauseWatch } from "./tokenPauseWatch.ts";
 import { createWakeablePause, IDLE_BACKSTOP_MS } from "./wakeablePause.ts";
 
+/**
+ * A payer's wait that ran out while the batch waits for the chain's fee to fall under the maximum fee
+ * (outbox/feeHold.ts) says so, with a longer `Retry-After`: the payment is queued, not lost, and the
+ * same payment sent again later answers its outcome. Any other error passes unchanged.
+ */
+function feeHeldTimeout(error: unknown, feeHeld: boolean): unknown {
+  if (!feeHeld || !(error instanceof TollgateError) || error.code !== "ChainUnavailable") return error;
+  return new TollgateError(
+    "ChainUnavailable",
+    "settlement waits for the network's fee to fall under the facilitator's maximum fee; the payment is queued: send the same payment again later to get its outcome",
+    { retryAfter: 30, details: { ...error.details, reason: "fee_above_maximum" }, cause: error },
+  );
+}
+
 export type SettlementClient = PaymentCheckClient & Pick<PublicClient, "getBlockNumber" | "getBlock">;
 
 export type SettlementMetrics = {
@@ -649,7 +663,9 @@ export function createSettlementEngine(options: SettlementEngineOptions): Settle
       throw error;
     }
     if (row.status === "settled") return { row };
-    return waiters.waitForOutcome(row, authorizeTimeoutMs);
+    return waiters.waitForOutcome(row, authorizeTimeoutMs).catch((error: unknown) => {
+      throw feeHeldTimeout(error, options.outbox.feeHold() !== undefined);
+    });
   }
 
   return {

@@ -145,6 +145,11 @@ export const HealthSchema = z.object({
         message: z.string().optional(),
         /** When a check that is not ok began failing (ISO 8601), where known: `token` while paused. */
         since: z.string().optional(),
+        /**
+         * Figures behind the check, for the operator only (a metrics reader: metricsAccess.ts): the gas
+         * key's balance and runway, the base fee against the maximum fee. Amounts as decimal strings.
+         */
+        details: z.record(z.string(), z.union([z.string(), z.number(), z.null()])).optional(),
       }),
     )
     .optional(),

@@ -197,3 +197,20 @@ describe("tollgate facilitator configuration", () => {
     expect(() => facilitatorEnvironment(["--proof-keys", seedA], environment)).toThrow();
   });
 });
+  it("reads the maximum fee in gwei (flag or environment) into wei, none unless told, and refuses nonsense", () => {
+    expect(configFrom([]).maxFeePerGas).toBeUndefined();
+    expect(configFrom(["--max-fee-gwei", "0.5"]).maxFeePerGas).toBe(500_000_000n);
+    expect(configFrom([], { ...environment, TOLLGATE_MAX_FEE_GWEI: "50" }).maxFeePerGas).toBe(
+      50_000_000_000n,
+    );
+    for (const bad of ["0", "-1", "1e9", "fifty", "0.0000000001", "50 gwei"]) {
+      expect(() => configFrom([`--max-fee-gwei=${bad}`])).toThrow(/TOLLGATE_MAX_FEE_GWEI/);
+    }
+  });
+
+  it("reads the gas key's runway warning in hours (24 unless told)", () => {
+    expect(configFrom([]).gasRunwayWarnSeconds).toBe(86_400);
+    expect(configFrom(["--gas-runway-warn-hours", "72"]).gasRunwayWarnSeconds).toBe(259_200);
+    expect(() => configFrom(["--gas-runway-warn-hours", "soon"])).toThrow(/TOLLGATE_GAS_RUNWAY_WARN_HOURS/);
+  });
+

@@ -42,6 +42,8 @@ const flagVariables = {
   "max-fee-share": "TOLLGATE_MAX_FEE_SHARE",
   "eth-price-usd": "TOLLGATE_ETH_PRICE_USD",
   dashboard: "TOLLGATE_DASHBOARD",
+  "max-fee-gwei": "TOLLGATE_MAX_FEE_GWEI",
+  "gas-runway-warn-hours": "TOLLGATE_GAS_RUNWAY_WARN_HOURS",
 } as const;
 
 /** The environment the configuration is parsed from: `environment` with the given flags applied. */
@@ -87,6 +89,10 @@ export async function run(argv: string[]): Promise<number> {
         "  or off; default 120:20, 60:10, 600:100)\n" +
         "  TOLLGATE_TRUSTED_PROXIES (reverse proxies whose X-Forwarded-For is believed; default none)\n" +
         "  TOLLGATE_METRICS_TOKEN (unset: /metrics answers loopback peers only)\n" +
+        "  TOLLGATE_MAX_FEE_GWEI, --max-fee-gwei (the most a transaction offers per gas, in gwei, e.g. 0.5;\n" +
+        "  above it transactions wait for the fee to fall, nothing is dropped; default no maximum)\n" +
+        "  TOLLGATE_GAS_RUNWAY_WARN_HOURS, --gas-runway-warn-hours (warn when the gas key lasts fewer hours at its\n" +
+        "  recent spending; default 24)\n" +
         "  TOLLGATE_MAX_FEE_SHARE, --max-fee-share (refuse a payment whose settlement would cost more than this\n" +
         "  share of its value at the network's current fee: the minimum rises with the fee; default 0.5, or off)\n" +
         "  TOLLGATE_ETH_PRICE_USD, --eth-price-usd (ETH in USD for that comparison; default 5000; on a devnet\n" +
@@ -127,9 +133,11 @@ export async function run(argv: string[]): Promise<number> {
     rateLimits: config.rateLimits,
     webhooks: { secretKeys: config.webhooks.secretKeys, allowTargets: config.webhooks.allowTargets },
     metricsAccess: { token: config.metricsToken },
-    ...(config.outboxStuckAfterMs === undefined
-      ? {}
-      : { outbox: { stuckAfterMs: config.outboxStuckAfterMs } }),
+    outbox: {
+      ...(config.outboxStuckAfterMs === undefined ? {} : { stuckAfterMs: config.outboxStuckAfterMs }),
+      maxFeePerGas: config.maxFeePerGas,
+    },
+    gasRunway: { warnBelowSeconds: config.gasRunwayWarnSeconds },
     logger,
     dashboard: dashboardOptions(env.TOLLGATE_DASHBOARD, config),
   });

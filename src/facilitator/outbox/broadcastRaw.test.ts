@@ -29,6 +29,12 @@ describe("broadcastRaw", () => {
     expect(result.kind === "refused" && result.message).toMatch(/insufficient funds/);
   });
 
+  it("reports a fee cap below the block's base fee as underpriced for now, not refused for good", async () => {
+    // anvil's words; the transaction can be mined once the base fee falls under its fee cap.
+    const result = await broadcastRaw(nodeSaying("max fee per gas less than block base fee"), "0x01");
+    expect(result.kind).toBe("underpriced");
+  });
+
   it("throws when the node cannot be reached: nothing is known of the transaction", async () => {
     const down = {
       sendRawTransaction: async () => {

@@ -10,6 +10,11 @@ export type BroadcastResult =
   | { kind: "sent" }
   /** The account nonce is used: this transaction was mined, or another took its nonce. */
   | { kind: "nonce-used" }
+  /**
+   * Refused for now: its `maxFeePerGas` is below the base fee of the block being built (anvil and some
+   * nodes say so where geth keeps it in its pool). It can be mined once the base fee falls under it.
+   */
+  | { kind: "underpriced"; message: string }
   /** Refused for good (funds for gas, a malformed or underpriced transaction). */
   | { kind: "refused"; message: string };
 
@@ -32,6 +37,10 @@ export async function broadcastRaw(
     if (/nonce too low|nonce has already been used|NonceTooLow|nonce is too low/i.test(text)) {
       return { kind: "nonce-used" };
     }
-    return { kind: "refused", message: text.trim().slice(0, 500) || "refused by the node" };
+    const message = text.trim().slice(0, 500) || "refused by the node";
+    if (/max fee per gas less than (the )?block base fee|fee cap (is )?(too low|less than)|FeeCapTooLow/i.test(text)) {
+      return { kind: "underpriced", message };
+    }
+    return { kind: "refused", message };
   }
 }

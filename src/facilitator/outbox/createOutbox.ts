@@ -33,6 +33,7 @@ import type { Clock } from "../../protocol/clock.ts";
 import type { Store } from "../../store/store.ts";
 import { isChainUnreachable } from "../chainErrors.ts";
 import { createWakeablePause, IDLE_BACKSTOP_MS } from "../wakeablePause.ts";
+import { createFeeHold } from "./feeHold.ts";
 import { createConfirmedRowWatch } from "./confirmedRowWatch.ts";
 import type { GasKey } from "./gasKey.ts";
 import { insertOutboxRow, type OutboxRow, openOutboxRows, touchRows } from "./outboxRecords.ts";
@@ -97,7 +98,11 @@ export type OutboxOptions = {
    * 12.5 % higher (default 30 000 ms; `false`: never, the row is broadcast again as it is).
    */
   bumpAfterMs?: number | false | undefined;
-  /** The highest `maxFeePerGas` a replacement may offer (smallest unit per gas; default: none). */
+  /**
+   * The highest `maxFeePerGas` a transaction may offer (smallest unit per gas; default: none). Give the
+   * key the same (`createGasKey`), so new transactions stay under it too. A row the chain's fee keeps
+   * above it waits, unmined and counted in `feeHold()`, until the base fee falls.
+   */
   maxFeePerGas?: bigint | undefined;
   /**
    * How long a row may wait for its receipt before the worker asks whether the chain lost transactions
@@ -120,6 +125,8 @@ export type OutboxOptions = {
   receiptPollsMs?: readonly number[] | undefined;
   /** Rows signed per pass (default 64). */
   maxSignPerPass?: number | undefined;
+  /** Called after each outcome this worker records (the gas key's runway, gasRunway.ts). */
+  onOutcome?: ((outcome: OutboxOutcome) => void) | undefined;
   /**
    * Confirmed rows of a kind with a reopen hook (`onReorg`) mined within this many blocks of the head
    * are watched for a reorganisation that undoes them (confirmedRowWatch.ts; default 64, at least
@@ -231,6 +238,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
   let headReadAt = 0;
   /** The head at the last lost-transaction check: one check per block at most. */
   let headChecked: bigint | undefined;
+  const feeHold = createFeeHold({ ceiling: options.maxFeePerGas ?? key.maxFeePerGas, clock, logger: log });
   const outcomeWaiters = createWaiterMap<OutboxOutcome>();
   const hashWaiters = createWaiterMap<OutboxSigned>();
   const sleeper = createWakeablePause();
@@ -266,7 +274,9 @@ export function createOutbox(options: OutboxOptions): Outbox {
     receiptTimeoutMs,
     bumpAfterMs: options.bumpAfterMs ?? 30_000,
     receiptPollsMs: options.receiptPollsMs ?? receiptPollsFor(client.pollingInterval),
-    maxFeePerGas: options.maxFeePerGas,
+    maxFeePerGas: options.maxFeePerGas ?? key.maxFeePerGas,
+    feeHold,
+    onOutcome: options.onOutcome,
     faults: options.faults,
     track: (row, fresh) => void track(row, fresh),
   });
@@ -327,6 +337,8 @@ export function createOutbox(options: OutboxOptions): Outbox {
       .finally(() => {
         inFlight.delete(row.id);
         driving.delete(row.id);
+        // A row that failed here is driven again (here or elsewhere) and held again if it must be.
+        if (failed) feeHold.release(row.id);
         // A row that failed is reconciled by a pass at once. One that finished leaves nothing to sign
         // (rows enqueued meanwhile woke the loop themselves) and its housekeeping waits for the pause
         // the loop is in (at most `reconcileIntervalMs` while rows were in flight): not waking here
@@ -377,7 +389,11 @@ export function createOutbox(options: OutboxOptions): Outbox {
 
   /** Whether a row here has waited long enough to ask the chain whether it lost transactions. */
   function rewindCheckWanted(): boolean {
-    if (rewindCheckDue || passedOver()) return true;
+    if (rewindCheckDue) return true;
+    // Rows waiting for the fee to fall are known to be unmined, and broadcast again each round: a node
+    // that refuses them as below the base fee does not count them pending, which is no lost chain.
+    if (driving.size > 0 && [...driving.keys()].every((id) => feeHold.has(id))) return false;
+    if (passedOver()) return true;
     const now = clock.now();
     if (now - lastRewindCheck < stuckAfterMs) return false;
     return waitedFor(now, stuckAfterMs);
@@ -549,6 +565,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
     waitFor: (id) => waitForOutcome(waits, id),
     waitForHash: (id) => waitForSigned(waits, id),
     flush,
+    feeHold: () => feeHold.state(),
     async start() {
       if (running) return;
       running = true;

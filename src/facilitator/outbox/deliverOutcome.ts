@@ -5,7 +5,7 @@
  */
 import { TollgateError } from "../../protocol/errors.ts";
 import type { Queryable, Store } from "../../store/store.ts";
-import { markFinal, type OutboxRow } from "./outboxRecords.ts";
+import { markFinal, type OutboxRow, recordFeePaid } from "./outboxRecords.ts";
 import type { OutboxCommit, OutboxHandler, OutboxOutcome } from "./outboxTypes.ts";
 
 export async function deliverOutcome(
@@ -29,6 +29,7 @@ export async function deliverOutcome(
         failure: outcome.status === "dropped" ? `${outcome.reason}: ${outcome.message}` : null,
       });
       if (!won) return false;
+      if (outcome.feePaid !== undefined) await recordFeePaid(tx, row.id, outcome.feePaid);
       await alsoInTx?.(tx);
       await apply(tx);
       return true;

@@ -241,6 +241,11 @@ export async function markFinal(
   return rows.length === 1;
 }
 
+/** Records what the row's mined transaction cost the gas key (migration 0202; gasRunway.ts reads it). */
+export async function recordFeePaid(db: Queryable, id: number, feePaid: bigint): Promise<void> {
+  await db.query("UPDATE tx_outbox SET fee_paid = $2 WHERE id = $1", [id, feePaid]);
+}
+
 export function findOutboxRow(db: Queryable, id: number): Promise<OutboxRow | undefined> {
   return queryOneParsed(db, OutboxRowSchema, "SELECT * FROM tx_outbox WHERE id = $1", [id]);
 }

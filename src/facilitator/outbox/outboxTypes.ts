@@ -22,6 +22,7 @@
 import type { Address, Hash, Log } from "viem";
 import type { TxCall } from "../../chain/actions/txCall.ts";
 import type { Queryable, Store } from "../../store/store.ts";
+import type { FeeHoldState } from "./feeHold.ts";
 
 export type { TxCall } from "../../chain/actions/txCall.ts";
 
@@ -46,6 +47,8 @@ type OutcomeBase = {
   meta: Record<string, unknown> | null;
   /** A block at or before the one the transaction could land in (read before signing). */
   fromBlock: bigint | null;
+  /** What the mined transaction cost the gas key, in wei (rowReceipts.ts); absent when none was mined. */
+  feePaid?: bigint | undefined;
 };
 
 /** How a call ended. */
@@ -132,6 +135,8 @@ export type Outbox = {
   waitForHash(id: number): Promise<OutboxSigned>;
   /** Signs what is queued and drives every open row of a registered kind to its outcome, now. */
   flush(): Promise<void>;
+  /** Rows of this worker waiting for the chain's fee to fall under the maximum fee (feeHold.ts). */
+  feeHold(): FeeHoldState | undefined;
   start(): Promise<void>;
   stop(): Promise<void>;
 };

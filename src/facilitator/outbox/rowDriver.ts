@@ -13,6 +13,9 @@
  * 3. When the node refuses bytes for good, the row is `dropped`/`refused` and its nonce filled by a
  *    zero-value transfer to self; a refused replacement is not that: the earlier transaction is still
  *    pending, so the row keeps waiting and bumps again later.
+ * 4. A fee the chain asks above `maxFeePerGas` makes a row wait, never drops it: a bump that would pass
+ *    the ceiling is not signed, bytes the node refuses as below the block's base fee are broadcast again
+ *    each round, and the row is counted in `feeHold` (feeHold.ts) until its outcome is recorded.
  */
 import type { Logger } from "pino";
 import {
@@ -27,6 +30,7 @@ import { TollgateError } from "../../protocol/errors.ts";
 import type { Queryable, Store } from "../../store/store.ts";
 import { broadcastRaw } from "./broadcastRaw.ts";
 import { deliverOutcome } from "./deliverOutcome.ts";
+import type { FeeHold } from "./feeHold.ts";
 import type { GasFees, GasKey } from "./gasKey.ts";
 import {
   findOutboxRow,
@@ -78,8 +82,12 @@ export type RowDriverOptions = {
   bumpAfterMs: number | false;
   /** Delays of the looks for a fresh broadcast's receipt before the wait on new blocks (createOutbox.ts). */
   receiptPollsMs: readonly number[];
-  /** The highest `maxFeePerGas` a replacement may offer; `undefined`: no ceiling. */
+  /** The highest `maxFeePerGas` a transaction may offer; `undefined`: no ceiling. */
   maxFeePerGas: bigint | undefined;
+  /** The rows waiting for the chain's fee to fall under `maxFeePerGas`. */
+  feeHold: FeeHold;
+  /** Called after each outcome this worker records (the gas key's runway reads its cost). */
+  onOutcome?: ((outcome: OutboxOutcome) => void) | undefined;
   faults: OutboxFaults | undefined;
   /** Drives a row signed here (a nonce filler). */
   track(row: OutboxRow, fresh: boolean): void;
@@ -125,6 +133,8 @@ export function createRowDriver(options: RowDriverOptions): RowDriver {
     const handler = handlers.get(row.kind);
     if (handler === undefined) throw new TollgateError("Internal", `no outbox handler for kind ${row.kind}`);
     await deliverOutcome(store, handler, row, outcome, alsoInTx);
+    options.feeHold.release(row.id);
+    options.onOutcome?.(outcome);
     recent.set(row.id, outcome);
     if (recent.size > 1_000) recent.delete(recent.keys().next().value as number);
     options.outcomeWaiters.settle(row.id, (w) => w.resolve(outcome));
@@ -168,7 +178,11 @@ export function createRowDriver(options: RowDriverOptions): RowDriver {
     if (filler !== undefined) options.track(filler, true);
   }
 
-  /** The fees a replacement of `raw` offers, or `undefined` when they would pass the ceiling. */
+  /**
+   * The fees a replacement of `raw` offers, or `undefined` when they would pass the ceiling. Both are
+   * at least 12.5 % above the replaced ones (a node refuses less) and at least what the chain asks now
+   * (`key.fees`, itself capped at the ceiling), so the last bump before the ceiling lands on it.
+   */
   async function replacementFees(raw: `0x${string}`): Promise<GasFees | undefined> {
     const signed = parseTransaction(raw);
     const now = await key.fees({ fresh: true });
@@ -180,6 +194,17 @@ export function createRowDriver(options: RowDriverOptions): RowDriver {
   }
 
   /**
+   * The row waits for the chain's fee to fall under the ceiling (feeHold.ts logs the episode, once).
+   * The base fee is read for the report only, from the key's short cache: one read per few seconds
+   * whatever the number of rows.
+   */
+  async function holdForFee(row: OutboxRow): Promise<void> {
+    if (options.maxFeePerGas === undefined) return;
+    const baseFee = await key.baseFee().catch(() => undefined);
+    options.feeHold.hold(row.id, baseFee);
+  }
+
+  /**
    * Replaces the row's transaction with the same call at the same nonce and higher fees: recorded,
    * then broadcast. Returns the row as it stands now (another worker's replacement, if it won).
    */
@@ -187,10 +212,15 @@ export function createRowDriver(options: RowDriverOptions): RowDriver {
     if (row.raw_tx === null || row.tx_hash === null || row.nonce === null) return row;
     const fees = await replacementFees(row.raw_tx);
     if (fees === undefined) {
-      log.warn(
+      log.debug(
         { id: row.id, kind: row.kind, nonce: row.nonce, ceiling: options.maxFeePerGas?.toString() },
         "transaction unmined and its fee at the ceiling; waiting",
       );
+      await holdForFee(row);
+      // The node may have refused these bytes as below the base fee, or dropped them: offer them again,
+      // so they are mined as soon as the base fee falls under them.
+      const again = await broadcastRaw(client, row.raw_tx);
+      if (again.kind === "refused") log.debug({ id: row.id, reason: again.message }, "broadcast again: refused");
       return row;
     }
     const raw = await key.sign(
@@ -215,9 +245,15 @@ export function createRowDriver(options: RowDriverOptions): RowDriver {
     );
     await options.faults?.afterReplace?.(recorded);
     const sent = await broadcastRaw(client, raw);
-    if (sent.kind === "refused") {
+    if (sent.kind === "underpriced") {
+      // Below the block's base fee even at this bump: the earlier transaction is still pending.
+      if (fees.maxFeePerGas === options.maxFeePerGas) await holdForFee(recorded);
+    } else if (sent.kind === "refused") {
       // The earlier transaction is still pending (or mined): keep waiting on all of them.
       log.warn({ id: row.id, reason: sent.message }, "the node refused the replacement; waiting");
+    } else if (options.maxFeePerGas === undefined || fees.maxFeePerGas < options.maxFeePerGas) {
+      // The bump fit under the ceiling with room to spare: nothing holds it.
+      options.feeHold.release(row.id);
     }
     return recorded;
   }
@@ -319,7 +355,12 @@ export function createRowDriver(options: RowDriverOptions): RowDriver {
         hash: null,
       });
     }
-    if (sent.kind === "refused") {
+    if (sent.kind === "underpriced") {
+      // Its fee is below the block's base fee now: it waits (and bumps, up to the ceiling), never dropped.
+      log.debug({ id: row.id, reason: sent.message }, "transaction below the base fee; waiting");
+      if (row.raw_tx !== null && parseTransaction(row.raw_tx).maxFeePerGas === options.maxFeePerGas)
+        await holdForFee(row);
+    } else if (sent.kind === "refused") {
       // A row replaced before (a crash after its replacement was recorded): an earlier transaction may
       // still be pending, so the refusal of these bytes does not drop it.
       if (row.replaced_hashes.length === 0) return refuse(row, sent.message);

@@ -31,9 +31,11 @@ export function outcomeBase(row: OutboxRow) {
 }
 
 export function receiptOutcome(row: OutboxRow, receipt: TransactionReceipt): OutboxOutcome {
+  const feePaid = feePaidOf(receipt);
   return receipt.status === "success"
     ? {
         ...outcomeBase(row),
+        feePaid,
         status: "confirmed",
         hash: receipt.transactionHash,
         blockNumber: receipt.blockNumber,
@@ -42,11 +44,22 @@ export function receiptOutcome(row: OutboxRow, receipt: TransactionReceipt): Out
       }
     : {
         ...outcomeBase(row),
+        feePaid,
         status: "reverted",
         hash: receipt.transactionHash,
         blockNumber: receipt.blockNumber,
         blockHash: receipt.blockHash,
       };
+}
+
+/**
+ * What a mined transaction cost its sender, in wei: `gasUsed × effectiveGasPrice`, plus the L1 data fee
+ * an OP Stack chain (Base) charges beside it (`l1Fee`, which viem's OP Stack formatter reads). A reverted
+ * transaction costs the same way.
+ */
+export function feePaidOf(receipt: TransactionReceipt): bigint {
+  const l1Fee = (receipt as { l1Fee?: bigint | null }).l1Fee;
+  return receipt.gasUsed * receipt.effectiveGasPrice + (typeof l1Fee === "bigint" ? l1Fee : 0n);
 }
 
 /** The outcome recorded for a final row (its receipt read again); `undefined` while the row is open. */
