@@ -16,11 +16,11 @@ import { createFacilitatorClient, type FacilitatorClient } from "../src/client/f
 import { subscribeThroughFacilitator } from "../src/client/facilitatorSubscriptions.ts";
 import { queryAnalyticsSummary } from "../src/facilitator/analytics/queryAnalytics.ts";
 import { createRenewalKeeper, type RenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
-import { statusOf } from "../src/facilitator/subscriptions/subscriptionRecords.ts";
 import {
   createSubscriptionIndexer,
   type SubscriptionIndexer,
 } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
+import { statusOf } from "../src/facilitator/subscriptions/subscriptionRecords.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
 const DAY = 86_400;

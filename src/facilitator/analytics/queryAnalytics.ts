@@ -4,7 +4,8 @@
  * - subscription charges (`subscription.created` charges the first period, `subscription.renewed`
  *   each later one) and metered overage (`allowance.deducted`) from the event log, where the
  *   subscription indexer names the plan's `provider`, the `subscriber` who paid and the `amount`, at
- *   the time the facilitator recorded them.
+ *   the time the facilitator recorded them; an event whose log a chain reorganisation removed is marked
+ *   undone by the indexer and no charge.
  *
  * Volume is exact (SQL `numeric` sums, read back as bigint). Unique payers are counted per group, so a
  * day's payers are not the sum of its schemes' payers when one payer used two schemes.
@@ -65,7 +66,7 @@ const CHARGES = `
     data ->> 'planId', lower(data ->> 'subscriber'), (data ->> 'amount')::numeric
   FROM events
   WHERE type IN ('subscription.created', 'subscription.renewed', 'allowance.deducted')
-    AND lower(data ->> 'provider') = $1 AND created_at >= $2 AND created_at < $3
+    AND undone_at IS NULL AND lower(data ->> 'provider') = $1 AND created_at >= $2 AND created_at < $3
     AND data ->> 'amount' ~ '^[0-9]{1,78}$'
     AND ($4::text IS NULL OR lower(data ->> 'token') = $4)`;
 

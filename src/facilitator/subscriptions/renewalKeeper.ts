@@ -254,6 +254,13 @@ export function createRenewalKeeper(
     }
   };
   outbox.handle(RENEWAL_KIND, handler);
+  // A renewal a reorganisation undid is sent again by the outbox (the same bytes at the same nonce;
+  // outbox/confirmedRowWatch.ts) and the handler above records its new receipt. Nothing the handler
+  // recorded needs undoing first: renewed ids had their attempts cleared, which the re-sent renewal
+  // does again or counts a failure anew, and while the row is open its ids are left out of runs
+  // (`onTheirWay`). The index follows the chain by itself (subscriptionIndexer.ts, a reorganised
+  // cursor).
+  outbox.onReorg(RENEWAL_KIND, async () => {});
 
   /** Clears the attempts of renewed ids and counts a failure (with its back-off) for failed ones. */
   async function recordAttempts(

@@ -12,9 +12,16 @@
  *   re-reads the cursor instead of applying a chunk another instance already applied.
  * - Rows are only ever written from logs in chain order, so the index equals the chain state at the
  *   cursor's block (plus anything the keeper or relays read fresh from the chain themselves).
- * - The cursor keeps its block's hash. When the chain no longer has that block (a devnet restarted
- *   under the same database, a reorg deeper than `confirmations`), the deployment's rows are dropped
- *   and rebuilt from the chain as it is, rather than the new chain's logs being skipped.
+ * - The cursor keeps its block's hash, and each applied log its block's. When the chain no longer has
+ *   the cursor's block (a reorganisation deeper than `confirmations`), the index follows it: the cursor
+ *   goes back `REORG_DEPTH` blocks, the applied logs above it whose block is not the chain's any more
+ *   are forgotten and their events marked undone (`events.undone_at`: analytics stops counting them),
+ *   the subscriptions they touched are read again from the chain, and the logs of the new chain are
+ *   applied from there; logs still on the chain are not applied twice. An event whose transaction is
+ *   mined again with the same outcome (the facilitator sends an undone renewal or deduction again) is
+ *   revived, not recorded a second time. A chain whose head is more than `REORG_DEPTH` blocks below
+ *   the cursor (a devnet restarted under the same database) has the deployment's rows dropped and
+ *   rebuilt from the chain as it is, rather than the new chain's logs being skipped.
  */
 import type { Logger } from "pino";
 import { type Address, BlockNotFoundError, getAddress, type Hex, type Log } from "viem";
@@ -41,6 +48,7 @@ import {
   type IndexScope,
   type PlanRow,
   type SubscriptionRow,
+  statusOf,
   upsertPlan,
   upsertSubscription,
 } from "./subscriptionRecords.ts";
@@ -85,6 +93,9 @@ type IndexerContext = Pick<
   Partial<Pick<FacilitatorContext, "logsRange">>;
 
 type ManagerEvent = ReturnType<typeof decodeSubscriptionEvents>[number];
+
+/** How far back the index looks for logs a reorganisation removed (the outbox watches as deep). */
+const REORG_DEPTH = 64n;
 
 const CursorRowSchema = z.object({ block_number: BigintColumnSchema, block_hash: z.string().nullable() });
 const READ_CONCURRENCY = 16;
@@ -251,7 +262,11 @@ export function createSubscriptionIndexer(
   async function syncOnceUnserialized(): Promise<SyncResult> {
     const latest = await client.getBlockNumber({ cacheTime: 0 });
     const head = latest - confirmations;
-    if (await chainReplaced()) await resetIndex();
+    if (await chainReplaced()) {
+      const cursorRow = await readCursorRow();
+      if (cursorRow !== undefined && cursorRow.block_number - latest > REORG_DEPTH) await resetIndex();
+      else if (cursorRow !== undefined) await followReorganisation(cursorRow.block_number);
+    }
     let cursor = await readCursor();
     if (cursor === undefined) {
       await initialise(head < 0n ? 0n : head);
@@ -300,13 +315,166 @@ export function createSubscriptionIndexer(
   async function applyOnce(tx: Queryable, event: ManagerEvent): Promise<boolean> {
     if (event.address.toLowerCase() !== manager.toLowerCase()) return false;
     const inserted = await tx.query(
-      `INSERT INTO indexed_logs (chain_id, tx_hash, log_index, block_number) VALUES ($1, $2, $3, $4)
-       ON CONFLICT DO NOTHING RETURNING log_index`,
-      [ctx.chainId, event.transactionHash.toLowerCase(), event.logIndex, event.blockNumber],
+      `INSERT INTO indexed_logs (chain_id, tx_hash, log_index, block_number, block_hash)
+       VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING log_index`,
+      [
+        ctx.chainId,
+        event.transactionHash.toLowerCase(),
+        event.logIndex,
+        event.blockNumber,
+        event.blockHash?.toLowerCase() ?? null,
+      ],
     );
     if (inserted.length === 0) return false;
     await apply(tx, event);
     return true;
+  }
+
+  // ---- following a reorganisation ---------------------------------------------------------------
+
+  /**
+   * The chain replaced the cursor's block: forgets the applied logs above `cursor - REORG_DEPTH` that
+   * are not on the chain any more, marks their events undone, reads the subscriptions they touched again
+   * from the chain, and moves the cursor back, so the sync that follows applies the new chain's logs.
+   * Chain reads first; the writes are one transaction, a compare-and-set on the cursor.
+   */
+  async function followReorganisation(cursor: bigint): Promise<void> {
+    const back = cursor - REORG_DEPTH < -1n ? -1n : cursor - REORG_DEPTH;
+    const applied = await ctx.store.query<{
+      tx_hash: Hex;
+      log_index: number;
+      block_number: string;
+      block_hash: string | null;
+    }>(
+      `SELECT tx_hash, log_index, block_number, block_hash FROM indexed_logs
+       WHERE chain_id = $1 AND block_number > $2`,
+      [ctx.chainId, back],
+    );
+    const canonical = new Map<string, string | null>();
+    const receipts = new Map<string, bigint | null>();
+    const orphans: { tx_hash: Hex; log_index: number }[] = [];
+    for (const row of applied) {
+      const number = BigInt(row.block_number);
+      if (row.block_hash !== null) {
+        if (!canonical.has(row.block_number)) {
+          canonical.set(row.block_number, number > cursor + 1n ? null : await blockHashOrNull(number));
+        }
+        if (canonical.get(row.block_number) !== row.block_hash) orphans.push(row);
+        continue;
+      }
+      // Applied before block hashes were kept: its transaction's receipt says where it is now.
+      if (!receipts.has(row.tx_hash)) receipts.set(row.tx_hash, await minedIn(row.tx_hash));
+      if (receipts.get(row.tx_hash) !== number) orphans.push(row);
+    }
+    const touched = new Set<string>();
+    for (const orphan of orphans) {
+      const events = await ctx.store.query<{ subscription_id: string | null }>(
+        `SELECT data ->> 'subscriptionId' AS subscription_id FROM events
+         WHERE undone_at IS NULL AND data ->> 'transaction' = $1 AND data ->> 'logIndex' = $2`,
+        [orphan.tx_hash, String(orphan.log_index)],
+      );
+      for (const event of events) if (event.subscription_id !== null) touched.add(event.subscription_id);
+    }
+    const fresh = new Map<bigint, ChainSubscription>();
+    for (const id of touched) {
+      fresh.set(
+        BigInt(id),
+        (await client.readContract({
+          address: manager,
+          abi: subscriptionManagerAbi,
+          functionName: "subscriptions",
+          args: [BigInt(id)],
+        })) as ChainSubscription,
+      );
+    }
+    const backHash = await blockHash(back);
+    const head = await client.getBlockNumber({ cacheTime: 0 });
+    const moved = await ctx.store.transaction(async (tx) => {
+      if ((await readCursor(tx, true)) !== cursor) return false;
+      for (const orphan of orphans) {
+        await tx.query("DELETE FROM indexed_logs WHERE chain_id = $1 AND tx_hash = $2 AND log_index = $3", [
+          ctx.chainId,
+          orphan.tx_hash,
+          orphan.log_index,
+        ]);
+        await tx.query(
+          `UPDATE events SET undone_at = now()
+           WHERE undone_at IS NULL AND data ->> 'transaction' = $1 AND data ->> 'logIndex' = $2`,
+          [orphan.tx_hash, String(orphan.log_index)],
+        );
+      }
+      for (const [subscriptionId, sub] of fresh) {
+        if (statusOf(sub.status) === undefined) {
+          await tx.query(
+            "DELETE FROM subscriptions WHERE chain_id = $1 AND manager = $2 AND subscription_id = $3",
+            [ctx.chainId, manager.toLowerCase(), subscriptionId],
+          );
+          continue;
+        }
+        const plan = await findPlan(tx, scope, sub.planId);
+        if (plan === undefined) continue;
+        await upsertSubscription(tx, scope, {
+          subscriptionId,
+          sub,
+          provider: plan.provider,
+          block: head,
+          createdTx: null,
+        });
+      }
+      await tx.query(
+        "UPDATE chain_cursors SET block_number = $2, block_hash = $3, updated_at = now() WHERE name = $1",
+        [cursorName, back, backHash],
+      );
+      return true;
+    });
+    if (moved) {
+      log.warn(
+        { cursor: cursorName, from: cursor, to: back, undone: orphans.length, subscriptions: touched.size },
+        "a reorganisation replaced indexed blocks; the index follows the new chain",
+      );
+    }
+  }
+
+  async function blockHashOrNull(blockNumber: bigint): Promise<string | null> {
+    try {
+      return await blockHash(blockNumber);
+    } catch (error) {
+      if (error instanceof BlockNotFoundError) return null;
+      throw error;
+    }
+  }
+
+  /** The block number the transaction is mined in now, or `null`. */
+  async function minedIn(hash: Hex): Promise<bigint | null> {
+    try {
+      return (await client.getTransactionReceipt({ hash })).blockNumber;
+    } catch (error) {
+      if (error instanceof Error && error.name === "TransactionReceiptNotFoundError") return null;
+      throw error;
+    }
+  }
+
+  /**
+   * Records the event of a log; or, when a reorganisation undid the same event of the same transaction
+   * (its renewal or deduction sent again and mined with the same outcome), revives that one instead, so
+   * webhooks and analytics see it once.
+   */
+  async function recordLogEvent(tx: Queryable, type: string, data: Record<string, unknown>): Promise<void> {
+    const revived = await tx.query(
+      `UPDATE events SET undone_at = NULL WHERE id = (
+         SELECT id FROM events WHERE type = $1 AND undone_at IS NOT NULL AND data ->> 'transaction' = $2
+           AND coalesce(data ->> 'subscriptionId', '') = $3 AND coalesce(data ->> 'planId', '') = $4
+           AND coalesce(data ->> 'ref', '') = $5
+         ORDER BY id LIMIT 1) RETURNING id`,
+      [
+        type,
+        String(data.transaction ?? ""),
+        String(data.subscriptionId ?? ""),
+        String(data.planId ?? ""),
+        String(data.ref ?? ""),
+      ],
+    );
+    if (revived.length === 0) await ctx.recordEvent(tx, type, data);
   }
 
   // ---- applying one event ----------------------------------------------------------------------
@@ -411,7 +579,7 @@ export function createSubscriptionIndexer(
           }),
           where.transaction,
         );
-        await ctx.recordEvent(tx, "plan.created", {
+        await recordLogEvent(tx, "plan.created", {
           planId: a.planId.toString(),
           provider: getAddress(a.provider),
           payTo: getAddress(a.provider),
@@ -432,7 +600,7 @@ export function createSubscriptionIndexer(
            WHERE chain_id = $1 AND manager = $2 AND plan_id = $3`,
           [ctx.chainId, manager.toLowerCase(), a.planId, a.successorPlanId],
         );
-        await ctx.recordEvent(tx, "plan.deprecated", {
+        await recordLogEvent(tx, "plan.deprecated", {
           planId: a.planId.toString(),
           successorPlanId: a.successorPlanId === 0n ? null : a.successorPlanId.toString(),
           provider: getAddress(plan.provider),
@@ -464,7 +632,7 @@ export function createSubscriptionIndexer(
           block,
           createdTx: where.transaction,
         });
-        await ctx.recordEvent(tx, "subscription.created", {
+        await recordLogEvent(tx, "subscription.created", {
           ...(await subscriptionData(a.subscriptionId, "Active")),
           amount: a.amount.toString(),
           periodStart: Number(a.periodStart),
@@ -484,7 +652,7 @@ export function createSubscriptionIndexer(
           "status = 'Active', period_start = $5, current_period_end = $6, overage_used = 0, renewal_failure_code = NULL, renewal_failure_message = NULL",
           [a.periodStart, a.periodEnd],
         );
-        await ctx.recordEvent(tx, "subscription.renewed", {
+        await recordLogEvent(tx, "subscription.renewed", {
           ...(await subscriptionData(a.subscriptionId, "Active")),
           amount: a.amount.toString(),
           periodStart: Number(a.periodStart),
@@ -505,7 +673,7 @@ export function createSubscriptionIndexer(
           "status = 'PastDue', renewal_failure_code = $5, renewal_failure_message = $6",
           [failure.code, failure.message],
         );
-        await ctx.recordEvent(tx, "subscription.renewal_failed", {
+        await recordLogEvent(tx, "subscription.renewal_failed", {
           ...(await subscriptionData(a.subscriptionId, "PastDue")),
           amount: a.amount.toString(),
           code: failure.code,
@@ -521,7 +689,7 @@ export function createSubscriptionIndexer(
         await updateSubscription(tx, a.subscriptionId, block, "status = 'Paused', paused_remaining = $5", [
           a.remaining,
         ]);
-        await ctx.recordEvent(tx, "subscription.paused", {
+        await recordLogEvent(tx, "subscription.paused", {
           ...(await subscriptionData(a.subscriptionId, "Paused")),
           remaining: Number(a.remaining),
           ...where,
@@ -543,7 +711,7 @@ export function createSubscriptionIndexer(
            current_period_end = $5`,
           [a.periodEnd, a.charged],
         );
-        await ctx.recordEvent(tx, "subscription.resumed", {
+        await recordLogEvent(tx, "subscription.resumed", {
           ...(await subscriptionData(a.subscriptionId, "Active")),
           periodEnd: Number(a.periodEnd),
           charged: a.charged,
@@ -561,7 +729,7 @@ export function createSubscriptionIndexer(
           "status = 'Cancelled', paused_remaining = 0",
           [],
         );
-        await ctx.recordEvent(tx, "subscription.cancelled", {
+        await recordLogEvent(tx, "subscription.cancelled", {
           ...(await subscriptionData(a.subscriptionId, "Cancelled")),
           by: getAddress(a.by),
           ...where,
@@ -581,7 +749,7 @@ export function createSubscriptionIndexer(
           a.overageUsed,
           a.maxOverage,
         ]);
-        await ctx.recordEvent(tx, "allowance.deducted", {
+        await recordLogEvent(tx, "allowance.deducted", {
           ...(await subscriptionData(a.subscriptionId, undefined)),
           ref: a.ref,
           ...(await usageRefOf(tx, a.ref)),
@@ -598,7 +766,7 @@ export function createSubscriptionIndexer(
         // subscription, or a failed pull, shows on the usage record that asked for it.
         if (a.reason !== DeductionFailure.AllowanceExhausted) return;
         const sub = await ensureSubscription(tx, a.subscriptionId, block);
-        await ctx.recordEvent(tx, "allowance.exhausted", {
+        await recordLogEvent(tx, "allowance.exhausted", {
           ...(await subscriptionData(a.subscriptionId, undefined)),
           ref: a.ref,
           ...(await usageRefOf(tx, a.ref)),

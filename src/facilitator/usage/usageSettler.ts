@@ -539,6 +539,30 @@ export function createUsageSettler(
     }
   };
   outbox.handle(USAGE_KIND, handler);
+  // A deduction batch a reorganisation undid (outbox/confirmedRowWatch.ts): in the transaction that
+  // reopens its outbox row, the batch goes back to `submitted`, and so do the records its receipt
+  // settled or failed (tx_hash names it), so the handler records the re-sent transaction's receipt as a
+  // first outcome: settled once, or failed with the reason the new chain gives. Records settled by an
+  // earlier transaction (a ref used before) keep it. Compare-and-set on each state left.
+  outbox.onReorg(USAGE_KIND, async (tx, row) => {
+    const batches = await tx.query<{ id: string }>(
+      `UPDATE usage_batches SET status = 'submitted', block_number = NULL, updated_at = now()
+       WHERE outbox_id = $1 AND status = 'confirmed' RETURNING id`,
+      [row.id],
+    );
+    const batchId = batches[0]?.id;
+    if (batchId === undefined) return;
+    const records = await tx.query(
+      `UPDATE usage_records SET status = 'submitted', settled_at = NULL, failure_code = NULL,
+         failure_message = NULL, updated_at = now()
+       WHERE batch_id = $1 AND status IN ('settled', 'failed') AND tx_hash = $2 RETURNING id`,
+      [batchId, row.hash.toLowerCase()],
+    );
+    log.warn(
+      { batch: Number(batchId), tx: row.hash, records: records.length },
+      "a usage batch left the chain (a reorganisation); its transaction is sent again",
+    );
+  });
 
   /** Waits for a queued batch's outcome and counts what it recorded. */
   async function outcomeOf(batchId: number, outboxId: number): Promise<UsageRunResult> {
