@@ -5,11 +5,18 @@
  * settles. On an OP-stack devnet (`anvil --network optimism`) the GasPriceOracle's L1 data fee is part
  * of the cost, and a chain without the oracle's code falls back to the L2 gas alone.
  */
+import { randomBytes } from "node:crypto";
+import { Hono } from "hono";
 import { type Hex, parseGwei } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GAS_PRICE_ORACLE } from "../src/chain/actions/fees/getL1DataFee.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
+import { createPayer } from "../src/client/createPayer.ts";
+import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
+import { serveApp } from "../src/facilitator/createFacilitator.ts";
+import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGate.ts";
+import { paymentGate } from "../src/gate/paymentGate.ts";
 import { signTestPayment, startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
 /** Gas one batched item is counted at, and the terms these facilitators are configured with. */
@@ -163,6 +170,51 @@ describe("on a devnet whose base fee jumps", { timeout: 120_000 }, () => {
       invalidReason: "invalid_exact_evm_payload_authorization_value_mismatch",
     });
     expect(verify.invalidMessage).toMatch(/at least \d+(\.\d+)? USDC/);
+  });
+
+  it("lets a gate start during the spike, and refuses its payer per request with the minimum, serving nothing", async () => {
+    await setBaseFee(devnet, parseGwei("50"));
+    const minimum = BigInt((await supportedToken(f.url)).minAmount);
+    const [buyer, seller] = [devnet.accounts[1]!, devnet.accounts[2]!];
+    const gate = paymentGate({
+      payTo: seller.address,
+      network: devnet.network,
+      token: devnet.contracts.usd,
+      facilitator: f.url,
+      fetch,
+      memoSecret: randomBytes(32),
+      routes: { "GET /api/report": { price: "0.01" } },
+    });
+    // 0.01 USDC is above the configured floor: refused only while the fee is this high, so no start-up error.
+    await gate.ready();
+    let served = 0;
+    const app = new Hono<PaymentGateEnv>();
+    app.use("/api/*", honoPaymentGate(gate));
+    app.get("/api/report", (c) => {
+      served++;
+      return c.json({ report: true });
+    });
+    const server = await serveApp(app);
+    try {
+      const before = await balance(buyer.address);
+      const payer = createPayer({
+        account: buyer.account,
+        network: devnet.network,
+        facilitator: f.url,
+        fetch,
+      });
+      const paidFetch = fetchWithPayment(fetch, payer, { maxPrice: "1.00" });
+      await expect(paidFetch(`${server.url}/api/report`)).rejects.toMatchObject({
+        code: "AmountMismatch",
+        details: { reason: "settlement_cost_too_high", minimum: String(minimum) },
+      });
+      expect(served).toBe(0);
+      expect(await balance(buyer.address)).toBe(before);
+      // The gate itself is unharmed: it still answers 402 with its offer.
+      expect((await fetch(`${server.url}/api/report`)).status).toBe(402);
+    } finally {
+      await server.close();
+    }
   });
 });
 /**

@@ -6,7 +6,7 @@ const USDC = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
 const served = { network: "eip155:84532", token: USDC.toLowerCase(), decimals: 6 } as const;
 
 /** A Base Sepolia facilitator's `/supported`, with the default minimum of 0.01 USDC (or none). */
-function supported(minAmount: string | undefined): SupportedResponse {
+function supported(minAmount: string | undefined, minAmountFloor?: string): SupportedResponse {
   return {
     version: "1",
     schemes: ["exact"],
@@ -20,6 +20,7 @@ function supported(minAmount: string | undefined): SupportedResponse {
             decimals: 6,
             eip712: { name: "USDC", version: "2" },
             ...(minAmount === undefined ? {} : { minAmount }),
+            ...(minAmountFloor === undefined ? {} : { minAmountFloor }),
           },
         ],
         batchSettler: "0x0000000000000000000000000000000000000b01",
@@ -49,6 +50,18 @@ describe("checkSettleableAmounts", () => {
       ),
       details: { minAmount: "10000", amounts: ["5000"] },
     });
+  });
+
+  it("refuses only a price under the configured floor when the network's fee raised the minimum, and names the rest", () => {
+    // The fee raised the minimum to 0.05 USDC over a floor of 0.01: 0.02 is refused for now, not for good.
+    expect(checkSettleableAmounts(supported("50000", "10000"), served, [20_000n, 80_000n])).toEqual({
+      minAmount: 50_000n,
+      belowNow: [20_000n],
+    });
+    expect(checkSettleableAmounts(supported("50000", "10000"), served, [50_000n])).toBeUndefined();
+    expect(() => checkSettleableAmounts(supported("50000", "10000"), served, [5_000n])).toThrow(
+      /one-time price 0\.005 is below the facilitator's minimum payment of 0\.01/,
+    );
   });
 
   it("refuses a token or network the facilitator does not settle", () => {

@@ -4,6 +4,12 @@
  * Base Sepolia, 1 unit on a devnet), so a route priced under it answers 402s nobody can pay: a price that
  * worked on a devnet fails on a real network only when the first buyer tries. `gate.ready()` asks this
  * at start-up instead.
+ *
+ * A facilitator whose minimum follows the network's fee publishes the configured part apart
+ * (`minAmountFloor`): only a price under that is a mistake of the gate's. A price above it but under the
+ * `minAmount` of the moment is refused only while the fee stays high, so it is returned, not thrown: a
+ * gate that starts during a fee spike starts, and its payers get the facilitator's refusal, naming the
+ * minimum, per payment until the fee falls.
  */
 import { sameAddress } from "../../protocol/address.ts";
 import { formatUnitsExact } from "../../protocol/amount.ts";
@@ -13,7 +19,9 @@ import type { Network } from "../../protocol/network.ts";
 
 /**
  * Throws `InvalidRequest` when the facilitator does not serve `token` on `network`, or when an amount
- * (smallest units) is below the token's `minAmount`; the message names the price and the minimum.
+ * (smallest units) is below the token's configured minimum (`minAmountFloor`, else `minAmount`); the
+ * message names the price and the minimum. Returns the amounts the network's fee puts under the
+ * minimum now, with that minimum.
  *
  * @example
  * checkSettleableAmounts(await facilitator.supported(), { network, token, decimals: 6 }, [5_000n]);
@@ -22,7 +30,7 @@ export function checkSettleableAmounts(
   supported: SupportedResponse,
   served: { network: Network; token: string; decimals: number },
   amounts: readonly bigint[],
-): void {
+): { minAmount: bigint; belowNow: bigint[] } | undefined {
   const listed = supported.networks
     .find((n) => n.network === served.network)
     ?.tokens.find((t) => sameAddress(t.address, served.token));
@@ -33,10 +41,14 @@ export function checkSettleableAmounts(
       { details: { network: served.network, token: served.token } },
     );
   }
-  if (listed.minAmount === undefined) return;
-  const minimum = BigInt(listed.minAmount);
+  if (listed.minAmount === undefined) return undefined;
+  const now = BigInt(listed.minAmount);
+  const minimum = listed.minAmountFloor === undefined ? now : BigInt(listed.minAmountFloor);
   const below = amounts.filter((amount) => amount < minimum);
-  if (below.length === 0) return;
+  if (below.length === 0) {
+    const belowNow = amounts.filter((amount) => amount < now);
+    return belowNow.length === 0 ? undefined : { minAmount: now, belowNow };
+  }
   const text = (amount: bigint) => formatUnitsExact(amount, served.decimals);
   throw new TollgateError(
     "InvalidRequest",

@@ -158,12 +158,19 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
     compile: (entry, where) => compileOneTime(entry, context.decimals, where),
     offer: (offer) => ({ scheme: "exact", amount: offer.amount, x402: true }),
     async ready(offers) {
-      // A price under the facilitator's minimum (0.01 USDC on Base) is refused at every payment.
-      checkSettleableAmounts(
+      // A price under the facilitator's minimum (0.01 USDC on Base) is refused at every payment; one
+      // the network's fee puts under it for now is refused only until the fee falls.
+      const raised = checkSettleableAmounts(
         await context.facilitator.supported(),
         { network, token, decimals: context.decimals },
         offers.map((offer) => offer.amount),
       );
+      if (raised !== undefined) {
+        logger?.warn(
+          { network, minAmount: raised.minAmount.toString(), amounts: raised.belowNow.map(String) },
+          "the network's fee has raised the facilitator's minimum payment above some one-time prices: payments at them are refused until the fee falls",
+        );
+      }
     },
     credential: (request) => request.headers.get(HeaderName.Payment),
     async accept(header, request, route): Promise<SchemeAcceptance> {
