@@ -120,3 +120,28 @@ describe("the facilitator's eth_getLogs range", () => {
     expect(() => onBase({ TOLLGATE_RPC_LOGS_RANGE: "many" })).toThrow(/TOLLGATE_RPC_LOGS_RANGE/);
   });
 });
+
+describe("the facilitator's RPC URLs", () => {
+  it("reads TOLLGATE_RPC_URL as one URL or several, comma-separated, in order of preference", () => {
+    expect(onBase({}).rpcUrls).toEqual(["http://127.0.0.1:1"]);
+    const several = onBase({
+      TOLLGATE_RPC_URL:
+        "https://base-mainnet.g.alchemy.com/v2/k1k1k1k1k1k1k1k1k1k1, https://mainnet.base.org",
+    });
+    expect(several.rpcUrls).toEqual([
+      "https://base-mainnet.g.alchemy.com/v2/k1k1k1k1k1k1k1k1k1k1",
+      "https://mainnet.base.org",
+    ]);
+    expect(several.rpcUrl).toBe("https://base-mainnet.g.alchemy.com/v2/k1k1k1k1k1k1k1k1k1k1");
+  });
+
+  it("refuses an entry that is not an http(s) URL, naming it with its key masked", () => {
+    const refuse = () =>
+      onBase({
+        TOLLGATE_RPC_URL:
+          "https://mainnet.base.org,base-mainnet.infura.io/v3/0123456789abcdef0123456789abcdef",
+      });
+    expect(refuse).toThrow(/TOLLGATE_RPC_URL: entry 2 \(\*\*\*\) is not an http\(s\) URL/);
+    expect(refuse).not.toThrow(/0123456789abcdef/);
+  });
+});

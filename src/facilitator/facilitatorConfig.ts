@@ -12,6 +12,7 @@ import { getTokenDomain } from "../chain/actions/usd/getTokenDomain.ts";
 import type { ReadClient } from "../chain/clientTypes.ts";
 import { readDevnetFile } from "../chain/devnetFile.ts";
 import { defaultConfirmations, getNetworkConfig } from "../chain/networks.ts";
+import { parseRpcUrls } from "../chain/rpcUrls.ts";
 import { AddressSchema } from "../protocol/address.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import { NetworkSchema } from "../protocol/network.ts";
@@ -50,7 +51,22 @@ export const FacilitatorEnvSchema = z.object({
    * for TOLLGATE_NETWORK's chain (deploymentEnvironment.ts).
    */
   TOLLGATE_DEPLOYMENT: z.string().optional(),
-  TOLLGATE_RPC_URL: z.url().optional(),
+  /**
+   * The chain's JSON-RPC endpoint, or several, comma-separated, in order of preference: the first that
+   * answers serves, a failing or lagging one is passed over (src/chain/rpcTransport.ts). Never echoed:
+   * an error names an entry by its redacted URL.
+   */
+  TOLLGATE_RPC_URL: z
+    .string()
+    .transform((text, ctx) => {
+      try {
+        return parseRpcUrls(text);
+      } catch (error) {
+        ctx.addIssue({ code: "custom", message: (error as Error).message });
+        return z.NEVER;
+      }
+    })
+    .optional(),
   /**
    * The most JSON-RPC calls sent in one batch when calls pile up (src/chain/batchingHttp.ts); 1 never
    * batches, for a node that bills or limits batches. Default 100.
@@ -147,7 +163,10 @@ export type FacilitatorEnv = z.infer<typeof FacilitatorEnvSchema>;
 
 export type FacilitatorConfig = {
   dir: string;
+  /** The first of `rpcUrls`. */
   rpcUrl: string;
+  /** TOLLGATE_RPC_URL: one URL or several, in order of preference. */
+  rpcUrls: string[];
   /** TOLLGATE_RPC_BATCH_SIZE. */
   rpcBatchSize: number;
   /** TOLLGATE_RPC_LOGS_RANGE: most blocks per `eth_getLogs` call. */
@@ -237,10 +256,11 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
     env.TOLLGATE_NETWORK ?? (devnet?.network as `eip155:${number}` | undefined) ?? "eip155:31337";
   const known = getNetworkConfig(network);
   const onDevnet = devnet !== undefined && devnet.network === network;
-  const rpcUrl =
+  const rpcUrls =
     env.TOLLGATE_RPC_URL ??
-    (onDevnet ? devnet.rpcUrl : undefined) ??
+    (onDevnet ? [devnet.rpcUrl] : undefined) ??
     missing("the RPC URL", "TOLLGATE_RPC_URL");
+  const rpcUrl = rpcUrls[0]!;
   // The devnet's last account pays gas: the others are left to payers and providers in examples.
   const gasKey =
     env.TOLLGATE_GAS_KEY ??
@@ -270,6 +290,7 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
   return {
     dir,
     rpcUrl,
+    rpcUrls,
     rpcBatchSize: env.TOLLGATE_RPC_BATCH_SIZE,
     logsRange: env.TOLLGATE_RPC_LOGS_RANGE,
     network,
@@ -313,7 +334,7 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
  * start-up: a facilitator that guessed its domain would accept signatures the token then rejects.
  *
  * @example
- * const token = await resolveTokenDomain(config.token, createPublicClient({ transport: http(config.rpcUrl) }));
+ * const token = await resolveTokenDomain(config.token, createPublicClient({ transport: rpcTransport(config.rpcUrls) }));
  */
     settlementFee:
       env.TOLLGATE_MAX_FEE_SHARE === "off"

@@ -9,6 +9,7 @@ import { createPublicClient, createWalletClient, defineChain, http } from "viem"
 import { privateKeyToAccount } from "viem/accounts";
 import { readDevnetFile } from "../../chain/devnetFile.ts";
 import { getNetworkConfig } from "../../chain/networks.ts";
+import { rpcTransport } from "../../chain/rpcTransport.ts";
 import { privateKeyAccount } from "../../chain/signers/privateKeyAccount.ts";
 import {
   type CreateFacilitatorOptions,
@@ -70,11 +71,14 @@ export async function run(argv: string[]): Promise<number> {
   const { help, env } = facilitatorEnvironment(argv, process.env);
   if (help) {
     console.log(
-      "usage: tollgate facilitator [--port 4020] [--host 127.0.0.1] [--rpc-url URL] [--network eip155:N]\n" +
+      "usage: tollgate facilitator [--port 4020] [--host 127.0.0.1] [--rpc-url URL[,URL…]] [--network eip155:N]\n" +
         "         [--confirmations N] [--database-url postgres://…] [--dir .tollgate] [--min-amount N]\n" +
         "         [--deployment <dir>/deployment-<chain id>.json]\n" +
         "environment: TOLLGATE_RPC_URL TOLLGATE_NETWORK TOLLGATE_GAS_KEY TOLLGATE_PROOF_KEYS TOLLGATE_CONFIRMATIONS\n" +
         "  DATABASE_URL LOG_LEVEL\n" +
+        "  TOLLGATE_RPC_URL, --rpc-url: one URL or several, comma-separated, in order of preference; a provider\n" +
+        "  answering 429/5xx or timing out is passed over for 30 s, one lagging behind the others is not read\n" +
+        '  from (docs/going-live.md, "RPC providers"); URLs are printed with their keys masked\n' +
         "  TOLLGATE_RPC_BATCH_SIZE (most calls per JSON-RPC batch; default 100, 1 never batches)\n" +
         "  TOLLGATE_RPC_LOGS_RANGE (most blocks per eth_getLogs call; default 2000, halved when refused)\n" +
         "  TOLLGATE_CONFIRMATIONS, --confirmations (blocks that must hold a settlement before its proof is\n" +
@@ -112,14 +116,14 @@ export async function run(argv: string[]): Promise<number> {
   // devnet's) has it read from the chain before anything starts.
   const token = await resolveTokenDomain(
     config.token,
-    createPublicClient({ transport: http(config.rpcUrl) }),
+    createPublicClient({ transport: rpcTransport(config.rpcUrls) }),
   );
   if (config.databaseUrl === undefined) keepPgliteOnBaselineCode();
   const logger = createLogger({ level: config.logLevel, name: "facilitator" });
   const store = await createStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, logger });
   const facilitator = createFacilitator({
     store,
-    rpcUrl: config.rpcUrl,
+    rpcUrl: config.rpcUrls,
     rpcBatch: { maxBatchSize: config.rpcBatchSize },
     network: config.network,
     gasAccount: privateKeyAccount(config.gasKey),
