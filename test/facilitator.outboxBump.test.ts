@@ -196,7 +196,10 @@ describe("a fee spike past the maximum fee", () => {
     const payeeBefore = await balance(payTo);
     const signed = await Promise.all(
       payers.map((payer) =>
-        signTestPayment(devnet, { address: payer.address, account: payer } as never, { payTo, amount: price }),
+        signTestPayment(devnet, { address: payer.address, account: payer } as never, {
+          payTo,
+          amount: price,
+        }),
       ),
     );
     const authorize = (signedPayment: unknown, url = spikedServer.url) =>
@@ -206,7 +209,13 @@ describe("a fee spike past the maximum fee", () => {
         body: JSON.stringify({ signedPayment }),
       });
     const outboxRows = () =>
-      spikeStore.query<{ id: string; status: string; nonce: string; raw_tx: `0x${string}`; replaced_hashes: Hash[] }>(
+      spikeStore.query<{
+        id: string;
+        status: string;
+        nonce: string;
+        raw_tx: `0x${string}`;
+        replaced_hashes: Hash[];
+      }>(
         "SELECT id, status, nonce, raw_tx, replaced_hashes FROM tx_outbox WHERE kind = 'settlement' ORDER BY id",
       );
     const metric = async (name: string) => {
@@ -307,7 +316,9 @@ describe("a fee spike past the maximum fee", () => {
       const answers = await Promise.all(signed.map((payment) => authorize(payment)));
       expect(answers.map((a) => a.status)).toEqual([200, 200]);
       const settled = await Promise.all(
-        answers.map(async (a) => ((await a.json()) as { settled: { transaction: Hash } }).settled.transaction),
+        answers.map(
+          async (a) => ((await a.json()) as { settled: { transaction: Hash } }).settled.transaction,
+        ),
       );
       for (const payer of payers) expect(await balance(payer.address)).toBe(1_000_000n - price);
       expect(await balance(payTo)).toBe(payeeBefore + 2n * price);

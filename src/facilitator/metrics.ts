@@ -136,7 +136,11 @@ export function createFacilitatorMetrics(): FacilitatorMetrics {
     "The chain's base fee (wei per gas) as read while transactions wait for the fee; absent otherwise",
     (g) => g.feeHold()?.baseFee,
   );
-  gasGauge("tollgate_gas_key_balance_wei", "The gas key's balance (wei) as last read", (g) => g.runway()?.balance);
+  gasGauge(
+    "tollgate_gas_key_balance_wei",
+    "The gas key's balance (wei) as last read",
+    (g) => g.runway()?.balance,
+  );
   gasGauge(
     "tollgate_gas_key_runway_seconds",
     "Seconds the gas key's balance lasts at its recent spending (the last 24 h); +Inf when it spent nothing",

@@ -21,6 +21,7 @@ import { loadFacilitatorConfig, resolveTokenDomain } from "../../facilitator/fac
 import { TollgateError } from "../../protocol/errors.ts";
 import { chainIdOf } from "../../protocol/network.ts";
 import { createStore } from "../../store/createStore.ts";
+import { facilitatorStatus } from "../facilitatorStatus.ts";
 
 export const summary = "run the facilitator service (settlement, proofs, subscriptions, webhooks)";
 
@@ -68,12 +69,14 @@ export function facilitatorEnvironment(
 }
 
 export async function run(argv: string[]): Promise<number> {
+  if (argv[0] === "status") return runStatus(argv.slice(1));
   const { help, env } = facilitatorEnvironment(argv, process.env);
   if (help) {
     console.log(
       "usage: tollgate facilitator [--port 4020] [--host 127.0.0.1] [--rpc-url URL[,URL…]] [--network eip155:N]\n" +
         "         [--confirmations N] [--database-url postgres://…] [--dir .tollgate] [--min-amount N]\n" +
         "         [--deployment <dir>/deployment-<chain id>.json]\n" +
+        "       tollgate facilitator status [--url URL] (a running facilitator's checks: --help)\n" +
         "environment: TOLLGATE_RPC_URL TOLLGATE_NETWORK TOLLGATE_GAS_KEY TOLLGATE_PROOF_KEYS TOLLGATE_CONFIRMATIONS\n" +
         "  DATABASE_URL LOG_LEVEL\n" +
         "  TOLLGATE_RPC_URL, --rpc-url: one URL or several, comma-separated, in order of preference; a provider\n" +
@@ -176,6 +179,33 @@ export async function run(argv: string[]): Promise<number> {
   await facilitator.stop();
   await store.close();
   return 0;
+}
+
+/**
+ * `tollgate facilitator status [--url URL]`: a running facilitator's `/healthz` for a person (exit 1
+ * when degraded or unreachable). The metrics token comes from the environment only, like the keys.
+ */
+async function runStatus(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: { url: { type: "string" }, help: { type: "boolean", short: "h" } },
+  });
+  if (values.help === true) {
+    console.log(
+      "usage: tollgate facilitator status [--url http://127.0.0.1:4020]\n" +
+        "  prints the facilitator's checks (chain, store, token, fees, gas); with TOLLGATE_METRICS_TOKEN set,\n" +
+        "  or from the facilitator's own host, also the gas key's balance and runway and the fees waiting.\n" +
+        "  Exit 0 when ok, 1 when degraded or unreachable. Default URL: TOLLGATE_HOST and TOLLGATE_PORT.",
+    );
+    return 0;
+  }
+  const host = process.env.TOLLGATE_HOST ?? "127.0.0.1";
+  const url =
+    values.url ?? `http://${host.includes(":") ? `[${host}]` : host}:${process.env.TOLLGATE_PORT ?? "4020"}`;
+  const token = process.env.TOLLGATE_METRICS_TOKEN;
+  const status = await facilitatorStatus({ url, token: token === "" ? undefined : token, fetch });
+  console.log(status.text);
+  return status.ok ? 0 : 1;
 }
 
 /**

@@ -38,7 +38,11 @@ export async function broadcastRaw(
       return { kind: "nonce-used" };
     }
     const message = text.trim().slice(0, 500) || "refused by the node";
-    if (/max fee per gas less than (the )?block base fee|fee cap (is )?(too low|less than)|FeeCapTooLow/i.test(text)) {
+    if (
+      /max fee per gas less than (the )?block base fee|fee cap (is )?(too low|less than)|FeeCapTooLow/i.test(
+        text,
+      )
+    ) {
       return { kind: "underpriced", message };
     }
     return { kind: "refused", message };

@@ -220,7 +220,8 @@ export function createRowDriver(options: RowDriverOptions): RowDriver {
       // The node may have refused these bytes as below the base fee, or dropped them: offer them again,
       // so they are mined as soon as the base fee falls under them.
       const again = await broadcastRaw(client, row.raw_tx);
-      if (again.kind === "refused") log.debug({ id: row.id, reason: again.message }, "broadcast again: refused");
+      if (again.kind === "refused")
+        log.debug({ id: row.id, reason: again.message }, "broadcast again: refused");
       return row;
     }
     const raw = await key.sign(
