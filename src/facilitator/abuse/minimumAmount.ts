@@ -8,8 +8,8 @@
  * overhead; see docs/contracts.md for the measured figures), ~47 000 when it shares a batch. At an L2
  * gas price of 0.01 gwei and ETH at 4 000 USD that is 80 000 × 0.01 gwei = 8 × 10⁻⁷ ETH ≈ 0.0032 USD,
  * plus an L1 data fee well under 0.001 USD for ~300 bytes of calldata. 0.01 USDC (10 000 in the
- * smallest unit) is about three times a lone settlement and five times a batched one; an operator
- * raises it (`--min-amount`) when Base's gas price stays above ~0.03 gwei.
+ * smallest unit) is about three times a lone settlement and five times a batched one. It is a floor:
+ * when gas gets dearer the minimum rises above it by itself (settlementFeeFloor.ts).
  *
  * On a devnet gas is free, so the default is 1 (the smallest payment that moves money): the demo and
  * the examples price requests at fractions of a cent. A zero-value payment is refused everywhere.
