@@ -5,6 +5,7 @@
  * `https://rpc.ankr.com/base/KEY`, `?apikey=KEY`, `https://user:pass@host`), so a URL is printed only
  * through `redactRpcUrl`: scheme, host and port stay (they say which provider), the rest is masked.
  */
+import { z } from "zod";
 import { TollgateError } from "../protocol/errors.ts";
 
 /** What stands for a masked part. */
@@ -90,6 +91,16 @@ export function redactRpcUrlsInError<E>(error: E, urls: readonly string[]): E {
   return error;
 }
 
+/** An environment setting of one RPC URL or several, comma-separated: the URLs, or an issue naming none in full. */
+export const RpcUrlsSchema = z.string().transform((text, ctx) => {
+  try {
+    return parseRpcUrls(text, "");
+  } catch (error) {
+    ctx.addIssue({ code: "custom", message: (error as Error).message });
+    return z.NEVER;
+  }
+});
+
 /**
  * The RPC URLs of a setting: one URL or several, comma-separated, in order of preference (the first is
  * used while it answers). Each must be http(s); duplicates are refused. The error names no URL in full.
@@ -100,7 +111,9 @@ export function parseRpcUrls(text: string, setting = "TOLLGATE_RPC_URL"): string
     .map((part) => part.trim())
     .filter((part) => part !== "");
   if (urls.length === 0) {
-    throw new TollgateError("InvalidRequest", `${setting} holds no URL`, { details: { setting } });
+    throw new TollgateError("InvalidRequest", `${setting || "the setting"} holds no URL`, {
+      details: { setting },
+    });
   }
   for (const [index, url] of urls.entries()) {
     let parsed: URL | undefined;
@@ -110,13 +123,15 @@ export function parseRpcUrls(text: string, setting = "TOLLGATE_RPC_URL"): string
     if (parsed === undefined || (parsed.protocol !== "http:" && parsed.protocol !== "https:")) {
       throw new TollgateError(
         "InvalidRequest",
-        `${setting}: entry ${index + 1} (${redactRpcUrl(url)}) is not an http(s) URL`,
+        `${setting === "" ? "" : `${setting}: `}entry ${index + 1} (${redactRpcUrl(url)}) is not an http(s) URL`,
         { details: { setting, index } },
       );
     }
   }
   if (new Set(urls).size !== urls.length) {
-    throw new TollgateError("InvalidRequest", `${setting} names a URL twice`, { details: { setting } });
+    throw new TollgateError("InvalidRequest", `${setting || "the setting"} names a URL twice`, {
+      details: { setting },
+    });
   }
   return urls;
 }

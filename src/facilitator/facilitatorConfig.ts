@@ -12,7 +12,7 @@ import { getTokenDomain } from "../chain/actions/usd/getTokenDomain.ts";
 import type { ReadClient } from "../chain/clientTypes.ts";
 import { readDevnetFile } from "../chain/devnetFile.ts";
 import { defaultConfirmations, getNetworkConfig } from "../chain/networks.ts";
-import { parseRpcUrls } from "../chain/rpcUrls.ts";
+import { RpcUrlsSchema } from "../chain/rpcUrls.ts";
 import { AddressSchema } from "../protocol/address.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import { NetworkSchema } from "../protocol/network.ts";
@@ -56,17 +56,7 @@ export const FacilitatorEnvSchema = z.object({
    * answers serves, a failing or lagging one is passed over (src/chain/rpcTransport.ts). Never echoed:
    * an error names an entry by its redacted URL.
    */
-  TOLLGATE_RPC_URL: z
-    .string()
-    .transform((text, ctx) => {
-      try {
-        return parseRpcUrls(text);
-      } catch (error) {
-        ctx.addIssue({ code: "custom", message: (error as Error).message });
-        return z.NEVER;
-      }
-    })
-    .optional(),
+  TOLLGATE_RPC_URL: RpcUrlsSchema.optional(),
   /**
    * The most JSON-RPC calls sent in one batch when calls pile up (src/chain/batchingHttp.ts); 1 never
    * batches, for a node that bills or limits batches. Default 100.

@@ -13,10 +13,12 @@ import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { Hono } from "hono";
 import pino from "pino";
-import { createPublicClient, defineChain, http } from "viem";
+import { createPublicClient, defineChain } from "viem";
 import { z } from "zod";
 import { getSubscription } from "../../chain/actions/subscriptions/getSubscription.ts";
 import { readDevnetFile } from "../../chain/devnetFile.ts";
+import { rpcTransport } from "../../chain/rpcTransport.ts";
+import { RpcUrlsSchema } from "../../chain/rpcUrls.ts";
 import { serveApp } from "../../facilitator/createFacilitator.ts";
 import { type AgentStoreAccess, agentSection } from "../../facilitator/dashboard/agentSection.ts";
 import { createDashboardApp } from "../../facilitator/dashboard/dashboardApp.ts";
@@ -45,7 +47,7 @@ const EnvSchema = z.object({
   TOLLGATE_DIR: z.string().min(1).default(".tollgate"),
   DATABASE_URL: z.string().optional(),
   TOLLGATE_FACILITATOR_URL: z.url().optional(),
-  TOLLGATE_RPC_URL: z.url().optional(),
+  TOLLGATE_RPC_URL: RpcUrlsSchema.optional(),
   TOLLGATE_DASHBOARD_TOKEN: z.string().min(24).max(200).optional(),
 });
 
@@ -86,7 +88,7 @@ export async function run(argv: string[]): Promise<number> {
   const dir = resolve(values.dir ?? env.TOLLGATE_DIR);
   const token = env.TOLLGATE_DASHBOARD_TOKEN ?? base64UrlEncode(randomBytes(24));
   const devnet = readDevnetFile(dir);
-  const rpcUrl = env.TOLLGATE_RPC_URL ?? devnet?.rpcUrl;
+  const rpcUrls = env.TOLLGATE_RPC_URL ?? (devnet === undefined ? undefined : [devnet.rpcUrl]);
 
   // PostgreSQL: one pool for the command's life. PGlite: open for a page view, then let go.
   let shared: Store | undefined;
@@ -105,16 +107,16 @@ export async function run(argv: string[]): Promise<number> {
   // Sessions live in memory: they end with the command.
   const sessionStore = await createStore({ dataDir: "memory://" });
   const chainClient =
-    rpcUrl === undefined
+    rpcUrls === undefined
       ? undefined
       : createPublicClient({
           chain: defineChain({
             id: devnet?.chainId ?? 31_337,
             name: "tollgate",
             nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
-            rpcUrls: { default: { http: [rpcUrl] } },
+            rpcUrls: { default: { http: rpcUrls } },
           }),
-          transport: http(rpcUrl, { retryCount: 0, timeout: 5_000 }),
+          transport: rpcTransport(rpcUrls, { retryCount: 0, timeout: 5_000 }),
         });
   const dashboard = createDashboardApp({
     sessionStore,

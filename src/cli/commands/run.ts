@@ -13,7 +13,7 @@ import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import type { StructuredToolInterface } from "@langchain/core/tools";
 import pino, { type Logger } from "pino";
-import { createPublicClient, http } from "viem";
+import { createPublicClient } from "viem";
 import { z } from "zod";
 import { approvalFor, getApprovalThreshold } from "../../agent/budget/approvalThreshold.ts";
 import type { BudgetReport } from "../../agent/budget/budgetReport.ts";
@@ -49,6 +49,8 @@ import {
   watchSubscriptions,
 } from "../../agent/subscriptions/watchSubscriptions.ts";
 import { readDevnetFile } from "../../chain/devnetFile.ts";
+import { rpcTransport } from "../../chain/rpcTransport.ts";
+import { RpcUrlsSchema } from "../../chain/rpcUrls.ts";
 import { privateKeyAccount } from "../../chain/signers/privateKeyAccount.ts";
 import { createPayer, type Payer } from "../../client/createPayer.ts";
 import { createFacilitatorClient, type FetchFn } from "../../client/facilitatorClient.ts";
@@ -101,8 +103,9 @@ approvals: spends above the agent's --approve-above (tollgate budget set) need a
 environment: TOLLGATE_DIR DATABASE_URL TOLLGATE_MARKET_URL TOLLGATE_FACILITATOR_URL TOLLGATE_AGENT_KEY
              OPENAI_API_KEY OPENAI_BASE_URL OPENAI_MODEL TOLLGATE_PLANNER (rules without a key)
              LOG_LEVEL (the agent's JSON log on stderr; default warn)
-             TOLLGATE_RPC_URL (a node of the agent's chain: renewals and overage of its subscriptions are
-             read into its budget at the start and end of a run; default the devnet's when on it)`;
+             TOLLGATE_RPC_URL (a node of the agent's chain, or several, comma-separated, tried in order:
+             renewals and overage of its subscriptions are read into its budget at the start and end of a
+             run; default the devnet's when on it)`;
 
 /** `--max-close-delay`: whole seconds, at most the contract's 30 days. */
 const MaxCloseDelaySchema = z.coerce.number().int().nonnegative().max(MAX_CHANNEL_CLOSE_DELAY);
@@ -119,7 +122,7 @@ const RunEnvSchema = z.object({
   TOLLGATE_FACILITATOR_URL: z.url({ protocol: /^https?$/ }).optional(),
   TOLLGATE_AGENT_KEY: PrivateKeySchema.optional(),
   /** A node of the agent's chain, to watch its subscriptions (default: the devnet's, when it is on it). */
-  TOLLGATE_RPC_URL: z.url({ protocol: /^https?$/ }).optional(),
+  TOLLGATE_RPC_URL: RpcUrlsSchema.optional(),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("warn"),
 });
 
@@ -433,8 +436,10 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
     // The agent's subscriptions, kept in its store (a second run reuses them) and read from the chain
     // into its ledger at the start and the end of the run (docs/budgets.md, "Subscriptions").
     const devnetFile = readDevnetFile(dir);
-    const rpcUrl = env.TOLLGATE_RPC_URL ?? (devnetFile?.network === network ? devnetFile.rpcUrl : undefined);
-    const chain = rpcUrl === undefined ? undefined : createPublicClient({ transport: http(rpcUrl) });
+    const rpcUrls =
+      env.TOLLGATE_RPC_URL ?? (devnetFile?.network === network ? [devnetFile.rpcUrl] : undefined);
+    const chain =
+      rpcUrls === undefined ? undefined : createPublicClient({ transport: rpcTransport(rpcUrls) });
     /** Subscriptions the policy cancelled during the run: their reason is printed once, by the check. */
     const cancelledByPolicy = new Set<bigint>();
     const subscriptions = createSubscriptionKeeper({
