@@ -166,6 +166,10 @@ beforeAll(async () => {
     TOLLGATE_PROOF_KEYS: keys.proof,
     TOLLGATE_PORT: "0",
     LOG_LEVEL: "warn",
+    // anvil's fees are not Base Sepolia's: it suggests a 1 gwei tip on a base fee near 1 gwei, about a
+    // thousand times what Base Sepolia asks, and at that fee settling 0.01 USDC costs 0.24 USD. The
+    // minimum that follows the fee is checked on its own devnets (test/facilitator.feeFloor.test.ts).
+    TOLLGATE_MAX_FEE_SHARE: "off",
   };
   facilitator = await startFacilitatorProcess(facilitatorEnv);
   cleanups.push(() => facilitator.stop());
