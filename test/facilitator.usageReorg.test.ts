@@ -5,7 +5,7 @@
  * replacing chain cancelled the subscription, failed with its reason — and the usage records, the event
  * log and the provider's analytics say what the chain says, nothing counted twice.
  */
-import { type Address, encodeFunctionData, type Hash, toHex } from "viem";
+import { type Address, encodeFunctionData, type Hash, type Hex, parseGwei, toHex } from "viem";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
 import { setOperator } from "../src/chain/actions/subscriptions/setOperator.ts";
@@ -21,6 +21,8 @@ import {
   type SubscriptionIndexer,
 } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
 import { createUsageSettler, type UsageSettler } from "../src/facilitator/usage/usageSettler.ts";
+import { createTestStore } from "../src/store/createTestStore.ts";
+import type { Store } from "../src/store/store.ts";
 import { registerTestProvider } from "./support/channelFixtures.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
@@ -30,17 +32,25 @@ const AMOUNT = 7_000n;
 describe("facilitator after a reorganisation undid a metered deduction", () => {
   let devnet: Devnet;
   let tf: TestFacilitator;
+  let store: Store;
   let indexer: SubscriptionIndexer;
   let settler: UsageSettler;
 
-  beforeAll(async () => {
-    devnet = await startDevnet({ token: "usdc", accounts: 6 });
-    tf = await startTestFacilitator(devnet, { settlement: { reorgCheckIntervalMs: 50 } });
+  /** A facilitator over the file's store (a restart keeps the store). */
+  async function startFacilitator() {
+    tf = await startTestFacilitator(devnet, { store, settlement: { reorgCheckIntervalMs: 50 } });
     indexer = createSubscriptionIndexer(tf.facilitator.context);
     settler = createUsageSettler(tf.facilitator.context);
+  }
+
+  beforeAll(async () => {
+    devnet = await startDevnet({ token: "usdc", accounts: 8 });
+    store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
+    await startFacilitator();
   }, 60_000);
   afterAll(async () => {
     await tf?.stop();
+    await store?.close();
     await devnet?.stop();
   });
 
@@ -182,5 +192,48 @@ describe("facilitator after a reorganisation undid a metered deduction", () => {
     const charges = await meteredCharges(provider.address);
     expect(charges.count).toBe(0);
     expect(charges.volume).toBe("0");
+  }, 60_000);
+
+  it("notices after a restart a deduction whose block was replaced while the facilitator was down, the same transaction in the new block", async () => {
+    const provider = devnet.accounts[5]!;
+    const subscriber = devnet.accounts[6]!;
+    const ref = "reorg-while-down";
+    const { subscriptionId, receipt, before } = await deducted(provider, subscriber, ref);
+    const [sent] = await store.query<{ raw_tx: Hex }>("SELECT raw_tx FROM tx_outbox WHERE tx_hash = $1", [
+      receipt.transactionHash,
+    ]);
+    await tf.stop();
+
+    // While it is down, the block is replaced by one at the same height holding the subscriber's cancel
+    // and then the very same deduction transaction, which now fails: its receipt is at the recorded
+    // height, in another block, with another outcome.
+    await devnet.testClient.request({ method: "anvil_rollback", params: [1] } as never);
+    await devnet.testClient.setAutomine(false);
+    // A higher tip than the deduction's, so the block holds the cancel first (anvil orders by fees).
+    await devnet.walletClient(subscriber).writeContract({
+      address: devnet.contracts.subscriptionManager,
+      abi: subscriptionManagerAbi,
+      functionName: "cancel",
+      args: [BigInt(subscriptionId)],
+      maxPriorityFeePerGas: parseGwei("50"),
+      maxFeePerGas: parseGwei("100"),
+    });
+    await devnet.publicClient.sendRawTransaction({ serializedTransaction: sent!.raw_tx });
+    await devnet.testClient.mine({ blocks: 1 });
+    await devnet.testClient.setAutomine(true);
+    const replaced = await devnet.publicClient.getTransactionReceipt({ hash: receipt.transactionHash });
+    expect(replaced.blockNumber).toBe(receipt.blockNumber);
+    expect(replaced.blockHash).not.toBe(receipt.blockHash);
+
+    await startFacilitator();
+    await vi.waitFor(async () => expect((await record(ref))?.status).toBe("failed"), {
+      timeout: 20_000,
+      interval: 50,
+    });
+    expect((await record(ref))?.failure_code).toBe("SubscriptionNotActive");
+    expect(await balanceOf(subscriber.address)).toBe(before.subscriber);
+    await indexer.syncOnce();
+    const charges = await meteredCharges(provider.address);
+    expect(charges.count).toBe(0);
   }, 60_000);
 });

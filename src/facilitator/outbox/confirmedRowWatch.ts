@@ -135,7 +135,13 @@ export function createConfirmedRowWatch(options: ConfirmedRowWatchOptions): Conf
       };
       await hook(tx, reopened);
       log.warn(
-        { id: row.id, kind: row.kind, owner: row.owner, transaction: row.tx_hash, blockNumber: row.block_number },
+        {
+          id: row.id,
+          kind: row.kind,
+          owner: row.owner,
+          transaction: row.tx_hash,
+          blockNumber: row.block_number,
+        },
         "a confirmed transaction left the chain (a reorganisation); it is sent again",
       );
       return true;
