@@ -107,7 +107,12 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
 
   app.get(
     "/healthz",
-    routeDoc({ summary: "Liveness of the chain RPC and the store", response: HealthSchema, errors: [503] }),
+    routeDoc({
+      summary:
+        "Liveness of the chain RPC and the store; the token's pause, fees above the maximum fee, the gas key's runway",
+      response: HealthSchema,
+      errors: [503],
+    }),
     async (c) => {
       const checks: NonNullable<Health["checks"]> = {};
       const [chain, db] = await Promise.allSettled([deps.chainHealth(), store.query("SELECT 1")]);
