@@ -8,6 +8,7 @@
  * machine (`ps`) and stays in shell history; it is never printed. The RPC URL is not written to the file
  * (provider URLs often embed an API key). Running it again deploys nothing that is there already.
  */
+
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import {
@@ -38,6 +39,7 @@ import {
   writeDeploymentFile,
 } from "../../chain/deploymentFile.ts";
 import { devnetChainId, getNetworkConfig } from "../../chain/networks.ts";
+import { redactRpcUrlsInError } from "../../chain/rpcUrls.ts";
 import { decryptKeystore } from "../../chain/signers/decryptKeystore.ts";
 import { AddressSchema } from "../../protocol/address.ts";
 import { TollgateError } from "../../protocol/errors.ts";
@@ -159,7 +161,8 @@ export async function deployCommand(argv: string[], deps: DeployCommandDeps): Pr
     return await deployWith(rpcUrl, values, env, deps);
   } catch (error) {
     // viem's errors name the URL they called, and an RPC URL often holds a provider's API key.
-    if (error instanceof Error) error.message = error.message.split(rpcUrl).join("<rpc url>");
+    // (viem prints it without its user and password, which a plain search for the URL would miss).
+    redactRpcUrlsInError(error, [rpcUrl]);
     throw error;
   }
 }
