@@ -274,6 +274,18 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     minAmount: t.minAmount ?? defaultMinAmount(options.network, t.decimals),
   }));
   const tokens = new Map(tokenConfigs.map((t) => [t.address.toLowerCase(), t]));
+  const settlementFee = options.settlementFee;
+  // A devnet is one the network table says is (as for the default minimum); any other chain's gas costs.
+  const feeFloor = followsFee(settlementFee, config?.isDevnet === true)
+    ? createSettlementFeeFloor({
+        ...settlementFee,
+        client: publicClient,
+        tokens: tokenConfigs,
+        maxFeePerGas: options.outbox?.maxFeePerGas,
+        clock,
+        logger,
+      })
+    : undefined;
   const rateLimits = createRateLimits({
     ...options.rateLimits,
     clock,
@@ -302,17 +314,6 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
   const outbox = createOutbox({
     store: options.store,
     client: publicClient,
-  const settlementFee = options.settlementFee;
-  const feeFloor = followsFee(settlementFee, config?.isDevnet !== false)
-    ? createSettlementFeeFloor({
-        ...settlementFee,
-        client: publicClient,
-        tokens: tokenConfigs,
-        maxFeePerGas: options.outbox?.maxFeePerGas,
-        clock,
-        logger,
-      })
-    : undefined;
     key,
     clock,
     logger,
