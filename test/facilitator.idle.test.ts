@@ -8,9 +8,10 @@
  * the backstop read could have found the work.
  */
 import pino from "pino";
-import { createPublicClient, http } from "viem";
+import { createPublicClient } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRpcCounter } from "../bench/support/rpcCounter.ts";
+import { rpcTransport } from "../src/chain/rpcTransport.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import {
   type CreateFacilitatorOptions,
@@ -30,10 +31,14 @@ let running: { url: string; stop(): Promise<void> };
 
 /** A facilitator over the shared store whose chain client counts its RPC calls. */
 async function start(settlement: CreateFacilitatorOptions["settlement"] = {}) {
-  // The client createFacilitator builds from an RPC URL on a devnet, with its calls counted.
+  // The client createFacilitator builds from RPC URLs on a devnet, with its calls counted: two URLs of
+  // the node, heads compared at every head read, so a failover probe at rest would show.
   const publicClient = createPublicClient({
     chain: devnet.chain,
-    transport: http(devnet.rpcUrl, { fetchFn: rpc.fetchFn }),
+    transport: rpcTransport([devnet.rpcUrl, `${devnet.rpcUrl}/`], {
+      fetchFn: rpc.fetchFn,
+      headCheckMs: 0,
+    }),
     pollingInterval: 50,
   });
   const facilitator = createFacilitator({
