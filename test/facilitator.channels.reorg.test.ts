@@ -194,4 +194,73 @@ describe("channel claims after a reorganisation undid them", { timeout: 60_000 }
     expect((await chainState(s.channelId)).claimed).toBeLessThan(600_000n);
     await expectClaimedOnce(s, 600_000n, payeeBefore, first);
   });
+
+  it("closes again, once, after a cooperative close's block was rolled back: the payer refunded once, one channel.closed", async () => {
+    const s = await open(1_000_000n);
+    const payeeBefore = await balanceOf(payee.address);
+    await claimRecorded(s, 150_000n);
+    const payerBefore = await balanceOf(payer.address);
+    const response = await fetch(`${server.url}/channels/${s.channelId}/close`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${apiKey}` },
+      body: "{}",
+    });
+    expect(response.status).toBe(200);
+    const closedEvents = async () =>
+      (
+        await store.query<{
+          data: { channelId: string; claimed: string; refunded: string; transaction: Hash };
+        }>("SELECT data FROM events WHERE type = 'channel.closed' ORDER BY id")
+      ).filter((e) => e.data.channelId === s.channelId.toLowerCase());
+    // The close's receipt is recorded (its outbox row confirmed, the outcome handled).
+    const recorded = await vi.waitFor(
+      async () => {
+        const rows = await store.query<{ tx_hash: Hash }>(
+          `SELECT o.tx_hash FROM tx_outbox o JOIN channel_claim_items i ON i.outbox_id = o.id
+           WHERE o.kind = 'channel-close' AND o.status = 'confirmed' AND i.channel_id = $1`,
+          [s.channelId.toLowerCase()],
+        );
+        expect(rows).toHaveLength(1);
+        return rows[0]!;
+      },
+      { timeout: 20_000, interval: 50 },
+    );
+    const [announced] = await closedEvents();
+    expect(announced?.data.transaction).toBe(recorded.tx_hash);
+    const receipt = await devnet.publicClient.getTransactionReceipt({ hash: recorded.tx_hash });
+    expect(await chainState(s.channelId)).toMatchObject({ closed: true, claimed: 150_000n });
+    await devnet.testClient.request({ method: "anvil_rollback", params: [1] } as never);
+    // The rollback reopened the channel on chain (or the close is back in another block).
+    const after = await receiptOrNull(receipt.transactionHash);
+    expect(after === null || after.blockHash !== receipt.blockHash).toBe(true);
+    await vi.waitFor(
+      async () => {
+        expect((await chainState(s.channelId)).closed).toBe(true);
+        const row = (
+          await store.query<{ closed: boolean; claim_outbox_id: string | null }>(
+            "SELECT closed, claim_outbox_id::text AS claim_outbox_id FROM channels WHERE channel_id = $1",
+            [s.channelId.toLowerCase()],
+          )
+        )[0];
+        expect(row).toEqual({ closed: true, claim_outbox_id: null });
+      },
+      { timeout: 20_000, interval: 50 },
+    );
+    // Read from the chain: the payee got the voucher, the payer the rest, each once.
+    expect(await chainState(s.channelId)).toMatchObject({ closed: true, claimed: 150_000n });
+    expect(await balanceOf(payee.address)).toBe(payeeBefore + 150_000n);
+    expect(await balanceOf(payer.address)).toBe(payerBefore + 850_000n);
+    // Announced once, naming a transaction on the chain now.
+    const events = await closedEvents();
+    expect(events).toHaveLength(1);
+    expect(events[0]?.data).toMatchObject({ claimed: "150000", refunded: "850000" });
+    expect((await receiptOrNull(events[0]!.data.transaction))?.status).toBe("success");
+    const close = (
+      await store.query<{ status: string; tx_hash: Hash; block_number: string }>(
+        "SELECT status, tx_hash, block_number::text AS block_number FROM tx_outbox WHERE kind = 'channel-close' ORDER BY id DESC LIMIT 1",
+      )
+    )[0]!;
+    expect(close.status).toBe("confirmed");
+    expect(BigInt(close.block_number)).toBe((await receiptOrNull(close.tx_hash))?.blockNumber);
+  });
 });

@@ -19,7 +19,10 @@
  *    the voucher is built while the old one can still be mined.
  * 3. Money: the re-sent claim is the same call at the same nonce, and the contract pays
  *    `cumulative − claimed`, so no path pays a voucher twice.
- * 4. Announced once: `channels.announced_claimed` is the highest cumulative amount a `channel.claimed`
+ * 4. A cooperative close (kind `channel-close`) is reopened the same way: the channel open again at what
+ *    it held before the close, the close in flight again; `channels.close_announced` keeps its
+ *    `channel.closed` event to one (`markClosed`).
+ * 5. Announced once: `channels.announced_claimed` is the highest cumulative amount a `channel.claimed`
  *    event announced. A claim announces only what it adds beyond that (`announcedAmount`), so the events
  *    of a channel add up to what the chain says was claimed however often a claim is undone and sent
  *    again; the reopen leaves the mark as it is.
@@ -86,6 +89,27 @@ export async function reopenChannelClaim(db: Queryable, outboxId: number): Promi
        updated_at = now()
      FROM channel_claim_items i
      WHERE i.outbox_id = $1 AND c.channel_id = i.channel_id
+     RETURNING c.channel_id`,
+    [outboxId],
+  );
+  await db.query("DELETE FROM channel_claim_items WHERE outbox_id = $1", [outboxId]);
+  return rows.map((r) => r.channel_id);
+}
+
+/**
+ * The channel side of reopening cooperative close `outboxId` (kind `channel-close`) a reorganisation
+ * undid; runs in the store transaction that moved its outbox row back to `broadcast`. The channel is
+ * open again in the store, its `claimed` back to what it was before the close, and the close in flight
+ * again (`close_wanted`, `claim_outbox_id`): vouchers stay frozen, no claim or second close is built,
+ * and the close's new outcome is recorded as a first one. `close_announced` stays set, so that outcome
+ * announces no second `channel.closed`. Returns the channels reopened.
+ */
+export async function reopenChannelClose(db: Queryable, outboxId: number): Promise<string[]> {
+  const rows = await db.query<{ channel_id: string }>(
+    `UPDATE channels c SET closed = false, close_wanted = true, claimed = LEAST(c.claimed, i.claimed_before),
+       claim_outbox_id = i.outbox_id, claim_amount = NULL, updated_at = now()
+     FROM channel_claim_items i
+     WHERE i.outbox_id = $1 AND c.channel_id = i.channel_id AND c.closed
      RETURNING c.channel_id`,
     [outboxId],
   );

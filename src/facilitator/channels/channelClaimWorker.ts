@@ -36,7 +36,12 @@ import type { Outbox, OutboxOutcome } from "../outbox/outboxTypes.ts";
 import type { TokenPauseWatch } from "../tokenPauseWatch.ts";
 import { createWakeablePause, IDLE_BACKSTOP_MS } from "../wakeablePause.ts";
 import { readChainChannel } from "./channelChain.ts";
-import { announcedAmount, recordClaimItem, reopenChannelClaim } from "./channelClaimReorg.ts";
+import {
+  announcedAmount,
+  recordClaimItem,
+  reopenChannelClaim,
+  reopenChannelClose,
+} from "./channelClaimReorg.ts";
 import {
   abandonClose,
   type ChainChannel,
@@ -257,21 +262,39 @@ export function createChannelClaimWorker(
   ctx.outbox.onReorg(CHANNEL_CLAIM_KIND, async (tx, row) => {
     await reopenChannelClaim(tx, row.id);
   });
+  ctx.outbox.onReorg(CHANNEL_CLOSE_KIND, async (tx, row) => {
+    await reopenChannelClose(tx, row.id);
+  });
 
   ctx.outbox.handle(CHANNEL_CLOSE_KIND, async (outcome, commit) => {
     const rows = await channelsOfClaim(ctx.store, outcome.id);
     const row = rows[0];
-    if (row === undefined) {
-      await commit(async () => {});
-      return;
-    }
     const closedEvent =
       outcome.status === "confirmed"
         ? parseEventLogs({ abi: tollgateChannelsAbi, logs: outcome.logs, eventName: "ChannelClosed" })[0]
         : undefined;
+    if (row === undefined) {
+      // The watch round saw this close's log first and recorded it: keep what reopening the close
+      // needs should a reorganisation undo it (the row's owner is the channel).
+      const known =
+        closedEvent === undefined ? undefined : await findChannel(ctx.store, outcome.owner as Hex);
+      await commit(async (db) => {
+        if (known === undefined || closedEvent === undefined) return;
+        await recordClaimItem(db, outcome.id, known.channel_id as Hex, {
+          claimedBefore: known.claimed,
+          cumulativeAmount: closedEvent.args.claimed,
+        });
+      });
+      return;
+    }
     const onChain = closedEvent === undefined ? await chainOf(row.channel_id as Hex) : undefined;
     await commit(async (db) => {
       if (closedEvent !== undefined) {
+        // What the channel held before the close, should a reorganisation undo it (channelClaimReorg.ts).
+        await recordClaimItem(db, outcome.id, row.channel_id as Hex, {
+          claimedBefore: row.claimed,
+          cumulativeAmount: closedEvent.args.claimed,
+        });
         if (!(await markClosed(db, row.channel_id as Hex, closedEvent.args.claimed))) return;
         await recordClosed(
           db,

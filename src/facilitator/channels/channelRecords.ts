@@ -45,6 +45,8 @@ export const ChannelRowSchema = z.object({
   close_wanted: z.boolean(),
   /** The highest cumulative amount a `channel.claimed` event announced (channelClaimReorg.ts). */
   announced_claimed: BigintColumnSchema,
+  /** A `channel.closed` event announced the close (channelClaimReorg.ts). */
+  close_announced: z.boolean(),
 });
 export type ChannelRow = z.infer<typeof ChannelRowSchema>;
 
@@ -247,17 +249,22 @@ export async function raiseClaimed(db: Queryable, channelId: Hex, claimed: bigin
 
 /**
  * Marks a channel closed (cooperative close or withdrawal) with the final claimed amount. `true` only
- * for the call that closed it, so an event about it is recorded once even when instances race.
+ * for the call that closed it first, so an event about it is recorded once even when instances race
+ * or a reorganisation undid the close and it was recorded again.
  */
 export async function markClosed(db: Queryable, channelId: Hex, claimed: bigint): Promise<boolean> {
-  const rows = await db.query(
-    `UPDATE channels SET closed = true, claimed = GREATEST(claimed, $2), close_wanted = false,
-       unclaimed_since = NULL, claim_outbox_id = NULL, claim_amount = NULL, updated_at = now()
-     WHERE channel_id = $1 AND NOT closed
-     RETURNING channel_id`,
+  // The old mark, read under the row lock the UPDATE takes: a close a reorganisation undid and that was
+  // sent again closes the row a second time but is not announced again (channelClaimReorg.ts).
+  const rows = await db.query<{ first: boolean }>(
+    `WITH prev AS (SELECT close_announced FROM channels WHERE channel_id = $1 AND NOT closed FOR UPDATE)
+     UPDATE channels c SET closed = true, close_announced = true, claimed = GREATEST(c.claimed, $2),
+       close_wanted = false, unclaimed_since = NULL, claim_outbox_id = NULL, claim_amount = NULL,
+       updated_at = now()
+     FROM prev WHERE c.channel_id = $1 AND NOT c.closed
+     RETURNING NOT prev.close_announced AS first`,
     [lower(channelId), claimed],
   );
-  return rows.length > 0;
+  return rows[0]?.first === true;
 }
 
 /** Records the payer's close request time (read from the chain). */
