@@ -367,13 +367,29 @@ export function createSubscriptionIndexer(
       if (receipts.get(row.tx_hash) !== number) orphans.push(row);
     }
     const touched = new Set<string>();
+    const touchedPlans = new Set<string>();
     for (const orphan of orphans) {
-      const events = await ctx.store.query<{ subscription_id: string | null }>(
-        `SELECT data ->> 'subscriptionId' AS subscription_id FROM events
+      const events = await ctx.store.query<{ subscription_id: string | null; plan_id: string | null }>(
+        `SELECT data ->> 'subscriptionId' AS subscription_id, data ->> 'planId' AS plan_id FROM events
          WHERE undone_at IS NULL AND data ->> 'transaction' = $1 AND data ->> 'logIndex' = $2`,
         [orphan.tx_hash, String(orphan.log_index)],
       );
-      for (const event of events) if (event.subscription_id !== null) touched.add(event.subscription_id);
+      for (const event of events) {
+        if (event.subscription_id !== null) touched.add(event.subscription_id);
+        else if (event.plan_id !== null) touchedPlans.add(event.plan_id);
+      }
+    }
+    const freshPlans = new Map<bigint, ChainPlan>();
+    for (const id of touchedPlans) {
+      freshPlans.set(
+        BigInt(id),
+        (await client.readContract({
+          address: manager,
+          abi: subscriptionManagerAbi,
+          functionName: "plans",
+          args: [BigInt(id)],
+        })) as ChainPlan,
+      );
     }
     const fresh = new Map<bigint, ChainSubscription>();
     for (const id of touched) {
@@ -401,6 +417,36 @@ export function createSubscriptionIndexer(
           `UPDATE events SET undone_at = now()
            WHERE undone_at IS NULL AND data ->> 'transaction' = $1 AND data ->> 'logIndex' = $2`,
           [orphan.tx_hash, String(orphan.log_index)],
+        );
+      }
+      for (const [planId, plan] of freshPlans) {
+        // A plan created in an undone block: the chain's plan of that id now, if any.
+        const row = chainPlanToRow(planId, plan);
+        if (BigInt(row.provider) === 0n) {
+          await tx.query("DELETE FROM plans WHERE chain_id = $1 AND manager = $2 AND plan_id = $3", [
+            ctx.chainId,
+            manager.toLowerCase(),
+            planId,
+          ]);
+          continue;
+        }
+        await tx.query(
+          `UPDATE plans SET provider = $4, token = $5, amount = $6, interval_seconds = $7, included_units = $8,
+             overage_unit_price = $9, deprecated = $10, successor_plan_id = $11, updated_at = now()
+           WHERE chain_id = $1 AND manager = $2 AND plan_id = $3`,
+          [
+            ctx.chainId,
+            manager.toLowerCase(),
+            planId,
+            row.provider,
+            row.token,
+            row.amount,
+            row.interval_seconds,
+            row.included_units,
+            row.overage_unit_price,
+            row.deprecated,
+            row.successor_plan_id,
+          ],
         );
       }
       for (const [subscriptionId, sub] of fresh) {
