@@ -168,6 +168,14 @@ export type CreateFacilitatorOptions = {
    * `RateLimited`; defaults in abuse/rateLimits.ts). Held in this process: limits are per instance.
    */
   rateLimits?: RateLimitOptions | undefined;
+  /**
+   * The minimum payment that follows the network's fee (abuse/settlementFeeFloor.ts): a payment whose
+   * batched settlement would cost more than `maxFeeShare` (default 0.5) of its value, at `ethPriceUsd`
+   * (default 5000), is refused, and `/supported` publishes the minimum in force. On by default on a real
+   * network; on a devnet only when `ethPriceUsd` is given. `false` turns it off (the configured
+   * `minAmount` alone).
+   */
+  settlementFee?: SettlementFeeOptions | false | undefined;
   /** Who may read `/metrics` (default: loopback peers only; see metricsAccess.ts). */
   metricsAccess?: MetricsAccess | undefined;
   /**
@@ -179,14 +187,6 @@ export type CreateFacilitatorOptions = {
   tokenPause?: { intervalMs?: number | undefined } | undefined;
   /**
    * Options of the built-in webhooks module: the non-public targets allowed (none by default), the
-  /**
-   * The minimum payment that follows the network's fee (abuse/settlementFeeFloor.ts): a payment whose
-   * batched settlement would cost more than `maxFeeShare` (default 0.5) of its value, at `ethPriceUsd`
-   * (default 5000), is refused, and `/supported` publishes the minimum in force. On by default on a real
-   * network; on a devnet only when `ethPriceUsd` is given. `false` turns it off (the configured
-   * `minAmount` alone).
-   */
-  settlementFee?: SettlementFeeOptions | false | undefined;
    * keys that seal secrets at rest, … (see webhooks/createWebhooksModule.ts).
    */
   webhooks?: WebhooksModuleOptions | undefined;
@@ -245,9 +245,9 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     options.rpcUrl === undefined
       ? []
       : typeof options.rpcUrl === "string"
-  const confirmations = options.confirmations ?? defaultConfirmations(options.network);
         ? parseRpcUrls(options.rpcUrl)
         : parseRpcUrls(options.rpcUrl.join(","));
+  const confirmations = options.confirmations ?? defaultConfirmations(options.network);
   const metrics = createFacilitatorMetrics();
   const rpcEvents = logRpcProviderEvents(logger.child({ component: "rpc" }), metrics);
   const publicClient =
@@ -376,6 +376,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     clock,
     limits: rateLimits,
     contractSigners,
+    feeFloor,
   });
   const supported: SupportedResponse = {
     version: "1",
@@ -389,6 +390,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
           decimals: t.decimals,
           eip712: { name: t.name, version: t.version },
           minAmount: t.minAmount.toString(),
+          ...(feeFloor === undefined ? {} : { minAmountFloor: t.minAmount.toString() }),
         })),
         batchSettler: options.batchSettler,
         ...(options.subscriptionManager === undefined
@@ -411,7 +413,6 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     channels: options.channels,
     tokens: tokenConfigs,
     logsRange: options.logsRange,
-    feeFloor,
     engine,
     contractSigners,
     tokenPause,
@@ -425,7 +426,6 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     },
   };
   // The dashboard rotates webhook secrets: it and the webhooks module must seal with the same keys.
-          ...(feeFloor === undefined ? {} : { minAmountFloor: t.minAmount.toString() }),
   let webhookOptions = options.webhooks;
   if (options.dashboard !== undefined && (webhookOptions?.secretKeys ?? []).length === 0) {
     logger.warn("webhook secrets are sealed with a key of this process only; configure webhook secret keys");
@@ -461,6 +461,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     store: options.store,
     proofKeys: () => proofKeys,
     supported,
+    currentSupported: feeFloor === undefined ? undefined : () => supportedNow(supported, feeFloor),
     clock,
     logger,
     metrics,
@@ -501,7 +502,6 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
       for (const m of modules) {
         await m.start?.();
         started.push(m);
-    currentSupported: feeFloor === undefined ? undefined : () => supportedNow(supported, feeFloor),
       }
     },
     async stop() {

@@ -25,9 +25,9 @@ export type FacilitatorAppDeps = {
   /** Proof keys: the first signs, all verify (rotation keeps the old key here until its proofs expire). */
   proofKeys: () => readonly ProofKey[];
   supported: SupportedResponse;
-  clock: Clock;
   /** `/supported` with the minimums in force now, when they follow the network's fee (settlementFeeFloor.ts). */
   currentSupported?: (() => Promise<SupportedResponse>) | undefined;
+  clock: Clock;
   logger: Logger;
   metrics: FacilitatorMetrics;
   /** Reads the chain head, for `/healthz`. */

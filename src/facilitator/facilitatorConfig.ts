@@ -92,7 +92,6 @@ export const FacilitatorEnvSchema = z.object({
     .regex(/^[1-9]\d{0,76}$/, { error: "expected a positive integer in the token's smallest unit" })
     .transform((text) => BigInt(text))
     .optional(),
-  /** Rate limit per client address on the endpoints that cost chain work (default 120:20). */
   /**
    * The largest share of a payment's value its settlement may cost (abuse/settlementFeeFloor.ts): while
    * the network's fee makes settling dearer, the minimum payment rises above TOLLGATE_MIN_AMOUNT. A
@@ -117,6 +116,7 @@ export const FacilitatorEnvSchema = z.object({
       error: "expected a positive USD price such as 4000 or 3999.5",
     })
     .optional(),
+  /** Rate limit per client address on the endpoints that cost chain work (default 120:20). */
   TOLLGATE_RATE_LIMIT_CLIENT: RateLimitSchema.optional(),
   /** Rate limit per payer address (default 60:10). */
   TOLLGATE_RATE_LIMIT_PAYER: RateLimitSchema.optional(),
@@ -175,6 +175,8 @@ export type FacilitatorConfig = {
   dataDir: string;
   logLevel: FacilitatorEnv["LOG_LEVEL"];
   rateLimits: RateLimitOptions;
+  /** TOLLGATE_MAX_FEE_SHARE and TOLLGATE_ETH_PRICE_USD (`false`: off); unset fields take their defaults. */
+  settlementFee: { maxFeeShare?: string; ethPriceUsd?: string } | false;
   /** Sealing keys of webhook secrets and the non-public targets allowed (webhooks/webhookConfig.ts). */
   webhooks: WebhookConfig;
   metricsToken: string | undefined;
@@ -194,8 +196,6 @@ export type FacilitatorConfig = {
 export type ConfiguredToken = Omit<FacilitatorToken, "name" | "version"> & {
   name: string | undefined;
   version: string | undefined;
-  /** TOLLGATE_MAX_FEE_SHARE and TOLLGATE_ETH_PRICE_USD (`false`: off); unset fields take their defaults. */
-  settlementFee: { maxFeeShare?: string; ethPriceUsd?: string } | false;
 };
 
 function missing(what: string, variable: string): never {
@@ -305,6 +305,13 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
     dataDir: join(dir, "pglite"),
     logLevel: env.LOG_LEVEL,
     webhooks: loadWebhookConfig(env, dir),
+    settlementFee:
+      env.TOLLGATE_MAX_FEE_SHARE === "off"
+        ? false
+        : {
+            ...(env.TOLLGATE_MAX_FEE_SHARE === undefined ? {} : { maxFeeShare: env.TOLLGATE_MAX_FEE_SHARE }),
+            ...(env.TOLLGATE_ETH_PRICE_USD === undefined ? {} : { ethPriceUsd: env.TOLLGATE_ETH_PRICE_USD }),
+          },
     rateLimits: {
       perClient: env.TOLLGATE_RATE_LIMIT_CLIENT,
       perPayer: env.TOLLGATE_RATE_LIMIT_PAYER,
@@ -326,13 +333,6 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
  * @example
  * const token = await resolveTokenDomain(config.token, createPublicClient({ transport: rpcTransport(config.rpcUrls) }));
  */
-    settlementFee:
-      env.TOLLGATE_MAX_FEE_SHARE === "off"
-        ? false
-        : {
-            ...(env.TOLLGATE_MAX_FEE_SHARE === undefined ? {} : { maxFeeShare: env.TOLLGATE_MAX_FEE_SHARE }),
-            ...(env.TOLLGATE_ETH_PRICE_USD === undefined ? {} : { ethPriceUsd: env.TOLLGATE_ETH_PRICE_USD }),
-          },
 export async function resolveTokenDomain(
   token: ConfiguredToken,
   client: ReadClient,

@@ -47,8 +47,8 @@ export async function startTestFacilitator(
       | "logger"
       | "dashboard"
       | "tokenPause"
-    >
       | "settlementFee"
+    >
   > & {
     store?: Store;
     gasAccount?: DevnetAccount;

@@ -119,6 +119,24 @@ describe("tollgate facilitator configuration", () => {
     expect(() => configFrom([], withoutGasKey)).toThrow(/TOLLGATE_GAS_KEY/);
   });
 
+  it("reads the fee share and the ETH price the minimum follows, or off, and refuses nonsense for them", () => {
+    expect(configFrom([]).settlementFee).toEqual({});
+    expect(configFrom(["--max-fee-share", "0.2", "--eth-price-usd", "3999.5"]).settlementFee).toEqual({
+      maxFeeShare: "0.2",
+      ethPriceUsd: "3999.5",
+    });
+    expect(configFrom([], { ...environment, TOLLGATE_MAX_FEE_SHARE: "1" }).settlementFee).toEqual({
+      maxFeeShare: "1",
+    });
+    expect(configFrom(["--max-fee-share=off"]).settlementFee).toBe(false);
+    for (const bad of ["0", "0.0", "1.5", "-0.1", "half", "50%"]) {
+      expect(() => configFrom([`--max-fee-share=${bad}`]), bad).toThrow(/TOLLGATE_MAX_FEE_SHARE/);
+    }
+    for (const bad of ["0", "0.00", "-4000", "4e3", "$4000"]) {
+      expect(() => configFrom([`--eth-price-usd=${bad}`]), bad).toThrow(/TOLLGATE_ETH_PRICE_USD/);
+    }
+  });
+
   it("reads the minimum amount and the rate limits, and refuses nonsense for them", () => {
     const config = configFrom(["--min-amount", "50000"], {
       ...environment,
@@ -139,24 +157,6 @@ describe("tollgate facilitator configuration", () => {
       perPayer: undefined,
       trustedProxies: undefined,
     });
-  it("reads the fee share and the ETH price the minimum follows, or off, and refuses nonsense for them", () => {
-    expect(configFrom([]).settlementFee).toEqual({});
-    expect(configFrom(["--max-fee-share", "0.2", "--eth-price-usd", "3999.5"]).settlementFee).toEqual({
-      maxFeeShare: "0.2",
-      ethPriceUsd: "3999.5",
-    });
-    expect(configFrom([], { ...environment, TOLLGATE_MAX_FEE_SHARE: "1" }).settlementFee).toEqual({
-      maxFeeShare: "1",
-    });
-    expect(configFrom(["--max-fee-share=off"]).settlementFee).toBe(false);
-    for (const bad of ["0", "0.0", "1.5", "-0.1", "half", "50%"]) {
-      expect(() => configFrom([`--max-fee-share=${bad}`]), bad).toThrow(/TOLLGATE_MAX_FEE_SHARE/);
-    }
-    for (const bad of ["0", "0.00", "-4000", "4e3", "$4000"]) {
-      expect(() => configFrom([`--eth-price-usd=${bad}`]), bad).toThrow(/TOLLGATE_ETH_PRICE_USD/);
-    }
-  });
-
     for (const bad of ["0", "-1", "0.5", "1e6", "ten"]) {
       expect(() => configFrom([`--min-amount=${bad}`])).toThrow(/TOLLGATE_MIN_AMOUNT/);
     }

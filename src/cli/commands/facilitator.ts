@@ -138,6 +138,7 @@ export async function run(argv: string[]): Promise<number> {
     confirmations: config.confirmations,
     logsRange: config.logsRange,
     rateLimits: config.rateLimits,
+    settlementFee: config.settlementFee,
     webhooks: { secretKeys: config.webhooks.secretKeys, allowTargets: config.webhooks.allowTargets },
     metricsAccess: { token: config.metricsToken },
     outbox: {
@@ -148,7 +149,6 @@ export async function run(argv: string[]): Promise<number> {
     logger,
     dashboard: dashboardOptions(env.TOLLGATE_DASHBOARD, config),
   });
-    settlementFee: config.settlementFee,
   let server: Awaited<ReturnType<typeof serveApp>>;
   try {
     await facilitator.start();
