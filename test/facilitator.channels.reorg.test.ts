@@ -168,6 +168,8 @@ describe("channel claims after a reorganisation undid them", { timeout: 60_000 }
     // The rollback undid the claim on chain (or, once the facilitator sent it again, it is in another block).
     const after = await receiptOrNull(receipt.transactionHash);
     expect(after === null || after.blockHash !== receipt.blockHash).toBe(true);
+    // The chain goes on: a new head after the rollback.
+    await devnet.testClient.request({ method: "evm_mine", params: [] } as never);
     const events = await expectClaimedOnce(s, 300_000n, payeeBefore, receipt);
     expect(events).toHaveLength(1);
   });
@@ -233,6 +235,8 @@ describe("channel claims after a reorganisation undid them", { timeout: 60_000 }
     // The rollback reopened the channel on chain (or the close is back in another block).
     const after = await receiptOrNull(receipt.transactionHash);
     expect(after === null || after.blockHash !== receipt.blockHash).toBe(true);
+    // The chain goes on: a new head after the rollback.
+    await devnet.testClient.request({ method: "evm_mine", params: [] } as never);
     await vi.waitFor(
       async () => {
         expect((await chainState(s.channelId)).closed).toBe(true);
