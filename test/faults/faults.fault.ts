@@ -6,7 +6,9 @@
  * channel vouchers, agents buying a paid tool through their budget ledger; webhooks to a receiver that
  * stays up. While that runs: facilitator instances SIGKILLed at random moments while they serve and
  * restarted, anvil stopped and restarted on its saved chain, the facilitators' PostgreSQL backends
- * terminated, the gates' Redis connections killed, a gate SIGKILLed mid-request. Then the
+ * terminated, the gates' Redis connections killed, a gate SIGKILLed mid-request; and the chain
+ * misbehaving: blocks holding settlements rolled back or reorganised away, a base-fee spike, the RPC
+ * provider answering 429 for a while, its node stuck on a stale head for a while. Then the
  * reconciliation against the chain.
  *
  * Every fault kind is injected at least once, and the run fails otherwise. The random choices (which
@@ -77,6 +79,7 @@ beforeAll(async () => {
     meteredSubscribers: 2,
     channelPayers: 2,
     agents: 1,
+    rpcFaults: true,
   });
 }, 180_000);
 
@@ -112,6 +115,32 @@ describe("facilitators, gates, chain, PostgreSQL and Redis failing over and over
         pgBackendsTerminated: 0,
         redisKills: 0,
         gateKills: 0,
+        chainRollbacks: 0,
+        chainReorgs: 0,
+        feeSpikes: 0,
+        rateLimitStorms: 0,
+        staleHeads: 0,
+      };
+      /** Transactions the rollbacks and reorganisations took off the chain, by outbox kind. */
+      const undoneByKind: Record<string, number> = {};
+      const chain = stack.faults.chain!;
+      /** The chain faults that last a while run beside the loop; one of each kind at a time. */
+      const lasting = new Map<string, Promise<void>>();
+      const startLasting = (
+        kind: "feeSpikes" | "rateLimitStorms" | "staleHeads",
+        run: () => Promise<void>,
+      ) => {
+        if (lasting.has(kind)) return;
+        faults[kind] += 1;
+        progress(`${kind} ${faults[kind]} begins`);
+        lasting.set(
+          kind,
+          run()
+            .catch((error) => {
+              progress(`${kind} failed: ${String(error).slice(0, 300)}`);
+            })
+            .finally(() => lasting.delete(kind)),
+        );
       };
       const restarts: Promise<void>[] = [];
       /** Processes that died by themselves: each is a bug. */
@@ -170,7 +199,12 @@ describe("facilitators, gates, chain, PostgreSQL and Redis failing over and over
         faults.pgBackendsTerminated > 0 &&
         faults.redisKills > 0 &&
         faults.gateKills > 0 &&
-        faults.anvilRestarts > 0;
+        faults.anvilRestarts > 0 &&
+        faults.chainRollbacks > 0 &&
+        faults.chainReorgs > 0 &&
+        faults.feeSpikes > 0 &&
+        faults.rateLimitStorms > 0 &&
+        faults.staleHeads > 0;
       for (let step = 0; killing || !everyOtherKindOnce(); step++) {
         await sleep(random(150, 900));
         for (const p of [...stack.facilitators, ...stack.gates, stack.anvil])
@@ -193,8 +227,36 @@ describe("facilitators, gates, chain, PostgreSQL and Redis failing over and over
           await stack.faults.restartAnvil();
           faults.anvilRestarts += 1;
         }
+        // The newest 1–3 blocks undone, when they hold only transactions the facilitators follow through
+        // a reorganisation (chainFaults.ts; else tried again at the next step, until each was):
+        // rollbacks and reorganisations in turn, the first drawn at random.
+        if (step % 13 === 3 || faults.chainRollbacks === 0 || faults.chainReorgs === 0) {
+          const how =
+            faults.chainRollbacks < faults.chainReorgs ||
+            (faults.chainRollbacks === faults.chainReorgs && rng() < 0.5)
+              ? "rollback"
+              : "reorg";
+          const depth = random(1, 4);
+          try {
+            const undone = await chain.undoBlocks(how, depth);
+            if (undone.size > 0) {
+              for (const [kind, n] of undone) undoneByKind[kind] = (undoneByKind[kind] ?? 0) + n;
+              if (how === "rollback") faults.chainRollbacks += 1;
+              else faults.chainReorgs += 1;
+              progress(`${how} of up to ${depth} blocks undid ${JSON.stringify(Object.fromEntries(undone))}`);
+            }
+          } catch (error) {
+            // anvil restarting.
+            progress(`${how} failed: ${String(error).slice(0, 300)}`);
+          }
+        }
+        if (step % 37 === 20) startLasting("feeSpikes", () => chain.feeSpike(random(3_000, 7_000)));
+        if (step % 41 === 27)
+          startLasting("rateLimitStorms", () => chain.rateLimitStorm(random(2_000, 6_000), random(1, 4)));
+        if (step % 43 === 34) startLasting("staleHeads", () => chain.staleHead(random(3_000, 7_000)));
       }
       await killLoop;
+      await Promise.all(lasting.values());
       progress(`faults done: ${JSON.stringify(faults)}; waiting for restarts and the load to stop`);
       await Promise.all(restarts);
       await Promise.all([load.stop(), mixed.stop()]);
@@ -239,6 +301,7 @@ describe("facilitators, gates, chain, PostgreSQL and Redis failing over and over
         seed: SEED,
         faultSeconds: Math.round(faultSeconds),
         faultsInjected: faults,
+        transactionsUndone: undoneByKind,
         purchases: load.purchases.length,
         paymentsMade: figures.paymentsMade,
         purchasesServed: figures.purchasesServed,

@@ -3,7 +3,9 @@
  * state file, a fresh PostgreSQL database per run, 2–3 `tollgate facilitator` instances on it sharing one
  * gas key, 2 gate processes sharing a Redis replay guard, a provider with a webhook endpoint received
  * here, and a subscription plan. Also the fault injectors: SIGKILL, restarting anvil, terminating the
- * facilitators' PostgreSQL backends, killing the gates' Redis connections.
+ * facilitators' PostgreSQL backends, killing the gates' Redis connections, and (with `rpcFaults`) the
+ * chain's own misbehaviours (chainFaults.ts), the facilitators then reading the chain through an RPC
+ * fault proxy.
  */
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -25,6 +27,8 @@ import { registerProvider } from "../../../src/client/registerProvider.ts";
 import { generateProofKey } from "../../../src/facilitator/proofKeys.ts";
 import { CreateWebhookResponseSchema } from "../../../src/facilitator/webhooks/webhookApi.ts";
 import { WebhookEventSchema } from "../../../src/protocol/webhook.ts";
+import { type RpcFaultProxy, startRpcFaultProxy } from "../../support/rpcFaultProxy.ts";
+import { type ChainFaults, createChainFaults } from "./chainFaults.ts";
 import {
   facilitatorProcess,
   freePort,
@@ -70,11 +74,18 @@ export type FaultStackOptions = {
   agents?: number;
   /** Handler delay of `GET /api/slow` (the window for killing a gate mid-request). */
   slowMs?: number;
+  /**
+   * The facilitators read the chain through an RPC fault proxy (test/support/rpcFaultProxy.ts), and
+   * `faults.chain` injects the chain's misbehaviours (default false: they talk to anvil directly).
+   */
+  rpcFaults?: boolean;
 };
 
 export type FaultStack = {
   devnet: Devnet;
   anvil: Restartable;
+  /** The proxy between the facilitators and anvil, with `rpcFaults`. */
+  rpcProxy: RpcFaultProxy | undefined;
   facilitators: Restartable[];
   facilitatorUrls: string[];
   gates: Restartable[];
@@ -103,6 +114,8 @@ export type FaultStack = {
     killRedisConnections(): Promise<number>;
     /** Stops anvil (its state dumped on exit) and starts it again on the same port and chain. */
     restartAnvil(): Promise<void>;
+    /** Rollbacks, reorganisations, fee spikes, 429 storms, a stale node: with `rpcFaults` only. */
+    chain: ChainFaults | undefined;
   };
   stop(): Promise<void>;
 };
@@ -150,6 +163,11 @@ export async function startFaultStack(options: FaultStackOptions): Promise<Fault
     const rpcUrl = `http://127.0.0.1:${anvilPort}`;
     const devnet = await setUpDevnet(rpcUrl, 4, 10_000_000_000n, async () => {});
     const gas = devnet.accounts[3]!;
+    // The facilitators' RPC: anvil, or a fault proxy in front of it (which outlives anvil's restarts).
+    const rpcProxy =
+      options.rpcFaults === true ? await startRpcFaultProxy(rpcUrl, {}, { webSocket: "pipe" }) : undefined;
+    if (rpcProxy !== undefined) stops.push(() => rpcProxy.close());
+    const facilitatorRpcUrl = rpcProxy?.url ?? rpcUrl;
 
     // A database of its own for the run.
     const name = `tollgate_faults_${runId}`;
@@ -170,7 +188,7 @@ export async function startFaultStack(options: FaultStackOptions): Promise<Fault
     const facilitators = facilitatorPorts.map((port, i) =>
       facilitatorProcess(`facilitator-${i}`, {
         TOLLGATE_DIR: join(dir, `facilitator-${i}`),
-        TOLLGATE_RPC_URL: rpcUrl,
+        TOLLGATE_RPC_URL: facilitatorRpcUrl,
         TOLLGATE_NETWORK: devnet.network,
         TOLLGATE_GAS_KEY: gas.privateKey,
         TOLLGATE_PROOF_KEYS: proofSeed,
@@ -329,6 +347,7 @@ export async function startFaultStack(options: FaultStackOptions): Promise<Fault
     return {
       devnet,
       anvil,
+      rpcProxy,
       facilitators,
       facilitatorUrls,
       gates,
@@ -370,6 +389,16 @@ export async function startFaultStack(options: FaultStackOptions): Promise<Fault
           await anvil.stop("SIGINT");
           await startEventually(anvil);
         },
+        chain:
+          rpcProxy === undefined
+            ? undefined
+            : createChainFaults({
+                anvilUrl: rpcUrl,
+                proxy: rpcProxy,
+                gasAddress: gas.address,
+                query: async <T>(sql: string, params: unknown[] = []) =>
+                  (await pool.query(sql, params)).rows as T[],
+              }),
       },
       stop: stopAll,
     };
