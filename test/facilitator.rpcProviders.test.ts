@@ -4,7 +4,7 @@
  * Payments settle exactly once (balances read from the chain), provider keys stay out of every log line
  * and metric, and the operator hears of a provider once when it fails or lags and once when it is back.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import type { CreateFacilitatorOptions } from "../src/facilitator/createFacilitator.ts";
@@ -25,8 +25,12 @@ beforeAll(async () => {
   payTo = devnet.accounts[0]!;
 });
 
+// One facilitator at a time: they share the devnet's gas key.
+afterEach(async () => {
+  for (const f of facilitators.splice(0)) await f.stop();
+});
+
 afterAll(async () => {
-  for (const f of facilitators) await f.stop();
   for (const p of proxies) await p.close();
   await devnet?.stop();
 });
@@ -84,14 +88,11 @@ describe("several RPC URLs", () => {
     a.set({ unavailable: true });
     for (let i = 0; i < 3; i++) expect(await pay(f, payer, 10_000n)).toBe(200);
     expect(total(b)).toBeGreaterThan(0);
+    const failingLine = "RPC provider failing; calls go to the next provider, this one is tried again later";
     const failing = lines().filter(
       (l) => l.msg === "RPC provider failing; calls go to the next provider, this one is tried again later",
     );
     expect(failing.map((l) => l.provider)).toEqual([`${a.url}/v2/***`]);
-
-    // A provider that hangs: its calls time out and go to the next.
-    a.set({ hang: true });
-    expect(await pay(f, payer, 10_000n)).toBe(200);
 
     // Back: after its cooldown the first provider is asked again, and answers.
     a.set({});
@@ -109,6 +110,13 @@ describe("several RPC URLs", () => {
       .poll(() => lines().some((l) => l.msg === "RPC provider answering again"), { timeout: 5_000 })
       .toBe(true);
 
+    // A provider that hangs: its calls time out (1 s here) and go to the next.
+    a.set({ hang: true });
+    const timedOut = lines().filter((l) => l.msg === failingLine).length;
+    expect(await pay(f, payer, 10_000n)).toBe(200);
+    expect(lines().filter((l) => l.msg === failingLine).length).toBe(timedOut + 1);
+    a.set({});
+
     // Exactly once each, on chain: every payment answered 200 moved its amount once.
     const paid = before.payer - (await balanceOf(payer.address));
     expect(paid).toBe(BigInt(settled) * 10_000n);
@@ -118,7 +126,44 @@ describe("several RPC URLs", () => {
     const printed = JSON.stringify(lines()) + (await metricsOf(f));
     expect(printed).not.toContain(KEY_A);
     expect(printed).not.toContain(KEY_B);
-    expect(await metricsOf(f)).toContain(`tollgate_rpc_provider_up{provider="${a.url}/v2/***"} 1`);
+    // Down after the hang, until it is next asked.
+    expect(await metricsOf(f)).toContain(`tollgate_rpc_provider_up{provider="${a.url}/v2/***"} 0`);
+  });
+});
+
+describe("every provider down", () => {
+  it("answers 503 ChainUnavailable, and neither the answer, /healthz nor the log names a provider's key", async () => {
+    const a = await proxy();
+    const b = await proxy();
+    const { logger, lines } = capturingLogger();
+    const f = await facilitator(
+      `${a.url}/v2/${KEY_A},${b.url}/v3/${KEY_B}`,
+      { retryCount: 1, backoffBaseMs: 5 },
+      logger,
+    );
+    a.set({ unavailable: true });
+    b.set({ unavailable: true });
+    try {
+      const payment = await signTestPayment(devnet, devnet.accounts[7]!, {
+        payTo: payTo.address,
+        amount: 10_000n,
+      });
+      const response = await fetch(`${f.url}/authorize`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ signedPayment: payment }),
+      });
+      expect(response.status).toBe(503);
+      const health = await fetch(`${f.url}/healthz`);
+      expect(health.status).toBe(503);
+      const printed = `${await response.text()}${await health.text()}${JSON.stringify(lines())}${await metricsOf(f)}`;
+      expect(printed).not.toContain(KEY_A);
+      expect(printed).not.toContain(KEY_B);
+      expect(lines().some((l) => l.provider === `${b.url}/v3/***`)).toBe(true);
+    } finally {
+      a.set({});
+      b.set({});
+    }
   });
 });
 
