@@ -14,7 +14,6 @@ import {
   createWalletClient,
   defineChain,
   type Hash,
-  http,
   type PublicClient,
   type Transport,
 } from "viem";
@@ -30,6 +29,8 @@ import { deploymentFilePath, readDeploymentFile } from "../../chain/deploymentFi
 import { type DevnetFile, readDevnetFile } from "../../chain/devnetFile.ts";
 import { getPlanIdFromReceipt } from "../../chain/events/decodeSubscriptionEvents.ts";
 import { devnetChain, getNetworkConfig } from "../../chain/networks.ts";
+import { rpcTransport } from "../../chain/rpcTransport.ts";
+import { parseRpcUrls } from "../../chain/rpcUrls.ts";
 import { AddressSchema } from "../../protocol/address.ts";
 import { formatUnitsExact, parseUnitsExact } from "../../protocol/amount.ts";
 import { TollgateError } from "../../protocol/errors.ts";
@@ -45,7 +46,8 @@ const PrivateKeySchema = z
 
 const PlanEnvSchema = z.object({
   TOLLGATE_DIR: z.string().min(1).default(".tollgate"),
-  TOLLGATE_RPC_URL: z.url().optional(),
+  /** One URL or several, comma-separated (read by parseRpcUrls). */
+  TOLLGATE_RPC_URL: z.string().optional(),
   TOLLGATE_SUBSCRIPTION_MANAGER: AddressSchema.optional(),
   TOLLGATE_TOKEN: AddressSchema.optional(),
   TOLLGATE_PROVIDER_KEY: PrivateKeySchema.optional(),
@@ -110,7 +112,8 @@ export async function planCommand(argv: string[], deps: PlanCommandDeps): Promis
     );
     return 2;
   }
-  const chain = await chainAt(rpc);
+  const rpcUrls = parseRpcUrls(rpc, values.rpc === undefined ? "TOLLGATE_RPC_URL" : "--rpc");
+  const chain = await chainAt(rpcUrls);
   // Defaults come from what describes this very chain: the devnet file only when the RPC is the devnet's
   // chain, then the deployment `tollgate deploy` wrote for it, then the network's own USDC.
   const devnet = devnetFile?.chainId === chain.id ? devnetFile : undefined;
@@ -127,17 +130,18 @@ export async function planCommand(argv: string[], deps: PlanCommandDeps): Promis
     return 2;
   }
   const manager = parseWire(AddressSchema, managerText, { what: "--manager" });
-  const client = createPublicClient({ chain, transport: http(rpc), pollingInterval: 100 }) as PublicClient<
-    Transport,
-    Chain
-  >;
+  const client = createPublicClient({
+    chain,
+    transport: rpcTransport(rpcUrls),
+    pollingInterval: 100,
+  }) as PublicClient<Transport, Chain>;
   const print = (value: unknown, lines: string[]) => {
     if (values.json) deps.out.log(JSON.stringify(value, null, 2));
     else for (const line of lines) deps.out.log(line);
   };
   const wallet = () => {
     const key = providerKey(values, env, devnet);
-    return createWalletClient({ chain, transport: http(rpc), account: privateKeyToAccount(key) });
+    return createWalletClient({ chain, transport: rpcTransport(rpcUrls), account: privateKeyToAccount(key) });
   };
   const wait = async (hash: Hash) => {
     const receipt = await client.waitForTransactionReceipt({ hash });
@@ -240,11 +244,11 @@ export function run(argv: string[]): Promise<number> {
   return planCommand(argv, { env: process.env, out: console });
 }
 
-async function chainAt(rpc: string): Promise<Chain> {
-  const id = await createPublicClient({ transport: http(rpc) }).getChainId();
+async function chainAt(rpcUrls: string[]): Promise<Chain> {
+  const id = await createPublicClient({ transport: rpcTransport(rpcUrls) }).getChainId();
   return (
     getNetworkConfig(`eip155:${id}`)?.chain ??
-    defineChain({ ...devnetChain, id, rpcUrls: { default: { http: [rpc] } } })
+    defineChain({ ...devnetChain, id, rpcUrls: { default: { http: rpcUrls } } })
   );
 }
 
