@@ -6,6 +6,7 @@
  * once on chain, the authorization used, the row settled in the new block, and one `payment.settled`.
  */
 import { type Address, encodeFunctionData, erc20Abi, type Hash, type Hex, toHex } from "viem";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { getAuthorizationState } from "../src/chain/actions/usd/getAuthorizationState.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
@@ -199,5 +200,85 @@ describe("facilitator after a reorganisation undid a settlement batch", () => {
     expect(failed).toHaveLength(1);
     expect(await settledEvents(settled.nonce)).toHaveLength(1);
     expect((await tf.facilitator.engine.getPayment(settled.nonce))?.proof).toBeNull();
+  }, 60_000);
+
+  /** Two payments of a payer with the money for one: the second to reach the chain fails, in the newest block. */
+  async function oneOfTwoFailed() {
+    // Both pass their checks alone; the second to reach the chain finds the wallet empty.
+    const key = generatePrivateKey();
+    const account = privateKeyToAccount(key);
+    const payer = { address: account.address, privateKey: key, account };
+    await devnet.fund(payer.address, { usd: amount });
+    const payee = devnet.accounts[2]!;
+    const payments = await Promise.all([
+      signTestPayment(devnet, payer, { payTo: payee.address, amount }),
+      signTestPayment(devnet, payer, { payTo: payee.address, amount }),
+    ]);
+    const before = await balanceOf(payee.address);
+    await Promise.allSettled(payments.map((p) => tf.facilitator.engine.authorize(p)));
+    const nonces = payments.map((p) => p.authorization.nonce);
+    const rows = await Promise.all(nonces.map((n) => paymentRow(n)));
+    expect(rows.map((r) => r?.status).sort()).toEqual(["failed", "settled"]);
+    // The failing transfer came second: its batch's transaction is in the newest block.
+    const failedAt = rows.findIndex((r) => r?.status === "failed");
+    const failedNonce = nonces[failedAt]!;
+    const undone = await devnet.publicClient.getTransactionReceipt({ hash: rows[failedAt]!.tx_hash! });
+    expect(undone.blockNumber).toBe(await devnet.publicClient.getBlockNumber({ cacheTime: 0 }));
+    return { payer, payee, before, nonces, failedNonce, undone };
+  }
+
+  const failedEvents = async (nonce: string) =>
+    (
+      await tf.store.query<{ data: { nonce: string } }>(
+        "SELECT data FROM events WHERE type = 'payment.failed'",
+      )
+    ).filter((e) => e.data.nonce === nonce.toLowerCase());
+
+  it("settles on the new chain a payment its undone batch had failed, announcing the failure once and the settlement once", async () => {
+    const { payer, payee, before, nonces, failedNonce, undone } = await oneOfTwoFailed();
+    // The block is replaced by one in which the payer first receives what the second payment lacked.
+    const funding = {
+      from: devnet.accounts[3]!.address,
+      to: devnet.contracts.usd,
+      data: encodeFunctionData({ abi: erc20Abi, functionName: "transfer", args: [payer.address, amount] }),
+      gas: toHex(100_000),
+    };
+    await devnet.testClient.request({ method: "anvil_reorg", params: [1, [[funding, 0]]] } as never);
+    await vi.waitFor(
+      async () => {
+        for (const nonce of nonces) {
+          const row = await paymentRow(nonce);
+          expect(row?.status).toBe("settled");
+          const receipt = await receiptOrNull(row!.tx_hash!);
+          expect(receipt?.status).toBe("success");
+          expect(receipt?.blockHash).not.toBe(undone.blockHash);
+        }
+      },
+      { timeout: 20_000, interval: 50 },
+    );
+    // Both paid once on chain, each announced settled once; the earlier failure is not announced again.
+    expect(await balanceOf(payee.address)).toBe(before + 2n * amount);
+    expect(await balanceOf(payer.address)).toBe(0n);
+    for (const nonce of nonces) expect(await settledEvents(nonce)).toHaveLength(1);
+    expect(await failedEvents(failedNonce)).toHaveLength(1);
+  }, 60_000);
+
+  it("fails again, announcing it once, a payment its undone batch had failed when the new chain refuses it too", async () => {
+    const { payee, before, failedNonce, undone } = await oneOfTwoFailed();
+    await devnet.testClient.request({ method: "anvil_rollback", params: [1] } as never);
+    // Sent again and failed again by a transaction on the chain now.
+    await vi.waitFor(
+      async () => {
+        const row = await paymentRow(failedNonce);
+        expect(row?.status).toBe("failed");
+        const receipt = await receiptOrNull(row!.tx_hash!);
+        expect(receipt?.status).toBe("success");
+        expect(receipt?.blockHash).not.toBe(undone.blockHash);
+      },
+      { timeout: 20_000, interval: 50 },
+    );
+    expect(await balanceOf(payee.address)).toBe(before + amount);
+    expect(await failedEvents(failedNonce)).toHaveLength(1);
+    expect(await settledEvents(failedNonce)).toHaveLength(0);
   }, 60_000);
 });
