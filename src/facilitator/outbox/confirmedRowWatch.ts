@@ -9,7 +9,9 @@
  * 1. Cheap: a check first reads the store for confirmed rows of watched kinds still in the window (mined
  *    within `windowBlocks` of the head last read, and confirmed less than `maxWatchMs` ago); with none it
  *    makes no RPC call and says so (a facilitator at rest polls the chain for nothing). Otherwise it reads
- *    the head block (one call) and stops there when its hash is the one the last check saw; else it reads
+ *    the head block (one call) and stops there when its hash is the one the last check saw and every row
+ *    was compared by that check (a row confirmed since may sit in a block rolled back to that very
+ *    head); else it reads
  *    one block per distinct block holding a watched row and compares its hash with the row's. Never a
  *    call per item.
  * 2. Durable: a row's block hash is recorded with its outcome (`tx_outbox.block_hash`, from the receipt),
@@ -86,6 +88,12 @@ export function createConfirmedRowWatch(options: ConfirmedRowWatchOptions): Conf
   let lastHead: Hash | undefined;
   /** The head's number at the last check: rows at or below it minus the window are final. */
   let lastHeadNumber: bigint | undefined;
+  /**
+   * The rows the last full check compared with the chain. An unchanged head hash says nothing about a
+   * row confirmed since: mined in a block above the head that check saw and rolled back to it, the head
+   * is the same block again.
+   */
+  let lastChecked = new Set<number>();
 
   /** Confirmed rows of watched kinds mined above `floor` and confirmed within `maxWatchMs`: the newest 512. */
   function watchedRows(floor: bigint): Promise<WatchedRow[]> {
@@ -151,11 +159,18 @@ export function createConfirmedRowWatch(options: ConfirmedRowWatchOptions): Conf
   async function check(): Promise<{ reopened: number[]; watching: boolean }> {
     if (hooks.size === 0) return { reopened: [], watching: false };
     const floor = lastHeadNumber === undefined ? -1n : lastHeadNumber - windowBlocks;
-    if ((await watchedRows(floor)).length === 0) return { reopened: [], watching: false };
+    const candidates = await watchedRows(floor);
+    if (candidates.length === 0) return { reopened: [], watching: false };
     const head = await client.getBlock({ blockTag: "latest" });
     const headNumber = head.number ?? lastHeadNumber ?? 0n;
     lastHeadNumber = headNumber;
-    if (head.hash !== null && head.hash === lastHead) return { reopened: [], watching: true };
+    if (
+      head.hash !== null &&
+      head.hash === lastHead &&
+      candidates.every((r) => lastChecked.has(Number(r.id)))
+    ) {
+      return { reopened: [], watching: true };
+    }
     const rows = await watchedRows(headNumber - windowBlocks);
     const byBlock = new Map<bigint, WatchedRow[]>();
     for (const row of rows) byBlock.set(row.block_number, [...(byBlock.get(row.block_number) ?? []), row]);
@@ -181,6 +196,7 @@ export function createConfirmedRowWatch(options: ConfirmedRowWatchOptions): Conf
       }
     }
     lastHead = head.hash ?? undefined;
+    lastChecked = new Set(rows.filter((r) => !reopened.includes(r.id)).map((r) => Number(r.id)));
     return { reopened, watching: true };
   }
 
