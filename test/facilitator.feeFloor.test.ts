@@ -133,6 +133,12 @@ describe("on a devnet whose base fee jumps", { timeout: 120_000 }, () => {
     const minimum = expectedMinimum(highCost);
     expect(high.minAmount).toBe(String(minimum));
     expect(minimum).toBeGreaterThan(price);
+    // The operator's gauges say the same.
+    const metrics = await (await fetch(`${f.url}/metrics`)).text();
+    expect(metrics).toContain(`tollgate_payment_minimum{token="${devnet.contracts.usd}"} ${minimum}`);
+    expect(metrics).toContain(
+      `tollgate_settlement_cost{token="${devnet.contracts.usd}"} ${high.settlementCost?.amount}`,
+    );
 
     const nonceBefore = await gasNonce();
     const payeeBefore = await balance(payee.address);

@@ -282,6 +282,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
         client: publicClient,
         tokens: tokenConfigs,
         maxFeePerGas: options.outbox?.maxFeePerGas,
+        onReading: (token, minimum, cost) => metrics.onPaymentMinimum(token, minimum, cost),
         clock,
         logger,
       })

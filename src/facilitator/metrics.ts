@@ -25,6 +25,11 @@ export type FacilitatorMetrics = SettlementMetrics & {
   /** `tollgate_token_paused{token}`: 1 while the token's issuer has it paused (tokenPauseWatch.ts), else 0. */
   onTokenPaused(token: string, paused: boolean): void;
   /**
+   * `tollgate_payment_minimum{token}` and `tollgate_settlement_cost{token}`, smallest unit: the minimum
+   * payment in force and what settling one costs at the last fee reading (abuse/settlementFeeFloor.ts).
+   */
+  onPaymentMinimum(token: string, minimum: bigint, settlementCost: bigint): void;
+  /**
    * The gas key's gauges, read from `sources` at each scrape: `tollgate_outbox_fee_held_rows`,
    * `tollgate_gas_fee_asked_wei`, `tollgate_gas_max_fee_wei`, `tollgate_gas_base_fee_wei`,
    * `tollgate_gas_key_balance_wei`, `tollgate_gas_key_runway_seconds`.
@@ -83,6 +88,18 @@ export function createFacilitatorMetrics(): FacilitatorMetrics {
   const tokenPaused = new Gauge({
     name: "tollgate_token_paused",
     help: "1 while the token's issuer has it paused and settlement in it is held, else 0",
+    labelNames: ["token"] as const,
+    registers: [registry],
+  });
+  const paymentMinimum = new Gauge({
+    name: "tollgate_payment_minimum",
+    help: "The smallest payment settled now, in the token's smallest unit: the configured minimum, or more while the network's fee is high",
+    labelNames: ["token"] as const,
+    registers: [registry],
+  });
+  const settlementCost = new Gauge({
+    name: "tollgate_settlement_cost",
+    help: "What settling one payment in a batch costs at the last fee reading, in the token's smallest unit",
     labelNames: ["token"] as const,
     registers: [registry],
   });
@@ -162,6 +179,10 @@ export function createFacilitatorMetrics(): FacilitatorMetrics {
       onRetry: () => rpcRetries.inc(),
     },
     onTokenPaused: (token, paused) => tokenPaused.set({ token }, paused ? 1 : 0),
+    onPaymentMinimum(token, minimum, cost) {
+      paymentMinimum.set({ token }, Number(minimum));
+      settlementCost.set({ token }, Number(cost));
+    },
     onSettled(count, amount, token) {
       settled.inc({ token }, count);
       volume.inc({ token }, Number(amount));

@@ -191,6 +191,8 @@ export type SettlementFeeFloorOptions = {
    * gas, so the cost is counted at most at it (a payment accepted above it waits for the fee to fall).
    */
   maxFeePerGas?: bigint | undefined;
+  /** Told each token's minimum in force and settlement cost after every reading (the metrics). */
+  onReading?: ((token: Address, minimum: bigint, settlementCost: bigint) => void) | undefined;
   /** Age after which a reading is read again when asked for (default 6 000 ms; 0: every time). */
   maxAgeMs?: number | undefined;
   clock: Clock;
@@ -299,6 +301,7 @@ export function createSettlementFeeFloor(options: SettlementFeeFloorOptions): Se
       const key = token.address.toLowerCase();
       const fee = feeMinimumOf(key);
       const above = fee !== undefined && fee.minimum > token.minAmount;
+      if (fee !== undefined) options.onReading?.(token.address, minimumOf(key), fee.settlementCost);
       if (above === raised.has(key)) continue;
       const text = (units: bigint) => `${formatUnitsExact(units, token.decimals)} ${token.symbol}`;
       if (above) {
