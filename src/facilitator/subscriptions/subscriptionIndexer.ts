@@ -371,7 +371,8 @@ export function createSubscriptionIndexer(
     for (const orphan of orphans) {
       const events = await ctx.store.query<{ subscription_id: string | null; plan_id: string | null }>(
         `SELECT data ->> 'subscriptionId' AS subscription_id, data ->> 'planId' AS plan_id FROM events
-         WHERE undone_at IS NULL AND data ->> 'transaction' = $1 AND data ->> 'logIndex' = $2`,
+         WHERE data ? 'logIndex' AND data ->> 'transaction' = $1 AND data ->> 'logIndex' = $2
+           AND undone_at IS NULL`,
         [orphan.tx_hash, String(orphan.log_index)],
       );
       for (const event of events) {
@@ -415,7 +416,8 @@ export function createSubscriptionIndexer(
         ]);
         await tx.query(
           `UPDATE events SET undone_at = now()
-           WHERE undone_at IS NULL AND data ->> 'transaction' = $1 AND data ->> 'logIndex' = $2`,
+           WHERE data ? 'logIndex' AND data ->> 'transaction' = $1 AND data ->> 'logIndex' = $2
+           AND undone_at IS NULL`,
           [orphan.tx_hash, String(orphan.log_index)],
         );
       }

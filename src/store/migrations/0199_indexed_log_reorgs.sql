@@ -9,3 +9,7 @@ CREATE INDEX indexed_logs_block_idx ON indexed_logs (chain_id, block_number);
 
 ALTER TABLE events ADD COLUMN undone_at timestamptz;
 CREATE INDEX events_undone_idx ON events (type, id) WHERE undone_at IS NOT NULL;
+-- The events of one log, found when a reorganisation removes it (only events recorded from a log carry
+-- a logIndex).
+CREATE INDEX events_log_idx ON events ((data ->> 'transaction'), (data ->> 'logIndex'))
+  WHERE data ? 'logIndex';
