@@ -33,8 +33,8 @@ import type { Clock } from "../../protocol/clock.ts";
 import type { Store } from "../../store/store.ts";
 import { isChainUnreachable } from "../chainErrors.ts";
 import { createWakeablePause, IDLE_BACKSTOP_MS } from "../wakeablePause.ts";
-import { createFeeHold } from "./feeHold.ts";
 import { createConfirmedRowWatch } from "./confirmedRowWatch.ts";
+import { createFeeHold } from "./feeHold.ts";
 import type { GasKey } from "./gasKey.ts";
 import { insertOutboxRow, type OutboxRow, openOutboxRows, touchRows } from "./outboxRecords.ts";
 import type {
