@@ -10,17 +10,25 @@ import {
   SETTLEMENT_ITEM_GAS,
   type SettlementFeeFloorClient,
   settlementFeeMinimum,
+  supportedNow,
 } from "./settlementFeeFloor.ts";
 
 const USDC: Address = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
 const GWEI = 1_000_000_000n;
 
 /** A node answering with the base fee, priority fee and L1 fee it is set to; counts its reads. */
-function chain(state: { baseFee: bigint; priority?: bigint; l1Fee?: bigint | "revert"; fail?: boolean }) {
+function chain(state: {
+  baseFee: bigint;
+  priority?: bigint;
+  l1Fee?: bigint | "revert";
+  fail?: boolean;
+  hang?: boolean;
+}) {
   const calls: string[] = [];
   const client: SettlementFeeFloorClient = {
     getBlock: (async () => {
       calls.push("getBlock");
+      if (state.hang === true) await new Promise(() => undefined);
       if (state.fail === true) throw new Error("connection refused");
       return { number: 7n, baseFeePerGas: state.baseFee };
     }) as never,
@@ -182,5 +190,43 @@ describe("assertCovers", () => {
     });
     expect((refused as Error).message).toMatch(/at least 0\.38 USDC/);
     expect(() => floor.assertCovers(USDC, 380_000n)).not.toThrow();
+  });
+});
+
+describe("supportedNow", () => {
+  const supported = {
+    version: "1" as const,
+    schemes: ["exact" as const],
+    networks: [
+      {
+        network: "eip155:8453" as const,
+        tokens: [
+          {
+            address: USDC,
+            symbol: "USDC",
+            decimals: 6,
+            eip712: { name: "USD Coin", version: "2" },
+            minAmount: "10000",
+            minAmountFloor: "10000",
+          },
+        ],
+      },
+    ],
+  };
+
+  it("publishes the minimum in force and the cost behind it, and the last reading when the node hangs", async () => {
+    const state = { baseFee: GWEI, hang: false };
+    const { floor, clock } = floorOver(chain(state).client);
+    const now = await supportedNow(supported, floor);
+    expect(now.networks[0]!.tokens[0]).toMatchObject({
+      minAmount: "380000",
+      minAmountFloor: "10000",
+      settlementCost: { amount: "190000", maxFeeShare: "0.5", blockNumber: "7" },
+    });
+    // A node that no longer answers delays the answer by the wait, not forever.
+    state.hang = true;
+    clock.advance(60_000);
+    const stale = await supportedNow(supported, floor, 10);
+    expect(stale.networks[0]!.tokens[0]!.minAmount).toBe("380000");
   });
 });

@@ -394,14 +394,25 @@ export function followsFee(
 }
 
 /**
- * `/supported` with each token's minimum as the fee has it now (read first when the last reading is
- * stale): `minAmount` in force, `minAmountFloor` configured, `settlementCost` behind it.
+ * `/supported` with each token's minimum as the fee has it now: `minAmount` in force, `minAmountFloor`
+ * configured, `settlementCost` behind it. A stale reading is read again first, but for at most
+ * `waitMs` (default 2 000): a node that is slow or down delays `/supported` (a gate's start-up) by that
+ * much, and the answer is then the last reading's, the read finishing in the background.
  */
 export async function supportedNow(
   supported: SupportedResponse,
   floor: SettlementFeeFloor,
+  waitMs = 2_000,
 ): Promise<SupportedResponse> {
-  await floor.refresh();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    floor.refresh(),
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, waitMs);
+      timer.unref?.();
+    }),
+  ]);
+  clearTimeout(timer);
   return {
     ...supported,
     networks: supported.networks.map((network) => ({
