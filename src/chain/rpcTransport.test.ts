@@ -76,4 +76,28 @@ describe("rpcTransport", () => {
       a.set({});
     }
   });
+
+  it("counts a head that stands still for several block times as stalled, and as caught up once it moves", async () => {
+    let t = 0;
+    const events: RpcProviderEvent[] = [];
+    const client = createPublicClient({
+      chain: { ...devnetChain, blockTime: 1_000 },
+      transport: rpcTransport([b.url], { now: () => t, stallBlocks: 5, onEvent: (e) => events.push(e) }),
+    });
+    await client.getBlockNumber({ cacheTime: 0 });
+    t = 4_000;
+    await client.getBlockNumber({ cacheTime: 0 });
+    expect(events.filter((e) => e.kind === "stalled")).toEqual([]);
+    t = 6_000;
+    const head = await client.getBlockNumber({ cacheTime: 0 });
+    expect(events.filter((e) => e.kind === "stalled")).toMatchObject([
+      { provider: b.url, head, sinceMs: 6_000 },
+    ]);
+    await client.request({ method: "evm_mine" } as never);
+    t = 7_000;
+    await client.getBlockNumber({ cacheTime: 0 });
+    expect(events.filter((e) => e.kind === "caught-up")).toMatchObject([
+      { provider: b.url, head: head + 1n },
+    ]);
+  });
 });

@@ -8,6 +8,8 @@
  *   No provider is probed at rest: what the transport knows it learns from calls the client makes.
  * - Backoff: when every provider failed a call, the call waits (`rpcBackoff.ts`: exponential with
  *   jitter, `Retry-After` honoured, at most `backoffMaxMs`) and goes again, up to `retryCount` times.
+ * - Stall: on a chain with a known block time (`chain.blockTime`), a provider whose head has not moved
+ *   for `stallBlocks` block times while it is read is passed over (while another answers) until it moves.
  * - Lag: when the client reads the head (`eth_blockNumber`) and `headCheckMs` has passed since the last
  *   comparison, every other provider is asked its head too. One more than `maxLagBlocks` behind the
  *   highest is passed over until a later comparison finds it caught up. Reads then come from providers
@@ -41,7 +43,9 @@ export type RpcProviderEvent =
   | { kind: "up"; provider: string }
   /** A provider's head is more than `maxLagBlocks` behind the highest of the others. */
   | { kind: "lagging"; provider: string; head: bigint; highest: bigint }
-  /** A lagging provider's head is within `maxLagBlocks` again. */
+  /** A provider's head has not moved for `stallBlocks` block times while it was read. */
+  | { kind: "stalled"; provider: string; head: bigint; sinceMs: number }
+  /** A lagging provider's head is within `maxLagBlocks` again (or a stalled one's moved). */
   | { kind: "caught-up"; provider: string; head: bigint }
   /** Every provider failed a call; it goes again after `delayMs`. */
   | { kind: "retry"; attempt: number; delayMs: number; error: unknown };
@@ -60,6 +64,8 @@ export type RpcTransportOptions = Pick<
   cooldownMs?: number | undefined;
   /** A provider this many blocks behind the highest head is still used. Default 5. */
   maxLagBlocks?: number | undefined;
+  /** Block times a head may stand still, on a chain with a known block time, before it counts as stalled. Default 5. */
+  stallBlocks?: number | undefined;
   /** The least time between head comparisons (beside the client's own head reads). Default 30 000 ms. */
   headCheckMs?: number | undefined;
   onEvent?: ((event: RpcProviderEvent) => void) | undefined;
@@ -96,6 +102,10 @@ type Provider = {
   failedAt: number;
   down: boolean;
   lagging: boolean;
+  /** The head last read from it, and since when it has been that. */
+  head: bigint | undefined;
+  headSince: number;
+  stalled: boolean;
   base: ReturnType<Transport> | undefined;
 };
 
@@ -128,13 +138,40 @@ export function rpcTransport(urls: readonly string[], options: RpcTransportOptio
       failedAt: Number.NEGATIVE_INFINITY,
       down: false,
       lagging: false,
+      head: undefined,
+      headSince: 0,
+      stalled: false,
       base: undefined,
     };
   });
   let lastHeadCheck = Number.NEGATIVE_INFINITY;
   let headCheckRunning = false;
 
-  const usable = (p: Provider, at: number) => !p.lagging && p.downUntil <= at;
+  const stallBlocks = options.stallBlocks ?? 5;
+  /** Set from the client's chain when the transport is built. */
+  let blockTimeMs: number | undefined;
+
+  const usable = (p: Provider, at: number) => !p.lagging && !p.stalled && p.downUntil <= at;
+
+  /** Notes a head read from `p`: a head that moves clears a stall; one that stands still too long is one. */
+  function noteHead(p: Provider, head: bigint): void {
+    const at = now();
+    if (p.head !== head) {
+      p.head = head;
+      p.headSince = at;
+      if (p.stalled) {
+        p.stalled = false;
+        options.onEvent?.({ kind: "caught-up", provider: p.name, head });
+      }
+      return;
+    }
+    if (blockTimeMs === undefined || blockTimeMs <= 0 || p.stalled) return;
+    const sinceMs = at - p.headSince;
+    if (sinceMs > stallBlocks * blockTimeMs) {
+      p.stalled = true;
+      options.onEvent?.({ kind: "stalled", provider: p.name, head, sinceMs });
+    }
+  }
 
   /** Whether `p` may be passed over now: it is down or lagging and another provider is not. */
   function passOver(p: Provider): boolean {
@@ -162,7 +199,9 @@ export function rpcTransport(urls: readonly string[], options: RpcTransportOptio
 
   async function headOf(p: Provider): Promise<bigint | undefined> {
     try {
-      return BigInt((await p.base!.request({ method: "eth_blockNumber" })) as string);
+      const head = BigInt((await p.base!.request({ method: "eth_blockNumber" })) as string);
+      noteHead(p, head);
+      return head;
     } catch (error) {
       if (isTransientRpcFault(error)) failed(p, error);
       return undefined;
@@ -196,7 +235,9 @@ export function rpcTransport(urls: readonly string[], options: RpcTransportOptio
   }
 
   function sawHead(p: Provider, result: unknown): void {
-    if (providers.length < 2 || headCheckRunning || typeof result !== "string") return;
+    if (typeof result !== "string") return;
+    noteHead(p, BigInt(result));
+    if (providers.length < 2 || headCheckRunning) return;
     const at = now();
     if (at - lastHeadCheck < headCheckMs) return;
     lastHeadCheck = at;
@@ -210,8 +251,10 @@ export function rpcTransport(urls: readonly string[], options: RpcTransportOptio
     p.base ??= batchingHttp(p.url, { ...options, retryCount: 0 })({ ...params, retryCount: 0 });
     const base = p.base;
     const request = (async (args, requestOptions) => {
-      if (passOver(p))
-        throw new ProviderPassedOver(`${p.name} is passed over (${p.lagging ? "lagging" : "failing"})`);
+      if (passOver(p)) {
+        const why = p.lagging ? "lagging" : p.stalled ? "stalled" : "failing";
+        throw new ProviderPassedOver(`${p.name} is passed over (${why})`);
+      }
       const sentAt = now();
       try {
         const result = await base.request(args, requestOptions);
@@ -227,6 +270,7 @@ export function rpcTransport(urls: readonly string[], options: RpcTransportOptio
   }
 
   return (params) => {
+    blockTimeMs = params.chain?.blockTime;
     const inner: ReturnType<Transport> =
       providers.length === 1
         ? child(providers[0]!, params)

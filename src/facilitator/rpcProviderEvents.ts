@@ -31,6 +31,13 @@ export function logRpcProviderEvents(
           "RPC provider lags behind the others; not read from until it catches up",
         );
         return;
+      case "stalled":
+        metrics.rpc.onLagging(event.provider, true);
+        log.warn(
+          { provider: event.provider, head: String(event.head), sinceMs: Math.round(event.sinceMs) },
+          "RPC provider's head has not moved for several block times; not read from while another provider answers",
+        );
+        return;
       case "caught-up":
         metrics.rpc.onLagging(event.provider, false);
         log.info({ provider: event.provider, head: String(event.head) }, "RPC provider caught up");
