@@ -420,7 +420,10 @@ export function createSubscriptionGate(options: SubscriptionGateOptions): Subscr
     }
     if (!sameAddress(info.subscriber, verdict.signer)) {
       // Not the subscriber's own key: the subscriber may be a wallet that this key signs for.
-      if (options.walletSubAuth === undefined || !(await options.walletSubAuth(info.subscriber, token, verdict.signer))) {
+      if (
+        options.walletSubAuth === undefined ||
+        !(await options.walletSubAuth(info.subscriber, token, verdict.signer))
+      ) {
         verifier.forget(token);
         return refuse(
           "SubscriptionAuthInvalid",
