@@ -2,7 +2,7 @@
  * Outbox kinds whose transactions the facilitators follow through a reorganisation (each registers an
  * outbox reopen hook): a block holding only these may be undone. Relayed calls (`relay`: subscription
  * creations, channel opens), channel closes and nonce fillers are not followed, and a block holding one
- * is never undone.
+ * is never undone. A kind that gains a reopen hook (`outbox.onReorg`) belongs here.
  */
 const FOLLOWED_KINDS = new Set(["settlement", "renewal", "usage", "channel-claim"]);
 
