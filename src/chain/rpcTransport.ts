@@ -25,8 +25,10 @@
  * - Nothing runs at rest: no timer, no probe; a head comparison happens only beside a head read.
  */
 import {
+  BaseError,
   type EIP1193RequestFn,
   fallback,
+  HttpRequestError,
   type Transport,
   type TransportConfig,
   shouldThrow as viemShouldThrow,
@@ -78,9 +80,16 @@ export type RpcTransportOptions = Pick<
 };
 
 /** Thrown for a provider passed over (down or lagging) while another may answer: try the next. */
-class ProviderPassedOver extends Error {
-  override readonly name = "ProviderPassedOver";
+class ProviderPassedOver extends BaseError {
   readonly transient = true;
+  constructor(provider: string, why: string) {
+    // Its cause says "this provider cannot serve now" as an unanswered request does, so a caller that
+    // meets it last (every other provider refused the call too) reads the chain as unreachable.
+    super(`${provider} is passed over (${why})`, {
+      cause: new HttpRequestError({ url: provider, details: `passed over: ${why}` }),
+      name: "ProviderPassedOver",
+    });
+  }
 }
 
 /** A failure that says this provider cannot serve now, though another might (a lagging node's words). */
@@ -253,7 +262,7 @@ export function rpcTransport(urls: readonly string[], options: RpcTransportOptio
     const request = (async (args, requestOptions) => {
       if (passOver(p)) {
         const why = p.lagging ? "lagging" : p.stalled ? "stalled" : "failing";
-        throw new ProviderPassedOver(`${p.name} is passed over (${why})`);
+        throw new ProviderPassedOver(p.name, why);
       }
       const sentAt = now();
       try {
