@@ -238,6 +238,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
   const logger = options.logger ?? pino({ level: "silent" });
   const chainId = chainIdOf(options.network);
   const config = getNetworkConfig(options.network);
+  const confirmations = options.confirmations ?? defaultConfirmations(options.network);
   if (options.publicClient === undefined && options.rpcUrl === undefined) {
     throw new TypeError("createFacilitator needs rpcUrl or publicClient");
   }
@@ -247,7 +248,6 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
       : typeof options.rpcUrl === "string"
         ? parseRpcUrls(options.rpcUrl)
         : parseRpcUrls(options.rpcUrl.join(","));
-  const confirmations = options.confirmations ?? defaultConfirmations(options.network);
   const metrics = createFacilitatorMetrics();
   const rpcEvents = logRpcProviderEvents(logger.child({ component: "rpc" }), metrics);
   const publicClient =

@@ -192,11 +192,6 @@ describe("tollgate facilitator configuration", () => {
     }
   });
 
-  it("has no flag for the keys", () => {
-    expect(() => facilitatorEnvironment(["--gas-key", environment.TOLLGATE_GAS_KEY], environment)).toThrow();
-    expect(() => facilitatorEnvironment(["--proof-keys", seedA], environment)).toThrow();
-  });
-});
   it("reads the maximum fee in gwei (flag or environment) into wei, none unless told, and refuses nonsense", () => {
     expect(configFrom([]).maxFeePerGas).toBeUndefined();
     expect(configFrom(["--max-fee-gwei", "0.5"]).maxFeePerGas).toBe(500_000_000n);
@@ -214,3 +209,8 @@ describe("tollgate facilitator configuration", () => {
     expect(() => configFrom(["--gas-runway-warn-hours", "soon"])).toThrow(/TOLLGATE_GAS_RUNWAY_WARN_HOURS/);
   });
 
+  it("has no flag for the keys", () => {
+    expect(() => facilitatorEnvironment(["--gas-key", environment.TOLLGATE_GAS_KEY], environment)).toThrow();
+    expect(() => facilitatorEnvironment(["--proof-keys", seedA], environment)).toThrow();
+  });
+});

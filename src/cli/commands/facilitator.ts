@@ -79,13 +79,13 @@ export async function run(argv: string[]): Promise<number> {
         "       tollgate facilitator status [--url URL] (a running facilitator's checks: --help)\n" +
         "environment: TOLLGATE_RPC_URL TOLLGATE_NETWORK TOLLGATE_GAS_KEY TOLLGATE_PROOF_KEYS TOLLGATE_CONFIRMATIONS\n" +
         "  DATABASE_URL LOG_LEVEL\n" +
+        "  TOLLGATE_CONFIRMATIONS, --confirmations (blocks that must hold a settlement before its proof is\n" +
+        "  issued; default 2 on Base, 1 on Base Sepolia and a devnet: docs/going-live.md)\n" +
         "  TOLLGATE_RPC_URL, --rpc-url: one URL or several, comma-separated, in order of preference; a provider\n" +
         "  answering 429/5xx or timing out is passed over for 30 s, one lagging behind the others is not read\n" +
         '  from (docs/going-live.md, "RPC providers"); URLs are printed with their keys masked\n' +
         "  TOLLGATE_RPC_BATCH_SIZE (most calls per JSON-RPC batch; default 100, 1 never batches)\n" +
         "  TOLLGATE_RPC_LOGS_RANGE (most blocks per eth_getLogs call; default 2000, halved when refused)\n" +
-        "  TOLLGATE_CONFIRMATIONS, --confirmations (blocks that must hold a settlement before its proof is\n" +
-        "  issued; default 2 on Base, 1 on Base Sepolia and a devnet: docs/going-live.md)\n" +
         "  TOLLGATE_DEPLOYMENT, --deployment (the file `tollgate deploy` wrote; default\n" +
         "  <dir>/deployment-<chain id>.json for TOLLGATE_NETWORK; it gives the token, its EIP-712 domain and the\n" +
         "  contracts: docs/going-live.md)\n" +
@@ -98,12 +98,12 @@ export async function run(argv: string[]): Promise<number> {
         "  TOLLGATE_METRICS_TOKEN (unset: /metrics answers loopback peers only)\n" +
         "  TOLLGATE_MAX_FEE_GWEI, --max-fee-gwei (the most a transaction offers per gas, in gwei, e.g. 0.5;\n" +
         "  above it transactions wait for the fee to fall, nothing is dropped; default no maximum)\n" +
-        "  TOLLGATE_GAS_RUNWAY_WARN_HOURS, --gas-runway-warn-hours (warn when the gas key lasts fewer hours at its\n" +
-        "  recent spending; default 24)\n" +
         "  TOLLGATE_MAX_FEE_SHARE, --max-fee-share (refuse a payment whose settlement would cost more than this\n" +
         "  share of its value at the network's current fee: the minimum rises with the fee; default 0.5, or off)\n" +
         "  TOLLGATE_ETH_PRICE_USD, --eth-price-usd (ETH in USD for that comparison; default 5000; on a devnet\n" +
         "  the share applies only when this is set)\n" +
+        "  TOLLGATE_GAS_RUNWAY_WARN_HOURS, --gas-runway-warn-hours (warn when the gas key lasts fewer hours at its\n" +
+        "  recent spending; default 24)\n" +
         "  TOLLGATE_WEBHOOK_KEYS (keys sealing webhook secrets; default: generated into <dir>/webhook-secret-key)\n" +
         "  TOLLGATE_WEBHOOK_ALLOW_TARGETS, --webhook-allow-targets (non-public webhook targets allowed, e.g.\n" +
         "  127.0.0.0/8,::1 for local development; default none)\n" +
