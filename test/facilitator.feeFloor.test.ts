@@ -58,6 +58,11 @@ async function post(url: string, body: unknown) {
 
 /** Asks `/x402/verify` whether a payment of `amount` passes every check (nothing is settled). */
 async function x402Verify(devnet: Devnet, url: string, amount: bigint) {
+  return (await x402Body(devnet, url, amount)).verify;
+}
+
+/** Verifies a payment of `amount` on `/x402/verify`; `settle()` then settles the same payment. */
+async function x402Body(devnet: Devnet, url: string, amount: bigint) {
   const [payer, payee] = [devnet.accounts[1]!, devnet.accounts[2]!];
   const signed = await signTestPayment(devnet, payer, { payTo: payee.address, amount });
   const requirements = {
@@ -78,7 +83,19 @@ async function x402Verify(devnet: Devnet, url: string, amount: bigint) {
     },
     paymentRequirements: requirements,
   });
-  return verify.body as { isValid: boolean; invalidReason?: string; invalidMessage?: string };
+  return {
+    verify: verify.body as { isValid: boolean; invalidReason?: string; invalidMessage?: string },
+    settle: () =>
+      post(`${url}/x402/settle`, {
+        x402Version: 2,
+        paymentPayload: {
+          x402Version: 2,
+          accepted: requirements,
+          payload: { authorization: signed.authorization, signature: signed.signature },
+        },
+        paymentRequirements: requirements,
+      }),
+  };
 }
 
 /** The base fee of the next block, mined at once; returns what settling one item costs at it, in wei. */
@@ -165,6 +182,28 @@ describe("on a devnet whose base fee jumps", { timeout: 120_000 }, () => {
     expect(settled.status, JSON.stringify(settled.body)).toBe(200);
     expect(await balance(payee.address)).toBe(payeeBefore + minimum);
     expect(await balance(payer.address)).toBe(payerBefore - minimum);
+  });
+
+  it("settles an x402 payment its verify admitted though the fee rose while the gate served it, and refuses the same price verified after", async () => {
+    const [payer, payee] = [devnet.accounts[1]!, devnet.accounts[2]!];
+    await setBaseFee(devnet, parseGwei("0.001"));
+    const price = 2n * BigInt((await supportedToken(f.url)).minAmount);
+    const verified = await x402Body(devnet, f.url, price);
+    expect(verified.verify).toMatchObject({ isValid: true });
+
+    // The gate runs its handler; meanwhile the base fee jumps fiftyfold.
+    await setBaseFee(devnet, parseGwei("50"));
+    expect(BigInt((await supportedToken(f.url)).minAmount)).toBeGreaterThan(price);
+    expect(await x402Verify(devnet, f.url, price)).toMatchObject({ isValid: false });
+
+    // The served payment is still settled: the provider is paid, once.
+    const payeeBefore = await balance(payee.address);
+    const payerBefore = await balance(payer.address);
+    const settled = await verified.settle();
+    expect(settled.status, JSON.stringify(settled.body)).toBe(200);
+    expect(settled.body, JSON.stringify(settled.body)).toMatchObject({ success: true });
+    expect(await balance(payee.address)).toBe(payeeBefore + price);
+    expect(await balance(payer.address)).toBe(payerBefore - price);
   });
 
   it("is refused on the x402 endpoints alike, with x402's reason and the minimum in the message", async () => {

@@ -163,8 +163,12 @@ export type SettlementEngine = {
   authorize(payment: SignedPayment): Promise<{ proof: PaymentProof; row: PaymentRow; batchSize: number }>;
   /** Settles a standard x402 `exact` authorization (no memo, no proof). Idempotent on the nonce. */
   settleAuthorization(payment: CheckablePayment): Promise<PaymentRow>;
-  /** Runs every check short of settling: off-chain checks and a simulation on chain. */
-  preflight(payment: CheckablePayment): Promise<Address>;
+  /**
+   * Runs every check short of settling: off-chain checks and a simulation on chain. `forSettle`: the
+   * check of x402's settle, whose verify admitted the payment before the gate served it (admission then
+   * takes the network fee of the last minutes: admitPayments.ts).
+   */
+  preflight(payment: CheckablePayment, options?: { forSettle?: boolean }): Promise<Address>;
   getPayment(nonce: string): Promise<PaymentRow | undefined>;
   start(): Promise<void>;
   stop(): Promise<void>;

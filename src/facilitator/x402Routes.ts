@@ -226,7 +226,7 @@ export function x402Routes(deps: X402RoutesDeps): Hono {
         // Claimed only once the payer's signature and a simulation passed, so that junk requests
         // record nothing; the claim decides between different requests racing for one authorization.
         try {
-          await engine.preflight(checked.payment);
+          await engine.preflight(checked.payment, { forSettle: true });
         } catch (error) {
           // Another instance may have claimed and settled this very request between the read above
           // and this simulation: the chain then reports the nonce used, and the claim names this

@@ -16,7 +16,7 @@ import {
 import type { ContractSigners } from "../contractSigners.ts";
 import type { SettlementEngine } from "../settlementEngine.ts";
 import type { RateLimits } from "./rateLimits.ts";
-import type { SettlementFeeFloor } from "./settlementFeeFloor.ts";
+import { SETTLE_AFTER_VERIFY_GRACE_MS, type SettlementFeeFloor } from "./settlementFeeFloor.ts";
 
 /** Seconds an authorization and a memo must have left on arrival (the engine's own margin). */
 export const SETTLEMENT_MARGIN_SECONDS = 6;
@@ -34,7 +34,8 @@ export function admitPayments(
     feeFloor?: SettlementFeeFloor | undefined;
   },
 ): SettlementEngine {
-  const admit = async (payment: CheckablePayment): Promise<void> => {
+  /** `graceMs`: x402's settle, whose verify admitted the payment before the gate served it. */
+  const admit = async (payment: CheckablePayment, graceMs?: number): Promise<void> => {
     const payer = await checkSignedPayment(
       {
         network: options.network,
@@ -48,7 +49,7 @@ export function admitPayments(
     const floor = options.feeFloor;
     if (floor !== undefined) {
       await floor.refresh();
-      floor.assertCovers(payment.token, BigInt(payment.authorization.value));
+      floor.assertCovers(payment.token, BigInt(payment.authorization.value), { graceMs });
     }
     options.limits.takePayer(payer);
   };
@@ -59,11 +60,11 @@ export function admitPayments(
       return engine.authorize(payment);
     },
     async settleAuthorization(payment) {
-      await admit(payment);
+      await admit(payment, SETTLE_AFTER_VERIFY_GRACE_MS);
       return engine.settleAuthorization(payment);
     },
-    async preflight(payment) {
-      await admit(payment);
+    async preflight(payment, preflightOptions) {
+      await admit(payment, preflightOptions?.forSettle === true ? SETTLE_AFTER_VERIFY_GRACE_MS : undefined);
       return engine.preflight(payment);
     },
   };

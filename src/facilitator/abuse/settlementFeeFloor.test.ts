@@ -7,6 +7,7 @@ import {
   createSettlementFeeFloor,
   parseFeeShare,
   parseUsdPrice,
+  SETTLE_AFTER_VERIFY_GRACE_MS,
   SETTLEMENT_ITEM_GAS,
   type SettlementFeeFloorClient,
   settlementFeeMinimum,
@@ -190,6 +191,25 @@ describe("assertCovers", () => {
     });
     expect((refused as Error).message).toMatch(/at least 0\.38 USDC/);
     expect(() => floor.assertCovers(USDC, 380_000n)).not.toThrow();
+  });
+
+  it("settles at the fee of the last two minutes when asked for a grace (x402's settle after its verify), never further back", async () => {
+    const state = { baseFee: GWEI };
+    const { floor, clock } = floorOver(chain(state).client);
+    await floor.refresh(); // minimum 0.38 USDC: a 0.40 payment is verified
+    floor.assertCovers(USDC, 400_000n);
+    // The fee doubles while the gate serves: the verified payment is settled, a new one refused.
+    state.baseFee = 2n * GWEI;
+    clock.advance(30_000);
+    await floor.refresh();
+    expect(() => floor.assertCovers(USDC, 400_000n)).toThrow(/at least 0\.76 USDC/);
+    expect(() => floor.assertCovers(USDC, 400_000n, { graceMs: SETTLE_AFTER_VERIFY_GRACE_MS })).not.toThrow();
+    // No grace past SETTLE_AFTER_VERIFY_GRACE_MS, whatever is asked.
+    clock.advance(SETTLE_AFTER_VERIFY_GRACE_MS);
+    await floor.refresh();
+    expect(() => floor.assertCovers(USDC, 400_000n, { graceMs: 10 * SETTLE_AFTER_VERIFY_GRACE_MS })).toThrow(
+      /settlement_cost_too_high|at least/,
+    );
   });
 });
 

@@ -59,6 +59,14 @@ export const DEFAULT_MAX_FEE_SHARE = "0.5";
  */
 export const DEFAULT_ETH_PRICE_USD = "5000";
 
+/**
+ * How far back `assertCovers` looks for the lowest fee when asked for a grace (x402's settle after its
+ * verify): the gate runs its handler between the two, so a payment the fee admitted at verify is not
+ * refused at settle, after it was served, because the fee rose meanwhile. The cost is bounded: at most
+ * the rise of two minutes on such payments.
+ */
+export const SETTLE_AFTER_VERIFY_GRACE_MS = 120_000;
+
 /** Default age after which a reading is read again when asked for (three Base blocks). */
 export const DEFAULT_FEE_MAX_AGE_MS = 6_000;
 
@@ -214,9 +222,10 @@ export type SettlementFeeFloor = {
   /**
    * Refuses a payment whose value does not cover its settlement at the share: 422 `AmountMismatch` with
    * `details.reason = "settlement_cost_too_high"` and the `minimum` that would pass now. Reads nothing:
-   * `refresh` first.
+   * `refresh` first. With `graceMs`, the cheapest reading of that last stretch decides (a payment
+   * verified then is settled now, at most SETTLE_AFTER_VERIFY_GRACE_MS back).
    */
-  assertCovers(token: string, value: bigint): void;
+  assertCovers(token: string, value: bigint, options?: { graceMs?: number | undefined }): void;
   /** The last reading, for logs and tests. */
   reading(): FeeReading | undefined;
 };
@@ -237,6 +246,8 @@ export function createSettlementFeeFloor(options: SettlementFeeFloorOptions): Se
   const tokens = new Map(options.tokens.map((t) => [t.address.toLowerCase(), t]));
 
   let last: (FeeReading & { at: number }) | undefined;
+  /** The readings of the last SETTLE_AFTER_VERIFY_GRACE_MS, oldest first (one per `maxAgeMs` at most). */
+  let recent: (FeeReading & { at: number })[] = [];
   let inFlight: Promise<void> | undefined;
   /** Whether the chain has a GasPriceOracle: asked once (a predeploy does not come or go). */
   let oracle: Promise<boolean> | undefined;
@@ -285,6 +296,7 @@ export function createSettlementFeeFloor(options: SettlementFeeFloorOptions): Se
         l1Fee,
         costWei,
       };
+      recent = [...recent.filter((r) => last!.at - r.at <= SETTLE_AFTER_VERIFY_GRACE_MS), last].slice(-256);
       if (failing) log.info("the network's fee is read again");
       failing = false;
       report();
@@ -349,10 +361,18 @@ export function createSettlementFeeFloor(options: SettlementFeeFloorOptions): Se
     },
     feeMinimumOf,
     minimumOf,
-    assertCovers(token, value) {
+    assertCovers(token, value, assertOptions) {
       const config = tokens.get(token.toLowerCase());
       const fee = feeMinimumOf(token);
       if (config === undefined || fee === undefined || value >= fee.minimum) return;
+      const graceMs = Math.min(assertOptions?.graceMs ?? 0, SETTLE_AFTER_VERIFY_GRACE_MS);
+      if (graceMs > 0) {
+        const now = clock.now();
+        const terms = { decimals: config.decimals, ethPriceMicroUsd, sharePpm };
+        for (const reading of recent) {
+          if (now - reading.at <= graceMs && value >= settlementFeeMinimum(reading, terms).minimum) return;
+        }
+      }
       const minimum = minimumOf(token);
       const text = (units: bigint) => `${formatUnitsExact(units, config.decimals)} ${config.symbol}`;
       throw new TollgateError(
