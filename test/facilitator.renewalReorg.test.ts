@@ -144,6 +144,9 @@ describe("facilitator after a reorganisation undid a renewal", () => {
     expect((await indexed(subscriptionId))?.status).toBe("Active");
     expect(await eventsOf("subscription.renewed", subscriptionId)).toHaveLength(1);
     expect(await eventsOf("subscription.created", subscriptionId)).toHaveLength(1);
+    // A poller that saw the renewal undone sees it restored as often: the sum is one renewal.
+    const undone = await eventsOf("event.undone", subscriptionId);
+    expect(await eventsOf("event.restored", subscriptionId)).toHaveLength(undone.length);
     const charges = await subscriptionCharges(provider.address);
     expect(charges.count).toBe(2);
     expect(charges.volume).toBe((2n * PRICE).toString());
@@ -175,6 +178,21 @@ describe("facilitator after a reorganisation undid a renewal", () => {
     expect(row?.renewal_failure_code).not.toBeNull();
     expect(await eventsOf("subscription.renewal_failed", subscriptionId)).toHaveLength(1);
     expect(await eventsOf("subscription.created", subscriptionId)).toHaveLength(1);
+    // The renewal already announced is taken back by an event of its own, and not restored.
+    const [renewedEvent] = await tf.store.query<{ id: string }>(
+      "SELECT id FROM events WHERE type = 'subscription.renewed' AND data ->> 'subscriptionId' = $1",
+      [subscriptionId],
+    );
+    expect(await eventsOf("event.undone", subscriptionId)).toEqual([
+      expect.objectContaining({
+        data: expect.objectContaining({
+          eventId: Number(renewedEvent!.id),
+          eventType: "subscription.renewed",
+          provider: expect.stringMatching(new RegExp(provider.address, "i")),
+        }),
+      }),
+    ]);
+    expect(await eventsOf("event.restored", subscriptionId)).toHaveLength(0);
     const charges = await subscriptionCharges(provider.address);
     expect(charges.count).toBe(1);
     expect(charges.volume).toBe(PRICE.toString());

@@ -29,6 +29,8 @@ export const WebhookEventTypeSchema = z.enum([
   "channel.closed",
   "token.paused",
   "token.unpaused",
+  "event.undone",
+  "event.restored",
 ]);
 export type WebhookEventType = z.infer<typeof WebhookEventTypeSchema>;
 

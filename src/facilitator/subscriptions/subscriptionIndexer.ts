@@ -414,12 +414,13 @@ export function createSubscriptionIndexer(
           orphan.tx_hash,
           orphan.log_index,
         ]);
-        await tx.query(
+        const undone = await tx.query<{ id: string | number; type: string; data: Record<string, unknown> }>(
           `UPDATE events SET undone_at = now()
            WHERE data ? 'logIndex' AND data ->> 'transaction' = $1 AND data ->> 'logIndex' = $2
-           AND undone_at IS NULL`,
+           AND undone_at IS NULL RETURNING id, type, data`,
           [orphan.tx_hash, String(orphan.log_index)],
         );
+        for (const event of undone) await recordUndoing(tx, "event.undone", event);
       }
       for (const [planId, plan] of freshPlans) {
         // A plan created in an undone block: the chain's plan of that id now, if any.
@@ -508,12 +509,12 @@ export function createSubscriptionIndexer(
    * webhooks and analytics see it once.
    */
   async function recordLogEvent(tx: Queryable, type: string, data: Record<string, unknown>): Promise<void> {
-    const revived = await tx.query(
+    const revived = await tx.query<{ id: string | number; type: string; data: Record<string, unknown> }>(
       `UPDATE events SET undone_at = NULL WHERE id = (
          SELECT id FROM events WHERE type = $1 AND undone_at IS NOT NULL AND data ->> 'transaction' = $2
            AND coalesce(data ->> 'subscriptionId', '') = $3 AND coalesce(data ->> 'planId', '') = $4
            AND coalesce(data ->> 'ref', '') = $5
-         ORDER BY id LIMIT 1) RETURNING id`,
+         ORDER BY id LIMIT 1) RETURNING id, type, data`,
       [
         type,
         String(data.transaction ?? ""),
@@ -523,6 +524,30 @@ export function createSubscriptionIndexer(
       ],
     );
     if (revived.length === 0) await ctx.recordEvent(tx, type, data);
+    for (const event of revived) await recordUndoing(tx, "event.restored", event);
+  }
+
+  /**
+   * Tells the event's provider that a reorganisation undid it (`event.undone`), or that the same
+   * transaction, mined again with the same outcome, restored it (`event.restored`): in the same store
+   * transaction as the change, so a poller of `/events` or a webhook receiver that counted the event
+   * can take it back, and count it again.
+   */
+  async function recordUndoing(
+    tx: Queryable,
+    type: "event.undone" | "event.restored",
+    event: { id: string | number; type: string; data: Record<string, unknown> },
+  ): Promise<void> {
+    const { data } = event;
+    await ctx.recordEvent(tx, type, {
+      eventId: Number(event.id),
+      eventType: event.type,
+      transaction: data.transaction,
+      ...(data.provider === undefined ? {} : { provider: data.provider }),
+      ...(data.payTo === undefined ? {} : { payTo: data.payTo }),
+      ...(data.subscriptionId === undefined ? {} : { subscriptionId: data.subscriptionId }),
+      ...(data.planId === undefined ? {} : { planId: data.planId }),
+    });
   }
 
   // ---- applying one event ----------------------------------------------------------------------
