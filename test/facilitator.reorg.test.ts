@@ -104,6 +104,11 @@ describe("facilitator after a reorganisation undid a settlement batch", () => {
       "SELECT count(*) AS n FROM payments WHERE status = 'settled'",
     );
     expect(counted).toBe(Number(rows[0]!.n));
+    // The operator sees the reopened batch counted.
+    const reopened = metrics
+      .split("\n")
+      .find((l) => l.startsWith('tollgate_reorg_reopened_total{kind="settlement"}'));
+    expect(Number(reopened?.split(" ").at(-1))).toBeGreaterThan(0);
     const proofNow = await tf.facilitator.engine.getPayment(nonce);
     expect(proofNow?.proof).not.toBeNull();
   }

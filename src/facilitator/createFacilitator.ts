@@ -326,6 +326,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     reorgCheckIntervalMs: options.settlement?.reorgCheckIntervalMs,
     ...options.outbox,
     onOutcome: () => runway.noteOutcome(),
+    onReopened: (kind) => metrics.onReorgReopened(kind),
     faults: options.outbox?.faults ?? settlementFaults(options.settlement?.faults),
   });
   metrics.watchGas({

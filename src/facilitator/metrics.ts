@@ -35,6 +35,12 @@ export type FacilitatorMetrics = SettlementMetrics & {
    * `tollgate_gas_key_balance_wei`, `tollgate_gas_key_runway_seconds`.
    */
   watchGas(sources: GasGaugeSources): void;
+  /**
+   * `tollgate_reorg_reopened_total{kind}`: confirmed transactions a chain reorganisation undid, reopened
+   * and sent again by the outbox (outbox/confirmedRowWatch.ts), by kind (settlement, renewal, usage,
+   * channel-claim, channel-close).
+   */
+  onReorgReopened(kind: string): void;
   /** The RPC providers' state (src/chain/rpcTransport.ts), by redacted URL. */
   rpc: {
     /** `tollgate_rpc_provider_up{provider}`: 1 while used, 0 while passed over for failing. */
@@ -115,6 +121,12 @@ export function createFacilitatorMetrics(): FacilitatorMetrics {
     labelNames: ["provider"] as const,
     registers: [registry],
   });
+  const reorgReopened = new Counter({
+    name: "tollgate_reorg_reopened_total",
+    help: "Confirmed transactions a chain reorganisation undid, reopened and sent again, by kind",
+    labelNames: ["kind"] as const,
+    registers: [registry],
+  });
   const rpcRetries = new Counter({
     name: "tollgate_rpc_retries_total",
     help: "RPC calls sent again, after a backoff, because every provider failed them (429, 5xx, timeout)",
@@ -179,6 +191,7 @@ export function createFacilitatorMetrics(): FacilitatorMetrics {
       onRetry: () => rpcRetries.inc(),
     },
     onTokenPaused: (token, paused) => tokenPaused.set({ token }, paused ? 1 : 0),
+    onReorgReopened: (kind) => reorgReopened.inc({ kind }),
     onPaymentMinimum(token, minimum, cost) {
       paymentMinimum.set({ token }, Number(minimum));
       settlementCost.set({ token }, Number(cost));

@@ -48,6 +48,8 @@ export type ConfirmedRowWatchOptions = {
   client: ConfirmedRowWatchClient;
   scope: { chainId: number; sender: Address };
   logger: Logger;
+  /** Told of each row reopened, after its store transaction committed (the metrics). */
+  onReopened?: ((kind: string) => void) | undefined;
   /** The registered reopen hooks by kind; only these kinds are watched. */
   hooks: ReadonlyMap<string, OutboxReopenHook>;
   /** Rows mined within this many blocks of the head are watched (default 64). */
@@ -192,7 +194,10 @@ export function createConfirmedRowWatch(options: ConfirmedRowWatchOptions): Conf
           );
           continue;
         }
-        if (await reopen(row)) reopened.push(row.id);
+        if (await reopen(row)) {
+          reopened.push(row.id);
+          options.onReopened?.(row.kind);
+        }
       }
     }
     lastHead = head.hash ?? undefined;

@@ -127,6 +127,8 @@ export type OutboxOptions = {
   maxSignPerPass?: number | undefined;
   /** Called after each outcome this worker records (the gas key's runway, gasRunway.ts). */
   onOutcome?: ((outcome: OutboxOutcome) => void) | undefined;
+  /** Called for each confirmed row a reorganisation undid and this worker reopened, by kind. */
+  onReopened?: ((kind: string) => void) | undefined;
   /**
    * Confirmed rows of a kind with a reopen hook (`onReorg`) mined within this many blocks of the head
    * are watched for a reorganisation that undoes them (confirmedRowWatch.ts; default 64, at least
@@ -189,6 +191,7 @@ export function createOutbox(options: OutboxOptions): Outbox {
     scope,
     logger: options.logger,
     hooks: reopenHooks,
+    onReopened: options.onReopened,
     windowBlocks: Math.max(options.reorgWindowBlocks ?? 64, confirmations),
   });
   const reorgCheckIntervalMs = options.reorgCheckIntervalMs ?? 2_000;
