@@ -31,7 +31,6 @@ import {
   type SettlementFeeOptions,
   supportedNow,
 } from "./abuse/settlementFeeFloor.ts";
-import type { SupportedTokenConfig } from "./checkSignedPayment.ts";
 import { createContractSigners } from "./contractSigners.ts";
 import { createFacilitatorApp } from "./createFacilitatorApp.ts";
 import { createDashboardModule, type DashboardOptions } from "./dashboard/dashboardModule.ts";
@@ -43,6 +42,7 @@ import {
   facilitatorSchemeList,
 } from "./facilitatorSchemeParts.ts";
 import { facilitatorSchemes } from "./facilitatorSchemes.ts";
+import type { FacilitatorToken } from "./facilitatorToken.ts";
 import { createGasAccount } from "./gasAccount.ts";
 import { feesCheck, gasCheck } from "./gasHealth.ts";
 import { createGasRunway, type GasRunwayOptions } from "./gasRunway.ts";
@@ -66,8 +66,6 @@ import {
   type WebhooksModuleOptions,
   webhooksModule,
 } from "./webhooks/createWebhooksModule.ts";
-
-export type FacilitatorToken = SupportedTokenConfig & { decimals: number };
 
 export type CreateFacilitatorOptions = {
   store: Store;

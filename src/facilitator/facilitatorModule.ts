@@ -11,7 +11,7 @@ import type { Clock } from "../protocol/clock.ts";
 import type { SupportedResponse } from "../protocol/facilitator.ts";
 import type { Queryable, Store } from "../store/store.ts";
 import type { ContractSigners } from "./contractSigners.ts";
-import type { FacilitatorToken } from "./createFacilitator.ts";
+import type { FacilitatorToken } from "./facilitatorToken.ts";
 import type { FacilitatorSchemePart } from "./facilitatorSchemeParts.ts";
 import type { GasAccount } from "./gasAccount.ts";
 import type { FacilitatorMetrics } from "./metrics.ts";

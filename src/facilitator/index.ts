@@ -3,7 +3,6 @@ export {
   type CreateFacilitatorOptions,
   createFacilitator,
   type Facilitator,
-  type FacilitatorToken,
   type RunningServer,
   serveApp,
 } from "./createFacilitator.ts";
@@ -17,6 +16,7 @@ export {
   type FacilitatorSchemePart,
 } from "./facilitatorSchemeParts.ts";
 export { facilitatorSchemes } from "./facilitatorSchemes.ts";
+export type { FacilitatorToken } from "./facilitatorToken.ts";
 export type { MetricsAccess } from "./metricsAccess.ts";
 export { builtinModules } from "./modules.ts";
 export { openApiDocumentOf } from "./openApi.ts";

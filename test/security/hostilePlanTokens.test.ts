@@ -24,11 +24,8 @@ import {
 } from "../../src/chain/events/decodeSubscriptionEvents.ts";
 import { SubscriptionStatus } from "../../src/chain/events/subscriptionStatus.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
-import {
-  createFacilitator,
-  type Facilitator,
-  type FacilitatorToken,
-} from "../../src/facilitator/createFacilitator.ts";
+import { createFacilitator, type Facilitator } from "../../src/facilitator/createFacilitator.ts";
+import type { FacilitatorToken } from "../../src/facilitator/facilitatorToken.ts";
 import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
 import { createRenewalKeeper } from "../../src/facilitator/subscriptions/renewalKeeper.ts";
 import { createSubscriptionIndexer } from "../../src/facilitator/subscriptions/subscriptionIndexer.ts";

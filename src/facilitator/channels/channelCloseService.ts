@@ -22,7 +22,7 @@ import type {
 } from "../../protocol/channels.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { minimumAmountOf } from "../checkSignedPayment.ts";
-import type { FacilitatorToken } from "../createFacilitator.ts";
+import type { FacilitatorToken } from "../facilitatorToken.ts";
 import { readKnownChannel } from "./channelChain.ts";
 import { toChannelError } from "./channelErrors.ts";
 import { type ChannelFundsContext, createChannelFundsService } from "./channelFundsService.ts";

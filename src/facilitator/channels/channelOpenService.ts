@@ -25,7 +25,7 @@ import type { Clock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { Queryable, Store } from "../../store/store.ts";
 import { nameBlacklistedAccount } from "../blacklistRefusal.ts";
-import type { FacilitatorToken } from "../createFacilitator.ts";
+import type { FacilitatorToken } from "../facilitatorToken.ts";
 import type { GasAccount } from "../gasAccount.ts";
 import { channelToWire, readChainChannel } from "./channelChain.ts";
 import { toChannelError } from "./channelErrors.ts";

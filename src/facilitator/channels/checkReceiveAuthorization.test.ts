@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { receiveWithAuthorizationTypes } from "../../chain/signers/eip712Types.ts";
 import { createFixedClock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
-import type { FacilitatorToken } from "../createFacilitator.ts";
+import type { FacilitatorToken } from "../facilitatorToken.ts";
 import { checkAuthorizationWindow, checkReceiveAuthorization } from "./checkReceiveAuthorization.ts";
 
 const payer = privateKeyToAccount(`0x${"11".repeat(32)}`);

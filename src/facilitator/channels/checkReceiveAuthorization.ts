@@ -14,7 +14,7 @@ import { getTokenBalance } from "../../chain/actions/usd/getTokenBalance.ts";
 import { receiveWithAuthorizationTypes } from "../../chain/signers/eip712Types.ts";
 import type { Clock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
-import type { FacilitatorToken } from "../createFacilitator.ts";
+import type { FacilitatorToken } from "../facilitatorToken.ts";
 import { toChannelError } from "./channelErrors.ts";
 
 /** The signed fields of a ReceiveWithAuthorization as they come over the wire. */

@@ -18,7 +18,7 @@ import { createChannelOpenService } from "../../facilitator/channels/channelOpen
 import { mountChannelRoutes } from "../../facilitator/channels/channelRoutes.ts";
 import { createChannelVoucherIntake } from "../../facilitator/channels/channelVoucherIntake.ts";
 import { minimumAmountOf } from "../../facilitator/checkSignedPayment.ts";
-import type { FacilitatorToken } from "../../facilitator/createFacilitator.ts";
+import type { FacilitatorToken } from "../../facilitator/facilitatorToken.ts";
 import {
   defineFacilitatorScheme,
   type FacilitatorSchemeContext,
