@@ -1,5 +1,5 @@
 /**
- * The EVM networks Tollgate settles on, keyed by CAIP-2 id (DESIGN.md §2), with each network's USDC and
+ * The EVM networks Tollgate settles on, keyed by CAIP-2 id (docs/protocol.md), with each network's USDC and
  * the EIP-712 domain name/version that USDC contract signs under.
  *
  * USDC's domain differs per deployment (its `name()`/`version()`, which EIP-3009 signatures commit to):

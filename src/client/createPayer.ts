@@ -1,5 +1,5 @@
 /**
- * The payer (DESIGN.md §6): signs the EIP-3009 authorization a 402 option asks for, has the
+ * The payer (docs/client.md): signs the EIP-3009 authorization a 402 option asks for, has the
  * facilitator settle it (`POST /authorize`), and hands back the proof the gate accepts.
  *
  * Invariants:

@@ -1,9 +1,9 @@
 /**
- * A small typed HTTP client for the facilitator (DESIGN.md §4). Gates and payers talk to the
+ * A small typed HTTP client for the facilitator (docs/facilitator.md). Gates and payers talk to the
  * facilitator only through this, so every reply is zod-checked in one place and every failure becomes
  * a `TollgateError` whose `code` a caller can branch on.
  *
- * Failure mapping (DESIGN.md §2.6):
+ * Failure mapping (docs/protocol.md, "Errors"):
  * - an error body `{ error: { code, message, details? } }` becomes that code, with `retryAfter` from
  *   the `Retry-After` header;
  * - a non-2xx reply without a readable error body becomes the code of its status (429 `RateLimited`,

@@ -1,5 +1,5 @@
 /**
- * Typed calls to the facilitator's subscription endpoints (DESIGN.md §4, docs/subscriptions.md) and
+ * Typed calls to the facilitator's subscription endpoints (docs/subscriptions.md) and
  * the signers that build their bodies. A subscriber needs no ETH and no RPC of its own: the facilitator
  * reports nonces and chain time (`GET /subscribers/:address`) and relays the signed intents.
  *

@@ -1,5 +1,5 @@
 /**
- * `fetchWithPayment` (DESIGN.md §6): a `fetch` that answers a 402 by paying and retrying.
+ * `fetchWithPayment` (docs/client.md): a `fetch` that answers a 402 by paying and retrying.
  *
  * Flow: send the request; on a 402, read the offer, choose an option within the price ceiling, pay it
  * through the payer, and send the request again with `X-PAYMENT`. If the gate refuses the proof

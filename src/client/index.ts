@@ -1,4 +1,4 @@
-/** `tollgate/client`: the payer library — `createPayer`, `fetchWithPayment` and the facilitator client (DESIGN.md §6). */
+/** `tollgate/client`: the payer library — `createPayer`, `fetchWithPayment` and the facilitator client (docs/client.md). */
 
 export { privateKeyAccount } from "../chain/signers/privateKeyAccount.ts";
 export {

@@ -1,5 +1,5 @@
 /**
- * Paying servers that speak only x402 v2 (DESIGN.md §2.7): the x402 `exact` scheme's client side,
+ * Paying servers that speak only x402 v2 (docs/x402.md): the x402 `exact` scheme's client side,
  * which lives with its scheme in `src/schemes/x402Exact/client.ts`.
  */
 export {

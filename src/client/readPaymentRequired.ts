@@ -4,7 +4,7 @@ import { type PaymentRequired, PaymentRequiredSchema } from "../protocol/payment
 import { type X402PaymentRequired, X402PaymentRequiredSchema } from "../protocol/x402.ts";
 
 /**
- * What a 402 asks for: Tollgate's JSON body (DESIGN.md §2.1), or, from a server that speaks only
+ * What a 402 asks for: Tollgate's JSON body (docs/protocol.md, "402 body"), or, from a server that speaks only
  * x402 v2, the `PAYMENT-REQUIRED` header (§2.7). `undefined` for a 402 that is neither.
  */
 export type PaymentRequiredOffer =

@@ -1,5 +1,5 @@
 /**
- * Registers a provider with a facilitator (DESIGN.md §4, provider accounts): the payout key signs a
+ * Registers a provider with a facilitator (docs/facilitator.md, "Provider accounts"): the payout key signs a
  * single-use challenge, and the facilitator answers with an API key, shown this once. The key
  * authenticates `POST /usage`, `/webhooks` and `/analytics`.
  */

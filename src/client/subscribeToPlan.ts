@@ -1,5 +1,5 @@
 /**
- * Subscribing a payer to a plan (DESIGN.md §3, §6). Two ways, same result (a subscription whose
+ * Subscribing a payer to a plan (docs/contracts.md; docs/client.md). Two ways, same result (a subscription whose
  * first period is charged):
  * - gasless (default): the payer signs the SubscriptionManager's `Subscribe` intent and, when the
  *   manager's allowance is short, an EIP-2612 permit; the facilitator relays both (`POST
@@ -229,7 +229,7 @@ async function subscribeDirectly(
   }
 }
 
-/** Contract errors a direct subscribe can meet, as the codes of DESIGN.md §2.6. */
+/** Contract errors a direct subscribe can meet, as the codes of docs/protocol.md, "Errors". */
 const codeByRevert: Record<string, { code: ErrorCode; message: string }> = {
   PlanIsDeprecated: {
     code: "PlanDeprecated",

@@ -1,5 +1,5 @@
 /**
- * Sub-auth tokens on the payer's side (DESIGN.md §2.5): the subscriber signs
+ * Sub-auth tokens on the payer's side (docs/protocol.md, "Subscription requests"): the subscriber signs
  * `base64url(json{sub, aud, iat, exp})` with EIP-191, and sends it as `X-Tollgate-Sub-Auth` beside
  * `X-Tollgate-Sub`. A subscription id alone proves nothing (ids are public on chain); the token shows
  * the caller holds the subscriber's key, for one gate (`aud`) and at most an hour.

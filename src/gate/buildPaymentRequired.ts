@@ -1,5 +1,5 @@
 /**
- * The specification's `buildPaymentRequired({ plan: planId })` (DESIGN.md §2.1, §5) as a free function:
+ * The specification's `buildPaymentRequired({ plan: planId })` (docs/protocol.md, "402 body"; docs/gate.md) as a free function:
  * a complete 402 body for a plan (and any other pricing) from a configured gate. A 402 needs the gate's
  * payee, network, token, memo secret and facilitator (the plan's terms come from its `GET /plans/:id`),
  * so the gate is its second argument: a gate `paymentGate` returned, or the options of one.

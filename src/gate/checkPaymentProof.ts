@@ -1,5 +1,5 @@
 /**
- * The gate's check of a payment proof (DESIGN.md §2.4), short of consuming its memo.
+ * The gate's check of a payment proof (docs/protocol.md, "Payment proof"), short of consuming its memo.
  *
  * Order matters for cost: the cheap field and HMAC checks run before the signature check, so a forged
  * or mismatched proof is refused without touching the key cache, the Ed25519 code or the network.
@@ -56,7 +56,7 @@ export type ProofVerdict = { valid: true; memo: MemoPayload } | { valid: false; 
 /**
  * The gate's fast path (its hot-path check, named apart from the specification's standalone
  * `verifyPaymentProof(proof)`, which answers a boolean and needs no memo secret).
- * Every check of DESIGN.md §2.4 except the final consume: not expired, memo issued by this gate and
+ * Every check of docs/protocol.md, "Payment proof" except the final consume: not expired, memo issued by this gate and
  * for this request (method, path, query), proof terms equal to the memo's and the gate's, an amount
  * covering the request's price, signature by a trusted key.
  * Never throws for a bad proof (that is a `{ valid: false, reason }`); throws only when the signature
@@ -173,7 +173,7 @@ export function checkSignatureWithFacilitator(
 }
 
 /**
- * The text `sig` covers, `canonicalJson` of every field but `sig` (DESIGN.md §2.4), written out for
+ * The text `sig` covers, `canonicalJson` of every field but `sig` (docs/protocol.md, "Payment proof"), written out for
  * the gate's hot path. `PaymentProofSchema` is strict and requires every field, so a parsed proof has
  * exactly these keys; they are listed here in canonical order (UTF-16 code units: `payTo` < `payer`).
  * A test checks this against `canonicalJson` and the schema's keys, so a new field cannot be missed.

@@ -1,5 +1,5 @@
 /**
- * The 402 a gate answers with (DESIGN.md §2.1, §2.7): Tollgate's JSON body with one freshly memoed
+ * The 402 a gate answers with (docs/protocol.md, "402 body"; docs/x402.md): Tollgate's JSON body with one freshly memoed
  * option per pricing entry — one-time prices and subscription plans with their terms — plus the x402
  * v2 `PAYMENT-REQUIRED` header so that a standard x402 client can pay the `exact` options.
  */
@@ -18,7 +18,7 @@ import { issueMemo, type MemoSecret } from "./memo.ts";
 /** One way to pay a route once: the price in the token's smallest unit. */
 export type OneTimeOffer = { scheme: "exact"; amount: bigint };
 
-/** A subscription plan that covers a route: its terms as the chain has them (DESIGN.md §2.1). */
+/** A subscription plan that covers a route: its terms as the chain has them (docs/protocol.md, "402 body"). */
 export type SubscriptionOffer = {
   scheme: "subscription";
   planId: string;

@@ -1,5 +1,5 @@
 /**
- * The specification's `deductAllowance(amount)` (DESIGN.md §3, §5): from a handler serving a request
+ * The specification's `deductAllowance(amount)` (docs/contracts.md; docs/gate.md): from a handler serving a request
  * under a subscription, charge `amount` (integer smallest units) against that subscription's overage
  * cap for the current cycle. The charge goes through the gate's usage ledger — checked against the cap
  * atomically, counted with metered use, settled on chain in batches through the facilitator's

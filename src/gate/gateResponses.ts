@@ -1,12 +1,12 @@
 /**
- * The gate's non-402 answers: the error body of DESIGN.md §2.6, and the answer to a check that could
+ * The gate's non-402 answers: the error body of docs/protocol.md, "Errors", and the answer to a check that could
  * not be carried out. Shared by the dispatcher (`paymentGate`) and the schemes' gate parts.
  */
 import { type ErrorCode, httpStatusOf, TollgateError } from "../protocol/errors.ts";
 import { HeaderName } from "../protocol/header.ts";
 import { isStoreUnavailable, storeUnavailableError } from "../store/storeErrors.ts";
 
-/** The error body of DESIGN.md §2.6. */
+/** The error body of docs/protocol.md, "Errors". */
 export function errorResponse(
   code: ErrorCode,
   message: string,

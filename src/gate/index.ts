@@ -1,4 +1,4 @@
-/** `tollgate/gate`: the resource-server library — `paymentGate`, its adapters and proof checks (DESIGN.md §5). */
+/** `tollgate/gate`: the resource-server library — `paymentGate`, its adapters and proof checks (docs/gate.md). */
 export { buildPaymentRequired } from "./buildPaymentRequired.ts";
 export {
   type CheckPaymentProofContext,

@@ -1,5 +1,5 @@
 /**
- * Stateless memos (DESIGN.md §2.2): `base64url(json) + "." + base64url(hmacSha256(secret, json))`.
+ * Stateless memos (docs/protocol.md, "Memo"): `base64url(json) + "." + base64url(hmacSha256(secret, json))`.
  *
  * The gate issues one with every 402 and stores nothing; on the retry the HMAC proves the gate wrote
  * the memo and the fields say what was priced. Only consumed memos are stored (the replay guard).
@@ -153,7 +153,7 @@ export function sealMemo(secret: MemoSecret, payload: MemoPayload): string {
   return `${base64UrlEncode(json)}.${base64UrlEncode(memoMac(secret, json))}`;
 }
 
-/** Bytes of randomness in a memo's `r` (DESIGN.md §2.2: 96 bits). */
+/** Bytes of randomness in a memo's `r` (docs/protocol.md, "Memo": 96 bits). */
 const MEMO_RANDOM_BYTES = 12;
 
 /** Writes a fresh memo for one offer: `r` is 96 random bits, so no two offers share a memo (or a nonce). */

@@ -1,5 +1,5 @@
 /**
- * One reading of an HTTP request target for every adapter and the gate core (DESIGN.md §5), so that
+ * One reading of an HTTP request target for every adapter and the gate core (docs/gate.md), so that
  * the path the gate prices is the path the framework routes on.
  *
  * Invariants:
@@ -163,7 +163,7 @@ export function decodePathOnce(path: string): string {
 
 /**
  * The 400 an adapter answers for a target it cannot serve as the gate priced it: unreadable, or with
- * dot segments its framework would route on as they are (DESIGN.md §2.6 error body).
+ * dot segments its framework would route on as they are (the error body of docs/protocol.md, "Errors").
  */
 export function targetRefusal(reading: RequestTargetReading): Response {
   let message: string;

@@ -10,7 +10,7 @@ import { checksummedAddress } from "./addressCache.ts";
 export type ParsedPaymentProof = { ok: true; proof: PaymentProof } | { ok: false; reason: string };
 
 /**
- * Reads an `X-PAYMENT` header value (DESIGN.md §2.4: `base64(JSON(proof))`) into a typed proof, or a
+ * Reads an `X-PAYMENT` header value (docs/protocol.md, "Payment proof": `base64(JSON(proof))`) into a typed proof, or a
  * `{ ok: false, reason }` saying which step failed. The gate's own reader.
  *
  * Never throws, whatever the input: values over 8 KiB are refused before any decoding, base64 must be

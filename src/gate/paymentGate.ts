@@ -1,5 +1,5 @@
 /**
- * `paymentGate` (DESIGN.md §5): the framework-free core of a resource server that charges per request.
+ * `paymentGate` (docs/gate.md): the framework-free core of a resource server that charges per request.
  * A function of a web request returning a tagged result; the Hono, Express and `node:http` adapters
  * translate it.
  *

@@ -27,7 +27,7 @@ export const PriceSchema = z.union([z.bigint(), z.string()]);
 export type Price = z.input<typeof PriceSchema>;
 
 /**
- * An amount in the token's smallest unit, as on the wire (DESIGN.md §2, §5): a safe integer
+ * An amount in the token's smallest unit, as on the wire (docs/protocol.md; docs/gate.md): a safe integer
  * (`500000`), a bigint (`500_000n`) or an integer string (`"500000"`), all 0.50 USDC. Decimal text
  * under `amount` is refused with a message naming both readings, never read as token text.
  */
@@ -105,7 +105,7 @@ export const OneTimePricingSchema = z
 const PlanRefSchema = z.union([PlanIdSchema, z.bigint().nonnegative()]);
 
 /**
- * A subscription plan of `SubscriptionManager` (DESIGN.md §5): its subscribers are served without a
+ * A subscription plan of `SubscriptionManager` (docs/gate.md): its subscribers are served without a
  * payment per request. The plan must be sold by the gate's `payTo` in the gate's token; its terms are
  * read from the facilitator (`GET /plans/:id`) and put into the 402.
  */

@@ -1,5 +1,5 @@
 /**
- * The gate's replay key for a one-time payment (DESIGN.md §2.4): the EIP-3009 authorization that moved
+ * The gate's replay key for a one-time payment (docs/protocol.md, "Payment proof"): the EIP-3009 authorization that moved
  * the money, whichever scheme presents it.
  *
  * Invariant: one transfer has one key. A Tollgate proof (`X-PAYMENT`) and an x402 payload
@@ -20,7 +20,7 @@ export type ReplayKeyAuthorization = {
   token: Address;
   /** `authorization.from`. */
   payer: Address;
-  /** `authorization.nonce`: for a Tollgate payment `keccak256(utf8(memo))` (DESIGN.md §2.3). */
+  /** `authorization.nonce`: for a Tollgate payment `keccak256(utf8(memo))` (docs/protocol.md, "Signed payment"). */
   nonce: Hex;
 };
 

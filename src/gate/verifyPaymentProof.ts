@@ -1,5 +1,5 @@
 /**
- * The specification's standalone `verifyPaymentProof(proof)` (DESIGN.md §2.4, §5): is this a genuine,
+ * The specification's standalone `verifyPaymentProof(proof)` (docs/protocol.md, "Payment proof"; docs/gate.md): is this a genuine,
  * unexpired proof of a settled payment? A boolean, for code outside a gate (an audit, a handler that
  * receives a proof some other way). It is not the gate's acceptance: it does not check a memo against a
  * request, and it does not consume anything, so a `true` proof may already have been used at a gate.
@@ -156,8 +156,8 @@ const authorizationUsed = getAbiItem({ abi: fiatTokenV2_2Abi, name: "Authorizati
 
 /**
  * On-chain check: the proof's transaction succeeded on the proof's chain and, in it, the proof's token
- * emitted `AuthorizationUsed(payer, keccak256(memo))` (EIP-3009: the nonce binds the memo, DESIGN.md
- * §2.3) and, after it, `Transfer(payer, payTo, amount)`. A batch settlement carries many transfers;
+ * emitted `AuthorizationUsed(payer, keccak256(memo))` (EIP-3009: the nonce binds the memo,
+ * docs/protocol.md, "Signed payment") and, after it, `Transfer(payer, payTo, amount)`. A batch settlement carries many transfers;
  * the authorization log pins the one of this payment.
  */
 function checkOnChain(client: ProofChainClient): ProofSignatureCheck {

@@ -1,5 +1,5 @@
 /**
- * Receiver side of Tollgate webhooks (DESIGN.md §4): checks a delivery's `Tollgate-Signature` against
+ * Receiver side of Tollgate webhooks (docs/webhooks.md): checks a delivery's `Tollgate-Signature` against
  * the endpoint's secret(s) and returns the event it carries.
  *
  * The signed text is `<t>.<raw body>`, so the body must be the exact bytes received, before any JSON

@@ -1,5 +1,5 @@
 /**
- * The gate's acceptance of x402 v2 payments (DESIGN.md §2.7): a standard x402 client retries a 402
+ * The gate's acceptance of x402 v2 payments (docs/x402.md): a standard x402 client retries a 402
  * with `PAYMENT-SIGNATURE: base64(JSON(PaymentPayload))` carrying an `exact` EIP-3009 authorization.
  * As x402's own resource servers do, the gate **verifies** it through its facilitator's
  * `POST /x402/verify` before the handler runs, and **settles** it (`POST /x402/settle`) only once the
@@ -11,7 +11,7 @@
  * amount within the route's `maxTimeoutSeconds`, and the facilitator is sent the gate's own
  * requirements, never the client's.
  *
- * Replays. One transfer buys one response, whichever scheme presents it (DESIGN.md §2.4). The EIP-3009
+ * Replays. One transfer buys one response, whichever scheme presents it (docs/protocol.md, "Payment proof"). The EIP-3009
  * authorization of every settled payment is public on chain, so anyone can wrap it in a
  * `PAYMENT-SIGNATURE`; three rules stop that:
  * - the replay key is the authorization (`paymentReplayKey`: network, token, `from`, nonce), the same

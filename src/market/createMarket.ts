@@ -1,5 +1,5 @@
 /**
- * The market registry service (DESIGN.md §7 Discovery, `tollgate market`) as a Hono app: sellers
+ * The market registry service (docs/market.md, `tollgate market`) as a Hono app: sellers
  * register manifests signed by their payout key, buyers search the catalog. No socket is opened here:
  * tests call `app.request()`, and `serveMarket` binds the app to a port.
  *

@@ -1,4 +1,4 @@
-/** `tollgate/market`: the marketplace registry service and its client (DESIGN.md §7). */
+/** `tollgate/market`: the marketplace registry service and its client (docs/market.md). */
 export {
   type CreateMarketOptions,
   createMarket,

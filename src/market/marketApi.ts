@@ -1,6 +1,6 @@
 /**
  * Request and reply bodies of the market registry's HTTP API, shared by the service (`createMarket`)
- * and its client (`createMarketClient`). Errors are DESIGN.md §2.6 bodies (`ErrorBodySchema`).
+ * and its client (`createMarketClient`). Errors are the bodies of docs/protocol.md, "Errors" (`ErrorBodySchema`).
  * Timestamps are integer Unix seconds; amounts are decimal strings of the token's smallest unit.
  */
 import type { Address, Hex } from "viem";

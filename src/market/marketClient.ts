@@ -1,6 +1,6 @@
 /**
  * A typed HTTP client for a market registry (`tollgate market`). Every reply is zod-checked; error
- * bodies become `TollgateError`s with the market's code (DESIGN.md §2.6), a reply without one the
+ * bodies become `TollgateError`s with the market's code (docs/protocol.md, "Errors"), a reply without one the
  * code of its status, an unreachable market `ChainUnavailable` with `details.reason`
  * `"market_unreachable"` or `"market_timeout"` (worth retrying), and a malformed 2xx reply `Internal`
  * with `"market_bad_reply"`.

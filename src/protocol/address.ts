@@ -17,7 +17,7 @@ export const AddressSchema = z
   .regex(ADDRESS_PATTERN, { error: "expected a 0x-prefixed 20-byte hex address" })
   .transform((text): Address => getAddress(text.toLowerCase()));
 
-/** Case-insensitive address equality, as DESIGN.md §2 asks of every comparison of addresses. */
+/** Case-insensitive address equality, as docs/protocol.md asks of every comparison of addresses. */
 export function sameAddress(a: string, b: string): boolean {
   // Equal text first: addresses read back from one source are usually spelled alike.
   return a === b || a.toLowerCase() === b.toLowerCase();

@@ -1,5 +1,5 @@
 /**
- * Token amounts (DESIGN.md §2): `bigint` in code, a decimal integer string of the token's smallest unit
+ * Token amounts (docs/protocol.md): `bigint` in code, a decimal integer string of the token's smallest unit
  * on the wire (`"500000"` = 0.50 USDC), and exact decimal text for people (`"0.5"`). Never a float.
  */
 import { z } from "zod";

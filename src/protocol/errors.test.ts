@@ -68,7 +68,7 @@ describe("error catalogue", () => {
     }
   });
 
-  it("gives the statuses DESIGN.md §2.6 fixes", () => {
+  it("gives the statuses the error catalogue fixes", () => {
     expect(
       Object.fromEntries(
         (

@@ -1,7 +1,7 @@
 import { z } from "zod";
 
 /**
- * The error-code catalogue (DESIGN.md §2.6) and the one error class every Tollgate module throws.
+ * The error-code catalogue (docs/protocol.md, "Errors") and the one error class every Tollgate module throws.
  *
  * Codes are stable strings: clients branch on them, so a code is never renamed, only added.
  */
@@ -165,7 +165,7 @@ export class TollgateError extends Error {
     return httpStatusOf(this.code);
   }
 
-  /** The wire body of DESIGN.md §2.6. */
+  /** The wire body of docs/protocol.md, "Errors". */
   toBody(): ErrorBody {
     return {
       error: {
@@ -189,7 +189,7 @@ export const ErrorCodeSchema = z.enum(ErrorCodes);
 export const GateErrorCodeSchema = z.enum(GateErrorCodes);
 
 /**
- * The facilitator and market error body of DESIGN.md §2.6: `{ "error": { code, message, details? } }`.
+ * The facilitator and market error body of docs/protocol.md, "Errors": `{ "error": { code, message, details? } }`.
  *
  * A reader that meets a code it does not know fails to parse and should treat the reply as an opaque
  * failure of the HTTP status it came with; codes are only ever added.

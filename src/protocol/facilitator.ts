@@ -1,5 +1,5 @@
 /**
- * Request and response bodies of the facilitator's HTTP API (DESIGN.md §4) that the protocol pins:
+ * Request and response bodies of the facilitator's HTTP API (docs/protocol.md, "Facilitator bodies") that the protocol pins:
  * `/authorize`, `/verify`, `/payments/:nonce`, `/supported`, `/.well-known/jwks.json`, `/healthz`. Error replies use
  * `ErrorBodySchema` from `errors.ts`; `POST /authorize`'s request is in `signedPayment.ts`.
  */
@@ -156,6 +156,6 @@ export const HealthSchema = z.object({
 });
 export type Health = z.infer<typeof HealthSchema>;
 
-/** States of an on-chain subscription (DESIGN.md §3), as the facilitator reports them. */
+/** States of an on-chain subscription (docs/contracts.md), as the facilitator reports them. */
 export const SubscriptionStatusSchema = z.enum(["Active", "Paused", "Cancelled", "PastDue"]);
 export type SubscriptionStatus = z.infer<typeof SubscriptionStatusSchema>;

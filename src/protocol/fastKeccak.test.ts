@@ -40,7 +40,7 @@ describe("the hot paths' keccak256", () => {
       { numRuns: 300 },
     );
     const memo = `${"a".repeat(300)}.${"b".repeat(43)}`;
-    // The EIP-3009 nonce every party derives from a memo is this hash (DESIGN.md §2.3).
+    // The EIP-3009 nonce every party derives from a memo is this hash (docs/protocol.md, "Signed payment").
     expect(memoNonce(memo)).toBe(keccak256(stringToBytes(memo)));
     expect(keccak256OfText("")).toBe("0xc5d2460186f7233c927e7db2dcc703c0e500b653ca82273b7bfad8045d85a470");
   });

@@ -1,6 +1,6 @@
 /**
  * keccak256 for hot paths. Every payment hashes its memo into the EIP-3009 nonce
- * (`keccak256(utf8(memo))`, DESIGN.md §2.3) — the payer when it signs, the facilitator when it checks
+ * (`keccak256(utf8(memo))`, docs/protocol.md, "Signed payment") — the payer when it signs, the facilitator when it checks
  * the authorization, the gate for its replay key — and the facilitator hashes two EIP-712 blocks per
  * recovered signature and one per transaction it signs.
  *

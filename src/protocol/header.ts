@@ -10,7 +10,7 @@ import { parseWire } from "./parseWire.ts";
 /** Largest header value Tollgate writes or reads: 8 KiB, under common proxy limits. */
 export const MAX_HEADER_BYTES = 8192;
 
-/** Names of the headers of DESIGN.md §2; HTTP header names are case-insensitive. */
+/** Names of the headers of docs/protocol.md; HTTP header names are case-insensitive. */
 export const HeaderName = {
   /** Client → gate: `base64(JSON(PaymentProof))` (§2.4). */
   Payment: "X-PAYMENT",

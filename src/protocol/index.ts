@@ -1,5 +1,5 @@
 /**
- * `tollgate/protocol`: Tollgate's wire formats (DESIGN.md §2) — zod schemas, header codecs, amounts,
+ * `tollgate/protocol`: Tollgate's wire formats (docs/protocol.md) — zod schemas, header codecs, amounts,
  * networks and the error catalogue. Pure: no I/O, no clock reads, nothing imported from other modules.
  */
 export * from "./address.ts";

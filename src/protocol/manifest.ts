@@ -1,5 +1,5 @@
 /**
- * Capability manifests (DESIGN.md §7, Discovery): what a seller serves at `GET /.well-known/tollgate.json`
+ * Capability manifests (docs/market.md): what a seller serves at `GET /.well-known/tollgate.json`
  * and registers with a market — its gated capabilities, each with a tool-safe name, input and output
  * JSON Schema and pricing — and the signed registration envelope `{ manifest, signature }`.
  *

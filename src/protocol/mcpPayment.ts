@@ -4,7 +4,7 @@
  *
  * - Payment required: a tool result with `isError: true` whose `structuredContent` (and
  *   `content[0].text`, as JSON) is the x402 `PaymentRequired`; a Tollgate seller adds its full 402
- *   body (DESIGN.md §2.1: memos, subscription plans) under `_meta["tollgate/payment-required"]`.
+ *   body (docs/protocol.md, "402 body": memos, subscription plans) under `_meta["tollgate/payment-required"]`.
  *   Earlier x402 drafts answered a JSON-RPC error with code 402 and the requirements in `error.data`;
  *   buyers accept both.
  * - The retry carries one credential in `params._meta`: `x402/payment` (an x402 `PaymentPayload`
@@ -30,13 +30,13 @@ export const McpMetaKey = {
   X402PaymentResponse: "x402/payment-response",
   /** Client → server: a Tollgate payment proof, as `X-PAYMENT` carries it (base64 of its JSON). */
   TollgatePayment: "tollgate/payment",
-  /** Client → server: `{ id, auth }`, a subscription id and its sub-auth token (DESIGN.md §2.5). */
+  /** Client → server: `{ id, auth }`, a subscription id and its sub-auth token (docs/protocol.md, "Subscription requests"). */
   TollgateSubscription: "tollgate/subscription",
   /** Client → server: a payment-channel voucher, as `X-Tollgate-Channel` carries it (docs/channels.md). */
   TollgateChannel: "tollgate/channel",
   /** Server → client: the gate's channel receipt, as `X-Tollgate-Channel-Receipt` carries it. */
   TollgateChannelReceipt: "tollgate/channel-receipt",
-  /** Server → client, on payment required: the Tollgate 402 body (DESIGN.md §2.1). */
+  /** Server → client, on payment required: the Tollgate 402 body (docs/protocol.md, "402 body"). */
   TollgatePaymentRequired: "tollgate/payment-required",
   /** Server → client, on a metered call: `{ units, overage }` as the gate counted them. */
   TollgateUsage: "tollgate/usage",

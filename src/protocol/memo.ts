@@ -1,5 +1,5 @@
 /**
- * The memo (DESIGN.md §2.2): the gate's stateless reference to one 402 offer,
+ * The memo (docs/protocol.md, "Memo"): the gate's stateless reference to one 402 offer,
  * `base64url(json) + "." + base64url(hmacSha256(secret, json))`.
  *
  * This module holds the wire format only; the HMAC is computed and checked by the gate, which owns the
@@ -43,7 +43,7 @@ export const MemoQuerySchema = z.string().regex(/^[A-Za-z0-9_-]{22}$/, {
 });
 
 /**
- * The claims a memo binds (DESIGN.md §2.2). Single letters because the memo travels in every header.
+ * The claims a memo binds (docs/protocol.md, "Memo"). Single letters because the memo travels in every header.
  * `q` is present exactly when the request had a query: a route priced by a function may price by it,
  * so a proof bought for one query does not pay for another (docs/protocol.md).
  */
@@ -92,7 +92,7 @@ export function memoQueryHash(query: string): string | undefined {
 }
 
 /**
- * The EIP-3009 nonce that binds a transfer to a memo (DESIGN.md §2.3): `keccak256(utf8(memo))`.
+ * The EIP-3009 nonce that binds a transfer to a memo (docs/protocol.md, "Signed payment"): `keccak256(utf8(memo))`.
  * One memo, one nonce: the token contract refuses the second use of a nonce, so a memo pays once.
  */
 export function memoNonce(memo: string): Hex {

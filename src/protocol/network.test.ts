@@ -4,7 +4,7 @@ import { TollgateError } from "./errors.ts";
 import { BASE, BASE_SEPOLIA, chainIdOf, DEVNET, isNetwork, NetworkSchema, networkOf } from "./network.ts";
 
 describe("networks", () => {
-  it("names the three networks of DESIGN.md §2", () => {
+  it("names the three networks Tollgate settles on", () => {
     expect([DEVNET, BASE_SEPOLIA, BASE]).toEqual(["eip155:31337", "eip155:84532", "eip155:8453"]);
     expect([DEVNET, BASE_SEPOLIA, BASE].map(chainIdOf)).toEqual([31337, 84532, 8453]);
   });

@@ -1,5 +1,5 @@
 /**
- * Networks as CAIP-2 chain ids (DESIGN.md §2): `eip155:<decimal chain id>`. Tollgate settles on EVM
+ * Networks as CAIP-2 chain ids (docs/protocol.md): `eip155:<decimal chain id>`. Tollgate settles on EVM
  * chains only, so the namespace is always `eip155`.
  */
 import { z } from "zod";

@@ -1,5 +1,5 @@
 /**
- * The payer's credential for reading its own payment back from the facilitator (DESIGN.md §2.4:
+ * The payer's credential for reading its own payment back from the facilitator (docs/protocol.md, "Payment proof":
  * only the payer and the payee may read a proof). Header:
  *
  *   `X-Tollgate-Payer-Auth: <t>.<signature>`

@@ -1,5 +1,5 @@
 /**
- * The payment proof (DESIGN.md §2.4): what the facilitator signs with Ed25519 once a payment has
+ * The payment proof (docs/protocol.md, "Payment proof"): what the facilitator signs with Ed25519 once a payment has
  * settled, the client forwards as `X-PAYMENT: base64(JSON(proof))`, and the gate accepts once.
  */
 import { z } from "zod";
@@ -58,7 +58,7 @@ export function proofSigningInput(proof: UnsignedPaymentProof | PaymentProof): s
 }
 
 /**
- * The `X-PAYMENT-RESPONSE` object a gate adds to a paid 200 (DESIGN.md §2.4); the same field names
+ * The `X-PAYMENT-RESPONSE` object a gate adds to a paid 200 (docs/protocol.md, "Payment proof"); the same field names
  * as x402's `PAYMENT-RESPONSE` settle response, so x402 tooling can read it.
  */
 export const PaymentResponseSchema = z.object({

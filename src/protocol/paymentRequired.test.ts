@@ -11,7 +11,7 @@ const TOKEN = "0x5fbdb2315678afecb367f032d93f642f64180aa3";
 const PAY_TO = "0x70997970c51812dc3a010c7d01b50e0d17dc79c8";
 const MANAGER = "0xe7f1725e7734ce288f8367e1bb143e90bb3f0512";
 
-/** The example body of DESIGN.md §2.1, with concrete addresses and memos. */
+/** The example body of docs/protocol.md, "402 body", with concrete addresses and memos. */
 const body = {
   version: "1",
   error: "PaymentRequired",
@@ -46,7 +46,7 @@ const body = {
 };
 
 describe("PaymentRequiredSchema", () => {
-  it("accepts the 402 body of DESIGN.md §2.1 and checksums its addresses", () => {
+  it("accepts the documented 402 body and checksums its addresses", () => {
     const parsed = PaymentRequiredSchema.parse(body);
     expect(parsed.accepts[0]?.token).toBe("0x5FbDB2315678afecb367f032d93F642f64180aa3");
     expect(parsed.accepts[1]?.tollgate?.manager).toBe("0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512");

@@ -1,5 +1,5 @@
 /**
- * The 402 body (DESIGN.md §2.1): one `accepts` entry per pricing entry of the gate, with Tollgate's
+ * The 402 body (docs/protocol.md, "402 body"): one `accepts` entry per pricing entry of the gate, with Tollgate's
  * subscription terms in the `tollgate` extension property.
  */
 import { z } from "zod";
@@ -118,7 +118,7 @@ export const PaymentOptionSchema = z
   });
 export type PaymentOption = z.infer<typeof PaymentOptionSchema>;
 
-/** The 402 response body: freshly built for every 402 (DESIGN.md §2.1). */
+/** The 402 response body: freshly built for every 402 (docs/protocol.md, "402 body"). */
 export const PaymentRequiredSchema = z.object({
   version: z.literal("1"),
   /** Why payment is required: one of the gate codes of §2.6. */

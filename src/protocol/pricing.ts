@@ -1,5 +1,5 @@
 /**
- * The one pricing type (DESIGN.md §2.1, §7): every way to pay for a call, as the gate, the market and
+ * The one pricing type (docs/protocol.md, "402 body"; docs/agents.md): every way to pay for a call, as the gate, the market and
  * the agent's policy read it — one variant per scheme's pricing, money in `bigint`. The gate compiles
  * its options into these, the market and buyers read manifests into them, and the policy weighs them.
  *
@@ -151,7 +151,7 @@ export function pricingToWire(pricing: Pricing): WirePricing {
     : { type: "subscription", ...plan };
 }
 
-/** The `tollgate` terms a plan's 402 option carries (DESIGN.md §2.1), without the gate-wide fields. */
+/** The `tollgate` terms a plan's 402 option carries (docs/protocol.md, "402 body"), without the gate-wide fields. */
 export type PlanOptionTerms = {
   planId: string;
   interval: number;

@@ -127,7 +127,7 @@ describe("SignedPaymentSchema", () => {
     signature: `0x${"22".repeat(65)}`,
   };
 
-  it("accepts the body of DESIGN.md §2.3", () => {
+  it("accepts the body of POST /authorize", () => {
     expect(SignedPaymentSchema.safeParse(valid).success).toBe(true);
   });
 

@@ -1,5 +1,5 @@
 /**
- * The signed payment (DESIGN.md §2.3): an EIP-3009 `TransferWithAuthorization` the payer signs for the
+ * The signed payment (docs/protocol.md, "Signed payment"): an EIP-3009 `TransferWithAuthorization` the payer signs for the
  * token's EIP-712 domain, sent to the facilitator's `POST /authorize`. Its nonce is
  * `keccak256(utf8(memo))`, binding the transfer to one 402 offer.
  */
@@ -25,7 +25,7 @@ export const AuthorizationSchema = z.object({
 });
 export type Authorization = z.infer<typeof AuthorizationSchema>;
 
-/** The body of `POST /authorize` minus its envelope (DESIGN.md §2.3). */
+/** The body of `POST /authorize` minus its envelope (docs/protocol.md, "Signed payment"). */
 export const SignedPaymentSchema = z.object({
   scheme: z.literal("exact"),
   network: NetworkSchema,

@@ -1,5 +1,5 @@
 /**
- * Subscription requests (DESIGN.md §2.5): `X-Tollgate-Sub: <id>` plus `X-Tollgate-Sub-Auth: <token>`,
+ * Subscription requests (docs/protocol.md, "Subscription requests"): `X-Tollgate-Sub: <id>` plus `X-Tollgate-Sub-Auth: <token>`,
  * with token = `base64url(json{sub, aud, iat, exp})` + "." + the subscriber's EIP-191 signature over
  * that first part.
  *

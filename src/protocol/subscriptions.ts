@@ -1,6 +1,6 @@
 /**
  * Wire bodies of the facilitator's provider, subscription, usage and event-feed endpoints
- * (DESIGN.md §4; docs/subscriptions.md describes the behaviour behind them). Amounts, ids and chain
+ * (docs/subscriptions.md describes the behaviour behind them). Amounts, ids and chain
  * timestamps are decimal strings, addresses come out checksummed.
  */
 import { z } from "zod";

@@ -1,5 +1,5 @@
 /**
- * Webhook wire format (DESIGN.md §4): the event envelope and the `Tollgate-Signature` header,
+ * Webhook wire format (docs/webhooks.md): the event envelope and the `Tollgate-Signature` header,
  * `t=<unix seconds>,v1=<hex hmacSha256(secret, t + "." + body)>`. The HMAC itself is computed by the
  * facilitator and by receivers; this module fixes the text both sides agree on.
  */

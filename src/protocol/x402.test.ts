@@ -35,7 +35,7 @@ const payer = privateKeyToAccount("0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbe
 const TOKEN = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
 const PAY_TO = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 
-/** The PAYMENT-REQUIRED object of DESIGN.md §2.7 as a gate would emit it. */
+/** The PAYMENT-REQUIRED object of docs/x402.md as a gate would emit it. */
 const paymentRequired: X402PaymentRequired = {
   x402Version: 2,
   error: "PaymentRequired",

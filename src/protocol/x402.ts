@@ -1,5 +1,5 @@
 /**
- * x402 v2 wire schemas (DESIGN.md §2.7), so standard x402 clients can pay a Tollgate gate with the
+ * x402 v2 wire schemas (docs/x402.md), so standard x402 clients can pay a Tollgate gate with the
  * `exact` EVM scheme and standard x402 resource servers can use Tollgate's facilitator.
  *
  * Matched against `@x402/core` 2.27.0: the zod schemas in `src/schemas/index.ts`

@@ -1,5 +1,5 @@
 /**
- * The payment-scheme plug-in seam (DESIGN.md §1, docs/schemes.md). A scheme is one folder under
+ * The payment-scheme plug-in seam (docs/schemes.md; docs/architecture.md, "The scheme seam"). A scheme is one folder under
  * `src/schemes/<id>/` exporting a `Scheme`: narrow parts for the gate (compile its pricing entries,
  * build its `accepts` entries, find and accept its credential on a request) and for the client (tell
  * whether it can pay an option, what one call costs, pay). Its facilitator part (check, settle) is a

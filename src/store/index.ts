@@ -1,4 +1,4 @@
-/** `tollgate/store`: the store (PGlite or PostgreSQL) and the replay guards (DESIGN.md §8). */
+/** `tollgate/store`: the store (PGlite or PostgreSQL) and the replay guards (docs/operations-storage.md). */
 
 export { createMemoryReplayGuard } from "./createMemoryReplayGuard.ts";
 export { createPostgresReplayGuard } from "./createPostgresReplayGuard.ts";

@@ -1,5 +1,5 @@
 /**
- * Tollgate's files on disk are its owner's only (DESIGN.md §4, Abuse): directories 0700, files 0600.
+ * Tollgate's files on disk are its owner's only (docs/operations-storage.md, "Files on disk and their permissions"): directories 0700, files 0600.
  * They hold payments, budgets, webhook secrets (sealed), keys and the devnet's accounts; on a shared
  * machine another user must not read them.
  *

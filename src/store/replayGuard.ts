@@ -2,7 +2,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { ErrorCode, TollgateError } from "../protocol/errors.ts";
 
 /**
- * Remembers consumed payment memos so a proof is accepted once (DESIGN.md §2.4, §5).
+ * Remembers consumed payment memos so a proof is accepted once (docs/protocol.md, "Payment proof"; docs/gate.md).
  *
  * Contract shared by every implementation:
  * - `consume(key, expiresAtMs)` resolves `true` for exactly one call per key while the key is

@@ -1,5 +1,5 @@
 /**
- * The store interface every Tollgate module persists through (DESIGN.md §8). One SQL dialect,
+ * The store interface every Tollgate module persists through (docs/operations-storage.md). One SQL dialect,
  * PostgreSQL's, spoken by two backends: embedded PGlite (the default) and a real PostgreSQL server.
  *
  * Value mapping, identical on both backends (so a query behaves the same wherever it runs):

@@ -9,7 +9,7 @@ export type TransferAuthorization = {
   value: bigint;
   validAfter: bigint;
   validBefore: bigint;
-  /** 32 random bytes; Tollgate uses keccak256(utf8(memo)) (DESIGN.md §2.3). */
+  /** 32 random bytes; Tollgate uses keccak256(utf8(memo)) (docs/protocol.md, "Signed payment"). */
   nonce: Hex;
 };
 

@@ -1,5 +1,5 @@
 /**
- * `postUsage` (DESIGN.md §5): hands metered charges to the facilitator's `POST /usage`, which
+ * `postUsage` (docs/gate.md): hands metered charges to the facilitator's `POST /usage`, which
  * records them durably (idempotent on each record's `ref`, per provider) and settles them on chain in
  * batches with `SubscriptionManager.deductAllowanceMany`. Authenticated with the provider's API key
  * (`POST /providers`, docs/subscriptions.md).

@@ -1,5 +1,5 @@
 /**
- * The usage ledger (DESIGN.md §5): what a gate (or every instance of one API) has counted of each
+ * The usage ledger (docs/gate.md): what a gate (or every instance of one API) has counted of each
  * subscription's metered use in its current cycle, what it has charged past the included units, and
  * which of those charges are not yet settled on chain.
  *

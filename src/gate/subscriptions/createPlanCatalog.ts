@@ -1,5 +1,5 @@
 /**
- * The subscription plans a gate sells (DESIGN.md §2.1, §5), read from the facilitator's `GET /plans/:id`
+ * The subscription plans a gate sells (docs/protocol.md, "402 body"; docs/gate.md), read from the facilitator's `GET /plans/:id`
  * once and cached. A plan must be the gate's own: sold by its `payTo`, in its token. A plan that is not
  * is a misconfiguration, reported with a message naming both addresses, and never offered in a 402.
  *

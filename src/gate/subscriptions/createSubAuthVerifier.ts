@@ -1,5 +1,5 @@
 /**
- * Checks sub-auth tokens (DESIGN.md §2.5) for one gate: well-formed, `aud` equal to the gate's public
+ * Checks sub-auth tokens (docs/protocol.md, "Subscription requests") for one gate: well-formed, `aud` equal to the gate's public
  * origin, issued for the subscription id the request names, not expired, not issued in the future,
  * at most an hour long, and signed (EIP-191) by someone — whose address the caller then compares with
  * the subscription's subscriber.

@@ -1,5 +1,5 @@
 /**
- * The subscription side of `paymentGate` (DESIGN.md §2.5, §5): decides whether a request carrying
+ * The subscription side of `paymentGate` (docs/protocol.md, "Subscription requests"; docs/gate.md): decides whether a request carrying
  * `X-Tollgate-Sub` and `X-Tollgate-Sub-Auth` is served under a subscription, and meters it.
  *
  * Order of checks, cheapest and most local first:

@@ -1,6 +1,6 @@
 /**
  * Subscription state as the chain has it, read through the facilitator's `GET /subscriptions/:id` and
- * cached for a short TTL (DESIGN.md §2.5), so a subscriber's requests cost no round trip.
+ * cached for a short TTL (docs/protocol.md, "Subscription requests"), so a subscriber's requests cost no round trip.
  *
  * Staleness bound: an entry is at most `ttlMs` old. An entry is also dropped as soon as the gate
  * learns from the facilitator's event feed that the subscription changed (`invalidate`), which in

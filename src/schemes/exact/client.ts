@@ -68,7 +68,7 @@ const MIN_OFFER_REMAINING_SECONDS = 15;
 const VALID_AFTER_SKEW_SECONDS = 60;
 
 /**
- * Pays one `exact` option for a payer (DESIGN.md §2.3): checks it (scheme, network, facilitator, memo
+ * Pays one `exact` option for a payer (docs/protocol.md, "Signed payment"): checks it (scheme, network, facilitator, memo
  * claims, ceiling, expiry), signs the EIP-3009 authorization with `nonce = keccak256(memo)` and a
  * `validBefore` within the offer, has the facilitator settle it (`/authorize`), and checks the proof is
  * for exactly what was paid. `createPayer`'s `pay` is this.

@@ -1,5 +1,5 @@
 /**
- * The gate part of `exact` (DESIGN.md §2.4): one-time pricing entries (`{ type: "one-time", amount |
+ * The gate part of `exact` (docs/protocol.md, "Payment proof"): one-time pricing entries (`{ type: "one-time", amount |
  * price }`) become offers; a request carrying a facilitator's proof (`X-PAYMENT`) is served once.
  *
  * Invariants (moved unchanged from `paymentGate`):

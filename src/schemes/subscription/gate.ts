@@ -1,5 +1,5 @@
 /**
- * The gate part of `subscription` (DESIGN.md §2.5): `{ type: "subscription", plan }` entries become
+ * The gate part of `subscription` (docs/protocol.md, "Subscription requests"): `{ type: "subscription", plan }` entries become
  * plan offers whose terms are read from the facilitator (`GET /plans/:id`) for the 402; a request
  * carrying `X-Tollgate-Sub` and `X-Tollgate-Sub-Auth` is served under the subscription, metered when
  * its plan meters (`createSubscriptionGate` holds the checks, the usage ledger and the event feed).
@@ -47,7 +47,7 @@ import type {
 /** A plan that covers a route, by id (canonical decimal); its terms are read when a 402 is built. */
 export type PlanOffer = { scheme: "subscription"; planId: string };
 
-/** A plan as the one pricing type: `subscription`, with its metering terms (DESIGN.md §2.1). */
+/** A plan as the one pricing type: `subscription`, with its metering terms (docs/protocol.md, "402 body"). */
 export function planPricing(plan: GatePlan): Pricing {
   return {
     type: "subscription",

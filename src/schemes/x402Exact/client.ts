@@ -1,5 +1,5 @@
 /**
- * Paying standard x402 v2 servers (DESIGN.md §2.7, §6): from the `PAYMENT-REQUIRED` of a 402, pick an
+ * Paying standard x402 v2 servers (docs/x402.md; docs/client.md): from the `PAYMENT-REQUIRED` of a 402, pick an
  * `exact` EVM option, sign its EIP-3009 `TransferWithAuthorization` and build the `PAYMENT-SIGNATURE`
  * header. The payload is the one `@x402/evm`'s exact client scheme (2.27) builds through
  * `x402Client.createPaymentPayload`: `{ x402Version: 2, payload: { authorization, signature },

@@ -1,5 +1,5 @@
 /**
- * The gate part of x402 v2 `exact` interop (DESIGN.md §2.7): a standard x402 client pays a route's
+ * The gate part of x402 v2 `exact` interop (docs/x402.md): a standard x402 client pays a route's
  * one-time offers with `PAYMENT-SIGNATURE` (or `_meta["x402/payment"]` over MCP). As x402's reference
  * servers do, the payment is verified before the handler runs and settled in `complete` only when the
  * handler answered below 400 (`settleAfterHandler`: the adapters hold the response until then);
