@@ -1,5 +1,5 @@
 /**
- * `createSpecialist` (DESIGN.md §7, Specialist host): serves each capability behind the payment gate,
+ * `createSpecialist` (docs/agents.md, specialists): serves each capability behind the payment gate,
  * publishes the signed manifest at `/.well-known/tollgate.json`, and registers it with a market.
  * A specialist is an ordinary Tollgate seller; it may also hold its own payer and budget and buy from
  * other specialists inside its handlers (the reseller in agents/ does).

@@ -1,5 +1,5 @@
 /**
- * `discoverTools` (DESIGN.md §7, Discovery): turns a market's catalog, specialists' published
+ * `discoverTools` (docs/market.md): turns a market's catalog, specialists' published
  * manifests, and remote tool manifests (`tools/*.json`, see docs/agents.md "Tool manifests") into paid
  * LangChain tools that spend from one agent's budget.
  *

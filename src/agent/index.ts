@@ -1,4 +1,4 @@
-/** `tollgate/agent`: budgets, the subscribe-or-pay policy, paid tools, discovery, specialists, orchestrator (DESIGN.md §7). */
+/** `tollgate/agent`: budgets, the subscribe-or-pay policy, paid tools, discovery, specialists, orchestrator (docs/agents.md). */
 
 export type { BudgetLimits, BudgetLimitsInput } from "./budget/budgetLimits.ts";
 export type { BudgetReport } from "./budget/budgetReport.ts";

@@ -1,5 +1,5 @@
 /**
- * Offer checks (DESIGN.md §7, Budgets): a seller's 402 is held to what the agent was offered before
+ * Offer checks (docs/budgets.md): a seller's 402 is held to what the agent was offered before
  * it asked — the catalog entry the market listed, or the manifest the seller published. A 402 asking
  * a higher price, other plan terms, another payee, another network or another token is refused with
  * `OfferMismatch` before anything is reserved or signed, so a seller cannot charge more than it

@@ -1,5 +1,5 @@
 /**
- * `paidTool` (DESIGN.md §7): a gated HTTP capability as a LangChain tool. On a 402 it asks the policy
+ * `paidTool` (docs/agents.md): a gated HTTP capability as a LangChain tool. On a 402 it asks the policy
  * whether to pay once or subscribe, reserves the spend in the agent's budget, pays through the payer,
  * retries, and returns the result as content with the receipt as artifact. Failures come back as text
  * carrying the error code (`BudgetExceeded`, `InsufficientFunds`, `AllowanceExhausted`, …) so a model

@@ -312,7 +312,7 @@ export function memoOfProof(proof: string | undefined): string | undefined {
   return carrier.ok ? carrier.value.memo : undefined;
 }
 
-/** The memos a 402 body (Tollgate's, DESIGN.md §2.1) offers, to keep its sale's reservation under. */
+/** The memos a 402 body (Tollgate's, docs/protocol.md, "402 body") offers, to keep its sale's reservation under. */
 export function memosOfPaymentRequired(body: unknown): string[] {
   const parsed = PaymentRequiredMemosSchema.safeParse(body);
   return parsed.success ? parsed.data.accepts.flatMap((a) => (a.memo === undefined ? [] : [a.memo])) : [];

@@ -1,5 +1,5 @@
 /**
- * The spend report of an agent run (DESIGN.md §7): per tool, the mode chosen and why, calls, amount,
+ * The spend report of an agent run (docs/budgets.md): per tool, the mode chosen and why, calls, amount,
  * and the cheapest choice in hindsight, from the events paid tools emit.
  */
 import { formatUnitsExact } from "../protocol/amount.ts";

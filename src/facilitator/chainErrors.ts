@@ -1,5 +1,5 @@
 /**
- * Turns what the chain said into the error codes of DESIGN.md §2.6.
+ * Turns what the chain said into the error codes of docs/protocol.md, "Errors".
  *
  * Two sources: viem errors thrown by a call (an RPC that cannot be reached, or a revert during
  * simulation) and the raw revert bytes a BatchSettler item reports in `SettleFailed`. USDC's `Error(string)`

@@ -1,5 +1,5 @@
 /**
- * The facilitator's off-chain checks of a signed payment (DESIGN.md §4, settlement engine): everything
+ * The facilitator's off-chain checks of a signed payment (docs/facilitator.md, "Checks before settling"): everything
  * that can be refused without a round trip to the chain, cheapest first. Throws a `TollgateError`
  * with the code a client can act on; returns the payer on success.
  *
@@ -27,7 +27,7 @@ export type SupportedTokenConfig = {
   version: string;
   symbol: string;
   /**
-   * The smallest payment settled in this token, smallest unit (DESIGN.md §4, "Abuse"): below it the
+   * The smallest payment settled in this token, smallest unit (docs/facilitator.md, "Abuse: minimum amount and rate limits"): below it the
    * gas of settling costs the facilitator more than the payment is worth. Never below 1: a zero-value
    * transfer moves nothing, needs no balance, and would only spend the facilitator's gas.
    */

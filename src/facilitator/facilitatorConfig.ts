@@ -1,5 +1,5 @@
 /**
- * The facilitator's configuration (DESIGN.md §9): environment variables and flags, parsed once at
+ * The facilitator's configuration (docs/facilitator.md, "Configuration"): environment variables and flags, parsed once at
  * start-up with zod. On a devnet started by `tollgate devnet up`, everything but the port has a default
  * read from `.tollgate/devnet.json`, and a proof key is generated once and kept in `.tollgate/`.
  */

@@ -1,5 +1,5 @@
 /**
- * The one place facilitator (and market) HTTP errors are shaped (DESIGN.md §2.6): a `TollgateError`
+ * The one place facilitator (and market) HTTP errors are shaped (docs/protocol.md, "Errors"): a `TollgateError`
  * becomes its status and `{ error: { code, message, details? } }`; `Retry-After` rides along when the
  * error carries one. A store or cache outage (isStoreUnavailable) is a 503 with Retry-After. Anything
  * else is a fault of ours: a 500 with no internals in the body.

@@ -1,4 +1,4 @@
-/** `tollgate/facilitator`: the settlement service as a library (DESIGN.md §4). */
+/** `tollgate/facilitator`: the settlement service as a library (docs/facilitator.md). */
 export {
   type CreateFacilitatorOptions,
   createFacilitator,

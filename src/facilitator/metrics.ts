@@ -1,5 +1,5 @@
 /**
- * Prometheus metrics of one facilitator (DESIGN.md §4): a registry per instance, never prom-client's
+ * Prometheus metrics of one facilitator (docs/facilitator.md, "Metrics"): a registry per instance, never prom-client's
  * global default, so two facilitators in one process (tests, the demo) do not share counters.
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";

@@ -1,6 +1,6 @@
 /**
  * `GET /payments/:nonce`: a payment's status, transaction and proof, for its payer and its payee only
- * (DESIGN.md §2.4). A proof is a bearer credential until a gate consumes it, and its memo names the
+ * (docs/protocol.md, "Payment proof"). A proof is a bearer credential until a gate consumes it, and its memo names the
  * method and path the payer bought; handing either to anyone who knows the nonce (public on chain once
  * settled) let an observer race the payer to the gate with the payer's own proof.
  *
@@ -171,7 +171,7 @@ function recordOf(row: PaymentRow): PaymentRecord {
     nonce: row.nonce,
     status: row.status,
     network: row.network as PaymentRecord["network"],
-    // DESIGN.md §2: addresses are checksummed on output (the store keeps them lowercase).
+    // docs/protocol.md: addresses are checksummed on output (the store keeps them lowercase).
     token: getAddress(row.token),
     payer: getAddress(row.payer),
     payTo: getAddress(row.pay_to),

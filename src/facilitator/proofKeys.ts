@@ -1,5 +1,5 @@
 /**
- * Ed25519 keys that sign payment proofs (DESIGN.md §2.4), and the JWKS that publishes them.
+ * Ed25519 keys that sign payment proofs (docs/protocol.md, "Payment proof"), and the JWKS that publishes them.
  *
  * Ed25519 rather than an EIP-712 signature: a gate verifies a proof on every paid request, and an
  * Ed25519 verify costs a fraction of an ECDSA public-key recovery.

@@ -1,5 +1,5 @@
 /**
- * The settlement engine (DESIGN.md §4): takes checked EIP-3009 authorizations, settles them on chain
+ * The settlement engine (docs/facilitator.md, "Settlement: batching and crash safety"): takes checked EIP-3009 authorizations, settles them on chain
  * in batches through BatchSettler, and signs a payment proof for each settled Tollgate payment.
  *
  * Invariants, in the order a payment meets them:

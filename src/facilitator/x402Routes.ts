@@ -1,5 +1,5 @@
 /**
- * The facilitator's x402 v2 endpoints (DESIGN.md §2.7): `POST /verify`, `POST /settle` and
+ * The facilitator's x402 v2 endpoints (docs/x402.md): `POST /verify`, `POST /settle` and
  * `GET /supported` with the bodies of the x402 v2 facilitator API, mounted under `/x402`, so that a
  * standard x402 resource server (e.g. `@x402/express` with `HTTPFacilitatorClient`) can use a
  * Tollgate facilitator for the `exact` EVM scheme with EIP-3009 payloads.

@@ -1,5 +1,5 @@
 /**
- * What an agent may spend (DESIGN.md §7): the limits, the kinds of spend, and agent names. Amounts are
+ * What an agent may spend (docs/budgets.md): the limits, the kinds of spend, and agent names. Amounts are
  * `bigint` in the token's smallest unit (USDC: 6 decimals).
  */
 import { type Address, getAddress } from "viem";

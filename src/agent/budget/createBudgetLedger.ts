@@ -1,5 +1,5 @@
 /**
- * The persistent budget ledger of DESIGN.md §7. A spend goes through three steps:
+ * The persistent budget ledger (docs/budgets.md). A spend goes through three steps:
  * `reserve` (checks every limit and holds the amount) → the payment → `commit` (records what was
  * actually paid) or `release` (frees the hold when the payment did not happen).
  *

@@ -1,5 +1,5 @@
 /**
- * The orchestrator's model path on LangChain's own agent (`createAgent`, DESIGN.md §7): the model,
+ * The orchestrator's model path on LangChain's own agent (`createAgent`, docs/agents.md): the model,
  * the tools, Tollgate's middleware (budget check, spend approval, parallel calls through p-queue,
  * steps and events), a checkpointer so a run can pause for an approval and resume, and callbacks so a
  * user's tracing sees every call with its receipt. A streaming model's tokens go to `onToken` as they

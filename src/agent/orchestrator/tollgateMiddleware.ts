@@ -1,5 +1,5 @@
 /**
- * Tollgate's middleware for LangChain's `createAgent` (DESIGN.md §7, Orchestrator): what a model run
+ * Tollgate's middleware for LangChain's `createAgent` (docs/agents.md, the orchestrator): what a model run
  * does around every model call and tool call.
  *
  * - **Before a paid call** (a tool carrying `tollgate` metadata: its seller and listed prices): a call

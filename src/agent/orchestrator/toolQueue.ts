@@ -1,5 +1,5 @@
 /**
- * Where the tool calls of one model turn wait for their turn (DESIGN.md §7): a run-wide concurrency
+ * Where the tool calls of one model turn wait for their turn (docs/agents.md): a run-wide concurrency
  * limit, and per seller a concurrency limit and a rate limit, through p-queue. Calls to different
  * sellers run side by side; a seller never sees more than its share at once, nor more than
  * `intervalCap` new calls per `intervalMs`, however many calls the model makes in one turn.

@@ -1,5 +1,5 @@
 /**
- * The subscribe-or-pay-once policy (DESIGN.md §7). Pure: the same input always gives the same
+ * The subscribe-or-pay-once policy (docs/policy.md). Pure: the same input always gives the same
  * decision, and every decision carries its reason and what each choice would have cost.
  *
  * Cost model, for the calls of one plan period:

@@ -47,7 +47,7 @@ function body(...accepts: Record<string, unknown>[]): PaymentRequired {
 }
 
 describe("offerFromPaymentRequired", () => {
-  it("reads the one-time price and the plan terms of a 402 (DESIGN.md §2.1)", () => {
+  it("reads the one-time price and the plan terms of a 402", () => {
     const paymentRequired = body(exact(), subscription());
     const result = offerFromPaymentRequired(paymentRequired);
     expect(result?.offer).toEqual({

@@ -1,5 +1,5 @@
 /**
- * Admission in front of the settlement engine (DESIGN.md §4, "Abuse"): every payment that would cost
+ * Admission in front of the settlement engine (docs/facilitator.md, "Abuse: minimum amount and rate limits"): every payment that would cost
  * a chain read or gas — `/authorize`, `/x402/verify`, `/x402/settle` — first passes the off-chain
  * checks (minimum amount, memo expiry, window, signature), then the cost of settling it at the network's
  * fee (settlementFeeFloor.ts: at most one chain read per few seconds, shared by every payment), and only

@@ -1,5 +1,5 @@
 /**
- * The default minimum payment (DESIGN.md §4, "Abuse"): a payment must be worth more than the gas the
+ * The default minimum payment (docs/facilitator.md, "Abuse: minimum amount and rate limits"): a payment must be worth more than the gas the
  * facilitator spends to settle it, or anyone can make the facilitator burn its gas account for
  * nothing.
  *

@@ -1,5 +1,5 @@
 /**
- * The facilitator's rate limits (DESIGN.md §4, "Abuse"; 429 `RateLimited` with `Retry-After`, §2.6):
+ * The facilitator's rate limits (docs/facilitator.md, "Abuse: minimum amount and rate limits"; 429 `RateLimited` with `Retry-After`, docs/protocol.md, "Errors"):
  * one bucket per client address for every request to an endpoint that costs chain work (a simulation,
  * a transaction), and one per payer address for every payment that passed the off-chain checks.
  *

@@ -1,7 +1,7 @@
 /**
  * Token buckets keyed by a string (a payer address, a client address): each key may spend `capacity`
  * requests at once and earns `refillPerSecond` back over time. Used by the facilitator's rate limits
- * (DESIGN.md §4, "Abuse"); the clock is injected so tests move time instead of sleeping.
+ * (docs/facilitator.md, "Abuse: minimum amount and rate limits"); the clock is injected so tests move time instead of sleeping.
  *
  * Invariants:
  * - A key's level is never above `capacity` and never below 0; a refused take changes nothing.

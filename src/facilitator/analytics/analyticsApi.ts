@@ -1,5 +1,5 @@
 /**
- * Query and reply bodies of `GET /analytics/volume` and `GET /analytics/summary` (DESIGN.md §4),
+ * Query and reply bodies of `GET /analytics/volume` and `GET /analytics/summary` (docs/analytics.md),
  * shared by the routes and by `tollgate analytics`. Amounts are decimal strings in the token's
  * smallest unit; times are ISO 8601 in UTC.
  */

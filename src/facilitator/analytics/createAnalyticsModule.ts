@@ -1,5 +1,5 @@
 /**
- * The facilitator's analytics module (DESIGN.md §4): a provider's volume, charge count and unique
+ * The facilitator's analytics module (docs/analytics.md): a provider's volume, charge count and unique
  * payers, by scheme and plan, over time. Provider-authenticated: each provider sees its own revenue.
  *
  * - `GET /analytics/volume?bucket=hour|day&from&to&token` → one entry per hour or day (UTC) of the range,

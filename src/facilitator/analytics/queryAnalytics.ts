@@ -1,5 +1,5 @@
 /**
- * A provider's revenue over a time range (DESIGN.md §4), from two sources that never overlap:
+ * A provider's revenue over a time range (docs/analytics.md), from two sources that never overlap:
  * - one-time payments: `payments` rows settled to the provider (`pay_to`), at `settled_at`;
  * - subscription charges (`subscription.created` charges the first period, `subscription.renewed`
  *   each later one) and metered overage (`allowance.deducted`) from the event log, where the

@@ -1,5 +1,5 @@
 /**
- * Provider accounts (DESIGN.md §4). A provider is a payout address; it proves control of it by
+ * Provider accounts (docs/facilitator.md, "Provider accounts"). A provider is a payout address; it proves control of it by
  * signing a one-time challenge with EIP-191 and receives an API key for the provider endpoints.
  *
  * Decisions (docs/subscriptions.md): registering again issues an additional key and keeps the others,

@@ -1,5 +1,5 @@
 /**
- * The payment proof of a settled Tollgate payment (DESIGN.md §2.4): signed once, when the payment is
+ * The payment proof of a settled Tollgate payment (docs/protocol.md, "Payment proof"): signed once, when the payment is
  * marked settled, and kept with the row so a repeated `/authorize` returns the very same proof. x402
  * payments carry no memo and get none.
  */

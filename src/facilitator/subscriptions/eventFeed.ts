@@ -11,7 +11,7 @@
  * (tx, id) order, and its cursor is that pair (migration 0020). An event becomes readable once its
  * transaction and every older one have finished.
  *
- * Per provider, with its key (DESIGN.md §4): `Authorization: Bearer <provider API key>`, and the feed
+ * Per provider, with its key (docs/subscriptions.md): `Authorization: Bearer <provider API key>`, and the feed
  * holds only events naming that provider (`provider` or `payTo`). Most of the log is public on chain,
  * but a payment's memo is not: it names the method and path a payer bought, and together with the
  * signed authorization (public once settled) it is all `POST /authorize` needs to hand out the

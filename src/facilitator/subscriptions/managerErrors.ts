@@ -1,5 +1,5 @@
 /**
- * Turns SubscriptionManager (and token permit) reverts into the error codes of DESIGN.md §2.6, so a
+ * Turns SubscriptionManager (and token permit) reverts into the error codes of docs/protocol.md, "Errors", so a
  * relayed call refused by the chain answers with a code the client can act on, never a 500.
  */
 import { BaseError, ContractFunctionRevertedError } from "viem";

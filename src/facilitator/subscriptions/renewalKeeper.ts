@@ -1,5 +1,5 @@
 /**
- * The renewal keeper (DESIGN.md §4): charges due subscriptions with `collectMany`, so renewals need
+ * The renewal keeper (docs/subscriptions.md): charges due subscriptions with `collectMany`, so renewals need
  * no action from subscribers or providers.
  *
  * - "Due" is judged against the chain's time (the latest block's timestamp), never the wall clock: a

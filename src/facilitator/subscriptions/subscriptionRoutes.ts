@@ -1,5 +1,5 @@
 /**
- * HTTP routes of the relayed subscription API (DESIGN.md §4; docs/subscriptions.md):
+ * HTTP routes of the relayed subscription API (docs/subscriptions.md):
  * `GET /plans/:id`, `GET /subscriptions/:id`, `GET /subscribers/:address`, `POST /subscriptions`,
  * `POST /subscriptions/approval` (a relayed permit topping up the manager's allowance),
  * `POST /subscriptions/:id/{pause|resume|cancel|overage|limit}`.

@@ -4,7 +4,7 @@
  * the reads a payer needs (plans, subscriptions, its own nonces).
  *
  * Every relayed call is simulated with the manager's ABI before it is sent, so a refusal comes back
- * as a precise code (DESIGN.md §2.6) and costs no gas. Only plans in a token this facilitator serves
+ * as a precise code (docs/protocol.md, "Errors") and costs no gas. Only plans in a token this facilitator serves
  * are relayed (422 `UnsupportedToken` otherwise, before anything is sent): anyone may create a plan in
  * any token, and the keeper never renews those (issue 10, finding 9), so their gas would be spent on
  * subscriptions nobody collects. Relays are idempotent on the signed request:

@@ -1,6 +1,6 @@
 /**
  * Settles recorded usage on chain in batches with `SubscriptionManager.deductAllowanceMany`, one
- * transaction for many records, each with its own outcome (DESIGN.md §4, §5).
+ * transaction for many records, each with its own outcome (docs/facilitator.md; docs/gate.md).
  *
  * Invariants (the settlement engine's, applied to deductions):
  * 1. A record is stored `pending` by `POST /usage` before anything is sent.

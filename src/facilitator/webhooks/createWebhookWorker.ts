@@ -1,5 +1,5 @@
 /**
- * The webhook outbox worker (DESIGN.md §4). Two steps, each safe to run on several facilitator
+ * The webhook outbox worker (docs/webhooks.md). Two steps, each safe to run on several facilitator
  * instances sharing one database:
  *
  * 1. Fan-out: read new rows of the `events` log past a cursor kept in the store and create one

@@ -1,5 +1,5 @@
 /**
- * The facilitator's webhooks module (DESIGN.md §4): provider-authenticated endpoint management and the
+ * The facilitator's webhooks module (docs/webhooks.md): provider-authenticated endpoint management and the
  * background outbox worker that delivers the event log to those endpoints.
  *
  * Routes (all need `Authorization: Bearer <provider API key>`; a provider sees only its own):

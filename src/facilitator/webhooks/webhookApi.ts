@@ -1,5 +1,5 @@
 /**
- * Request and response bodies of the facilitator's webhook endpoints (DESIGN.md §4), shared by the
+ * Request and response bodies of the facilitator's webhook endpoints (docs/webhooks.md), shared by the
  * routes and by `tollgate webhooks`. The delivered event itself is `WebhookEventSchema` in
  * src/protocol/webhook.ts.
  */

@@ -1,5 +1,5 @@
 /**
- * Webhook signing secrets at rest (DESIGN.md §4, Abuse). The facilitator must be able to sign with a
+ * Webhook signing secrets at rest (docs/webhooks.md, "Secrets at rest"). The facilitator must be able to sign with a
  * secret, so a hash will not do: secrets are sealed with AES-256-GCM under a key that is kept out of
  * the database (`TOLLGATE_WEBHOOK_KEYS`, or a 0600 key file beside it), so a copy of the database, its
  * WAL or a backup holds no usable secret.

@@ -1,5 +1,5 @@
 /**
- * Where the facilitator may send webhooks (DESIGN.md §4, Abuse): a provider names any URL, so without a
+ * Where the facilitator may send webhooks (docs/webhooks.md, "Where webhooks may go"): a provider names any URL, so without a
  * check the facilitator POSTs from inside its own network on the provider's behalf (SSRF: loopback
  * admin ports, the cloud metadata service at 169.254.169.254, private hosts).
  *
