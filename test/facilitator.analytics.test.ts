@@ -1,5 +1,5 @@
 /**
- * Analytics over a real facilitator (DESIGN.md §4): one-time payments settled on a devnet plus
+ * Analytics over a real facilitator (docs/analytics.md): one-time payments settled on a devnet plus
  * subscription charges and metered deductions in the event log; the endpoints' sums must equal the
  * charges exactly, bucketed by the hour and day they were recorded, and each provider sees only its own.
  * Last, a real gasless subscription on chain, indexed by the facilitator, shows in the analytics and

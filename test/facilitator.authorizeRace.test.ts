@@ -1,5 +1,5 @@
 /**
- * `/authorize` is idempotent on the authorization nonce, also across instances (DESIGN.md §4): the same
+ * `/authorize` is idempotent on the authorization nonce, also across instances (docs/facilitator.md): the same
  * signed payment sent to two facilitator instances on one store gets the same proof from both, even
  * when one instance reads "no row yet" and the other has queued *and settled* the payment on chain
  * before the first one simulates it. The interleaving is forced: both instances' chain clients hold the

@@ -1,5 +1,5 @@
 /**
- * Crash safety of settlement (DESIGN.md §4): a facilitator process is SIGKILLed between broadcasting a
+ * Crash safety of settlement (docs/facilitator.md, "Settlement: batching and crash safety"): a facilitator process is SIGKILLed between broadcasting a
  * batch and recording its outcome, then restarted on the same store; every payment must end settled
  * exactly once with its proof retrievable, checked against on-chain balances.
  */

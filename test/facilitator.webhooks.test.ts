@@ -1,5 +1,5 @@
 /**
- * Webhooks end to end (DESIGN.md §4): real payments settled by a real facilitator on a devnet, the
+ * Webhooks end to end (docs/webhooks.md): real payments settled by a real facilitator on a devnet, the
  * `payment.settled` events delivered by its built-in outbox worker to a real local HTTP receiver and
  * checked there with `verifyWebhook`. The facilitator runs on a fixed clock that only the test moves,
  * so every retry happens when the test says it is due, and the attempt times show the backoff.

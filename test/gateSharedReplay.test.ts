@@ -1,5 +1,5 @@
 /**
- * Several gate instances serving one API share a replay guard (DESIGN.md §5, §8): a proof is accepted
+ * Several gate instances serving one API share a replay guard (docs/gate.md; docs/operations-storage.md): a proof is accepted
  * exactly once between them, however the requests are spread and however many arrive at once.
  * Each instance gets its own guard object and its own connection(s), as separate processes would.
  */

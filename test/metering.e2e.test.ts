@@ -1,5 +1,5 @@
 /**
- * Metered subscriptions end to end (DESIGN.md §3, §5): a real devnet, a real facilitator (usage
+ * Metered subscriptions end to end (docs/contracts.md; docs/gate.md): a real devnet, a real facilitator (usage
  * recording and batched `deductAllowanceMany` settlement, indexer, keeper), and two gate instances of
  * one API on real sockets sharing a usage ledger in PGlite (PostgreSQL when DATABASE_URL is set).
  *

@@ -1,5 +1,5 @@
 /**
- * The one-time flow end to end (DESIGN.md §2.1–§2.4, §5, §6): a real anvil devnet with Tollgate's
+ * The one-time flow end to end (docs/protocol.md; docs/gate.md; docs/client.md): a real anvil devnet with Tollgate's
  * contracts, a real facilitator over HTTP, gates behind each adapter (Hono, Express, node:http) on
  * real sockets, and a payer using `fetchWithPayment` with the global `fetch`.
  */

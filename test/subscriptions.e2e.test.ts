@@ -1,5 +1,5 @@
 /**
- * Subscriptions end to end (DESIGN.md §2.1, §2.5, §3, §5, §6): a real anvil devnet with Tollgate's
+ * Subscriptions end to end (docs/protocol.md; docs/contracts.md; docs/gate.md; docs/client.md): a real anvil devnet with Tollgate's
  * contracts, a real facilitator over HTTP (relayed subscribe and lifecycle, indexer, event feed,
  * renewal keeper), a gate on a real socket selling a plan beside a one-time price, and payers using
  * `fetchWithPayment`, `payer.subscribe` and sub-auth tokens with the global `fetch`.

@@ -1,5 +1,5 @@
 /**
- * x402 v2 compatibility of the facilitator (DESIGN.md §2.7), proven with the published x402 packages
+ * x402 v2 compatibility of the facilitator (docs/x402.md), proven with the published x402 packages
  * against a real facilitator on a real devnet: `@x402/core`'s HTTP facilitator client calls
  * `/x402/supported`, `/x402/verify` and `/x402/settle`; then a standard x402 resource server
  * (`@x402/express` + `@x402/evm`'s exact server scheme) uses this facilitator and is paid by the

@@ -1,5 +1,5 @@
 /**
- * Standard x402 v2 interop of the gate and the payer (DESIGN.md §2.7), proven with the published x402
+ * Standard x402 v2 interop of the gate and the payer (docs/x402.md), proven with the published x402
  * packages against a real facilitator on a real devnet:
  * (a) `@x402/fetch` + `@x402/evm`'s exact client pay a Tollgate gate (Hono) with `PAYMENT-SIGNATURE`;
  *     the gate settles through `<facilitator>/x402/settle` before its handler and serves each payment
