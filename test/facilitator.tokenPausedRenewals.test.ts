@@ -14,7 +14,7 @@ import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEven
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
 import { getSubscriptionInfo, subscribeThroughFacilitator } from "../src/client/facilitatorSubscriptions.ts";
-import type { FacilitatorContext } from "../src/facilitator/facilitatorModule.ts";
+import type { FacilitatorContext } from "../src/facilitator/facilitatorContext.ts";
 import { createRenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
 import { createSubscriptionIndexer } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";

@@ -34,7 +34,8 @@ import {
 import { createContractSigners } from "./contractSigners.ts";
 import { createFacilitatorApp } from "./createFacilitatorApp.ts";
 import { createDashboardModule, type DashboardOptions } from "./dashboard/dashboardModule.ts";
-import type { FacilitatorContext, FacilitatorModule, FacilitatorModuleFactory } from "./facilitatorModule.ts";
+import type { FacilitatorContext } from "./facilitatorContext.ts";
+import type { FacilitatorModule, FacilitatorModuleFactory } from "./facilitatorModule.ts";
 import {
   type BuiltFacilitatorSchemes,
   buildFacilitatorSchemes,

@@ -14,7 +14,7 @@ import type { Hono } from "hono";
 import { TollgateError } from "../protocol/errors.ts";
 import { SchemeIdSchema } from "../schemes/registry.ts";
 import type { FacilitatorScheme, FacilitatorSchemeInstance, SchemeId } from "../schemes/types.ts";
-import type { FacilitatorContext } from "./facilitatorModule.ts";
+import type { FacilitatorContext } from "./facilitatorContext.ts";
 
 /** What a part's `create` is given: the facilitator's context and the parts built before it. */
 export type FacilitatorSchemeContext = FacilitatorContext & {

@@ -8,7 +8,8 @@ export {
 } from "./createFacilitator.ts";
 export { createLogger } from "./createLogger.ts";
 export { loadFacilitatorConfig } from "./facilitatorConfig.ts";
-export type { FacilitatorContext, FacilitatorModule, FacilitatorModuleFactory } from "./facilitatorModule.ts";
+export type { FacilitatorContext } from "./facilitatorContext.ts";
+export type { FacilitatorModule, FacilitatorModuleFactory } from "./facilitatorModule.ts";
 export {
   defineFacilitatorScheme,
   type FacilitatorPart,

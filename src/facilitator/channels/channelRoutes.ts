@@ -23,7 +23,7 @@ import {
 import { ChannelVouchersRequestSchema } from "../../protocol/channelVoucher.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
-import type { FacilitatorContext } from "../facilitatorModule.ts";
+import type { FacilitatorContext } from "../facilitatorContext.ts";
 import { readJsonBody } from "../httpErrors.ts";
 import { requireProvider } from "../providers/requireProvider.ts";
 import { routeDoc } from "../routeDocs.ts";

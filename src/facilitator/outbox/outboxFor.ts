@@ -5,7 +5,7 @@
  * in-process nonce manager, and outboxes over one store its `tx_senders` row, so they never reuse a nonce.
  */
 import { systemClock } from "../../protocol/clock.ts";
-import type { FacilitatorContext } from "../facilitatorModule.ts";
+import type { FacilitatorContext } from "../facilitatorContext.ts";
 import { createOutbox, type OutboxFaults } from "./createOutbox.ts";
 import type { Outbox } from "./outboxTypes.ts";
 

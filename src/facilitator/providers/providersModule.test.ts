@@ -10,7 +10,7 @@ import {
 } from "../../protocol/subscriptions.ts";
 import { createTestStore } from "../../store/createTestStore.ts";
 import type { Store } from "../../store/store.ts";
-import type { FacilitatorContext } from "../facilitatorModule.ts";
+import type { FacilitatorContext } from "../facilitatorContext.ts";
 import { errorResponse } from "../httpErrors.ts";
 import { createProvidersModule } from "./providersModule.ts";
 import { findProviderByApiKey, requireProvider } from "./requireProvider.ts";

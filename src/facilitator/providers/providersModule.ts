@@ -32,7 +32,8 @@ import {
 } from "../../protocol/subscriptions.ts";
 import { SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
 import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
-import type { FacilitatorContext, FacilitatorModuleFactory } from "../facilitatorModule.ts";
+import type { FacilitatorContext } from "../facilitatorContext.ts";
+import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
 import { readJsonBody } from "../httpErrors.ts";
 import { routeDoc } from "../routeDocs.ts";
 import { hashApiKey, requireProvider } from "./requireProvider.ts";

@@ -11,7 +11,7 @@ import { TollgateError } from "../../protocol/errors.ts";
 import { SafeIntColumnSchema } from "../../store/columnSchemas.ts";
 import { queryOneParsed } from "../../store/queryParsed.ts";
 import type { Queryable } from "../../store/store.ts";
-import type { FacilitatorContext } from "../facilitatorModule.ts";
+import type { FacilitatorContext } from "../facilitatorContext.ts";
 import { authenticating } from "../routeDocs.ts";
 
 /** The authenticated provider, as `c.get("provider")` holds it. */

@@ -31,7 +31,8 @@ import {
 } from "../../protocol/subscriptions.ts";
 import { SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
 import { queryParsed } from "../../store/queryParsed.ts";
-import type { FacilitatorContext, FacilitatorModule } from "../facilitatorModule.ts";
+import type { FacilitatorContext } from "../facilitatorContext.ts";
+import type { FacilitatorModule } from "../facilitatorModule.ts";
 import { requireProvider } from "../providers/requireProvider.ts";
 import { routeDoc } from "../routeDocs.ts";
 

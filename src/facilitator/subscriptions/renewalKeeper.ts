@@ -38,7 +38,7 @@ import { BigintColumnSchema, SafeIntColumnSchema } from "../../store/columnSchem
 import { queryParsed } from "../../store/queryParsed.ts";
 import type { Queryable } from "../../store/store.ts";
 import { decodeRevert, isChainUnreachable } from "../chainErrors.ts";
-import type { FacilitatorContext } from "../facilitatorModule.ts";
+import type { FacilitatorContext } from "../facilitatorContext.ts";
 import { outboxFor } from "../outbox/outboxFor.ts";
 import { openRowMeta } from "../outbox/outboxRecords.ts";
 import type { Outbox, OutboxHandler } from "../outbox/outboxTypes.ts";

@@ -36,7 +36,7 @@ import { queryOneParsed } from "../../store/queryParsed.ts";
 import type { Queryable } from "../../store/store.ts";
 import { isChainUnreachable } from "../chainErrors.ts";
 import { acquireChainWatch } from "../chainWatch.ts";
-import type { FacilitatorContext } from "../facilitatorModule.ts";
+import type { FacilitatorContext } from "../facilitatorContext.ts";
 import { createWakeablePause, IDLE_BACKSTOP_MS } from "../wakeablePause.ts";
 import { renewalFailureOf } from "./renewalFailure.ts";
 import {

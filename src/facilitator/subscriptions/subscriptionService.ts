@@ -52,7 +52,7 @@ import type {
 } from "../../protocol/subscriptions.ts";
 import { SafeIntColumnSchema } from "../../store/columnSchemas.ts";
 import { queryOneParsed } from "../../store/queryParsed.ts";
-import type { FacilitatorContext } from "../facilitatorModule.ts";
+import type { FacilitatorContext } from "../facilitatorContext.ts";
 import { toManagerError } from "./managerErrors.ts";
 import type { SubscriptionIndexer } from "./subscriptionIndexer.ts";
 import {

@@ -24,7 +24,7 @@ import {
   type UsageSummary,
   UsageSummarySchema,
 } from "../../protocol/subscriptions.ts";
-import type { FacilitatorContext } from "../facilitatorModule.ts";
+import type { FacilitatorContext } from "../facilitatorContext.ts";
 import { readJsonBody } from "../httpErrors.ts";
 import { requireProvider } from "../providers/requireProvider.ts";
 import { routeDoc } from "../routeDocs.ts";

@@ -49,7 +49,7 @@ import { type ErrorCode, TollgateError } from "../../protocol/errors.ts";
 import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
 import type { Queryable } from "../../store/store.ts";
 import { isChainUnreachable } from "../chainErrors.ts";
-import type { FacilitatorContext } from "../facilitatorModule.ts";
+import type { FacilitatorContext } from "../facilitatorContext.ts";
 import type { OutboxFaults } from "../outbox/createOutbox.ts";
 import { outboxFor } from "../outbox/outboxFor.ts";
 import { insertSignedRow } from "../outbox/outboxRecords.ts";
