@@ -1,7 +1,7 @@
 /**
  * Subscriptions are state, not memory, across `tollgate run`s: the second run of an agent finds the
  * subscription the first took out in the agent's store and uses it, instead of subscribing to the
- * plan again (issue 12; the review saw a second run subscribe twice). And a run long enough for a
+ * plan again (a second run once subscribed twice). And a run long enough for a
  * renewal to come due inside it cancels, before it renews, a subscription its calls no longer justify:
  * the watcher runs the policy's cancel check during the run, not only at its end.
  */

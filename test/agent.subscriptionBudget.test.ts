@@ -1,7 +1,7 @@
 /**
  * An agent's subscriptions against a real devnet: every movement of its money is in its ledger and
  * inside its limits (the first period, renewals, overage deductions, the token approval), and its
- * subscriptions are state in its store, not memory (issue 12).
+ * subscriptions are state in its store, not memory.
  *
  * The drain scenario of the review comes last: it moves the chain three months ahead.
  */

@@ -131,7 +131,7 @@ describe("BatchSettler", () => {
     expect(receipt.status).toBe("reverted");
   });
 
-  // ---- hostile payers and tokens (issue 10) -------------------------------------------------------
+  // ---- hostile payers and tokens ------------------------------------------------------------------
 
   /** The gas the facilitator budgets for a batch of 10 (80 000 + 110 000 per item, plus headroom). */
   const TEN_ITEM_GAS = 1_500_000n;

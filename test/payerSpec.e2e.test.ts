@@ -1,5 +1,5 @@
 /**
- * The specification's payer operations, called exactly as it writes them, end to end (issue 11): a
+ * The specification's payer operations, called exactly as it writes them, end to end: a
  * real anvil devnet with Tollgate's contracts, a real facilitator over HTTP, and a gate on a real
  * socket selling a report per request or under a plan flagged `subscriptionScheme: true`.
  *

@@ -1,5 +1,5 @@
 /**
- * The specification's provider-side operations, called exactly as it writes them (issue 11), over a
+ * The specification's provider-side operations, called exactly as it writes them, over a
  * real devnet and a real facilitator: `paymentGate({ pricing: [...] })` on a path prefix,
  * `parsePaymentProof(headerValue)`, `verifyPaymentProof(proof)`, `buildPaymentRequired({ plan })`,
  * `deductAllowance(amount)` from a handler (its charge read back from the chain once flushed), the

@@ -1,5 +1,5 @@
 /**
- * Issue 10, finding 10: one payer must not sink a settlement batch, and a payment settled on chain by a
+ * One payer must not sink a settlement batch, and a payment settled on chain by a
  * third party before the facilitator's batch is recognised. Real devnet, real facilitator and store;
  * hostile wallets are the suite's own contracts (test/fixtures/contracts/HostileSettlement.sol).
  *

@@ -1,5 +1,5 @@
 /**
- * A channel the payer can empty before the seller claims (docs/security.md, second review, finding 1).
+ * A channel the payer can empty before the seller claims (docs/security.md, "The second review").
  * A payer may open a channel on chain itself, past the facilitator's minimum: the contract refuses a
  * close delay under an hour, and the gate serves only channels on its offer's terms (close delay,
  * deposit). A close requested mid-stream — seen by the gate however stale its cache — stops service

@@ -1,6 +1,5 @@
 /**
- * A seller must not lock a buyer's deposit for as long as it likes (docs/security.md, second review,
- * finding 5). The close delay a channel is opened with is how long a vanished seller keeps the deposit
+ * A seller must not lock a buyer's deposit for as long as it likes (docs/security.md, "The second review"). The close delay a channel is opened with is how long a vanished seller keeps the deposit
  * after the payer asked to close; the gate's 402 names its minimum, up to the contract's 30 days. The
  * payer holds it to its own bound (`maxCloseDelay`, default one day): the wallet refuses to open above
  * it before signing anything, and an agent's offer check refuses such an offer (or pays the seller

@@ -1,6 +1,6 @@
 /**
  * A fake token makes TollgateChannels open a channel — and emit `ChannelOpened` — naming a payer who
- * signed nothing and a payee who sold nothing (docs/security.md, second review, finding 8). The
+ * signed nothing and a payee who sold nothing (docs/security.md, "The second review"). The
  * facilitator serves its own tokens only: such a channel never becomes a row (no claims, no closes, no
  * relayed transactions on its behalf, no webhook events to its "payee").
  */

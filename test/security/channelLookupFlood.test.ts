@@ -1,5 +1,5 @@
 /**
- * A stranger must not lock a payer out of a new channel (second review, finding 4). A gate reads every
+ * A stranger must not lock a payer out of a new channel. A gate reads every
  * channel id new to it from the facilitator, which limits requests per client address; made-up ids
  * (400 vouchers in 0.6 s) used to spend all of the gate's reads, and the payer's first voucher on its
  * new channel was answered 429. Now the gate limits and remembers ids it does not know before any

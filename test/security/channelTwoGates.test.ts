@@ -1,6 +1,5 @@
 /**
- * Two gates of one seller must not both serve one voucher's value (docs/security.md, second review,
- * finding 3). Each gate on its own journal (the default store) cannot see what the other charged, so a
+ * Two gates of one seller must not both serve one voucher's value (docs/security.md, "The second review"). Each gate on its own journal (the default store) cannot see what the other charged, so a
  * channel is served only by the gates of the voucher store it was opened for: the store's tag, offered
  * in the 402, is the first 8 bytes of the channel's salt, which the contract keeps. Gates sharing one
  * PostgreSQL store share its tag and so its channels, each voucher still served once across them.

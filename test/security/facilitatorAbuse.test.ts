@@ -1,5 +1,5 @@
 /**
- * Issue 10, finding 5 and the memo-expiry part of 11: a stranger must not make the facilitator spend
+ * Junk payments, rate limits and expired memos: a stranger must not make the facilitator spend
  * gas or chain reads on junk, nor put junk into a provider's events (webhooks, feed) and analytics.
  * Over a real devnet and a real facilitator served on a loopback port.
  */
@@ -141,7 +141,7 @@ afterAll(async () => {
   await devnet?.stop();
 });
 
-describe("junk payments (finding 5)", { timeout: 120_000 }, () => {
+describe("junk payments", { timeout: 120_000 }, () => {
   it("refuses forty zero-value payments from a key with no ETH or USD: no gas spent, nothing attributed to the payee", async () => {
     const f = await startFacilitator();
     const victim = devnet.accounts[2]!;
@@ -225,7 +225,7 @@ describe("junk payments (finding 5)", { timeout: 120_000 }, () => {
   });
 });
 
-describe("rate limits (finding 5)", { timeout: 120_000 }, () => {
+describe("rate limits", { timeout: 120_000 }, () => {
   it("answers 429 RateLimited with Retry-After once a payer has spent its bucket, from any address", async () => {
     const f = await startFacilitator({ rateLimits: { perPayer: { capacity: 3, refillPerSecond: 0.01 } } });
     const payer = devnet.accounts[5]!;
@@ -291,7 +291,7 @@ describe("rate limits (finding 5)", { timeout: 120_000 }, () => {
   });
 });
 
-describe("memo expiry (finding 11)", { timeout: 120_000 }, () => {
+describe("memo expiry", { timeout: 120_000 }, () => {
   it("refuses a payment whose memo has expired or expires before it could settle, and moves no money", async () => {
     const f = await startFacilitator();
     const payer = devnet.accounts[1]!;

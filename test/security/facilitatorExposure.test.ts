@@ -1,5 +1,5 @@
 /**
- * Issue 10, finding 11 (in part), over a real facilitator on a real devnet:
+ * What a stranger could make the facilitator do or reveal, over a real facilitator on a real devnet:
  * - a stranger evicted a provider's pending registration challenge by asking for five more in the
  *   provider's name (challenges are public to ask for: an address is not a secret);
  * - `GET /metrics` showed settled volume to anyone who could reach the port.

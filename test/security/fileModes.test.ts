@@ -1,5 +1,5 @@
 /**
- * Issue 10, finding 8: Tollgate's files were open to other users of the machine. PGlite wrote ~970
+ * File modes: Tollgate's files were once open to other users of the machine. PGlite wrote ~970
  * files mode 0666 under `.tollgate/` (the WAL among them), and the devnet file with its private keys was
  * world-readable. Every store and file Tollgate writes must be its owner's only: directories 0700,
  * files 0600 — including files PGlite creates while it runs, and directories an older version left

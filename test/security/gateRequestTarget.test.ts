@@ -1,5 +1,5 @@
 /**
- * Issue 10, finding 1: the adapters priced a path built from the `Host` header and the raw request
+ * Request targets: the adapters once priced a path built from the `Host` header and the raw request
  * target, not the path their framework routes on. `Host: x/y?` made the Express gate see another path
  * (a 0.50 report served for nothing), `Host: <host>/api/cheap?` made it quote the cheap route's price
  * for the expensive handler, and `nodePaymentGate` let absolute-form targets and dot segments past its

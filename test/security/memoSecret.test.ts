@@ -1,5 +1,5 @@
 /**
- * Issue 10, finding 4: the memo secret printed in the README and two examples was accepted by the
+ * The memo secret once printed in the README and two examples was accepted by the
  * gate. Anyone who had read the README forged a memo for 1 micro-USDC, paid that through the
  * facilitator (which cannot check a gate's HMAC) and got the 0.50 report.
  *
@@ -27,7 +27,7 @@ import { type PaymentOption, PaymentRequiredSchema } from "../../src/protocol/pa
 import { startTestFacilitator, type TestFacilitator } from "../support/facilitatorHarness.ts";
 
 const ROOT = join(import.meta.dirname, "..", "..");
-/** The secret README.md, examples/subscription.ts and examples/meteredAllowance.ts printed until issue 10. */
+/** The secret README.md, examples/subscription.ts and examples/meteredAllowance.ts once printed. */
 const README_SECRET = "a secret of at least thirty-two bytes, shared by the API's instances";
 
 const base: PaymentGateOptions = {

@@ -1,5 +1,5 @@
 /**
- * Issue 34, finding 7: the OpenAPI document listed 18 of the facilitator's routes; `/providers`,
+ * The OpenAPI document once listed 18 of the facilitator's routes; `/providers`,
  * `/subscriptions`, `/events`, `/usage`, `/webhooks`, `/analytics`, the dashboard and others were
  * missing, and what it said about credentials was typed by hand. The document is now built from the
  * routes the app serves (src/facilitator/routeDocs.ts), credentials included.

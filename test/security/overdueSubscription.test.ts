@@ -1,5 +1,5 @@
 /**
- * Issue 10, finding 9 (the gate's side): when renewals stall, the stalled subscriptions stayed Active
+ * Stalled renewals, the gate's side: when renewals stall, the stalled subscriptions stayed Active
  * and were served free. The SubscriptionManager keeps a subscription `Active` past the end of its paid
  * period until someone calls `collect`; with the keeper down (or stuck on a poisoned batch) nobody
  * does, and a gate that looked at the status alone served every later request of that period for

@@ -1,5 +1,5 @@
 /**
- * Issue 10, finding 3: proofs are bearer credentials until a gate consumes them, and memos say what a
+ * Who may read proofs: proofs are bearer credentials until a gate consumes them, and memos say what a
  * payer bought. The facilitator handed both to anyone: `GET /payments/:nonce` returned the proof with
  * no credentials (the nonce is public on chain once settled), and `GET /events` listed every settled
  * payment with its memo. An observer raced payers to the gate with their own proofs.

@@ -1,5 +1,5 @@
 /**
- * Issue 10, finding 7: with `routes` as a function pricing by query string, a proof bought for
+ * Query-priced routes: with `routes` as a function pricing by query string, a proof bought for
  * `?size=small` (0.01) was accepted for `?size=large` (5): the memo bound method and path only, and the
  * gate never compared the proof's amount with the price of the request it was shown on.
  *

@@ -1,5 +1,5 @@
 /**
- * Issue 10, finding 11 (sub-auth cost): an unauthenticated request with a self-signed sub-auth token
+ * Sub-auth cost: an unauthenticated request with a self-signed sub-auth token
  * must not buy a facilitator lookup (and its chain read) per request. What is free to check is checked
  * first (format, `aud`, `sub`, `exp`, `iat`, lifetime); unknown and inactive ids are remembered for a
  * short time, apart from the states of real subscribers, so a flood of made-up ids costs at most one

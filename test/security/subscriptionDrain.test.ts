@@ -1,5 +1,5 @@
 /**
- * Second review, finding 2: one shared approval let a seller take far more than the agent's
+ * One shared approval once let a seller take far more than the agent's
  * per-provider limit. The wallet's single token approval to the SubscriptionManager covered the holds
  * of all its subscriptions; a seller whose plan renews every 5 seconds with overage at 1 USDC a unit
  * collected and deducted between two looks of the keeper (every 60 s) and took the approval held for

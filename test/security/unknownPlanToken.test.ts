@@ -1,5 +1,5 @@
 /**
- * Issue 10, finding 9 (the relay's side): anyone may create a plan in any token, and the renewal
+ * Plans in tokens nobody renews, the relay's side: anyone may create a plan in any token, and the renewal
  * keeper collects only plans in the tokens the facilitator serves. The facilitator still relayed
  * subscribes and lifecycle calls for plans in any other token, paying the gas of subscriptions it
  * would never renew (and giving a hostile token's plans the look of a supported service). It now

@@ -1,5 +1,5 @@
 /**
- * Issue 10, finding 8 (secrets): PGlite's WAL held every webhook signing secret in plain text, so a
+ * Webhook secrets at rest: PGlite's WAL once held every webhook signing secret in plain text, so a
  * copy of `.tollgate/` (or of a PostgreSQL backup) was enough to forge deliveries to every provider.
  * Secrets are now sealed (AES-256-GCM) under a key kept outside the database before they are written;
  * the facilitator still signs with them.

@@ -1,5 +1,5 @@
 /**
- * Issue 10, finding 6: webhooks were an SSRF. A provider registered any URL (loopback, the metadata
+ * Webhooks were once an SSRF. A provider registered any URL (loopback, the metadata
  * service at 169.254.169.254, private hosts), the facilitator POSTed to it from inside its network and
  * stored the reply's body in the delivery log (and its own log), where the provider could read it.
  *

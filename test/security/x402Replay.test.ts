@@ -1,5 +1,5 @@
 /**
- * Issue 10, finding 2: one transfer buys one response, whatever scheme presents it.
+ * One transfer buys one response, whatever scheme presents it.
  *
  * The EIP-3009 authorization and signature of every settled payment are public on chain (they are the
  * calldata of the facilitator's BatchSettler transaction). Wrapped in an x402 `PAYMENT-SIGNATURE`, a

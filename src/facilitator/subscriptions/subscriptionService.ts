@@ -6,7 +6,7 @@
  * Every relayed call is simulated with the manager's ABI before it is sent, so a refusal comes back
  * as a precise code (docs/protocol.md, "Errors") and costs no gas. Only plans in a token this facilitator serves
  * are relayed (422 `UnsupportedToken` otherwise, before anything is sent): anyone may create a plan in
- * any token, and the keeper never renews those (issue 10, finding 9), so their gas would be spent on
+ * any token, and the keeper never renews those, so their gas would be spent on
  * subscriptions nobody collects. Relays are idempotent on the signed request:
  * a retry (say, after a timeout) gets the first attempt's result rather than an `InvalidSignature`
  * for the intent nonce the first attempt used.

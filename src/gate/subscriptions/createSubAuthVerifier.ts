@@ -4,7 +4,7 @@
  * at most an hour long, and signed (EIP-191) by someone — whose address the caller then compares with
  * the subscription's subscriber.
  *
- * Cost (issue 10, finding 11): a request that carries a token costs nothing before the free checks
+ * Cost (a stranger must not buy a facilitator lookup per request with self-signed tokens): a request that carries a token costs nothing before the free checks
  * pass. Every claim is checked before the signature recovery (the one costly step), so a token for
  * another gate, another id, an expired one or a malformed one is refused for a base64 decode and a
  * JSON parse. Only recovered signers are cached, by token text until `exp`: a subscriber reusing its

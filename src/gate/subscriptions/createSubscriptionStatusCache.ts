@@ -18,7 +18,7 @@
  * - Negatives (unknown ids, and subscriptions that are not Active) are held apart from Active ones,
  *   each side bounded on its own (`maxEntries`, `maxNegativeEntries`; oldest dropped first). Anyone can
  *   name made-up ids, and a flood of them only ever displaces other negatives: it cannot push an
- *   Active subscriber's state out and make its requests cost a lookup again (issue 10, finding 11).
+ *   Active subscriber's state out and make its requests cost a lookup again.
  */
 import type { Clock } from "../../protocol/clock.ts";
 import { isTollgateError } from "../../protocol/errors.ts";
@@ -29,7 +29,7 @@ import type { SubscriptionInfo } from "../../protocol/subscriptions.ts";
  * `graceSeconds` ago and no renewal has been collected since. The contract keeps such a subscription
  * `Active` until someone calls `collect` (that is what moves it on, or to PastDue), so if renewals
  * stall — the keeper down, or a batch it cannot send — an Active status alone would serve a period
- * nobody paid for (issue 10, finding 9).
+ * nobody paid for (test/security/overdueSubscription.test.ts).
  *
  * Both sides of the comparison are chain time from one facilitator answer: `currentPeriodEnd` and
  * `chainTime`, the latest block's timestamp when the subscription was read. Never the gate's clock:
