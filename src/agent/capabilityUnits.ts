@@ -1,5 +1,5 @@
 /**
- * Metered units decided by the capability (`capability.units(input)`, docs/gate.md, "per-use units"):
+ * Metered units decided by the capability (`capability.units(input)`, docs/gate.md, "Metering"):
  * the gate reserves units before the handler runs, but it never reads request bodies, so the
  * specialist host reads and checks the input first, asks the capability how many units the call
  * draws, and hands that number to the gate with the request (`GateRequest.units`).
