@@ -35,7 +35,7 @@ export type ChannelBurstResult = {
   returned: bigint;
 };
 
-/** The gate hands its vouchers to the facilitator every 5 s (docs/channels.md, "Forwarding"). */
+/** The gate hands its vouchers to the facilitator every 5 s (docs/channels.md, "The gate"). */
 const FORWARD_WAIT_MS = 6_000;
 
 export async function runChannelBurst(input: {

@@ -1,5 +1,5 @@
 /**
- * Sale admission (docs/agents.md, "Resellers"): a specialist that buys from suppliers to serve a call
+ * Sale admission (docs/budgets.md, "Resellers spend inside the sale"): a specialist that buys from suppliers to serve a call
  * reserves, in its own budget, what serving the call may cost them BEFORE the gate honours the buyer's
  * payment. The reservation is made when the gate answers the 402 (kept for that 402's memo, so the
  * proof that comes back finds it) or, for a request that carries no memo of ours, when it arrives;

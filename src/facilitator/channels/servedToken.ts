@@ -3,7 +3,7 @@
  * channel in any contract that behaves like a token, and a fake one makes `ChannelOpened` (and every
  * later event) name a payer who signed nothing and a payee who sold nothing. So a channel enters the
  * `channels` table — whose rows drive claims, closes, relayed transactions and the payee's webhook
- * events — only in a token of `FacilitatorContext.tokens` (docs/contracts.md, "Who may emit what").
+ * events — only in a token of `FacilitatorContext.tokens` (docs/channels.md, "Threats and what stops each").
  */
 import { TollgateError } from "../../protocol/errors.ts";
 
