@@ -28,11 +28,11 @@ import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
-import { decide, type PolicyForecast, type PolicyMode } from "../src/agent/policy/decide.ts";
+import { decide, forecastRate, type PolicyForecast, type PolicyMode } from "../src/agent/policy/decide.ts";
 import { type DemandState, demandModelFor, recordDemand } from "../src/agent/policy/demandEstimate.ts";
 import type { PolicyOfferInput } from "../src/agent/policy/policyOffer.ts";
 import { cancelLeadSeconds, reviewSubscription } from "../src/agent/policy/reviewSubscription.ts";
-import { forecastRate, runningForecast } from "../src/agent/policy/runningForecast.ts";
+import { runningForecast } from "../src/agent/policy/runningForecast.ts";
 import { formatUnitsExact } from "../src/protocol/amount.ts";
 import { createFixedClock } from "../src/protocol/clock.ts";
 

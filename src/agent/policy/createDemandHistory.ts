@@ -16,9 +16,8 @@ import { BigintColumnSchema } from "../../store/columnSchemas.ts";
 import { queryOneParsed } from "../../store/queryParsed.ts";
 import type { Store } from "../../store/store.ts";
 import type { CallKey } from "./createCallCounter.ts";
-import type { PolicyForecast } from "./decide.ts";
+import { forecastRate, type PolicyForecast } from "./decide.ts";
 import { type DemandState, demandModelFor, recordDemand } from "./demandEstimate.ts";
-import { forecastRate } from "./runningForecast.ts";
 
 /** What the history holds for one key. */
 export type DemandRecord = {

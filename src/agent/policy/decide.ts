@@ -49,6 +49,14 @@ export const PolicyForecastSchema = z.strictObject({
 });
 export type PolicyForecast = z.infer<typeof PolicyForecastSchema>;
 
+/**
+ * The rate a forecast states, calls per second. As in `decide()`, a horizon shorter than the plan's
+ * interval says nothing about the rest of the period: its calls are taken as the period's.
+ */
+export function forecastRate(forecast: PolicyForecast, intervalSeconds: number): number {
+  return forecast.calls / Math.max(forecast.horizonSeconds, intervalSeconds);
+}
+
 const BudgetReportSchema = z.custom<BudgetReport>(
   (value) => typeof value === "object" && value !== null && "remaining" in value && "limits" in value,
   { error: "expected a budget report from the ledger" },

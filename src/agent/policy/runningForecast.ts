@@ -5,7 +5,7 @@
  */
 import type { CallKey } from "./createCallCounter.ts";
 import type { DemandHistory } from "./createDemandHistory.ts";
-import type { PolicyForecast } from "./decide.ts";
+import { forecastRate, type PolicyForecast } from "./decide.ts";
 import {
   type DemandEstimate,
   type DemandModel,
@@ -60,14 +60,6 @@ export type RunningForecast = {
   callsPerPeriod: number;
   estimate: DemandEstimate;
 };
-
-/**
- * The rate a forecast states, calls per second. Like `decide()`, a horizon shorter than the plan's
- * interval says nothing about the rest of the period: its calls are taken as the period's.
- */
-export function forecastRate(forecast: PolicyForecast, intervalSeconds: number): number {
-  return forecast.calls / Math.max(forecast.horizonSeconds, intervalSeconds);
-}
 
 /**
  * Expected calls per plan interval from the evidence (`state`) and the prior (`prior`, a planner's
