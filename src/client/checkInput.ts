@@ -4,7 +4,6 @@
  * what was expected (`InvalidRequest`), never as a `TypeError` from deep inside.
  */
 import { TollgateError } from "../protocol/errors.ts";
-import type { FacilitatorClient } from "./facilitatorClient.ts";
 
 /** Refuses anything but a non-null object. `usage` says how the function is called. */
 export function requireObject(value: unknown, usage: string): asserts value is object {
@@ -12,17 +11,6 @@ export function requireObject(value: unknown, usage: string): asserts value is o
     throw new TollgateError("InvalidRequest", usage, {
       details: { got: value === null ? "null" : typeof value },
     });
-  }
-}
-
-/** Refuses anything but a facilitator client (`createFacilitatorClient`, or an object with `request`). */
-export function requireFacilitator(
-  value: unknown,
-  usage: string,
-): asserts value is Pick<FacilitatorClient, "request"> {
-  requireObject(value, usage);
-  if (typeof (value as { request?: unknown }).request !== "function") {
-    throw new TollgateError("InvalidRequest", usage, { details: { got: "an object without request()" } });
   }
 }
 

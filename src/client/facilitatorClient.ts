@@ -102,6 +102,17 @@ const codeByStatus: Record<number, ErrorCode> = {
   504: "ChainUnavailable",
 };
 
+/** Refuses anything but a facilitator client (`createFacilitatorClient`, or an object with `request`). */
+export function requireFacilitator(
+  value: unknown,
+  usage: string,
+): asserts value is Pick<FacilitatorClient, "request"> {
+  requireObject(value, usage);
+  if (typeof (value as { request?: unknown }).request !== "function") {
+    throw new TollgateError("InvalidRequest", usage, { details: { got: "an object without request()" } });
+  }
+}
+
 /**
  * A client for one facilitator.
  *

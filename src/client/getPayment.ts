@@ -6,8 +6,7 @@
  */
 import { TollgateError } from "../protocol/errors.ts";
 import { type PaymentRecord, PaymentRecordSchema } from "../protocol/facilitator.ts";
-import { requireFacilitator } from "./checkInput.ts";
-import type { FacilitatorClient, RequestOptions } from "./facilitatorClient.ts";
+import { type FacilitatorClient, type RequestOptions, requireFacilitator } from "./facilitatorClient.ts";
 
 /** `/payments/<nonce>`: the facilitator-relative path a payer signs for its read-back. */
 export function paymentPath(nonce: string): string {

@@ -8,8 +8,8 @@ import {
   type ProviderRegisterResponse,
   ProviderRegisterResponseSchema,
 } from "../protocol/subscriptions.ts";
-import { requireFacilitator, requireMessageSigner } from "./checkInput.ts";
-import type { FacilitatorClient } from "./facilitatorClient.ts";
+import { requireMessageSigner } from "./checkInput.ts";
+import { type FacilitatorClient, requireFacilitator } from "./facilitatorClient.ts";
 
 /** The payout account: an address that can sign EIP-191 messages (a viem `LocalAccount`). */
 export type ProviderSigner = {

@@ -22,8 +22,8 @@ import { sameAddress } from "../protocol/address.ts";
 import { type ErrorCode, TollgateError } from "../protocol/errors.ts";
 import { chainIdOf, type Network } from "../protocol/network.ts";
 import type { PlanInfo } from "../protocol/subscriptions.ts";
-import { requireFacilitator, requireObject } from "./checkInput.ts";
-import type { FacilitatorClient, RequestOptions } from "./facilitatorClient.ts";
+import { requireObject } from "./checkInput.ts";
+import { type FacilitatorClient, type RequestOptions, requireFacilitator } from "./facilitatorClient.ts";
 import {
   DEFAULT_APPROVAL_CYCLES,
   getPlanInfo,
