@@ -1,4 +1,4 @@
-import type { Plan, PlanStepOutcome } from "./createRulePlanner.ts";
+import type { Plan, PlanStepOutcome } from "./plan.ts";
 
 /** Longest string field shown in an answer line. */
 const MAX_FIELD = 600;

@@ -14,7 +14,7 @@
  * together pass a limit are refused (`BudgetExceeded`), never paid.
  */
 import type { ToolQueue } from "../orchestrator/toolQueue.ts";
-import type { PlannedCall } from "./createRulePlanner.ts";
+import type { PlannedCall } from "./plan.ts";
 
 /** One call as the orchestrator makes it: its index in the plan and its id. */
 export type PlanCallRequest = {

@@ -29,7 +29,7 @@ import { createOrchestrator, type Orchestrator } from "../../agent/orchestrator/
 import { modelFromEnv } from "../../agent/orchestrator/modelFromEnv.ts";
 import type { OrchestratorStep } from "../../agent/orchestrator/runToolCall.ts";
 import { approvalHook } from "../../agent/orchestrator/spendApproval.ts";
-import type { Plan } from "../../agent/planner/createRulePlanner.ts";
+import type { Plan } from "../../agent/planner/plan.ts";
 import type { PlannerDocument, PlannerInputs } from "../../agent/planner/plannerInputs.ts";
 import {
   cancelUnneededAfterRun,
