@@ -13,8 +13,9 @@ import type { Address } from "viem";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
 import { discoverTools } from "../src/agent/discoverTools.ts";
 import { createMcpConnections } from "../src/agent/mcp/mcpConnections.ts";
-import { createOrchestrator, type OrchestratorEvent } from "../src/agent/orchestrator/createOrchestrator.ts";
+import { createOrchestrator } from "../src/agent/orchestrator/createOrchestrator.ts";
 import { modelFromEnv } from "../src/agent/orchestrator/modelFromEnv.ts";
+import type { OrchestratorEvent } from "../src/agent/orchestrator/orchestratorEvent.ts";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
 import {
   createSpendCollector,

@@ -7,13 +7,9 @@
 import { pathToFileURL } from "node:url";
 import type { BaseChatModel } from "@langchain/core/language_models/chat_models";
 import type { StructuredToolInterface } from "@langchain/core/tools";
-import {
-  createOrchestrator,
-  type OrchestratorEvent,
-  type OrchestratorLogger,
-  type OrchestratorRun,
-} from "../src/agent/orchestrator/createOrchestrator.ts";
+import { createOrchestrator, type OrchestratorRun } from "../src/agent/orchestrator/createOrchestrator.ts";
 import { modelFromEnv } from "../src/agent/orchestrator/modelFromEnv.ts";
+import type { OrchestratorEvent, OrchestratorLogger } from "../src/agent/orchestrator/orchestratorEvent.ts";
 import type { PlannerDocument } from "../src/agent/planner/plannerInputs.ts";
 import { loadTools } from "../src/agent/tools/loadTool.ts";
 import { TollgateError } from "../src/protocol/errors.ts";

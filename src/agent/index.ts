@@ -30,10 +30,10 @@ export {
   type CreateOrchestratorOptions,
   createOrchestrator,
   type Orchestrator,
-  type OrchestratorEvent,
   type OrchestratorRun,
 } from "./orchestrator/createOrchestrator.ts";
 export { modelFromEnv } from "./orchestrator/modelFromEnv.ts";
+export type { OrchestratorEvent } from "./orchestrator/orchestratorEvent.ts";
 export {
   createUsageMeter,
   type PaidToolOptions,

@@ -3,7 +3,8 @@ import { tool } from "@langchain/core/tools";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { isTollgateError, TollgateError } from "../../protocol/errors.ts";
-import { createOrchestrator, type OrchestratorEvent } from "./createOrchestrator.ts";
+import { createOrchestrator } from "./createOrchestrator.ts";
+import type { OrchestratorEvent } from "./orchestratorEvent.ts";
 
 const calls: string[] = [];
 const upper = tool(

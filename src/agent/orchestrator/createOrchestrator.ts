@@ -5,40 +5,19 @@ import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import type { AgentChannels } from "../budget/channelCommitments.ts";
 import type { BudgetLedger } from "../budget/createBudgetLedger.ts";
-import { createRulePlanner, type Plan, type RulePlanner } from "../planner/createRulePlanner.ts";
+import { createRulePlanner, type RulePlanner } from "../planner/createRulePlanner.ts";
+import type { Plan } from "../planner/plan.ts";
 import { type PlannerInputs, PlannerInputsSchema } from "../planner/plannerInputs.ts";
 import { runPlanCalls } from "../planner/runPlanCalls.ts";
 import { paidToolMetadataOf } from "../tools/describePricing.ts";
 import type { MarketToolFinder } from "./marketSearchTool.ts";
+import type { OrchestratorEvent, OrchestratorLogger } from "./orchestratorEvent.ts";
 import { runModelAgent } from "./runModelAgent.ts";
 import { type OrchestratorStep, runToolCall } from "./runToolCall.ts";
-import type { SpendApprovalRequest, SpendApprover } from "./spendApproval.ts";
+import type { SpendApprover } from "./spendApproval.ts";
 import { createToolQueue, type ToolQueue, type ToolQueueOptions } from "./toolQueue.ts";
 
 export type { OrchestratorStep } from "./runToolCall.ts";
-
-/** What happens during a run, in order; the spend report and progress displays are built from these. */
-export type OrchestratorEvent =
-  | { type: "plan"; planner: "rules"; plan: Plan }
-  | { type: "model"; planner: string; turn: number; toolCalls: number }
-  | {
-      type: "tool:start";
-      index: number;
-      callId: string;
-      tool: string;
-      args: Record<string, unknown>;
-      document?: string | undefined;
-    }
-  | { type: "tool:end"; step: OrchestratorStep }
-  /** A spend-approval question was answered (model path; see `approve`). */
-  | { type: "approval"; request: SpendApprovalRequest; approved: boolean }
-  | { type: "answer"; planner: string; answer: string };
-
-/** The narrow logger the orchestrator writes to; a pino logger satisfies it. */
-export type OrchestratorLogger = {
-  info(object: object, message?: string): void;
-  warn(object: object, message?: string): void;
-};
 
 export type CreateOrchestratorOptions = {
   tools: readonly StructuredToolInterface[];

@@ -15,8 +15,8 @@ import { Command, MemorySaver } from "@langchain/langgraph";
 import { createAgent } from "langchain";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { BudgetLedger } from "../budget/createBudgetLedger.ts";
-import type { OrchestratorEvent, OrchestratorLogger } from "./createOrchestrator.ts";
 import { MARKET_SEARCH_TOOL, type MarketToolFinder, marketSearchTool } from "./marketSearchTool.ts";
+import type { OrchestratorEvent, OrchestratorLogger } from "./orchestratorEvent.ts";
 import { contentText, type OrchestratorStep } from "./runToolCall.ts";
 import type { SpendApprovalRequest, SpendApprover } from "./spendApproval.ts";
 import {

@@ -33,7 +33,7 @@ import {
   type PaidToolMetadata,
   paidToolMetadataOf,
 } from "../tools/describePricing.ts";
-import type { OrchestratorEvent, OrchestratorLogger } from "./createOrchestrator.ts";
+import type { OrchestratorEvent, OrchestratorLogger } from "./orchestratorEvent.ts";
 import { type OrchestratorStep, settleToolCall, type ToolCallRequest, toolNotFound } from "./runToolCall.ts";
 import { type SpendApprovalRequest, withSpendGrant } from "./spendApproval.ts";
 import type { ToolQueue } from "./toolQueue.ts";
