@@ -12,13 +12,11 @@
  */
 import type { Address, Hex } from "viem";
 import type { WriteClient } from "../chain/clientTypes.ts";
-import type { TypedDataSigner } from "../chain/signers/typedDataSigner.ts";
 import { sameAddress } from "../protocol/address.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
-import type { AuthorizeResponse, PaymentRecord, SupportedResponse } from "../protocol/facilitator.ts";
+import type { PaymentRecord, SupportedResponse } from "../protocol/facilitator.ts";
 import { chainIdOf, isNetwork, type Network } from "../protocol/network.ts";
-import type { PaymentProof } from "../protocol/paymentProof.ts";
 import type { PaymentOption } from "../protocol/paymentRequired.ts";
 import type { SubscriptionInfo } from "../protocol/subscriptions.ts";
 import { builtinSchemes } from "../schemes/builtinSchemes.ts";
@@ -32,15 +30,10 @@ import { getPayment, paymentPath } from "./getPayment.ts";
 import { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
 import { parseUsdcCeiling } from "./parseUsdcCeiling.ts";
 import { payerReadHeaders } from "./payerReadHeaders.ts";
+import type { PayerSigner, PaymentReceipt } from "./payerTypes.ts";
 import { isRequestLike, type PaymentTerms, paymentOptionOf } from "./paymentTerms.ts";
 import { type SubscribeToPlanOptions, subscribeToPlan } from "./subscribeToPlan.ts";
-import { createSubscriptionAuth, type SubAuthSigner, type SubscriptionAuth } from "./subscriptionAuth.ts";
-
-/**
- * What the payer signs with: an address and EIP-712 signing; a viem `LocalAccount` satisfies it.
- * Subscriptions also need EIP-191 `signMessage` (for sub-auth tokens), which a `LocalAccount` has.
- */
-export type PayerSigner = TypedDataSigner & Partial<Pick<SubAuthSigner, "signMessage">>;
+import { createSubscriptionAuth, type SubscriptionAuth } from "./subscriptionAuth.ts";
 
 export type CreatePayerOptions = {
   account: PayerSigner;
@@ -120,16 +113,6 @@ export type PaidResponse = {
   response: Response;
   /** The last payment made (a refused proof is paid again with a fresh 402); none for a free answer. */
   receipt: PaymentReceipt | undefined;
-};
-
-/** A settled payment: the proof, ready-made as the `X-PAYMENT` header value. */
-export type PaymentReceipt = {
-  option: PaymentOption;
-  proof: PaymentProof;
-  /** `base64(JSON(proof))` for `X-PAYMENT`. */
-  header: string;
-  /** The settling transaction, when the facilitator reported it. */
-  settled: AuthorizeResponse["settled"];
 };
 
 export type Payer = {

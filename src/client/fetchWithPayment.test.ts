@@ -7,10 +7,10 @@ import { createFixedClock, unixSeconds } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import { encodeJsonHeader } from "../protocol/header.ts";
 import type { PaymentOption } from "../protocol/paymentRequired.ts";
-import type { PaymentReceipt } from "./createPayer.ts";
 import type { FacilitatorClient, FetchFn } from "./facilitatorClient.ts";
 import { type FetchPayer, fetchWithPayment } from "./fetchWithPayment.ts";
 import { parseUsdcCeiling } from "./parseUsdcCeiling.ts";
+import type { PaymentReceipt } from "./payerTypes.ts";
 
 const PAYER = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
 const FACILITATOR = "http://facilitator.test";

@@ -24,13 +24,12 @@ import { type Clock, systemClock } from "../protocol/clock.ts";
 import { type GateErrorCode, TollgateError } from "../protocol/errors.ts";
 import { HeaderName } from "../protocol/header.ts";
 import type { PaymentOption, PaymentRequired } from "../protocol/paymentRequired.ts";
-import type { X402PaymentRequired } from "../protocol/x402.ts";
 import { builtinSchemes } from "../schemes/builtinSchemes.ts";
 import { exactScheme } from "../schemes/exact/index.ts";
 import { createSchemeRegistry } from "../schemes/registry.ts";
 import { subscriptionScheme } from "../schemes/subscription/index.ts";
 import type { ClientPayment, ClientSchemePart, Scheme, SchemeId, SchemePayer } from "../schemes/types.ts";
-import type { OriginSubscription, Payer, PaymentReceipt, PayOptions } from "./createPayer.ts";
+import type { OriginSubscription, Payer, PayOptions } from "./createPayer.ts";
 import { type FetchFn, parseRetryAfter, sameFacilitatorUrl } from "./facilitatorClient.ts";
 import { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
 import { parseUsdcCeiling } from "./parseUsdcCeiling.ts";
@@ -41,6 +40,7 @@ import {
   oneTimePayers,
   subscribableOptions,
 } from "./payableOptions.ts";
+import type { PaymentReceipt, PayX402 } from "./payerTypes.ts";
 import { createPayX402 } from "./payX402.ts";
 import { readPaymentRequired } from "./readPaymentRequired.ts";
 import { inactiveStateOf, SubscriptionNotActiveError } from "./subscriptionNotActiveError.ts";
@@ -86,15 +86,6 @@ export type ChoosePaymentOption = (
   options: PaymentOption[],
   context: ChooseContext,
 ) => PaymentOption | undefined | Promise<PaymentOption | undefined>;
-
-/**
- * Pays a server that speaks only x402 v2 and returns the header to retry with (`PAYMENT-SIGNATURE`),
- * or `undefined` to decline. The seam through which standard x402 servers are paid.
- */
-export type PayX402 = (
-  paymentRequired: X402PaymentRequired,
-  context: { request: Request; maxPrice: bigint },
-) => Promise<{ name: string; value: string } | undefined>;
 
 export type FetchWithPaymentOptions = {
   /** The most one payment may cost: a bigint of smallest units or USDC text (`"0.50"`). Required. */

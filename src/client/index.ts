@@ -6,8 +6,6 @@ export {
   createPayer,
   type PaidResponse,
   type Payer,
-  type PayerSigner,
-  type PaymentReceipt,
   type PayOptions,
   type PayTermsOptions,
 } from "./createPayer.ts";
@@ -25,12 +23,12 @@ export {
   type ChoosePaymentOption,
   type FetchWithPaymentOptions,
   fetchWithPayment,
-  type PayX402,
 } from "./fetchWithPayment.ts";
 export { getPayment, paymentPath } from "./getPayment.ts";
 export { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
 export { parseUsdcCeiling } from "./parseUsdcCeiling.ts";
 export { payerReadHeaders } from "./payerReadHeaders.ts";
+export type { PayerSigner, PaymentReceipt, PayX402 } from "./payerTypes.ts";
 export type { PaymentTerms } from "./paymentTerms.ts";
 export { createPayX402, createX402Payment } from "./payX402.ts";
 export { type PaymentRequiredOffer, readPaymentRequired } from "./readPaymentRequired.ts";

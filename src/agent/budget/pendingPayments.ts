@@ -23,7 +23,7 @@
 import type { Address, Hex } from "viem";
 import { getAuthorizationState } from "../../chain/actions/usd/getAuthorizationState.ts";
 import type { ReadClient } from "../../chain/clientTypes.ts";
-import type { PaymentReceipt } from "../../client/createPayer.ts";
+import type { PaymentReceipt } from "../../client/payerTypes.ts";
 import { sameAddress } from "../../protocol/address.ts";
 import { type Clock, unixSeconds } from "../../protocol/clock.ts";
 import { isTollgateError, TollgateError } from "../../protocol/errors.ts";

@@ -18,11 +18,11 @@ import { createChannelOpenService } from "../../facilitator/channels/channelOpen
 import { mountChannelRoutes } from "../../facilitator/channels/channelRoutes.ts";
 import { createChannelVoucherIntake } from "../../facilitator/channels/channelVoucherIntake.ts";
 import { minimumAmountOf } from "../../facilitator/checkSignedPayment.ts";
-import type { FacilitatorToken } from "../../facilitator/facilitatorToken.ts";
 import {
   defineFacilitatorScheme,
   type FacilitatorSchemeContext,
 } from "../../facilitator/facilitatorSchemeParts.ts";
+import type { FacilitatorToken } from "../../facilitator/facilitatorToken.ts";
 import { MIN_CHANNEL_CLOSE_DELAY } from "../../protocol/channels.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 
