@@ -6,7 +6,8 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jwksOf, proofKeyFromSeed } from "../src/facilitator/proofKeys.ts";
-import { type GateRequest, type PaymentGate, paymentGate } from "../src/gate/paymentGate.ts";
+import type { GateRequest } from "../src/gate/gateRequest.ts";
+import { type PaymentGate, paymentGate } from "../src/gate/paymentGate.ts";
 import { systemClock, unixSeconds } from "../src/protocol/clock.ts";
 import { encodeJsonHeader } from "../src/protocol/header.ts";
 import { PaymentRequiredSchema } from "../src/protocol/paymentRequired.ts";

@@ -11,7 +11,8 @@
  *   metered plan).
  */
 import type { MiddlewareHandler } from "hono";
-import type { GateRequest, PaymentGate } from "../gate/paymentGate.ts";
+import type { GateRequest } from "../gate/gateRequest.ts";
+import type { PaymentGate } from "../gate/paymentGate.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import type { Capability } from "./tools/capability.ts";
 

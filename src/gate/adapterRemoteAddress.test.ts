@@ -5,9 +5,10 @@ import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
 import { serveApp } from "../facilitator/createFacilitator.ts";
 import { expressPaymentGate } from "./expressPaymentGate.ts";
+import type { GateRequest } from "./gateRequest.ts";
 import { honoPaymentGate } from "./honoPaymentGate.ts";
 import { nodePaymentGate } from "./nodePaymentGate.ts";
-import type { GateRequest, PaymentGate } from "./paymentGate.ts";
+import type { PaymentGate } from "./paymentGate.ts";
 
 /** A gate that records what it was asked and answers 402. */
 function recordingGate(): { gate: PaymentGate; seen: GateRequest[] } {

@@ -24,6 +24,7 @@ export {
   type ServedSubscription,
 } from "./deductAllowance.ts";
 export { expressPaymentGate } from "./expressPaymentGate.ts";
+export type { GateRequest } from "./gateRequest.ts";
 export { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
 export {
   type McpCaller,
@@ -64,7 +65,6 @@ export {
 export { type ParsedPaymentProof, parsePaymentProof, safeParsePaymentProof } from "./parsePaymentProof.ts";
 export {
   type GatePayment,
-  type GateRequest,
   type GateResult,
   type PaymentGate,
   type PaymentGateControls,

@@ -5,7 +5,8 @@
  */
 import type { IncomingHttpHeaders, ServerResponse } from "node:http";
 import { eachGateHeader } from "./gatePass.ts";
-import type { GateRequest, GateResult } from "./paymentGate.ts";
+import type { GateRequest } from "./gateRequest.ts";
+import type { GateResult } from "./paymentGate.ts";
 
 /** `Headers.get` over Node's header object: repeated fields joined by ", " as the Fetch standard does. */
 export function nodeHeaderReader(headers: IncomingHttpHeaders): GateRequest["headers"] {

@@ -6,7 +6,8 @@ import { base64Encode } from "../protocol/base64.ts";
 import { createFixedClock, unixSeconds } from "../protocol/clock.ts";
 import { encodeJsonHeader } from "../protocol/header.ts";
 import { PaymentRequiredSchema } from "../protocol/paymentRequired.ts";
-import { type GateRequest, paymentGate } from "./paymentGate.ts";
+import type { GateRequest } from "./gateRequest.ts";
+import { paymentGate } from "./paymentGate.ts";
 
 const key = proofKeyFromSeed(new Uint8Array(32).fill(11));
 const clock = createFixedClock(1_763_800_000_000);

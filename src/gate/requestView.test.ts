@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
+import type { GateRequest } from "./gateRequest.ts";
 import { normalizeRequestTarget } from "./normalizeRequestTarget.ts";
-import type { GateRequest } from "./paymentGate.ts";
 import { SchemeRequestView } from "./requestView.ts";
 
 function viewOf(request: Omit<GateRequest, "method" | "url">, trusted: string[] = []) {

@@ -6,8 +6,8 @@
  */
 import { bucketKey, clientAddress } from "../facilitator/abuse/rateLimits.ts";
 import type { SchemeRequest } from "../schemes/types.ts";
+import type { GateRequest } from "./gateRequest.ts";
 import type { NormalizedTarget } from "./normalizeRequestTarget.ts";
-import type { GateRequest } from "./paymentGate.ts";
 import type { RouteRequest } from "./paymentGateOptions.ts";
 
 /**

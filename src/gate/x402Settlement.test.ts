@@ -22,8 +22,9 @@ import {
 import { createMemoryReplayGuard } from "../store/createMemoryReplayGuard.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
 import { composePaymentRequired } from "./composePaymentRequired.ts";
+import type { GateRequest } from "./gateRequest.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
-import { type GatePayment, type GateRequest, paymentGate } from "./paymentGate.ts";
+import { type GatePayment, paymentGate } from "./paymentGate.ts";
 import type { PaymentGateOptions } from "./paymentGateOptions.ts";
 import {
   MIN_SETTLE_HEADROOM_SECONDS,

@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { encodeJsonHeader, HeaderName } from "../../protocol/header.ts";
 import { McpMetaKey } from "../../protocol/mcpPayment.ts";
-import type { GateRequest, GateResult, PaymentGate } from "../paymentGate.ts";
+import type { GateRequest } from "../gateRequest.ts";
+import type { GateResult, PaymentGate } from "../paymentGate.ts";
 import { mcpPaymentGate, toolResultOf } from "./mcpPaymentGate.ts";
 
 const x402Required = {
