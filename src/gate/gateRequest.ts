@@ -21,3 +21,11 @@ export type GateRequest = {
    */
   remoteAddress?: string | undefined;
 };
+
+/**
+ * What a route-resolver function is given: the upper-case method, the path percent-decoded once as
+ * routers see it (so `/r%65ports` is `/reports`; dot segments removed), and the URL: that path and the
+ * query as sent, on `publicOrigin` (`http://localhost` when it is not configured). The request's `Host`
+ * never appears in it. The memo binds method, path and query, so a price may depend on all three.
+ */
+export type RouteRequest = { method: string; path: string; url: URL };

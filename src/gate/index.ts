@@ -1,4 +1,6 @@
 /** `tollgate/gate`: the resource-server library — `paymentGate`, its adapters and proof checks (docs/gate.md). */
+
+export { type Amount, AmountSchema } from "./amount.ts";
 export { buildPaymentRequired } from "./buildPaymentRequired.ts";
 export {
   type CheckPaymentProofContext,
@@ -24,7 +26,8 @@ export {
   type ServedSubscription,
 } from "./deductAllowance.ts";
 export { expressPaymentGate } from "./expressPaymentGate.ts";
-export type { GateRequest } from "./gateRequest.ts";
+export type { GateLogger } from "./gateLogger.ts";
+export type { GateRequest, RouteRequest } from "./gateRequest.ts";
 export { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
 export {
   type McpCaller,
@@ -73,9 +76,6 @@ export {
   paymentGate,
 } from "./paymentGate.ts";
 export {
-  type Amount,
-  AmountSchema,
-  type GateLogger,
   type PaymentGateOptions,
   PaymentGateOptionsSchema,
   type Price,
@@ -84,7 +84,6 @@ export {
   PricingEntrySchema,
   type RouteConfig,
   RouteConfigSchema,
-  type RouteRequest,
   type RouteResolver,
 } from "./paymentGateOptions.ts";
 export {

@@ -53,13 +53,13 @@ import { createMemoryReplayGuard } from "../store/createMemoryReplayGuard.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
 import { composePaymentRequiredFromEntries, paymentRequiredResponse } from "./composePaymentRequired.ts";
 import type { ServedSubscription } from "./deductAllowance.ts";
+import type { GateLogger } from "./gateLogger.ts";
 import { GatePass } from "./gatePass.ts";
-import type { GateRequest } from "./gateRequest.ts";
+import type { GateRequest, RouteRequest } from "./gateRequest.ts";
 import { checkFailureResponse, errorResponse, faultResponse } from "./gateResponses.ts";
 import { memoSecretOf } from "./memo.ts";
 import { normalizeRequestTarget } from "./normalizeRequestTarget.ts";
 import {
-  type GateLogger,
   type GatePricingEntry,
   GatePricingEntrySchema,
   type PaymentGateOptions,
@@ -67,7 +67,6 @@ import {
   parseGateOptions,
   type RouteConfig,
   RouteConfigSchema,
-  type RouteRequest,
   SubscriptionPricingSchema,
 } from "./paymentGateOptions.ts";
 import { RouteRequestView, SchemeRequestView } from "./requestView.ts";

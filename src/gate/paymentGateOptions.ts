@@ -16,6 +16,9 @@ import { HttpUrlSchema, PlanIdSchema } from "../protocol/paymentRequired.ts";
 import { OriginSchema } from "../protocol/subscriptionAuth.ts";
 import type { Scheme } from "../schemes/types.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
+import { type Amount, AmountSchema, amountProblem } from "./amount.ts";
+import type { GateLogger } from "./gateLogger.ts";
+import type { RouteRequest } from "./gateRequest.ts";
 import type { UsageLedger } from "./metering/usageLedger.ts";
 import type { ProofKeyResolver } from "./proofKeyResolver.ts";
 
@@ -26,22 +29,6 @@ import type { ProofKeyResolver } from "./proofKeyResolver.ts";
 export const PriceSchema = z.union([z.bigint(), z.string()]);
 export type Price = z.input<typeof PriceSchema>;
 
-/**
- * An amount in the token's smallest unit, as on the wire (docs/protocol.md; docs/gate.md): a safe integer
- * (`500000`), a bigint (`500_000n`) or an integer string (`"500000"`), all 0.50 USDC. Decimal text
- * under `amount` is refused with a message naming both readings, never read as token text.
- */
-export const AmountSchema = z
-  .custom<number | bigint | string>(
-    (value) => typeof value === "number" || typeof value === "bigint" || typeof value === "string",
-    { error: "expected an amount in smallest units: a safe integer, a bigint or an integer string" },
-  )
-  .superRefine((value, ctx) => {
-    const problem = amountProblem(value);
-    if (problem !== undefined) ctx.addIssue({ code: "custom", message: problem });
-  });
-export type Amount = z.input<typeof AmountSchema>;
-
 /** Decimal token text (`"0.50"` = 0.50 USDC), converted exactly with the token's decimals. */
 export const PriceTextSchema = z
   .custom<string>((value) => ["string", "bigint", "number"].includes(typeof value), {
@@ -51,26 +38,6 @@ export const PriceTextSchema = z
     const problem = priceProblem(value);
     if (problem !== undefined) ctx.addIssue({ code: "custom", message: problem });
   });
-
-/** Why a value cannot be an `amount` in smallest units, naming what the writer probably meant. */
-export function amountProblem(value: unknown): string | undefined {
-  if (typeof value === "bigint") return undefined;
-  if (typeof value === "number") {
-    if (Number.isSafeInteger(value)) return undefined;
-    if (Number.isFinite(value) && !Number.isInteger(value)) {
-      return `amount ${value} is not an integer number of smallest units; for ${value} USDC write price: "${value}"`;
-    }
-    return `amount ${value} is not a safe integer (JavaScript rounds it); write it as a bigint or an integer string of smallest units`;
-  }
-  if (typeof value === "string") {
-    if (/^[0-9]{1,78}$/.test(value)) return undefined;
-    if (/^[0-9]*\.[0-9]+$|^[0-9]+\.$/.test(value.trim())) {
-      return `amount "${value}" is not an integer number of smallest units; for ${value.trim()} USDC write price: "${value.trim()}"`;
-    }
-    return `amount ${JSON.stringify(value.slice(0, 40))} is not an integer number of smallest units (e.g. 500000 for 0.50 USDC)`;
-  }
-  return "expected an amount in smallest units: a safe integer, a bigint or an integer string";
-}
 
 /** Why a value cannot be a `price` in token text, naming what the writer probably meant. */
 export function priceProblem(value: unknown): string | undefined {
@@ -157,14 +124,6 @@ export const GatePricingEntrySchema = z
     }
   });
 export type GatePricingEntry = z.input<typeof GatePricingEntrySchema>;
-
-/**
- * What a route-resolver function is given: the upper-case method, the path percent-decoded once as
- * routers see it (so `/r%65ports` is `/reports`; dot segments removed), and the URL: that path and the
- * query as sent, on `publicOrigin` (`http://localhost` when it is not configured). The request's `Host`
- * never appears in it. The memo binds method, path and query, so a price may depend on all three.
- */
-export type RouteRequest = { method: string; path: string; url: URL };
 
 /**
  * Metered units of one request, counted against a subscription's allowance: a number, or computed from
@@ -385,13 +344,6 @@ export const PaymentGateOptionsSchema = z.strictObject({
 });
 export type PaymentGateOptions = z.input<typeof PaymentGateOptionsSchema>;
 export type ParsedPaymentGateOptions = z.output<typeof PaymentGateOptionsSchema>;
-
-/** The narrow logger the gate writes to; a pino logger satisfies it. */
-export type GateLogger = {
-  debug(object: object, message?: string): void;
-  warn(object: object, message?: string): void;
-  error(object: object, message?: string): void;
-};
 
 /** Parses options, turning zod's issues into one `InvalidRequest` that names each bad option. */
 export function parseGateOptions<T>(schema: z.ZodType<T>, value: unknown, what: string): T {

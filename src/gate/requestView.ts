@@ -6,9 +6,8 @@
  */
 import { bucketKey, clientAddress } from "../facilitator/abuse/rateLimits.ts";
 import type { SchemeRequest } from "../schemes/types.ts";
-import type { GateRequest } from "./gateRequest.ts";
+import type { GateRequest, RouteRequest } from "./gateRequest.ts";
 import type { NormalizedTarget } from "./normalizeRequestTarget.ts";
-import type { RouteRequest } from "./paymentGateOptions.ts";
 
 /**
  * A request as gate parts read it. Its URL is built only if a routes function or a scheme reads it

@@ -4,7 +4,8 @@
  * `capabilityTool` turns one into a LangChain tool for local use.
  */
 import { z } from "zod";
-import { type Amount, AmountSchema, PriceTextSchema } from "../../gate/paymentGateOptions.ts";
+import { type Amount, AmountSchema } from "../../gate/amount.ts";
+import { PriceTextSchema } from "../../gate/paymentGateOptions.ts";
 import { parseUnitsExact } from "../../protocol/amount.ts";
 import { CapabilityNameSchema } from "../../protocol/manifest.ts";
 import {

@@ -18,7 +18,7 @@
  *   spent directly in the shared store.
  */
 import type { Clock } from "../../protocol/clock.ts";
-import type { GateLogger } from "../paymentGateOptions.ts";
+import type { GateLogger } from "../gateLogger.ts";
 import { type SharedUsageLedger, type StoredLease, spendReservation } from "./usageLeases.ts";
 import type { Reservation, UsageLedger, UsageRequest } from "./usageLedger.ts";
 

@@ -14,7 +14,7 @@
  */
 import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
 import type { UsageRecordStatus } from "../../protocol/subscriptions.ts";
-import type { GateLogger } from "../paymentGateOptions.ts";
+import type { GateLogger } from "../gateLogger.ts";
 import { getUsageRecords, postUsage } from "./postUsage.ts";
 import type { UsageLedger, UsageOutcome } from "./usageLedger.ts";
 

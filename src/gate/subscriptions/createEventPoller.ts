@@ -17,7 +17,7 @@ import {
   EventFeedResponseSchema,
   type FeedEvent,
 } from "../../protocol/subscriptions.ts";
-import type { GateLogger } from "../paymentGateOptions.ts";
+import type { GateLogger } from "../gateLogger.ts";
 
 /** The event types a gate acts on. */
 export const GATE_EVENT_TYPES = [

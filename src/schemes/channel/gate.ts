@@ -10,8 +10,8 @@
  */
 import type { Address, Hex } from "viem";
 import { z } from "zod";
+import { AmountSchema } from "../../gate/amount.ts";
 import {
-  AmountSchema,
   atomicAmountOf,
   atomicPriceOf,
   PriceTextSchema,

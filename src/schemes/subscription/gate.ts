@@ -8,6 +8,7 @@
 
 import type { Address, PublicClient } from "viem";
 import { deductionAmount, type ServedSubscription } from "../../gate/deductAllowance.ts";
+import type { GateLogger } from "../../gate/gateLogger.ts";
 import { GatePass } from "../../gate/gatePass.ts";
 import { checkFailureResponse, errorResponse, misconfigured } from "../../gate/gateResponses.ts";
 import { createMemoryUsageLedger } from "../../gate/metering/createMemoryUsageLedger.ts";
@@ -15,7 +16,6 @@ import { createUsageFlusher } from "../../gate/metering/createUsageFlusher.ts";
 import type { UsageLedger } from "../../gate/metering/usageLedger.ts";
 import {
   atomicPriceOf,
-  type GateLogger,
   type Price,
   parseGateOptions,
   SubscriptionPricingSchema,
