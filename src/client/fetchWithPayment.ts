@@ -20,17 +20,23 @@
  * overdue) is never replaced by one-time payments unless the caller allowed that
  * (`onSubscriptionInactive: "pay-once"`, or a custom `choose` handed the refusal).
  */
+import type { Address } from "viem";
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { type GateErrorCode, TollgateError } from "../protocol/errors.ts";
 import { HeaderName } from "../protocol/header.ts";
+import type { Network } from "../protocol/network.ts";
 import type { PaymentOption, PaymentRequired } from "../protocol/paymentRequired.ts";
 import { builtinSchemes } from "../schemes/builtinSchemes.ts";
 import { exactScheme } from "../schemes/exact/index.ts";
 import { createSchemeRegistry } from "../schemes/registry.ts";
 import { subscriptionScheme } from "../schemes/subscription/index.ts";
 import type { ClientPayment, ClientSchemePart, Scheme, SchemeId, SchemePayer } from "../schemes/types.ts";
-import type { OriginSubscription, Payer, PayOptions } from "./createPayer.ts";
-import { type FetchFn, parseRetryAfter, sameFacilitatorUrl } from "./facilitatorClient.ts";
+import {
+  type FacilitatorClient,
+  type FetchFn,
+  parseRetryAfter,
+  sameFacilitatorUrl,
+} from "./facilitatorClient.ts";
 import { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
 import { parseUsdcCeiling } from "./parseUsdcCeiling.ts";
 import {
@@ -40,9 +46,17 @@ import {
   oneTimePayers,
   subscribableOptions,
 } from "./payableOptions.ts";
-import type { PaymentReceipt, PayX402 } from "./payerTypes.ts";
+import type {
+  OriginSubscription,
+  PayerSigner,
+  PayerSubscriptions,
+  PaymentReceipt,
+  PayOptions,
+  PayX402,
+} from "./payerTypes.ts";
 import { createPayX402 } from "./payX402.ts";
 import { readPaymentRequired } from "./readPaymentRequired.ts";
+import type { SubscribeToPlanOptions } from "./subscribeToPlan.ts";
 import { inactiveStateOf, SubscriptionNotActiveError } from "./subscriptionNotActiveError.ts";
 
 /** What a paying scheme is told of a request that got no answer (refused, cut, timed out). */
@@ -64,9 +78,19 @@ export type ChooseContext = {
 };
 
 /** What `fetchWithPayment` needs of a payer: paying one option once, and optionally subscribing. */
-export type FetchPayer = Pick<Payer, "address" | "network" | "facilitator" | "account"> & {
+export type FetchPayer = {
+  readonly address: Address;
+  readonly network: Network;
+  readonly facilitator: FacilitatorClient;
+  readonly account?: PayerSigner;
   pay(option: PaymentOption, options: PayOptions): Promise<PaymentReceipt>;
-} & Partial<Pick<Payer, "subscribe" | "subscriptionHeaders" | "subscriptions">>;
+  subscribe?: (options: SubscribeToPlanOptions) => Promise<bigint>;
+  subscriptionHeaders?: (
+    subscriptionId: bigint | string,
+    audienceOrigin: string,
+  ) => Promise<Record<string, string>>;
+  readonly subscriptions?: PayerSubscriptions;
+};
 
 /** A subscription `fetchWithPayment` took out or started using for a request. */
 export type SubscriptionUse = {

@@ -6,7 +6,6 @@ export {
   createPayer,
   type PaidResponse,
   type Payer,
-  type PayOptions,
   type PayTermsOptions,
 } from "./createPayer.ts";
 export {
@@ -28,7 +27,7 @@ export { getPayment, paymentPath } from "./getPayment.ts";
 export { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
 export { parseUsdcCeiling } from "./parseUsdcCeiling.ts";
 export { payerReadHeaders } from "./payerReadHeaders.ts";
-export type { PayerSigner, PaymentReceipt, PayX402 } from "./payerTypes.ts";
+export type { PayerSigner, PaymentReceipt, PayOptions, PayX402 } from "./payerTypes.ts";
 export type { PaymentTerms } from "./paymentTerms.ts";
 export { createPayX402, createX402Payment } from "./payX402.ts";
 export { type PaymentRequiredOffer, readPaymentRequired } from "./readPaymentRequired.ts";

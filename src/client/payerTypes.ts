@@ -33,3 +33,43 @@ export type PayX402 = (
   paymentRequired: X402PaymentRequired,
   context: { request: Request; maxPrice: bigint },
 ) => Promise<{ name: string; value: string } | undefined>;
+
+export type OriginSubscription = { subscriptionId: bigint; planId: string; audience: string };
+
+export type PayOptions = {
+  /** The most this payment may cost: a bigint of smallest units or USDC text (`"0.50"`). */
+  maxAmount: bigint | string;
+  signal?: AbortSignal | undefined;
+};
+
+/**
+ * The subscriptions a payer holds — those it made with `subscribe` and any it was told of — by plan,
+ * and which gate origins each one serves (so `fetchWithPayment` sends its headers up front).
+ */
+export type PayerSubscriptions = {
+  forPlan(planId: bigint | string): bigint | undefined;
+  /** The subscription sent up front to a gate origin, and the audience its tokens name. */
+  forOrigin(origin: string): OriginSubscription | undefined;
+  /**
+   * Records a subscription, and optionally a gate origin it serves (`audience`: the origin the gate
+   * expects in tokens, when it differs from the origin requested, e.g. behind a proxy).
+   */
+  remember(entry: {
+    planId: bigint | string;
+    subscriptionId: bigint;
+    origin?: string | undefined;
+    audience?: string | undefined;
+  }): void;
+  /** Stops sending a subscription up front to `origin`. */
+  unbind(origin: string): void;
+  /** Forgets a subscription everywhere (after cancelling it). */
+  forget(subscriptionId: bigint): void;
+  /**
+   * The subscription to `planId` this payer holds, or the one `create` makes; concurrent callers for
+   * one plan share a single `create`, so a plan is subscribed to once.
+   */
+  ensure(
+    planId: bigint | string,
+    create: () => Promise<bigint>,
+  ): Promise<{ subscriptionId: bigint; created: boolean }>;
+};

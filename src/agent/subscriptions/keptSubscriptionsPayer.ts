@@ -5,7 +5,8 @@
  * still taken from the book, so a subscribed call costs no store round trip.
  */
 import type { Address } from "viem";
-import type { Payer, PayerSubscriptions } from "../../client/createPayer.ts";
+import type { Payer } from "../../client/createPayer.ts";
+import type { PayerSubscriptions } from "../../client/payerTypes.ts";
 import type { SubscriptionKeeper } from "./createSubscriptionKeeper.ts";
 
 /** What the keeper is asked for when a call subscribes: the cap it would like, and whom it pays. */
