@@ -1,5 +1,5 @@
 /**
- * Module graph rules for src/ (`npm run deps`).
+ * Module graph rules for src/ (`npm run deps`, also run by `npm run check`).
  *
  * No import circles. Type-only imports count too (`tsPreCompilationDeps: true`): they vanish at run
  * time, but a type that closes a circle still ties the two modules together — neither can be read,
