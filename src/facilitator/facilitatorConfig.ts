@@ -20,8 +20,8 @@ import { summarizeIssues } from "../protocol/parseWire.ts";
 import type { RateLimitOptions } from "./abuse/rateLimits.ts";
 import { chainUnavailable, isChainUnreachable } from "./chainErrors.ts";
 import { CommaListSchema } from "./commaListSchema.ts";
-import type { FacilitatorToken } from "./facilitatorToken.ts";
 import { withDeploymentDefaults } from "./deploymentEnvironment.ts";
+import type { FacilitatorToken } from "./facilitatorToken.ts";
 import { generateProofKey, type ProofKey, parseProofKey } from "./proofKeys.ts";
 import { loadWebhookConfig, type WebhookConfig, WebhookEnvSchema } from "./webhooks/webhookConfig.ts";
 
