@@ -25,7 +25,6 @@ import { type Address, getAddress } from "viem";
 import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient, type FetchFn } from "../src/client/facilitatorClient.ts";
-import { createChannelsModule } from "../src/facilitator/channels/channelsModule.ts";
 import { createFacilitator, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../src/facilitator/proofKeys.ts";
 import { providersModule } from "../src/facilitator/providers/providersModule.ts";
@@ -34,8 +33,9 @@ import {
   ProviderChallengeResponseSchema,
   ProviderRegisterResponseSchema,
 } from "../src/protocol/subscriptions.ts";
-import { createChannelFetch } from "../src/schemes/channel/channelFetch.ts";
-import { createChannelWallet } from "../src/schemes/channel/channelWallet.ts";
+import { createChannelFetch } from "../src/schemes/channel/client/channelFetch.ts";
+import { createChannelWallet } from "../src/schemes/channel/client/channelWallet.ts";
+import { createChannelsModule } from "../src/schemes/channel/facilitator/channelsModule.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import { benchToken, describeBenchToken } from "./support/benchToken.ts";
 import { createRpcCounter } from "./support/rpcCounter.ts";

@@ -13,7 +13,6 @@ import { Hono } from "hono";
 import type { Address, Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { channelRef, createAgentChannels } from "../src/agent/budget/channelCommitments.ts";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
 import type { OfferListing } from "../src/agent/offerCheck.ts";
 import { createOrchestrator } from "../src/agent/orchestrator/createOrchestrator.ts";
@@ -28,6 +27,7 @@ import { serveApp } from "../src/facilitator/createFacilitator.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGate.ts";
 import { paymentGate } from "../src/gate/paymentGate.ts";
 import { systemClock } from "../src/protocol/clock.ts";
+import { channelRef, createAgentChannels } from "../src/schemes/channel/agent/channelCommitments.ts";
 import { nameChannelOperator, registerTestProvider } from "./support/channelFixtures.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 

@@ -13,7 +13,6 @@ import { Hono } from "hono";
 import type { Address } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { channelRef, createAgentChannels } from "../src/agent/budget/channelCommitments.ts";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
 import type { OfferListing } from "../src/agent/offerCheck.ts";
 import { type PaidToolReceipt, paidTool } from "../src/agent/paidTool.ts";
@@ -28,7 +27,8 @@ import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGat
 import { paymentGate } from "../src/gate/paymentGate.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../src/protocol/channelVoucher.ts";
 import { systemClock } from "../src/protocol/clock.ts";
-import { createFileChannelWalletStore } from "../src/schemes/channel/channelWalletStore.ts";
+import { channelRef, createAgentChannels } from "../src/schemes/channel/agent/channelCommitments.ts";
+import { createFileChannelWalletStore } from "../src/schemes/channel/client/channelWalletStore.ts";
 import { nameChannelOperator, registerTestProvider } from "./support/channelFixtures.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 

@@ -19,9 +19,9 @@ import { createSpendCollector } from "../src/agent/spendReport.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import type { Devnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
-import { getSubscriptionInfo } from "../src/client/facilitatorSubscriptions.ts";
 import type { RunningServer } from "../src/facilitator/createFacilitator.ts";
 import { systemClock } from "../src/protocol/clock.ts";
+import { getSubscriptionInfo } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import { type AgentStack, startAgentStack } from "./support/agentStack.ts";
 import type { TestFacilitator } from "./support/facilitatorHarness.ts";
 

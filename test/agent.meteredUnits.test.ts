@@ -15,7 +15,6 @@ import { z } from "zod";
 import { type ApprovalRequest, createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
 import { listingOf } from "../src/agent/offerCheck.ts";
 import { type PaidToolReceipt, paidTool } from "../src/agent/paidTool.ts";
-import { createSubscriptionKeeper } from "../src/agent/subscriptions/createSubscriptionKeeper.ts";
 import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
 import { setOperator } from "../src/chain/actions/subscriptions/setOperator.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
@@ -31,6 +30,7 @@ import {
   ProviderRegisterResponseSchema,
   UsageSummarySchema,
 } from "../src/protocol/subscriptions.ts";
+import { createSubscriptionKeeper } from "../src/schemes/subscription/agent/createSubscriptionKeeper.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
 const DAY = 86_400;

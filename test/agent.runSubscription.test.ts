@@ -15,10 +15,13 @@ import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { budgetCommand } from "../src/cli/commands/budget.ts";
 import { runCommand } from "../src/cli/commands/run.ts";
 import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
-import { getSubscriberInfo, getSubscriptionInfo } from "../src/client/facilitatorSubscriptions.ts";
-import { createRenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
-import { createSubscriptionIndexer } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
 import { createFixedClock, systemClock } from "../src/protocol/clock.ts";
+import {
+  getSubscriberInfo,
+  getSubscriptionInfo,
+} from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
+import { createRenewalKeeper } from "../src/schemes/subscription/facilitator/renewalKeeper.ts";
+import { createSubscriptionIndexer } from "../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
 import { type AgentStack, startAgentStack } from "./support/agentStack.ts";
 
 const FUNDS = 3_000_000n;

@@ -30,7 +30,6 @@ import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEven
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
-import { getSubscriptionInfo } from "../src/client/facilitatorSubscriptions.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
 import { registerProvider } from "../src/client/registerProvider.ts";
 import type { RunningServer } from "../src/facilitator/createFacilitator.ts";
@@ -38,6 +37,7 @@ import { serveMarket } from "../src/market/createMarket.ts";
 import { pinnedSellerFetch } from "../src/market/fetchSellerDocument.ts";
 import { createMarketClient } from "../src/market/marketClient.ts";
 import { systemClock } from "../src/protocol/clock.ts";
+import { getSubscriptionInfo } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
 const logger = pino({ level: "silent" });

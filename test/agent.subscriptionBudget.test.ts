@@ -15,16 +15,16 @@ import type { BudgetLimitsInput } from "../src/agent/budget/budgetLimits.ts";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
 import { discoverTools } from "../src/agent/discoverTools.ts";
 import type { PaidToolReceipt } from "../src/agent/paidTool.ts";
-import {
-  createSubscriptionKeeper,
-  type SubscriptionAlert,
-} from "../src/agent/subscriptions/createSubscriptionKeeper.ts";
 import { collect } from "../src/chain/actions/subscriptions/collect.ts";
 import { deductAllowance } from "../src/chain/actions/subscriptions/deductAllowance.ts";
 import { createPayer } from "../src/client/createPayer.ts";
-import { getSubscriberInfo } from "../src/client/facilitatorSubscriptions.ts";
 import { parseUnitsExact as usd } from "../src/protocol/amount.ts";
 import { systemClock } from "../src/protocol/clock.ts";
+import {
+  createSubscriptionKeeper,
+  type SubscriptionAlert,
+} from "../src/schemes/subscription/agent/createSubscriptionKeeper.ts";
+import { getSubscriberInfo } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import {
   type AgentStack,
   managerAllowanceOf,

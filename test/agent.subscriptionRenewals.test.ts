@@ -19,16 +19,16 @@ import {
   type SubscriptionCancelOutcome,
 } from "../src/agent/policy/cancelUnneededSubscriptions.ts";
 import { createDemandHistory } from "../src/agent/policy/createDemandHistory.ts";
+import { collect } from "../src/chain/actions/subscriptions/collect.ts";
+import { createPayer } from "../src/client/createPayer.ts";
+import { parseUnitsExact as usd } from "../src/protocol/amount.ts";
+import { createFixedClock, systemClock } from "../src/protocol/clock.ts";
 import {
   createSubscriptionKeeper,
   type SubscriptionAlert,
-} from "../src/agent/subscriptions/createSubscriptionKeeper.ts";
-import { watchSubscriptions } from "../src/agent/subscriptions/watchSubscriptions.ts";
-import { collect } from "../src/chain/actions/subscriptions/collect.ts";
-import { createPayer } from "../src/client/createPayer.ts";
-import { getSubscriptionInfo } from "../src/client/facilitatorSubscriptions.ts";
-import { parseUnitsExact as usd } from "../src/protocol/amount.ts";
-import { createFixedClock, systemClock } from "../src/protocol/clock.ts";
+} from "../src/schemes/subscription/agent/createSubscriptionKeeper.ts";
+import { watchSubscriptions } from "../src/schemes/subscription/agent/watchSubscriptions.ts";
+import { getSubscriptionInfo } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import {
   type AgentStack,
   managerAllowanceOf,

@@ -20,9 +20,9 @@ import { type Facilitator, type RunningServer, serveApp } from "../src/facilitat
 import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGate.ts";
 import { paymentGate } from "../src/gate/paymentGate.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../src/protocol/channelVoucher.ts";
-import { createChannelFetch } from "../src/schemes/channel/channelFetch.ts";
-import { type ChannelTermsInput, createChannelWallet } from "../src/schemes/channel/channelWallet.ts";
-import { createMemoryChannelWalletStore } from "../src/schemes/channel/channelWalletStore.ts";
+import { createChannelFetch } from "../src/schemes/channel/client/channelFetch.ts";
+import { type ChannelTermsInput, createChannelWallet } from "../src/schemes/channel/client/channelWallet.ts";
+import { createMemoryChannelWalletStore } from "../src/schemes/channel/client/channelWalletStore.ts";
 import { CHANNEL_CLOSE_HEADER } from "../src/schemes/channel/cooperativeClose.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";

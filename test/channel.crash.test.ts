@@ -15,8 +15,8 @@ import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
 import type { Facilitator, RunningServer } from "../src/facilitator/createFacilitator.ts";
-import { createChannelFetch } from "../src/schemes/channel/channelFetch.ts";
-import { createChannelWallet } from "../src/schemes/channel/channelWallet.ts";
+import { createChannelFetch } from "../src/schemes/channel/client/channelFetch.ts";
+import { createChannelWallet } from "../src/schemes/channel/client/channelWallet.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import {

@@ -26,8 +26,8 @@ import {
   channelVoucherMessage,
   parseChannelVoucher,
 } from "../src/protocol/channelVoucher.ts";
-import { createChannelFetch } from "../src/schemes/channel/channelFetch.ts";
-import { createChannelWallet } from "../src/schemes/channel/channelWallet.ts";
+import { createChannelFetch } from "../src/schemes/channel/client/channelFetch.ts";
+import { createChannelWallet } from "../src/schemes/channel/client/channelWallet.ts";
 import { withChannelWallet } from "../src/schemes/channel/client.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";

@@ -9,10 +9,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Hex } from "viem";
 import { afterAll, describe, expect, it } from "vitest";
-import { createJournalVoucherStore } from "../src/schemes/channel/journalVoucherStore.ts";
-import { createPostgresVoucherStore } from "../src/schemes/channel/postgresVoucherStore.ts";
-import { createRedisVoucherStore } from "../src/schemes/channel/redisVoucherStore.ts";
-import { createMemoryVoucherStore, type VoucherStore } from "../src/schemes/channel/voucherStore.ts";
+import { createJournalVoucherStore } from "../src/schemes/channel/gate/journalVoucherStore.ts";
+import { createPostgresVoucherStore } from "../src/schemes/channel/gate/postgresVoucherStore.ts";
+import { createRedisVoucherStore } from "../src/schemes/channel/gate/redisVoucherStore.ts";
+import { createMemoryVoucherStore, type VoucherStore } from "../src/schemes/channel/gate/voucherStore.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 
 const REDIS_URL = process.env.REDIS_URL || undefined;

@@ -10,7 +10,6 @@ import {
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { deployContract, writeContract } from "viem/actions";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { readSubscriptionPulls } from "../src/agent/subscriptions/readSubscriptionPulls.ts";
 import {
   approveToken,
   cancel,
@@ -56,6 +55,7 @@ import {
   subscribeFor,
   subscriptionManagerAbi,
 } from "../src/chain/index.ts";
+import { readSubscriptionPulls } from "../src/schemes/subscription/agent/readSubscriptionPulls.ts";
 import { compileFixture } from "./support/compileFixtures.ts";
 
 const DAY = 86_400n;

@@ -13,11 +13,11 @@ import { mountPlanViews } from "../src/facilitator/dashboard/planViews.ts";
 import { providerSection } from "../src/facilitator/dashboard/providerSection.ts";
 import { mountWebhookViews } from "../src/facilitator/dashboard/webhookViews.ts";
 import { hashApiKey } from "../src/facilitator/providers/requireProvider.ts";
-import { upsertPlan } from "../src/facilitator/subscriptions/subscriptionRecords.ts";
 import { createWebhookRepository } from "../src/facilitator/webhooks/createWebhookRepository.ts";
 import { createWebhookSecretBox } from "../src/facilitator/webhooks/webhookSecretBox.ts";
 import { base64UrlEncode } from "../src/protocol/base64.ts";
 import { createFixedClock } from "../src/protocol/clock.ts";
+import { upsertPlan } from "../src/schemes/subscription/facilitator/subscriptionRecords.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 

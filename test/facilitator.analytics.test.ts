@@ -15,7 +15,6 @@ import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEven
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { analyticsCommand } from "../src/cli/commands/analytics.ts";
 import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
-import { subscribeThroughFacilitator } from "../src/client/facilitatorSubscriptions.ts";
 import {
   AnalyticsSummaryResponseSchema,
   AnalyticsVolumeResponseSchema,
@@ -25,6 +24,7 @@ import { verifyWebhook } from "../src/gate/verifyWebhook.ts";
 import { formatUnitsExact } from "../src/protocol/amount.ts";
 import { systemClock } from "../src/protocol/clock.ts";
 import type { WebhookEvent } from "../src/protocol/webhook.ts";
+import { subscribeThroughFacilitator } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import { signTestPayment, startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
 let devnet: Devnet;

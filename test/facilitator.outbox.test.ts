@@ -13,7 +13,6 @@ import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
-import { subscribeThroughFacilitator } from "../src/client/facilitatorSubscriptions.ts";
 import {
   createOutbox,
   type OutboxClient,
@@ -23,10 +22,11 @@ import {
 import { createGasKey, type GasKey } from "../src/facilitator/outbox/gasKey.ts";
 import { findOutboxRow } from "../src/facilitator/outbox/outboxRecords.ts";
 import type { Outbox, OutboxOutcome } from "../src/facilitator/outbox/outboxTypes.ts";
-import { createRenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
-import { createSubscriptionIndexer } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
-import { createSubscriptionsModule } from "../src/facilitator/subscriptions/subscriptionsModule.ts";
 import { systemClock } from "../src/protocol/clock.ts";
+import { subscribeThroughFacilitator } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
+import { createRenewalKeeper } from "../src/schemes/subscription/facilitator/renewalKeeper.ts";
+import { createSubscriptionIndexer } from "../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
+import { createSubscriptionsModule } from "../src/schemes/subscription/facilitator/subscriptionsModule.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";

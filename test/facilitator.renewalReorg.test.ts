@@ -13,14 +13,17 @@ import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
-import { subscribeThroughFacilitator } from "../src/client/facilitatorSubscriptions.ts";
 import { queryAnalyticsSummary } from "../src/facilitator/analytics/queryAnalytics.ts";
-import { createRenewalKeeper, type RenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
+import { subscribeThroughFacilitator } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
+import {
+  createRenewalKeeper,
+  type RenewalKeeper,
+} from "../src/schemes/subscription/facilitator/renewalKeeper.ts";
 import {
   createSubscriptionIndexer,
   type SubscriptionIndexer,
-} from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
-import { statusOf } from "../src/facilitator/subscriptions/subscriptionRecords.ts";
+} from "../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
+import { statusOf } from "../src/schemes/subscription/facilitator/subscriptionRecords.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
 const DAY = 86_400;

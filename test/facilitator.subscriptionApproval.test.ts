@@ -14,13 +14,13 @@ import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEven
 import type { TokenDomain } from "../src/chain/signers/eip712Types.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
+import type { ApprovalRequest } from "../src/protocol/subscriptions.ts";
 import {
   approveThroughFacilitator,
   getSubscriberInfo,
   signApprovalRequest,
   subscribeThroughFacilitator,
-} from "../src/client/facilitatorSubscriptions.ts";
-import type { ApprovalRequest } from "../src/protocol/subscriptions.ts";
+} from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
 const PRICE = 1_000_000n;

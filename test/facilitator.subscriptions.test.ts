@@ -13,6 +13,9 @@ import { subscriptionManagerAbi } from "../src/chain/contracts/artifacts/Subscri
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
+import { registerProvider } from "../src/client/registerProvider.ts";
+import { isTollgateError, type TollgateError } from "../src/protocol/errors.ts";
+import { EventFeedResponseSchema, type FeedEvent } from "../src/protocol/subscriptions.ts";
 import {
   changeSubscriptionThroughFacilitator,
   getSubscriberInfo,
@@ -21,13 +24,10 @@ import {
   signSubscribeRequest,
   signSubscriptionActionRequest,
   subscribeThroughFacilitator,
-} from "../src/client/facilitatorSubscriptions.ts";
-import { registerProvider } from "../src/client/registerProvider.ts";
-import { createRenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
-import { createSubscriptionIndexer } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
-import { createSubscriptionService } from "../src/facilitator/subscriptions/subscriptionService.ts";
-import { isTollgateError, type TollgateError } from "../src/protocol/errors.ts";
-import { EventFeedResponseSchema, type FeedEvent } from "../src/protocol/subscriptions.ts";
+} from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
+import { createRenewalKeeper } from "../src/schemes/subscription/facilitator/renewalKeeper.ts";
+import { createSubscriptionIndexer } from "../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
+import { createSubscriptionService } from "../src/schemes/subscription/facilitator/subscriptionService.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 

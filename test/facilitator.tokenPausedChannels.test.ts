@@ -8,9 +8,9 @@ import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
 import { pauseToken } from "../src/chain/actions/usdc/pauseToken.ts";
 import { unpauseToken } from "../src/chain/actions/usdc/unpauseToken.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
-import { createChannelClaimWorker } from "../src/facilitator/channels/channelClaimWorker.ts";
 import type { Facilitator, RunningServer } from "../src/facilitator/createFacilitator.ts";
 import { ChannelVouchersResponseSchema } from "../src/protocol/channels.ts";
+import { createChannelClaimWorker } from "../src/schemes/channel/facilitator/channelClaimWorker.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import {

@@ -13,10 +13,13 @@ import { unpauseToken } from "../src/chain/actions/usdc/unpauseToken.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
-import { getSubscriptionInfo, subscribeThroughFacilitator } from "../src/client/facilitatorSubscriptions.ts";
 import type { FacilitatorContext } from "../src/facilitator/facilitatorContext.ts";
-import { createRenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
-import { createSubscriptionIndexer } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
+import {
+  getSubscriptionInfo,
+  subscribeThroughFacilitator,
+} from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
+import { createRenewalKeeper } from "../src/schemes/subscription/facilitator/renewalKeeper.ts";
+import { createSubscriptionIndexer } from "../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
 const DAY = 86_400;

@@ -12,9 +12,6 @@ import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
-import { subscribeThroughFacilitator } from "../src/client/facilitatorSubscriptions.ts";
-import { recordUsage } from "../src/facilitator/usage/usageRecords.ts";
-import { createUsageSettler } from "../src/facilitator/usage/usageSettler.ts";
 import {
   EventFeedResponseSchema,
   ProviderChallengeResponseSchema,
@@ -24,6 +21,9 @@ import {
   UsageResponseSchema,
   UsageSummarySchema,
 } from "../src/protocol/subscriptions.ts";
+import { recordUsage } from "../src/schemes/metered/facilitator/usageRecords.ts";
+import { createUsageSettler } from "../src/schemes/metered/facilitator/usageSettler.ts";
+import { subscribeThroughFacilitator } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 

@@ -15,13 +15,13 @@ import { subscriptionManagerAbi } from "../src/chain/contracts/artifacts/Subscri
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
-import { subscribeThroughFacilitator } from "../src/client/facilitatorSubscriptions.ts";
-import { chainRefOf, recordUsage } from "../src/facilitator/usage/usageRecords.ts";
-import { createUsageSettler } from "../src/facilitator/usage/usageSettler.ts";
 import {
   ProviderChallengeResponseSchema,
   ProviderRegisterResponseSchema,
 } from "../src/protocol/subscriptions.ts";
+import { chainRefOf, recordUsage } from "../src/schemes/metered/facilitator/usageRecords.ts";
+import { createUsageSettler } from "../src/schemes/metered/facilitator/usageSettler.ts";
+import { subscribeThroughFacilitator } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";

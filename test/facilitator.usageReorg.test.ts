@@ -14,13 +14,13 @@ import { subscriptionManagerAbi } from "../src/chain/contracts/artifacts/Subscri
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
-import { subscribeThroughFacilitator } from "../src/client/facilitatorSubscriptions.ts";
 import { queryAnalyticsSummary } from "../src/facilitator/analytics/queryAnalytics.ts";
+import { createUsageSettler, type UsageSettler } from "../src/schemes/metered/facilitator/usageSettler.ts";
+import { subscribeThroughFacilitator } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import {
   createSubscriptionIndexer,
   type SubscriptionIndexer,
-} from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
-import { createUsageSettler, type UsageSettler } from "../src/facilitator/usage/usageSettler.ts";
+} from "../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import { registerTestProvider } from "./support/channelFixtures.ts";

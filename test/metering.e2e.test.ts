@@ -20,10 +20,6 @@ import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/start
 import { createPayer, type Payer } from "../src/client/createPayer.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
-import { createRenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
-import { createSubscriptionIndexer } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
-import { createPostgresUsageLedger } from "../src/gate/metering/createPostgresUsageLedger.ts";
-import type { UsageLedger } from "../src/gate/metering/usageLedger.ts";
 import {
   type GateResult,
   type PaymentGate,
@@ -40,6 +36,10 @@ import {
   ProviderRegisterResponseSchema,
   UsageSummarySchema,
 } from "../src/protocol/subscriptions.ts";
+import { createPostgresUsageLedger } from "../src/schemes/metered/gate/createPostgresUsageLedger.ts";
+import type { UsageLedger } from "../src/schemes/metered/gate/usageLedger.ts";
+import { createRenewalKeeper } from "../src/schemes/subscription/facilitator/renewalKeeper.ts";
+import { createSubscriptionIndexer } from "../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";

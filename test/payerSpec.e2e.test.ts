@@ -20,10 +20,8 @@ import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEven
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer, type Payer } from "../src/client/createPayer.ts";
 import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
-import { getSubscriptionInfo } from "../src/client/facilitatorSubscriptions.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
 import { registerProvider } from "../src/client/registerProvider.ts";
-import { SubscriptionNotActiveError } from "../src/client/subscriptionNotActiveError.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import {
   type GateResult,
@@ -33,6 +31,8 @@ import {
 } from "../src/gate/paymentGate.ts";
 import { isTollgateError } from "../src/protocol/errors.ts";
 import { type PaymentRequired, PaymentRequiredSchema } from "../src/protocol/paymentRequired.ts";
+import { getSubscriptionInfo } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
+import { SubscriptionNotActiveError } from "../src/schemes/subscription/client/subscriptionNotActiveError.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
 const INTERVAL = 30 * 86_400;

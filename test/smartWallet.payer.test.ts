@@ -49,8 +49,8 @@ import {
   formatSubAuthToken,
   subAuthMessage,
 } from "../src/protocol/subscriptionAuth.ts";
-import { createChannelFetch } from "../src/schemes/channel/channelFetch.ts";
-import { createChannelWallet } from "../src/schemes/channel/channelWallet.ts";
+import { createChannelFetch } from "../src/schemes/channel/client/channelFetch.ts";
+import { createChannelWallet } from "../src/schemes/channel/client/channelWallet.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import {
   nameChannelOperator,

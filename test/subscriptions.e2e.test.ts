@@ -18,12 +18,9 @@ import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEven
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer, type Payer } from "../src/client/createPayer.ts";
 import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
-import { getSubscriptionInfo } from "../src/client/facilitatorSubscriptions.ts";
 import { fetchWithPayment, type SubscriptionUse } from "../src/client/fetchWithPayment.ts";
 import { registerProvider } from "../src/client/registerProvider.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
-import { createRenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
-import { createSubscriptionIndexer } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
 import {
   type GateResult,
   type PaymentGate,
@@ -32,6 +29,9 @@ import {
 } from "../src/gate/paymentGate.ts";
 import { isTollgateError, type TollgateError } from "../src/protocol/errors.ts";
 import { type PaymentRequired, PaymentRequiredSchema } from "../src/protocol/paymentRequired.ts";
+import { getSubscriptionInfo } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
+import { createRenewalKeeper } from "../src/schemes/subscription/facilitator/renewalKeeper.ts";
+import { createSubscriptionIndexer } from "../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 
 const DAY = 86_400;

@@ -25,11 +25,11 @@ import {
 } from "../src/chain/index.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import type { Facilitator, RunningServer } from "../src/facilitator/createFacilitator.ts";
-import { createRenewalKeeper } from "../src/facilitator/subscriptions/renewalKeeper.ts";
-import { createSubscriptionIndexer } from "../src/facilitator/subscriptions/subscriptionIndexer.ts";
 import { ErrorBodySchema } from "../src/protocol/errors.ts";
 import type { SignedPayment } from "../src/protocol/signedPayment.ts";
 import { SubscriptionInfoSchema } from "../src/protocol/subscriptions.ts";
+import { createRenewalKeeper } from "../src/schemes/subscription/facilitator/renewalKeeper.ts";
+import { createSubscriptionIndexer } from "../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import {

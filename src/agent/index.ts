@@ -1,5 +1,20 @@
 /** `tollgate/agent`: budgets, the subscribe-or-pay policy, paid tools, discovery, specialists, orchestrator (docs/agents.md). */
 
+export {
+  createSubscriptionKeeper,
+  type SubscriptionAlert,
+  type SubscriptionKeeper,
+  type SubscriptionKeeperOptions,
+  type SyncedSubscription,
+} from "../schemes/subscription/agent/createSubscriptionKeeper.ts";
+export {
+  type SubscriptionCommitment,
+  subscriptionCommitment,
+} from "../schemes/subscription/agent/subscriptionCommitment.ts";
+export {
+  type SubscriptionWatcher,
+  watchSubscriptions,
+} from "../schemes/subscription/agent/watchSubscriptions.ts";
 export type { BudgetLimits, BudgetLimitsInput } from "./budget/budgetLimits.ts";
 export type { BudgetReport } from "./budget/budgetReport.ts";
 export { type BudgetLedger, createBudgetLedger, type Reservation } from "./budget/createBudgetLedger.ts";
@@ -61,18 +76,6 @@ export { offerFromPaymentRequired } from "./policy/offerFromPaymentRequired.ts";
 export { cancelLeadSeconds, type HeldSubscription, reviewSubscription } from "./policy/reviewSubscription.ts";
 export { learnedForecast, runningForecast } from "./policy/runningForecast.ts";
 export { createSpendCollector, formatSpendReport, type SpendEvent, type SpendReport } from "./spendReport.ts";
-export {
-  createSubscriptionKeeper,
-  type SubscriptionAlert,
-  type SubscriptionKeeper,
-  type SubscriptionKeeperOptions,
-  type SyncedSubscription,
-} from "./subscriptions/createSubscriptionKeeper.ts";
-export {
-  type SubscriptionCommitment,
-  subscriptionCommitment,
-} from "./subscriptions/subscriptionCommitment.ts";
-export { type SubscriptionWatcher, watchSubscriptions } from "./subscriptions/watchSubscriptions.ts";
 export { type Capability, defineCapability } from "./tools/capability.ts";
 export { capabilityTool } from "./tools/capabilityTool.ts";
 export {

@@ -21,7 +21,7 @@ import type { Manifest, ManifestPricing } from "../protocol/manifest.ts";
 import { type PaymentOption, type PaymentRequired, planTermsOf } from "../protocol/paymentRequired.ts";
 import type { X402PaymentRequired, X402PaymentRequirements } from "../protocol/x402.ts";
 import { channelTermsOf } from "../schemes/channel/channelTerms.ts";
-import { closeDelayRefusal } from "../schemes/channel/channelWallet.ts";
+import { closeDelayRefusal } from "../schemes/channel/client/channelWallet.ts";
 import { queryOneParsed } from "../store/queryParsed.ts";
 import type { Queryable } from "../store/store.ts";
 

@@ -33,7 +33,6 @@ import {
   type FetchWithPaymentOptions,
   fetchWithPayment,
 } from "../client/fetchWithPayment.ts";
-import { createX402Payment, type X402Payment } from "../client/payX402.ts";
 import { formatUnitsExact } from "../protocol/amount.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../protocol/channelVoucher.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
@@ -41,14 +40,27 @@ import { isTollgateError, TollgateError } from "../protocol/errors.ts";
 import { HeaderName, safeDecodeJsonHeader } from "../protocol/header.ts";
 import { type PaymentOption, planTermsOf } from "../protocol/paymentRequired.ts";
 import { X402SettleResponseSchema } from "../protocol/x402.ts";
+import type { AgentChannels } from "../schemes/channel/agent/channelCommitments.ts";
 import { channelTermsOf } from "../schemes/channel/channelTerms.ts";
 import { withChannelWallet } from "../schemes/channel/client.ts";
-import type { AgentChannels } from "./budget/channelCommitments.ts";
+import {
+  listedUnitsPerCall,
+  meteredCharge,
+  readStatedCharge,
+} from "../schemes/metered/agent/meteredCharge.ts";
+import {
+  createSubscriptionKeeper,
+  type SubscriptionKeeper,
+} from "../schemes/subscription/agent/createSubscriptionKeeper.ts";
+import {
+  keptSubscriptionsPayer,
+  type SubscribeTerms,
+} from "../schemes/subscription/agent/keptSubscriptionsPayer.ts";
+import { createX402Payment, type X402Payment } from "../schemes/x402Exact/client/payX402.ts";
 import type { BudgetLedger, Reservation, ReserveRequest } from "./budget/createBudgetLedger.ts";
 import { recoverPayment, resolvePendingPayments } from "./budget/pendingPayments.ts";
 import { takeStoredProof } from "./budget/storedProofs.ts";
 import { callAllowanceExceeded, callAllowanceOf } from "./callAllowance.ts";
-import { listedUnitsPerCall, meteredCharge, readStatedCharge } from "./meteredCharge.ts";
 import {
   channelCloseDelayRefusal,
   checkPaymentRequired,
@@ -73,11 +85,6 @@ import { learnedForecast } from "./policy/runningForecast.ts";
 import { createRedeemableProofs, REDEEM_MARGIN_SECONDS, type RedeemableProof } from "./redeemableProofs.ts";
 import { reachSeller } from "./sellerUnreachable.ts";
 import type { SpendEvent, SpendMode } from "./spendReport.ts";
-import {
-  createSubscriptionKeeper,
-  type SubscriptionKeeper,
-} from "./subscriptions/createSubscriptionKeeper.ts";
-import { keptSubscriptionsPayer, type SubscribeTerms } from "./subscriptions/keptSubscriptionsPayer.ts";
 import { paidToolMetadata, withPricing } from "./tools/describePricing.ts";
 
 /** A remote capability: where it is served and how it is called. */
@@ -130,7 +137,7 @@ export type PaidToolOptions = {
    */
   wait?: ((ms: number) => Promise<void>) | undefined;
   /**
-   * The agent's stored subscriptions (src/agent/subscriptions): subscribing, holds and approvals within
+   * The agent's stored subscriptions (src/schemes/subscription/agent): subscribing, holds and approvals within
    * the budget, metered charges. Default: a keeper over the budget's store (share one per agent).
    */
   subscriptions?: SubscriptionKeeper | undefined;

@@ -22,9 +22,17 @@ import type { SubscriptionInfo } from "../protocol/subscriptions.ts";
 import { builtinSchemes } from "../schemes/builtinSchemes.ts";
 import { payExactOption } from "../schemes/exact/client.ts";
 import { createSchemeRegistry } from "../schemes/registry.ts";
+import { changeSubscriptionThroughFacilitator } from "../schemes/subscription/client/facilitatorSubscriptions.ts";
+import {
+  type SubscribeToPlanOptions,
+  subscribeToPlan,
+} from "../schemes/subscription/client/subscribeToPlan.ts";
+import {
+  createSubscriptionAuth,
+  type SubscriptionAuth,
+} from "../schemes/subscription/client/subscriptionAuth.ts";
 import type { Scheme } from "../schemes/types.ts";
 import { createFacilitatorClient, type FacilitatorClient, type FetchFn } from "./facilitatorClient.ts";
-import { changeSubscriptionThroughFacilitator } from "./facilitatorSubscriptions.ts";
 import { fetchWithPayment } from "./fetchWithPayment.ts";
 import { getPayment, paymentPath } from "./getPayment.ts";
 import { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
@@ -38,8 +46,6 @@ import type {
   PayOptions,
 } from "./payerTypes.ts";
 import { isRequestLike, type PaymentTerms, paymentOptionOf } from "./paymentTerms.ts";
-import { type SubscribeToPlanOptions, subscribeToPlan } from "./subscribeToPlan.ts";
-import { createSubscriptionAuth, type SubscriptionAuth } from "./subscriptionAuth.ts";
 
 export type CreatePayerOptions = {
   account: PayerSigner;

@@ -29,8 +29,14 @@ import type { PaymentOption, PaymentRequired } from "../protocol/paymentRequired
 import { builtinSchemes } from "../schemes/builtinSchemes.ts";
 import { exactScheme } from "../schemes/exact/index.ts";
 import { createSchemeRegistry } from "../schemes/registry.ts";
+import type { SubscribeToPlanOptions } from "../schemes/subscription/client/subscribeToPlan.ts";
+import {
+  inactiveStateOf,
+  SubscriptionNotActiveError,
+} from "../schemes/subscription/client/subscriptionNotActiveError.ts";
 import { subscriptionScheme } from "../schemes/subscription/index.ts";
 import type { ClientPayment, ClientSchemePart, Scheme, SchemeId, SchemePayer } from "../schemes/types.ts";
+import { createPayX402 } from "../schemes/x402Exact/client/payX402.ts";
 import {
   type FacilitatorClient,
   type FetchFn,
@@ -54,10 +60,7 @@ import type {
   PayOptions,
   PayX402,
 } from "./payerTypes.ts";
-import { createPayX402 } from "./payX402.ts";
 import { readPaymentRequired } from "./readPaymentRequired.ts";
-import type { SubscribeToPlanOptions } from "./subscribeToPlan.ts";
-import { inactiveStateOf, SubscriptionNotActiveError } from "./subscriptionNotActiveError.ts";
 
 /** What a paying scheme is told of a request that got no answer (refused, cut, timed out). */
 const NO_ANSWER = () => new Response(null, { status: 503 });

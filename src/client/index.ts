@@ -1,6 +1,12 @@
 /** `tollgate/client`: the payer library — `createPayer`, `fetchWithPayment` and the facilitator client (docs/client.md). */
 
 export { privateKeyAccount } from "../chain/signers/privateKeyAccount.ts";
+export { subscribeToPlan } from "../schemes/subscription/client/subscribeToPlan.ts";
+export {
+  type InactiveSubscriptionState,
+  SubscriptionNotActiveError,
+} from "../schemes/subscription/client/subscriptionNotActiveError.ts";
+export { createPayX402, createX402Payment } from "../schemes/x402Exact/client/payX402.ts";
 export {
   type CreatePayerOptions,
   createPayer,
@@ -29,8 +35,5 @@ export { parseUsdcCeiling } from "./parseUsdcCeiling.ts";
 export { payerReadHeaders } from "./payerReadHeaders.ts";
 export type { PayerSigner, PaymentReceipt, PayOptions, PayX402 } from "./payerTypes.ts";
 export type { PaymentTerms } from "./paymentTerms.ts";
-export { createPayX402, createX402Payment } from "./payX402.ts";
 export { type PaymentRequiredOffer, readPaymentRequired } from "./readPaymentRequired.ts";
 export { type ProviderSigner, registerProvider } from "./registerProvider.ts";
-export { subscribeToPlan } from "./subscribeToPlan.ts";
-export { type InactiveSubscriptionState, SubscriptionNotActiveError } from "./subscriptionNotActiveError.ts";

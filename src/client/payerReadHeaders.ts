@@ -5,8 +5,8 @@
  */
 import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
 import { formatPayerAuth, PAYER_AUTH_HEADER, payerReadMessage } from "../protocol/payerReadAuth.ts";
+import type { SubAuthSigner } from "../schemes/subscription/client/subscriptionAuth.ts";
 import { requireMessageSigner, requireObject } from "./checkInput.ts";
-import type { SubAuthSigner } from "./subscriptionAuth.ts";
 
 /**
  * @example

@@ -7,7 +7,7 @@ import type { AuthorizeResponse } from "../protocol/facilitator.ts";
 import type { PaymentProof } from "../protocol/paymentProof.ts";
 import type { PaymentOption } from "../protocol/paymentRequired.ts";
 import type { X402PaymentRequired } from "../protocol/x402.ts";
-import type { SubAuthSigner } from "./subscriptionAuth.ts";
+import type { SubAuthSigner } from "../schemes/subscription/client/subscriptionAuth.ts";
 
 /**
  * What the payer signs with: an address and EIP-712 signing; a viem `LocalAccount` satisfies it.

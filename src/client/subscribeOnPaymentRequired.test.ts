@@ -6,17 +6,17 @@
 import { Hono } from "hono";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { beforeEach, describe, expect, it } from "vitest";
-import { createSubAuthVerifier } from "../gate/subscriptions/createSubAuthVerifier.ts";
 import { base64UrlEncode } from "../protocol/base64.ts";
 import { createFixedClock } from "../protocol/clock.ts";
 import type { ErrorCode, GateErrorCode } from "../protocol/errors.ts";
 import { isTollgateError, TollgateError } from "../protocol/errors.ts";
 import type { SubscriptionStatus } from "../protocol/facilitator.ts";
 import type { PaymentOption, PaymentRequired } from "../protocol/paymentRequired.ts";
+import { SubscriptionNotActiveError } from "../schemes/subscription/client/subscriptionNotActiveError.ts";
+import { createSubAuthVerifier } from "../schemes/subscription/gate/createSubAuthVerifier.ts";
 import { createPayer, type Payer } from "./createPayer.ts";
 import type { FacilitatorClient, FetchFn } from "./facilitatorClient.ts";
 import { type FetchPayer, fetchWithPayment, type SubscriptionUse } from "./fetchWithPayment.ts";
-import { SubscriptionNotActiveError } from "./subscriptionNotActiveError.ts";
 
 const FACILITATOR = "http://facilitator.test";
 const TOKEN = "0x5FbDB2315678afecb367f032d93F642f64180aa3" as const;

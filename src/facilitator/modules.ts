@@ -3,10 +3,11 @@
  * (facilitatorSchemes.ts). Adding a feature to the facilitator is adding its factory here; adding what
  * a payment scheme does there is adding its part to facilitatorSchemes.ts.
  */
+
+import { eventFeedModule } from "../schemes/subscription/facilitator/eventFeed.ts";
 import { analyticsModule } from "./analytics/createAnalyticsModule.ts";
 import type { FacilitatorModuleFactory } from "./facilitatorModule.ts";
 import { providersModule } from "./providers/providersModule.ts";
-import { eventFeedModule } from "./subscriptions/eventFeed.ts";
 import { webhooksModule } from "./webhooks/createWebhooksModule.ts";
 
 export const builtinModules: readonly FacilitatorModuleFactory[] = [

@@ -15,8 +15,11 @@
  */
 import { AsyncLocalStorage } from "node:async_hooks";
 import { TollgateError } from "../protocol/errors.ts";
+import type {
+  AllowanceDeduction,
+  GateSubscription,
+} from "../schemes/subscription/gate/createSubscriptionGate.ts";
 import { type Amount, amountProblem } from "./amount.ts";
-import type { AllowanceDeduction, GateSubscription } from "./subscriptions/createSubscriptionGate.ts";
 
 /** The subscription a request was served under, as handlers read it, with its deduction bound. */
 export type ServedSubscription = GateSubscription & {

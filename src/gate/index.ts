@@ -1,5 +1,27 @@
 /** `tollgate/gate`: the resource-server library — `paymentGate`, its adapters and proof checks (docs/gate.md). */
 
+export {
+  createLeasedUsageLedger,
+  type LeasedUsageLedger,
+  type LeasedUsageLedgerOptions,
+} from "../schemes/metered/gate/createLeasedUsageLedger.ts";
+export { createMemoryUsageLedger } from "../schemes/metered/gate/createMemoryUsageLedger.ts";
+export { createPostgresUsageLedger } from "../schemes/metered/gate/createPostgresUsageLedger.ts";
+export {
+  createRedisUsageLedger,
+  type RedisUsageLedgerOptions,
+} from "../schemes/metered/gate/createRedisUsageLedger.ts";
+export type { SharedUsageLedger } from "../schemes/metered/gate/usageLeases.ts";
+export type { UsageLedger } from "../schemes/metered/gate/usageLedger.ts";
+export type {
+  AllowanceDeduction,
+  GateSubscription,
+} from "../schemes/subscription/gate/createSubscriptionGate.ts";
+export {
+  createX402Settlement,
+  type X402GatePayment,
+  x402Requirements,
+} from "../schemes/x402Exact/gate/x402Settlement.ts";
 export { type Amount, AmountSchema } from "./amount.ts";
 export { buildPaymentRequired } from "./buildPaymentRequired.ts";
 export {
@@ -48,16 +70,6 @@ export {
   PUBLISHED_MEMO_SECRETS,
   sealMemo,
 } from "./memo.ts";
-export {
-  createLeasedUsageLedger,
-  type LeasedUsageLedger,
-  type LeasedUsageLedgerOptions,
-} from "./metering/createLeasedUsageLedger.ts";
-export { createMemoryUsageLedger } from "./metering/createMemoryUsageLedger.ts";
-export { createPostgresUsageLedger } from "./metering/createPostgresUsageLedger.ts";
-export { createRedisUsageLedger, type RedisUsageLedgerOptions } from "./metering/createRedisUsageLedger.ts";
-export type { SharedUsageLedger } from "./metering/usageLeases.ts";
-export type { UsageLedger } from "./metering/usageLedger.ts";
 export { type NodeGatedHandler, type NodePaymentGateOptions, nodePaymentGate } from "./nodePaymentGate.ts";
 export {
   type NormalizedTarget,
@@ -93,7 +105,6 @@ export {
   type ProofKeyResolver,
 } from "./proofKeyResolver.ts";
 export { compileRoutePattern, type RoutePattern } from "./routePattern.ts";
-export type { AllowanceDeduction, GateSubscription } from "./subscriptions/createSubscriptionGate.ts";
 export {
   createProofVerifier,
   type ProofChainClient,
@@ -109,8 +120,3 @@ export {
   type WebhookRefusal,
   WebhookVerificationError,
 } from "./verifyWebhook.ts";
-export {
-  createX402Settlement,
-  type X402GatePayment,
-  x402Requirements,
-} from "./x402Settlement.ts";

@@ -14,12 +14,12 @@ import type { Jwks } from "../protocol/facilitator.ts";
 import { NetworkSchema } from "../protocol/network.ts";
 import { HttpUrlSchema, PlanIdSchema } from "../protocol/paymentRequired.ts";
 import { OriginSchema } from "../protocol/subscriptionAuth.ts";
+import type { UsageLedger } from "../schemes/metered/gate/usageLedger.ts";
 import type { Scheme } from "../schemes/types.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
 import { type Amount, AmountSchema, amountProblem } from "./amount.ts";
 import type { GateLogger } from "./gateLogger.ts";
 import type { RouteRequest } from "./gateRequest.ts";
-import type { UsageLedger } from "./metering/usageLedger.ts";
 import type { ProofKeyResolver } from "./proofKeyResolver.ts";
 
 /**

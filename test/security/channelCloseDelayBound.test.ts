@@ -14,7 +14,6 @@ import type { Hex } from "viem";
 import { generatePrivateKey } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { createAgentChannels } from "../../src/agent/budget/channelCommitments.ts";
 import { createBudgetLedger } from "../../src/agent/budget/createBudgetLedger.ts";
 import { channelCloseDelayRefusal, type OfferListing } from "../../src/agent/offerCheck.ts";
 import { type PaidToolReceipt, paidTool } from "../../src/agent/paidTool.ts";
@@ -30,11 +29,12 @@ import { paymentGate } from "../../src/gate/paymentGate.ts";
 import { systemClock } from "../../src/protocol/clock.ts";
 import { isTollgateError } from "../../src/protocol/errors.ts";
 import type { PaymentOption } from "../../src/protocol/paymentRequired.ts";
+import { createAgentChannels } from "../../src/schemes/channel/agent/channelCommitments.ts";
 import {
   type ChannelTermsInput,
   createChannelWallet,
   DEFAULT_MAX_CHANNEL_CLOSE_DELAY,
-} from "../../src/schemes/channel/channelWallet.ts";
+} from "../../src/schemes/channel/client/channelWallet.ts";
 import { startTestFacilitator, type TestFacilitator } from "../support/facilitatorHarness.ts";
 
 const PRICE = 10_000n;

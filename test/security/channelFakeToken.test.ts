@@ -13,15 +13,15 @@ import { requestChannelClose } from "../../src/chain/actions/channels/requestCha
 import { signChannelCloseRequest } from "../../src/chain/actions/channels/signChannelCloseRequest.ts";
 import { tollgateChannelsAbi } from "../../src/chain/contracts/artifacts/TollgateChannels.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
-import { readChainChannel } from "../../src/facilitator/channels/channelChain.ts";
+import type { Facilitator, RunningServer } from "../../src/facilitator/createFacilitator.ts";
+import { ChannelVouchersResponseSchema } from "../../src/protocol/channels.ts";
+import { readChainChannel } from "../../src/schemes/channel/facilitator/channelChain.ts";
 import {
   findChannel,
   markCloseWanted,
   storeVoucher,
   upsertChannel,
-} from "../../src/facilitator/channels/channelRecords.ts";
-import type { Facilitator, RunningServer } from "../../src/facilitator/createFacilitator.ts";
-import { ChannelVouchersResponseSchema } from "../../src/protocol/channels.ts";
+} from "../../src/schemes/channel/facilitator/channelRecords.ts";
 import { createTestStore } from "../../src/store/createTestStore.ts";
 import type { Store } from "../../src/store/store.ts";
 import { compileFixtureContracts } from "../fixtures/compileFixtureContracts.ts";

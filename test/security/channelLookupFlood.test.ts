@@ -26,7 +26,10 @@ import { honoPaymentGate, type PaymentGateEnv } from "../../src/gate/honoPayment
 import { type PaymentGate, type PaymentGateControls, paymentGate } from "../../src/gate/paymentGate.ts";
 import { CHANNEL_VOUCHER_HEADER, encodeChannelVoucher } from "../../src/protocol/channelVoucher.ts";
 import { channelTermsOf } from "../../src/schemes/channel/channelTerms.ts";
-import { type ChannelTermsInput, createChannelWallet } from "../../src/schemes/channel/channelWallet.ts";
+import {
+  type ChannelTermsInput,
+  createChannelWallet,
+} from "../../src/schemes/channel/client/channelWallet.ts";
 import { createTestStore } from "../../src/store/createTestStore.ts";
 import type { Store } from "../../src/store/store.ts";
 import { registerTestProvider, startChannelFacilitator } from "../support/channelFixtures.ts";

@@ -17,11 +17,11 @@ import { honoPaymentGate, type PaymentGateEnv } from "../../src/gate/honoPayment
 import { paymentGate } from "../../src/gate/paymentGate.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../../src/protocol/channelVoucher.ts";
 import { PaymentRequiredSchema } from "../../src/protocol/paymentRequired.ts";
-import { createChannelFetch } from "../../src/schemes/channel/channelFetch.ts";
 import { channelTermsOf } from "../../src/schemes/channel/channelTerms.ts";
-import { createChannelWallet } from "../../src/schemes/channel/channelWallet.ts";
-import { createPostgresVoucherStore } from "../../src/schemes/channel/postgresVoucherStore.ts";
-import type { VoucherStore } from "../../src/schemes/channel/voucherStore.ts";
+import { createChannelFetch } from "../../src/schemes/channel/client/channelFetch.ts";
+import { createChannelWallet } from "../../src/schemes/channel/client/channelWallet.ts";
+import { createPostgresVoucherStore } from "../../src/schemes/channel/gate/postgresVoucherStore.ts";
+import type { VoucherStore } from "../../src/schemes/channel/gate/voucherStore.ts";
 import { createTestStore } from "../../src/store/createTestStore.ts";
 import type { Store } from "../../src/store/store.ts";
 import { startChannelFacilitator } from "../support/channelFixtures.ts";

@@ -22,7 +22,6 @@ import { getPlanIdFromReceipt } from "../../src/chain/events/decodeSubscriptionE
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
 import { createPayer, type Payer } from "../../src/client/createPayer.ts";
 import { createFacilitatorClient } from "../../src/client/facilitatorClient.ts";
-import { getSubscriptionInfo } from "../../src/client/facilitatorSubscriptions.ts";
 import {
   createFacilitator,
   type Facilitator,
@@ -30,11 +29,12 @@ import {
   serveApp,
 } from "../../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
-import { createRenewalKeeper } from "../../src/facilitator/subscriptions/renewalKeeper.ts";
-import { createSubscriptionIndexer } from "../../src/facilitator/subscriptions/subscriptionIndexer.ts";
-import { createSubscriptionsModule } from "../../src/facilitator/subscriptions/subscriptionsModule.ts";
 import { type PaymentGate, type PaymentGateControls, paymentGate } from "../../src/gate/paymentGate.ts";
 import { type PaymentRequired, PaymentRequiredSchema } from "../../src/protocol/paymentRequired.ts";
+import { getSubscriptionInfo } from "../../src/schemes/subscription/client/facilitatorSubscriptions.ts";
+import { createRenewalKeeper } from "../../src/schemes/subscription/facilitator/renewalKeeper.ts";
+import { createSubscriptionIndexer } from "../../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
+import { createSubscriptionsModule } from "../../src/schemes/subscription/facilitator/subscriptionsModule.ts";
 import { createTestStore } from "../../src/store/createTestStore.ts";
 import type { Store } from "../../src/store/store.ts";
 

@@ -18,7 +18,6 @@ import { keccak256, toHex } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBudgetLedger } from "../../src/agent/budget/createBudgetLedger.ts";
-import { createSubscriptionKeeper } from "../../src/agent/subscriptions/createSubscriptionKeeper.ts";
 import { collect } from "../../src/chain/actions/subscriptions/collect.ts";
 import { createPlan } from "../../src/chain/actions/subscriptions/createPlan.ts";
 import { deductAllowance } from "../../src/chain/actions/subscriptions/deductAllowance.ts";
@@ -33,9 +32,10 @@ import {
   serveApp,
 } from "../../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
-import { createSubscriptionsModule } from "../../src/facilitator/subscriptions/subscriptionsModule.ts";
 import { parseUnitsExact as usd } from "../../src/protocol/amount.ts";
 import { systemClock } from "../../src/protocol/clock.ts";
+import { createSubscriptionKeeper } from "../../src/schemes/subscription/agent/createSubscriptionKeeper.ts";
+import { createSubscriptionsModule } from "../../src/schemes/subscription/facilitator/subscriptionsModule.ts";
 import { createTestStore } from "../../src/store/createTestStore.ts";
 import type { Store } from "../../src/store/store.ts";
 

@@ -28,7 +28,7 @@ import {
   getSubscriberInfo,
   signSubscribeRequest,
   signSubscriptionActionRequest,
-} from "../../src/client/facilitatorSubscriptions.ts";
+} from "../../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import { startTestFacilitator, type TestFacilitator } from "../support/facilitatorHarness.ts";
 
 const PRICE = 9_000_000n;

@@ -8,10 +8,6 @@ import { setChannelOperator } from "../../src/chain/actions/channels/setChannelO
 import { signChannelOpen } from "../../src/chain/actions/channels/signChannelOpen.ts";
 import type { Devnet, DevnetAccount } from "../../src/chain/startDevnet.ts";
 import {
-  type ChannelsModuleOptions,
-  createChannelsModule,
-} from "../../src/facilitator/channels/channelsModule.ts";
-import {
   type CreateFacilitatorOptions,
   createFacilitator,
   type Facilitator,
@@ -27,6 +23,10 @@ import {
   ProviderChallengeResponseSchema,
   ProviderRegisterResponseSchema,
 } from "../../src/protocol/subscriptions.ts";
+import {
+  type ChannelsModuleOptions,
+  createChannelsModule,
+} from "../../src/schemes/channel/facilitator/channelsModule.ts";
 import type { Store } from "../../src/store/store.ts";
 import { createTestSessionKey, signTestVoucher, type TestSessionKey } from "./channelSessionKey.ts";
 

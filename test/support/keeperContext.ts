@@ -9,11 +9,11 @@ import { foundry } from "viem/chains";
 import { createGasAccount } from "../../src/facilitator/gasAccount.ts";
 import { createOutbox } from "../../src/facilitator/outbox/createOutbox.ts";
 import { createGasKey } from "../../src/facilitator/outbox/gasKey.ts";
+import { systemClock } from "../../src/protocol/clock.ts";
 import {
   createRenewalKeeper,
   type RenewalKeeperOptions,
-} from "../../src/facilitator/subscriptions/renewalKeeper.ts";
-import { systemClock } from "../../src/protocol/clock.ts";
+} from "../../src/schemes/subscription/facilitator/renewalKeeper.ts";
 import type { Store } from "../../src/store/store.ts";
 
 export function keeperOver(

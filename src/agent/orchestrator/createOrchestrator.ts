@@ -3,7 +3,7 @@ import type { BaseChatModel } from "@langchain/core/language_models/chat_models"
 import type { StructuredToolInterface } from "@langchain/core/tools";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
-import type { AgentChannels } from "../budget/channelCommitments.ts";
+import type { AgentChannels } from "../../schemes/channel/agent/channelCommitments.ts";
 import type { BudgetLedger } from "../budget/createBudgetLedger.ts";
 import { createRulePlanner, type RulePlanner } from "../planner/createRulePlanner.ts";
 import type { Plan } from "../planner/plan.ts";

@@ -16,12 +16,12 @@
 import type { Address } from "viem";
 import { z } from "zod";
 import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
+import type { Clock } from "../../protocol/clock.ts";
 import {
   getPlanInfo,
   getSubscriberInfo,
   getSubscriptionInfo,
-} from "../../client/facilitatorSubscriptions.ts";
-import type { Clock } from "../../protocol/clock.ts";
+} from "../../schemes/subscription/client/facilitatorSubscriptions.ts";
 import { queryParsed } from "../../store/queryParsed.ts";
 import type { Store } from "../../store/store.ts";
 import type { DemandHistory } from "./createDemandHistory.ts";

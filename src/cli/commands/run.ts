@@ -17,11 +17,6 @@ import { createPublicClient } from "viem";
 import { z } from "zod";
 import { approvalFor, getApprovalThreshold } from "../../agent/budget/approvalThreshold.ts";
 import type { BudgetReport } from "../../agent/budget/budgetReport.ts";
-import {
-  type AgentChannels,
-  type ChannelSettlement,
-  createAgentChannels,
-} from "../../agent/budget/channelCommitments.ts";
 import { type BudgetLedger, createBudgetLedger } from "../../agent/budget/createBudgetLedger.ts";
 import { resolvePendingPayments } from "../../agent/budget/pendingPayments.ts";
 import { type DiscoveredTool, type DiscoverToolsOptions, discoverTools } from "../../agent/discoverTools.ts";
@@ -43,11 +38,6 @@ import {
   type SpendEvent,
   type SpendReport,
 } from "../../agent/spendReport.ts";
-import { createSubscriptionKeeper } from "../../agent/subscriptions/createSubscriptionKeeper.ts";
-import {
-  type SubscriptionWatcher,
-  watchSubscriptions,
-} from "../../agent/subscriptions/watchSubscriptions.ts";
 import { readDevnetFile } from "../../chain/devnetFile.ts";
 import { rpcTransport } from "../../chain/rpcTransport.ts";
 import { RpcUrlsSchema } from "../../chain/rpcUrls.ts";
@@ -63,10 +53,20 @@ import { TollgateError } from "../../protocol/errors.ts";
 import { NetworkSchema } from "../../protocol/network.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import {
+  type AgentChannels,
+  type ChannelSettlement,
+  createAgentChannels,
+} from "../../schemes/channel/agent/channelCommitments.ts";
+import {
   type ChannelWalletStore,
   createFileChannelWalletStore,
   createMemoryChannelWalletStore,
-} from "../../schemes/channel/channelWalletStore.ts";
+} from "../../schemes/channel/client/channelWalletStore.ts";
+import { createSubscriptionKeeper } from "../../schemes/subscription/agent/createSubscriptionKeeper.ts";
+import {
+  type SubscriptionWatcher,
+  watchSubscriptions,
+} from "../../schemes/subscription/agent/watchSubscriptions.ts";
 import { openAgentStore } from "../openAgentStore.ts";
 import { createLinePrompt } from "../promptLine.ts";
 import { DEFAULT_FACILITATOR_URL } from "./analytics.ts";

@@ -15,9 +15,13 @@ import type { WriteClient } from "../../chain/clientTypes.ts";
 import { getPlanIdFromReceipt } from "../../chain/events/decodeSubscriptionEvents.ts";
 import { parseUnitsExact } from "../../protocol/amount.ts";
 import { TollgateError } from "../../protocol/errors.ts";
+import {
+  findPlan,
+  type IndexScope,
+  type PlanRow,
+} from "../../schemes/subscription/facilitator/subscriptionRecords.ts";
 import type { Store } from "../../store/store.ts";
 import { routeDoc } from "../routeDocs.ts";
-import { findPlan, type IndexScope, type PlanRow } from "../subscriptions/subscriptionRecords.ts";
 import type { DashboardEnv } from "./dashboardApp.ts";
 import { csrfField, duration, money, page, table } from "./dashboardLayout.ts";
 import { html, type SafeHtml } from "./html.ts";

@@ -4,16 +4,16 @@
  * and its recent events of some types (failed renewals). Every query is scoped to the provider.
  */
 import { z } from "zod";
-import { BigintColumnSchema, SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
-import { queryParsed } from "../../store/queryParsed.ts";
-import type { Queryable } from "../../store/store.ts";
 import {
   type IndexScope,
   type PlanRow,
   PlanRowSchema,
   type SubscriptionRow,
   SubscriptionRowSchema,
-} from "../subscriptions/subscriptionRecords.ts";
+} from "../../schemes/subscription/facilitator/subscriptionRecords.ts";
+import { BigintColumnSchema, SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
+import { queryParsed } from "../../store/queryParsed.ts";
+import type { Queryable } from "../../store/store.ts";
 
 /** Rows shown per table: the dashboard pages, it does not export. */
 export const DASHBOARD_ROW_LIMIT = 200;

@@ -1,7 +1,7 @@
 /** The channel terms of a 402 `channel` option (its common fields plus `extra`), as a payer reads them. */
 import { ChannelTermsSchema } from "../../protocol/channelVoucher.ts";
 import type { PaymentOption } from "../../protocol/paymentRequired.ts";
-import type { ChannelTermsInput } from "./channelWallet.ts";
+import type { ChannelTermsInput } from "./client/channelWallet.ts";
 
 /** The terms of a `channel` option, or `undefined` when it is not one or its `extra` is malformed. */
 export function channelTermsOf(option: PaymentOption): ChannelTermsInput | undefined {

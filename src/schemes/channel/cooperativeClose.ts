@@ -27,7 +27,7 @@ import { type ChannelCloseResponse, ChannelCloseResponseSchema } from "../../pro
 import { httpStatusOf } from "../../protocol/errors.ts";
 import type { SchemeLogger } from "../types.ts";
 import type { ChannelLookupContext, ChannelStateSource } from "./channelState.ts";
-import type { VoucherStore } from "./voucherStore.ts";
+import type { VoucherStore } from "./gate/voucherStore.ts";
 
 /** Payer → gate: close this channel cooperatively now (the payer asked to close on chain first). */
 export const CHANNEL_CLOSE_HEADER = "X-Tollgate-Channel-Close";

@@ -8,15 +8,6 @@
 import type { Address, Hex } from "viem";
 import { defaultPayerLimit } from "../../facilitator/abuse/rateLimits.ts";
 import { createTokenBuckets, type TokenBucketRule } from "../../facilitator/abuse/tokenBucket.ts";
-import { createSessionKeyCache } from "../../facilitator/channels/channelChain.ts";
-import {
-  type ChannelClaimWorkerOptions,
-  createChannelClaimWorker,
-} from "../../facilitator/channels/channelClaimWorker.ts";
-import { createChannelCloseService } from "../../facilitator/channels/channelCloseService.ts";
-import { createChannelOpenService } from "../../facilitator/channels/channelOpenService.ts";
-import { mountChannelRoutes } from "../../facilitator/channels/channelRoutes.ts";
-import { createChannelVoucherIntake } from "../../facilitator/channels/channelVoucherIntake.ts";
 import { minimumAmountOf } from "../../facilitator/checkSignedPayment.ts";
 import {
   defineFacilitatorScheme,
@@ -25,6 +16,15 @@ import {
 import type { FacilitatorToken } from "../../facilitator/facilitatorToken.ts";
 import { MIN_CHANNEL_CLOSE_DELAY } from "../../protocol/channels.ts";
 import { TollgateError } from "../../protocol/errors.ts";
+import { createSessionKeyCache } from "./facilitator/channelChain.ts";
+import {
+  type ChannelClaimWorkerOptions,
+  createChannelClaimWorker,
+} from "./facilitator/channelClaimWorker.ts";
+import { createChannelCloseService } from "./facilitator/channelCloseService.ts";
+import { createChannelOpenService } from "./facilitator/channelOpenService.ts";
+import { mountChannelRoutes } from "./facilitator/channelRoutes.ts";
+import { createChannelVoucherIntake } from "./facilitator/channelVoucherIntake.ts";
 
 export type ChannelFacilitatorOptions = {
   /** Claim worker settings, or `false` to hold vouchers here and claim in another instance. */

@@ -29,22 +29,26 @@ import type {
   SchemeAcceptance,
   SchemePaymentBase,
 } from "../types.ts";
-import { guardChannelSource } from "./channelLookupGuard.ts";
 import { type ChannelStateSource, createFacilitatorChannelSource } from "./channelState.ts";
-import {
-  type ChannelCharge,
-  createChannelVerifier,
-  DEFAULT_CHANNEL_MAX_STALE_MS,
-} from "./channelVerifier.ts";
 import {
   CHANNEL_CLOSE_HEADER,
   type CooperativeCloser,
   createCooperativeCloser,
   postChannelClose,
 } from "./cooperativeClose.ts";
-import { createJournalVoucherStore } from "./journalVoucherStore.ts";
-import { createVoucherForwarder, postChannelVouchers, type VoucherForwarder } from "./voucherForwarder.ts";
-import type { VoucherStore } from "./voucherStore.ts";
+import { guardChannelSource } from "./gate/channelLookupGuard.ts";
+import {
+  type ChannelCharge,
+  createChannelVerifier,
+  DEFAULT_CHANNEL_MAX_STALE_MS,
+} from "./gate/channelVerifier.ts";
+import { createJournalVoucherStore } from "./gate/journalVoucherStore.ts";
+import {
+  createVoucherForwarder,
+  postChannelVouchers,
+  type VoucherForwarder,
+} from "./gate/voucherForwarder.ts";
+import type { VoucherStore } from "./gate/voucherStore.ts";
 
 /** Gate → client, on a channel-paid answer and on a channel refusal: `<channelId>.<highest>.<spent>`. */
 export const CHANNEL_RECEIPT_HEADER = "X-Tollgate-Channel-Receipt";

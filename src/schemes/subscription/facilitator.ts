@@ -11,17 +11,14 @@ import {
   type FacilitatorPart,
   type FacilitatorSchemeContext,
 } from "../../facilitator/facilitatorSchemeParts.ts";
-import {
-  createRenewalKeeper,
-  type RenewalKeeperOptions,
-} from "../../facilitator/subscriptions/renewalKeeper.ts";
+import { createRenewalKeeper, type RenewalKeeperOptions } from "./facilitator/renewalKeeper.ts";
 import {
   createSubscriptionIndexer,
   type SubscriptionIndexer,
   type SubscriptionIndexerOptions,
-} from "../../facilitator/subscriptions/subscriptionIndexer.ts";
-import { mountSubscriptionRoutes } from "../../facilitator/subscriptions/subscriptionRoutes.ts";
-import { createSubscriptionService } from "../../facilitator/subscriptions/subscriptionService.ts";
+} from "./facilitator/subscriptionIndexer.ts";
+import { mountSubscriptionRoutes } from "./facilitator/subscriptionRoutes.ts";
+import { createSubscriptionService } from "./facilitator/subscriptionService.ts";
 
 export type SubscriptionFacilitatorOptions = {
   indexer?: SubscriptionIndexerOptions | undefined;

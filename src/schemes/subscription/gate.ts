@@ -11,9 +11,6 @@ import { deductionAmount, type ServedSubscription } from "../../gate/deductAllow
 import type { GateLogger } from "../../gate/gateLogger.ts";
 import { GatePass } from "../../gate/gatePass.ts";
 import { checkFailureResponse, errorResponse, misconfigured } from "../../gate/gateResponses.ts";
-import { createMemoryUsageLedger } from "../../gate/metering/createMemoryUsageLedger.ts";
-import { createUsageFlusher } from "../../gate/metering/createUsageFlusher.ts";
-import type { UsageLedger } from "../../gate/metering/usageLedger.ts";
 import {
   atomicPriceOf,
   type Price,
@@ -21,21 +18,12 @@ import {
   SubscriptionPricingSchema,
 } from "../../gate/paymentGateOptions.ts";
 import { RouteRequestView } from "../../gate/requestView.ts";
-import {
-  createPlanCatalog,
-  type GatePlan,
-  type PlanCatalog,
-} from "../../gate/subscriptions/createPlanCatalog.ts";
-import {
-  createSubscriptionGate,
-  type GateSubscription,
-  type SubscriptionGate,
-  type SubscriptionOutcome,
-} from "../../gate/subscriptions/createSubscriptionGate.ts";
-import { createWalletSubAuthCheck } from "../../gate/subscriptions/walletSubAuth.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { HeaderName } from "../../protocol/header.ts";
 import { optionTermsOf, type Pricing } from "../../protocol/pricing.ts";
+import { createMemoryUsageLedger } from "../metered/gate/createMemoryUsageLedger.ts";
+import { createUsageFlusher } from "../metered/gate/createUsageFlusher.ts";
+import type { UsageLedger } from "../metered/gate/usageLedger.ts";
 import type {
   GateScheme,
   GateSchemeContext,
@@ -43,6 +31,14 @@ import type {
   SchemeAcceptance,
   SchemeRequest,
 } from "../types.ts";
+import { createPlanCatalog, type GatePlan, type PlanCatalog } from "./gate/createPlanCatalog.ts";
+import {
+  createSubscriptionGate,
+  type GateSubscription,
+  type SubscriptionGate,
+  type SubscriptionOutcome,
+} from "./gate/createSubscriptionGate.ts";
+import { createWalletSubAuthCheck } from "./gate/walletSubAuth.ts";
 
 /** A plan that covers a route, by id (canonical decimal); its terms are read when a 402 is built. */
 export type PlanOffer = { scheme: "subscription"; planId: string };

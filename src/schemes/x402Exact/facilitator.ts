@@ -8,9 +8,9 @@ import {
   defineFacilitatorScheme,
   type FacilitatorSchemeContext,
 } from "../../facilitator/facilitatorSchemeParts.ts";
-import { x402Routes } from "../../facilitator/x402Routes.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { X402SettleResponse, X402VerifyResponse } from "../../protocol/x402.ts";
+import { x402Routes } from "./facilitator/x402Routes.ts";
 
 export const x402ExactFacilitator = defineFacilitatorScheme({
   id: "x402Exact",

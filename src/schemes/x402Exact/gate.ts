@@ -11,6 +11,9 @@
  * fresh 402 with the x402 reason, or a 5xx to retry the same header; nothing was charged either way.
  */
 import { errorResponse, faultResponse } from "../../gate/gateResponses.ts";
+import { HeaderName } from "../../protocol/header.ts";
+import type { ExactOffer } from "../exact/gate.ts";
+import type { GateSchemePart, SchemeAcceptance, SchemeCompletion } from "../types.ts";
 import {
   createX402Settlement,
   settleThroughFacilitator,
@@ -18,10 +21,7 @@ import {
   withX402Reason,
   type X402GatePayment,
   x402GateId,
-} from "../../gate/x402Settlement.ts";
-import { HeaderName } from "../../protocol/header.ts";
-import type { ExactOffer } from "../exact/gate.ts";
-import type { GateSchemePart, SchemeAcceptance, SchemeCompletion } from "../types.ts";
+} from "./gate/x402Settlement.ts";
 
 declare module "../types.ts" {
   interface SchemePayments {

@@ -11,18 +11,18 @@ import { createServer } from "node:http";
 import { createClient } from "redis";
 import type { Address } from "viem";
 import { createFacilitatorClient } from "../../../src/client/facilitatorClient.ts";
-import { createLeasedUsageLedger } from "../../../src/gate/metering/createLeasedUsageLedger.ts";
-import {
-  createRedisUsageLedger,
-  type RedisUsageClient,
-} from "../../../src/gate/metering/createRedisUsageLedger.ts";
 import { nodePaymentGate } from "../../../src/gate/nodePaymentGate.ts";
 import { paymentGate } from "../../../src/gate/paymentGate.ts";
 import { systemClock } from "../../../src/protocol/clock.ts";
 import {
   createRedisVoucherStore,
   type RedisVoucherClient,
-} from "../../../src/schemes/channel/redisVoucherStore.ts";
+} from "../../../src/schemes/channel/gate/redisVoucherStore.ts";
+import { createLeasedUsageLedger } from "../../../src/schemes/metered/gate/createLeasedUsageLedger.ts";
+import {
+  createRedisUsageLedger,
+  type RedisUsageClient,
+} from "../../../src/schemes/metered/gate/createRedisUsageLedger.ts";
 import { createRedisReplayGuard, type RedisReplayClient } from "../../../src/store/createRedisReplayGuard.ts";
 
 const config = JSON.parse(process.argv[2] ?? "{}") as {

@@ -11,8 +11,11 @@ import type { DevnetAccount } from "../../../src/chain/startDevnet.ts";
 import { createPayer } from "../../../src/client/createPayer.ts";
 import type { FetchFn } from "../../../src/client/facilitatorClient.ts";
 import { systemClock } from "../../../src/protocol/clock.ts";
-import { createChannelFetch } from "../../../src/schemes/channel/channelFetch.ts";
-import { type ChannelWallet, createChannelWallet } from "../../../src/schemes/channel/channelWallet.ts";
+import { createChannelFetch } from "../../../src/schemes/channel/client/channelFetch.ts";
+import {
+  type ChannelWallet,
+  createChannelWallet,
+} from "../../../src/schemes/channel/client/channelWallet.ts";
 import { createStore } from "../../../src/store/createStore.ts";
 import type { Store } from "../../../src/store/store.ts";
 import { CHANNEL_PRICE, type FaultStack, PRICE, PUBLIC_ORIGIN } from "./faultStack.ts";
