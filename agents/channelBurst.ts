@@ -6,7 +6,7 @@
  * budget gets the unspent hold back.
  */
 import type { Hex } from "viem";
-import { createAgentChannels } from "../src/agent/budget/channelCommitments.ts";
+import { createAgentChannels } from "../src/schemes/channel/agent/channelCommitments.ts";
 import type { BudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
 import { discoverTools } from "../src/agent/discoverTools.ts";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";

@@ -178,10 +178,10 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     const logger = pino({ level: env.LOG_LEVEL ?? "silent" });
     const gasAccount = devnet.accounts[devnet.accounts.length - 1]!;
     const { createSubscriptionsModule } = await import(
-      "../src/facilitator/subscriptions/subscriptionsModule.ts"
+      "../src/schemes/subscription/facilitator/subscriptionsModule.ts"
     );
     const { builtinModules } = await import("../src/facilitator/modules.ts");
-    const { channelsModule } = await import("../src/facilitator/channels/channelsModule.ts");
+    const { channelsModule } = await import("../src/schemes/channel/facilitator/channelsModule.ts");
     const { createWebhooksModule, webhooksModule } = await import(
       "../src/facilitator/webhooks/createWebhooksModule.ts"
     );

@@ -15,7 +15,7 @@ import { createSpecialist, type Specialist, type SpecialistPlan } from "../src/a
 import { discoverTools } from "../src/agent/discoverTools.ts";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
 import type { SpendEvent } from "../src/agent/spendReport.ts";
-import { findLiveSubscription, holdRefOf } from "../src/agent/subscriptions/agentSubscriptionRecords.ts";
+import { findLiveSubscription, holdRefOf } from "../src/schemes/subscription/agent/agentSubscriptionRecords.ts";
 import { type Capability, pricingAmount } from "../src/agent/tools/capability.ts";
 import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
 import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
