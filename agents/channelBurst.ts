@@ -6,7 +6,6 @@
  * budget gets the unspent hold back.
  */
 import type { Hex } from "viem";
-import { createAgentChannels } from "../src/schemes/channel/agent/channelCommitments.ts";
 import type { BudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
 import { discoverTools } from "../src/agent/discoverTools.ts";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
@@ -19,6 +18,7 @@ import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
 import { ChannelCloseResponseSchema } from "../src/protocol/channels.ts";
 import { systemClock } from "../src/protocol/clock.ts";
 import { TollgateError } from "../src/protocol/errors.ts";
+import { createAgentChannels } from "../src/schemes/channel/agent/channelCommitments.ts";
 
 /** What the burst bought through its channel. */
 export type ChannelBurstResult = {

@@ -15,7 +15,6 @@ import { createSpecialist, type Specialist, type SpecialistPlan } from "../src/a
 import { discoverTools } from "../src/agent/discoverTools.ts";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
 import type { SpendEvent } from "../src/agent/spendReport.ts";
-import { findLiveSubscription, holdRefOf } from "../src/schemes/subscription/agent/agentSubscriptionRecords.ts";
 import { type Capability, pricingAmount } from "../src/agent/tools/capability.ts";
 import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
 import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
@@ -27,6 +26,10 @@ import { createFacilitatorClient, type FetchFn } from "../src/client/facilitator
 import { registerProvider } from "../src/client/registerProvider.ts";
 import { parseUnitsExact } from "../src/protocol/amount.ts";
 import { type Clock, systemClock } from "../src/protocol/clock.ts";
+import {
+  findLiveSubscription,
+  holdRefOf,
+} from "../src/schemes/subscription/agent/agentSubscriptionRecords.ts";
 import type { Store } from "../src/store/store.ts";
 import { BRIEF_PRICE, createBriefReseller } from "./createBriefReseller.ts";
 import { createNotary } from "./createNotary.ts";
