@@ -14,7 +14,7 @@ import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
 import type { TypedDataSigner } from "../src/chain/signers/typedDataSigner.ts";
 import type { Devnet } from "../src/chain/startDevnet.ts";
 import type { Payer } from "../src/client/createPayer.ts";
-import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
+import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { ChannelCloseResponseSchema } from "../src/protocol/channels.ts";
 import { systemClock } from "../src/protocol/clock.ts";
 import { TollgateError } from "../src/protocol/errors.ts";

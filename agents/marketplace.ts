@@ -22,8 +22,8 @@ import { setOperator } from "../src/chain/actions/subscriptions/setOperator.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import type { Devnet, DevnetAccount } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
-import { createFacilitatorClient, type FetchFn } from "../src/client/facilitatorClient.ts";
 import { registerProvider } from "../src/client/registerProvider.ts";
+import { createFacilitatorClient, type FetchFn } from "../src/http/facilitatorClient.ts";
 import { parseUnitsExact } from "../src/protocol/amount.ts";
 import { type Clock, systemClock } from "../src/protocol/clock.ts";
 import {

@@ -24,10 +24,10 @@ import { join } from "node:path";
 import { type Address, getAddress } from "viem";
 import { setChannelOperator } from "../src/chain/actions/channels/setChannelOperator.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
-import { createFacilitatorClient, type FetchFn } from "../src/client/facilitatorClient.ts";
 import { createFacilitator, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../src/facilitator/proofKeys.ts";
 import { providersModule } from "../src/facilitator/providers/providersModule.ts";
+import { createFacilitatorClient, type FetchFn } from "../src/http/facilitatorClient.ts";
 import { TollgateError } from "../src/protocol/errors.ts";
 import {
   ProviderChallengeResponseSchema,

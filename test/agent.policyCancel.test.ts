@@ -19,7 +19,7 @@ import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
-import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
+import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { createFixedClock } from "../src/protocol/clock.ts";
 import { getSubscriptionInfo } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import { createRenewalKeeper } from "../src/schemes/subscription/facilitator/renewalKeeper.ts";

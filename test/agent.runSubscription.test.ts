@@ -14,7 +14,7 @@ import type { PaidToolReceipt } from "../src/agent/paidTool.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { budgetCommand } from "../src/cli/commands/budget.ts";
 import { runCommand } from "../src/cli/commands/run.ts";
-import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
+import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { createFixedClock, systemClock } from "../src/protocol/clock.ts";
 import {
   getSubscriberInfo,

@@ -15,11 +15,11 @@ import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { tollgateChannelsAbi } from "../src/chain/contracts/artifacts/TollgateChannels.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
-import { createFacilitatorClient, type FetchFn } from "../src/client/facilitatorClient.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
 import { type Facilitator, type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGate.ts";
 import { paymentGate } from "../src/gate/paymentGate.ts";
+import { createFacilitatorClient, type FetchFn } from "../src/http/facilitatorClient.ts";
 import { ChannelCloseResponseSchema } from "../src/protocol/channels.ts";
 import {
   CHANNEL_VOUCHER_HEADER,

@@ -14,13 +14,13 @@ import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { analyticsCommand } from "../src/cli/commands/analytics.ts";
-import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
 import {
   AnalyticsSummaryResponseSchema,
   AnalyticsVolumeResponseSchema,
 } from "../src/facilitator/analytics/analyticsApi.ts";
 import { CreateWebhookResponseSchema } from "../src/facilitator/webhooks/webhookApi.ts";
 import { verifyWebhook } from "../src/gate/verifyWebhook.ts";
+import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { formatUnitsExact } from "../src/protocol/amount.ts";
 import { systemClock } from "../src/protocol/clock.ts";
 import type { WebhookEvent } from "../src/protocol/webhook.ts";

@@ -12,7 +12,6 @@ import { createPlan } from "../src/chain/actions/subscriptions/createPlan.ts";
 import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
-import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
 import {
   createOutbox,
   type OutboxClient,
@@ -22,6 +21,7 @@ import {
 import { createGasKey, type GasKey } from "../src/facilitator/outbox/gasKey.ts";
 import { findOutboxRow } from "../src/facilitator/outbox/outboxRecords.ts";
 import type { Outbox, OutboxOutcome } from "../src/facilitator/outbox/outboxTypes.ts";
+import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { systemClock } from "../src/protocol/clock.ts";
 import { subscribeThroughFacilitator } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import { createRenewalKeeper } from "../src/schemes/subscription/facilitator/renewalKeeper.ts";

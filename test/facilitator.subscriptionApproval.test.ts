@@ -13,7 +13,7 @@ import { getTokenAllowance } from "../src/chain/actions/usd/getTokenAllowance.ts
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import type { TokenDomain } from "../src/chain/signers/eip712Types.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
-import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
+import { createFacilitatorClient, type FacilitatorClient } from "../src/http/facilitatorClient.ts";
 import type { ApprovalRequest } from "../src/protocol/subscriptions.ts";
 import {
   approveThroughFacilitator,

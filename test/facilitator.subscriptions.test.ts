@@ -12,8 +12,8 @@ import { transferToken } from "../src/chain/actions/usd/transferToken.ts";
 import { subscriptionManagerAbi } from "../src/chain/contracts/artifacts/SubscriptionManager.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
-import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
 import { registerProvider } from "../src/client/registerProvider.ts";
+import { createFacilitatorClient, type FacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { isTollgateError, type TollgateError } from "../src/protocol/errors.ts";
 import { EventFeedResponseSchema, type FeedEvent } from "../src/protocol/subscriptions.ts";
 import {

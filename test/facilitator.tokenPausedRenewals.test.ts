@@ -12,8 +12,8 @@ import { pauseToken } from "../src/chain/actions/usdc/pauseToken.ts";
 import { unpauseToken } from "../src/chain/actions/usdc/unpauseToken.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
-import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
 import type { FacilitatorContext } from "../src/facilitator/facilitatorContext.ts";
+import { createFacilitatorClient, type FacilitatorClient } from "../src/http/facilitatorClient.ts";
 import {
   getSubscriptionInfo,
   subscribeThroughFacilitator,

@@ -12,7 +12,7 @@ import { pauseToken } from "../src/chain/actions/usdc/pauseToken.ts";
 import { unpauseToken } from "../src/chain/actions/usdc/unpauseToken.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
-import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
+import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { createUsageSettler } from "../src/schemes/metered/facilitator/usageSettler.ts";
 import { subscribeThroughFacilitator } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import { registerTestProvider } from "./support/channelFixtures.ts";

@@ -14,7 +14,7 @@ import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { subscriptionManagerAbi } from "../src/chain/contracts/artifacts/SubscriptionManager.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
-import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
+import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
 import {
   ProviderChallengeResponseSchema,
   ProviderRegisterResponseSchema,

@@ -13,8 +13,8 @@ import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { subscriptionManagerAbi } from "../src/chain/contracts/artifacts/SubscriptionManager.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
-import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
 import { queryAnalyticsSummary } from "../src/facilitator/analytics/queryAnalytics.ts";
+import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { createUsageSettler, type UsageSettler } from "../src/schemes/metered/facilitator/usageSettler.ts";
 import { subscribeThroughFacilitator } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import {

@@ -16,7 +16,6 @@ import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import type { Devnet, DevnetAccount } from "../src/chain/startDevnet.ts";
 import { startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer, type Payer } from "../src/client/createPayer.ts";
-import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { expressPaymentGate } from "../src/gate/expressPaymentGate.ts";
@@ -24,6 +23,7 @@ import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGat
 import { nodePaymentGate } from "../src/gate/nodePaymentGate.ts";
 import { type PaymentGate, paymentGate } from "../src/gate/paymentGate.ts";
 import type { PaymentGateOptions } from "../src/gate/paymentGateOptions.ts";
+import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { TollgateError } from "../src/protocol/errors.ts";
 import { decodeJsonHeader } from "../src/protocol/header.ts";
 import { PaymentResponseSchema } from "../src/protocol/paymentProof.ts";

@@ -48,13 +48,13 @@ import { deploymentFilePath, readDeploymentFile } from "../src/chain/deploymentF
 import { getNetworkConfig } from "../src/chain/networks.ts";
 import { type Anvil, startAnvil } from "../src/chain/startAnvil.ts";
 import { createPayer, type Payer } from "../src/client/createPayer.ts";
-import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../src/facilitator/proofKeys.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGate.ts";
 import { type PaymentGate, type PaymentGateControls, paymentGate } from "../src/gate/paymentGate.ts";
 import type { GatePricingEntry } from "../src/gate/paymentGateOptions.ts";
+import { createFacilitatorClient, type FacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { parseUnitsExact } from "../src/protocol/amount.ts";
 import { ChannelCloseResponseSchema } from "../src/protocol/channels.ts";
 import { systemClock } from "../src/protocol/clock.ts";

@@ -27,7 +27,6 @@ import { getTokenBalance } from "../src/chain/index.ts";
 import { transferWithAuthorizationTypes } from "../src/chain/signers/eip712Types.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
-import { createFacilitatorClient } from "../src/client/facilitatorClient.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
 import { registerProvider } from "../src/client/registerProvider.ts";
 import { type CheckablePayment, checkSignedPayment } from "../src/facilitator/checkSignedPayment.ts";
@@ -42,6 +41,7 @@ import {
   type PaymentGateControls,
   paymentGate,
 } from "../src/gate/paymentGate.ts";
+import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { createFixedClock, unixSeconds } from "../src/protocol/clock.ts";
 import { memoNonce } from "../src/protocol/memo.ts";
 import {

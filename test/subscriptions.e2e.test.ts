@@ -17,7 +17,6 @@ import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer, type Payer } from "../src/client/createPayer.ts";
-import { createFacilitatorClient, type FacilitatorClient } from "../src/client/facilitatorClient.ts";
 import { fetchWithPayment, type SubscriptionUse } from "../src/client/fetchWithPayment.ts";
 import { registerProvider } from "../src/client/registerProvider.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
@@ -27,6 +26,7 @@ import {
   type PaymentGateControls,
   paymentGate,
 } from "../src/gate/paymentGate.ts";
+import { createFacilitatorClient, type FacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { isTollgateError, type TollgateError } from "../src/protocol/errors.ts";
 import { type PaymentRequired, PaymentRequiredSchema } from "../src/protocol/paymentRequired.ts";
 import { getSubscriptionInfo } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";

@@ -3,7 +3,7 @@
  * until the cell's time is up (and at least `minRounds` times). The same loop runs in the bench process
  * (`--one-process`) or in a payer process of its own (payerProcess.ts), so both ways measure one thing.
  */
-import type { FetchFn } from "../../src/client/facilitatorClient.ts";
+import type { FetchFn } from "../../src/http/facilitatorClient.ts";
 import { TollgateError } from "../../src/protocol/errors.ts";
 import { elapsedMs } from "./stats.ts";
 

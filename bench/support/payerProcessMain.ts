@@ -1,5 +1,5 @@
 /** The payer process of payerProcess.ts: builds paying fetches and runs payers on request. */
-import type { FetchFn } from "../../src/client/facilitatorClient.ts";
+import type { FetchFn } from "../../src/http/facilitatorClient.ts";
 import { runPayers } from "./payerLoop.ts";
 import type { PayerReply, PayerRequest } from "./payerProcess.ts";
 import { payingFetchOf } from "./payingFetch.ts";

@@ -10,8 +10,8 @@ import type { Address, Hex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { privateKeyAccount } from "../../src/chain/signers/privateKeyAccount.ts";
 import { createPayer } from "../../src/client/createPayer.ts";
-import type { FetchFn } from "../../src/client/facilitatorClient.ts";
 import { fetchWithPayment } from "../../src/client/fetchWithPayment.ts";
+import type { FetchFn } from "../../src/http/facilitatorClient.ts";
 import type { Network } from "../../src/protocol/network.ts";
 
 export type PayerSpec =

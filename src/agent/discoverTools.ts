@@ -9,7 +9,7 @@
  */
 import type { StructuredToolInterface } from "@langchain/core/tools";
 import type { Logger } from "pino";
-import type { FetchFn } from "../client/facilitatorClient.ts";
+import type { FetchFn } from "../http/facilitatorClient.ts";
 import { createMarketClient, type MarketClient, type MarketSearch } from "../market/marketClient.ts";
 import { sameAddress } from "../protocol/address.ts";
 import { formatUnitsExact, parseUnitsExact } from "../protocol/amount.ts";

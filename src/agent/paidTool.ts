@@ -27,12 +27,12 @@ import type { Address } from "viem";
 import type { z } from "zod";
 import type { ReadClient } from "../chain/clientTypes.ts";
 import type { Payer } from "../client/createPayer.ts";
-import type { FetchFn } from "../client/facilitatorClient.ts";
 import {
   type ChooseContext,
   type FetchWithPaymentOptions,
   fetchWithPayment,
 } from "../client/fetchWithPayment.ts";
+import type { FetchFn } from "../http/facilitatorClient.ts";
 import { formatUnitsExact } from "../protocol/amount.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../protocol/channelVoucher.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";

@@ -7,7 +7,7 @@
  * failures (`ChainUnavailable`, reason `facilitator_unreachable`), so a `SellerUnreachable` always
  * means the seller's host, never the payment path.
  */
-import type { FetchFn } from "../client/facilitatorClient.ts";
+import type { FetchFn } from "../http/facilitatorClient.ts";
 import { TollgateError } from "../protocol/errors.ts";
 
 /** Why a seller did not answer (`details.reason` of `SellerUnreachable`). */

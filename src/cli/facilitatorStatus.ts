@@ -4,7 +4,7 @@
  * figures a stranger does not get: the gas key's balance and runway, the base fee against the maximum
  * fee and the transactions waiting for it (src/facilitator/gasHealth.ts).
  */
-import type { FetchFn } from "../client/facilitatorClient.ts";
+import type { FetchFn } from "../http/facilitatorClient.ts";
 import { type Health, HealthSchema } from "../protocol/facilitator.ts";
 
 export type FacilitatorStatus = { ok: boolean; text: string };

@@ -7,6 +7,7 @@ import { jwksOf, proofKeyFromSeed, signPaymentProof } from "../facilitator/proof
 import { honoPaymentGate } from "../gate/honoPaymentGate.ts";
 import { sealMemo } from "../gate/memo.ts";
 import { paymentGate } from "../gate/paymentGate.ts";
+import type { FacilitatorClient } from "../http/facilitatorClient.ts";
 import { createFixedClock, unixSeconds } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import type { SupportedResponse } from "../protocol/facilitator.ts";
@@ -16,7 +17,6 @@ import { PaymentProofSchema } from "../protocol/paymentProof.ts";
 import type { PaymentOption, PaymentRequired } from "../protocol/paymentRequired.ts";
 import type { SignedPayment } from "../protocol/signedPayment.ts";
 import { createPayer } from "./createPayer.ts";
-import type { FacilitatorClient } from "./facilitatorClient.ts";
 
 const account = privateKeyToAccount("0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d");
 const TOKEN = "0x5FbDB2315678afecb367f032d93F642f64180aa3" as Address;

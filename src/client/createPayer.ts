@@ -12,6 +12,7 @@
  */
 import type { Address, Hex } from "viem";
 import type { WriteClient } from "../chain/clientTypes.ts";
+import { createFacilitatorClient, type FacilitatorClient, type FetchFn } from "../http/facilitatorClient.ts";
 import { sameAddress } from "../protocol/address.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
@@ -32,7 +33,6 @@ import {
   type SubscriptionAuth,
 } from "../schemes/subscription/client/subscriptionAuth.ts";
 import type { Scheme } from "../schemes/types.ts";
-import { createFacilitatorClient, type FacilitatorClient, type FetchFn } from "./facilitatorClient.ts";
 import { fetchWithPayment } from "./fetchWithPayment.ts";
 import { getPayment, paymentPath } from "./getPayment.ts";
 import { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";

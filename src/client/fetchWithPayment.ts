@@ -21,6 +21,12 @@
  * (`onSubscriptionInactive: "pay-once"`, or a custom `choose` handed the refusal).
  */
 import type { Address } from "viem";
+import {
+  type FacilitatorClient,
+  type FetchFn,
+  parseRetryAfter,
+  sameFacilitatorUrl,
+} from "../http/facilitatorClient.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { type GateErrorCode, TollgateError } from "../protocol/errors.ts";
 import { HeaderName } from "../protocol/header.ts";
@@ -37,12 +43,6 @@ import {
 import { subscriptionScheme } from "../schemes/subscription/index.ts";
 import type { ClientPayment, ClientSchemePart, Scheme, SchemeId, SchemePayer } from "../schemes/types.ts";
 import { createPayX402 } from "../schemes/x402Exact/client/payX402.ts";
-import {
-  type FacilitatorClient,
-  type FetchFn,
-  parseRetryAfter,
-  sameFacilitatorUrl,
-} from "./facilitatorClient.ts";
 import { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
 import { parseUsdcCeiling } from "./parseUsdcCeiling.ts";
 import {

@@ -4,9 +4,14 @@
  * `authorization: Bearer …` in `options.headers`) or its payer (`payerReadHeaders`, or simply
  * `payer.payment(nonce)`) may read it; anyone else gets `Unauthorized` (no credential) or `NotFound`.
  */
+
+import {
+  type FacilitatorClient,
+  type RequestOptions,
+  requireFacilitator,
+} from "../http/facilitatorClient.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import { type PaymentRecord, PaymentRecordSchema } from "../protocol/facilitator.ts";
-import { type FacilitatorClient, type RequestOptions, requireFacilitator } from "./facilitatorClient.ts";
 
 /** `/payments/<nonce>`: the facilitator-relative path a payer signs for its read-back. */
 export function paymentPath(nonce: string): string {

@@ -1,6 +1,15 @@
 /** `tollgate/client`: the payer library — `createPayer`, `fetchWithPayment` and the facilitator client (docs/client.md). */
 
 export { privateKeyAccount } from "../chain/signers/privateKeyAccount.ts";
+export {
+  createFacilitatorClient,
+  type FacilitatorClient,
+  type FacilitatorClientOptions,
+  type FetchFn,
+  parseRetryAfter,
+  type RequestOptions,
+  sameFacilitatorUrl,
+} from "../http/facilitatorClient.ts";
 export { subscribeToPlan } from "../schemes/subscription/client/subscribeToPlan.ts";
 export {
   type InactiveSubscriptionState,
@@ -14,15 +23,6 @@ export {
   type Payer,
   type PayTermsOptions,
 } from "./createPayer.ts";
-export {
-  createFacilitatorClient,
-  type FacilitatorClient,
-  type FacilitatorClientOptions,
-  type FetchFn,
-  parseRetryAfter,
-  type RequestOptions,
-  sameFacilitatorUrl,
-} from "./facilitatorClient.ts";
 export {
   type ChooseContext,
   type ChoosePaymentOption,

@@ -3,10 +3,11 @@
  * (`X-Tollgate-Payer-Auth`, src/protocol/payerReadAuth.ts): an EIP-191 signature over the method, the
  * facilitator-relative path and the current time, good for one minute and for that one read.
  */
+
+import { requireMessageSigner, requireObject } from "../http/checkInput.ts";
 import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
 import { formatPayerAuth, PAYER_AUTH_HEADER, payerReadMessage } from "../protocol/payerReadAuth.ts";
 import type { SubAuthSigner } from "../schemes/subscription/client/subscriptionAuth.ts";
-import { requireMessageSigner, requireObject } from "./checkInput.ts";
 
 /**
  * @example

@@ -3,13 +3,14 @@
  * single-use challenge, and the facilitator answers with an API key, shown this once. The key
  * authenticates `POST /usage`, `/webhooks` and `/analytics`.
  */
+
+import { requireMessageSigner } from "../http/checkInput.ts";
+import { type FacilitatorClient, requireFacilitator } from "../http/facilitatorClient.ts";
 import {
   ProviderChallengeResponseSchema,
   type ProviderRegisterResponse,
   ProviderRegisterResponseSchema,
 } from "../protocol/subscriptions.ts";
-import { requireMessageSigner } from "./checkInput.ts";
-import { type FacilitatorClient, requireFacilitator } from "./facilitatorClient.ts";
 
 /** The payout account: an address that can sign EIP-191 messages (a viem `LocalAccount`). */
 export type ProviderSigner = {

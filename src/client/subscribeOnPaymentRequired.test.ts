@@ -6,6 +6,7 @@
 import { Hono } from "hono";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { beforeEach, describe, expect, it } from "vitest";
+import type { FacilitatorClient, FetchFn } from "../http/facilitatorClient.ts";
 import { base64UrlEncode } from "../protocol/base64.ts";
 import { createFixedClock } from "../protocol/clock.ts";
 import type { ErrorCode, GateErrorCode } from "../protocol/errors.ts";
@@ -15,7 +16,6 @@ import type { PaymentOption, PaymentRequired } from "../protocol/paymentRequired
 import { SubscriptionNotActiveError } from "../schemes/subscription/client/subscriptionNotActiveError.ts";
 import { createSubAuthVerifier } from "../schemes/subscription/gate/createSubAuthVerifier.ts";
 import { createPayer, type Payer } from "./createPayer.ts";
-import type { FacilitatorClient, FetchFn } from "./facilitatorClient.ts";
 import { type FetchPayer, fetchWithPayment, type SubscriptionUse } from "./fetchWithPayment.ts";
 
 const FACILITATOR = "http://facilitator.test";

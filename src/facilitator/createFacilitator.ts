@@ -3,7 +3,6 @@
  * chain connection. Nothing listens until `serveFacilitator` binds the app to a port.
  */
 import { randomBytes } from "node:crypto";
-import { serve } from "@hono/node-server";
 import type { Hono } from "hono";
 import pino, { type Logger } from "pino";
 import {
@@ -17,6 +16,7 @@ import {
 import { defaultConfirmations, devnetChain, getNetworkConfig } from "../chain/networks.ts";
 import { type RpcTransportOptions, rpcTransport } from "../chain/rpcTransport.ts";
 import { parseRpcUrls } from "../chain/rpcUrls.ts";
+import { createRateLimits, type RateLimitOptions } from "../http/rateLimits.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import type { SupportedResponse } from "../protocol/facilitator.ts";
@@ -24,7 +24,6 @@ import { chainIdOf } from "../protocol/network.ts";
 import type { Queryable, Store } from "../store/store.ts";
 import { admitPayments } from "./abuse/admitPayments.ts";
 import { defaultMinAmount } from "./abuse/minimumAmount.ts";
-import { createRateLimits, type RateLimitOptions } from "./abuse/rateLimits.ts";
 import {
   createSettlementFeeFloor,
   followsFee,
@@ -516,37 +515,4 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     },
   };
 }
-
-export type RunningServer = { url: string; port: number; close(): Promise<void> };
-
-/** Binds a Hono app to a loopback port (0 = a free one). */
-export function serveApp(
-  app: Pick<Hono, "fetch">,
-  options: { port?: number; hostname?: string } = {},
-): Promise<RunningServer> {
-  const hostname = options.hostname ?? "127.0.0.1";
-  return new Promise((resolve, reject) => {
-    const server = serve({ fetch: app.fetch, port: options.port ?? 0, hostname }, (info) => {
-      resolve({
-        url: `http://${hostname}:${info.port}`,
-        port: info.port,
-        close: () =>
-          new Promise<void>((done) => {
-            server.close(() => done());
-            // Keep-alive sockets would hold close() open; end them.
-            (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
-          }),
-      });
-    });
-    server.once("error", (error: NodeJS.ErrnoException) => {
-      reject(
-        error.code === "EADDRINUSE"
-          ? new TollgateError("InvalidRequest", `port ${options.port} on ${hostname} is already in use`, {
-              details: { reason: "port_in_use", port: options.port, hostname },
-              cause: error,
-            })
-          : error,
-      );
-    });
-  });
-}
+export { type RunningServer, serveApp } from "../http/serveApp.ts";

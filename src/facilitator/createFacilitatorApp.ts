@@ -1,6 +1,7 @@
 import { Hono, type MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
+import { errorResponse } from "../http/httpErrors.ts";
 import type { Clock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import {
@@ -12,7 +13,6 @@ import {
 } from "../protocol/facilitator.ts";
 import type { Store } from "../store/store.ts";
 import type { HealthCheck } from "./gasHealth.ts";
-import { errorResponse } from "./httpErrors.ts";
 import type { FacilitatorMetrics } from "./metrics.ts";
 import { assertMetricsReader, isMetricsReader, type MetricsAccess } from "./metricsAccess.ts";
 import { openApiDocumentOf } from "./openApi.ts";

@@ -1,6 +1,6 @@
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
-import { errorResponse } from "./httpErrors.ts";
+import { errorResponse } from "../http/httpErrors.ts";
 import { assertMetricsReader, isLoopback, type MetricsAccess } from "./metricsAccess.ts";
 
 function appWith(access: MetricsAccess) {

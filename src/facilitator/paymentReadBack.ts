@@ -23,6 +23,7 @@
 import type { Context, Hono } from "hono";
 import { type Address, getAddress, type Hex, hashMessage, recoverMessageAddress } from "viem";
 import { z } from "zod";
+import { createTokenBuckets } from "../http/tokenBucket.ts";
 import { sameAddress } from "../protocol/address.ts";
 import { type Clock, unixSeconds } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
@@ -35,7 +36,6 @@ import {
   payerReadMessage,
 } from "../protocol/payerReadAuth.ts";
 import type { Store } from "../store/store.ts";
-import { createTokenBuckets } from "./abuse/tokenBucket.ts";
 import type { ContractSigners } from "./contractSigners.ts";
 import type { PaymentRow } from "./paymentRecords.ts";
 import { findProviderByApiKey } from "./providers/requireProvider.ts";

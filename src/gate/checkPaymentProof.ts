@@ -5,7 +5,7 @@
  * or mismatched proof is refused without touching the key cache, the Ed25519 code or the network.
  */
 import { hash, type KeyObject, verify } from "node:crypto";
-import type { FacilitatorClient } from "../client/facilitatorClient.ts";
+import type { FacilitatorClient } from "../http/facilitatorClient.ts";
 import { sameAddress } from "../protocol/address.ts";
 import { base64UrlDecode } from "../protocol/base64.ts";
 import { type Clock, unixSeconds } from "../protocol/clock.ts";

@@ -1,5 +1,5 @@
 import type { MiddlewareHandler } from "hono";
-import { peerAddressOf } from "../facilitator/abuse/rateLimits.ts";
+import { peerAddressOf } from "../http/rateLimits.ts";
 import { runInGateContext, type ServedSubscription } from "./deductAllowance.ts";
 import { eachGateHeader } from "./gatePass.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";

@@ -29,8 +29,8 @@
  */
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
-import { createFacilitatorClient, type FacilitatorClient } from "../client/facilitatorClient.ts";
-import { normalizeAddress } from "../facilitator/abuse/rateLimits.ts";
+import { createFacilitatorClient, type FacilitatorClient } from "../http/facilitatorClient.ts";
+import { normalizeAddress } from "../http/rateLimits.ts";
 import { USDC_DECIMALS } from "../protocol/amount.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { type GateErrorCode, GateErrorCodeSchema, TollgateError } from "../protocol/errors.ts";

@@ -1,6 +1,6 @@
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
-import type { FetchFn } from "../client/facilitatorClient.ts";
+import type { FetchFn } from "../http/facilitatorClient.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import { PaymentRequiredSchema } from "../protocol/paymentRequired.ts";
 import { honoPaymentGate } from "./honoPaymentGate.ts";

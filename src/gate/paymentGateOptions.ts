@@ -5,7 +5,7 @@
 import { isIP } from "node:net";
 import type { PublicClient } from "viem";
 import { z } from "zod";
-import type { FacilitatorClient, FetchFn } from "../client/facilitatorClient.ts";
+import type { FacilitatorClient, FetchFn } from "../http/facilitatorClient.ts";
 import { AddressSchema } from "../protocol/address.ts";
 import { parseUnitsExact } from "../protocol/amount.ts";
 import type { Clock } from "../protocol/clock.ts";

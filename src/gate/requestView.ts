@@ -4,7 +4,7 @@
  * (an object literal with a getter costs several times as much); the URL is a prototype getter, so a
  * copy made with `{ ...request }` has none: read `url` from the request itself.
  */
-import { bucketKey, clientAddress } from "../facilitator/abuse/rateLimits.ts";
+import { bucketKey, clientAddress } from "../http/rateLimits.ts";
 import type { SchemeRequest } from "../schemes/types.ts";
 import type { GateRequest, RouteRequest } from "./gateRequest.ts";
 import type { NormalizedTarget } from "./normalizeRequestTarget.ts";

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { signProofFor } from "../../test/support/signProofFor.ts";
-import type { FetchFn } from "../client/facilitatorClient.ts";
 import { jwksOf, proofKeyFromSeed } from "../facilitator/proofKeys.ts";
+import type { FetchFn } from "../http/facilitatorClient.ts";
 import { createFixedClock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import { encodeJsonHeader } from "../protocol/header.ts";

@@ -22,11 +22,7 @@
  */
 import { getAbiItem, type Hex, keccak256, type PublicClient, parseEventLogs, stringToBytes } from "viem";
 import { fiatTokenV2_2Abi } from "../chain/contracts/circle-usdc/FiatTokenV2_2.ts";
-import {
-  createFacilitatorClient,
-  type FacilitatorClient,
-  type FetchFn,
-} from "../client/facilitatorClient.ts";
+import { createFacilitatorClient, type FacilitatorClient, type FetchFn } from "../http/facilitatorClient.ts";
 import { sameAddress } from "../protocol/address.ts";
 import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";

@@ -15,12 +15,12 @@ import { request as httpRequest, type IncomingMessage } from "node:http";
 import { request as httpsRequest } from "node:https";
 import type { LookupFunction } from "node:net";
 import { Readable } from "node:stream";
-import type { FetchFn } from "../client/facilitatorClient.ts";
+import type { FetchFn } from "../http/facilitatorClient.ts";
 import {
   type CheckedWebhookTarget,
   createWebhookTargetPolicy,
   type WebhookLookup,
-} from "../facilitator/webhooks/webhookTargets.ts";
+} from "../http/webhookTargets.ts";
 import { isTollgateError, TollgateError } from "../protocol/errors.ts";
 import { readBoundedText } from "./readBoundedText.ts";
 

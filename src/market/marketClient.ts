@@ -10,7 +10,7 @@
  */
 import type { Address, Hex } from "viem";
 import type { z } from "zod";
-import { type FetchFn, parseRetryAfter } from "../client/facilitatorClient.ts";
+import { type FetchFn, parseRetryAfter } from "../http/facilitatorClient.ts";
 import { sameAddress } from "../protocol/address.ts";
 import { ErrorBodySchema, type ErrorCode, errorFromBody, TollgateError } from "../protocol/errors.ts";
 import { type Manifest, type ManifestPricingType, verifyManifestSignature } from "../protocol/manifest.ts";

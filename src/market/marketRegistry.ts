@@ -11,7 +11,7 @@
 import type { Address, Hex } from "viem";
 import { recoverMessageAddress } from "viem";
 import { z } from "zod";
-import type { FetchFn } from "../client/facilitatorClient.ts";
+import type { FetchFn } from "../http/facilitatorClient.ts";
 import { AddressSchema, SignatureSchema, sameAddress } from "../protocol/address.ts";
 import { canonicalJson } from "../protocol/canonicalJson.ts";
 import { type Clock, unixSeconds } from "../protocol/clock.ts";

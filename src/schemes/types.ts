@@ -28,8 +28,8 @@
  */
 import type { Hono } from "hono";
 import type { Address } from "viem";
-import type { FacilitatorClient } from "../client/facilitatorClient.ts";
 import type { ServedSubscription } from "../gate/deductAllowance.ts";
+import type { FacilitatorClient } from "../http/facilitatorClient.ts";
 import type { Clock } from "../protocol/clock.ts";
 import type { GateErrorCode } from "../protocol/errors.ts";
 import type { Network } from "../protocol/network.ts";

@@ -1,8 +1,8 @@
 import pg from "pg";
 import { createClient } from "redis";
 import { describe, expect, it } from "vitest";
-import { errorResponse } from "../facilitator/httpErrors.ts";
 import { faultResponse } from "../gate/gateResponses.ts";
+import { errorResponse } from "../http/httpErrors.ts";
 import { isStoreUnavailable } from "./storeErrors.ts";
 
 const databaseUrl = process.env.DATABASE_URL;

@@ -22,10 +22,10 @@ import { privateKeyAccount } from "../../src/chain/signers/privateKeyAccount.ts"
 import type { TypedDataSigner } from "../../src/chain/signers/typedDataSigner.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
 import { createPayer } from "../../src/client/createPayer.ts";
-import { createFacilitatorClient, type FetchFn } from "../../src/client/facilitatorClient.ts";
 import { serveApp } from "../../src/facilitator/createFacilitator.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../../src/gate/honoPaymentGate.ts";
 import { paymentGate } from "../../src/gate/paymentGate.ts";
+import { createFacilitatorClient, type FetchFn } from "../../src/http/facilitatorClient.ts";
 import { systemClock } from "../../src/protocol/clock.ts";
 import { isTollgateError } from "../../src/protocol/errors.ts";
 import type { PaymentOption } from "../../src/protocol/paymentRequired.ts";

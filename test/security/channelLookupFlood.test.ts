@@ -19,11 +19,11 @@ import { Hono } from "hono";
 import type { Hex } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
-import { createFacilitatorClient } from "../../src/client/facilitatorClient.ts";
 import { readPaymentRequired } from "../../src/client/readPaymentRequired.ts";
 import { type Facilitator, type RunningServer, serveApp } from "../../src/facilitator/createFacilitator.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../../src/gate/honoPaymentGate.ts";
 import { type PaymentGate, type PaymentGateControls, paymentGate } from "../../src/gate/paymentGate.ts";
+import { createFacilitatorClient } from "../../src/http/facilitatorClient.ts";
 import { CHANNEL_VOUCHER_HEADER, encodeChannelVoucher } from "../../src/protocol/channelVoucher.ts";
 import { channelTermsOf } from "../../src/schemes/channel/channelTerms.ts";
 import {

@@ -21,7 +21,6 @@ import { getTokenBalance } from "../../src/chain/actions/usd/getTokenBalance.ts"
 import { getPlanIdFromReceipt } from "../../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
 import { createPayer, type Payer } from "../../src/client/createPayer.ts";
-import { createFacilitatorClient } from "../../src/client/facilitatorClient.ts";
 import {
   createFacilitator,
   type Facilitator,
@@ -30,6 +29,7 @@ import {
 } from "../../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
 import { type PaymentGate, type PaymentGateControls, paymentGate } from "../../src/gate/paymentGate.ts";
+import { createFacilitatorClient } from "../../src/http/facilitatorClient.ts";
 import { type PaymentRequired, PaymentRequiredSchema } from "../../src/protocol/paymentRequired.ts";
 import { getSubscriptionInfo } from "../../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import { createRenewalKeeper } from "../../src/schemes/subscription/facilitator/renewalKeeper.ts";

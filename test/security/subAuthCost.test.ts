@@ -16,10 +16,10 @@ import { createPlan } from "../../src/chain/actions/subscriptions/createPlan.ts"
 import { getPlanIdFromReceipt } from "../../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
 import { createPayer } from "../../src/client/createPayer.ts";
-import { createFacilitatorClient } from "../../src/client/facilitatorClient.ts";
 import { registerProvider } from "../../src/client/registerProvider.ts";
 import { type RunningServer, serveApp } from "../../src/facilitator/createFacilitator.ts";
 import { type PaymentGate, type PaymentGateControls, paymentGate } from "../../src/gate/paymentGate.ts";
+import { createFacilitatorClient } from "../../src/http/facilitatorClient.ts";
 import { base64UrlEncode } from "../../src/protocol/base64.ts";
 import { createFixedClock } from "../../src/protocol/clock.ts";
 import { encodeSubAuthPayload, formatSubAuthToken } from "../../src/protocol/subscriptionAuth.ts";

@@ -23,7 +23,7 @@ import {
 } from "../../src/chain/events/decodeSubscriptionEvents.ts";
 import { SubscriptionStatus } from "../../src/chain/events/subscriptionStatus.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/startDevnet.ts";
-import { createFacilitatorClient, type FacilitatorClient } from "../../src/client/facilitatorClient.ts";
+import { createFacilitatorClient, type FacilitatorClient } from "../../src/http/facilitatorClient.ts";
 import {
   getSubscriberInfo,
   signSubscribeRequest,

@@ -11,7 +11,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { Tool } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
-import type { FetchFn } from "../../client/facilitatorClient.ts";
+import type { FetchFn } from "../../http/facilitatorClient.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { HttpUrlSchema } from "../../protocol/paymentRequired.ts";
 import type { McpToolCaller } from "./mcpToolFetch.ts";

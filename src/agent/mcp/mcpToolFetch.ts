@@ -16,7 +16,7 @@
  */
 import { McpError, ErrorCode as McpErrorCode } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
-import type { FetchFn } from "../../client/facilitatorClient.ts";
+import type { FetchFn } from "../../http/facilitatorClient.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../../protocol/channelVoucher.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { decodeJsonHeader, encodeJsonHeader, HeaderName } from "../../protocol/header.ts";

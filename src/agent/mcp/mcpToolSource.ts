@@ -5,7 +5,7 @@
  * payee the server names, as for any tool without a manifest (docs/budgets.md).
  */
 import type { Tool } from "@modelcontextprotocol/sdk/types.js";
-import type { FetchFn } from "../../client/facilitatorClient.ts";
+import type { FetchFn } from "../../http/facilitatorClient.ts";
 import type { Capability, ManifestPricing } from "../../protocol/manifest.ts";
 import { CapabilityNameSchema, ManifestPricingSchema } from "../../protocol/manifest.ts";
 import { McpMetaKey } from "../../protocol/mcpPayment.ts";

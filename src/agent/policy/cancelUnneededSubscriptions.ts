@@ -15,7 +15,7 @@
  */
 import type { Address } from "viem";
 import { z } from "zod";
-import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
+import type { FacilitatorClient } from "../../http/facilitatorClient.ts";
 import type { Clock } from "../../protocol/clock.ts";
 import {
   getPlanInfo,

@@ -5,13 +5,13 @@
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { z } from "zod";
-import { createFacilitatorClient, type FetchFn } from "../../client/facilitatorClient.ts";
 import {
   AnalyticsBucketSchema,
   AnalyticsSummaryResponseSchema,
   type AnalyticsTotals,
   AnalyticsVolumeResponseSchema,
 } from "../../facilitator/analytics/analyticsApi.ts";
+import { createFacilitatorClient, type FetchFn } from "../../http/facilitatorClient.ts";
 import { formatUnitsExact } from "../../protocol/amount.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";

@@ -12,7 +12,7 @@ import { privateKeyToAccount } from "viem/accounts";
 import { z } from "zod";
 import { createBudgetLedger } from "../../agent/budget/createBudgetLedger.ts";
 import { readDevnetFile } from "../../chain/devnetFile.ts";
-import { createFacilitatorClient, type FetchFn } from "../../client/facilitatorClient.ts";
+import { createFacilitatorClient, type FetchFn } from "../../http/facilitatorClient.ts";
 import { Hex32Schema } from "../../protocol/address.ts";
 import { formatUnitsExact } from "../../protocol/amount.ts";
 import { type Clock, systemClock } from "../../protocol/clock.ts";

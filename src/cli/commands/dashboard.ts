@@ -19,9 +19,9 @@ import { getSubscription } from "../../chain/actions/subscriptions/getSubscripti
 import { readDevnetFile } from "../../chain/devnetFile.ts";
 import { rpcTransport } from "../../chain/rpcTransport.ts";
 import { RpcUrlsSchema } from "../../chain/rpcUrls.ts";
-import { serveApp } from "../../facilitator/createFacilitator.ts";
 import { type AgentStoreAccess, agentSection } from "../../facilitator/dashboard/agentSection.ts";
 import { createDashboardApp } from "../../facilitator/dashboard/dashboardApp.ts";
+import { serveApp } from "../../http/serveApp.ts";
 import { base64UrlEncode } from "../../protocol/base64.ts";
 import { systemClock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";

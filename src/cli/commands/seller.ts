@@ -8,7 +8,7 @@ import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { type PrivateKeyAccount, privateKeyToAccount } from "viem/accounts";
 import { z } from "zod";
-import type { FetchFn } from "../../client/facilitatorClient.ts";
+import type { FetchFn } from "../../http/facilitatorClient.ts";
 import { DEFAULT_MARKET_URL, type RegistrationResult, signSellerRemoval } from "../../market/marketApi.ts";
 import { createMarketClient } from "../../market/marketClient.ts";
 import { readBoundedText } from "../../market/readBoundedText.ts";

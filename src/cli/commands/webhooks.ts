@@ -3,7 +3,6 @@
  * endpoints on the facilitator. Authenticates with the provider's API key.
  */
 import { parseArgs } from "node:util";
-import type { FetchFn } from "../../client/facilitatorClient.ts";
 import {
   type CreateWebhookRequest,
   CreateWebhookResponseSchema,
@@ -14,6 +13,7 @@ import {
   RotateWebhookSecretResponseSchema,
   type WebhookDelivery,
 } from "../../facilitator/webhooks/webhookApi.ts";
+import type { FetchFn } from "../../http/facilitatorClient.ts";
 import { WebhookEventTypeSchema } from "../../protocol/webhook.ts";
 import { parseDuration } from "../devnet.ts";
 import { DEFAULT_FACILITATOR_URL, providerClient } from "./analytics.ts";

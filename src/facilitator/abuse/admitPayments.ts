@@ -6,6 +6,8 @@
  * then takes a token of its payer's rate-limit bucket, so a refused payment costs its payer nothing. The engine checks again (it is also used without this wrapper); the recovered
  * signer is cached in `checkSignedPayment`, so the second check costs no second recovery.
  */
+
+import type { RateLimits } from "../../http/rateLimits.ts";
 import type { Clock } from "../../protocol/clock.ts";
 import { unixSeconds } from "../../protocol/clock.ts";
 import {
@@ -15,7 +17,6 @@ import {
 } from "../checkSignedPayment.ts";
 import type { ContractSigners } from "../contractSigners.ts";
 import type { SettlementEngine } from "../settlementEngine.ts";
-import type { RateLimits } from "./rateLimits.ts";
 import { SETTLE_AFTER_VERIFY_GRACE_MS, type SettlementFeeFloor } from "./settlementFeeFloor.ts";
 
 /** Seconds an authorization and a memo must have left on arrival (the engine's own margin). */

@@ -7,9 +7,9 @@
 import { randomBytes as nodeRandomBytes } from "node:crypto";
 import type { Address } from "viem";
 import type { WriteClient } from "../../chain/clientTypes.ts";
+import type { TokenBucketRule } from "../../http/tokenBucket.ts";
 import { findSubscription } from "../../schemes/subscription/facilitator/subscriptionRecords.ts";
 import type { Store } from "../../store/store.ts";
-import type { TokenBucketRule } from "../abuse/tokenBucket.ts";
 import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
 import { createWebhookRepository } from "../webhooks/createWebhookRepository.ts";
 import { createWebhookSecretBox } from "../webhooks/webhookSecretBox.ts";

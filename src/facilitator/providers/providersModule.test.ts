@@ -2,6 +2,7 @@ import { Hono } from "hono";
 import pino from "pino";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { errorResponse } from "../../http/httpErrors.ts";
 import { createFixedClock } from "../../protocol/clock.ts";
 import {
   ProviderAccountSchema,
@@ -11,7 +12,6 @@ import {
 import { createTestStore } from "../../store/createTestStore.ts";
 import type { Store } from "../../store/store.ts";
 import type { FacilitatorContext } from "../facilitatorContext.ts";
-import { errorResponse } from "../httpErrors.ts";
 import { createProvidersModule } from "./providersModule.ts";
 import { findProviderByApiKey, requireProvider } from "./requireProvider.ts";
 

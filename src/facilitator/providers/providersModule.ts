@@ -17,6 +17,7 @@ import { createHash, createHmac, randomBytes as nodeRandomBytes, timingSafeEqual
 import type { Hono } from "hono";
 import { type Address, type Hex, verifyMessage } from "viem";
 import { z } from "zod";
+import { readJsonBody } from "../../http/httpErrors.ts";
 import { AddressSchema } from "../../protocol/address.ts";
 import { base64UrlEncode } from "../../protocol/base64.ts";
 import { TollgateError } from "../../protocol/errors.ts";
@@ -34,7 +35,6 @@ import { SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSc
 import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
 import type { FacilitatorContext } from "../facilitatorContext.ts";
 import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
-import { readJsonBody } from "../httpErrors.ts";
 import { routeDoc } from "../routeDocs.ts";
 import { hashApiKey, requireProvider } from "./requireProvider.ts";
 

@@ -1,6 +1,7 @@
 import pino from "pino";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { verifyWebhook } from "../../gate/verifyWebhook.ts";
+import { createWebhookTargetPolicy } from "../../http/webhookTargets.ts";
 import { createFixedClock } from "../../protocol/clock.ts";
 import type { WebhookEvent } from "../../protocol/webhook.ts";
 import { createTestStore } from "../../store/createTestStore.ts";
@@ -8,7 +9,6 @@ import type { Store } from "../../store/store.ts";
 import { createWebhookRepository } from "./createWebhookRepository.ts";
 import { createWebhookWorker, type WebhookFetch, type WebhookWorkerOptions } from "./createWebhookWorker.ts";
 import { createWebhookSecretBox } from "./webhookSecretBox.ts";
-import { createWebhookTargetPolicy } from "./webhookTargets.ts";
 
 const logger = pino({ level: "silent" });
 const START = Date.UTC(2026, 10, 22, 12, 0, 0);

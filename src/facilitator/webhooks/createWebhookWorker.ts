@@ -30,6 +30,7 @@
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
 import { z } from "zod";
+import type { WebhookTargetPolicy } from "../../http/webhookTargets.ts";
 import { type Clock, unixSeconds } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import {
@@ -53,7 +54,6 @@ import {
   webhookBackoff,
 } from "./webhookBackoff.ts";
 import type { WebhookSecretBox } from "./webhookSecretBox.ts";
-import type { WebhookTargetPolicy } from "./webhookTargets.ts";
 
 export type { WebhookFetch } from "./pinnedWebhookFetch.ts";
 

@@ -13,10 +13,11 @@
 import { randomBytes as nodeRandomBytes } from "node:crypto";
 import type { Context, Hono } from "hono";
 import { Counter } from "prom-client";
+import { readJsonBody } from "../../http/httpErrors.ts";
+import { createWebhookTargetPolicy, type WebhookLookup } from "../../http/webhookTargets.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
-import { readJsonBody } from "../httpErrors.ts";
 import { requireProvider } from "../providers/requireProvider.ts";
 import { routeDoc } from "../routeDocs.ts";
 import { createWebhookRepository } from "./createWebhookRepository.ts";
@@ -44,7 +45,6 @@ import {
   RotateWebhookSecretResponseSchema,
 } from "./webhookApi.ts";
 import { createWebhookSecretBox } from "./webhookSecretBox.ts";
-import { createWebhookTargetPolicy, type WebhookLookup } from "./webhookTargets.ts";
 
 export type WebhooksModuleOptions = Pick<
   WebhookWorkerOptions,

@@ -10,7 +10,7 @@
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { request as httpsRequest } from "node:https";
 import type { LookupFunction } from "node:net";
-import type { CheckedWebhookTarget } from "./webhookTargets.ts";
+import type { CheckedWebhookTarget } from "../../http/webhookTargets.ts";
 
 /** Sends one delivery to a checked target; answers with the status line (the body is discarded). */
 export type WebhookFetch = (

@@ -12,10 +12,10 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
+import { createWebhookTargetPolicy } from "../../http/webhookTargets.ts";
 import { ensurePrivateDir, tightenPrivateFile, writePrivateFile } from "../../store/privateFiles.ts";
 import { CommaListSchema } from "../commaListSchema.ts";
 import { generateWebhookSecretKey, parseWebhookSecretKey } from "./webhookSecretBox.ts";
-import { createWebhookTargetPolicy } from "./webhookTargets.ts";
 
 /** The environment variables, as part of the facilitator's environment schema. */
 export const WebhookEnvSchema = z.object({

@@ -12,7 +12,7 @@ import type { Address, Hex } from "viem";
 import { z } from "zod";
 import { readChannel } from "../../chain/actions/channels/readChannel.ts";
 import type { ReadClient } from "../../chain/clientTypes.ts";
-import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
+import type { FacilitatorClient } from "../../http/facilitatorClient.ts";
 import { AddressSchema, Hex8Schema, Hex32Schema } from "../../protocol/address.ts";
 import { AtomicBigIntSchema } from "../../protocol/amount.ts";
 import { TollgateError } from "../../protocol/errors.ts";

@@ -5,7 +5,7 @@
  * `upFront` pays a route whose terms an earlier 402 taught, so a paid call is one HTTP exchange;
  * `settled` books the answer (a refused or failed request's price becomes credit).
  */
-import { sameFacilitatorUrl } from "../../client/facilitatorClient.ts";
+import { sameFacilitatorUrl } from "../../http/facilitatorClient.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../../protocol/channelVoucher.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { ClientPayment, ClientSchemePart, SchemePayer } from "../types.ts";

@@ -21,8 +21,8 @@
  * store's tag: that store holds its vouchers), is refused and seals nothing.
  */
 import type { Address, Hex } from "viem";
-import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
 import { errorResponse, faultResponse } from "../../gate/gateResponses.ts";
+import type { FacilitatorClient } from "../../http/facilitatorClient.ts";
 import { type ChannelCloseResponse, ChannelCloseResponseSchema } from "../../protocol/channels.ts";
 import { httpStatusOf } from "../../protocol/errors.ts";
 import type { SchemeLogger } from "../types.ts";

@@ -6,14 +6,14 @@
  * builds an empty part. Loaded by the facilitator only, never by a gate.
  */
 import type { Address, Hex } from "viem";
-import { defaultPayerLimit } from "../../facilitator/abuse/rateLimits.ts";
-import { createTokenBuckets, type TokenBucketRule } from "../../facilitator/abuse/tokenBucket.ts";
 import { minimumAmountOf } from "../../facilitator/checkSignedPayment.ts";
 import {
   defineFacilitatorScheme,
   type FacilitatorSchemeContext,
 } from "../../facilitator/facilitatorSchemeParts.ts";
 import type { FacilitatorToken } from "../../facilitator/facilitatorToken.ts";
+import { defaultPayerLimit } from "../../http/rateLimits.ts";
+import { createTokenBuckets, type TokenBucketRule } from "../../http/tokenBucket.ts";
 import { MIN_CHANNEL_CLOSE_DELAY } from "../../protocol/channels.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { createSessionKeyCache } from "./facilitator/channelChain.ts";

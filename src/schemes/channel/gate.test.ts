@@ -3,9 +3,9 @@ import { Hono } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { Address, Hex } from "viem";
 import { describe, expect, it } from "vitest";
-import type { FetchFn } from "../../client/facilitatorClient.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../../gate/honoPaymentGate.ts";
 import { paymentGate } from "../../gate/paymentGate.ts";
+import type { FetchFn } from "../../http/facilitatorClient.ts";
 import {
   CHANNEL_VOUCHER_HEADER,
   ChannelTermsSchema,

@@ -6,8 +6,8 @@
 import type { Address } from "viem";
 import { signTransferAuthorization } from "../../chain/signers/signTransferAuthorization.ts";
 import type { TypedDataSigner } from "../../chain/signers/typedDataSigner.ts";
-import { type FacilitatorClient, sameFacilitatorUrl } from "../../client/facilitatorClient.ts";
 import type { PaymentReceipt } from "../../client/payerTypes.ts";
+import { type FacilitatorClient, sameFacilitatorUrl } from "../../http/facilitatorClient.ts";
 import { sameAddress } from "../../protocol/address.ts";
 import { type Clock, unixSeconds } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";

@@ -10,9 +10,9 @@ import {
   defineFacilitatorScheme,
   type FacilitatorSchemeContext,
 } from "../../facilitator/facilitatorSchemeParts.ts";
-import { readJsonBody } from "../../facilitator/httpErrors.ts";
 import { mountPaymentReadBack } from "../../facilitator/paymentReadBack.ts";
 import { routeDoc } from "../../facilitator/routeDocs.ts";
+import { readJsonBody } from "../../http/httpErrors.ts";
 import { sameAddress } from "../../protocol/address.ts";
 import { base64UrlDecode } from "../../protocol/base64.ts";
 import { unixSeconds } from "../../protocol/clock.ts";

@@ -18,7 +18,7 @@
  * - A proof pays for the request it is shown on: its memo binds method, path and query, and its
  *   amount covers the cheapest one-time price of that request's route now.
  */
-import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
+
 import {
   checkProofTerms,
   checkSignatureWithFacilitator,
@@ -44,6 +44,7 @@ import {
   type ProofKeyResolver,
 } from "../../gate/proofKeyResolver.ts";
 import { toPaymentProof } from "../../gate/verifyPaymentProof.ts";
+import type { FacilitatorClient } from "../../http/facilitatorClient.ts";
 import { sameAddress } from "../../protocol/address.ts";
 import { type Clock, unixSeconds } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";

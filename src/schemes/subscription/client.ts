@@ -4,7 +4,7 @@
  * deprecated. It has no `pay`: `fetchWithPayment` subscribes through the payer and then sends
  * `X-Tollgate-Sub` with a sub-auth token (up front on later calls to the origin).
  */
-import { sameFacilitatorUrl } from "../../client/facilitatorClient.ts";
+import { sameFacilitatorUrl } from "../../http/facilitatorClient.ts";
 import { perCallPrice, pricingOfOption } from "../../protocol/pricing.ts";
 import type { ClientSchemePart } from "../types.ts";
 

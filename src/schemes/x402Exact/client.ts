@@ -18,10 +18,10 @@
 import { randomBytes } from "node:crypto";
 import { type Address, getAddress, type Hex, toHex } from "viem";
 import { signTransferAuthorization } from "../../chain/signers/signTransferAuthorization.ts";
-import { requireObject } from "../../client/checkInput.ts";
-import type { FacilitatorClient } from "../../client/facilitatorClient.ts";
 import { parseUsdcCeiling } from "../../client/parseUsdcCeiling.ts";
 import type { PayerSigner, PayX402 } from "../../client/payerTypes.ts";
+import { requireObject } from "../../http/checkInput.ts";
+import type { FacilitatorClient } from "../../http/facilitatorClient.ts";
 import { AddressSchema, sameAddress } from "../../protocol/address.ts";
 import { AtomicAmountSchema } from "../../protocol/amount.ts";
 import { type Clock, systemClock, unixSeconds } from "../../protocol/clock.ts";

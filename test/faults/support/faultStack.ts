@@ -22,10 +22,10 @@ import { createPlan } from "../../../src/chain/actions/subscriptions/createPlan.
 import { setOperator } from "../../../src/chain/actions/subscriptions/setOperator.ts";
 import { getPlanIdFromReceipt } from "../../../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, setUpDevnet } from "../../../src/chain/startDevnet.ts";
-import { createFacilitatorClient, type FacilitatorClient } from "../../../src/client/facilitatorClient.ts";
 import { registerProvider } from "../../../src/client/registerProvider.ts";
 import { generateProofKey } from "../../../src/facilitator/proofKeys.ts";
 import { CreateWebhookResponseSchema } from "../../../src/facilitator/webhooks/webhookApi.ts";
+import { createFacilitatorClient, type FacilitatorClient } from "../../../src/http/facilitatorClient.ts";
 import { WebhookEventSchema } from "../../../src/protocol/webhook.ts";
 import { type RpcFaultProxy, startRpcFaultProxy } from "../../support/rpcFaultProxy.ts";
 import { type ChainFaults, createChainFaults } from "./chainFaults.ts";

@@ -10,9 +10,9 @@
 import { createServer } from "node:http";
 import { createClient } from "redis";
 import type { Address } from "viem";
-import { createFacilitatorClient } from "../../../src/client/facilitatorClient.ts";
 import { nodePaymentGate } from "../../../src/gate/nodePaymentGate.ts";
 import { paymentGate } from "../../../src/gate/paymentGate.ts";
+import { createFacilitatorClient } from "../../../src/http/facilitatorClient.ts";
 import { systemClock } from "../../../src/protocol/clock.ts";
 import {
   createRedisVoucherStore,

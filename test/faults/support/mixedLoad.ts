@@ -9,7 +9,7 @@ import { resolvePendingPayments } from "../../../src/agent/budget/pendingPayment
 import { type PaidToolReceipt, paidTool } from "../../../src/agent/paidTool.ts";
 import type { DevnetAccount } from "../../../src/chain/startDevnet.ts";
 import { createPayer } from "../../../src/client/createPayer.ts";
-import type { FetchFn } from "../../../src/client/facilitatorClient.ts";
+import type { FetchFn } from "../../../src/http/facilitatorClient.ts";
 import { systemClock } from "../../../src/protocol/clock.ts";
 import { createChannelFetch } from "../../../src/schemes/channel/client/channelFetch.ts";
 import {

@@ -24,7 +24,7 @@
 import type { Address, Hex } from "viem";
 import type { BudgetLedger } from "../../../agent/budget/createBudgetLedger.ts";
 import type { TypedDataSigner } from "../../../chain/signers/typedDataSigner.ts";
-import type { FacilitatorClient, FetchFn } from "../../../client/facilitatorClient.ts";
+import type { FacilitatorClient, FetchFn } from "../../../http/facilitatorClient.ts";
 import { type Clock, systemClock } from "../../../protocol/clock.ts";
 import { isTollgateError, TollgateError } from "../../../protocol/errors.ts";
 import type { Network } from "../../../protocol/network.ts";

@@ -6,8 +6,9 @@
  * past what this payer thought it owed, e.g. after a lost answer) is re-signed once from the gate's
  * receipt. `fetchWithPayment` does the same through the scheme registry, among the other schemes.
  */
-import type { FetchFn } from "../../../client/facilitatorClient.ts";
+
 import { readPaymentRequired } from "../../../client/readPaymentRequired.ts";
+import type { FetchFn } from "../../../http/facilitatorClient.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../../../protocol/channelVoucher.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
 import { channelTermsOf } from "../channelTerms.ts";

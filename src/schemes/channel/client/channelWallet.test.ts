@@ -1,7 +1,7 @@
 import type { Address, Hex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { describe, expect, it } from "vitest";
-import { createFacilitatorClient } from "../../../client/facilitatorClient.ts";
+import { createFacilitatorClient } from "../../../http/facilitatorClient.ts";
 import { isTollgateError } from "../../../protocol/errors.ts";
 import { type ChannelTermsInput, createChannelWallet } from "./channelWallet.ts";
 import { createMemoryChannelWalletStore } from "./channelWalletStore.ts";

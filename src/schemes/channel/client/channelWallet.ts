@@ -31,7 +31,7 @@ import {
   createFacilitatorClient,
   type FacilitatorClient,
   type FetchFn,
-} from "../../../client/facilitatorClient.ts";
+} from "../../../http/facilitatorClient.ts";
 import { sameAddress } from "../../../protocol/address.ts";
 import {
   type ChannelCloseRequestResponse,

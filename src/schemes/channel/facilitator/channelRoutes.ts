@@ -8,9 +8,9 @@
 import type { Hono } from "hono";
 import type { Address, Hex } from "viem";
 import type { FacilitatorContext } from "../../../facilitator/facilitatorContext.ts";
-import { readJsonBody } from "../../../facilitator/httpErrors.ts";
 import { requireProvider } from "../../../facilitator/providers/requireProvider.ts";
 import { routeDoc } from "../../../facilitator/routeDocs.ts";
+import { readJsonBody } from "../../../http/httpErrors.ts";
 import { Hex32Schema } from "../../../protocol/address.ts";
 import {
   ChannelCloseRequestResponseSchema,

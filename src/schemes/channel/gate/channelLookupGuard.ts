@@ -28,7 +28,7 @@
  *   used dropped first; a dropped client starts again with a full bucket).
  */
 import type { Address, Hex } from "viem";
-import { createTokenBuckets } from "../../../facilitator/abuse/tokenBucket.ts";
+import { createTokenBuckets } from "../../../http/tokenBucket.ts";
 import { type Clock, systemClock } from "../../../protocol/clock.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
 import type { ChannelState, ChannelStateSource } from "../channelState.ts";

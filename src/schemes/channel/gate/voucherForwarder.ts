@@ -7,7 +7,7 @@
  * never a paid request.
  */
 import { z } from "zod";
-import type { FacilitatorClient } from "../../../client/facilitatorClient.ts";
+import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
 import { base64UrlEncode } from "../../../protocol/base64.ts";
 import { type ChannelVoucher, MAX_CHANNEL_VOUCHERS_PER_REQUEST } from "../../../protocol/channelVoucher.ts";
 import type { SchemeLogger } from "../../types.ts";

@@ -9,9 +9,9 @@ import { getIsOperator } from "../../../chain/actions/subscriptions/getIsOperato
 import { getPlan } from "../../../chain/actions/subscriptions/getPlan.ts";
 import { getSubscription } from "../../../chain/actions/subscriptions/getSubscription.ts";
 import type { FacilitatorContext } from "../../../facilitator/facilitatorContext.ts";
-import { readJsonBody } from "../../../facilitator/httpErrors.ts";
 import { requireProvider } from "../../../facilitator/providers/requireProvider.ts";
 import { routeDoc } from "../../../facilitator/routeDocs.ts";
+import { readJsonBody } from "../../../http/httpErrors.ts";
 import { UintStringSchema } from "../../../protocol/amount.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
 import { parseWire } from "../../../protocol/parseWire.ts";

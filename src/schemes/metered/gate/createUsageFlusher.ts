@@ -12,8 +12,9 @@
  *   (`allowance.deducted` / `allowance.exhausted` events, or reconciliation), so the gate's exposure
  *   is never understated.
  */
-import type { FacilitatorClient } from "../../../client/facilitatorClient.ts";
+
 import type { GateLogger } from "../../../gate/gateLogger.ts";
+import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
 import type { UsageRecordStatus } from "../../../protocol/subscriptions.ts";
 import { getUsageRecords, postUsage } from "./postUsage.ts";
 import type { UsageLedger, UsageOutcome } from "./usageLedger.ts";

@@ -4,7 +4,7 @@
  * batches with `SubscriptionManager.deductAllowanceMany`. Authenticated with the provider's API key
  * (`POST /providers`, docs/subscriptions.md).
  */
-import type { FacilitatorClient, RequestOptions } from "../../../client/facilitatorClient.ts";
+import type { FacilitatorClient, RequestOptions } from "../../../http/facilitatorClient.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
 import {
   UsageExhaustedResponseSchema,

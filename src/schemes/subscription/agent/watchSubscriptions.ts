@@ -20,7 +20,7 @@ import {
   type SubscriptionCancelOutcome,
 } from "../../../agent/policy/cancelUnneededSubscriptions.ts";
 import type { DemandHistory } from "../../../agent/policy/createDemandHistory.ts";
-import type { FacilitatorClient } from "../../../client/facilitatorClient.ts";
+import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
 import type { Clock } from "../../../protocol/clock.ts";
 import type { SubscriptionKeeper, SyncedSubscription } from "./createSubscriptionKeeper.ts";
 

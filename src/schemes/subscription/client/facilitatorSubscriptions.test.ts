@@ -8,7 +8,7 @@ import {
   subscribeIntentTypes,
   subscriptionManagerDomain,
 } from "../../../chain/signers/eip712Types.ts";
-import type { FacilitatorClient } from "../../../client/facilitatorClient.ts";
+import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
 import type { SupportedResponse } from "../../../protocol/facilitator.ts";
 import type { PlanInfo, SubscriberInfo, SubscriptionInfo } from "../../../protocol/subscriptions.ts";
 import {

@@ -20,7 +20,7 @@ import {
   signSubscribeIntent,
 } from "../../../chain/signers/signSubscriptionIntents.ts";
 import type { TypedDataSigner } from "../../../chain/signers/typedDataSigner.ts";
-import type { FacilitatorClient, RequestOptions } from "../../../client/facilitatorClient.ts";
+import type { FacilitatorClient, RequestOptions } from "../../../http/facilitatorClient.ts";
 import { sameAddress } from "../../../protocol/address.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
 import type { SupportedResponse } from "../../../protocol/facilitator.ts";

@@ -1,6 +1,6 @@
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { describe, expect, it } from "vitest";
-import type { FacilitatorClient } from "../../../client/facilitatorClient.ts";
+import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
 import { isTollgateError, TollgateError } from "../../../protocol/errors.ts";
 import type { PlanInfo } from "../../../protocol/subscriptions.ts";
 import { parseTokenAmount, subscribeToPlan } from "./subscribeToPlan.ts";

@@ -18,14 +18,14 @@ import { getTokenAllowance } from "../../../chain/actions/usd/getTokenAllowance.
 import type { WriteClient } from "../../../chain/clientTypes.ts";
 import { getSubscriptionIdFromReceipt } from "../../../chain/events/decodeSubscriptionEvents.ts";
 import type { TypedDataSigner } from "../../../chain/signers/typedDataSigner.ts";
-import { requireObject } from "../../../client/checkInput.ts";
+import { parseTokenAmount, type TokenAmountInput } from "../../../client/parseTokenAmount.ts";
+import { parseUsdcCeiling } from "../../../client/parseUsdcCeiling.ts";
+import { requireObject } from "../../../http/checkInput.ts";
 import {
   type FacilitatorClient,
   type RequestOptions,
   requireFacilitator,
-} from "../../../client/facilitatorClient.ts";
-import { parseTokenAmount, type TokenAmountInput } from "../../../client/parseTokenAmount.ts";
-import { parseUsdcCeiling } from "../../../client/parseUsdcCeiling.ts";
+} from "../../../http/facilitatorClient.ts";
 import { sameAddress } from "../../../protocol/address.ts";
 import { type ErrorCode, TollgateError } from "../../../protocol/errors.ts";
 import { chainIdOf, type Network } from "../../../protocol/network.ts";

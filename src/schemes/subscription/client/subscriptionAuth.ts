@@ -8,7 +8,7 @@
  * so a gate — which caches its verification by token — recovers each signature once.
  */
 import type { Address, Hex } from "viem";
-import { requireObject } from "../../../client/checkInput.ts";
+import { requireObject } from "../../../http/checkInput.ts";
 import { type Clock, systemClock, unixSeconds } from "../../../protocol/clock.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
 import { HeaderName } from "../../../protocol/header.ts";

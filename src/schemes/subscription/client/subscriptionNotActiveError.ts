@@ -5,7 +5,7 @@
  * payments (`onSubscriptionInactive: "pay-once"`), rather than being charged per call unawares.
  */
 
-import type { FacilitatorClient } from "../../../client/facilitatorClient.ts";
+import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
 import type { SubscriptionInfo } from "../../../protocol/subscriptions.ts";
 import { getSubscriptionInfo } from "./facilitatorSubscriptions.ts";

@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { errorResponse } from "../../../facilitator/httpErrors.ts";
 import { hashApiKey } from "../../../facilitator/providers/requireProvider.ts";
+import { errorResponse } from "../../../http/httpErrors.ts";
 import { EventFeedResponseSchema } from "../../../protocol/subscriptions.ts";
 import { createTestStore } from "../../../store/createTestStore.ts";
 import type { Store } from "../../../store/store.ts";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { FacilitatorClient } from "../../../client/facilitatorClient.ts";
+import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
 import type { FeedEvent } from "../../../protocol/subscriptions.ts";
 import { createEventPoller } from "./createEventPoller.ts";

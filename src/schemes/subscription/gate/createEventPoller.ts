@@ -10,8 +10,8 @@
  * of the facilitator's transactions, not always id order). The cursor is the feed's opaque `next`.
  */
 import type { Address } from "viem";
-import type { FacilitatorClient } from "../../../client/facilitatorClient.ts";
 import type { GateLogger } from "../../../gate/gateLogger.ts";
+import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
 import {
   type EventCursor,
   type EventFeedResponse,

@@ -17,7 +17,7 @@
  *   `UNAVAILABLE_RETRY_MS` so a burst of calls asks once, and logged by the gate; never a 500.
  */
 import type { Address } from "viem";
-import type { FacilitatorClient } from "../../../client/facilitatorClient.ts";
+import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
 import { sameAddress } from "../../../protocol/address.ts";
 import type { Clock } from "../../../protocol/clock.ts";
 import { isTollgateError, TollgateError } from "../../../protocol/errors.ts";

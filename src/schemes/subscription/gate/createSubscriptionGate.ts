@@ -18,9 +18,9 @@
  * subscription is invalid when the gate merely could not check it.
  */
 import type { Address } from "viem";
-import type { FacilitatorClient } from "../../../client/facilitatorClient.ts";
 import type { GateLogger } from "../../../gate/gateLogger.ts";
 import type { RouteRequest } from "../../../gate/gateRequest.ts";
+import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
 import { sameAddress } from "../../../protocol/address.ts";
 import { formatUnitsExact } from "../../../protocol/amount.ts";
 import type { Clock } from "../../../protocol/clock.ts";

@@ -1,8 +1,8 @@
 import { Hono } from "hono";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import type { CheckablePayment } from "../../../facilitator/checkSignedPayment.ts";
-import { errorResponse } from "../../../facilitator/httpErrors.ts";
 import type { PaymentRow } from "../../../facilitator/paymentRecords.ts";
+import { errorResponse } from "../../../http/httpErrors.ts";
 import { createFixedClock } from "../../../protocol/clock.ts";
 import { type ErrorCode, TollgateError } from "../../../protocol/errors.ts";
 import type { SupportedResponse } from "../../../protocol/facilitator.ts";

@@ -50,9 +50,9 @@
 import { createHash, createHmac } from "node:crypto";
 import type { Address, Hex } from "viem";
 import { z } from "zod";
-import type { FacilitatorClient } from "../../../client/facilitatorClient.ts";
 import type { OneTimeOffer } from "../../../gate/composePaymentRequired.ts";
 import { paymentReplayKey } from "../../../gate/paymentReplayKey.ts";
+import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
 import { sameAddress } from "../../../protocol/address.ts";
 import { type Clock, unixSeconds } from "../../../protocol/clock.ts";
 import { TollgateError } from "../../../protocol/errors.ts";

@@ -26,8 +26,8 @@
  */
 import { isIP } from "node:net";
 import type { MiddlewareHandler } from "hono";
-import type { Clock } from "../../protocol/clock.ts";
-import { TollgateError } from "../../protocol/errors.ts";
+import type { Clock } from "../protocol/clock.ts";
+import { TollgateError } from "../protocol/errors.ts";
 import { createTokenBuckets, type TokenBucketRule, type TokenBuckets } from "./tokenBucket.ts";
 
 export type RateLimitOptions = {

@@ -11,7 +11,7 @@
  *   `maxKeys` other keys have been seen since its last request.
  * - Buckets live in this process: several facilitator instances each enforce their own limits.
  */
-import type { Clock } from "../../protocol/clock.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 export type TokenBucketRule = {
   /** Requests a key may make at once (the bucket's size). */

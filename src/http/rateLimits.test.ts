@@ -1,8 +1,8 @@
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
-import { createFixedClock } from "../../protocol/clock.ts";
-import { isTollgateError } from "../../protocol/errors.ts";
-import { errorResponse } from "../httpErrors.ts";
+import { createFixedClock } from "../protocol/clock.ts";
+import { isTollgateError } from "../protocol/errors.ts";
+import { errorResponse } from "./httpErrors.ts";
 import { bucketKey, clientAddress, createRateLimits, normalizeAddress } from "./rateLimits.ts";
 
 const start = Date.UTC(2026, 10, 24, 12);

@@ -4,8 +4,6 @@
  */
 import { privateKeyToAccount } from "viem/accounts";
 import { describe, expect, it } from "vitest";
-import { TollgateError } from "../protocol/errors.ts";
-import { createSubscriptionAuth } from "../schemes/subscription/client/subscriptionAuth.ts";
 import {
   createFacilitatorClient,
   createPayer,
@@ -19,7 +17,9 @@ import {
   readPaymentRequired,
   registerProvider,
   subscribeToPlan,
-} from "./index.ts";
+} from "../client/index.ts";
+import { TollgateError } from "../protocol/errors.ts";
+import { createSubscriptionAuth } from "../schemes/subscription/client/subscriptionAuth.ts";
 
 const account = privateKeyToAccount("0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d");
 const facilitator = createFacilitatorClient({ url: "http://facilitator.test", fetch });

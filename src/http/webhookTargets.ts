@@ -17,7 +17,7 @@
  */
 import { lookup as dnsLookup } from "node:dns/promises";
 import { isIP } from "node:net";
-import { TollgateError } from "../../protocol/errors.ts";
+import { TollgateError } from "../protocol/errors.ts";
 
 /** One resolved address, as `dns.lookup(…, { all: true })` returns it. */
 export type WebhookTargetAddress = { address: string; family: 4 | 6 };

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { createFixedClock } from "../../protocol/clock.ts";
+import { createFixedClock } from "../protocol/clock.ts";
 import { createTokenBuckets } from "./tokenBucket.ts";
 
 const start = Date.UTC(2026, 10, 24, 12);

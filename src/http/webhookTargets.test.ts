@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { isTollgateError } from "../../protocol/errors.ts";
+import { isTollgateError } from "../protocol/errors.ts";
 import { createWebhookTargetPolicy, isNonPublicAddress } from "./webhookTargets.ts";
 
 describe("isNonPublicAddress", () => {
