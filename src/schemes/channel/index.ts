@@ -4,13 +4,12 @@
  * checked by the gate locally in about 0.1 ms and claimed on chain in batches (docs/channels.md).
  */
 import { defineScheme } from "../registry.ts";
+import { channelAbout } from "./about.ts";
 import { channelClient } from "./client.ts";
 import { channelGate } from "./gate.ts";
 
 export const channelScheme = defineScheme({
-  id: "channel",
-  description:
-    "pay per request from a prepaid channel: P-256 session-key vouchers checked locally, claimed in batches",
+  ...channelAbout,
   gate: channelGate,
   client: channelClient,
 });

@@ -4,11 +4,10 @@
  * servers that speak only x402 (`createPayX402`, used by `fetchWithPayment`).
  */
 import { defineScheme } from "../registry.ts";
+import { x402ExactAbout } from "./about.ts";
 import { x402ExactGate } from "./gate.ts";
 
 export const x402ExactScheme = defineScheme({
-  id: "x402Exact",
-  description:
-    "x402 v2 exact: a PAYMENT-SIGNATURE payload settled through the facilitator before the handler",
+  ...x402ExactAbout,
   gate: x402ExactGate,
 });
