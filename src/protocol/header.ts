@@ -12,13 +12,13 @@ export const MAX_HEADER_BYTES = 8192;
 
 /** Names of the headers of docs/protocol.md; HTTP header names are case-insensitive. */
 export const HeaderName = {
-  /** Client → gate: `base64(JSON(PaymentProof))` (§2.4). */
+  /** Client → gate: `base64(JSON(PaymentProof))` (docs/protocol.md, "Payment proof"). */
   Payment: "X-PAYMENT",
-  /** Gate → client on a paid 200: `base64(JSON(PaymentResponse))` (§2.4). */
+  /** Gate → client on a paid 200: `base64(JSON(PaymentResponse))` (docs/protocol.md, "Payment proof"). */
   PaymentResponse: "X-PAYMENT-RESPONSE",
-  /** Client → gate: decimal subscription id (§2.5). */
+  /** Client → gate: decimal subscription id (docs/protocol.md, "Subscription requests"). */
   Subscription: "X-Tollgate-Sub",
-  /** Client → gate: sub-auth token (§2.5). */
+  /** Client → gate: sub-auth token (docs/protocol.md, "Subscription requests"). */
   SubscriptionAuth: "X-Tollgate-Sub-Auth",
   /**
    * Gate → subscriber on a metered request served under its subscription: the units this request
@@ -30,13 +30,13 @@ export const HeaderName = {
    * (decimal; `0` within the included units). Settled on chain later, in a batch.
    */
   OverageCharge: "X-Tollgate-Overage",
-  /** x402 v2, gate → client on 402: `base64(JSON(X402PaymentRequired))` (§2.7). */
+  /** x402 v2, gate → client on 402: `base64(JSON(X402PaymentRequired))` (docs/protocol.md, "x402 v2"). */
   X402PaymentRequired: "PAYMENT-REQUIRED",
   /** x402 v2, client → gate: `base64(JSON(X402PaymentPayload))`. */
   X402PaymentSignature: "PAYMENT-SIGNATURE",
   /** x402 v2, gate → client: `base64(JSON(X402SettleResponse))`. */
   X402PaymentResponse: "PAYMENT-RESPONSE",
-  /** Seconds to wait, on 429 and 503 (§2.6). */
+  /** Seconds to wait, on 429 and 503 (docs/protocol.md, "Errors"). */
   RetryAfter: "Retry-After",
 } as const;
 export type HeaderName = (typeof HeaderName)[keyof typeof HeaderName];

@@ -13,7 +13,7 @@
  *   `tollgate/channel` (a channel voucher, exactly the `X-Tollgate-Channel` value).
  * - A paid result carries the settlement in `result._meta["x402/payment-response"]`, and a metered
  *   call's counted units and overage in `_meta["tollgate/usage"]`.
- * - Any other refusal is `isError: true` with the error body of §2.6 as `structuredContent` and its
+ * - Any other refusal is `isError: true` with the error body (docs/protocol.md, "Errors") as `structuredContent` and its
  *   HTTP status under `_meta["tollgate/error"]`, so a buyer treats it as it treats the HTTP answer.
  *
  * `_meta` comes from whoever calls: every value is bounded and schema-checked before use.

@@ -121,7 +121,7 @@ export type PaymentOption = z.infer<typeof PaymentOptionSchema>;
 /** The 402 response body: freshly built for every 402 (docs/protocol.md, "402 body"). */
 export const PaymentRequiredSchema = z.object({
   version: z.literal("1"),
-  /** Why payment is required: one of the gate codes of §2.6. */
+  /** Why payment is required: one of the gate codes (docs/protocol.md, "Errors"). */
   error: GateErrorCodeSchema,
   /** For people; clients branch on `error`. */
   message: z.string().max(1024),
