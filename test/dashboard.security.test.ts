@@ -7,9 +7,8 @@ import { randomBytes } from "node:crypto";
 import pino from "pino";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
-import { agentSection } from "../src/facilitator/dashboard/agentSection.ts";
+import { agentSection } from "../src/agent/dashboard/agentSection.ts";
 import { createDashboardApp } from "../src/facilitator/dashboard/dashboardApp.ts";
-import { mountPlanViews } from "../src/facilitator/dashboard/planViews.ts";
 import { providerSection } from "../src/facilitator/dashboard/providerSection.ts";
 import { mountWebhookViews } from "../src/facilitator/dashboard/webhookViews.ts";
 import { hashApiKey } from "../src/facilitator/providers/requireProvider.ts";
@@ -17,6 +16,7 @@ import { createWebhookRepository } from "../src/facilitator/webhooks/createWebho
 import { createWebhookSecretBox } from "../src/facilitator/webhooks/webhookSecretBox.ts";
 import { base64UrlEncode } from "../src/protocol/base64.ts";
 import { createFixedClock } from "../src/protocol/clock.ts";
+import { mountPlanViews } from "../src/schemes/subscription/facilitator/planViews.ts";
 import { upsertPlan } from "../src/schemes/subscription/facilitator/subscriptionRecords.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";

@@ -4,8 +4,8 @@
  * a payment scheme does there is adding its part to facilitatorSchemes.ts.
  */
 
-import { eventFeedModule } from "../schemes/subscription/facilitator/eventFeed.ts";
 import { analyticsModule } from "./analytics/createAnalyticsModule.ts";
+import { eventFeedModule } from "./eventFeed.ts";
 import type { FacilitatorModuleFactory } from "./facilitatorModule.ts";
 import { providersModule } from "./providers/providersModule.ts";
 import { webhooksModule } from "./webhooks/createWebhooksModule.ts";

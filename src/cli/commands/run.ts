@@ -19,6 +19,7 @@ import { approvalFor, getApprovalThreshold } from "../../agent/budget/approvalTh
 import type { BudgetReport } from "../../agent/budget/budgetReport.ts";
 import { type BudgetLedger, createBudgetLedger } from "../../agent/budget/createBudgetLedger.ts";
 import { resolvePendingPayments } from "../../agent/budget/pendingPayments.ts";
+import { startRunRecording } from "../../agent/dashboard/runSpendRecords.ts";
 import { type DiscoveredTool, type DiscoverToolsOptions, discoverTools } from "../../agent/discoverTools.ts";
 import { createOrchestrator, type Orchestrator } from "../../agent/orchestrator/createOrchestrator.ts";
 import { modelFromEnv } from "../../agent/orchestrator/modelFromEnv.ts";
@@ -43,7 +44,6 @@ import { rpcTransport } from "../../chain/rpcTransport.ts";
 import { RpcUrlsSchema } from "../../chain/rpcUrls.ts";
 import { privateKeyAccount } from "../../chain/signers/privateKeyAccount.ts";
 import { createPayer, type Payer } from "../../client/createPayer.ts";
-import { startRunRecording } from "../../facilitator/dashboard/agent/runSpendRecords.ts";
 import { createFacilitatorClient, type FetchFn } from "../../http/facilitatorClient.ts";
 import { DEFAULT_MARKET_URL } from "../../market/marketApi.ts";
 import { formatUnitsExact } from "../../protocol/amount.ts";

@@ -6,17 +6,17 @@
  */
 import { randomBytes as nodeRandomBytes } from "node:crypto";
 import type { Address } from "viem";
+import { agentSection } from "../../agent/dashboard/agentSection.ts";
 import type { WriteClient } from "../../chain/clientTypes.ts";
 import type { TokenBucketRule } from "../../http/tokenBucket.ts";
+import { mountPlanViews } from "../../schemes/subscription/facilitator/planViews.ts";
 import { findSubscription } from "../../schemes/subscription/facilitator/subscriptionRecords.ts";
 import type { Store } from "../../store/store.ts";
 import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
 import { createWebhookRepository } from "../webhooks/createWebhookRepository.ts";
 import { createWebhookSecretBox } from "../webhooks/webhookSecretBox.ts";
-import { agentSection } from "./agentSection.ts";
 import { createDashboardApp, type DashboardSection } from "./dashboardApp.ts";
 import type { DashboardSessionOptions } from "./dashboardSessions.ts";
-import { mountPlanViews } from "./planViews.ts";
 import { providerSection } from "./providerSection.ts";
 import { mountWebhookViews } from "./webhookViews.ts";
 

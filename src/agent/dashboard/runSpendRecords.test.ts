@@ -1,9 +1,9 @@
 import { getAddress } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createSpendCollector, type SpendEvent } from "../../../agent/spendReport.ts";
-import { createFixedClock } from "../../../protocol/clock.ts";
-import { createTestStore } from "../../../store/createTestStore.ts";
-import type { Store } from "../../../store/store.ts";
+import { createFixedClock } from "../../protocol/clock.ts";
+import { createTestStore } from "../../store/createTestStore.ts";
+import type { Store } from "../../store/store.ts";
+import { createSpendCollector, type SpendEvent } from "../spendReport.ts";
 import { latestRunReport, spendEventsOf, startRunRecording } from "./runSpendRecords.ts";
 
 // Offers carry checksummed addresses (PolicyOfferSchema), as the gate's 402 gives them.

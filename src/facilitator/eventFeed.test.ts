@@ -1,11 +1,11 @@
 import { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { hashApiKey } from "../../../facilitator/providers/requireProvider.ts";
-import { errorResponse } from "../../../http/httpErrors.ts";
-import { EventFeedResponseSchema } from "../../../protocol/subscriptions.ts";
-import { createTestStore } from "../../../store/createTestStore.ts";
-import type { Store } from "../../../store/store.ts";
+import { errorResponse } from "../http/httpErrors.ts";
+import { EventFeedResponseSchema } from "../protocol/subscriptions.ts";
+import { createTestStore } from "../store/createTestStore.ts";
+import type { Store } from "../store/store.ts";
 import { eventFeedModule } from "./eventFeed.ts";
+import { hashApiKey } from "./providers/requireProvider.ts";
 
 let store: Store;
 let app: Hono;

@@ -6,22 +6,22 @@
  */
 import { getAddress, isAddress } from "viem";
 import { z } from "zod";
-import { AgentIdSchema } from "../../agent/budget/budgetLimits.ts";
-import type { BudgetReport } from "../../agent/budget/budgetReport.ts";
-import { createBudgetLedger } from "../../agent/budget/createBudgetLedger.ts";
-import { createCancelClaims } from "../../agent/policy/cancelUnneededSubscriptions.ts";
-import type { SpendReport } from "../../agent/spendReport.ts";
+import type { DashboardSection } from "../../facilitator/dashboard/dashboardApp.ts";
+import { money, page, short, table, when } from "../../facilitator/dashboard/dashboardLayout.ts";
+import { html, jsonForScript, type SafeHtml } from "../../facilitator/dashboard/html.ts";
+import type { DisplayToken } from "../../facilitator/dashboard/providerSection.ts";
+import { routeDoc } from "../../facilitator/routeDocs.ts";
 import type { Clock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { listSubscriptions } from "../../schemes/subscription/agent/agentSubscriptionRecords.ts";
 import type { Store } from "../../store/store.ts";
-import { routeDoc } from "../routeDocs.ts";
-import { listAgents } from "./agent/agentRecords.ts";
-import { type AgentRun, latestRunReport, type RunSpendRow, spendEventsOf } from "./agent/runSpendRecords.ts";
-import type { DashboardSection } from "./dashboardApp.ts";
-import { money, page, short, table, when } from "./dashboardLayout.ts";
-import { html, jsonForScript, type SafeHtml } from "./html.ts";
-import type { DisplayToken } from "./providerSection.ts";
+import { AgentIdSchema } from "../budget/budgetLimits.ts";
+import type { BudgetReport } from "../budget/budgetReport.ts";
+import { createBudgetLedger } from "../budget/createBudgetLedger.ts";
+import { createCancelClaims } from "../policy/cancelUnneededSubscriptions.ts";
+import type { SpendReport } from "../spendReport.ts";
+import { listAgents } from "./agentRecords.ts";
+import { type AgentRun, latestRunReport, type RunSpendRow, spendEventsOf } from "./runSpendRecords.ts";
 
 /**
  * Runs `work` with the agents' store: the store itself where it stays open (the facilitator's), or

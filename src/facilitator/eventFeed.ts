@@ -20,21 +20,21 @@
  */
 import type { Hono } from "hono";
 import { z } from "zod";
-import type { FacilitatorContext } from "../../../facilitator/facilitatorContext.ts";
-import type { FacilitatorModule } from "../../../facilitator/facilitatorModule.ts";
-import { requireProvider } from "../../../facilitator/providers/requireProvider.ts";
-import { routeDoc } from "../../../facilitator/routeDocs.ts";
-import { AddressSchema } from "../../../protocol/address.ts";
-import { TollgateError } from "../../../protocol/errors.ts";
-import { parseWire } from "../../../protocol/parseWire.ts";
+import { AddressSchema } from "../protocol/address.ts";
+import { TollgateError } from "../protocol/errors.ts";
+import { parseWire } from "../protocol/parseWire.ts";
 import {
   type EventCursor,
   EventCursorSchema,
   type EventFeedResponse,
   EventFeedResponseSchema,
-} from "../../../protocol/subscriptions.ts";
-import { SafeIntColumnSchema, TimestampColumnSchema } from "../../../store/columnSchemas.ts";
-import { queryParsed } from "../../../store/queryParsed.ts";
+} from "../protocol/subscriptions.ts";
+import { SafeIntColumnSchema, TimestampColumnSchema } from "../store/columnSchemas.ts";
+import { queryParsed } from "../store/queryParsed.ts";
+import type { FacilitatorContext } from "./facilitatorContext.ts";
+import type { FacilitatorModule } from "./facilitatorModule.ts";
+import { requireProvider } from "./providers/requireProvider.ts";
+import { routeDoc } from "./routeDocs.ts";
 
 const QuerySchema = z.object({
   /** Omitted: from the start of the log. */

@@ -9,24 +9,24 @@
 import type { Hono } from "hono";
 import type { Address, Chain, PublicClient, Transport } from "viem";
 import { z } from "zod";
-import { createPlan } from "../../chain/actions/subscriptions/createPlan.ts";
-import { deprecatePlan } from "../../chain/actions/subscriptions/deprecatePlan.ts";
-import type { WriteClient } from "../../chain/clientTypes.ts";
-import { getPlanIdFromReceipt } from "../../chain/events/decodeSubscriptionEvents.ts";
-import { parseUnitsExact } from "../../protocol/amount.ts";
-import { TollgateError } from "../../protocol/errors.ts";
+import { createPlan } from "../../../chain/actions/subscriptions/createPlan.ts";
+import { deprecatePlan } from "../../../chain/actions/subscriptions/deprecatePlan.ts";
+import type { WriteClient } from "../../../chain/clientTypes.ts";
+import { getPlanIdFromReceipt } from "../../../chain/events/decodeSubscriptionEvents.ts";
+import type { DashboardEnv } from "../../../facilitator/dashboard/dashboardApp.ts";
+import { csrfField, duration, money, page, table } from "../../../facilitator/dashboard/dashboardLayout.ts";
+import { html, type SafeHtml } from "../../../facilitator/dashboard/html.ts";
+import { plansOfProvider } from "../../../facilitator/dashboard/providerRecords.ts";
 import {
-  findPlan,
-  type IndexScope,
-  type PlanRow,
-} from "../../schemes/subscription/facilitator/subscriptionRecords.ts";
-import type { Store } from "../../store/store.ts";
-import { routeDoc } from "../routeDocs.ts";
-import type { DashboardEnv } from "./dashboardApp.ts";
-import { csrfField, duration, money, page, table } from "./dashboardLayout.ts";
-import { html, type SafeHtml } from "./html.ts";
-import { plansOfProvider } from "./providerRecords.ts";
-import { type DisplayToken, providerFrame, providerOf } from "./providerSection.ts";
+  type DisplayToken,
+  providerFrame,
+  providerOf,
+} from "../../../facilitator/dashboard/providerSection.ts";
+import { routeDoc } from "../../../facilitator/routeDocs.ts";
+import { parseUnitsExact } from "../../../protocol/amount.ts";
+import { TollgateError } from "../../../protocol/errors.ts";
+import type { Store } from "../../../store/store.ts";
+import { findPlan, type IndexScope, type PlanRow } from "./subscriptionRecords.ts";
 
 export type PlanViewsDeps = {
   store: Store;

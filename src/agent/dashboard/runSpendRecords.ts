@@ -9,13 +9,13 @@
  */
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
-import type { PolicyOffer } from "../../../agent/policy/policyOffer.ts";
-import { PolicyOfferSchema } from "../../../agent/policy/policyOffer.ts";
-import { createSpendCollector, type SpendEvent, type SpendReport } from "../../../agent/spendReport.ts";
-import type { Clock } from "../../../protocol/clock.ts";
-import { BigintColumnSchema, TimestampColumnSchema } from "../../../store/columnSchemas.ts";
-import { queryOneParsed, queryParsed } from "../../../store/queryParsed.ts";
-import type { Queryable } from "../../../store/store.ts";
+import type { Clock } from "../../protocol/clock.ts";
+import { BigintColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
+import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
+import type { Queryable } from "../../store/store.ts";
+import type { PolicyOffer } from "../policy/policyOffer.ts";
+import { PolicyOfferSchema } from "../policy/policyOffer.ts";
+import { createSpendCollector, type SpendEvent, type SpendReport } from "../spendReport.ts";
 
 export type RunRecording = {
   runId: string;

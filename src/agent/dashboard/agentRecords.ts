@@ -1,7 +1,7 @@
 /** The agents the agents' store has budgets for (the dashboard's agent list). */
 import { z } from "zod";
-import { queryParsed } from "../../../store/queryParsed.ts";
-import type { Queryable } from "../../../store/store.ts";
+import { queryParsed } from "../../store/queryParsed.ts";
+import type { Queryable } from "../../store/store.ts";
 
 /** Built once: a zod object schema compiles its parser on first use. */
 const AgentRowSchema = z.object({ agent: z.string() });
