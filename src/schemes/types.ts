@@ -28,12 +28,11 @@
  */
 import type { Hono } from "hono";
 import type { Address } from "viem";
-import type { ServedSubscription } from "../gate/deductAllowance.ts";
 import type { FacilitatorClient } from "../http/facilitatorClient.ts";
 import type { Clock } from "../protocol/clock.ts";
 import type { GateErrorCode } from "../protocol/errors.ts";
 import type { Network } from "../protocol/network.ts";
-import type { PaymentOption, TollgateExtension } from "../protocol/paymentRequired.ts";
+import type { PaymentOption, PaymentRequired, TollgateExtension } from "../protocol/paymentRequired.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
 
 /** A scheme's id: what its `accepts` entries carry as `scheme` (`exact`, `subscription`, `channel`). */
@@ -64,6 +63,31 @@ export type SchemePaymentBase = {
 
 /** The payment a gate accepted for a request, over every registered scheme. */
 export type SchemePayment = SchemePayments[keyof SchemePayments];
+
+/**
+ * The subscription a request can be served under, keyed by scheme id: a scheme that serves
+ * subscribers adds what handlers read of it (`c.get("subscription")`, `res.locals.subscription`)
+ * from its own folder, as `SchemePayments`:
+ *
+ * @example
+ * declare module "../types.ts" {
+ *   interface SchemeSubscriptions { subscription: SubscriptionServed }
+ * }
+ */
+// biome-ignore lint/suspicious/noEmptyInterface: filled by declaration merging, one entry per scheme.
+export interface SchemeSubscriptions {}
+
+/** The subscription a gate served a request under, over every registered scheme. */
+export type ServedSubscription = SchemeSubscriptions[keyof SchemeSubscriptions];
+
+/**
+ * Types of the gate options a scheme's part reads and checks itself (`usageLedger`, `proofKeys`), by
+ * option name: a scheme adds each from its own folder by declaration merging, so `paymentGate`'s
+ * options are typed without the core naming the scheme. The gate passes them through unchecked; the
+ * part checks them in `create` (`GateSchemeContext.options`).
+ */
+// biome-ignore lint/suspicious/noEmptyInterface: filled by declaration merging, one entry per option.
+export interface SchemeGateOptions {}
 
 /** The logger gate parts write to; a pino logger satisfies it. */
 export type SchemeLogger = {
@@ -231,6 +255,11 @@ export type GateScheme<Offer extends SchemeOffer = SchemeOffer> = {
     request: SchemeRequest,
     route: SchemeRoute<Offer>,
   ): SchemeAcceptance | Promise<SchemeAcceptance>;
+  /**
+   * The gate's `verifyPaymentProof(proof)` for this part's proofs (object or header text): `true` when
+   * the proof pays one of this gate's offers, without consuming it. A part without proofs omits it.
+   */
+  verifyProof?(proof: unknown): Promise<boolean>;
   /** Optional lifecycle, run by the gate's controls of the same name. */
   ready?(offers: readonly Offer[]): Promise<void>;
   syncEvents?(): Promise<void>;
@@ -238,8 +267,19 @@ export type GateScheme<Offer extends SchemeOffer = SchemeOffer> = {
   close?(): Promise<void>;
 };
 
+/**
+ * What an MCP tool call (`mcpPaymentGate`) carries of a part's payment, as the HTTP headers the gate
+ * reads and writes (docs/mcp.md). Both are plain copies of one string value.
+ */
+export type SchemeMcpMeta = {
+  /** `_meta` key of a credential → the request header the gate reads it from. */
+  credentials?: Readonly<Record<string, string>>;
+  /** Response header of a paid request → the `_meta` key a paid tool result carries it under. */
+  receipts?: Readonly<Record<string, string>>;
+};
+
 /** The gate side of a scheme: which pricing entries it compiles, and how it is built per gate. */
-export type GateSchemePart<Offer extends SchemeOffer = SchemeOffer> = {
+export type GateSchemePart<Offer extends SchemeOffer = SchemeOffer, Resolved = never> = {
   /**
    * The `type`s of gate pricing entries this part compiles (`{ type: "one-time", amount }`). Empty for
    * a part that only accepts credentials for other parts' offers (x402 `exact` pays `one-time` offers).
@@ -251,6 +291,14 @@ export type GateSchemePart<Offer extends SchemeOffer = SchemeOffer> = {
    */
   accepts?: readonly SchemeId[];
   create(context: GateSchemeContext): GateScheme<Offer>;
+  /**
+   * The `accepts` entry of an offer whose terms its caller resolved (`composePaymentRequired`), without
+   * a gate: a part whose `offer` reads nothing describes its own offers so; a part whose `offer` reads
+   * terms (a plan's, from the facilitator) takes them resolved.
+   */
+  entryOf?(offer: Resolved): SchemeOfferEntry;
+  /** Its credential and receipts in an MCP tool call's `_meta`, when they are one header each. */
+  mcp?: SchemeMcpMeta;
 };
 
 /** What a client part knows of the payer. */
@@ -299,7 +347,98 @@ export type ClientSchemePart = {
   upFront?(request: Request, payer: SchemePayer): Promise<Record<string, string> | undefined>;
   /** Told how the server answered a request paid by this part (a channel books its voucher). */
   settled?(payment: ClientPayment, response: Response): void | Promise<void>;
+  /**
+   * Its payments are the one-time payments the payer makes itself (`payer.pay`, a proof sent as
+   * `X-PAYMENT`): `payer.pay(terms)` chooses among its options, `fetchWithPayment` tells `onPayment` of
+   * them, and a request whose standing credential the gate refused may fall back to them.
+   */
+  oneTime?: boolean | undefined;
+  /**
+   * The request paid with `payment` was answered 5xx: sends it again with the same credential (a proof
+   * the gate hands back when its handler fails) and answers the response that ends the call, or throws
+   * (`PaidRequestFailed`). Absent: the 5xx is the answer.
+   */
+  resend?(payment: ClientPayment, failed: Response, context: ClientResendContext): Promise<Response>;
+  /**
+   * Built once per `fetchWithPayment`, checking the part's own options there: what the part does for a
+   * call besides paying one option (keep a credential over a request's attempts, take out a plan,
+   * pay a 402 whose terms only it reads).
+   */
+  flows?(context: ClientFlowContext): ClientFlows;
 };
+
+/** What a part's `resend` is given: the request, and the caller's limits on re-sending it. */
+export type ClientResendContext = {
+  request: Request;
+  send(headers: Record<string, string>): Promise<Response>;
+  clock: Clock;
+  sleep(ms: number): Promise<void>;
+  /** Re-sends allowed after the first 5xx. */
+  maxResends: number;
+  /** The wait before a re-send when the 5xx names none (`Retry-After`), ms. */
+  delayMs: number;
+  /** The longest wait honoured, ms: a longer one ends the call. */
+  maxDelayMs: number;
+};
+
+/** What a part's `flows` are built with, once per `fetchWithPayment`. */
+export type ClientFlowContext = {
+  /** The payer as given: a part reads what it needs of it (its subscriptions, its account). */
+  payer: SchemePayer;
+  /** The most one payment may cost, smallest unit. */
+  maxPrice: bigint;
+  clock: Clock;
+  /** The options `fetchWithPayment` was given, for the part's own settings and hooks. */
+  options: Readonly<Record<string, unknown>>;
+};
+
+/** One request of a `fetchWithPayment` call, as a part's flows see it. */
+export type ClientFlowRequest = {
+  /** The request (buffered; read its URL, method and signal). */
+  request: Request;
+  /** Sends the request with these headers added. */
+  send(headers?: Record<string, string>): Promise<Response>;
+  /** The options of a 402 the payer pays once (`oneTime` parts) within the ceiling, cheapest first. */
+  oneTimeOptions(accepts: readonly PaymentOption[]): PaymentOption[];
+  /** Why none of a 402's options can be paid once within the ceiling. */
+  noOneTimeOption(accepts: readonly PaymentOption[]): Error;
+  /** Whether `option` is paid once by a `oneTime` part. */
+  isOneTime(option: PaymentOption | undefined): boolean;
+};
+
+/** What a part does for a `fetchWithPayment` call besides paying one option; each member optional. */
+export type ClientFlows = {
+  /** Opens the part's state for one request: a credential it keeps over the request's attempts. */
+  session?(request: ClientFlowRequest): ClientSession;
+  /** The default chooser's pick before the cheapest option paid once (a plan the caller allowed). */
+  prefer?(offered: readonly PaymentOption[]): PaymentOption | undefined;
+  /**
+   * Pays a 402 that states its terms only in a form this part reads (no Tollgate body) and answers the
+   * paid retry's response, or the 402 itself when the part declines; `undefined` when the 402 is not
+   * of its kind.
+   */
+  payUnread?(response: Response, request: ClientFlowRequest): Promise<Response | undefined>;
+};
+
+/** A part's state over one request's attempts (a subscription it sends up front or takes out). */
+export type ClientSession = {
+  /** Headers to send with the first attempt (a credential held for the origin), or `undefined`. */
+  upFront(): Promise<Record<string, string> | undefined>;
+  /**
+   * A 402 answered the request while it carried this session's credential: send it again with other
+   * headers, pay one option once for this call instead, or `pass` (the 402 is paid as usual, the
+   * credential dropped). Throws when the call must end with the refusal.
+   */
+  refused(paymentRequired: PaymentRequired): Promise<ClientRefusalOutcome>;
+  /** Takes out a chosen option of this part's scheme (subscribes) and answers the headers to send. */
+  take?(option: PaymentOption, paymentRequired: PaymentRequired): Promise<Record<string, string>>;
+};
+
+/** What a session answers to a 402 to its credential. */
+export type ClientRefusalOutcome =
+  | { kind: "send"; headers: Record<string, string> }
+  | { kind: "payOnce"; option: PaymentOption }
+  | { kind: "pass" };
 
 /**
  * A payment scheme: its id and its parts. Declare it with `defineScheme` in `src/schemes/<id>/index.ts`
@@ -311,9 +450,18 @@ export type Scheme<Id extends SchemeId = SchemeId> = {
   /** One line for docs and errors. */
   readonly description: string;
   // biome-ignore lint/suspicious/noExplicitAny: each part is typed by its own offer; the registry is not.
-  readonly gate?: GateSchemePart<any> | undefined;
+  readonly gate?: GateSchemePart<any, any> | undefined;
   readonly client?: ClientSchemePart | undefined;
+  /** The agent's part (`AgentSchemePart`): how an agent describes, checks and weighs the scheme's offers. */
+  readonly agent?: SchemeAgentPart | undefined;
 };
+
+/**
+ * The agent's part of a scheme. Declared by the agent (`AgentSchemePart`, src/agent/agentScheme.ts)
+ * and merged in here, so that the scheme seam names no agent type.
+ */
+// biome-ignore lint/suspicious/noEmptyInterface: filled by declaration merging from src/agent/agentScheme.ts.
+export interface SchemeAgentPart {}
 
 /** What a facilitator part is given: the request body as received (it parses it with zod itself). */
 export type FacilitatorSchemeRequest = { body: unknown; signal?: AbortSignal | undefined };

@@ -5,6 +5,7 @@
  */
 import { defineScheme } from "../registry.ts";
 import { channelAbout } from "./about.ts";
+import { channelAgent } from "./agent.ts";
 import { channelClient } from "./client.ts";
 import { channelGate } from "./gate.ts";
 
@@ -12,4 +13,5 @@ export const channelScheme = defineScheme({
   ...channelAbout,
   gate: channelGate,
   client: channelClient,
+  agent: channelAgent,
 });

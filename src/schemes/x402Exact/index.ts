@@ -5,9 +5,11 @@
  */
 import { defineScheme } from "../registry.ts";
 import { x402ExactAbout } from "./about.ts";
+import { x402ExactAgent } from "./agent.ts";
 import { x402ExactGate } from "./gate.ts";
 
 export const x402ExactScheme = defineScheme({
   ...x402ExactAbout,
   gate: x402ExactGate,
+  agent: x402ExactAgent,
 });
