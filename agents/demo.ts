@@ -11,6 +11,7 @@ import type { AddressInfo } from "node:net";
 import pino from "pino";
 import type { Address } from "viem";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
+import { agentDashboard } from "../src/agent/dashboard/agentSection.ts";
 import { startRunRecording } from "../src/agent/dashboard/runSpendRecords.ts";
 import { discoverTools } from "../src/agent/discoverTools.ts";
 import { createMcpConnections } from "../src/agent/mcp/mcpConnections.ts";
@@ -216,7 +217,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       // the token printed below; plan actions are sent with the sellers' devnet keys.
       webhooks: { secretKeys: [webhookKey] },
       dashboard: {
-        agents: { store, token: dashboardToken },
+        agents: agentDashboard({ store, token: dashboardToken }),
         planSigner: (provider) => {
           const account = devnet.accounts.find((a) => a.address.toLowerCase() === provider.toLowerCase());
           return account === undefined ? undefined : devnet.walletClient(account);

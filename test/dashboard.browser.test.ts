@@ -16,6 +16,7 @@ import type { Address } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
+import { agentDashboard } from "../src/agent/dashboard/agentSection.ts";
 import { startRunRecording } from "../src/agent/dashboard/runSpendRecords.ts";
 import { discoverTools } from "../src/agent/discoverTools.ts";
 import { createCallCounter } from "../src/agent/policy/createCallCounter.ts";
@@ -83,7 +84,7 @@ describe.skipIf(!hasChromium)("dashboard in the browser", () => {
           pollIntervalMs: 100,
         },
         dashboard: {
-          agents: { store, token: agentToken },
+          agents: agentDashboard({ store, token: agentToken }),
           // The devnet's dev keys: a provider signed in here may send its own plan transactions.
           planSigner: (provider: Address) => {
             const found = accounts.find((a) => a.address === provider);

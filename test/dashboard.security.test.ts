@@ -18,6 +18,7 @@ import { base64UrlEncode } from "../src/protocol/base64.ts";
 import { createFixedClock } from "../src/protocol/clock.ts";
 import { mountPlanViews } from "../src/schemes/subscription/facilitator/planViews.ts";
 import { upsertPlan } from "../src/schemes/subscription/facilitator/subscriptionRecords.ts";
+import { mountSubscriptionViews } from "../src/schemes/subscription/facilitator/subscriptionViews.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 
@@ -43,8 +44,9 @@ function makeApp(options: { loginLimit?: { capacity: number; refillPerSecond: nu
       providerKeys: store,
       agentToken,
       sections: [
-        providerSection({ store, clock, token, scope: undefined }, [
+        providerSection({ store, clock, token }, [
           mountWebhookViews({ repository, clock }),
+          mountSubscriptionViews({ store, token, scope: undefined }),
         ]),
         agentSection({ store: (work) => work(store), clock, token }),
       ],
@@ -389,7 +391,7 @@ describe("dashboard security", () => {
       sessionStore: store,
       providerKeys: store,
       sections: [
-        providerSection({ store, clock, token, scope }, [
+        providerSection({ store, clock, token }, [
           mountPlanViews({
             store,
             scope,

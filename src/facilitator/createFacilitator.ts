@@ -200,7 +200,7 @@ export type CreateFacilitatorOptions = {
    * Serve the web dashboard at `/dashboard` (docs/dashboard.md; off unless given). It seals rotated
    * webhook secrets with the webhooks module's keys.
    */
-  dashboard?: Omit<DashboardOptions, "webhookSecretKeys"> | undefined;
+  dashboard?: Omit<DashboardOptions, "webhookSecretKeys" | "schemes"> | undefined;
   /**
    * Run the built-in modules and scheme parts (default true). `false` runs only `modules`, `schemes`
    * and the core scheme parts (`exact`, x402), e.g. to configure the keeper interval differently.
@@ -438,14 +438,6 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
           m === webhooksModule && webhookOptions !== undefined ? createWebhooksModule(webhookOptions) : m,
         )),
     ...(options.modules ?? []),
-    ...(options.dashboard === undefined
-      ? []
-      : [
-          createDashboardModule({
-            ...options.dashboard,
-            webhookSecretKeys: webhookOptions?.secretKeys ?? [],
-          }),
-        ]),
   ];
   // Scheme parts first, in list order: what each payment scheme does here (routes, checks,
   // settlement, workers). Parts carried by modules and given in `schemes` take a built-in one's place.
@@ -456,6 +448,16 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
       [...moduleFactories.flatMap((factory) => factory.schemes ?? []), ...(options.schemes ?? [])],
     ),
   );
+  // The dashboard last: it shows what the scheme parts contribute to it.
+  if (options.dashboard !== undefined) {
+    moduleFactories.push(
+      createDashboardModule({
+        ...options.dashboard,
+        webhookSecretKeys: webhookOptions?.secretKeys ?? [],
+        schemes: [...schemes.parts.values()].flatMap((part) => part.dashboard ?? []),
+      }),
+    );
+  }
   const modules = moduleFactories.map((factory) => factory(context));
   const app = createFacilitatorApp({
     store: options.store,

@@ -14,6 +14,7 @@ import type { Hono } from "hono";
 import { TollgateError } from "../protocol/errors.ts";
 import { SchemeIdSchema } from "../schemes/registry.ts";
 import type { FacilitatorScheme, FacilitatorSchemeInstance, SchemeId } from "../schemes/types.ts";
+import type { SchemeDashboard } from "./dashboard/schemeDashboard.ts";
 import type { FacilitatorContext } from "./facilitatorContext.ts";
 
 /** What a part's `create` is given: the facilitator's context and the parts built before it. */
@@ -29,6 +30,8 @@ export type FacilitatorPart = FacilitatorSchemeInstance & {
    * rate limit (429 `RateLimited`) runs before them.
    */
   rateLimited?: readonly string[] | undefined;
+  /** What the part adds to the dashboard, where the facilitator serves one (pages, answers). */
+  dashboard?: SchemeDashboard | undefined;
 };
 
 /** A scheme's facilitator part, as `src/schemes/<id>/facilitator.ts` exports it. */

@@ -12,6 +12,7 @@
  */
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { agentDashboard } from "../../src/agent/dashboard/agentSection.ts";
 import { payerReadHeaders } from "../../src/client/payerReadHeaders.ts";
 import { createFacilitator, type Facilitator } from "../../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
@@ -45,7 +46,7 @@ beforeAll(async () => {
     subscriptionManager: address(2),
     channels: address(3),
     tokens: [{ address: address(4), name: "USD Coin", version: "2", symbol: "USDC", decimals: 6 }],
-    dashboard: { agents: { store, token: "an-agent-operator-token-of-some-length" } },
+    dashboard: { agents: agentDashboard({ store, token: "an-agent-operator-token-of-some-length" }) },
   });
   const provider = privateKeyToAccount(generatePrivateKey()).address.toLowerCase();
   await store.query("INSERT INTO providers (address) VALUES ($1)", [provider]);

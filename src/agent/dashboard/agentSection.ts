@@ -7,9 +7,16 @@
 import { getAddress, isAddress } from "viem";
 import { z } from "zod";
 import type { DashboardSection } from "../../facilitator/dashboard/dashboardApp.ts";
-import { money, page, short, table, when } from "../../facilitator/dashboard/dashboardLayout.ts";
+import {
+  type DisplayToken,
+  money,
+  page,
+  short,
+  table,
+  when,
+} from "../../facilitator/dashboard/dashboardLayout.ts";
+import type { DashboardAgents } from "../../facilitator/dashboard/dashboardModule.ts";
 import { html, jsonForScript, type SafeHtml } from "../../facilitator/dashboard/html.ts";
-import type { DisplayToken } from "../../facilitator/dashboard/providerSection.ts";
 import { routeDoc } from "../../facilitator/routeDocs.ts";
 import type { Clock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
@@ -42,6 +49,27 @@ const AGENT_NAV = [{ href: "/dashboard/agents", label: "Agents" }] as const;
 const BucketSchema = z.enum(["hour", "day"]).default("hour").catch("hour");
 const HOUR_MS = 3_600_000;
 const DAY_MS = 86_400_000;
+
+/**
+ * The agent views on a facilitator's dashboard, over the agents' `store` and signed in with `token`;
+ * the facilitator gives the clock, the token amounts are shown in, and its index's renewal dates.
+ *
+ * @example
+ * createFacilitator({ …, dashboard: { agents: agentDashboard({ store, token }) } });
+ */
+export function agentDashboard(options: { store: Store; token: string }): DashboardAgents {
+  const { store } = options;
+  return {
+    token: options.token,
+    section: (host) =>
+      agentSection({
+        store: (work) => work(store),
+        clock: host.clock,
+        token: host.token,
+        nextRenewal: host.nextRenewal,
+      }),
+  };
+}
 
 /** The agent views, under `/dashboard/agents`. */
 export function agentSection(deps: AgentViewsDeps): DashboardSection {

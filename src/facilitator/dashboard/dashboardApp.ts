@@ -22,7 +22,7 @@ import type { Queryable } from "../../store/store.ts";
 import { findProviderByApiKey } from "../providers/requireProvider.ts";
 import { authenticating, routeDoc } from "../routeDocs.ts";
 import { loadDashboardAssets } from "./dashboardAssets.ts";
-import { csrfField, page } from "./dashboardLayout.ts";
+import { csrfField, type NavEntry, page } from "./dashboardLayout.ts";
 import { assertCsrf, assertSameOrigin, dashboardHeaders, tokensMatch } from "./dashboardSecurity.ts";
 import {
   createDashboardSessions,
@@ -38,7 +38,7 @@ export type DashboardEnv = { Variables: { session: DashboardSession; form: Recor
 export type DashboardSection = {
   kind: DashboardSession["kind"];
   prefix: string;
-  nav: readonly { href: string; label: string }[];
+  nav: readonly NavEntry[];
   mount(app: Hono<DashboardEnv>): void;
 };
 

@@ -5,12 +5,18 @@
 import { formatUnitsExact } from "../../protocol/amount.ts";
 import { html, type SafeHtml } from "./html.ts";
 
+/** The token amounts are shown in (the facilitator's first token). */
+export type DisplayToken = { decimals: number; symbol: string };
+
+/** A navigation entry of the page's top bar. */
+export type NavEntry = { href: string; label: string };
+
 /** Where a signed-in page's navigation points, and who is signed in. */
 export type PageFrame = {
   title: string;
   /** The navigation entry to mark as current. */
   current?: string | undefined;
-  nav: readonly { href: string; label: string }[];
+  nav: readonly NavEntry[];
   /** "Provider 0x…" or "Agent operator"; absent on the sign-in page. */
   who?: string | undefined;
   /** The session's CSRF token, for the sign-out form. */
@@ -61,7 +67,7 @@ export function csrfField(token: string): SafeHtml {
 }
 
 /** An amount in the token's smallest unit as token text with its symbol (`12.5 USDC`). */
-export function money(amount: bigint, token: { decimals: number; symbol: string }): string {
+export function money(amount: bigint, token: DisplayToken): string {
   return `${formatUnitsExact(amount, token.decimals)} ${token.symbol}`;
 }
 

@@ -1,24 +1,28 @@
 /**
  * The dashboard as a facilitator module (docs/dashboard.md): mounts `/dashboard` with the provider
- * views over this facilitator's store, and — when given an agent store and token — the agent
- * operator's views. Not in the built-in modules: `createFacilitator({ dashboard })` adds it, and
- * `tollgate facilitator` turns it on for a devnet on a loopback address (TOLLGATE_DASHBOARD).
+ * views over this facilitator's store, the pages the scheme parts contribute to them, and — when the
+ * caller gives them with their token — the agent operator's views. Not in the built-in modules:
+ * `createFacilitator({ dashboard })` adds it, and `tollgate facilitator` turns it on for a devnet on a
+ * loopback address (TOLLGATE_DASHBOARD).
  */
 import { randomBytes as nodeRandomBytes } from "node:crypto";
 import type { Address } from "viem";
-import { agentSection } from "../../agent/dashboard/agentSection.ts";
 import type { WriteClient } from "../../chain/clientTypes.ts";
 import type { TokenBucketRule } from "../../http/tokenBucket.ts";
-import { mountPlanViews } from "../../schemes/subscription/facilitator/planViews.ts";
-import { findSubscription } from "../../schemes/subscription/facilitator/subscriptionRecords.ts";
-import type { Store } from "../../store/store.ts";
 import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
 import { createWebhookRepository } from "../webhooks/createWebhookRepository.ts";
 import { createWebhookSecretBox } from "../webhooks/webhookSecretBox.ts";
 import { createDashboardApp, type DashboardSection } from "./dashboardApp.ts";
 import type { DashboardSessionOptions } from "./dashboardSessions.ts";
 import { providerSection } from "./providerSection.ts";
+import type { DashboardSectionFactory, SchemeDashboard } from "./schemeDashboard.ts";
 import { mountWebhookViews } from "./webhookViews.ts";
+
+/**
+ * The agent operator's views and the token that signs in to them: `agentDashboard({ store, token })`
+ * of src/agent/dashboard/agentSection.ts, so the facilitator never loads agent code itself.
+ */
+export type DashboardAgents = { token: string; section: DashboardSectionFactory };
 
 export type DashboardOptions = {
   /**
@@ -26,10 +30,15 @@ export type DashboardOptions = {
    * secret rotated here is one its worker can open.
    */
   webhookSecretKeys: readonly Uint8Array[];
+  /**
+   * What the facilitator's scheme parts contribute, in their list order (createFacilitator passes
+   * them).
+   */
+  schemes: readonly SchemeDashboard[];
   /** Sends the signed-in provider's plan transactions, when this dashboard may hold its key. */
   planSigner?: ((provider: Address) => WriteClient | undefined) | undefined;
-  /** The agent operator's views: the agents' store and the token that signs in to them. */
-  agents?: { store: Store; token: string } | undefined;
+  /** The agent operator's views. */
+  agents?: DashboardAgents | undefined;
   publicOrigin?: string | undefined;
   secureCookies?: boolean | undefined;
   sessions?: DashboardSessionOptions | undefined;
@@ -45,46 +54,30 @@ export function createDashboardModule(options: DashboardOptions): FacilitatorMod
     const first = ctx.tokens[0];
     if (first === undefined) throw new TypeError("the dashboard needs a token to show amounts in");
     const token = { address: first.address, decimals: first.decimals, symbol: first.symbol };
-    const scope =
-      ctx.subscriptionManager === undefined
-        ? undefined
-        : { chainId: ctx.chainId, manager: ctx.subscriptionManager };
     const repository = createWebhookRepository({
       store: ctx.store,
       randomBytes: (size) => new Uint8Array(nodeRandomBytes(size)),
       secrets: createWebhookSecretBox(options.webhookSecretKeys),
     });
+    const viewHost = {
+      token,
+      publicClient: ctx.publicClient,
+      providerWallet: options.planSigner,
+      indexWaitMs: options.indexWaitMs,
+    };
     const sections: DashboardSection[] = [
-      providerSection({ store: ctx.store, clock: ctx.clock, token, scope }, [
+      providerSection({ store: ctx.store, clock: ctx.clock, token }, [
         mountWebhookViews({ repository, clock: ctx.clock }),
-        mountPlanViews({
-          store: ctx.store,
-          scope,
-          token,
-          publicClient: ctx.publicClient,
-          planSigner: options.planSigner,
-          indexWaitMs: options.indexWaitMs,
-        }),
+        ...options.schemes.flatMap((scheme) => scheme.providerViews?.(viewHost) ?? []),
       ]),
     ];
     if (options.agents !== undefined) {
-      const agentStore = options.agents.store;
       sections.push(
-        agentSection({
-          store: (work) => work(agentStore),
+        options.agents.section({
           clock: ctx.clock,
           token,
           // Where the agents share this facilitator's deployment, its index knows the renewal dates.
-          nextRenewal:
-            scope === undefined
-              ? undefined
-              : async (manager, subscriptionId) => {
-                  if (manager.toLowerCase() !== scope.manager.toLowerCase()) return undefined;
-                  const row = await findSubscription(ctx.store, scope, subscriptionId);
-                  return row === undefined || (row.status !== "Active" && row.status !== "PastDue")
-                    ? undefined
-                    : row.current_period_end;
-                },
+          nextRenewal: options.schemes.find((scheme) => scheme.nextRenewal !== undefined)?.nextRenewal,
         }),
       );
     }

@@ -1,48 +1,14 @@
 /**
- * Read-only views of one provider's rows for the dashboard: its plans and subscriptions (the
- * subscription index, parsed by the index's own row schemas), its recent one-time payments and payers,
+ * Read-only views of one provider's rows for the dashboard: its recent one-time payments and payers,
  * and its recent events of some types (failed renewals). Every query is scoped to the provider.
  */
 import { z } from "zod";
-import {
-  type IndexScope,
-  type PlanRow,
-  PlanRowSchema,
-  type SubscriptionRow,
-  SubscriptionRowSchema,
-} from "../../schemes/subscription/facilitator/subscriptionRecords.ts";
 import { BigintColumnSchema, SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
 import { queryParsed } from "../../store/queryParsed.ts";
 import type { Queryable } from "../../store/store.ts";
 
 /** Rows shown per table: the dashboard pages, it does not export. */
 export const DASHBOARD_ROW_LIMIT = 200;
-
-/** The provider's plans, newest first. */
-export function plansOfProvider(db: Queryable, scope: IndexScope, provider: string): Promise<PlanRow[]> {
-  return queryParsed(
-    db,
-    PlanRowSchema,
-    `SELECT * FROM plans WHERE chain_id = $1 AND manager = $2 AND provider = $3
-     ORDER BY plan_id DESC LIMIT ${DASHBOARD_ROW_LIMIT}`,
-    [scope.chainId, scope.manager.toLowerCase(), provider.toLowerCase()],
-  );
-}
-
-/** The provider's subscriptions (every state), next renewal first. */
-export function subscriptionsOfProvider(
-  db: Queryable,
-  scope: IndexScope,
-  provider: string,
-): Promise<SubscriptionRow[]> {
-  return queryParsed(
-    db,
-    SubscriptionRowSchema,
-    `SELECT * FROM subscriptions WHERE chain_id = $1 AND manager = $2 AND provider = $3
-     ORDER BY current_period_end, subscription_id LIMIT ${DASHBOARD_ROW_LIMIT}`,
-    [scope.chainId, scope.manager.toLowerCase(), provider.toLowerCase()],
-  );
-}
 
 const PaymentRowSchema = z.object({
   payer: z.string(),

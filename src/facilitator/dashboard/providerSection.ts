@@ -1,63 +1,80 @@
 /**
  * The provider's views: revenue over time (by scheme and by plan, per hour or day, from the same
- * analytics reader as `GET /analytics/volume`), payments and payers, subscriptions by state with their
- * renewal dates, metered usage against caps and failed renewals; webhooks and plans are in their own
- * files. Every read is scoped to the signed-in provider.
+ * analytics reader as `GET /analytics/volume`), payments and payers; the other pages of the section
+ * are views given to it (webhooks, and what scheme parts contribute: the subscription part's
+ * subscriptions and plans). Every read is scoped to the signed-in provider.
  */
 import type { Hono } from "hono";
 import type { Address } from "viem";
 import { getAddress } from "viem";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
-import type { IndexScope } from "../../schemes/subscription/facilitator/subscriptionRecords.ts";
 import type { Store } from "../../store/store.ts";
 import { type AnalyticsBucket, AnalyticsVolumeQuerySchema } from "../analytics/analyticsApi.ts";
 import { bucketStart, queryAnalyticsVolume } from "../analytics/queryAnalytics.ts";
 import { routeDoc } from "../routeDocs.ts";
 import type { DashboardEnv, DashboardSection } from "./dashboardApp.ts";
-import { money, page, short, table, when } from "./dashboardLayout.ts";
+import {
+  type DisplayToken,
+  money,
+  type NavEntry,
+  type PageFrame,
+  page,
+  short,
+  table,
+  when,
+} from "./dashboardLayout.ts";
 import { html, jsonForScript, type SafeHtml } from "./html.ts";
-import { recentEventsOf, recentPayments, subscriptionsOfProvider, topPayers } from "./providerRecords.ts";
-
-/** The token amounts are shown in (the facilitator's first token). */
-export type DisplayToken = { decimals: number; symbol: string };
+import { recentPayments, topPayers } from "./providerRecords.ts";
 
 export type ProviderViewsDeps = {
   store: Store;
   clock: { now(): number };
   token: DisplayToken;
-  /** The SubscriptionManager's index scope; absent on a facilitator without subscriptions. */
-  scope: IndexScope | undefined;
   /** Largest number of buckets one chart asks for (the analytics API's limit, default 2 000). */
   maxBuckets?: number | undefined;
 };
 
-export const PROVIDER_NAV = [
-  { href: "/dashboard/provider", label: "Revenue" },
-  { href: "/dashboard/provider/payments", label: "Payments" },
-  { href: "/dashboard/provider/subscriptions", label: "Subscriptions" },
-  { href: "/dashboard/provider/webhooks", label: "Webhooks" },
-  { href: "/dashboard/provider/plans", label: "Plans" },
-] as const;
+/** A navigation entry of the provider's section, placed among the others by `order`, lowest first. */
+export type ProviderNavEntry = NavEntry & { order: number };
 
-const HOUR_MS = 3_600_000;
-const DAY_MS = 86_400_000;
-
-/** The frame of a provider page. */
-export function providerFrame(
+/** The frame of a provider page: the section's navigation with `current` marked, and who is signed in. */
+export type ProviderFrame = (
   session: { provider?: Address; csrfToken: string },
   title: string,
   current: string,
   notice?: { text: string; error?: boolean },
-) {
-  return {
+) => PageFrame;
+
+/**
+ * Pages mounted in the provider's section beside its own (revenue, payments): the webhooks views, and
+ * the views a scheme's facilitator part contributes (SchemeDashboard, schemeDashboard.ts).
+ */
+export type ProviderView = {
+  /** Its entries in the section's navigation (revenue is 10, payments 20, webhooks 40). */
+  nav: readonly ProviderNavEntry[];
+  /** Mounts its routes under `/dashboard/provider`; `frame` frames its pages. */
+  mount(app: Hono<DashboardEnv>, frame: ProviderFrame): void;
+};
+
+const OWN_NAV: readonly ProviderNavEntry[] = [
+  { href: "/dashboard/provider", label: "Revenue", order: 10 },
+  { href: "/dashboard/provider/payments", label: "Payments", order: 20 },
+];
+
+const HOUR_MS = 3_600_000;
+const DAY_MS = 86_400_000;
+
+/** The frame of the section whose navigation is `nav`. */
+function providerFrameOf(nav: readonly NavEntry[]): ProviderFrame {
+  return (session, title, current, notice) => ({
     title,
     current,
-    nav: PROVIDER_NAV,
+    nav,
     who: `Provider ${session.provider ?? ""}`,
     csrfToken: session.csrfToken,
     notice,
-  };
+  });
 }
 
 /** The provider's signed-in address (the section only admits provider sessions). */
@@ -66,11 +83,17 @@ export function providerOf(session: DashboardEnv["Variables"]["session"]): Addre
   return session.provider;
 }
 
-/** The revenue, payments and subscriptions views, plus the sections given (webhooks, plans). */
-export function providerSection(
-  deps: ProviderViewsDeps,
-  more: readonly ((app: Hono<DashboardEnv>) => void)[],
-): DashboardSection {
+/**
+ * The revenue and payments views, plus the views given (webhooks, a scheme part's), mounted in the
+ * order of their first navigation entry; the navigation lists every entry by `order`.
+ */
+export function providerSection(deps: ProviderViewsDeps, views: readonly ProviderView[]): DashboardSection {
+  const byOrder = (a: { order: number }, b: { order: number }) => a.order - b.order;
+  const sorted = [...views].sort((a, b) => byOrder(a.nav[0] ?? { order: 0 }, b.nav[0] ?? { order: 0 }));
+  const nav = [...OWN_NAV, ...views.flatMap((view) => view.nav)]
+    .sort(byOrder)
+    .map(({ href, label }) => ({ href, label }));
+  const providerFrame = providerFrameOf(nav);
   const maxBuckets = deps.maxBuckets ?? 2_000;
   const docs = {
     home: routeDoc({
@@ -84,16 +107,11 @@ export function providerSection(
       response: { media: "text/html" },
       errors: [403],
     }),
-    subscriptions: routeDoc({
-      summary: "Dashboard: the subscriptions of the provider's plans",
-      response: { media: "text/html" },
-      errors: [403],
-    }),
   };
   return {
     kind: "provider",
     prefix: "provider",
-    nav: PROVIDER_NAV,
+    nav,
     mount(app) {
       app.get("/", docs.home, async (c) => {
         const session = c.get("session");
@@ -155,23 +173,7 @@ export function providerSection(
         );
       });
 
-      app.get("/subscriptions", docs.subscriptions, async (c) => {
-        const session = c.get("session");
-        const provider = providerOf(session);
-        const frame = providerFrame(session, "Subscriptions", "/dashboard/provider/subscriptions");
-        if (deps.scope === undefined) {
-          return c.html(
-            page(frame, html`<p class="muted">This facilitator runs no SubscriptionManager.</p>`),
-          );
-        }
-        const [subs, failed] = await Promise.all([
-          subscriptionsOfProvider(deps.store, deps.scope, provider),
-          recentEventsOf(deps.store, provider, ["subscription.renewal_failed"]),
-        ]);
-        return c.html(page(frame, subscriptionsView(deps.token, subs, failed)));
-      });
-
-      for (const mountMore of more) mountMore(app);
+      for (const view of sorted) view.mount(app, providerFrame);
     },
   };
 }
@@ -243,57 +245,5 @@ function revenueView(
     ],
     rows,
     "No charges in this range.",
-  )}</section>`;
-}
-
-type Subs = Awaited<ReturnType<typeof subscriptionsOfProvider>>;
-type Events = Awaited<ReturnType<typeof recentEventsOf>>;
-
-function subscriptionsView(token: DisplayToken, subs: Subs, failed: Events): SafeHtml {
-  const states = ["Active", "Paused", "PastDue", "Cancelled"] as const;
-  const label = { Active: "active", Paused: "paused", PastDue: "past due", Cancelled: "cancelled" } as const;
-  const cards = states.map(
-    (s) =>
-      html`<div class="card"><div class="label">${label[s]}</div><div class="value" data-state="${s}">${subs.filter((x) => x.status === s).length}</div></div>`,
-  );
-  const rows = subs.map(
-    (s) =>
-      html`<tr><td>${s.subscription_id}</td><td>${s.plan_id}</td><td>${short(getAddress(s.subscriber))}</td><td><span class="pill ${s.status}">${label[s.status]}</span></td><td>${when(s.created_at_chain)}</td><td>${s.status === "Active" || s.status === "PastDue" ? when(s.current_period_end) : "-"}</td></tr>`,
-  );
-  const metered = subs
-    .filter((s) => s.max_overage > 0n && s.status !== "Cancelled")
-    .map((s) => {
-      const pct = Number((s.overage_used * 1000n) / s.max_overage) / 10;
-      return html`<tr><td>${s.subscription_id}</td><td>${s.plan_id}</td><td>${short(getAddress(s.subscriber))}</td><td class="num">${money(s.overage_used, token)}</td><td class="num">${money(s.max_overage, token)}</td><td><meter min="0" max="100" low="70" high="90" optimum="0" value="${pct}">${pct}%</meter> ${pct}%</td></tr>`;
-    });
-  const failures = failed.map((e) => {
-    const d = e.data;
-    const text = (k: string) => (typeof d[k] === "string" ? (d[k] as string) : "-");
-    const amount =
-      typeof d.amount === "string" && /^[0-9]{1,78}$/.test(d.amount) ? money(BigInt(d.amount), token) : "-";
-    return html`<tr><td>${when(e.created_at)}</td><td>${text("subscriptionId")}</td><td>${text("planId")}</td><td>${text("subscriber") === "-" ? "-" : short(text("subscriber"))}</td><td class="num">${amount}</td><td>${text("reason")}</td></tr>`;
-  });
-  return html`<div class="cards">${cards}</div>
-<section class="panel"><h2>Subscriptions and renewal dates</h2>${table(
-    ["Id", "Plan", "Subscriber", "State", "Since", "Next renewal"],
-    rows,
-    "No subscriptions yet.",
-  )}</section>
-<section class="panel"><h2>Metered usage against caps</h2><p class="muted">Overage charged this period against the subscriber's cap (the cycle's included units are counted by the gate).</p>${table(
-    [
-      "Subscription",
-      "Plan",
-      "Subscriber",
-      { label: "Overage used", num: true },
-      { label: "Cap", num: true },
-      "Used",
-    ],
-    metered,
-    "No metered subscriptions with a cap.",
-  )}</section>
-<section class="panel"><h2>Failed renewals</h2>${table(
-    ["When", "Subscription", "Plan", "Subscriber", { label: "Amount", num: true }, "Reason"],
-    failures,
-    "No failed renewals.",
   )}</section>`;
 }

@@ -13,7 +13,7 @@ import type { WebhookDelivery } from "../webhooks/webhookApi.ts";
 import type { DashboardEnv } from "./dashboardApp.ts";
 import { csrfField, page, table, when } from "./dashboardLayout.ts";
 import { html, type SafeHtml } from "./html.ts";
-import { providerFrame, providerOf } from "./providerSection.ts";
+import { type ProviderFrame, type ProviderView, providerOf } from "./providerSection.ts";
 
 export type WebhookViewsDeps = {
   repository: WebhookRepository;
@@ -28,11 +28,13 @@ const DELIVERIES_SHOWN = 10;
 const NOTICES = { retried: "The delivery is queued and will be sent again shortly." } as const;
 const NoticeSchema = z.enum(["retried"]).optional().catch(undefined);
 
-/** Mounts `/webhooks` (list), `…/:id/rotate` and `…/:id/deliveries/:deliveryId/retry`. */
-export function mountWebhookViews(deps: WebhookViewsDeps): (app: Hono<DashboardEnv>) => void {
-  const now = () => new Date(deps.clock.now());
-  const grace = deps.graceSeconds ?? 86_400;
-  return (app) => {
+/** The provider's Webhooks page: `/webhooks` (list), `…/:id/rotate` and `…/:id/deliveries/:deliveryId/retry`. */
+export function mountWebhookViews(deps: WebhookViewsDeps): ProviderView {
+  return { nav: [{ href: "/dashboard/provider/webhooks", label: "Webhooks", order: 40 }], mount };
+
+  function mount(app: Hono<DashboardEnv>, providerFrame: ProviderFrame): void {
+    const now = () => new Date(deps.clock.now());
+    const grace = deps.graceSeconds ?? 86_400;
     const render = async (
       session: DashboardEnv["Variables"]["session"],
       notice?: { text: string; error?: boolean },
@@ -110,7 +112,7 @@ export function mountWebhookViews(deps: WebhookViewsDeps): (app: Hono<DashboardE
       await deps.repository.retryDelivery(providerOf(session), id, deliveryId, now());
       return c.redirect("/dashboard/provider/webhooks?done=retried", 303);
     });
-  };
+  }
 }
 
 function endpointId(id: string): string {

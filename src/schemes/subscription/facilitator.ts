@@ -2,7 +2,8 @@
  * The `subscription` scheme's facilitator part: the SubscriptionManager indexer, the relayed
  * subscription API (`/plans`, `/subscriptions`, `/subscribers`: gasless subscribe, pause, resume,
  * cancel, overage, each one outbox transaction) and the renewal keeper (due renewals collected in
- * batches through the outbox). A facilitator without a SubscriptionManager builds an empty part.
+ * batches through the outbox), and its pages of the dashboard. A facilitator without a
+ * SubscriptionManager builds a part with the dashboard pages only (saying so).
  * The `metered` part reads this part's indexer, so a usage batch is indexed by the time it completes.
  * Loaded by the facilitator only, never by a gate.
  */
@@ -12,6 +13,7 @@ import {
   type FacilitatorSchemeContext,
 } from "../../facilitator/facilitatorSchemeParts.ts";
 import { createRenewalKeeper, type RenewalKeeperOptions } from "./facilitator/renewalKeeper.ts";
+import { subscriptionDashboard } from "./facilitator/subscriptionDashboard.ts";
 import {
   createSubscriptionIndexer,
   type SubscriptionIndexer,
@@ -39,13 +41,19 @@ export function subscriptionFacilitator(options: SubscriptionFacilitatorOptions 
   return defineFacilitatorScheme({
     id: "subscription",
     create(ctx: FacilitatorSchemeContext): SubscriptionFacilitatorPart {
-      if (ctx.subscriptionManager === undefined) return {};
+      const scope =
+        ctx.subscriptionManager === undefined
+          ? undefined
+          : { chainId: ctx.chainId, manager: ctx.subscriptionManager };
+      const dashboard = subscriptionDashboard(ctx.store, scope);
+      if (ctx.subscriptionManager === undefined) return { dashboard };
       const indexer = createSubscriptionIndexer(ctx, options.indexer);
       const service = createSubscriptionService(ctx, { indexer, maxRelaysPerHour: options.maxRelaysPerHour });
       const keeper =
         options.keeper === false ? undefined : createRenewalKeeper(ctx, { ...options.keeper, indexer });
       return {
         indexer,
+        dashboard,
         rateLimited: ["/subscriptions", "/subscriptions/*"],
         routes(app) {
           mountSubscriptionRoutes(app, service);

@@ -6,6 +6,7 @@
  * dev keys or a local `tollgate dashboard`); elsewhere it shows the `tollgate plan` command to run.
  * After the transaction is mined the page waits (bounded) for the index to show the change.
  */
+
 import type { Hono } from "hono";
 import type { Address, Chain, PublicClient, Transport } from "viem";
 import { z } from "zod";
@@ -14,18 +15,25 @@ import { deprecatePlan } from "../../../chain/actions/subscriptions/deprecatePla
 import type { WriteClient } from "../../../chain/clientTypes.ts";
 import { getPlanIdFromReceipt } from "../../../chain/events/decodeSubscriptionEvents.ts";
 import type { DashboardEnv } from "../../../facilitator/dashboard/dashboardApp.ts";
-import { csrfField, duration, money, page, table } from "../../../facilitator/dashboard/dashboardLayout.ts";
-import { html, type SafeHtml } from "../../../facilitator/dashboard/html.ts";
-import { plansOfProvider } from "../../../facilitator/dashboard/providerRecords.ts";
 import {
+  csrfField,
   type DisplayToken,
-  providerFrame,
+  duration,
+  money,
+  page,
+  table,
+} from "../../../facilitator/dashboard/dashboardLayout.ts";
+import { html, type SafeHtml } from "../../../facilitator/dashboard/html.ts";
+import {
+  type ProviderFrame,
+  type ProviderView,
   providerOf,
 } from "../../../facilitator/dashboard/providerSection.ts";
 import { routeDoc } from "../../../facilitator/routeDocs.ts";
 import { parseUnitsExact } from "../../../protocol/amount.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
 import type { Store } from "../../../store/store.ts";
+import { plansOfProvider } from "./providerPlanRecords.ts";
 import { findPlan, type IndexScope, type PlanRow } from "./subscriptionRecords.ts";
 
 export type PlanViewsDeps = {
@@ -70,8 +78,8 @@ const NoticeSchema = z.enum(["created", "deprecated", "pending"]).optional().cat
 
 const UNIT_SECONDS: Record<string, number> = { s: 1, m: 60, h: 3_600, d: 86_400, w: 604_800 };
 
-/** Mounts `/plans`, `/plans/create` and `/plans/:id/deprecate`. */
-export function mountPlanViews(deps: PlanViewsDeps): (app: Hono<DashboardEnv>) => void {
+/** The provider's Plans page: `/plans`, `/plans/create` and `/plans/:id/deprecate`. */
+export function mountPlanViews(deps: PlanViewsDeps): ProviderView {
   const sleep = deps.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
   const waitMs = deps.indexWaitMs ?? 15_000;
 
@@ -123,7 +131,9 @@ export function mountPlanViews(deps: PlanViewsDeps): (app: Hono<DashboardEnv>) =
     }),
   };
 
-  return (app) => {
+  return { nav: [{ href: "/dashboard/provider/plans", label: "Plans", order: 50 }], mount };
+
+  function mount(app: Hono<DashboardEnv>, providerFrame: ProviderFrame): void {
     app.get("/plans", docs.list, async (c) => {
       const session = c.get("session");
       const provider = providerOf(session);
@@ -199,7 +209,7 @@ export function mountPlanViews(deps: PlanViewsDeps): (app: Hono<DashboardEnv>) =
       const indexed = await waitForIndex(planId, (row) => row.deprecated);
       return c.redirect(`/dashboard/provider/plans?done=${indexed ? "deprecated" : "pending"}`, 303);
     });
-  };
+  }
 }
 
 function parseForm<S extends z.ZodType>(schema: S, value: unknown): z.output<S> {
