@@ -5,12 +5,12 @@ import { transferWithAuthorization } from "../src/chain/actions/usd/transferWith
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitator } from "../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../src/facilitator/proofKeys.ts";
-import { checkPaymentProof, checkSignatureWithKeys } from "../src/gate/checkPaymentProof.ts";
-import { createStaticKeyResolver } from "../src/gate/proofKeyResolver.ts";
 import { systemClock } from "../src/protocol/clock.ts";
 import { JwksSchema, PaymentRecordSchema } from "../src/protocol/facilitator.ts";
 import { PaymentProofSchema } from "../src/protocol/paymentProof.ts";
 import type { SignedPayment } from "../src/protocol/signedPayment.ts";
+import { checkPaymentProof, checkSignatureWithKeys } from "../src/schemes/exact/gate/checkPaymentProof.ts";
+import { createStaticKeyResolver } from "../src/schemes/exact/gate/proofKeyResolver.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import {

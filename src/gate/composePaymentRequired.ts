@@ -5,36 +5,22 @@
  */
 import type { Address } from "viem";
 import { type Clock, unixSeconds } from "../protocol/clock.ts";
-import type { GateErrorCode } from "../protocol/errors.ts";
+import { type GateErrorCode, TollgateError } from "../protocol/errors.ts";
 import { encodeJsonHeader, HeaderName } from "../protocol/header.ts";
 import { memoQueryHash } from "../protocol/memo.ts";
 import type { Network } from "../protocol/network.ts";
 import type { PaymentOption, PaymentRequired } from "../protocol/paymentRequired.ts";
-import { optionTermsOf } from "../protocol/pricing.ts";
 import { X402_VERSION, type X402PaymentRequired } from "../protocol/x402.ts";
 import type { SchemeOfferEntry } from "../schemes/types.ts";
+import { gateSchemes, type ResolvedOffer } from "./gateSchemes.ts";
 import { issueMemo, type MemoSecret } from "./memo.ts";
 
-/** One way to pay a route once: the price in the token's smallest unit. */
-export type OneTimeOffer = { scheme: "exact"; amount: bigint };
-
-/** A subscription plan that covers a route: its terms as the chain has them (docs/protocol.md, "402 body"). */
-export type SubscriptionOffer = {
-  scheme: "subscription";
-  planId: string;
-  /** Price per period, smallest unit. */
-  amount: bigint;
-  /** Period in whole seconds. */
-  interval: number;
-  /** The SubscriptionManager running the plan. */
-  manager: Address;
-  /** Metered terms, when the plan includes units or prices overage. */
-  overage?: { unitPrice: bigint; includedUnits: bigint } | undefined;
-  /** Set when the plan is deprecated: the plan new subscribers should take. */
-  successorPlanId?: string | undefined;
-};
-
-export type Offer = OneTimeOffer | SubscriptionOffer;
+/**
+ * An offer whose terms the caller resolved: a one-time price (`{ scheme: "exact", amount }`) or a plan
+ * with its terms (`{ scheme: "subscription", planId, amount, interval, manager, overage? }`), each
+ * described by its scheme's gate part (`entryOf`).
+ */
+export type Offer = ResolvedOffer;
 
 export type PaymentRequiredParams = {
   error: GateErrorCode;
@@ -190,20 +176,23 @@ export function composePaymentRequiredFromEntries(
   return { body, x402, headers };
 }
 
-/** An offer of the resolved form as a scheme entry, through the one pricing type's wire conversion. */
+/** Each built-in gate part that describes resolved offers, by scheme id. */
+const entryOfScheme: ReadonlyMap<string, (offer: Offer) => SchemeOfferEntry> = new Map(
+  gateSchemes.flatMap((scheme) =>
+    scheme.gate?.entryOf === undefined ? [] : [[scheme.id, scheme.gate.entryOf] as const],
+  ),
+);
+
+/** An offer of the resolved form as a scheme entry, as its scheme's gate part describes it. */
 function entryOfOffer(offer: Offer): SchemeOfferEntry {
-  if (offer.scheme === "exact") return { scheme: "exact", amount: offer.amount, x402: true };
-  const terms = optionTermsOf({
-    type: "subscription",
-    planId: offer.planId,
-    amount: offer.amount,
-    interval: offer.interval,
-    includedUnits: offer.overage?.includedUnits ?? 0n,
-    overageUnitPrice: offer.overage?.unitPrice ?? 0n,
-    manager: offer.manager,
-    ...(offer.successorPlanId === undefined ? {} : { successorPlanId: offer.successorPlanId }),
-  });
-  return { scheme: "subscription", amount: terms.amount, tollgate: terms.tollgate };
+  const entryOf = entryOfScheme.get(offer.scheme);
+  if (entryOf === undefined) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `composePaymentRequired: no built-in scheme describes offers of "${offer.scheme}"`,
+    );
+  }
+  return entryOf(offer);
 }
 
 /** The built 402 as a web `Response`. */

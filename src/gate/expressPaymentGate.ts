@@ -1,5 +1,5 @@
 import type { RequestHandler } from "express";
-import { runInGateContext } from "./deductAllowance.ts";
+import { runInGateContext } from "./gateContext.ts";
 import { nodeHeaderReader, reportToGate, writeWebResponse } from "./nodeBridge.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { PaymentGate } from "./paymentGate.ts";

@@ -8,7 +8,7 @@
  * Invariant: `headers` and `eachGateHeader` show the same headers. Once `headers` has been read the
  * `Headers` object is the one truth (a host may have changed it), and `eachGateHeader` iterates it.
  */
-import type { ServedSubscription } from "./deductAllowance.ts";
+import type { ServedSubscription } from "../schemes/types.ts";
 
 /** Header name and value pairs, names as the protocol spells them. */
 export type HeaderPairs = readonly (readonly [name: string, value: string])[];

@@ -1,6 +1,7 @@
 import type { MiddlewareHandler } from "hono";
 import { peerAddressOf } from "../http/rateLimits.ts";
-import { runInGateContext, type ServedSubscription } from "./deductAllowance.ts";
+import type { ServedSubscription } from "../schemes/types.ts";
+import { runInGateContext } from "./gateContext.ts";
 import { eachGateHeader } from "./gatePass.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { GatePayment, PaymentGate } from "./paymentGate.ts";

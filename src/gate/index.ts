@@ -1,6 +1,36 @@
 /** `tollgate/gate`: the resource-server library — `paymentGate`, its adapters and proof checks (docs/gate.md). */
 
 export {
+  type CheckPaymentProofContext,
+  checkPaymentProof,
+  checkSignatureWithFacilitator,
+  checkSignatureWithKeys,
+  type ProofExpectation,
+  type ProofSignatureCheck,
+  type ProofVerdict,
+  type SignatureVerdict,
+} from "../schemes/exact/gate/checkPaymentProof.ts";
+export {
+  type ParsedPaymentProof,
+  parsePaymentProof,
+  safeParsePaymentProof,
+} from "../schemes/exact/gate/parsePaymentProof.ts";
+export {
+  createJwksResolver,
+  createStaticKeyResolver,
+  type JwksResolverOptions,
+  type ProofKeyResolver,
+} from "../schemes/exact/gate/proofKeyResolver.ts";
+export {
+  createProofVerifier,
+  type ProofChainClient,
+  type ProofCheck,
+  type ProofVerifier,
+  type ProofVerifierOptions,
+  verifyPaymentProof,
+} from "../schemes/exact/gate/verifyPaymentProof.ts";
+export type { ExactOffer as OneTimeOffer } from "../schemes/exact/gate.ts";
+export {
   createLeasedUsageLedger,
   type LeasedUsageLedger,
   type LeasedUsageLedgerOptions,
@@ -17,6 +47,8 @@ export type {
   AllowanceDeduction,
   GateSubscription,
 } from "../schemes/subscription/gate/createSubscriptionGate.ts";
+export { deductAllowance } from "../schemes/subscription/gate/deductAllowance.ts";
+export type { ServedSubscription } from "../schemes/types.ts";
 export {
   createX402Settlement,
   type X402GatePayment,
@@ -25,29 +57,13 @@ export {
 export { type Amount, AmountSchema } from "./amount.ts";
 export { buildPaymentRequired } from "./buildPaymentRequired.ts";
 export {
-  type CheckPaymentProofContext,
-  checkPaymentProof,
-  checkSignatureWithFacilitator,
-  checkSignatureWithKeys,
-  type ProofExpectation,
-  type ProofSignatureCheck,
-  type ProofVerdict,
-  type SignatureVerdict,
-} from "./checkPaymentProof.ts";
-export {
   type BuiltPaymentRequired,
   composePaymentRequired,
-  type OneTimeOffer,
   type PaymentRequiredParams,
   paymentRequiredResponse,
 } from "./composePaymentRequired.ts";
-export {
-  deductAllowance,
-  type GateContext,
-  runInGateContext,
-  type ServedSubscription,
-} from "./deductAllowance.ts";
 export { expressPaymentGate } from "./expressPaymentGate.ts";
+export { type GateContext, runInGateContext } from "./gateContext.ts";
 export type { GateLogger } from "./gateLogger.ts";
 export type { GateRequest, RouteRequest } from "./gateRequest.ts";
 export { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
@@ -77,7 +93,6 @@ export {
   type RequestTargetReading,
   targetRefusal,
 } from "./normalizeRequestTarget.ts";
-export { type ParsedPaymentProof, parsePaymentProof, safeParsePaymentProof } from "./parsePaymentProof.ts";
 export {
   type GatePayment,
   type GateResult,
@@ -98,21 +113,7 @@ export {
   RouteConfigSchema,
   type RouteResolver,
 } from "./paymentGateOptions.ts";
-export {
-  createJwksResolver,
-  createStaticKeyResolver,
-  type JwksResolverOptions,
-  type ProofKeyResolver,
-} from "./proofKeyResolver.ts";
 export { compileRoutePattern, type RoutePattern } from "./routePattern.ts";
-export {
-  createProofVerifier,
-  type ProofChainClient,
-  type ProofCheck,
-  type ProofVerifier,
-  type ProofVerifierOptions,
-  verifyPaymentProof,
-} from "./verifyPaymentProof.ts";
 export {
   type VerifyWebhookOptions,
   verifyWebhook,

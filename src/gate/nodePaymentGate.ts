@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { runInGateContext, type ServedSubscription } from "./deductAllowance.ts";
+import type { ServedSubscription } from "../schemes/types.ts";
+import { runInGateContext } from "./gateContext.ts";
 import { nodeHeaderReader, reportToGate, writeWebResponse } from "./nodeBridge.ts";
 import { normalizeRequestTarget, targetRefusal } from "./normalizeRequestTarget.ts";
 import type { GatePayment, PaymentGate } from "./paymentGate.ts";

@@ -13,12 +13,12 @@ import { decodeJsonHeader, encodeJsonHeader } from "../protocol/header.ts";
 import { memoQueryHash } from "../protocol/memo.ts";
 import { type PaymentProof, PaymentResponseSchema } from "../protocol/paymentProof.ts";
 import { type PaymentRequired, PaymentRequiredSchema } from "../protocol/paymentRequired.ts";
+import { createJwksResolver } from "../schemes/exact/gate/proofKeyResolver.ts";
 import { createMemoryReplayGuard } from "../store/createMemoryReplayGuard.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "./honoPaymentGate.ts";
 import { sealMemo } from "./memo.ts";
 import { type GatePayment, paymentGate } from "./paymentGate.ts";
 import type { PaymentGateOptions } from "./paymentGateOptions.ts";
-import { createJwksResolver } from "./proofKeyResolver.ts";
 
 const NETWORK = "eip155:31337";
 const TOKEN = "0x5FbDB2315678afecb367f032d93F642f64180aa3";

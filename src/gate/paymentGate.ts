@@ -35,9 +35,6 @@ import { USDC_DECIMALS } from "../protocol/amount.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { type GateErrorCode, GateErrorCodeSchema, TollgateError } from "../protocol/errors.ts";
 import type { PaymentRequired } from "../protocol/paymentRequired.ts";
-import { builtinSchemes } from "../schemes/builtinSchemes.ts";
-import type { ExactGateScheme } from "../schemes/exact/gate.ts";
-import { exactScheme } from "../schemes/exact/index.ts";
 import { createSchemeRegistry } from "../schemes/registry.ts";
 import type {
   GateScheme,
@@ -48,15 +45,16 @@ import type {
   SchemePayment,
   SchemeRequest,
   SchemeRoute,
+  ServedSubscription,
 } from "../schemes/types.ts";
 import { createMemoryReplayGuard } from "../store/createMemoryReplayGuard.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
 import { composePaymentRequiredFromEntries, paymentRequiredResponse } from "./composePaymentRequired.ts";
-import type { ServedSubscription } from "./deductAllowance.ts";
 import type { GateLogger } from "./gateLogger.ts";
 import { GatePass } from "./gatePass.ts";
 import type { GateRequest, RouteRequest } from "./gateRequest.ts";
 import { checkFailureResponse, errorResponse, faultResponse } from "./gateResponses.ts";
+import { gateSchemes } from "./gateSchemes.ts";
 import { memoSecretOf } from "./memo.ts";
 import { normalizeRequestTarget } from "./normalizeRequestTarget.ts";
 import {
@@ -77,8 +75,6 @@ import { compileRoutePattern } from "./routePattern.ts";
  * (`ProofPayment`), an x402 payload (`X402GatePayment`), and what other schemes add (`SchemePayments`).
  */
 export type GatePayment = SchemePayment;
-
-export type { ProofPayment } from "../schemes/exact/gate.ts";
 
 /**
  * `pass`: run the handler, then add `headers` to its response (`X-PAYMENT-RESPONSE` after a payment),
@@ -299,7 +295,7 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     tokenEip712: x402Domain,
     options: config as GateSchemeContext["options"],
   };
-  const parts = buildParts(createSchemeRegistry(builtinSchemes, config.schemes ?? []).schemes, context);
+  const parts = buildParts(createSchemeRegistry(gateSchemes, config.schemes ?? []).schemes, context);
 
   /** Compiles a pricing list: each entry by the part of its `type`, then who accepts what. */
   const compilePricing = (
@@ -530,12 +526,15 @@ export function paymentGate(options: PaymentGateOptions): PaymentGate & PaymentG
     return built.body;
   };
 
-  const exact = parts.byId.get(exactScheme.id) as ExactGateScheme;
   const allParts = [...parts.byId.values()];
+  const proofParts = allParts.filter((part) => part.verifyProof !== undefined);
   const controls: PaymentGateControls = {
     buildPaymentRequired,
-    /** The specification's `verifyPaymentProof(proof)` for a proof of this gate's offers. */
-    verifyPaymentProof: (proof) => exact.verifyProof(proof),
+    /** The specification's `verifyPaymentProof(proof)`: asks each part that has proofs, in order. */
+    async verifyPaymentProof(proof) {
+      for (const part of proofParts) if (await part.verifyProof?.(proof)) return true;
+      return false;
+    },
     async ready() {
       // Every static route's offers, by the part that accepts them, read once each.
       const byPart = new Map<GateScheme, SchemeOffer[]>();

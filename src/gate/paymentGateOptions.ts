@@ -10,17 +10,14 @@ import { AddressSchema } from "../protocol/address.ts";
 import { parseUnitsExact } from "../protocol/amount.ts";
 import type { Clock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
-import type { Jwks } from "../protocol/facilitator.ts";
 import { NetworkSchema } from "../protocol/network.ts";
 import { HttpUrlSchema, PlanIdSchema } from "../protocol/paymentRequired.ts";
 import { OriginSchema } from "../protocol/subscriptionAuth.ts";
-import type { UsageLedger } from "../schemes/metered/gate/usageLedger.ts";
-import type { Scheme } from "../schemes/types.ts";
+import type { Scheme, SchemeGateOptions } from "../schemes/types.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
 import { type Amount, AmountSchema, amountProblem } from "./amount.ts";
 import type { GateLogger } from "./gateLogger.ts";
 import type { RouteRequest } from "./gateRequest.ts";
-import type { ProofKeyResolver } from "./proofKeyResolver.ts";
 
 /**
  * A bound given as a `bigint` in the token's smallest unit or as decimal token text (`"10"` = 10 USDC),
@@ -177,6 +174,12 @@ const hasMethods =
     value !== null &&
     names.every((name) => typeof (value as Record<string, unknown>)[name] === "function");
 
+/**
+ * An option a scheme's gate part reads and checks itself in `create`, typed by the scheme
+ * (`SchemeGateOptions`): the gate only lets it through.
+ */
+const SchemeOptionSchema = z.unknown();
+
 export const PaymentGateOptionsSchema = z.strictObject({
   /** The address paid. */
   payTo: AddressSchema,
@@ -257,14 +260,8 @@ export const PaymentGateOptionsSchema = z.strictObject({
    * unknown `kid`. `remote`: ask the facilitator's `POST /verify` for each proof.
    */
   proofVerification: z.enum(["local", "remote"]).optional(),
-  /** Proof keys for local verification instead of fetching the JWKS: a JWKS or a resolver. */
-  proofKeys: z
-    .custom<ProofKeyResolver | Jwks>(
-      (value) =>
-        hasMethods("resolve")(value) || (typeof value === "object" && value !== null && "keys" in value),
-      { error: "expected a JWKS or a ProofKeyResolver" },
-    )
-    .optional(),
+  /** Proof keys for local verification instead of fetching the JWKS (`SchemeGateOptions`). */
+  proofKeys: SchemeOptionSchema.optional(),
   /** How long a 402 offer stands (default 300 s). */
   memoTtlSeconds: z.int().min(10).max(3600).optional(),
   /**
@@ -315,12 +312,8 @@ export const PaymentGateOptionsSchema = z.strictObject({
    * cancelled subscription at once). Required when a metered plan is sold; keep it secret.
    */
   providerApiKey: z.string().min(8).max(256).optional(),
-  /** Counts metered use. Default: in memory, for one process; `createPostgresUsageLedger` for several. */
-  usageLedger: z
-    .custom<UsageLedger>(hasMethods("reserve", "claimBatch", "markBatchSent", "resolve"), {
-      error: "expected a UsageLedger",
-    })
-    .optional(),
+  /** Counts metered use (`SchemeGateOptions`). */
+  usageLedger: SchemeOptionSchema.optional(),
   /**
    * Most metered charges (all subscriptions together) served but not yet settled on chain: past it,
    * metered requests that would charge are answered 429 `RateLimited` until settlements catch up.
@@ -342,7 +335,7 @@ export const PaymentGateOptionsSchema = z.strictObject({
     .custom<GateLogger>(hasMethods("debug", "warn", "error"), { error: "expected a logger (pino)" })
     .optional(),
 });
-export type PaymentGateOptions = z.input<typeof PaymentGateOptionsSchema>;
+export type PaymentGateOptions = z.input<typeof PaymentGateOptionsSchema> & SchemeGateOptions;
 export type ParsedPaymentGateOptions = z.output<typeof PaymentGateOptionsSchema>;
 
 /** Parses options, turning zod's issues into one `InvalidRequest` that names each bad option. */

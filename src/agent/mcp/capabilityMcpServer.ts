@@ -29,7 +29,6 @@ import {
 } from "@modelcontextprotocol/sdk/types.js";
 import type { Logger } from "pino";
 import { z } from "zod";
-import type { ServedSubscription } from "../../gate/deductAllowance.ts";
 import type { McpCaller, McpPaymentGate, McpToolResult } from "../../gate/mcp/mcpPaymentGate.ts";
 import type { GatePayment } from "../../gate/paymentGate.ts";
 import { systemClock } from "../../protocol/clock.ts";
@@ -37,6 +36,7 @@ import { TollgateError } from "../../protocol/errors.ts";
 import type { ManifestPricing } from "../../protocol/manifest.ts";
 import { McpMetaKey, McpPaymentMetaSchema } from "../../protocol/mcpPayment.ts";
 import { summarizeIssues } from "../../protocol/parseWire.ts";
+import type { ServedSubscription } from "../../schemes/types.ts";
 import {
   type AdmittedSale,
   admissionOf,

@@ -7,11 +7,11 @@
 import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
 import type { Logger } from "pino";
-import type { ServedSubscription } from "../../gate/deductAllowance.ts";
 import { mcpPaymentGate } from "../../gate/mcp/mcpPaymentGate.ts";
 import type { GatePayment, PaymentGate } from "../../gate/paymentGate.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { ManifestPricing } from "../../protocol/manifest.ts";
+import type { ServedSubscription } from "../../schemes/types.ts";
 import type { OfferBook } from "../saleAdmission.ts";
 import type { Capability, CapabilityContext } from "../tools/capability.ts";
 import { capabilityMcpServer } from "./capabilityMcpServer.ts";

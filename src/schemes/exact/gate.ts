@@ -19,18 +19,10 @@
  *   amount covers the cheapest one-time price of that request's route now.
  */
 
-import {
-  checkProofTerms,
-  checkSignatureWithFacilitator,
-  checkSignatureWithKeys,
-  type ProofSignatureCheck,
-  type SignatureVerdict,
-  verifyProofSignature,
-} from "../../gate/checkPaymentProof.ts";
+import { z } from "zod";
 import { GatePass } from "../../gate/gatePass.ts";
 import { errorResponse, faultResponse } from "../../gate/gateResponses.ts";
 import { openMemo } from "../../gate/memo.ts";
-import { safeParsePaymentProof } from "../../gate/parsePaymentProof.ts";
 import {
   atomicAmountOf,
   atomicPriceOf,
@@ -38,17 +30,11 @@ import {
   parseGateOptions,
 } from "../../gate/paymentGateOptions.ts";
 import { proofReplayKey } from "../../gate/paymentReplayKey.ts";
-import {
-  createJwksResolver,
-  createStaticKeyResolver,
-  type ProofKeyResolver,
-} from "../../gate/proofKeyResolver.ts";
-import { toPaymentProof } from "../../gate/verifyPaymentProof.ts";
 import type { FacilitatorClient } from "../../http/facilitatorClient.ts";
 import { sameAddress } from "../../protocol/address.ts";
 import { type Clock, unixSeconds } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
-import { JwksSchema } from "../../protocol/facilitator.ts";
+import { type Jwks, JwksSchema } from "../../protocol/facilitator.ts";
 import { HeaderName } from "../../protocol/header.ts";
 import type { Network } from "../../protocol/network.ts";
 import type { PaymentProof } from "../../protocol/paymentProof.ts";
@@ -57,9 +43,25 @@ import type {
   GateSchemeContext,
   GateSchemePart,
   SchemeAcceptance,
+  SchemeOfferEntry,
   SchemePaymentBase,
 } from "../types.ts";
 import { checkSettleableAmounts } from "./checkSettleableAmounts.ts";
+import {
+  checkProofTerms,
+  checkSignatureWithFacilitator,
+  checkSignatureWithKeys,
+  type ProofSignatureCheck,
+  type SignatureVerdict,
+  verifyProofSignature,
+} from "./gate/checkPaymentProof.ts";
+import { safeParsePaymentProof } from "./gate/parsePaymentProof.ts";
+import {
+  createJwksResolver,
+  createStaticKeyResolver,
+  type ProofKeyResolver,
+} from "./gate/proofKeyResolver.ts";
+import { toPaymentProof } from "./gate/verifyPaymentProof.ts";
 
 /** One way to pay a route once: the price in the token's smallest unit. */
 export type ExactOffer = { scheme: "exact"; amount: bigint };
@@ -106,15 +108,46 @@ export function compileOneTime(entry: unknown, decimals: number, where: string):
   return { scheme: "exact", amount };
 }
 
-export const exactGate: GateSchemePart<ExactOffer> = {
+/**
+ * The `accepts` entry of a one-time offer: its price, payable by x402 clients too (the entry goes into
+ * `PAYMENT-REQUIRED`).
+ */
+export function oneTimeEntry(offer: ExactOffer): SchemeOfferEntry {
+  return { scheme: "exact", amount: offer.amount, x402: true };
+}
+
+export const exactGate: GateSchemePart<ExactOffer, ExactOffer> = {
   pricingTypes: ["one-time"],
   create: createExactGate,
+  entryOf: oneTimeEntry,
 };
+
+declare module "../types.ts" {
+  interface SchemeGateOptions {
+    /** Proof keys for local verification instead of fetching the JWKS: a JWKS or a resolver. */
+    proofKeys?: ProofKeyResolver | Jwks | undefined;
+  }
+}
+
+/** The gate option this part checks itself (the gate passes it through, `SchemeGateOptions`). */
+const ProofKeysOptionSchema = z.object({
+  proofKeys: z
+    .custom<ProofKeyResolver | Jwks>(
+      (value) =>
+        (typeof value === "object" &&
+          value !== null &&
+          typeof (value as { resolve?: unknown }).resolve === "function") ||
+        (typeof value === "object" && value !== null && "keys" in value),
+      { error: "expected a JWKS or a ProofKeyResolver" },
+    )
+    .optional(),
+});
 
 function createExactGate(context: GateSchemeContext): ExactGateScheme {
   const { clock, replayGuard, logger, memoSecret, payTo, network, token } = context;
+  const { proofKeys } = parseGateOptions(ProofKeysOptionSchema, context.options, "paymentGate options");
   const { checkSignature, keys } = signatureCheckOf(
-    context.options as { proofVerification?: unknown; proofKeys?: unknown },
+    { proofVerification: (context.options as { proofVerification?: unknown }).proofVerification, proofKeys },
     context.facilitator,
     clock,
   );
@@ -157,7 +190,7 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
 
   return {
     compile: (entry, where) => compileOneTime(entry, context.decimals, where),
-    offer: (offer) => ({ scheme: "exact", amount: offer.amount, x402: true }),
+    offer: oneTimeEntry,
     async ready(offers) {
       // A price under the facilitator's minimum (0.01 USDC on Base) is refused at every payment; one
       // the network's fee puts under it for now is refused only until the fee falls.

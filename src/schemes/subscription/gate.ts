@@ -7,7 +7,7 @@
  */
 
 import type { Address, PublicClient } from "viem";
-import { deductionAmount, type ServedSubscription } from "../../gate/deductAllowance.ts";
+import { z } from "zod";
 import type { GateLogger } from "../../gate/gateLogger.ts";
 import { GatePass } from "../../gate/gatePass.ts";
 import { checkFailureResponse, errorResponse, misconfigured } from "../../gate/gateResponses.ts";
@@ -29,6 +29,7 @@ import type {
   GateSchemeContext,
   GateSchemePart,
   SchemeAcceptance,
+  SchemeOfferEntry,
   SchemeRequest,
 } from "../types.ts";
 import { createPlanCatalog, type GatePlan, type PlanCatalog } from "./gate/createPlanCatalog.ts";
@@ -38,6 +39,7 @@ import {
   type SubscriptionGate,
   type SubscriptionOutcome,
 } from "./gate/createSubscriptionGate.ts";
+import { deductionAmount, type SubscriptionServed } from "./gate/deductAllowance.ts";
 import { createWalletSubAuthCheck } from "./gate/walletSubAuth.ts";
 
 /** A plan that covers a route, by id (canonical decimal); its terms are read when a 402 is built. */
@@ -59,6 +61,62 @@ export function planPricing(plan: GatePlan): Pricing {
   };
 }
 
+/**
+ * A plan that covers a route with its terms as the chain has them, resolved by its caller
+ * (`composePaymentRequired`; docs/protocol.md, "402 body").
+ */
+export type SubscriptionOffer = {
+  scheme: "subscription";
+  planId: string;
+  /** Price per period, smallest unit. */
+  amount: bigint;
+  /** Period in whole seconds. */
+  interval: number;
+  /** The SubscriptionManager running the plan. */
+  manager: Address;
+  /** Metered terms, when the plan includes units or prices overage. */
+  overage?: { unitPrice: bigint; includedUnits: bigint } | undefined;
+  /** Set when the plan is deprecated: the plan new subscribers should take. */
+  successorPlanId?: string | undefined;
+};
+
+/** The `accepts` entry of a resolved plan, through the one pricing type's wire conversion. */
+export function planEntry(offer: SubscriptionOffer): SchemeOfferEntry {
+  const terms = optionTermsOf({
+    type: "subscription",
+    planId: offer.planId,
+    amount: offer.amount,
+    interval: offer.interval,
+    includedUnits: offer.overage?.includedUnits ?? 0n,
+    overageUnitPrice: offer.overage?.unitPrice ?? 0n,
+    manager: offer.manager,
+    ...(offer.successorPlanId === undefined ? {} : { successorPlanId: offer.successorPlanId }),
+  });
+  return { scheme: "subscription", amount: terms.amount, tollgate: terms.tollgate };
+}
+
+declare module "../types.ts" {
+  interface SchemeGateOptions {
+    /** Counts metered use. Default: in memory, for one process; `createPostgresUsageLedger` for several. */
+    usageLedger?: UsageLedger | undefined;
+  }
+}
+
+/** The gate option this part checks itself (the gate passes it through, `SchemeGateOptions`). */
+const UsageLedgerOptionSchema = z.object({
+  usageLedger: z
+    .custom<UsageLedger>(
+      (value) =>
+        typeof value === "object" &&
+        value !== null &&
+        ["reserve", "claimBatch", "markBatchSent", "resolve"].every(
+          (name) => typeof (value as Record<string, unknown>)[name] === "function",
+        ),
+      { error: "expected a UsageLedger" },
+    )
+    .optional(),
+});
+
 /** The settings of the gate options this part reads (checked by `PaymentGateOptionsSchema`). */
 type SubscriptionSettings = {
   subscriptionManager?: Address;
@@ -66,7 +124,6 @@ type SubscriptionSettings = {
   subscriptionRenewalGraceSeconds?: number;
   subscriptionEventPollMs?: number;
   providerApiKey?: string;
-  usageLedger?: UsageLedger;
   maxUnsettledUsage?: Price;
   usageFlushIntervalMs?: number;
   chainClient?: Pick<PublicClient, "request">;
@@ -88,14 +145,16 @@ export function compilePlan(entry: { plan?: unknown }, context: GateSchemeContex
   return { scheme: "subscription", planId: id.toString() };
 }
 
-export const subscriptionGate: GateSchemePart<PlanOffer> = {
+export const subscriptionGate: GateSchemePart<PlanOffer, SubscriptionOffer> = {
   pricingTypes: ["subscription"],
   create: createSubscriptionPart,
+  entryOf: planEntry,
 };
 
 function createSubscriptionPart(context: GateSchemeContext): GateScheme<PlanOffer> {
   const { clock, facilitator, logger, decimals } = context;
   const settings = context.options as SubscriptionSettings;
+  const { usageLedger } = parseGateOptions(UsageLedgerOptionSchema, context.options, "paymentGate options");
   const plans: PlanCatalog = createPlanCatalog({
     facilitator,
     payTo: context.payTo,
@@ -114,7 +173,7 @@ function createSubscriptionPart(context: GateSchemeContext): GateScheme<PlanOffe
       // compilePlan refuses plans without it; a routes function may still return one.
       throw misconfigured("subscription pricing needs `publicOrigin`, the audience of sub-auth tokens");
     }
-    const ledger = settings.usageLedger ?? createMemoryUsageLedger({ clock });
+    const ledger = usageLedger ?? createMemoryUsageLedger({ clock });
     const flushMs = settings.usageFlushIntervalMs ?? 2_000;
     subscriptions = createSubscriptionGate({
       facilitator,
@@ -152,13 +211,13 @@ function createSubscriptionPart(context: GateSchemeContext): GateScheme<PlanOffe
 
   /** Charges against one subscription's allowance (`ServedSubscription.deductAllowance`). */
   const deductFrom =
-    (subscriptionId: bigint): ServedSubscription["deductAllowance"] =>
+    (subscriptionId: bigint): SubscriptionServed["deductAllowance"] =>
     // Returned, not named: built per served request, so no name is attached to it at run time.
     async (amount) =>
       service().deduct(subscriptionId, deductionAmount(amount));
 
   /** The subscription as handlers read it, with `deductAllowance` bound to it. */
-  const served = (subscription: GateSubscription): ServedSubscription => ({
+  const served = (subscription: GateSubscription): SubscriptionServed => ({
     subscriptionId: subscription.subscriptionId,
     subscriber: subscription.subscriber,
     planId: subscription.planId,

@@ -50,7 +50,6 @@
 import { createHash, createHmac } from "node:crypto";
 import type { Address, Hex } from "viem";
 import { z } from "zod";
-import type { OneTimeOffer } from "../../../gate/composePaymentRequired.ts";
 import { paymentReplayKey } from "../../../gate/paymentReplayKey.ts";
 import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
 import { sameAddress } from "../../../protocol/address.ts";
@@ -79,13 +78,14 @@ import {
   X402VerifyResponseSchema,
 } from "../../../protocol/x402.ts";
 import type { ReplayGuard } from "../../../store/replayGuard.ts";
+import type { ExactOffer } from "../../exact/gate.ts";
 
 /** Built once, for the two headers decoded here before their own checks. */
 const AnyJsonSchema = z.unknown();
 const AnyObjectSchema = z.looseObject({});
 
-/** An offer of a route as the gate prices it: one-time offers (`OneTimeOffer`) and any other scheme. */
-type PricedOffer = OneTimeOffer | { scheme: string; amount: bigint };
+/** An offer of a route as the gate prices it: one-time offers (`ExactOffer`) and any other scheme. */
+type PricedOffer = ExactOffer | { scheme: string; amount: bigint };
 
 /** A settled x402 payment the gate accepted for this request (`GatePayment` with `x402` set). */
 export type X402GatePayment = {

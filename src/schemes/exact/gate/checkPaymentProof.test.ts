@@ -1,12 +1,12 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { memoQueryHash } from "../protocol/memo.ts";
+import { memoQueryHash } from "../../../protocol/memo.ts";
 import {
   type PaymentProof,
   PaymentProofSchema,
   proofSigningInput,
   UnsignedPaymentProofSchema,
-} from "../protocol/paymentProof.ts";
+} from "../../../protocol/paymentProof.ts";
 import { proofSignedText, queryHashOf } from "./checkPaymentProof.ts";
 
 const hex = (bytes: number) =>

@@ -12,9 +12,9 @@
  * `undefined`.
  */
 import { createPublicKey, type KeyObject } from "node:crypto";
-import type { Clock } from "../protocol/clock.ts";
-import { TollgateError } from "../protocol/errors.ts";
-import type { Jwks } from "../protocol/facilitator.ts";
+import type { Clock } from "../../../protocol/clock.ts";
+import { TollgateError } from "../../../protocol/errors.ts";
+import type { Jwks } from "../../../protocol/facilitator.ts";
 
 export type ProofKeyResolver = {
   /** The key of `kid`; `undefined` when the facilitator does not publish it. Throws `ChainUnavailable`. */

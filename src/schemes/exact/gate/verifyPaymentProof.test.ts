@@ -1,11 +1,11 @@
 import { describe, expect, it } from "vitest";
-import { signProofFor } from "../../test/support/signProofFor.ts";
-import { jwksOf, proofKeyFromSeed } from "../facilitator/proofKeys.ts";
-import type { FetchFn } from "../http/facilitatorClient.ts";
-import { createFixedClock } from "../protocol/clock.ts";
-import { TollgateError } from "../protocol/errors.ts";
-import { encodeJsonHeader } from "../protocol/header.ts";
-import type { PaymentOption } from "../protocol/paymentRequired.ts";
+import { signProofFor } from "../../../../test/support/signProofFor.ts";
+import { jwksOf, proofKeyFromSeed } from "../../../facilitator/proofKeys.ts";
+import type { FetchFn } from "../../../http/facilitatorClient.ts";
+import { createFixedClock } from "../../../protocol/clock.ts";
+import { TollgateError } from "../../../protocol/errors.ts";
+import { encodeJsonHeader } from "../../../protocol/header.ts";
+import type { PaymentOption } from "../../../protocol/paymentRequired.ts";
 import { createProofVerifier, verifyPaymentProof } from "./verifyPaymentProof.ts";
 
 const NOW = 1_763_800_000;

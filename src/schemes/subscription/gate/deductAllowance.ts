@@ -13,32 +13,21 @@
  * context holds only the current request's subscription: nothing is shared between requests, and
  * outside a subscribed request the call throws `InvalidRequest` saying so.
  */
-import { AsyncLocalStorage } from "node:async_hooks";
-import { TollgateError } from "../protocol/errors.ts";
-import type {
-  AllowanceDeduction,
-  GateSubscription,
-} from "../schemes/subscription/gate/createSubscriptionGate.ts";
-import { type Amount, amountProblem } from "./amount.ts";
+import { type Amount, amountProblem } from "../../../gate/amount.ts";
+import { currentGateContext } from "../../../gate/gateContext.ts";
+import { TollgateError } from "../../../protocol/errors.ts";
+import type { AllowanceDeduction, GateSubscription } from "./createSubscriptionGate.ts";
 
 /** The subscription a request was served under, as handlers read it, with its deduction bound. */
-export type ServedSubscription = GateSubscription & {
+export type SubscriptionServed = GateSubscription & {
   /** `deductAllowance(amount)` for this subscription (integer smallest units). */
   deductAllowance(amount: Amount): Promise<AllowanceDeduction>;
 };
 
-/** What the adapters make visible to a handler's asynchronous context. */
-export type GateContext = { subscription?: ServedSubscription | undefined };
-
-/**
- * Per-request context carrier. Invariant: it is only ever entered with `run` around one request's
- * handler, so `getStore()` is that request's context or `undefined`; it holds no state of its own.
- */
-const requestContext = new AsyncLocalStorage<GateContext>();
-
-/** Runs `handler` with `context` visible to `deductAllowance` (used by the adapters). */
-export function runInGateContext<T>(context: GateContext, handler: () => T): T {
-  return requestContext.run(context, handler);
+declare module "../../types.ts" {
+  interface SchemeSubscriptions {
+    subscription: SubscriptionServed;
+  }
 }
 
 /**
@@ -57,9 +46,9 @@ export function runInGateContext<T>(context: GateContext, handler: () => T): T {
  */
 export async function deductAllowance(
   amount: Amount,
-  options: { subscription?: Pick<ServedSubscription, "deductAllowance"> | undefined } = {},
+  options: { subscription?: Pick<SubscriptionServed, "deductAllowance"> | undefined } = {},
 ): Promise<AllowanceDeduction> {
-  const subscription = options?.subscription ?? requestContext.getStore()?.subscription;
+  const subscription = options?.subscription ?? currentGateContext()?.subscription;
   if (subscription === undefined) {
     throw new TollgateError(
       "InvalidRequest",

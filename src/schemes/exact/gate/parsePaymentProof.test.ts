@@ -1,10 +1,10 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { signProofFor } from "../../test/support/signProofFor.ts";
-import { proofKeyFromSeed } from "../facilitator/proofKeys.ts";
-import { TollgateError } from "../protocol/errors.ts";
-import { encodeJsonHeader, MAX_HEADER_BYTES, safeDecodeJsonHeader } from "../protocol/header.ts";
-import { PaymentProofSchema } from "../protocol/paymentProof.ts";
+import { signProofFor } from "../../../../test/support/signProofFor.ts";
+import { proofKeyFromSeed } from "../../../facilitator/proofKeys.ts";
+import { TollgateError } from "../../../protocol/errors.ts";
+import { encodeJsonHeader, MAX_HEADER_BYTES, safeDecodeJsonHeader } from "../../../protocol/header.ts";
+import { PaymentProofSchema } from "../../../protocol/paymentProof.ts";
 import { fastPaymentProof, parsePaymentProof, safeParsePaymentProof } from "./parsePaymentProof.ts";
 
 const key = proofKeyFromSeed(new Uint8Array(32).fill(7));

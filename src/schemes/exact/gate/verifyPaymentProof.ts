@@ -21,14 +21,18 @@
  * not be carried out (JWKS or RPC unreachable), so a caller never mistakes an outage for a forgery.
  */
 import { getAbiItem, type Hex, keccak256, type PublicClient, parseEventLogs, stringToBytes } from "viem";
-import { fiatTokenV2_2Abi } from "../chain/contracts/circle-usdc/FiatTokenV2_2.ts";
-import { createFacilitatorClient, type FacilitatorClient, type FetchFn } from "../http/facilitatorClient.ts";
-import { sameAddress } from "../protocol/address.ts";
-import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
-import { TollgateError } from "../protocol/errors.ts";
-import { type Jwks, JwksSchema } from "../protocol/facilitator.ts";
-import { chainIdOf } from "../protocol/network.ts";
-import { type PaymentProof, PaymentProofSchema } from "../protocol/paymentProof.ts";
+import { fiatTokenV2_2Abi } from "../../../chain/contracts/circle-usdc/FiatTokenV2_2.ts";
+import {
+  createFacilitatorClient,
+  type FacilitatorClient,
+  type FetchFn,
+} from "../../../http/facilitatorClient.ts";
+import { sameAddress } from "../../../protocol/address.ts";
+import { type Clock, systemClock, unixSeconds } from "../../../protocol/clock.ts";
+import { TollgateError } from "../../../protocol/errors.ts";
+import { type Jwks, JwksSchema } from "../../../protocol/facilitator.ts";
+import { chainIdOf } from "../../../protocol/network.ts";
+import { type PaymentProof, PaymentProofSchema } from "../../../protocol/paymentProof.ts";
 import {
   checkSignatureWithKeys,
   type ProofSignatureCheck,

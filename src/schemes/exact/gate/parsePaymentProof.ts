@@ -1,11 +1,11 @@
-import { utf8Decode } from "../protocol/base64.ts";
-import { TollgateError } from "../protocol/errors.ts";
-import { MAX_HEADER_BYTES, safeDecodeJsonHeader } from "../protocol/header.ts";
-import { MAX_MEMO_LENGTH } from "../protocol/memo.ts";
-import { isNetwork } from "../protocol/network.ts";
-import type { IssueSummary } from "../protocol/parseWire.ts";
-import { type PaymentProof, PaymentProofSchema } from "../protocol/paymentProof.ts";
-import { checksummedAddress } from "./addressCache.ts";
+import { checksummedAddress } from "../../../gate/addressCache.ts";
+import { utf8Decode } from "../../../protocol/base64.ts";
+import { TollgateError } from "../../../protocol/errors.ts";
+import { MAX_HEADER_BYTES, safeDecodeJsonHeader } from "../../../protocol/header.ts";
+import { MAX_MEMO_LENGTH } from "../../../protocol/memo.ts";
+import { isNetwork } from "../../../protocol/network.ts";
+import type { IssueSummary } from "../../../protocol/parseWire.ts";
+import { type PaymentProof, PaymentProofSchema } from "../../../protocol/paymentProof.ts";
 
 export type ParsedPaymentProof = { ok: true; proof: PaymentProof } | { ok: false; reason: string };
 

@@ -5,13 +5,13 @@
  * or mismatched proof is refused without touching the key cache, the Ed25519 code or the network.
  */
 import { hash, type KeyObject, verify } from "node:crypto";
-import type { FacilitatorClient } from "../http/facilitatorClient.ts";
-import { sameAddress } from "../protocol/address.ts";
-import { base64UrlDecode } from "../protocol/base64.ts";
-import { type Clock, unixSeconds } from "../protocol/clock.ts";
-import type { MemoPayload } from "../protocol/memo.ts";
-import type { PaymentProof } from "../protocol/paymentProof.ts";
-import { type MemoSecret, openMemo } from "./memo.ts";
+import { type MemoSecret, openMemo } from "../../../gate/memo.ts";
+import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
+import { sameAddress } from "../../../protocol/address.ts";
+import { base64UrlDecode } from "../../../protocol/base64.ts";
+import { type Clock, unixSeconds } from "../../../protocol/clock.ts";
+import type { MemoPayload } from "../../../protocol/memo.ts";
+import type { PaymentProof } from "../../../protocol/paymentProof.ts";
 import type { ProofKeyResolver } from "./proofKeyResolver.ts";
 
 /** What the request being served requires of a proof. */

@@ -1,13 +1,13 @@
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
-import { signProofFor } from "../../test/support/signProofFor.ts";
-import { jwksOf, proofKeyFromSeed } from "../facilitator/proofKeys.ts";
-import { createFixedClock, unixSeconds } from "../protocol/clock.ts";
-import { TollgateError } from "../protocol/errors.ts";
-import type { Jwks } from "../protocol/facilitator.ts";
-import { encodeJsonHeader } from "../protocol/header.ts";
-import { PaymentRequiredSchema } from "../protocol/paymentRequired.ts";
-import { paymentGate } from "./paymentGate.ts";
+import { signProofFor } from "../../../../test/support/signProofFor.ts";
+import { jwksOf, proofKeyFromSeed } from "../../../facilitator/proofKeys.ts";
+import { paymentGate } from "../../../gate/paymentGate.ts";
+import { createFixedClock, unixSeconds } from "../../../protocol/clock.ts";
+import { TollgateError } from "../../../protocol/errors.ts";
+import type { Jwks } from "../../../protocol/facilitator.ts";
+import { encodeJsonHeader } from "../../../protocol/header.ts";
+import { PaymentRequiredSchema } from "../../../protocol/paymentRequired.ts";
 import { createJwksResolver, createStaticKeyResolver } from "./proofKeyResolver.ts";
 
 const oldKey = proofKeyFromSeed(new Uint8Array(32).fill(1));
