@@ -10,7 +10,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   cancelUnneededSubscriptions,
   createMemoryCancelClaims,
-  facilitatorSubscriptions,
 } from "../src/agent/policy/cancelUnneededSubscriptions.ts";
 import { createMemoryDemandHistory } from "../src/agent/policy/createDemandHistory.ts";
 import { cancelLeadSeconds } from "../src/agent/policy/reviewSubscription.ts";
@@ -21,6 +20,7 @@ import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { createFixedClock } from "../src/protocol/clock.ts";
+import { facilitatorSubscriptions } from "../src/schemes/subscription/agent/heldSubscriptions.ts";
 import { getSubscriptionInfo } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import { createRenewalKeeper } from "../src/schemes/subscription/facilitator/renewalKeeper.ts";
 import { createSubscriptionIndexer } from "../src/schemes/subscription/facilitator/subscriptionIndexer.ts";

@@ -103,6 +103,12 @@ export type AgentOfferPart = {
   /** How a spend paid through an option of this scheme is reported (`onSpend`, the tool's artifact). */
   readonly spendMode: Exclude<SpendMode, "free">;
   /**
+   * Whether a payment of this scheme whose outcome is unknown (its payment call failed) can be read
+   * back from the facilitator by its memo's nonce (an EIP-3009 authorization): then it is recovered,
+   * or held pending, instead of released (`recoverPayment`).
+   */
+  readonly readsBack?: boolean | undefined;
+  /**
    * Why the agent refuses `option` under its own bounds before reserving anything (a channel whose
    * close delay is above `maxCloseDelay`), or `undefined`.
    */
@@ -143,6 +149,11 @@ export type AgentSchemePart = {
   listing?: AgentListingPart | undefined;
   offer?: AgentOfferPart | undefined;
   x402?: AgentX402Part | undefined;
+  /**
+   * Over MCP: the `_meta` keys of a tool result that carry this scheme's receipts, each with the
+   * response header the payer reads it from (the gate part's `mcp.receipts`, the other way round).
+   */
+  mcpReceipts?: Readonly<Record<string, string>> | undefined;
 };
 
 declare module "../schemes/types.ts" {
@@ -171,6 +182,8 @@ export type AgentSchemes = {
   x402(scheme: string): AgentX402Part | undefined;
   /** Every x402 `scheme` some part pays, in order. */
   readonly x402Schemes: readonly string[];
+  /** Every part's MCP receipts: `[_meta key, response header]`, in order. */
+  readonly mcpReceipts: readonly (readonly [string, string])[];
 };
 
 /** An atomic USDC amount as people read it: `10000` → `"0.01 USDC"`. */
@@ -228,5 +241,6 @@ export function createAgentSchemes(
     listing: (type) => listings.get(type),
     x402: (scheme) => x402.get(scheme),
     x402Schemes: [...x402.keys()],
+    mcpReceipts: schemes.flatMap((scheme) => Object.entries(scheme.agent.mcpReceipts ?? {})),
   };
 }

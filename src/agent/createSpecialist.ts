@@ -10,7 +10,6 @@ import { Hono } from "hono";
 import type { Logger } from "pino";
 import type { Address, Hex } from "viem";
 import { z } from "zod";
-import type { ServedSubscription } from "../gate/deductAllowance.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../gate/honoPaymentGate.ts";
 import { type GatePayment, paymentGate } from "../gate/paymentGate.ts";
 import type { GatePricingEntry, RouteConfig } from "../gate/paymentGateOptions.ts";
@@ -28,7 +27,10 @@ import {
   signManifest,
 } from "../protocol/manifest.ts";
 import { pricingOfCapability, pricingToWire } from "../protocol/pricing.ts";
+import type { ServedSubscription } from "../schemes/types.ts";
 import type { ReplayGuard } from "../store/replayGuard.ts";
+import type { AgentSalePart, SaleSetup } from "./agentScheme.ts";
+import { defaultAgentSchemes } from "./agentSchemes.ts";
 import { capabilityUnits } from "./capabilityUnits.ts";
 import {
   type SpecialistMcp,
@@ -45,7 +47,7 @@ import {
   type OfferBook,
   type SaleTicket,
 } from "./saleAdmission.ts";
-import type { Capability, CapabilityContext } from "./tools/capability.ts";
+import type { Capability, CapabilityContext, CapabilityPricing } from "./tools/capability.ts";
 
 export type SpecialistPlan = {
   planId: string;
@@ -126,25 +128,42 @@ function pathOf(capability: Capability): string {
   return `/${capability.name}`;
 }
 
+/** What the specialist has set up to sell under, as the listed schemes' sale parts read it. */
+function saleSetup(plan: SpecialistPlan | undefined, channels: SpecialistChannels | undefined): SaleSetup {
+  return { plan, channelsContract: channels?.contract };
+}
+
+/**
+ * The sale part of the scheme listing `entry`'s type, having checked that the specialist has what
+ * that scheme needs (a plan, a channels contract); throws `InvalidRequest` when it lacks it.
+ */
+function salePartOf(capability: Capability, entry: CapabilityPricing, setup: SaleSetup): AgentSalePart {
+  const sale = defaultAgentSchemes.listing(entry.type)?.sale;
+  const missing = sale === undefined ? "no scheme sells under it" : sale.missing(setup);
+  if (sale === undefined || missing !== undefined) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `capability ${capability.name} is priced by ${entry.type} but ${missing}`,
+      { details: { capability: capability.name } },
+    );
+  }
+  return sale;
+}
+
 /** The manifest's pricing entries for one capability. */
 function manifestPricing(
   capability: Capability,
   plan: SpecialistPlan | undefined,
   channels?: SpecialistChannels | undefined,
 ): ManifestPricing[] {
+  const setup = saleSetup(plan, channels);
   return capability.pricing.map((p): ManifestPricing => {
-    if (p.type === "channel" && channels === undefined) {
-      throw new TollgateError(
-        "InvalidRequest",
-        `capability ${capability.name} is priced by channel but the specialist has no channels contract`,
-        { details: { capability: capability.name } },
-      );
-    }
+    salePartOf(capability, p, setup);
     const pricing = pricingOfCapability(p, { plan, channels: channels?.contract });
     if (pricing === undefined) {
       throw new TollgateError(
         "InvalidRequest",
-        `capability ${capability.name} is priced by subscription but has no plan`,
+        `capability ${capability.name} is priced by ${p.type} but has no plan`,
         {
           details: { capability: capability.name },
         },
@@ -154,14 +173,16 @@ function manifestPricing(
   });
 }
 
-/** The gate's pricing entries for one capability. */
-function gatePricing(capability: Capability, plan: SpecialistPlan | undefined): RouteConfig {
-  const pricing: GatePricingEntry[] = capability.pricing.map((p): GatePricingEntry => {
-    const priced = pricingOfCapability(p);
-    return priced?.type === "one-time" || priced?.type === "channel"
-      ? { type: priced.type, amount: priced.amount }
-      : { type: "subscription", plan: plan!.planId };
-  });
+/** The gate's pricing entries for one capability, as the scheme of each entry sells it. */
+function gatePricing(
+  capability: Capability,
+  plan: SpecialistPlan | undefined,
+  channels: SpecialistChannels | undefined,
+): RouteConfig {
+  const setup = saleSetup(plan, channels);
+  const pricing: GatePricingEntry[] = capability.pricing.map((p) =>
+    salePartOf(capability, p, setup).gateEntry(p, setup),
+  );
   const metered = plan !== undefined && plan.includedUnits > 0 && plan.overageUnitPrice > 0n;
   return {
     pricing,
@@ -232,7 +253,7 @@ export function createSpecialist(options: CreateSpecialistOptions): Specialist {
   const buildApp = (origin: string) => {
     const routes: Record<string, RouteConfig> = {};
     for (const c of options.capabilities)
-      routes[`POST ${pathOf(c)}`] = gatePricing(c, options.plans?.[c.name]);
+      routes[`POST ${pathOf(c)}`] = gatePricing(c, options.plans?.[c.name], options.channels);
     gate = paymentGate({
       payTo: options.account.address,
       network: options.network,

@@ -7,6 +7,7 @@ export {
   type SubscriptionKeeperOptions,
   type SyncedSubscription,
 } from "../schemes/subscription/agent/createSubscriptionKeeper.ts";
+export { facilitatorSubscriptions } from "../schemes/subscription/agent/heldSubscriptions.ts";
 export {
   type SubscriptionCommitment,
   subscriptionCommitment,
@@ -62,7 +63,6 @@ export {
   cancelUnneededSubscriptions,
   createCancelClaims,
   createMemoryCancelClaims,
-  facilitatorSubscriptions,
   type HeldSubscriptionSource,
 } from "./policy/cancelUnneededSubscriptions.ts";
 export { createCallCounter } from "./policy/createCallCounter.ts";

@@ -14,16 +14,15 @@
 import { type Address, getAddress } from "viem";
 import { z } from "zod";
 import { sameAddress } from "../protocol/address.ts";
-import { formatUnitsExact } from "../protocol/amount.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import type { Manifest, ManifestPricing } from "../protocol/manifest.ts";
-import { type PaymentOption, type PaymentRequired, planTermsOf } from "../protocol/paymentRequired.ts";
+import type { PaymentRequired } from "../protocol/paymentRequired.ts";
 import type { X402PaymentRequired, X402PaymentRequirements } from "../protocol/x402.ts";
-import { channelTermsOf } from "../schemes/channel/channelTerms.ts";
-import { closeDelayRefusal } from "../schemes/channel/client/channelWallet.ts";
 import { queryOneParsed } from "../store/queryParsed.ts";
 import type { Queryable } from "../store/store.ts";
+import type { AgentSchemes, OfferDeviation } from "./agentScheme.ts";
+import { defaultAgentSchemes } from "./agentSchemes.ts";
 
 /** What the agent was offered for one capability, before any 402. */
 export type OfferListing = {
@@ -59,14 +58,7 @@ export function listingOf(
   };
 }
 
-/** What one option asks that its listing does not offer; `undefined` when it conforms. */
-type Deviation = {
-  field: "network" | "token" | "payTo" | "scheme" | "price" | "plan";
-  listed: string;
-  asked: string;
-};
-
-function mismatch(tool: string, listing: OfferListing, deviation: Deviation): TollgateError {
+function mismatch(tool: string, listing: OfferListing, deviation: OfferDeviation): TollgateError {
   return new TollgateError(
     "OfferMismatch",
     `${tool}: the seller's 402 asks ${deviation.field} ${deviation.asked}, but its ${listing.source} listing says ${deviation.listed}; refused before paying`,
@@ -75,113 +67,19 @@ function mismatch(tool: string, listing: OfferListing, deviation: Deviation): To
 }
 
 /**
- * A `subscription` option conforms when it names a listed plan (same id) with a price, interval,
- * allowance and overage price no worse for the buyer than listed, sold through the listed manager.
- */
-function planDeviation(option: PaymentOption, listing: OfferListing): Deviation | undefined {
-  const terms = planTermsOf(option);
-  if (terms === undefined) return { field: "plan", listed: "a plan", asked: "an option without plan terms" };
-  const entry = listing.pricing.find(
-    (p) => (p.type === "subscription" || p.type === "metered") && p.planId === terms.planId,
-  );
-  if (entry === undefined || entry.type === "one-time" || entry.type === "channel") {
-    const listed = listing.pricing.flatMap((p) =>
-      p.type === "one-time" || p.type === "channel" ? [] : [p.planId],
-    );
-    return {
-      field: "plan",
-      listed: listed.length === 0 ? "no plan" : `plan ${listed.join(", ")}`,
-      asked: `plan ${terms.planId}`,
-    };
-  }
-  if (BigInt(terms.amount) > BigInt(entry.amount)) {
-    return {
-      field: "price",
-      listed: `${usdc(entry.amount)} per period`,
-      asked: `${usdc(terms.amount)} per period`,
-    };
-  }
-  if (terms.interval !== entry.interval) {
-    return { field: "plan", listed: `interval ${entry.interval} s`, asked: `interval ${terms.interval} s` };
-  }
-  if (terms.includedUnits < entry.includedUnits) {
-    return {
-      field: "plan",
-      listed: `${entry.includedUnits} included units`,
-      asked: `${terms.includedUnits} included units`,
-    };
-  }
-  if (BigInt(terms.overageUnitPrice) > BigInt(entry.overageUnitPrice)) {
-    return {
-      field: "price",
-      listed: `overage ${usdc(entry.overageUnitPrice)} per unit`,
-      asked: `overage ${usdc(terms.overageUnitPrice)} per unit`,
-    };
-  }
-  if (entry.manager !== undefined && !sameAddress(entry.manager, terms.manager)) {
-    return { field: "plan", listed: `manager ${entry.manager}`, asked: `manager ${terms.manager}` };
-  }
-  return undefined;
-}
-
-/** An atomic amount as people read it: `10000` → `0.01 USDC`. */
-function usdc(amount: string | bigint): string {
-  return `${formatUnitsExact(BigInt(amount))} USDC`;
-}
-
-/**
- * A `channel` option conforms when the listing prices the capability by channel, the price per call
- * is no more than listed, the terms are well formed, and the contract is the listed one (when listed).
- */
-function channelDeviation(option: PaymentOption, listing: OfferListing): Deviation | undefined {
-  const listed = listing.pricing.find((p) => p.type === "channel");
-  if (listed === undefined || listed.type !== "channel") {
-    return { field: "scheme", listed: "no channel price", asked: "a prepaid channel" };
-  }
-  const terms = channelTermsOf(option);
-  if (terms === undefined) {
-    return { field: "scheme", listed: "channel terms", asked: "a channel option without valid terms" };
-  }
-  if (terms.price > BigInt(listed.amount)) {
-    return {
-      field: "price",
-      listed: `${usdc(listed.amount)} per call`,
-      asked: `${usdc(terms.price)} per call`,
-    };
-  }
-  if (listed.contract !== undefined && !sameAddress(listed.contract, terms.contract)) {
-    return {
-      field: "scheme",
-      listed: `channel contract ${listed.contract}`,
-      asked: `channel contract ${terms.contract}`,
-    };
-  }
-  return undefined;
-}
-
-/**
- * Holds a `channel` option's close delay to the agent's bound: a gate whose minimum close delay is above
- * `maxCloseDelay` (seconds) would let its seller, should it vanish, keep the deposit locked that long
- * after the agent asked to close. Returns the refusal — `OfferMismatch` with `details` `{ tool, field:
- * "closeDelay", payee, asked, bound }` — or `undefined` when the option is within (or not a channel).
+ * Holds an option to the agent's own bounds before anything is reserved, as the part of its scheme
+ * does (a `channel` option whose close delay is above `maxCloseDelay`, seconds, would let its seller,
+ * should it vanish, keep the deposit locked that long after the agent asked to close). Returns the
+ * refusal — for a channel, `OfferMismatch` with `details` `{ tool, field: "closeDelay", payee, asked,
+ * bound }` — or `undefined` when the option is within (or its scheme has no such bound).
  */
 export function channelCloseDelayRefusal(
-  option: PaymentOption,
+  option: PaymentRequired["accepts"][number],
   maxCloseDelay: number,
   tool: string,
+  schemes: AgentSchemes = defaultAgentSchemes,
 ): TollgateError | undefined {
-  const terms = channelTermsOf(option);
-  return terms === undefined ? undefined : closeDelayRefusal(terms, maxCloseDelay, tool);
-}
-
-function oneTimeDeviation(amount: string, listing: OfferListing): Deviation | undefined {
-  const listed = listing.pricing.find((p) => p.type === "one-time");
-  if (listed === undefined)
-    return { field: "scheme", listed: "no one-time price", asked: "a one-time payment" };
-  if (BigInt(amount) > BigInt(listed.amount)) {
-    return { field: "price", listed: usdc(listed.amount), asked: usdc(amount) };
-  }
-  return undefined;
+  return schemes.offer(option.scheme)?.refusal?.(option, { maxCloseDelay }, tool);
 }
 
 /**
@@ -199,6 +97,7 @@ export function checkPaymentRequired(
   paymentRequired: PaymentRequired,
   listing: OfferListing,
   tool: string,
+  schemes: AgentSchemes = defaultAgentSchemes,
 ): PaymentRequired {
   const onNetwork = paymentRequired.accepts.filter((o) => o.network === listing.network);
   if (onNetwork.length === 0) {
@@ -219,25 +118,37 @@ export function checkPaymentRequired(
   for (const option of inToken) {
     const deviation = !sameAddress(option.payTo, listing.payTo)
       ? { field: "payTo" as const, listed: listing.payTo, asked: option.payTo }
-      : option.scheme === "exact"
-        ? oneTimeDeviation(option.amount, listing)
-        : option.scheme === "channel"
-          ? channelDeviation(option, listing)
-          : planDeviation(option, listing);
+      : optionDeviation(schemes, option, listing);
     if (deviation !== undefined) throw mismatch(tool, listing, deviation);
   }
   return { ...paymentRequired, accepts: inToken };
 }
 
 /**
- * The same rules for an x402 server's `PAYMENT-REQUIRED`: only `exact` options on the listed network,
- * in the listed token, paying the listed `payTo` no more than the listed one-time price are kept.
- * Options of schemes the payer cannot pay are left to the payer to skip.
+ * What one option of a Tollgate 402 asks beyond its listing, as the part of its scheme checks it. An
+ * option of a scheme no part answers for conforms to nothing listed: it is refused as a plan option
+ * without plan terms, as any option that is neither a one-time nor a channel payment always was.
+ */
+function optionDeviation(
+  schemes: AgentSchemes,
+  option: PaymentRequired["accepts"][number],
+  listing: OfferListing,
+): OfferDeviation | undefined {
+  const part = schemes.offer(option.scheme);
+  if (part === undefined) return { field: "plan", listed: "a plan", asked: "an option without plan terms" };
+  return part.check(option, listing.pricing);
+}
+
+/**
+ * The same rules for an x402 server's `PAYMENT-REQUIRED`: only options of x402 schemes an agent part
+ * pays (`exact`), on the listed network, in the listed token, paying the listed `payTo` no more than
+ * the listed price are kept. Options of schemes the payer cannot pay are left to the payer to skip.
  */
 export function checkX402PaymentRequired(
   paymentRequired: X402PaymentRequired,
   listing: OfferListing,
   tool: string,
+  schemes: AgentSchemes = defaultAgentSchemes,
 ): X402PaymentRequired {
   const onNetwork = paymentRequired.accepts.filter((o) => o.network === listing.network);
   if (onNetwork.length === 0) {
@@ -256,21 +167,25 @@ export function checkX402PaymentRequired(
     });
   }
   for (const option of inToken) {
-    const deviation = x402Deviation(option, listing);
+    const deviation = x402Deviation(schemes, option, listing);
     if (deviation !== undefined) throw mismatch(tool, listing, deviation);
   }
   return { ...paymentRequired, accepts: inToken };
 }
 
-function x402Deviation(option: X402PaymentRequirements, listing: OfferListing): Deviation | undefined {
+function x402Deviation(
+  schemes: AgentSchemes,
+  option: X402PaymentRequirements,
+  listing: OfferListing,
+): OfferDeviation | undefined {
   if (!isAddressLike(option.payTo) || !sameAddress(option.payTo, listing.payTo)) {
     return { field: "payTo", listed: listing.payTo, asked: option.payTo };
   }
-  if (option.scheme !== "exact") {
-    return { field: "scheme", listed: "exact", asked: option.scheme };
+  const part = schemes.x402(option.scheme);
+  if (part === undefined) {
+    return { field: "scheme", listed: schemes.x402Schemes.join(", "), asked: option.scheme };
   }
-  if (!/^\d{1,78}$/.test(option.amount)) return { field: "price", listed: "an amount", asked: option.amount };
-  return oneTimeDeviation(option.amount, listing);
+  return part.check(option, listing.pricing);
 }
 
 function isAddressLike(value: string): value is Address {

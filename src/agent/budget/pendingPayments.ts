@@ -32,6 +32,8 @@ import { encodeJsonHeader } from "../../protocol/header.ts";
 import { memoNonce, splitMemo } from "../../protocol/memo.ts";
 import type { PaymentProof } from "../../protocol/paymentProof.ts";
 import type { PaymentOption } from "../../protocol/paymentRequired.ts";
+import type { AgentSchemes } from "../agentScheme.ts";
+import { defaultAgentSchemes } from "../agentSchemes.ts";
 import type { BudgetLedger, PendingPayment, Reservation } from "./createBudgetLedger.ts";
 import { keepStoredProof } from "./storedProofs.ts";
 
@@ -199,6 +201,8 @@ export type RecoverPaymentOptions = {
   /** Read-backs right after the failure (default 5), `retryMs` apart (default 1 000). */
   attempts?: number | undefined;
   retryMs?: number | undefined;
+  /** The schemes the agent pays with (default: the built-ins): whose payments can be read back. */
+  schemes?: AgentSchemes | undefined;
 };
 
 /**
@@ -213,8 +217,9 @@ export async function recoverPayment(
   reservation: Reservation,
   options: RecoverPaymentOptions,
 ): Promise<PaymentReceipt> {
+  const schemes = options.schemes ?? defaultAgentSchemes;
   if (
-    option.scheme !== "exact" ||
+    schemes.offer(option.scheme)?.readsBack !== true ||
     (error instanceof TollgateError && REFUSED_BEFORE_SENDING.has(error.code))
   ) {
     throw error;

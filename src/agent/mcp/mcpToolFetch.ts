@@ -32,7 +32,8 @@ import {
   X402PaymentRequiredSchema,
   X402SettleResponseSchema,
 } from "../../protocol/x402.ts";
-import { CHANNEL_RECEIPT_HEADER } from "../../schemes/channel/gate.ts";
+import type { AgentSchemes } from "../agentScheme.ts";
+import { defaultAgentSchemes } from "../agentSchemes.ts";
 
 /** One `tools/call`, as an SDK `Client.callTool` makes it. */
 export type McpToolCaller = (
@@ -56,7 +57,11 @@ type ToolResult = z.infer<typeof ToolResultSchema>;
  * const fetch = mcpToolFetch((params, { signal }) => client.callTool(params, undefined, { signal }), "summarize");
  * const tool = paidTool({ name: "summarize", …, url: "http://127.0.0.1:4101/mcp#summarize" }, { …, fetch });
  */
-export function mcpToolFetch(call: McpToolCaller, toolName: string): FetchFn {
+export function mcpToolFetch(
+  call: McpToolCaller,
+  toolName: string,
+  schemes: AgentSchemes = defaultAgentSchemes,
+): FetchFn {
   return async function mcpToolFetch(input, init) {
     const request = new Request(input, init);
     const body = await request.text();
@@ -98,7 +103,7 @@ export function mcpToolFetch(call: McpToolCaller, toolName: string): FetchFn {
     const parsed = ToolResultSchema.safeParse(result);
     if (!parsed.success)
       return errorResponse(502, "InvalidResponse", `${toolName}: the result is not a tool result`);
-    return responseOf(parsed.data, request.headers.has(HeaderName.X402PaymentSignature));
+    return responseOf(parsed.data, request.headers.has(HeaderName.X402PaymentSignature), schemes.mcpReceipts);
   };
 }
 
@@ -117,7 +122,15 @@ function paymentMetaOf(headers: Headers): Record<string, unknown> {
   return meta;
 }
 
-function responseOf(result: ToolResult, paidWithX402: boolean): Response {
+/**
+ * A tool result as the HTTP answer a paid tool reads: its payment response, usage, and the receipts
+ * the schemes' agent parts carry over MCP (`receipts`: `[_meta key, header]`).
+ */
+function responseOf(
+  result: ToolResult,
+  paidWithX402: boolean,
+  receipts: AgentSchemes["mcpReceipts"],
+): Response {
   const text = result.content?.find((block) => block.type === "text")?.text;
   if (result.isError === true) {
     const required = paymentRequired(
@@ -144,8 +157,10 @@ function responseOf(result: ToolResult, paidWithX402: boolean): Response {
       encodeJsonHeader(settled.data),
     );
   }
-  const receipt = result._meta?.[McpMetaKey.TollgateChannelReceipt];
-  if (typeof receipt === "string" && receipt.length <= 1024) headers.set(CHANNEL_RECEIPT_HEADER, receipt);
+  for (const [metaKey, header] of receipts) {
+    const receipt = result._meta?.[metaKey];
+    if (typeof receipt === "string" && receipt.length <= 1024) headers.set(header, receipt);
+  }
   const usage = McpUsageSchema.safeParse(result._meta?.[McpMetaKey.TollgateUsage]);
   if (usage.success) {
     headers.set(HeaderName.Units, usage.data.units);

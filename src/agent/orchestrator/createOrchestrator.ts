@@ -3,7 +3,8 @@ import type { BaseChatModel } from "@langchain/core/language_models/chat_models"
 import type { StructuredToolInterface } from "@langchain/core/tools";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
-import type { AgentChannels } from "../../schemes/channel/agent/channelCommitments.ts";
+import type { Scheme } from "../../schemes/types.ts";
+import { agentSchemesWith } from "../agentSchemes.ts";
 import type { BudgetLedger } from "../budget/createBudgetLedger.ts";
 import { createRulePlanner, type RulePlanner } from "../planner/createRulePlanner.ts";
 import type { Plan } from "../planner/plan.ts";
@@ -58,8 +59,21 @@ export type CreateOrchestratorOptions = {
    * open for the runs that follow, channels no run used lately are closed and their holds released
    * (docs/channels.md, "Agents"). A one-shot process closes them all itself (`tollgate run` does).
    */
-  channels?: AgentChannels | undefined;
+  channels?: IdleChannels | undefined;
   channelIdleSeconds?: number | undefined;
+  /**
+   * Schemes beyond the built-ins that the paid tools' listings may price in (`[toy]`): pass the
+   * tools' own (`paidTool({ schemes })`), so the orchestrator reads their listings as they do.
+   */
+  schemes?: readonly Scheme[] | undefined;
+};
+
+/** What the orchestrator asks of the agent's prepaid channels (`createAgentChannels` gives it). */
+export type IdleChannels = {
+  /** Closes the channels unused for `idleSeconds` and releases their holds; resolves those closed. */
+  closeIdle(options?: {
+    idleSeconds?: number | undefined;
+  }): Promise<readonly { channelId: string; spent: bigint; returned: bigint }[]>;
 };
 
 export type OrchestratorRun = {
@@ -124,6 +138,7 @@ export function createOrchestrator(options: CreateOrchestratorOptions): Orchestr
     throw new TollgateError("InvalidRequest", "the model cannot call tools (it has no bindTools)");
   }
   const plannerName = model === "rules" ? "rules" : modelName(model);
+  const schemes = agentSchemesWith(options.schemes);
   const emit = async (event: OrchestratorEvent) => {
     await options.onEvent?.(event);
   };
@@ -135,11 +150,12 @@ export function createOrchestrator(options: CreateOrchestratorOptions): Orchestr
     // The plan's calls are independent: they run at once through the queue (runPlanCalls.ts).
     const steps = await runPlanCalls<OrchestratorStep>(plan.calls, {
       queue,
-      // A tool whose listing offers a plan may subscribe: its first call leads alone.
+      // A tool whose listing offers a way of paying that commits beyond the call (a plan, a
+      // channel's deposit) may take it: its first call leads alone.
       leadsAlone: (name) =>
         paidToolMetadataOf(
           byName.get(name) as { metadata?: Record<string, unknown> } | undefined,
-        )?.pricing.some((p) => p.type !== "one-time") === true,
+        )?.pricing.some((p) => schemes.listing(p.type)?.commits ?? true) === true,
       sellerOf: (name) =>
         paidToolMetadataOf(byName.get(name) as { metadata?: Record<string, unknown> } | undefined)?.seller ??
         name,
@@ -191,6 +207,7 @@ export function createOrchestrator(options: CreateOrchestratorOptions): Orchestr
         budget: options.budget,
         approveAbove: options.approveAbove,
         approve: options.approve,
+        schemes,
         findTools: options.findTools,
         callbacks: options.callbacks,
         onToken: options.onToken,

@@ -14,6 +14,7 @@ import type { StructuredToolInterface } from "@langchain/core/tools";
 import { Command, MemorySaver } from "@langchain/langgraph";
 import { createAgent } from "langchain";
 import { TollgateError } from "../../protocol/errors.ts";
+import type { AgentSchemes } from "../agentScheme.ts";
 import type { BudgetLedger } from "../budget/createBudgetLedger.ts";
 import { MARKET_SEARCH_TOOL, type MarketToolFinder, marketSearchTool } from "./marketSearchTool.ts";
 import type { OrchestratorEvent, OrchestratorLogger } from "./orchestratorEvent.ts";
@@ -42,6 +43,8 @@ export type ModelRunOptions = {
   findTools?: MarketToolFinder | undefined;
   callbacks?: Callbacks | undefined;
   onToken?: ((text: string) => void) | undefined;
+  /** The schemes paid tools' listings are read with (default: the built-ins). */
+  schemes?: AgentSchemes | undefined;
 };
 
 /**
@@ -104,6 +107,7 @@ export async function runModelAgent(
         budget: options.budget,
         approveAbove: options.approveAbove,
         signal,
+        schemes: options.schemes,
       }),
     ],
     checkpointer: new MemorySaver(),

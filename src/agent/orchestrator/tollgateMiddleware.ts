@@ -25,6 +25,8 @@ import type { StructuredToolInterface } from "@langchain/core/tools";
 import { interrupt } from "@langchain/langgraph";
 import { createMiddleware } from "langchain";
 import { formatUnitsExact } from "../../protocol/amount.ts";
+import type { AgentSchemes } from "../agentScheme.ts";
+import { defaultAgentSchemes } from "../agentSchemes.ts";
 import { availableFor } from "../budget/budgetHeadroom.ts";
 import type { BudgetLedger } from "../budget/createBudgetLedger.ts";
 import {
@@ -71,6 +73,8 @@ export type TollgateMiddlewareOptions = {
   /** Spends above this (smallest unit) need approval through an interrupt. */
   approveAbove?: bigint | undefined;
   signal?: AbortSignal | undefined;
+  /** The schemes paid tools' listings are read with (default: the built-ins). */
+  schemes?: AgentSchemes | undefined;
 };
 
 /** Canonical JSON (keys sorted), so that `{a, b}` and `{b, a}` are the same call. */
@@ -95,20 +99,18 @@ const usdc = (amount: bigint) => `${formatUnitsExact(amount)} USDC`;
 async function budgetRefusal(
   budget: { ledger: BudgetLedger; agent: string },
   meta: PaidToolMetadata,
+  schemes: AgentSchemes,
 ): Promise<string | undefined> {
   const report = await budget.ledger.report(budget.agent);
   const seller = meta.seller.toLowerCase();
   if (report.subscriptions.active.some((s) => s.provider.toLowerCase() === seller)) return undefined;
   let best: { amount: bigint; room: bigint | undefined } | undefined;
   for (const entry of meta.pricing) {
+    // How the budget would hold this entry's spend is its scheme's to say (per call, or a plan's period).
+    const spend = schemes.listing(entry.type)?.spend(entry, meta.seller);
+    if (spend === undefined) continue;
     const amount = BigInt(entry.amount);
-    const room = availableFor(report, {
-      provider: meta.seller,
-      kind: entry.type === "one-time" || entry.type === "channel" ? "one-time" : "subscription",
-      ...(entry.type === "one-time" || entry.type === "channel"
-        ? {}
-        : { ref: `plan:${entry.planId}@${meta.seller}` }),
-    });
+    const room = availableFor(report, { provider: meta.seller, ...spend });
     if (room === undefined || amount <= room) return undefined;
     if (best === undefined || amount < best.amount) best = { amount, room };
   }
@@ -181,7 +183,7 @@ export function createTollgateMiddleware(options: TollgateMiddlewareOptions) {
               args,
               seller: meta.seller,
               maxAmount: maxAmount.toString(),
-              price: describePricing(meta.pricing),
+              price: describePricing(meta.pricing, options.schemes),
               threshold: options.approveAbove.toString(),
             },
           };
@@ -229,7 +231,7 @@ export function createTollgateMiddleware(options: TollgateMiddlewareOptions) {
       const made = (async (): Promise<Outcome> => {
         await emit({ type: "tool:start", index, callId, tool: call.name, args });
         if (meta !== undefined && options.budget !== undefined) {
-          const refusal = await budgetRefusal(options.budget, meta);
+          const refusal = await budgetRefusal(options.budget, meta, options.schemes ?? defaultAgentSchemes);
           if (refusal !== undefined) return refusedOutcome(target, `BudgetExceeded: ${refusal}`);
         }
         const invoke = () => handler({ ...request, tool }) as Promise<unknown>;

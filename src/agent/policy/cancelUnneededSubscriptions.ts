@@ -15,13 +15,7 @@
  */
 import type { Address } from "viem";
 import { z } from "zod";
-import type { FacilitatorClient } from "../../http/facilitatorClient.ts";
 import type { Clock } from "../../protocol/clock.ts";
-import {
-  getPlanInfo,
-  getSubscriberInfo,
-  getSubscriptionInfo,
-} from "../../schemes/subscription/client/facilitatorSubscriptions.ts";
 import { queryParsed } from "../../store/queryParsed.ts";
 import type { Store } from "../../store/store.ts";
 import type { DemandHistory } from "./createDemandHistory.ts";
@@ -31,7 +25,7 @@ import { type HeldSubscription, reviewSubscription, type SubscriptionReview } fr
 
 /**
  * Where the agent's subscriptions come from and how one is cancelled. `facilitatorSubscriptions`
- * reads them from the facilitator (`GET /subscribers/:address`); the budget's stored subscriptions
+ * (the subscription scheme's agent part) reads them from the facilitator (`GET /subscribers/:address`); the budget's stored subscriptions
  * can provide the same two calls.
  */
 export type HeldSubscriptionSource = {
@@ -62,50 +56,6 @@ export type SubscriptionCancelOutcome = SubscriptionReview & {
   outcome?: "cancelled" | "already-cancelled" | "failed" | undefined;
   error?: string | undefined;
 };
-
-/**
- * Reads the subscriber's Active subscriptions and their plan terms through the facilitator, and
- * cancels through `payer.cancel`, or through `options.keeper` when given: the budget's subscription
- * keeper (`createSubscriptionKeeper`), which also ends the budget's hold and alerts with the reason.
- */
-export function facilitatorSubscriptions(
-  payer: {
-    address: Address;
-    facilitator: FacilitatorClient;
-    cancel(subscriptionId: string): Promise<unknown>;
-  },
-  options: { keeper?: { cancel(subscriptionId: bigint, reason: string): Promise<void> } | undefined } = {},
-): HeldSubscriptionSource {
-  return {
-    async list() {
-      const info = await getSubscriberInfo(payer.facilitator, payer.address);
-      const subscriptions: HeldSubscription[] = [];
-      for (const s of info.subscriptions) {
-        if (s.status !== "Active") continue;
-        const [sub, plan] = await Promise.all([
-          getSubscriptionInfo(payer.facilitator, s.subscriptionId),
-          getPlanInfo(payer.facilitator, s.planId),
-        ]);
-        subscriptions.push({
-          subscriptionId: sub.subscriptionId,
-          planId: sub.planId,
-          provider: sub.provider,
-          status: sub.status,
-          amount: BigInt(sub.amount),
-          interval: sub.interval,
-          includedUnits: Number(plan.includedUnits),
-          overageUnitPrice: BigInt(plan.overageUnitPrice),
-          nextChargeAt: sub.nextChargeAt === null ? null : Number(sub.nextChargeAt),
-        });
-      }
-      return { subscriptions, chainTime: Number(info.chainTime) };
-    },
-    async cancel(subscriptionId, reason) {
-      if (options.keeper !== undefined) await options.keeper.cancel(BigInt(subscriptionId), reason);
-      else await payer.cancel(subscriptionId);
-    },
-  };
-}
 
 /** Claims in memory: one process. */
 export function createMemoryCancelClaims(): CancelClaims {
@@ -252,39 +202,4 @@ export async function cancelUnneededSubscriptions(options: {
     }
   }
   return outcomes;
-}
-
-/**
- * The check a run makes as it ends (`tollgate run`): the payer's subscriptions through the facilitator,
- * cancels claimed in the agent's store. Returns the subscriptions cancelled (or whose cancel failed),
- * with their reasons, for the run's report; a check that cannot be made is logged and returns nothing,
- * since the run's own work is done.
- */
-export async function cancelUnneededAfterRun(options: {
-  agent: string;
-  payer: {
-    address: Address;
-    facilitator: FacilitatorClient;
-    cancel(subscriptionId: string): Promise<unknown>;
-  };
-  store: Store;
-  demand: DemandHistory;
-  clock: Clock;
-  logger?: CancelLogger | undefined;
-}): Promise<SubscriptionCancelOutcome[]> {
-  try {
-    const outcomes = await cancelUnneededSubscriptions({
-      agent: options.agent,
-      subscriber: options.payer.address,
-      source: facilitatorSubscriptions(options.payer),
-      demand: options.demand,
-      claims: createCancelClaims({ store: options.store, clock: options.clock }),
-      clock: options.clock,
-      logger: options.logger,
-    });
-    return outcomes.filter((o) => o.outcome === "cancelled" || o.outcome === "failed");
-  } catch (error) {
-    options.logger?.warn({ agent: options.agent, err: error }, "could not review the agent's subscriptions");
-    return [];
-  }
 }

@@ -4,49 +4,35 @@
  * the price can prefer the cheaper of two tools that do the same thing, and can tell a user what a
  * plan will cost before it is bought.
  */
-import { formatUnitsExact } from "../../protocol/amount.ts";
 import type { ManifestPricing } from "../../protocol/manifest.ts";
-
-const usdc = (atomic: string | bigint) => `${formatUnitsExact(BigInt(atomic))} USDC`;
-
-/** `2592000` → `"30 days"`; intervals that are not whole days or hours are given in seconds. */
-export function describeInterval(seconds: number): string {
-  const plural = (n: number, unit: string) => `${n} ${unit}${n === 1 ? "" : "s"}`;
-  if (seconds % 86_400 === 0) return plural(seconds / 86_400, "day");
-  if (seconds % 3_600 === 0) return plural(seconds / 3_600, "hour");
-  return plural(seconds, "second");
-}
+import type { AgentSchemes } from "../agentScheme.ts";
+import { defaultAgentSchemes } from "../agentSchemes.ts";
 
 /**
- * One pricing entry in words:
+ * One pricing entry in words, as the scheme that lists it describes it (its agent part):
  * - one-time: `"0.02 USDC per call, paid once per call"`;
  * - channel: `"0.01 USDC per call from a prepaid channel (…)"`;
  * - subscription: `"subscription 1 USDC every 30 days, calls included"` (with its included units and
  *   overage price when it has them);
  * - metered: `"metered subscription 1 USDC every 30 days with 100 units included, then 0.001 USDC per
  *   unit; a call uses 1 unit"`.
+ *
+ * An entry of a type no scheme lists is named by its type.
  */
-export function describePricingEntry(entry: ManifestPricing): string {
-  if (entry.type === "one-time") return `${usdc(entry.amount)} per call, paid once per call`;
-  if (entry.type === "channel") {
-    return `${usdc(entry.amount)} per call from a prepaid channel (a refundable deposit, then no wait per call)`;
-  }
-  const period = `${usdc(entry.amount)} every ${describeInterval(entry.interval)}`;
-  const overage =
-    BigInt(entry.overageUnitPrice) > 0n ? `, then ${usdc(entry.overageUnitPrice)} per unit` : "";
-  if (entry.type === "metered") {
-    return `metered subscription ${period} with ${entry.includedUnits} units included${overage}; a call uses ${entry.unitsPerCall} unit${entry.unitsPerCall === 1 ? "" : "s"}`;
-  }
-  if (entry.includedUnits > 0) {
-    return `subscription ${period} with ${entry.includedUnits} calls included${overage}`;
-  }
-  return `subscription ${period}, calls included`;
+export function describePricingEntry(
+  entry: ManifestPricing,
+  schemes: AgentSchemes = defaultAgentSchemes,
+): string {
+  return schemes.listing(entry.type)?.describe(entry) ?? `${entry.type} pricing`;
 }
 
 /** `"Price: 0.02 USDC per call, paid once per call; or subscription 1 USDC every 30 days, calls included."` */
-export function describePricing(pricing: readonly ManifestPricing[]): string {
+export function describePricing(
+  pricing: readonly ManifestPricing[],
+  schemes: AgentSchemes = defaultAgentSchemes,
+): string {
   if (pricing.length === 0) return "Price: free.";
-  return `Price: ${pricing.map(describePricingEntry).join("; or ")}.`;
+  return `Price: ${pricing.map((entry) => describePricingEntry(entry, schemes)).join("; or ")}.`;
 }
 
 /**
@@ -54,11 +40,15 @@ export function describePricing(pricing: readonly ManifestPricing[]): string {
  * seller's text is kept first and whole; the price sentence is Tollgate's, from the same catalog entry
  * the agent checks the 402 against.
  */
-export function withPricing(description: string, pricing: readonly ManifestPricing[] | undefined): string {
+export function withPricing(
+  description: string,
+  pricing: readonly ManifestPricing[] | undefined,
+  schemes: AgentSchemes = defaultAgentSchemes,
+): string {
   if (pricing === undefined) return description;
   const text = description.trimEnd();
   const separator = text === "" ? "" : /[.!?]$/.test(text) ? " " : ". ";
-  return `${text}${separator}${describePricing(pricing)}`;
+  return `${text}${separator}${describePricing(pricing, schemes)}`;
 }
 
 /**

@@ -27,10 +27,7 @@ import type { OrchestratorStep } from "../../agent/orchestrator/runToolCall.ts";
 import { approvalHook } from "../../agent/orchestrator/spendApproval.ts";
 import type { Plan } from "../../agent/planner/plan.ts";
 import type { PlannerDocument, PlannerInputs } from "../../agent/planner/plannerInputs.ts";
-import {
-  cancelUnneededAfterRun,
-  createCancelClaims,
-} from "../../agent/policy/cancelUnneededSubscriptions.ts";
+import { createCancelClaims } from "../../agent/policy/cancelUnneededSubscriptions.ts";
 import { createCallCounter } from "../../agent/policy/createCallCounter.ts";
 import { createDemandHistory } from "../../agent/policy/createDemandHistory.ts";
 import {
@@ -63,6 +60,7 @@ import {
   createMemoryChannelWalletStore,
 } from "../../schemes/channel/client/channelWalletStore.ts";
 import { createSubscriptionKeeper } from "../../schemes/subscription/agent/createSubscriptionKeeper.ts";
+import { cancelUnneededAfterRun } from "../../schemes/subscription/agent/heldSubscriptions.ts";
 import {
   type SubscriptionWatcher,
   watchSubscriptions,

@@ -6,8 +6,10 @@
 import { type AgentSchemePart, type OfferDeviation, usdcText } from "../../agent/agentScheme.ts";
 import { sameAddress } from "../../protocol/address.ts";
 import type { ManifestPricing } from "../../protocol/manifest.ts";
+import { McpMetaKey } from "../../protocol/mcpPayment.ts";
 import type { PaymentOption } from "../../protocol/paymentRequired.ts";
 import { writtenAmount } from "../../protocol/pricing.ts";
+import { CHANNEL_RECEIPT_HEADER } from "./channelHeaders.ts";
 import { channelTermsOf } from "./channelTerms.ts";
 import { closeDelayRefusal } from "./client/channelWallet.ts";
 
@@ -78,4 +80,6 @@ export const channelAgent: AgentSchemePart = {
       return terms === undefined ? undefined : closeDelayRefusal(terms, bounds.maxCloseDelay, tool);
     },
   },
+  // Over MCP a channel-paid result carries its receipt in `_meta["tollgate/channel-receipt"]`.
+  mcpReceipts: { [McpMetaKey.TollgateChannelReceipt]: CHANNEL_RECEIPT_HEADER },
 };

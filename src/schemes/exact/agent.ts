@@ -45,5 +45,6 @@ export const exactAgent: AgentSchemePart = {
       return { choice: "oneTime", terms: amount > 0n ? { amount } : undefined };
     },
     spendMode: "one-time",
+    readsBack: true,
   },
 };

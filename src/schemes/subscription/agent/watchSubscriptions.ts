@@ -16,13 +16,13 @@ import type { Address } from "viem";
 import {
   type CancelClaims,
   cancelUnneededSubscriptions,
-  facilitatorSubscriptions,
   type SubscriptionCancelOutcome,
 } from "../../../agent/policy/cancelUnneededSubscriptions.ts";
 import type { DemandHistory } from "../../../agent/policy/createDemandHistory.ts";
 import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
 import type { Clock } from "../../../protocol/clock.ts";
 import type { SubscriptionKeeper, SyncedSubscription } from "./createSubscriptionKeeper.ts";
+import { facilitatorSubscriptions } from "./heldSubscriptions.ts";
 
 /** What the watcher needs to run the policy's cancel check each look. */
 export type WatchPolicy = {
