@@ -71,56 +71,37 @@ export function agentDashboard(options: { store: Store; token: string }): Dashbo
   };
 }
 
+const docs = {
+  agents: routeDoc({
+    summary: "Dashboard: the agents, their budgets and latest runs (the agent operator)",
+    response: { media: "text/html" },
+    errors: [403],
+  }),
+  agent: routeDoc({
+    summary: "Dashboard: one agent's runs and spending (the agent operator)",
+    response: { media: "text/html" },
+    errors: [400, 403, 404],
+  }),
+};
+
+const frame = (csrfToken: string, title: string) => ({
+  title,
+  current: "/dashboard/agents",
+  nav: AGENT_NAV,
+  who: "Agent operator",
+  csrfToken,
+});
+
 /** The agent views, under `/dashboard/agents`. */
 export function agentSection(deps: AgentViewsDeps): DashboardSection {
-  const frame = (csrfToken: string, title: string) => ({
-    title,
-    current: "/dashboard/agents",
-    nav: AGENT_NAV,
-    who: "Agent operator",
-    csrfToken,
-  });
-  const docs = {
-    agents: routeDoc({
-      summary: "Dashboard: the agents, their budgets and latest runs (the agent operator)",
-      response: { media: "text/html" },
-      errors: [403],
-    }),
-    agent: routeDoc({
-      summary: "Dashboard: one agent's runs and spending (the agent operator)",
-      response: { media: "text/html" },
-      errors: [400, 403, 404],
-    }),
-  };
   return {
     kind: "agent",
     prefix: "agents",
     nav: AGENT_NAV,
     mount(app) {
-      app.get("/", docs.agents, async (c) => {
-        const reports = await deps.store(async (store) => {
-          const ledger = createBudgetLedger({ store, clock: deps.clock });
-          return Promise.all((await listAgents(store)).map((a) => ledger.report(a)));
-        });
-        const t = deps.token;
-        const rows = reports.map(
-          (r) =>
-            html`<tr><td><a href="/dashboard/agents/${encodeURIComponent(r.agent)}">${r.agent}</a></td><td class="num">${money(r.spent.total, t)}</td><td class="num">${money(r.reserved.total, t)}</td><td class="num">${limit(r.limits.total, t)}</td><td class="num">${r.remaining.total === undefined ? "no limit" : money(r.remaining.total, t)}</td><td class="num">${r.subscriptions.active.length}</td></tr>`,
-        );
-        const body = html`<section class="panel">${table(
-          [
-            "Agent",
-            { label: "Spent", num: true },
-            { label: "Reserved", num: true },
-            { label: "Total limit", num: true },
-            { label: "Remaining", num: true },
-            { label: "Subscriptions", num: true },
-          ],
-          rows,
-          "No agent has a budget yet (tollgate budget set <agent> --total 10).",
-        )}</section>`;
-        return c.html(page(frame(c.get("session").csrfToken, "Agents"), body));
-      });
+      app.get("/", docs.agents, async (c) =>
+        c.html(page(frame(c.get("session").csrfToken, "Agents"), await agentsBody(deps))),
+      );
 
       app.get("/:agent", docs.agent, async (c) => {
         const parsed = AgentIdSchema.safeParse(c.req.param("agent"));
@@ -129,54 +110,99 @@ export function agentSection(deps: AgentViewsDeps): DashboardSection {
         const bucket = BucketSchema.parse(c.req.query("bucket"));
         const now = deps.clock.now();
         const since = new Date(now - (bucket === "hour" ? 24 * HOUR_MS : 30 * DAY_MS));
-        const { report, events, latest, subs, cancels } = await deps.store(async (store) => {
-          if (!(await listAgents(store)).includes(agent)) {
-            throw new TollgateError("NotFound", "no agent with that name");
-          }
-          const claims = createCancelClaims({ store, clock: deps.clock });
-          const [report, events, latest, subs] = await Promise.all([
-            createBudgetLedger({ store, clock: deps.clock }).report(agent),
-            spendEventsOf(store, agent, since),
-            latestRunReport(store, agent),
-            listSubscriptions(store, agent),
-          ]);
-          const subscribers = [...new Set(subs.map((s) => s.subscriber))];
-          const cancels = (await Promise.all(subscribers.map((s) => claims.list(s))))
-            .flat()
-            .filter((x) => x.agent === agent);
-          return { report, events, latest, subs, cancels };
-        });
-        const renewals = await Promise.all(
-          subs.map(async (s) =>
-            s.subscriptionId === undefined || s.status !== "active" || deps.nextRenewal === undefined
-              ? undefined
-              : deps.nextRenewal(s.manager, s.subscriptionId).catch(() => undefined),
-          ),
-        );
-        const t = deps.token;
-        const subRows = subs.map(
-          (s, i) =>
-            html`<tr><td>${s.subscriptionId?.toString() ?? "-"}</td><td>${s.planId}</td><td>${addr(s.provider)}</td><td><span class="pill ${s.status === "active" ? "Active" : s.status === "ended" ? "Cancelled" : "Paused"}">${s.status}</span></td><td>${when(s.claimedAt)}</td><td>${renewals[i] === undefined ? "-" : when(renewals[i])}</td></tr>`,
-        );
-        const reasons = reasonRows(events);
-        const body = html`${budgetCards(report, t)}
+        const view = await loadAgentView(deps, agent, since);
+        const body = agentBody(view, { bucket, since, to: new Date(now) }, deps.token);
+        return c.html(page(frame(c.get("session").csrfToken, `Agent ${agent}`), body));
+      });
+    },
+  };
+}
+
+/** Every agent with a budget, with its totals. */
+async function agentsBody(deps: AgentViewsDeps): Promise<SafeHtml> {
+  const reports = await deps.store(async (store) => {
+    const ledger = createBudgetLedger({ store, clock: deps.clock });
+    return Promise.all((await listAgents(store)).map((a) => ledger.report(a)));
+  });
+  const t = deps.token;
+  const rows = reports.map(
+    (r) =>
+      html`<tr><td><a href="/dashboard/agents/${encodeURIComponent(r.agent)}">${r.agent}</a></td><td class="num">${money(r.spent.total, t)}</td><td class="num">${money(r.reserved.total, t)}</td><td class="num">${limit(r.limits.total, t)}</td><td class="num">${r.remaining.total === undefined ? "no limit" : money(r.remaining.total, t)}</td><td class="num">${r.subscriptions.active.length}</td></tr>`,
+  );
+  return html`<section class="panel">${table(
+    [
+      "Agent",
+      { label: "Spent", num: true },
+      { label: "Reserved", num: true },
+      { label: "Total limit", num: true },
+      { label: "Remaining", num: true },
+      { label: "Subscriptions", num: true },
+    ],
+    rows,
+    "No agent has a budget yet (tollgate budget set <agent> --total 10).",
+  )}</section>`;
+}
+
+type AgentView = Awaited<ReturnType<typeof loadAgentView>>;
+
+/** One agent's budget report, spend events since `since`, latest run, subscriptions and cancels. */
+async function loadAgentView(deps: AgentViewsDeps, agent: string, since: Date) {
+  const { report, events, latest, subs, cancels } = await deps.store(async (store) => {
+    if (!(await listAgents(store)).includes(agent)) {
+      throw new TollgateError("NotFound", "no agent with that name");
+    }
+    const claims = createCancelClaims({ store, clock: deps.clock });
+    const [report, events, latest, subs] = await Promise.all([
+      createBudgetLedger({ store, clock: deps.clock }).report(agent),
+      spendEventsOf(store, agent, since),
+      latestRunReport(store, agent),
+      listSubscriptions(store, agent),
+    ]);
+    const subscribers = [...new Set(subs.map((s) => s.subscriber))];
+    const cancels = (await Promise.all(subscribers.map((s) => claims.list(s))))
+      .flat()
+      .filter((x) => x.agent === agent);
+    return { report, events, latest, subs, cancels };
+  });
+  const renewals = await Promise.all(
+    subs.map(async (s) =>
+      s.subscriptionId === undefined || s.status !== "active" || deps.nextRenewal === undefined
+        ? undefined
+        : deps.nextRenewal(s.manager, s.subscriptionId).catch(() => undefined),
+    ),
+  );
+  return { report, events, latest, subs, cancels, renewals };
+}
+
+function agentBody(
+  { report, events, latest, subs, cancels, renewals }: AgentView,
+  range: { bucket: "hour" | "day"; since: Date; to: Date },
+  t: DisplayToken,
+): SafeHtml {
+  const { bucket } = range;
+  const subRows = subs.map(
+    (s, i) =>
+      html`<tr><td>${s.subscriptionId?.toString() ?? "-"}</td><td>${s.planId}</td><td>${addr(s.provider)}</td><td><span class="pill ${s.status === "active" ? "Active" : s.status === "ended" ? "Cancelled" : "Paused"}">${s.status}</span></td><td>${when(s.claimedAt)}</td><td>${renewals[i] === undefined ? "-" : when(renewals[i])}</td></tr>`,
+  );
+  const reasons = reasonRows(events);
+  return html`${budgetCards(report, t)}
 <div class="controls"><a class="button${bucket === "hour" ? " primary" : ""}" href="?bucket=hour">Last 24 hours, by hour</a><a class="button${bucket === "day" ? " primary" : ""}" href="?bucket=day">Last 30 days, by day</a></div>
-${spendCharts(events, bucket, since, new Date(now), t)}
+${spendCharts(events, bucket, range.since, range.to, t)}
 ${breakdowns(events, t)}
 <section class="panel"><h2>Limits by seller</h2>${table(
-          [
-            "Seller",
-            { label: "Spent", num: true },
-            { label: "Reserved", num: true },
-            { label: "Limit", num: true },
-            { label: "Remaining", num: true },
-          ],
-          report.perProvider.map(
-            (p) =>
-              html`<tr><td>${short(p.provider)}</td><td class="num">${money(p.spent, t)}</td><td class="num">${money(p.reserved, t)}</td><td class="num">${limit(p.limit, t)}</td><td class="num">${p.remaining === undefined ? "-" : money(p.remaining, t)}</td></tr>`,
-          ),
-          "No seller limits and no spend yet.",
-        )}</section>
+    [
+      "Seller",
+      { label: "Spent", num: true },
+      { label: "Reserved", num: true },
+      { label: "Limit", num: true },
+      { label: "Remaining", num: true },
+    ],
+    report.perProvider.map(
+      (p) =>
+        html`<tr><td>${short(p.provider)}</td><td class="num">${money(p.spent, t)}</td><td class="num">${money(p.reserved, t)}</td><td class="num">${limit(p.limit, t)}</td><td class="num">${p.remaining === undefined ? "-" : money(p.remaining, t)}</td></tr>`,
+    ),
+    "No seller limits and no spend yet.",
+  )}</section>
 <section class="panel"><h2>Subscriptions held</h2>${table(["Subscription", "Plan", "Seller", "State", "Since", "Next renewal"], subRows, "No subscriptions.")}</section>
 <section class="panel"><h2>The policy's reasons</h2>${table(["Tool", "Mode", { label: "Calls", num: true }, "Reason"], reasons, "No decisions recorded in this range.")}
 ${
@@ -191,10 +217,6 @@ ${
       )
 }</section>
 ${latestRun(latest, t)}`;
-        return c.html(page(frame(c.get("session").csrfToken, `Agent ${agent}`), body));
-      });
-    },
-  };
 }
 
 function limit(value: bigint | undefined, t: DisplayToken): string {

@@ -10,7 +10,11 @@ import { getAddress } from "viem";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import type { Store } from "../../store/store.ts";
-import { type AnalyticsBucket, AnalyticsVolumeQuerySchema } from "../analytics/analyticsApi.ts";
+import {
+  type AnalyticsBucket,
+  type AnalyticsVolumeQuery,
+  AnalyticsVolumeQuerySchema,
+} from "../analytics/analyticsApi.ts";
 import { bucketStart, queryAnalyticsVolume } from "../analytics/queryAnalytics.ts";
 import { routeDoc } from "../routeDocs.ts";
 import type { DashboardEnv, DashboardSection } from "./dashboardApp.ts";
@@ -25,7 +29,7 @@ import {
   when,
 } from "./dashboardLayout.ts";
 import { html, jsonForScript, type SafeHtml } from "./html.ts";
-import { recentPayments, topPayers } from "./providerRecords.ts";
+import { type ProviderPayer, type ProviderPayment, recentPayments, topPayers } from "./providerRecords.ts";
 
 export type ProviderViewsDeps = {
   store: Store;
@@ -117,19 +121,7 @@ export function providerSection(deps: ProviderViewsDeps, views: readonly Provide
         const session = c.get("session");
         const provider = providerOf(session);
         const query = parseWire(AnalyticsVolumeQuerySchema, c.req.query(), { what: "query" });
-        // The analytics API's defaults: up to now, 24 hours of hours or 30 days of days.
-        const step = query.bucket === "hour" ? HOUR_MS : DAY_MS;
-        const to = query.to ?? new Date(deps.clock.now());
-        const from = query.from ?? new Date(to.getTime() - (query.bucket === "hour" ? 24 : 30) * step);
-        if (!(from.getTime() < to.getTime()))
-          throw new TollgateError("InvalidRequest", "from must be before to");
-        const count = Math.ceil((to.getTime() - bucketStart(from, query.bucket).getTime()) / step);
-        if (count > maxBuckets) {
-          throw new TollgateError(
-            "InvalidRequest",
-            `the range holds ${count} ${query.bucket}s; ask for at most ${maxBuckets}`,
-          );
-        }
+        const { from, to } = chartRange(query, deps.clock.now(), maxBuckets);
         const buckets = await queryAnalyticsVolume(
           deps.store,
           { provider, from, to, token: query.token },
@@ -150,32 +142,60 @@ export function providerSection(deps: ProviderViewsDeps, views: readonly Provide
           recentPayments(deps.store, provider),
           topPayers(deps.store, provider),
         ]);
-        const t = deps.token;
-        const body = html`<div class="grid2">
-<section class="panel"><h2>Recent one-time payments</h2>${table(
-          ["Settled", "Payer", { label: "Amount", num: true }, "Transaction"],
-          payments.map(
-            (p) =>
-              html`<tr><td>${when(p.settled_at)}</td><td>${short(getAddress(p.payer))}</td><td class="num">${money(p.amount, t)}</td><td>${p.tx_hash === null ? "-" : short(p.tx_hash)}</td></tr>`,
-          ),
-          "No settled payments yet.",
-        )}</section>
-<section class="panel"><h2>Payers</h2>${table(
-          ["Payer", { label: "Payments", num: true }, { label: "Volume", num: true }, "Last"],
-          payers.map(
-            (p) =>
-              html`<tr><td>${short(getAddress(p.payer))}</td><td class="num">${p.payments}</td><td class="num">${money(p.volume, t)}</td><td>${when(p.last_at)}</td></tr>`,
-          ),
-          "No payers yet.",
-        )}</section></div>`;
         return c.html(
-          page(providerFrame(session, "Payments and payers", "/dashboard/provider/payments"), body),
+          page(
+            providerFrame(session, "Payments and payers", "/dashboard/provider/payments"),
+            paymentsView(deps.token, payments, payers),
+          ),
         );
       });
 
       for (const view of sorted) view.mount(app, providerFrame);
     },
   };
+}
+
+/**
+ * The chart's range with the analytics API's defaults: up to now, 24 hours of hours or 30 days of
+ * days; at most `maxBuckets` buckets.
+ */
+function chartRange(
+  query: Pick<AnalyticsVolumeQuery, "bucket" | "from" | "to">,
+  now: number,
+  maxBuckets: number,
+): { from: Date; to: Date } {
+  const step = query.bucket === "hour" ? HOUR_MS : DAY_MS;
+  const to = query.to ?? new Date(now);
+  const from = query.from ?? new Date(to.getTime() - (query.bucket === "hour" ? 24 : 30) * step);
+  if (!(from.getTime() < to.getTime())) throw new TollgateError("InvalidRequest", "from must be before to");
+  const count = Math.ceil((to.getTime() - bucketStart(from, query.bucket).getTime()) / step);
+  if (count > maxBuckets) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `the range holds ${count} ${query.bucket}s; ask for at most ${maxBuckets}`,
+    );
+  }
+  return { from, to };
+}
+
+function paymentsView(t: DisplayToken, payments: ProviderPayment[], payers: ProviderPayer[]): SafeHtml {
+  return html`<div class="grid2">
+<section class="panel"><h2>Recent one-time payments</h2>${table(
+    ["Settled", "Payer", { label: "Amount", num: true }, "Transaction"],
+    payments.map(
+      (p) =>
+        html`<tr><td>${when(p.settled_at)}</td><td>${short(getAddress(p.payer))}</td><td class="num">${money(p.amount, t)}</td><td>${p.tx_hash === null ? "-" : short(p.tx_hash)}</td></tr>`,
+    ),
+    "No settled payments yet.",
+  )}</section>
+<section class="panel"><h2>Payers</h2>${table(
+    ["Payer", { label: "Payments", num: true }, { label: "Volume", num: true }, "Last"],
+    payers.map(
+      (p) =>
+        html`<tr><td>${short(getAddress(p.payer))}</td><td class="num">${p.payments}</td><td class="num">${money(p.volume, t)}</td><td>${when(p.last_at)}</td></tr>`,
+    ),
+    "No payers yet.",
+  )}</section></div>`;
 }
 
 type Buckets = Awaited<ReturnType<typeof queryAnalyticsVolume>>;

@@ -28,6 +28,26 @@ const DELIVERIES_SHOWN = 10;
 const NOTICES = { retried: "The delivery is queued and will be sent again shortly." } as const;
 const NoticeSchema = z.enum(["retried"]).optional().catch(undefined);
 
+const docs = {
+  list: routeDoc({
+    summary: "Dashboard: the provider's webhook endpoints and recent deliveries",
+    response: { media: "text/html" },
+    errors: [403],
+  }),
+  rotate: routeDoc({
+    summary: "Dashboard: rotate an endpoint's signing secret (the page shows the new one once)",
+    request: "form",
+    response: { media: "text/html" },
+    errors: [400, 401, 403, 404],
+  }),
+  retry: routeDoc({
+    summary: "Dashboard: queue a finished delivery again (303)",
+    request: "form",
+    status: 303,
+    errors: [400, 401, 403, 404],
+  }),
+};
+
 /** The provider's Webhooks page: `/webhooks` (list), `…/:id/rotate` and `…/:id/deliveries/:deliveryId/retry`. */
 export function mountWebhookViews(deps: WebhookViewsDeps): ProviderView {
   return { nav: [{ href: "/dashboard/provider/webhooks", label: "Webhooks", order: 40 }], mount };
@@ -60,26 +80,6 @@ export function mountWebhookViews(deps: WebhookViewsDeps): ProviderView {
               ),
             )}`;
       return page(providerFrame(session, "Webhooks", "/dashboard/provider/webhooks", notice), body);
-    };
-
-    const docs = {
-      list: routeDoc({
-        summary: "Dashboard: the provider's webhook endpoints and recent deliveries",
-        response: { media: "text/html" },
-        errors: [403],
-      }),
-      rotate: routeDoc({
-        summary: "Dashboard: rotate an endpoint's signing secret (the page shows the new one once)",
-        request: "form",
-        response: { media: "text/html" },
-        errors: [400, 401, 403, 404],
-      }),
-      retry: routeDoc({
-        summary: "Dashboard: queue a finished delivery again (303)",
-        request: "form",
-        status: 303,
-        errors: [400, 401, 403, 404],
-      }),
     };
 
     app.get("/webhooks", docs.list, async (c) => {

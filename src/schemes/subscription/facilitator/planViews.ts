@@ -78,138 +78,142 @@ const NoticeSchema = z.enum(["created", "deprecated", "pending"]).optional().cat
 
 const UNIT_SECONDS: Record<string, number> = { s: 1, m: 60, h: 3_600, d: 86_400, w: 604_800 };
 
+const docs = {
+  list: routeDoc({
+    summary: "Dashboard: the provider's plans, with a form to create one",
+    response: { media: "text/html" },
+    errors: [403],
+  }),
+  create: routeDoc({
+    summary: "Dashboard: create a plan on chain with the configured plan signer (303 to the plans)",
+    request: "form",
+    status: 303,
+    errors: [400, 401, 403, 404, 503],
+  }),
+  deprecate: routeDoc({
+    summary: "Dashboard: deprecate one of the provider's plans on chain (303 to the plans)",
+    request: "form",
+    status: 303,
+    errors: [400, 401, 403, 404, 503],
+  }),
+};
+
 /** The provider's Plans page: `/plans`, `/plans/create` and `/plans/:id/deprecate`. */
 export function mountPlanViews(deps: PlanViewsDeps): ProviderView {
+  return {
+    nav: [{ href: "/dashboard/provider/plans", label: "Plans", order: 50 }],
+    mount: (app, providerFrame) => mountPlans(app, providerFrame, deps),
+  };
+}
+
+function mountPlans(app: Hono<DashboardEnv>, providerFrame: ProviderFrame, deps: PlanViewsDeps): void {
+  app.get("/plans", docs.list, async (c) => {
+    const session = c.get("session");
+    const provider = providerOf(session);
+    const done = NoticeSchema.parse(c.req.query("done"));
+    const frame = providerFrame(
+      session,
+      "Plans",
+      "/dashboard/provider/plans",
+      done === undefined ? undefined : { text: NOTICES[done] },
+    );
+    if (deps.scope === undefined) {
+      return c.html(page(frame, html`<p class="muted">This facilitator runs no SubscriptionManager.</p>`));
+    }
+    const plans = await plansOfProvider(deps.store, deps.scope, provider);
+    const canSign = deps.planSigner?.(provider) !== undefined;
+    return c.html(page(frame, plansView(deps.token, session.csrfToken, plans, canSign)));
+  });
+
+  app.post("/plans/create", docs.create, async (c) => {
+    const provider = providerOf(c.get("session"));
+    const signer = signerFor(deps, provider);
+    const form = parseForm(CreatePlanFormSchema, c.get("form"));
+    const amount = parseUnitsExact(form.amount, deps.token.decimals);
+    if (amount <= 0n) throw new TollgateError("InvalidAmount", "a plan's price must be above zero");
+    const match = /^([0-9]+)([smhdw]?)$/.exec(form.interval);
+    const interval = BigInt(Number(match?.[1] ?? "0") * (UNIT_SECONDS[match?.[2] || "s"] ?? 1));
+    if (interval <= 0n) throw new TollgateError("InvalidRequest", "a plan's interval must be above zero");
+    const overage = form.overage === "" ? 0n : parseUnitsExact(form.overage, deps.token.decimals);
+    const hash = await createPlan(signer, {
+      manager: scopeOf(deps).manager,
+      token: deps.token.address,
+      amount,
+      interval,
+      includedUnits: BigInt(form.included === "" ? "0" : form.included),
+      overageUnitPrice: overage,
+    });
+    const receipt = await deps.publicClient.waitForTransactionReceipt({ hash });
+    if (receipt.status !== "success")
+      throw new TollgateError("InvalidRequest", "the plan transaction reverted");
+    const planId = getPlanIdFromReceipt(receipt);
+    const indexed = await waitForIndex(deps, planId, () => true);
+    return c.redirect(`/dashboard/provider/plans?done=${indexed ? "created" : "pending"}`, 303);
+  });
+
+  app.post("/plans/:id/deprecate", docs.deprecate, async (c) => {
+    const provider = providerOf(c.get("session"));
+    const scope = scopeOf(deps);
+    const planId = BigInt(parseForm(PlanIdText, c.req.param("id")));
+    const form = parseForm(DeprecateFormSchema, c.get("form"));
+    const plan = await findPlan(deps.store, scope, planId);
+    // Only the provider's own plans (the chain would refuse another's anyway, after gas).
+    if (plan === undefined || plan.provider !== provider.toLowerCase()) {
+      throw new TollgateError("NotFound", "no plan of yours with that id");
+    }
+    const successor = form.successor === "" ? 0n : BigInt(form.successor);
+    if (successor !== 0n) {
+      const next = await findPlan(deps.store, scope, successor);
+      if (next === undefined || next.provider !== provider.toLowerCase() || successor === planId) {
+        throw new TollgateError("InvalidRequest", "the successor must be another plan of yours", {
+          details: { reason: "bad_successor" },
+        });
+      }
+    }
+    const hash = await deprecatePlan(signerFor(deps, provider), {
+      manager: scope.manager,
+      planId,
+      successorPlanId: successor,
+    });
+    const receipt = await deps.publicClient.waitForTransactionReceipt({ hash });
+    if (receipt.status !== "success") throw new TollgateError("InvalidRequest", "the deprecation reverted");
+    const indexed = await waitForIndex(deps, planId, (row) => row.deprecated);
+    return c.redirect(`/dashboard/provider/plans?done=${indexed ? "deprecated" : "pending"}`, 303);
+  });
+}
+
+/** Polls the index until `done` holds for the plan, or the wait is over. */
+async function waitForIndex(
+  deps: PlanViewsDeps,
+  planId: bigint,
+  done: (row: PlanRow) => boolean,
+): Promise<boolean> {
   const sleep = deps.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
   const waitMs = deps.indexWaitMs ?? 15_000;
+  const scope = deps.scope;
+  if (scope === undefined) return false;
+  for (let waited = 0; waited <= waitMs; waited += 200) {
+    const row = await findPlan(deps.store, scope, planId);
+    if (row !== undefined && done(row)) return true;
+    await sleep(200);
+  }
+  return false;
+}
 
-  /** Polls the index until `done` holds for the plan, or the wait is over. */
-  const waitForIndex = async (planId: bigint, done: (row: PlanRow) => boolean): Promise<boolean> => {
-    const scope = deps.scope;
-    if (scope === undefined) return false;
-    for (let waited = 0; waited <= waitMs; waited += 200) {
-      const row = await findPlan(deps.store, scope, planId);
-      if (row !== undefined && done(row)) return true;
-      await sleep(200);
-    }
-    return false;
-  };
-
-  const signerFor = (provider: Address): WriteClient => {
-    const signer = deps.planSigner?.(provider);
-    if (signer === undefined) {
-      throw new TollgateError("Forbidden", "this dashboard holds no key for your plans; use tollgate plan", {
-        details: { reason: "no_plan_signer" },
-      });
-    }
-    return signer;
-  };
-
-  const managerOf = (): Address => {
-    if (deps.scope === undefined)
-      throw new TollgateError("NotFound", "this facilitator runs no SubscriptionManager");
-    return deps.scope.manager;
-  };
-
-  const docs = {
-    list: routeDoc({
-      summary: "Dashboard: the provider's plans, with a form to create one",
-      response: { media: "text/html" },
-      errors: [403],
-    }),
-    create: routeDoc({
-      summary: "Dashboard: create a plan on chain with the configured plan signer (303 to the plans)",
-      request: "form",
-      status: 303,
-      errors: [400, 401, 403, 404, 503],
-    }),
-    deprecate: routeDoc({
-      summary: "Dashboard: deprecate one of the provider's plans on chain (303 to the plans)",
-      request: "form",
-      status: 303,
-      errors: [400, 401, 403, 404, 503],
-    }),
-  };
-
-  return { nav: [{ href: "/dashboard/provider/plans", label: "Plans", order: 50 }], mount };
-
-  function mount(app: Hono<DashboardEnv>, providerFrame: ProviderFrame): void {
-    app.get("/plans", docs.list, async (c) => {
-      const session = c.get("session");
-      const provider = providerOf(session);
-      const done = NoticeSchema.parse(c.req.query("done"));
-      const frame = providerFrame(
-        session,
-        "Plans",
-        "/dashboard/provider/plans",
-        done === undefined ? undefined : { text: NOTICES[done] },
-      );
-      if (deps.scope === undefined) {
-        return c.html(page(frame, html`<p class="muted">This facilitator runs no SubscriptionManager.</p>`));
-      }
-      const plans = await plansOfProvider(deps.store, deps.scope, provider);
-      const canSign = deps.planSigner?.(provider) !== undefined;
-      return c.html(page(frame, plansView(deps.token, session.csrfToken, plans, canSign)));
-    });
-
-    app.post("/plans/create", docs.create, async (c) => {
-      const provider = providerOf(c.get("session"));
-      const signer = signerFor(provider);
-      const form = parseForm(CreatePlanFormSchema, c.get("form"));
-      const amount = parseUnitsExact(form.amount, deps.token.decimals);
-      if (amount <= 0n) throw new TollgateError("InvalidAmount", "a plan's price must be above zero");
-      const match = /^([0-9]+)([smhdw]?)$/.exec(form.interval);
-      const interval = BigInt(Number(match?.[1] ?? "0") * (UNIT_SECONDS[match?.[2] || "s"] ?? 1));
-      if (interval <= 0n) throw new TollgateError("InvalidRequest", "a plan's interval must be above zero");
-      const overage = form.overage === "" ? 0n : parseUnitsExact(form.overage, deps.token.decimals);
-      const hash = await createPlan(signer, {
-        manager: managerOf(),
-        token: deps.token.address,
-        amount,
-        interval,
-        includedUnits: BigInt(form.included === "" ? "0" : form.included),
-        overageUnitPrice: overage,
-      });
-      const receipt = await deps.publicClient.waitForTransactionReceipt({ hash });
-      if (receipt.status !== "success")
-        throw new TollgateError("InvalidRequest", "the plan transaction reverted");
-      const planId = getPlanIdFromReceipt(receipt);
-      const indexed = await waitForIndex(planId, () => true);
-      return c.redirect(`/dashboard/provider/plans?done=${indexed ? "created" : "pending"}`, 303);
-    });
-
-    app.post("/plans/:id/deprecate", docs.deprecate, async (c) => {
-      const provider = providerOf(c.get("session"));
-      const scope = deps.scope;
-      if (scope === undefined)
-        throw new TollgateError("NotFound", "this facilitator runs no SubscriptionManager");
-      const planId = BigInt(parseForm(PlanIdText, c.req.param("id")));
-      const form = parseForm(DeprecateFormSchema, c.get("form"));
-      const plan = await findPlan(deps.store, scope, planId);
-      // Only the provider's own plans (the chain would refuse another's anyway, after gas).
-      if (plan === undefined || plan.provider !== provider.toLowerCase()) {
-        throw new TollgateError("NotFound", "no plan of yours with that id");
-      }
-      const successor = form.successor === "" ? 0n : BigInt(form.successor);
-      if (successor !== 0n) {
-        const next = await findPlan(deps.store, scope, successor);
-        if (next === undefined || next.provider !== provider.toLowerCase() || successor === planId) {
-          throw new TollgateError("InvalidRequest", "the successor must be another plan of yours", {
-            details: { reason: "bad_successor" },
-          });
-        }
-      }
-      const hash = await deprecatePlan(signerFor(provider), {
-        manager: scope.manager,
-        planId,
-        successorPlanId: successor,
-      });
-      const receipt = await deps.publicClient.waitForTransactionReceipt({ hash });
-      if (receipt.status !== "success") throw new TollgateError("InvalidRequest", "the deprecation reverted");
-      const indexed = await waitForIndex(planId, (row) => row.deprecated);
-      return c.redirect(`/dashboard/provider/plans?done=${indexed ? "deprecated" : "pending"}`, 303);
+function signerFor(deps: PlanViewsDeps, provider: Address): WriteClient {
+  const signer = deps.planSigner?.(provider);
+  if (signer === undefined) {
+    throw new TollgateError("Forbidden", "this dashboard holds no key for your plans; use tollgate plan", {
+      details: { reason: "no_plan_signer" },
     });
   }
+  return signer;
+}
+
+function scopeOf(deps: PlanViewsDeps): IndexScope {
+  if (deps.scope === undefined)
+    throw new TollgateError("NotFound", "this facilitator runs no SubscriptionManager");
+  return deps.scope;
 }
 
 function parseForm<S extends z.ZodType>(schema: S, value: unknown): z.output<S> {
