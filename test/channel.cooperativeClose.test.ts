@@ -20,10 +20,10 @@ import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGat
 import { paymentGate } from "../src/gate/paymentGate.ts";
 import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../src/protocol/channelVoucher.ts";
+import { CHANNEL_CLOSE_HEADER } from "../src/schemes/channel/channelHeaders.ts";
 import { createChannelFetch } from "../src/schemes/channel/client/channelFetch.ts";
 import { type ChannelTermsInput, createChannelWallet } from "../src/schemes/channel/client/channelWallet.ts";
 import { createMemoryChannelWalletStore } from "../src/schemes/channel/client/channelWalletStore.ts";
-import { CHANNEL_CLOSE_HEADER } from "../src/schemes/channel/cooperativeClose.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import {

@@ -17,7 +17,8 @@ import { getTokenBalance } from "../src/chain/actions/usd/getTokenBalance.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { createPayer, type Payer } from "../src/client/createPayer.ts";
-import { fetchWithPayment, type SubscriptionUse } from "../src/client/fetchWithPayment.ts";
+import type { SubscriptionUse } from "../src/client/fetchOptions.ts";
+import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
 import { registerProvider } from "../src/client/registerProvider.ts";
 import { type RunningServer, serveApp } from "../src/facilitator/createFacilitator.ts";
 import {

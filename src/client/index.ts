@@ -23,12 +23,8 @@ export {
   type Payer,
   type PayTermsOptions,
 } from "./createPayer.ts";
-export {
-  type ChooseContext,
-  type ChoosePaymentOption,
-  type FetchWithPaymentOptions,
-  fetchWithPayment,
-} from "./fetchWithPayment.ts";
+export type { ChooseContext, ChoosePaymentOption, FetchWithPaymentOptions } from "./fetchOptions.ts";
+export { fetchWithPayment } from "./fetchWithPayment.ts";
 export { getPayment, paymentPath } from "./getPayment.ts";
 export { parseTokenAmount, type TokenAmountInput } from "./parseTokenAmount.ts";
 export { parseUsdcCeiling } from "./parseUsdcCeiling.ts";

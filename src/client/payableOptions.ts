@@ -1,12 +1,9 @@
 /**
- * Which options of a 402 a payer can pay once, and which plans it may subscribe to: one reading shared
- * by `payer.pay` (given a whole 402) and `fetchWithPayment`'s default chooser, so both pick alike.
+ * Which options of a 402 a payer can pay per call, and within a ceiling: one reading shared by
+ * `payer.pay` (given a whole 402) and `fetchWithPayment`'s choosers, so both pick alike.
  */
 import { TollgateError } from "../protocol/errors.ts";
 import type { PaymentOption } from "../protocol/paymentRequired.ts";
-import { exactClient } from "../schemes/exact/client.ts";
-import { exactScheme } from "../schemes/exact/index.ts";
-import { subscriptionClient } from "../schemes/subscription/client.ts";
 import type { ClientSchemePart, SchemeId, SchemePayer } from "../schemes/types.ts";
 
 /** What these checks need to know of a payer. */
@@ -15,17 +12,22 @@ export type PayerView = { network: string; facilitator: { url: string } };
 /** The client parts that pay per call, by scheme id (`SchemeRegistry.client`). */
 export type CallPayers = (scheme: SchemeId) => ClientSchemePart | undefined;
 
-/** `payer.pay`'s schemes: `exact` only (one-time payments with a proof). */
-export const oneTimePayers: CallPayers = (scheme) => (scheme === exactScheme.id ? exactClient : undefined);
+/** Those of `payers` whose payments are the payer's own one-time payments (`oneTime`). */
+export function oneTimePayersOf(payers: CallPayers): CallPayers {
+  return (scheme) => {
+    const part = payers(scheme);
+    return part?.oneTime === true ? part : undefined;
+  };
+}
 
 /**
- * Options the payer could pay per call: of a scheme whose client part pays (`exact`, and any scheme
- * passed in `schemes`), and which that part can pay (network, facilitator, terms).
+ * Options the payer could pay per call: of a scheme whose client part in `payers` pays, and which that
+ * part can pay (network, facilitator, terms).
  */
 export function payableOptions(
   options: readonly PaymentOption[],
   payer: PayerView,
-  payers: CallPayers = oneTimePayers,
+  payers: CallPayers,
 ): PaymentOption[] {
   return options.filter((o) => {
     const part = payers(o.scheme);
@@ -38,31 +40,13 @@ export function affordableOptions(
   options: readonly PaymentOption[],
   payer: PayerView,
   maxPrice: bigint,
-  payers: CallPayers = oneTimePayers,
+  payers: CallPayers,
 ): PaymentOption[] {
   const priced = payableOptions(options, payer, payers)
     .map((option) => ({ option, price: (payers(option.scheme) as ClientSchemePart).callPrice(option) }))
     .filter((entry) => entry.price <= maxPrice);
   priced.sort((a, b) => (a.price < b.price ? -1 : a.price > b.price ? 1 : 0));
   return priced.map((entry) => entry.option);
-}
-
-/**
- * Subscription options this payer may take out, cheapest per period first: the gate flags them with
- * `tollgate.subscriptionScheme` (§2.1), on the payer's network, run through its facilitator, not
- * deprecated, and priced within `maxPrice` per period.
- */
-export function subscribableOptions(
-  options: readonly PaymentOption[],
-  payer: PayerView,
-  maxPrice: bigint,
-): PaymentOption[] {
-  return cheapestFirst(
-    options.filter(
-      (o) =>
-        subscriptionClient.payable(o, payer as SchemePayer) && subscriptionClient.callPrice(o) <= maxPrice,
-    ),
-  );
 }
 
 /**
@@ -73,7 +57,7 @@ export function noAffordableOption(
   options: readonly PaymentOption[],
   payer: PayerView,
   maxPrice: bigint,
-  payers: CallPayers = oneTimePayers,
+  payers: CallPayers,
 ): TollgateError {
   const payable = payableOptions(options, payer, payers);
   const cheapest = cheapestFirst(payable)[0];
@@ -97,7 +81,8 @@ export function noAffordableOption(
   });
 }
 
-function cheapestFirst(options: PaymentOption[]): PaymentOption[] {
+/** Options by their stated amount, cheapest first (stable: the gate's order breaks ties). */
+export function cheapestFirst(options: PaymentOption[]): PaymentOption[] {
   return [...options].sort((a, b) => {
     const x = BigInt(a.amount);
     const y = BigInt(b.amount);

@@ -7,7 +7,7 @@
 import { requireMessageSigner, requireObject } from "../http/checkInput.ts";
 import { type Clock, systemClock, unixSeconds } from "../protocol/clock.ts";
 import { formatPayerAuth, PAYER_AUTH_HEADER, payerReadMessage } from "../protocol/payerReadAuth.ts";
-import type { SubAuthSigner } from "../schemes/subscription/client/subscriptionAuth.ts";
+import type { MessageSigner } from "./payerTypes.ts";
 
 /**
  * @example
@@ -15,7 +15,7 @@ import type { SubAuthSigner } from "../schemes/subscription/client/subscriptionA
  * const record = await getPayment(facilitator, nonce, { headers });
  */
 export async function payerReadHeaders(
-  signer: Pick<SubAuthSigner, "signMessage">,
+  signer: MessageSigner,
   request: { method: string; path: string },
   clock: Clock = systemClock,
 ): Promise<Record<string, string>> {

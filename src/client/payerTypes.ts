@@ -1,19 +1,26 @@
 /**
  * The payer's types that scheme client parts share with it: what it signs with, what a settled payment
- * returns, and the seam through which x402 servers are paid.
+ * returns, what its parts are built with, and the seam through which x402 servers are paid.
  */
+import type { Address, Hex } from "viem";
+import type { WriteClient } from "../chain/clientTypes.ts";
 import type { TypedDataSigner } from "../chain/signers/typedDataSigner.ts";
+import type { FacilitatorClient } from "../http/facilitatorClient.ts";
+import type { Clock } from "../protocol/clock.ts";
 import type { AuthorizeResponse } from "../protocol/facilitator.ts";
+import type { Network } from "../protocol/network.ts";
 import type { PaymentProof } from "../protocol/paymentProof.ts";
 import type { PaymentOption } from "../protocol/paymentRequired.ts";
 import type { X402PaymentRequired } from "../protocol/x402.ts";
-import type { SubAuthSigner } from "../schemes/subscription/client/subscriptionAuth.ts";
+
+/** EIP-191 message signing (a viem `LocalAccount` has it): sub-auth tokens and reads of one's payments. */
+export type MessageSigner = { signMessage(args: { message: string }): Promise<Hex> };
 
 /**
  * What the payer signs with: an address and EIP-712 signing; a viem `LocalAccount` satisfies it.
  * Subscriptions also need EIP-191 `signMessage` (for sub-auth tokens), which a `LocalAccount` has.
  */
-export type PayerSigner = TypedDataSigner & Partial<Pick<SubAuthSigner, "signMessage">>;
+export type PayerSigner = TypedDataSigner & Partial<MessageSigner>;
 
 /** A settled payment: the proof, ready-made as the `X-PAYMENT` header value. */
 export type PaymentReceipt = {
@@ -73,3 +80,31 @@ export type PayerSubscriptions = {
     create: () => Promise<bigint>,
   ): Promise<{ subscriptionId: bigint; created: boolean }>;
 };
+
+/**
+ * What the parts of a payer are built with (`createPayer`): its signer, chain, facilitator and
+ * settings, checked once.
+ */
+export type PayerContext = {
+  account: PayerSigner;
+  network: Network;
+  chainId: number;
+  facilitator: FacilitatorClient;
+  clock: Clock;
+  /** Longest validity of an authorization, seconds; the offer's expiry caps it too. */
+  validForSeconds: number;
+  /** For subscribing directly on chain (pays gas), when given. */
+  walletClient: WriteClient | undefined;
+  /** The token's EIP-712 `{ name, version }` (configured, or the facilitator's `/supported`). */
+  tokenDomainOf(token: Address): Promise<{ name: string; version: string }>;
+};
+
+/**
+ * Pays one option once and returns its receipt (`payer.pay(option)`), checked against `ceiling` when
+ * there is one.
+ */
+export type PayOnce = (
+  option: PaymentOption,
+  ceiling: bigint | undefined,
+  signal: AbortSignal | undefined,
+) => Promise<PaymentReceipt>;

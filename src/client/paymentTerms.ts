@@ -16,7 +16,7 @@ import {
   type PaymentRequired,
   PaymentRequiredSchema,
 } from "../protocol/paymentRequired.ts";
-import { affordableOptions, noAffordableOption, type PayerView } from "./payableOptions.ts";
+import { affordableOptions, type CallPayers, noAffordableOption, type PayerView } from "./payableOptions.ts";
 import { readPaymentRequired } from "./readPaymentRequired.ts";
 
 /** Terms `payer.pay` pays: one 402 option, the 402 body, or the 402 response. */
@@ -27,21 +27,23 @@ const EXPECTED =
 
 /**
  * The option to pay for `terms`. `maxAmount` (smallest units) only narrows the choice among a 402's
- * options here; the payer checks the chosen option against it again before signing.
+ * options here; the payer checks the chosen option against it again before signing. `payers`: the
+ * parts whose options the payer pays once.
  */
 export async function paymentOptionOf(
   terms: unknown,
   payer: PayerView,
   maxAmount: bigint | undefined,
+  payers: CallPayers,
 ): Promise<PaymentOption> {
-  if (isResponseLike(terms)) return optionOfBody(await bodyOf(terms), payer, maxAmount);
+  if (isResponseLike(terms)) return optionOfBody(await bodyOf(terms), payer, maxAmount, payers);
   if (typeof terms !== "object" || terms === null) {
     throw new TollgateError("InvalidRequest", EXPECTED, { details: { type: typeOf(terms) } });
   }
   if ("accepts" in terms) {
     const parsed = PaymentRequiredSchema.safeParse(terms);
     if (!parsed.success) throw malformed("402 body", parsed.error.issues);
-    return optionOfBody(parsed.data, payer, maxAmount);
+    return optionOfBody(parsed.data, payer, maxAmount, payers);
   }
   if ("scheme" in terms) {
     const parsed = PaymentOptionSchema.safeParse(terms);
@@ -68,16 +70,21 @@ async function bodyOf(response: Response): Promise<PaymentRequired> {
   if (offer?.kind === "tollgate") return offer.body;
   throw new TollgateError(
     "InvalidRequest",
-    offer?.kind === "x402"
-      ? "this 402 carries only x402 terms (PAYMENT-REQUIRED): pay it with fetchWithPayment or createX402Payment"
-      : "this 402 carries no payment terms Tollgate can read",
+    offer === undefined
+      ? "this 402 carries no payment terms Tollgate can read"
+      : `this 402 carries only ${offer.kind} terms, no accepts body: pay it with fetchWithPayment, which pays them`,
   );
 }
 
-function optionOfBody(body: PaymentRequired, payer: PayerView, maxAmount: bigint | undefined): PaymentOption {
+function optionOfBody(
+  body: PaymentRequired,
+  payer: PayerView,
+  maxAmount: bigint | undefined,
+  payers: CallPayers,
+): PaymentOption {
   const ceiling = maxAmount ?? (1n << 256n) - 1n;
-  const chosen = affordableOptions(body.accepts, payer, ceiling)[0];
-  if (chosen === undefined) throw noAffordableOption(body.accepts, payer, ceiling);
+  const chosen = affordableOptions(body.accepts, payer, ceiling, payers)[0];
+  if (chosen === undefined) throw noAffordableOption(body.accepts, payer, ceiling, payers);
   return chosen;
 }
 

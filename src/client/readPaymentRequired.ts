@@ -5,7 +5,7 @@ import { type X402PaymentRequired, X402PaymentRequiredSchema } from "../protocol
 
 /**
  * What a 402 asks for: Tollgate's JSON body (docs/protocol.md, "402 body"), or, from a server that speaks only
- * x402 v2, the `PAYMENT-REQUIRED` header (§2.7). `undefined` for a 402 that is neither.
+ * x402 v2, the `PAYMENT-REQUIRED` header (docs/protocol.md, "x402 v2"). `undefined` for a 402 that is neither.
  */
 export type PaymentRequiredOffer =
   | { kind: "tollgate"; body: PaymentRequired }

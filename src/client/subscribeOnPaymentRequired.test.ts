@@ -16,7 +16,8 @@ import type { PaymentOption, PaymentRequired } from "../protocol/paymentRequired
 import { SubscriptionNotActiveError } from "../schemes/subscription/client/subscriptionNotActiveError.ts";
 import { createSubAuthVerifier } from "../schemes/subscription/gate/createSubAuthVerifier.ts";
 import { createPayer, type Payer } from "./createPayer.ts";
-import { type FetchPayer, fetchWithPayment, type SubscriptionUse } from "./fetchWithPayment.ts";
+import type { SubscriptionUse } from "./fetchOptions.ts";
+import { type FetchPayer, fetchWithPayment } from "./fetchWithPayment.ts";
 
 const FACILITATOR = "http://facilitator.test";
 const TOKEN = "0x5FbDB2315678afecb367f032d93F642f64180aa3" as const;

@@ -9,9 +9,9 @@ import { sameFacilitatorUrl } from "../../http/facilitatorClient.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../../protocol/channelVoucher.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { ClientPayment, ClientSchemePart, SchemePayer } from "../types.ts";
+import { CHANNEL_RECEIPT_HEADER } from "./channelHeaders.ts";
 import { channelTermsOf } from "./channelTerms.ts";
 import type { ChannelVoucherPayment, ChannelWallet } from "./client/channelWallet.ts";
-import { CHANNEL_RECEIPT_HEADER } from "./gate.ts";
 
 /** A payer that can pay by channel: `createPayer({ channels })` gives one. */
 export type ChannelPayer = SchemePayer & { channels?: ChannelWallet | undefined };

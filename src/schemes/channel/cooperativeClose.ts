@@ -26,11 +26,9 @@ import type { FacilitatorClient } from "../../http/facilitatorClient.ts";
 import { type ChannelCloseResponse, ChannelCloseResponseSchema } from "../../protocol/channels.ts";
 import { httpStatusOf } from "../../protocol/errors.ts";
 import type { SchemeLogger } from "../types.ts";
+import { CHANNEL_CLOSE_HEADER } from "./channelHeaders.ts";
 import type { ChannelLookupContext, ChannelStateSource } from "./channelState.ts";
 import type { VoucherStore } from "./gate/voucherStore.ts";
-
-/** Payer → gate: close this channel cooperatively now (the payer asked to close on chain first). */
-export const CHANNEL_CLOSE_HEADER = "X-Tollgate-Channel-Close";
 
 /** `POST /channels/:id/close` with the provider's API key: the facilitator's cooperative close. */
 export function postChannelClose(

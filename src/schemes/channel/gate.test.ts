@@ -13,10 +13,11 @@ import {
 } from "../../protocol/channelVoucher.ts";
 import { createFixedClock } from "../../protocol/clock.ts";
 import { PaymentRequiredSchema } from "../../protocol/paymentRequired.ts";
+import { CHANNEL_RECEIPT_HEADER } from "./channelHeaders.ts";
 import { toChannelState } from "./channelState.ts";
 import { createSessionKey, createVoucherSigner } from "./client/sessionKey.ts";
 import { createMemoryVoucherStore } from "./gate/voucherStore.ts";
-import { CHANNEL_RECEIPT_HEADER, type ChannelPayment } from "./gate.ts";
+import type { ChannelPayment } from "./gate.ts";
 
 const NETWORK = "eip155:31337";
 const TOKEN: Address = "0x5FbDB2315678afecb367f032d93F642f64180aa3";

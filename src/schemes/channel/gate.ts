@@ -21,6 +21,7 @@ import { AddressSchema } from "../../protocol/address.ts";
 import { MIN_CHANNEL_CLOSE_DELAY } from "../../protocol/channels.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../../protocol/channelVoucher.ts";
 import { TollgateError } from "../../protocol/errors.ts";
+import { McpMetaKey } from "../../protocol/mcpPayment.ts";
 import { chainIdOf, type Network } from "../../protocol/network.ts";
 import type {
   GateScheme,
@@ -29,13 +30,9 @@ import type {
   SchemeAcceptance,
   SchemePaymentBase,
 } from "../types.ts";
+import { CHANNEL_CLOSE_HEADER, CHANNEL_RECEIPT_HEADER } from "./channelHeaders.ts";
 import { type ChannelStateSource, createFacilitatorChannelSource } from "./channelState.ts";
-import {
-  CHANNEL_CLOSE_HEADER,
-  type CooperativeCloser,
-  createCooperativeCloser,
-  postChannelClose,
-} from "./cooperativeClose.ts";
+import { type CooperativeCloser, createCooperativeCloser, postChannelClose } from "./cooperativeClose.ts";
 import { guardChannelSource } from "./gate/channelLookupGuard.ts";
 import {
   type ChannelCharge,
@@ -49,9 +46,6 @@ import {
   type VoucherForwarder,
 } from "./gate/voucherForwarder.ts";
 import type { VoucherStore } from "./gate/voucherStore.ts";
-
-/** Gate → client, on a channel-paid answer and on a channel refusal: `<channelId>.<highest>.<spent>`. */
-export const CHANNEL_RECEIPT_HEADER = "X-Tollgate-Channel-Receipt";
 
 /** Where the journal lives unless configured. */
 export const DEFAULT_CHANNEL_JOURNAL = ".tollgate/channel-vouchers.journal";
@@ -154,6 +148,11 @@ const minDepositOf = (o: z.infer<typeof ChannelGateOptionsSchema>): bigint =>
 export const channelGate: GateSchemePart<ChannelOffer> = {
   pricingTypes: ["channel"],
   create: createChannelGate,
+  // Over MCP a voucher comes in `_meta["tollgate/channel"]` and its receipt goes back beside the result.
+  mcp: {
+    credentials: { [McpMetaKey.TollgateChannel]: CHANNEL_VOUCHER_HEADER },
+    receipts: { [CHANNEL_RECEIPT_HEADER]: McpMetaKey.TollgateChannelReceipt },
+  },
 };
 
 /** The channel gate part with its forwarder, for hosts and tests that drive it. */

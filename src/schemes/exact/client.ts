@@ -1,7 +1,8 @@
 /**
  * The client part of `exact`: an option is payable once when it is `exact`, on the payer's network
  * and settled through the payer's facilitator; paying it (`payExactOption`: sign the EIP-3009
- * authorization, `/authorize`, check the proof) is the payer's `pay`, sent as `X-PAYMENT`.
+ * authorization, `/authorize`, check the proof) is the payer's `pay`, sent as `X-PAYMENT`. Its
+ * payments are the payer's one-time payments (`oneTime`), and a 5xx to one re-sends the same proof.
  */
 import type { Address } from "viem";
 import { signTransferAuthorization } from "../../chain/signers/signTransferAuthorization.ts";
@@ -18,6 +19,7 @@ import type { PaymentProof } from "../../protocol/paymentProof.ts";
 import type { PaymentOption } from "../../protocol/paymentRequired.ts";
 import { perCallPrice, pricingOfOption } from "../../protocol/pricing.ts";
 import type { ClientSchemePart, SchemePayer } from "../types.ts";
+import { resendProof } from "./client/resendProof.ts";
 
 /** What paying once needs of a payer: `createPayer`'s `pay(option, { maxAmount })`. */
 type OneTimePayer = SchemePayer & {
@@ -47,6 +49,8 @@ export const exactClient: ClientSchemePart = {
     const receipt = await payer.pay(option, { maxAmount: context.maxAmount, signal: context.signal });
     return { headers: { [HeaderName.Payment]: receipt.header }, amount: BigInt(option.amount), receipt };
   },
+  oneTime: true,
+  resend: resendProof,
 };
 
 /** What paying an `exact` option needs of a payer: its signer, chain, facilitator and token domains. */

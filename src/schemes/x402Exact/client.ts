@@ -18,8 +18,10 @@
 import { randomBytes } from "node:crypto";
 import { type Address, getAddress, type Hex, toHex } from "viem";
 import { signTransferAuthorization } from "../../chain/signers/signTransferAuthorization.ts";
+import type { FetchWithPaymentOptions } from "../../client/fetchOptions.ts";
 import { parseUsdcCeiling } from "../../client/parseUsdcCeiling.ts";
 import type { PayerSigner, PayX402 } from "../../client/payerTypes.ts";
+import { readPaymentRequired } from "../../client/readPaymentRequired.ts";
 import { requireObject } from "../../http/checkInput.ts";
 import type { FacilitatorClient } from "../../http/facilitatorClient.ts";
 import { AddressSchema, sameAddress } from "../../protocol/address.ts";
@@ -34,6 +36,7 @@ import {
   type X402PaymentRequired,
   type X402PaymentRequirements,
 } from "../../protocol/x402.ts";
+import type { ClientSchemePart, SchemePayer } from "../types.ts";
 
 /**
  * Who pays: the signing account and its network. `facilitator` is only read for the tokens it
@@ -226,6 +229,45 @@ export function createPayX402(
     return payment.header;
   };
 }
+
+/**
+ * The client part of `x402Exact`: it pays no Tollgate `accepts` entry (a Tollgate gate's x402 entries
+ * are `exact` options, paid once with a proof), only 402s that carry nothing but x402's
+ * `PAYMENT-REQUIRED`. There `fetchWithPayment` asks its flows, which pay through the caller's
+ * `payX402` or, without a custom `choose`, `createPayX402(payer)`: a caller that chooses (a budget
+ * policy) must also pass `payX402`, so that no x402 spend bypasses it.
+ */
+export const x402ExactClient: ClientSchemePart = {
+  payable: () => false,
+  callPrice: (option) => BigInt(option.amount),
+  flows(context) {
+    const options = context.options as FetchWithPaymentOptions;
+    const payer = context.payer as SchemePayer & { account?: PayerSigner };
+    const payX402 =
+      options.payX402 ??
+      (options.choose === undefined && payer.account !== undefined
+        ? createPayX402({ network: payer.network, account: payer.account, facilitator: payer.facilitator })
+        : undefined);
+    return {
+      async payUnread(response, call) {
+        const offer = await readPaymentRequired(response.clone());
+        if (offer?.kind !== "x402") return undefined;
+        if (payX402 === undefined) {
+          throw new TollgateError(
+            "InvalidRequest",
+            "this server takes only x402 PAYMENT-SIGNATURE payments: pass payX402 (with a custom choose, or a payer without an account)",
+            { details: { url: call.request.url } },
+          );
+        }
+        const header = await payX402(offer.paymentRequired, {
+          request: call.request,
+          maxPrice: context.maxPrice,
+        });
+        return header === undefined ? response : call.send({ [header.name]: header.value });
+      },
+    };
+  },
+};
 
 /** An `exact` EIP-3009 option on `network` with well-formed terms, or `undefined`. */
 function readCandidate(requirements: X402PaymentRequirements, network: Network): Candidate | undefined {

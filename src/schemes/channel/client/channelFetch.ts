@@ -11,8 +11,8 @@ import { readPaymentRequired } from "../../../client/readPaymentRequired.ts";
 import type { FetchFn } from "../../../http/facilitatorClient.ts";
 import { CHANNEL_VOUCHER_HEADER } from "../../../protocol/channelVoucher.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
+import { CHANNEL_RECEIPT_HEADER } from "../channelHeaders.ts";
 import { channelTermsOf } from "../channelTerms.ts";
-import { CHANNEL_RECEIPT_HEADER } from "../gate.ts";
 import type { ChannelTermsInput, ChannelVoucherPayment, ChannelWallet } from "./channelWallet.ts";
 
 export type ChannelFetchOptions = {

@@ -47,7 +47,7 @@ import {
 import { type Clock, systemClock, unixSeconds } from "../../../protocol/clock.ts";
 import { isTollgateError, TollgateError } from "../../../protocol/errors.ts";
 import { chainIdOf, type Network } from "../../../protocol/network.ts";
-import { CHANNEL_CLOSE_HEADER } from "../cooperativeClose.ts";
+import { CHANNEL_CLOSE_HEADER } from "../channelHeaders.ts";
 import type { ChannelRecord, ChannelWalletStore } from "./channelWalletStore.ts";
 import { createMemoryChannelWalletStore } from "./channelWalletStore.ts";
 import {
