@@ -17,7 +17,6 @@
  * - Metered units come from the server (`units`), never from `_meta`.
  */
 
-import { CHANNEL_VOUCHER_HEADER } from "../../protocol/channelVoucher.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { encodeJsonHeader, HeaderName, safeDecodeJsonHeader } from "../../protocol/header.ts";
 import {
@@ -28,8 +27,8 @@ import {
 } from "../../protocol/mcpPayment.ts";
 import { summarizeIssues } from "../../protocol/parseWire.ts";
 import { X402PaymentRequiredSchema, X402SettleResponseSchema } from "../../protocol/x402.ts";
-import { CHANNEL_RECEIPT_HEADER } from "../../schemes/channel/gate.ts";
-import type { ServedSubscription } from "../deductAllowance.ts";
+import type { ServedSubscription } from "../../schemes/types.ts";
+import { gateSchemes } from "../gateSchemes.ts";
 import type { CompleteRequest, GatePayment, PaymentGate } from "../paymentGate.ts";
 
 /** A tool call as the gate reads it: the capability's route path, the call's `_meta`, its units. */
@@ -84,6 +83,11 @@ export type McpCompleteCall = (status: number) => Promise<McpToolResult | undefi
 
 export type McpPaymentGate = (call: McpGateCall) => Promise<McpGateResult>;
 
+/** `_meta` keys of the built-in parts' one-header credentials, with the header each goes to. */
+const metaCredentials = gateSchemes.flatMap((scheme) => Object.entries(scheme.gate?.mcp?.credentials ?? {}));
+/** Response headers of the built-in parts' receipts, with the `_meta` key each goes to. */
+const metaReceipts = gateSchemes.flatMap((scheme) => Object.entries(scheme.gate?.mcp?.receipts ?? {}));
+
 /** Largest gate answer read back (a 402 with 32 options fits many times over). */
 const MAX_ANSWER_BYTES = 256 * 1024;
 
@@ -113,8 +117,10 @@ export function mcpPaymentGate(gate: PaymentGate): McpPaymentGate {
       return refusal("InvalidRequest", `_meta["${McpMetaKey.X402Payment}"]: ${message}`, { status: 400 });
     }
     if (proof !== undefined) headers.set(HeaderName.Payment, proof);
-    const voucher = meta.data[McpMetaKey.TollgateChannel];
-    if (voucher !== undefined) headers.set(CHANNEL_VOUCHER_HEADER, voucher);
+    for (const [key, header] of metaCredentials) {
+      const value = (meta.data as Record<string, unknown>)[key];
+      if (typeof value === "string") headers.set(header, value);
+    }
     if (call.forwardedFor !== undefined) headers.set("x-forwarded-for", call.forwardedFor);
     if (subscription !== undefined) {
       headers.set(HeaderName.Subscription, subscription.id);
@@ -154,8 +160,10 @@ function settlementMeta(headers: Headers): Record<string, unknown> {
     const decoded = safeDecodeJsonHeader(settled, X402SettleResponseSchema);
     if (decoded.ok) meta[McpMetaKey.X402PaymentResponse] = decoded.value;
   }
-  const receipt = headers.get(CHANNEL_RECEIPT_HEADER);
-  if (receipt !== null) meta[McpMetaKey.TollgateChannelReceipt] = receipt;
+  for (const [header, key] of metaReceipts) {
+    const receipt = headers.get(header);
+    if (receipt !== null) meta[key] = receipt;
+  }
   const units = headers.get(HeaderName.Units);
   const overage = headers.get(HeaderName.OverageCharge);
   if (units !== null && overage !== null) {
