@@ -26,15 +26,13 @@ type Candidates = {
 
 /** The first candidate for each choice, in the 402's order, as the parts of the options' schemes read them. */
 function candidatesOf(options: readonly PaymentOption[], schemes: AgentSchemes): Candidates {
-  const found: Candidates = {};
+  const found: Record<string, { option: PaymentOption; terms: unknown }> = {};
   for (const option of options) {
     const read = schemes.offer(option.scheme)?.policyTerms(option);
-    if (read === undefined) continue;
-    if (read.choice === "oneTime") found.oneTime ??= { option, terms: read.terms };
-    else if (read.choice === "subscription") found.subscription ??= { option, terms: read.terms };
-    else found.channel ??= { option, terms: read.terms };
+    if (read !== undefined) found[read.choice] ??= { option, terms: read.terms };
   }
-  return found;
+  // Each entry holds the terms its choice's part answered, so the record is the typed `Candidates`.
+  return found as Candidates;
 }
 
 /**
