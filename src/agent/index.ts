@@ -25,6 +25,7 @@ export {
   type Specialist,
   type SpecialistPlan,
 } from "./createSpecialist.ts";
+export { agentDashboard } from "./dashboard/agentSection.ts";
 export {
   type DiscoveredTool,
   type DiscoverToolsOptions,

@@ -7,6 +7,14 @@ export {
   serveApp,
 } from "./createFacilitator.ts";
 export { createLogger } from "./createLogger.ts";
+export type { DashboardAgents } from "./dashboard/dashboardModule.ts";
+export type { ProviderFrame, ProviderView } from "./dashboard/providerSection.ts";
+export type {
+  DashboardSectionFactory,
+  DashboardSectionHost,
+  ProviderViewHost,
+  SchemeDashboard,
+} from "./dashboard/schemeDashboard.ts";
 export { loadFacilitatorConfig } from "./facilitatorConfig.ts";
 export type { FacilitatorContext } from "./facilitatorContext.ts";
 export type { FacilitatorModule, FacilitatorModuleFactory } from "./facilitatorModule.ts";
