@@ -69,167 +69,47 @@ const GROWTH = 4;
 /** Attempts of one use before it is spent directly (each attempt ends a lease or acquires one). */
 const MAX_ATTEMPTS = 6;
 
+/** One leased ledger's settings and what it holds: its leases, the grants under way, the sizes wanted. */
+type LeaseBook = {
+  shared: SharedUsageLedger;
+  clock: Clock;
+  logger: GateLogger | undefined;
+  ttlMs: number;
+  idleMs: number;
+  minLease: number;
+  maxLease: number;
+  held: Map<bigint, Local>;
+  acquiring: Map<bigint, Promise<unknown>>;
+  wants: Map<bigint, number>;
+  writer: SpendWriter;
+  timer: ReturnType<typeof setInterval> | undefined;
+  closed: boolean;
+};
+
 /**
  * @example
  * const shared = await createPostgresUsageLedger(store);
  * const gate = paymentGate({ …, usageLedger: createLeasedUsageLedger({ shared, clock: systemClock }) });
  */
 export function createLeasedUsageLedger(options: LeasedUsageLedgerOptions): LeasedUsageLedger {
-  const { shared, clock, logger } = options;
-  const ttlMs = options.leaseTtlMs ?? 10_000;
-  const idleMs = options.idleMs ?? 2_000;
-  const minLease = options.minLeaseUnits ?? 8;
-  const maxLease = options.maxLeaseUnits ?? 1_000;
-  const held = new Map<bigint, Local>();
-  const acquiring = new Map<bigint, Promise<unknown>>();
-  const wants = new Map<bigint, number>();
-  const writer = createSpendWriter(shared, shared.spendWrites ?? 1);
-  let timer: ReturnType<typeof setInterval> | undefined;
-  let closed = false;
-
-  const startTimer = () => {
-    if (timer !== undefined || closed) return;
-    timer = setInterval(() => void tick(), Math.max(10, Math.min(idleMs, ttlMs / 4)));
-    timer.unref?.();
+  const { shared } = options;
+  const book: LeaseBook = {
+    shared,
+    clock: options.clock,
+    logger: options.logger,
+    ttlMs: options.leaseTtlMs ?? 10_000,
+    idleMs: options.idleMs ?? 2_000,
+    minLease: options.minLeaseUnits ?? 8,
+    maxLease: options.maxLeaseUnits ?? 1_000,
+    held: new Map(),
+    acquiring: new Map(),
+    wants: new Map(),
+    writer: createSpendWriter(shared, shared.spendWrites ?? 1),
+    timer: undefined,
+    closed: false,
   };
-
-  /**
-   * Ends a held lease: once its uses in flight are persisted, the store counts it and frees the rest.
-   * The subscription's next lease is sized by how this one went, unless it was handed back for a
-   * reason that says nothing of demand (`resize` false: a flush, a close).
-   */
-  const end = (local: Local, resize = true): Promise<void> => {
-    if (local.ended !== undefined) return local.ended;
-    if (held.get(local.lease.subscriptionId) === local) held.delete(local.lease.subscriptionId);
-    const want = wants.get(local.lease.subscriptionId) ?? minLease;
-    const next = !resize
-      ? want
-      : local.spent >= local.lease.units
-        ? Math.min(maxLease, want * GROWTH)
-        : local.spent * 2n < local.lease.units
-          ? Math.max(minLease, Math.floor(want / 2))
-          : want;
-    if (wants.size > 10_000) wants.clear();
-    wants.set(local.lease.subscriptionId, next);
-    local.ended = new Promise<void>((resolve) => {
-      local.release = resolve;
-      if (local.inflight === 0) resolve();
-    }).then(() =>
-      shared.release(local.lease.id).catch((error: unknown) => {
-        // Not lost: the store reclaims the lease at its expiry with the units persisted into it.
-        logger?.warn({ err: error, lease: local.lease.id }, "a usage lease could not be returned");
-      }),
-    );
-    return local.ended;
-  };
-
-  const usable = (local: Local, request: UsageRequest, units: bigint) =>
-    local.ended === undefined &&
-    local.periodStart === request.periodStart &&
-    local.periodEnd === request.periodEnd &&
-    local.spent + units <= local.lease.units &&
-    clock.now() < local.grantedAt + ttlMs / 2;
-
-  /** Spends `units` of a held lease; `undefined` when the store refused it (the lease is fenced). */
-  const spendFrom = async (local: Local, units: bigint): Promise<Reservation | undefined> => {
-    const at = local.spent;
-    local.spent += units;
-    local.inflight++;
-    local.lastUsedAt = clock.now();
-    let taken: boolean;
-    try {
-      taken = await writer.spend(local.lease.id, units);
-    } catch (error) {
-      local.spent -= units;
-      throw error;
-    } finally {
-      local.inflight--;
-      if (local.inflight === 0) local.release?.();
-    }
-    if (!taken) {
-      void end(local);
-      return undefined;
-    }
-    if (local.spent >= local.lease.units) void end(local);
-    return spendReservation(local.lease, at, units);
-  };
-
-  const acquire = async (request: UsageRequest): Promise<Reservation> => {
-    const want = Math.max(request.units * 2, wants.get(request.subscriptionId) ?? minLease);
-    const { lease, reservation } = await shared.acquire(request, want, ttlMs);
-    if (lease !== undefined && !closed) {
-      const now = clock.now();
-      held.set(request.subscriptionId, {
-        lease,
-        periodStart: request.periodStart,
-        periodEnd: request.periodEnd,
-        spent: lease.spent,
-        inflight: 0,
-        grantedAt: now,
-        lastUsedAt: now,
-        ended: undefined,
-        release: undefined,
-      });
-      startTimer();
-      if (lease.spent >= lease.units) void end(held.get(request.subscriptionId)!);
-    } else if (lease !== undefined) {
-      await shared.release(lease.id);
-    }
-    return reservation;
-  };
-
-  const tick = async () => {
-    const now = clock.now();
-    const ending: Promise<void>[] = [];
-    for (const local of held.values()) {
-      if (now - local.lastUsedAt >= idleMs || now - local.grantedAt >= ttlMs / 2) ending.push(end(local));
-    }
-    await Promise.all(ending);
-    try {
-      await shared.reclaimExpired(100);
-    } catch (error) {
-      logger?.warn({ err: error }, "expired usage leases could not be reclaimed");
-    }
-  };
-
   return {
-    async reserve(request) {
-      const units = BigInt(request.units);
-      if ((request.charge ?? 0n) > 0n || units === 0n || closed) return shared.reserve(request);
-      const id = request.subscriptionId;
-      for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-        const local = held.get(id);
-        if (local !== undefined && usable(local, request, units)) {
-          const spent = await spendFrom(local, units);
-          if (spent !== undefined) return spent;
-          continue;
-        }
-        // The lease in hand cannot take this use: hand it back first, so its room counts again. Then
-        // look again: while it was being handed back, another use may have acquired the next one.
-        if (local !== undefined) {
-          await end(local);
-          continue;
-        }
-        const pending = acquiring.get(id);
-        if (pending !== undefined) {
-          await pending.catch(() => {});
-          continue;
-        }
-        const acquired = acquire(request);
-        acquiring.set(id, acquired);
-        try {
-          const reservation = await acquired;
-          if (!reservation.ok && reservation.reason === "Leased") {
-            // Room held by leases: an expired one (a crashed instance's) is reclaimed now, then once more.
-            if ((await shared.reclaimExpired(10)) > 0) return shared.reserve(request);
-          }
-          return reservation;
-        } finally {
-          acquiring.delete(id);
-        }
-      }
-      return shared.reserve(request);
-    },
+    reserve: (request) => reserveLeased(book, request),
     claimBatch: (o) => shared.claimBatch(o),
     markBatchSent: (batchId) => shared.markBatchSent(batchId),
     resolve: (outcomes) => shared.resolve(outcomes),
@@ -237,23 +117,179 @@ export function createLeasedUsageLedger(options: LeasedUsageLedgerOptions): Leas
     unresolved: (o) => shared.unresolved(o),
     cycle: (subscriptionId) => shared.cycle(subscriptionId),
     leases: () =>
-      [...held.values()].map((local) => ({
+      [...book.held.values()].map((local) => ({
         id: local.lease.id,
         subscriptionId: local.lease.subscriptionId,
         units: local.lease.units,
         spent: local.spent,
       })),
-    tick,
+    tick: () => tick(book),
     async returnLeases() {
-      await Promise.all([...held.values()].map((local) => end(local, false)));
+      await Promise.all([...book.held.values()].map((local) => end(book, local, false)));
     },
     async close() {
-      closed = true;
-      if (timer !== undefined) clearInterval(timer);
-      await Promise.all([...held.values()].map((local) => end(local, false)));
+      book.closed = true;
+      if (book.timer !== undefined) clearInterval(book.timer);
+      await Promise.all([...book.held.values()].map((local) => end(book, local, false)));
     },
   };
 }
+
+/** A use: spent from the lease in hand, through a new lease, or directly in the shared store. */
+async function reserveLeased(book: LeaseBook, request: UsageRequest): Promise<Reservation> {
+  const { shared, held, acquiring } = book;
+  const units = BigInt(request.units);
+  if ((request.charge ?? 0n) > 0n || units === 0n || book.closed) return shared.reserve(request);
+  const id = request.subscriptionId;
+  for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+    const local = held.get(id);
+    if (local !== undefined && usable(book, local, request, units)) {
+      const spent = await spendFrom(book, local, units);
+      if (spent !== undefined) return spent;
+      continue;
+    }
+    // The lease in hand cannot take this use: hand it back first, so its room counts again. Then
+    // look again: while it was being handed back, another use may have acquired the next one.
+    if (local !== undefined) {
+      await end(book, local);
+      continue;
+    }
+    const pending = acquiring.get(id);
+    if (pending !== undefined) {
+      await pending.catch(() => {});
+      continue;
+    }
+    const acquired = acquire(book, request);
+    acquiring.set(id, acquired);
+    try {
+      const reservation = await acquired;
+      if (!reservation.ok && reservation.reason === "Leased") {
+        // Room held by leases: an expired one (a crashed instance's) is reclaimed now, then once more.
+        if ((await shared.reclaimExpired(10)) > 0) return shared.reserve(request);
+      }
+      return reservation;
+    } finally {
+      acquiring.delete(id);
+    }
+  }
+  return shared.reserve(request);
+}
+
+function startTimer(book: LeaseBook): void {
+  if (book.timer !== undefined || book.closed) return;
+  book.timer = setInterval(() => void tick(book), Math.max(10, Math.min(book.idleMs, book.ttlMs / 4)));
+  book.timer.unref?.();
+}
+
+/**
+ * Ends a held lease: once its uses in flight are persisted, the store counts it and frees the rest.
+ * The subscription's next lease is sized by how this one went, unless it was handed back for a
+ * reason that says nothing of demand (`resize` false: a flush, a close).
+ */
+function end(book: LeaseBook, local: Local, resize = true): Promise<void> {
+  const { held, wants, minLease, maxLease } = book;
+  if (local.ended !== undefined) return local.ended;
+  if (held.get(local.lease.subscriptionId) === local) held.delete(local.lease.subscriptionId);
+  const want = wants.get(local.lease.subscriptionId) ?? minLease;
+  const next = !resize
+    ? want
+    : local.spent >= local.lease.units
+      ? Math.min(maxLease, want * GROWTH)
+      : local.spent * 2n < local.lease.units
+        ? Math.max(minLease, Math.floor(want / 2))
+        : want;
+  if (wants.size > 10_000) wants.clear();
+  wants.set(local.lease.subscriptionId, next);
+  local.ended = new Promise<void>((resolve) => {
+    local.release = resolve;
+    if (local.inflight === 0) resolve();
+  }).then(() =>
+    book.shared.release(local.lease.id).catch((error: unknown) => {
+      // Not lost: the store reclaims the lease at its expiry with the units persisted into it.
+      book.logger?.warn({ err: error, lease: local.lease.id }, "a usage lease could not be returned");
+    }),
+  );
+  return local.ended;
+}
+
+function usable(book: LeaseBook, local: Local, request: UsageRequest, units: bigint): boolean {
+  return (
+    local.ended === undefined &&
+    local.periodStart === request.periodStart &&
+    local.periodEnd === request.periodEnd &&
+    local.spent + units <= local.lease.units &&
+    book.clock.now() < local.grantedAt + book.ttlMs / 2
+  );
+}
+
+/** Spends `units` of a held lease; `undefined` when the store refused it (the lease is fenced). */
+async function spendFrom(book: LeaseBook, local: Local, units: bigint): Promise<Reservation | undefined> {
+  const at = local.spent;
+  local.spent += units;
+  local.inflight++;
+  local.lastUsedAt = book.clock.now();
+  let taken: boolean;
+  try {
+    taken = await book.writer.spend(local.lease.id, units);
+  } catch (error) {
+    local.spent -= units;
+    throw error;
+  } finally {
+    local.inflight--;
+    if (local.inflight === 0) local.release?.();
+  }
+  if (!taken) {
+    void end(book, local);
+    return undefined;
+  }
+  if (local.spent >= local.lease.units) void end(book, local);
+  return spendReservation(local.lease, at, units);
+}
+
+async function acquire(book: LeaseBook, request: UsageRequest): Promise<Reservation> {
+  const { held, clock } = book;
+  const want = Math.max(request.units * 2, book.wants.get(request.subscriptionId) ?? book.minLease);
+  const { lease, reservation } = await book.shared.acquire(request, want, book.ttlMs);
+  if (lease !== undefined && !book.closed) {
+    const now = clock.now();
+    held.set(request.subscriptionId, {
+      lease,
+      periodStart: request.periodStart,
+      periodEnd: request.periodEnd,
+      spent: lease.spent,
+      inflight: 0,
+      grantedAt: now,
+      lastUsedAt: now,
+      ended: undefined,
+      release: undefined,
+    });
+    startTimer(book);
+    if (lease.spent >= lease.units) void end(book, held.get(request.subscriptionId)!);
+  } else if (lease !== undefined) {
+    await book.shared.release(lease.id);
+  }
+  return reservation;
+}
+
+/** Returns idle and ageing leases, then reclaims expired ones (anyone's). */
+async function tick(book: LeaseBook): Promise<void> {
+  const now = book.clock.now();
+  const ending: Promise<void>[] = [];
+  for (const local of book.held.values()) {
+    if (now - local.lastUsedAt >= book.idleMs || now - local.grantedAt >= book.ttlMs / 2) {
+      ending.push(end(book, local));
+    }
+  }
+  await Promise.all(ending);
+  try {
+    await book.shared.reclaimExpired(100);
+  } catch (error) {
+    book.logger?.warn({ err: error }, "expired usage leases could not be reclaimed");
+  }
+}
+
+/** Persists a use into a lease, with the others in flight; resolves whether the lease took it. */
+type SpendWriter = { spend(leaseId: string, units: bigint): Promise<boolean> };
 
 /**
  * Group commit of spends: uses arriving while writes are in flight go out together in the next one,
@@ -261,7 +297,7 @@ export function createLeasedUsageLedger(options: LeasedUsageLedgerOptions): Leas
  * in flight, and a lease is in one of them at most, so two writes never wait for each other's row
  * locks (a write locks its leases in whatever order the store's join takes them).
  */
-function createSpendWriter(shared: Pick<SharedUsageLedger, "spend">, maxWrites: number) {
+function createSpendWriter(shared: Pick<SharedUsageLedger, "spend">, maxWrites: number): SpendWriter {
   type Waiter = { resolve(taken: boolean): void; reject(error: unknown): void };
   type Entry = { units: bigint; waiters: Waiter[] };
   const queue = new Map<string, Entry>();

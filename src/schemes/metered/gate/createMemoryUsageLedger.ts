@@ -9,6 +9,7 @@ import type { Clock } from "../../../protocol/clock.ts";
 import {
   applyUsage,
   type Reservation,
+  type UsageBatch,
   type UsageBatchItem,
   type UsageCycle,
   type UsageLedger,
@@ -23,23 +24,37 @@ type OpenItem = UsageBatchItem & { sentAt: number | undefined };
 
 /**
  * @example
+/** The ledger's state. Invariant: `unsettled` = Σ open amounts + Σ cycle pendings. */
+type MemoryBook = {
+  clock: Clock;
+  ledgerId: string;
+  cycles: Map<bigint, UsageCycle>;
+  /** Batches claimed and not yet marked sent. */
+  claimed: Map<string, Batch>;
+  /** Items not yet resolved, by ref. */
+  open: Map<string, OpenItem>;
+  unsettled: bigint;
+  nextBatch: number;
+};
+
+/**
+ * @example
  * const gate = paymentGate({ …, usageLedger: createMemoryUsageLedger({ clock }) });
  */
 export function createMemoryUsageLedger(options: { clock: Clock; ledgerId?: string }): UsageLedger {
-  const { clock } = options;
-  const ledgerId = options.ledgerId ?? randomBytes(16).toString("hex");
-  const cycles = new Map<bigint, UsageCycle>();
-  /** Batches claimed and not yet marked sent. */
-  const claimed = new Map<string, Batch>();
-  /** Items not yet resolved, by ref. Invariant: `unsettled` = Σ open amounts + Σ cycle pendings. */
-  const open = new Map<string, OpenItem>();
-  let unsettled = 0n;
-  let nextBatch = 1;
-
+  const book: MemoryBook = {
+    clock: options.clock,
+    ledgerId: options.ledgerId ?? randomBytes(16).toString("hex"),
+    cycles: new Map(),
+    claimed: new Map(),
+    open: new Map(),
+    unsettled: 0n,
+    nextBatch: 1,
+  };
   const reserveNow = (request: UsageRequest): Reservation => {
-    const result = applyUsage(cycles.get(request.subscriptionId), unsettled, request);
-    if (result.cycle !== undefined) cycles.set(request.subscriptionId, result.cycle);
-    unsettled = result.unsettled;
+    const result = applyUsage(book.cycles.get(request.subscriptionId), book.unsettled, request);
+    if (result.cycle !== undefined) book.cycles.set(request.subscriptionId, result.cycle);
+    book.unsettled = result.unsettled;
     return result.reservation;
   };
 
@@ -48,72 +63,84 @@ export function createMemoryUsageLedger(options: { clock: Clock; ledgerId?: stri
     async reserve(request) {
       return reserveNow(request);
     },
-
-    async claimBatch({ maxItems, staleMs }) {
-      const now = clock.now();
-      for (const [id, batch] of claimed) {
-        if (now - batch.claimedAt >= staleMs) {
-          batch.claimedAt = now;
-          return { id, items: batch.items.map((item) => ({ ...item })) };
-        }
-      }
-      const id = String(nextBatch);
-      const items: UsageBatchItem[] = [];
-      for (const [subscriptionId, cycle] of cycles) {
-        if (items.length >= maxItems) break;
-        if (cycle.pending === 0n) continue;
-        items.push({ ref: usageRef(ledgerId, id, subscriptionId), subscriptionId, amount: cycle.pending });
-        cycle.pending = 0n;
-      }
-      if (items.length === 0) return undefined;
-      nextBatch++;
-      claimed.set(id, { items, claimedAt: now });
-      for (const item of items) open.set(item.ref, { ...item, sentAt: undefined });
-      return { id, items: items.map((item) => ({ ...item })) };
+    async claimBatch(batchOptions) {
+      return claimBatch(book, batchOptions);
     },
-
     async markBatchSent(batchId) {
-      const batch = claimed.get(batchId);
-      if (batch === undefined) return;
-      claimed.delete(batchId);
-      const now = clock.now();
-      for (const item of batch.items) {
-        const entry = open.get(item.ref);
-        if (entry !== undefined && entry.sentAt === undefined) entry.sentAt = now;
-      }
+      markBatchSent(book, batchId);
     },
-
     async resolve(outcomes) {
       let resolved = 0;
       for (const { ref } of outcomes) {
-        const item = open.get(ref);
+        const item = book.open.get(ref);
         if (item === undefined) continue;
-        open.delete(ref);
-        unsettled -= item.amount;
+        book.open.delete(ref);
+        book.unsettled -= item.amount;
         resolved++;
       }
       return resolved;
     },
-
     async unsettled() {
-      return unsettled;
+      return book.unsettled;
     },
-
-    async unresolved({ olderThanMs, limit }) {
-      const cutoff = clock.now() - olderThanMs;
-      const items: UsageBatchItem[] = [];
-      for (const item of open.values()) {
-        if (items.length >= limit) break;
-        if (item.sentAt !== undefined && item.sentAt <= cutoff) {
-          items.push({ ref: item.ref, subscriptionId: item.subscriptionId, amount: item.amount });
-        }
-      }
-      return items;
+    async unresolved(query) {
+      return unresolved(book, query);
     },
-
     async cycle(subscriptionId) {
-      const cycle = cycles.get(subscriptionId);
+      const cycle = book.cycles.get(subscriptionId);
       return cycle === undefined ? undefined : { ...cycle };
     },
   };
+}
+
+function claimBatch(
+  book: MemoryBook,
+  { maxItems, staleMs }: { maxItems: number; staleMs: number },
+): UsageBatch | undefined {
+  const now = book.clock.now();
+  for (const [id, batch] of book.claimed) {
+    if (now - batch.claimedAt >= staleMs) {
+      batch.claimedAt = now;
+      return { id, items: batch.items.map((item) => ({ ...item })) };
+    }
+  }
+  const id = String(book.nextBatch);
+  const items: UsageBatchItem[] = [];
+  for (const [subscriptionId, cycle] of book.cycles) {
+    if (items.length >= maxItems) break;
+    if (cycle.pending === 0n) continue;
+    items.push({ ref: usageRef(book.ledgerId, id, subscriptionId), subscriptionId, amount: cycle.pending });
+    cycle.pending = 0n;
+  }
+  if (items.length === 0) return undefined;
+  book.nextBatch++;
+  book.claimed.set(id, { items, claimedAt: now });
+  for (const item of items) book.open.set(item.ref, { ...item, sentAt: undefined });
+  return { id, items: items.map((item) => ({ ...item })) };
+}
+
+function markBatchSent(book: MemoryBook, batchId: string): void {
+  const batch = book.claimed.get(batchId);
+  if (batch === undefined) return;
+  book.claimed.delete(batchId);
+  const now = book.clock.now();
+  for (const item of batch.items) {
+    const entry = book.open.get(item.ref);
+    if (entry !== undefined && entry.sentAt === undefined) entry.sentAt = now;
+  }
+}
+
+function unresolved(
+  book: MemoryBook,
+  { olderThanMs, limit }: { olderThanMs: number; limit: number },
+): UsageBatchItem[] {
+  const cutoff = book.clock.now() - olderThanMs;
+  const items: UsageBatchItem[] = [];
+  for (const item of book.open.values()) {
+    if (items.length >= limit) break;
+    if (item.sentAt !== undefined && item.sentAt <= cutoff) {
+      items.push({ ref: item.ref, subscriptionId: item.subscriptionId, amount: item.amount });
+    }
+  }
+  return items;
 }

@@ -49,49 +49,34 @@ export type UsageFlusherOptions = {
 
 /** Batches one flush sends at most, so a flush ends even while requests keep adding charges. */
 const MAX_BATCHES_PER_FLUSH = 20;
+/** What a flusher sends with, and how. */
+type FlushDeps = {
+  ledger: UsageLedger;
+  facilitator: Pick<FacilitatorClient, "request">;
+  apiKey: string;
+  batchSize: number;
+  staleMs: number;
+  reconcileAfterMs: number;
+  logger: GateLogger | undefined;
+};
 
 export function createUsageFlusher(options: UsageFlusherOptions): UsageFlusher {
-  const { ledger, facilitator, apiKey, intervalMs, logger } = options;
-  const batchSize = options.batchSize ?? 200;
-  const staleMs = options.staleMs ?? 30_000;
-  const reconcileAfterMs = options.reconcileAfterMs ?? 60_000;
-  const outcomeOf = (status: UsageRecordStatus): UsageOutcome["outcome"] | undefined =>
-    status === "settled" ? "settled" : status === "failed" ? "failed" : undefined;
+  const { intervalMs } = options;
+  const deps: FlushDeps = {
+    ledger: options.ledger,
+    facilitator: options.facilitator,
+    apiKey: options.apiKey,
+    batchSize: options.batchSize ?? 200,
+    staleMs: options.staleMs ?? 30_000,
+    reconcileAfterMs: options.reconcileAfterMs ?? 60_000,
+    logger: options.logger,
+  };
+  /** Whether the last flush failed: a failure is logged once, and the recovery too. */
+  const health = { failing: false };
   let flushing: Promise<number> | undefined;
   let queued: Promise<number> | undefined;
   let timer: ReturnType<typeof setTimeout> | undefined;
   let running = false;
-  let failing = false;
-
-  const run = async (): Promise<number> => {
-    let sent = 0;
-    try {
-      for (let i = 0; i < MAX_BATCHES_PER_FLUSH; i++) {
-        const batch = await ledger.claimBatch({ maxItems: batchSize, staleMs });
-        if (batch === undefined) break;
-        const accepted = await postUsage(facilitator, { apiKey, records: batch.items });
-        await ledger.markBatchSent(batch.id);
-        // A batch sent again may find its records already settled (or failed) on chain.
-        const done = accepted.flatMap((record) => {
-          const outcome = outcomeOf(record.status);
-          return outcome === undefined ? [] : [{ ref: record.ref, outcome }];
-        });
-        if (done.length > 0) await ledger.resolve(done);
-        sent += batch.items.length;
-      }
-      if (failing) logger?.warn({}, "metered usage reaches the facilitator again");
-      failing = false;
-    } catch (error) {
-      if (!failing) {
-        logger?.error(
-          { err: error },
-          "metered usage could not be sent to the facilitator; it will be resent",
-        );
-      }
-      failing = true;
-    }
-    return sent;
-  };
 
   const flush = (): Promise<number> => {
     // A call made during a flush gets one more flush after it, so charges made before the call go out.
@@ -102,7 +87,7 @@ export function createUsageFlusher(options: UsageFlusherOptions): UsageFlusher {
       });
       return queued;
     }
-    flushing = run().finally(() => {
+    flushing = sendPending(deps, health).finally(() => {
       flushing = undefined;
     });
     return flushing;
@@ -110,24 +95,7 @@ export function createUsageFlusher(options: UsageFlusherOptions): UsageFlusher {
 
   let reconciling: Promise<number> | undefined;
   const reconcile = (): Promise<number> => {
-    reconciling ??= (async () => {
-      try {
-        const open = await ledger.unresolved({ olderThanMs: reconcileAfterMs, limit: 500 });
-        if (open.length === 0) return 0;
-        const records = await getUsageRecords(facilitator, { apiKey, refs: open.map((item) => item.ref) });
-        const done = records.flatMap((record) => {
-          const outcome = outcomeOf(record.status);
-          if (outcome === "failed") {
-            logger?.warn({ ref: record.ref, failure: record.failure }, "a metered charge failed on chain");
-          }
-          return outcome === undefined ? [] : [{ ref: record.ref, outcome }];
-        });
-        return done.length === 0 ? 0 : await ledger.resolve(done);
-      } catch (error) {
-        logger?.warn({ err: error }, "metered usage outcomes could not be read from the facilitator");
-        return 0;
-      }
-    })().finally(() => {
+    reconciling ??= reconcileOutcomes(deps).finally(() => {
       reconciling = undefined;
     });
     return reconciling;
@@ -155,4 +123,60 @@ export function createUsageFlusher(options: UsageFlusherOptions): UsageFlusher {
       await flush();
     },
   };
+}
+
+const outcomeOf = (status: UsageRecordStatus): UsageOutcome["outcome"] | undefined =>
+  status === "settled" ? "settled" : status === "failed" ? "failed" : undefined;
+
+/** Sends pending charges, batch by batch (at most `MAX_BATCHES_PER_FLUSH`); answers the items sent. */
+async function sendPending(deps: FlushDeps, health: { failing: boolean }): Promise<number> {
+  const { ledger, facilitator, apiKey, logger } = deps;
+  let sent = 0;
+  try {
+    for (let i = 0; i < MAX_BATCHES_PER_FLUSH; i++) {
+      const batch = await ledger.claimBatch({ maxItems: deps.batchSize, staleMs: deps.staleMs });
+      if (batch === undefined) break;
+      const accepted = await postUsage(facilitator, { apiKey, records: batch.items });
+      await ledger.markBatchSent(batch.id);
+      // A batch sent again may find its records already settled (or failed) on chain.
+      const done = accepted.flatMap((record) => {
+        const outcome = outcomeOf(record.status);
+        return outcome === undefined ? [] : [{ ref: record.ref, outcome }];
+      });
+      if (done.length > 0) await ledger.resolve(done);
+      sent += batch.items.length;
+    }
+    if (health.failing) logger?.warn({}, "metered usage reaches the facilitator again");
+    health.failing = false;
+  } catch (error) {
+    if (!health.failing) {
+      logger?.error({ err: error }, "metered usage could not be sent to the facilitator; it will be resent");
+    }
+    health.failing = true;
+  }
+  return sent;
+}
+
+/** Resolves charges sent `reconcileAfterMs` ago with the outcomes the facilitator reports for them. */
+async function reconcileOutcomes(deps: FlushDeps): Promise<number> {
+  const { ledger, logger } = deps;
+  try {
+    const open = await ledger.unresolved({ olderThanMs: deps.reconcileAfterMs, limit: 500 });
+    if (open.length === 0) return 0;
+    const records = await getUsageRecords(deps.facilitator, {
+      apiKey: deps.apiKey,
+      refs: open.map((item) => item.ref),
+    });
+    const done = records.flatMap((record) => {
+      const outcome = outcomeOf(record.status);
+      if (outcome === "failed") {
+        logger?.warn({ ref: record.ref, failure: record.failure }, "a metered charge failed on chain");
+      }
+      return outcome === undefined ? [] : [{ ref: record.ref, outcome }];
+    });
+    return done.length === 0 ? 0 : await ledger.resolve(done);
+  } catch (error) {
+    logger?.warn({ err: error }, "metered usage outcomes could not be read from the facilitator");
+    return 0;
+  }
 }
