@@ -6,9 +6,12 @@
  * - Nothing is signed for an option the payer would not pay: wrong scheme, network, facilitator or
  *   token, a price above the caller's ceiling, a memo whose claims differ from the option's terms, or
  *   an offer that has expired.
- * - The authorization's nonce is `keccak256(utf8(memo))` (docs/protocol.md, "Signed payment"), so one offer can be paid at most
- *   once, whatever retries happen; its `validBefore` never outlasts the offer, so the facilitator
- *   cannot settle it after the gate stopped honouring the memo.
+ * - The authorization's nonce is `keccak256(utf8(memo))` (docs/protocol.md, "Signed payment"), so one
+ *   offer can be paid at most once, whatever retries happen; its `validBefore` never outlasts the
+ *   offer, so the facilitator cannot settle it after the gate stopped honouring the memo.
+ *
+ * The payer's one-time payment and its subscription methods come from the built-in schemes' client
+ * parts, composed in clientSchemes.ts; this module holds what every payer has.
  */
 import type { Address, Hex } from "viem";
 import type { WriteClient } from "../chain/clientTypes.ts";

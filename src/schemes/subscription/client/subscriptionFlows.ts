@@ -79,14 +79,15 @@ export function createSubscriptionFlows(context: ClientFlowContext): ClientFlows
   const payer = context.payer as Payer;
   const settings: SubscriptionSettings = { payer, options, maxPrice: context.maxPrice, planMaxPrice };
   const canSubscribe =
-    planMaxPrice !== undefined &&
     payer.subscribe !== undefined &&
     payer.subscriptions !== undefined &&
     payer.subscriptionHeaders !== undefined;
   return {
     // The gate prefers subscribers to plans it flags: with the caller's leave, the cheapest such plan.
     prefer: (offered) =>
-      canSubscribe ? subscribableOptions(offered, payer, planMaxPrice as bigint)[0] : undefined,
+      planMaxPrice === undefined || !canSubscribe
+        ? undefined
+        : subscribableOptions(offered, payer, planMaxPrice)[0],
     session: (request) => new SubscriptionSession(settings, request),
   };
 }
