@@ -6,10 +6,12 @@
 import { defineScheme } from "../registry.ts";
 import { x402ExactAbout } from "./about.ts";
 import { x402ExactAgent } from "./agent.ts";
+import { x402ExactClient } from "./client.ts";
 import { x402ExactGate } from "./gate.ts";
 
 export const x402ExactScheme = defineScheme({
   ...x402ExactAbout,
   gate: x402ExactGate,
+  client: x402ExactClient,
   agent: x402ExactAgent,
 });
