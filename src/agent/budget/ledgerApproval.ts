@@ -6,9 +6,9 @@
 import type { Clock } from "../../protocol/clock.ts";
 import { ErrorCode, TollgateError } from "../../protocol/errors.ts";
 import type { Store } from "../../store/store.ts";
+import type { ApprovalRequest, BudgetApproval, LedgerLogger } from "./budgetLedgerTypes.ts";
 import type { BudgetReader } from "./budgetReader.ts";
 import type { BudgetReport } from "./budgetReport.ts";
-import type { ApprovalRequest, BudgetApproval, LedgerLogger } from "./createBudgetLedger.ts";
 import { usdc } from "./ledgerErrors.ts";
 
 export type LedgerApproval = {

@@ -3,8 +3,8 @@ import type { z } from "zod";
 import { formatUnitsExact } from "../../protocol/amount.ts";
 import { ErrorCode, TollgateError } from "../../protocol/errors.ts";
 import type { Headroom } from "./budgetHeadroom.ts";
+import type { ApprovalRequest } from "./budgetLedgerTypes.ts";
 import type { AgentId } from "./budgetLimits.ts";
-import type { ApprovalRequest } from "./createBudgetLedger.ts";
 
 /** An amount as the ledger's messages show it. */
 export function usdc(amount: bigint): string {

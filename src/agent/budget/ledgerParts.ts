@@ -1,7 +1,7 @@
 import type { Clock } from "../../protocol/clock.ts";
 import type { Store } from "../../store/store.ts";
+import type { LedgerLogger } from "./budgetLedgerTypes.ts";
 import type { BudgetReader } from "./budgetReader.ts";
-import type { LedgerLogger } from "./createBudgetLedger.ts";
 import type { LedgerApproval } from "./ledgerApproval.ts";
 import type { LimitCheck } from "./limitCheck.ts";
 import type { SaleReservations } from "./saleReservations.ts";

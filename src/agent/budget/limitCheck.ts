@@ -4,9 +4,9 @@
  */
 import { ErrorCode, TollgateError } from "../../protocol/errors.ts";
 import { budgetHeadroom } from "./budgetHeadroom.ts";
+import type { ApprovalRequest, LedgerLogger } from "./budgetLedgerTypes.ts";
 import type { AgentId } from "./budgetLimits.ts";
 import type { BudgetReport } from "./budgetReport.ts";
-import type { ApprovalRequest, LedgerLogger } from "./createBudgetLedger.ts";
 import { budgetExceeded } from "./ledgerErrors.ts";
 
 export type LimitCheck = {

@@ -7,8 +7,8 @@ import { z } from "zod";
 import { BigintColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
 import { queryParsed } from "../../store/queryParsed.ts";
 import type { Queryable } from "../../store/store.ts";
+import type { PendingPayment } from "./budgetLedgerTypes.ts";
 import type { AgentId } from "./budgetLimits.ts";
-import type { PendingPayment } from "./createBudgetLedger.ts";
 
 const PendingRowSchema = z.object({
   spend_id: z.string(),

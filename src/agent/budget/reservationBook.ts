@@ -8,22 +8,20 @@ import { z } from "zod";
 import { AddressSchema } from "../../protocol/address.ts";
 import { ErrorCode, TollgateError } from "../../protocol/errors.ts";
 import type { Queryable } from "../../store/store.ts";
-import type { AgentId } from "./budgetLimits.ts";
 import type {
   ApprovalRequest,
   BudgetLedger,
   Reservation,
   ReserveRequestSchema,
   SpendOutcome,
-} from "./createBudgetLedger.ts";
+} from "./budgetLedgerTypes.ts";
+import { MAX_RESERVATION_TTL_SECONDS } from "./budgetLedgerTypes.ts";
+import type { AgentId } from "./budgetLimits.ts";
 import { parseOrThrow } from "./ledgerErrors.ts";
 import type { LedgerParts } from "./ledgerParts.ts";
 import { deletePendingPayment, insertPendingPayment } from "./pendingPaymentRecords.ts";
 import { extendReservation, insertReservation, lockSpend, markReleased, outcomeOf } from "./spendRecords.ts";
 
-/** Long enough for a payment's round trips and retries, short enough that a crash frees budget soon. */
-export const DEFAULT_RESERVATION_TTL_SECONDS = 900;
-export const MAX_RESERVATION_TTL_SECONDS = 7 * 86_400;
 /** How long a pending payment's reservation holds at most (the longest reservation). */
 const PENDING_HOLD_MS = MAX_RESERVATION_TTL_SECONDS * 1000;
 const NonceSchema = z.string().regex(/^0x[0-9a-fA-F]{64}$/);

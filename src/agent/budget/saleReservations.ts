@@ -3,7 +3,6 @@
  * (`reserve(…, { within })`), so a reseller's sale is checked against the total and daily limits once.
  * A purchase released or committed for less gives the rest back while the sale is open.
  */
-
 import { z } from "zod";
 import type { Clock } from "../../protocol/clock.ts";
 import { ErrorCode, TollgateError } from "../../protocol/errors.ts";

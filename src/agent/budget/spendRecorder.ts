@@ -6,7 +6,7 @@
  */
 import { ErrorCode, TollgateError } from "../../protocol/errors.ts";
 import type { Queryable } from "../../store/store.ts";
-import type { SpendOutcome } from "./createBudgetLedger.ts";
+import type { SpendOutcome } from "./budgetLedgerTypes.ts";
 import { usdc } from "./ledgerErrors.ts";
 import type { LedgerParts } from "./ledgerParts.ts";
 import { deletePendingPayment } from "./pendingPaymentRecords.ts";

@@ -8,9 +8,9 @@ import { ErrorCode, TollgateError } from "../../protocol/errors.ts";
 import { BigintColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
 import { queryOneParsed } from "../../store/queryParsed.ts";
 import type { Queryable } from "../../store/store.ts";
+import type { SpendOutcome } from "./budgetLedgerTypes.ts";
 import { lockAgentBudget } from "./budgetLimitRecords.ts";
 import { type AgentId, type SpendKind, SpendKindSchema } from "./budgetLimits.ts";
-import type { SpendOutcome } from "./createBudgetLedger.ts";
 
 const AgentRowSchema = z.object({ agent: z.string() });
 const SpendRowSchema = z.object({

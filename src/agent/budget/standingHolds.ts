@@ -8,14 +8,14 @@ import { type Address, getAddress } from "viem";
 import type { z } from "zod";
 import { ErrorCode, TollgateError } from "../../protocol/errors.ts";
 import type { Queryable } from "../../store/store.ts";
-import { lockAgentBudget } from "./budgetLimitRecords.ts";
-import type { AgentId, SpendKind } from "./budgetLimits.ts";
 import type {
   ApprovalRequest,
   ChargeOutcome,
   ChargeRequestSchema,
   HoldRequestSchema,
-} from "./createBudgetLedger.ts";
+} from "./budgetLedgerTypes.ts";
+import { lockAgentBudget } from "./budgetLimitRecords.ts";
+import type { AgentId, SpendKind } from "./budgetLimits.ts";
 import { addToHold, emptyHold, type HoldRow, lockHold, readHold, updateHold } from "./holdRecords.ts";
 import type { LedgerParts } from "./ledgerParts.ts";
 import { addToSpendTotals, insertSettledSpend } from "./spendRecords.ts";
