@@ -3,7 +3,8 @@
  * registry, the built-in schemes and the one pricing type's scheme parts.
  */
 export { builtinSchemes } from "./builtinSchemes.ts";
-export { type ExactOffer, exactGate, type ProofPayment } from "./exact/gate.ts";
+export type { ProofPayment } from "./exact/gate/proofAcceptance.ts";
+export { type ExactOffer, exactGate } from "./exact/gate.ts";
 export { exactScheme } from "./exact/index.ts";
 export { meteredScheme } from "./metered/index.ts";
 export { createSchemeRegistry, defineScheme, SchemeIdSchema, type SchemeRegistry } from "./registry.ts";

@@ -20,61 +20,33 @@
  */
 
 import { z } from "zod";
-import { GatePass } from "../../gate/gatePass.ts";
-import { errorResponse, faultResponse } from "../../gate/gateResponses.ts";
-import { openMemo } from "../../gate/memo.ts";
 import {
   atomicAmountOf,
   atomicPriceOf,
   OneTimePricingSchema,
   parseGateOptions,
 } from "../../gate/paymentGateOptions.ts";
-import { proofReplayKey } from "../../gate/paymentReplayKey.ts";
 import type { FacilitatorClient } from "../../http/facilitatorClient.ts";
-import { sameAddress } from "../../protocol/address.ts";
-import { type Clock, unixSeconds } from "../../protocol/clock.ts";
+import type { Clock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { type Jwks, JwksSchema } from "../../protocol/facilitator.ts";
 import { HeaderName } from "../../protocol/header.ts";
-import type { Network } from "../../protocol/network.ts";
-import type { PaymentProof } from "../../protocol/paymentProof.ts";
-import type {
-  GateScheme,
-  GateSchemeContext,
-  GateSchemePart,
-  SchemeAcceptance,
-  SchemeOfferEntry,
-  SchemePaymentBase,
-} from "../types.ts";
+import type { GateScheme, GateSchemeContext, GateSchemePart, SchemeOfferEntry } from "../types.ts";
 import { checkSettleableAmounts } from "./checkSettleableAmounts.ts";
 import {
-  checkProofTerms,
   checkSignatureWithFacilitator,
   checkSignatureWithKeys,
   type ProofSignatureCheck,
-  type SignatureVerdict,
-  verifyProofSignature,
 } from "./gate/checkPaymentProof.ts";
-import { safeParsePaymentProof } from "./gate/parsePaymentProof.ts";
+import { acceptProof, type ProofGate, type ProofPayment, verifyGateProof } from "./gate/proofAcceptance.ts";
 import {
   createJwksResolver,
   createStaticKeyResolver,
   type ProofKeyResolver,
 } from "./gate/proofKeyResolver.ts";
-import { toPaymentProof } from "./gate/verifyPaymentProof.ts";
 
 /** One way to pay a route once: the price in the token's smallest unit. */
 export type ExactOffer = { scheme: "exact"; amount: bigint };
-
-/** A one-time payment proven by the facilitator's proof (`X-PAYMENT`). */
-export type ProofPayment = SchemePaymentBase & {
-  scheme: "exact";
-  network: Network;
-  /** Hash of the settling transaction. */
-  transaction: `0x${string}`;
-  memo: string;
-  proof: PaymentProof;
-};
 
 declare module "../types.ts" {
   interface SchemePayments {
@@ -87,16 +59,6 @@ export type ExactGateScheme = GateScheme<ExactOffer> & {
   /** `true` when the proof is unexpired, signed by this gate's facilitator and pays this gate's offers. */
   verifyProof(value: unknown): Promise<boolean>;
 };
-
-/** The least a one-time payment for a route must be now: its cheapest one-time offer. */
-export function cheapestOffer(offers: readonly { amount?: bigint | undefined }[]): bigint | undefined {
-  let cheapest: bigint | undefined;
-  for (const offer of offers) {
-    if (offer.amount !== undefined && (cheapest === undefined || offer.amount < cheapest))
-      cheapest = offer.amount;
-  }
-  return cheapest;
-}
 
 /** Compiles `{ type: "one-time", amount | price }` into an offer (shared with the x402 part). */
 export function compileOneTime(entry: unknown, decimals: number, where: string): ExactOffer {
@@ -144,50 +106,25 @@ const ProofKeysOptionSchema = z.object({
 });
 
 function createExactGate(context: GateSchemeContext): ExactGateScheme {
-  const { clock, replayGuard, logger, memoSecret, payTo, network, token } = context;
+  const { clock, logger, network, token } = context;
   const { proofKeys } = parseGateOptions(ProofKeysOptionSchema, context.options, "paymentGate options");
   const { checkSignature, keys } = signatureCheckOf(
     { proofVerification: (context.options as { proofVerification?: unknown }).proofVerification, proofKeys },
     context.facilitator,
     clock,
   );
-
-  const leaseMs = ((context.options as { proofLeaseSeconds?: number }).proofLeaseSeconds ?? 60) * 1000;
-
-  /**
-   * `complete` of a proof payment: hands its key back when the handler failed (status ≥ 500), marks a
-   * claimed key used when it answered. A failed settle leaves the claim to lapse: a retry of the same
-   * request after the lease is then served once more, which costs the gate, never the payer.
-   */
-  const completeProof = (
-    replayKey: string,
-    claimToken: string | undefined,
-    expiresAtMs: number,
-    method: string,
-    path: string,
-  ) => {
-    let reported = false;
-    return async (status: number) => {
-      if (reported) return;
-      reported = true;
-      if (!(status >= 500)) {
-        if (claimToken === undefined) return;
-        try {
-          await replayGuard.settle?.(replayKey, expiresAtMs);
-        } catch (error) {
-          logger?.warn({ err: error, method, path, status }, "payment proof could not be marked used");
-        }
-        return;
-      }
-      try {
-        await replayGuard.release(replayKey, claimToken);
-        logger?.warn({ method, path, status }, "handler failed; payment proof released for a retry");
-      } catch (error) {
-        logger?.warn({ err: error, method, path, status }, "payment proof could not be released");
-      }
-    };
+  const gate: ProofGate = {
+    clock,
+    replayGuard: context.replayGuard,
+    logger,
+    memoSecret: context.memoSecret,
+    payTo: context.payTo,
+    network,
+    token,
+    checkSignature,
+    keys,
+    leaseMs: ((context.options as { proofLeaseSeconds?: number }).proofLeaseSeconds ?? 60) * 1000,
   };
-
   return {
     compile: (entry, where) => compileOneTime(entry, context.decimals, where),
     offer: oneTimeEntry,
@@ -207,141 +144,9 @@ function createExactGate(context: GateSchemeContext): ExactGateScheme {
       }
     },
     credential: (request) => request.headers.get(HeaderName.Payment),
-    async accept(header, request, route): Promise<SchemeAcceptance> {
-      const { method, path } = request;
-      const parsed = safeParsePaymentProof(header);
-      if (!parsed.ok) return refusal(logger, method, path, parsed.reason);
-      const proof = parsed.proof;
-      const minimumAmount = cheapestOffer(route.offers);
-      if (minimumAmount === undefined)
-        return refusal(logger, method, path, "this request is not sold for a one-time payment");
-      // Computed once per request (one keccak256 of the memo, through `memoNonce`: fastKeccak.ts).
-      const replayKey = proofReplayKey(proof);
-      let claimToken: string | undefined;
-      try {
-        const terms = checkProofTerms(proof, {
-          memoSecret,
-          clock,
-          expected: {
-            method,
-            path,
-            query: request.query,
-            // A proof pays for this request only if it covers this request's price (a route priced by
-            // a function may price another query of the same path higher).
-            minimumAmount,
-            payTo,
-            network,
-            token,
-          },
-        });
-        if (!terms.valid) return refusal(logger, method, path, terms.reason);
-        // The key at hand is used without a promise; otherwise (a JWKS not yet read, a key rotated in,
-        // remote verification) the check may fetch.
-        const key = keys?.known?.(proof.kid);
-        const signature: SignatureVerdict =
-          key !== undefined ? verifyProofSignature(proof, key) : await checkSignature(proof);
-        if (!signature.valid) return refusal(logger, method, path, signature.reason);
-        // Keep the key until the proof itself expires: no proof for it can be accepted after that, and
-        // an x402 payload of the same authorization is refused by the facilitator (docs/x402.md).
-        if (replayGuard.claim === undefined) {
-          if (!(await replayGuard.consume(replayKey, proof.exp * 1000)))
-            return refusal(logger, method, path, "proof was already used");
-        } else {
-          // The claim is for this request: the memo already binds method, path and query, and the
-          // guard holds the claim to them too, so no other request (nor an x402 payload of the same
-          // authorization, whose claim is for its payload) can take a lapsed claim over.
-          const claimed = await replayGuard.claim(replayKey, proof.exp * 1000, {
-            request: `exact ${method} ${path}?${request.query}`,
-            leaseMs,
-            maxClaims: MAX_PROOF_CLAIMS,
-          });
-          if (!claimed.ok && claimed.reason === "in-flight") {
-            logger?.debug({ method, path }, "payment proof in flight");
-            return {
-              kind: "respond",
-              response: errorResponse(
-                "PaymentInFlight",
-                "this proof is held by the same request still being served (or whose gate failed before answering); send it again after Retry-After",
-                503,
-                Math.max(1, Math.ceil(claimed.retryAfterMs / 1000)),
-              ),
-            };
-          }
-          if (!claimed.ok) return refusal(logger, method, path, "proof was already used");
-          claimToken = claimed.token;
-        }
-      } catch (error) {
-        logger?.warn({ err: error, method, path }, "payment proof could not be checked");
-        return { kind: "respond", response: faultResponse(error) };
-      }
-      const paid: ProofPayment = {
-        scheme: "exact",
-        payer: proof.payer,
-        amount: BigInt(proof.amount),
-        payTo: proof.payTo,
-        network: proof.network,
-        token: proof.token,
-        transaction: proof.tx,
-        memo: proof.memo,
-        proof,
-      };
-      return new GatePass(
-        [[HeaderName.PaymentResponse, paymentResponseHeader(proof)]],
-        paid,
-        undefined,
-        completeProof(replayKey, claimToken, proof.exp * 1000, method, path),
-      );
-    },
-    async verifyProof(value) {
-      const proof = toPaymentProof(value);
-      if (proof === undefined || proof.exp <= unixSeconds(clock)) return false;
-      const opened = openMemo(memoSecret, proof.memo);
-      if (!opened.ok) return false;
-      const memo = opened.payload;
-      const sameTerms =
-        memo.a === proof.amount &&
-        sameAddress(memo.t, proof.payTo) &&
-        sameAddress(memo.t, payTo) &&
-        memo.n === proof.network &&
-        memo.n === network &&
-        sameAddress(memo.k, proof.token) &&
-        sameAddress(memo.k, token);
-      if (!sameTerms) return false;
-      return (await checkSignature(proof)).valid;
-    },
+    accept: (header, request, route) => acceptProof(gate, header, request, route),
+    verifyProof: (value) => verifyGateProof(gate, value),
   };
-}
-
-/**
- * Claims a proof's key may have while it lives: the first and two retries after a gate died before
- * answering. Bounds what a host that never reports `complete` gives away per payment.
- */
-export const MAX_PROOF_CLAIMS = 3;
-
-/** A proof refused, logged at debug level. */
-function refusal(
-  logger: GateSchemeContext["logger"],
-  method: string,
-  path: string,
-  reason: string,
-): SchemeAcceptance {
-  logger?.debug({ method, path, reason }, "payment proof refused");
-  return { kind: "refuse", error: "InvalidPaymentProof", message: `invalid payment proof: ${reason}` };
-}
-
-/**
- * `X-PAYMENT-RESPONSE` for an accepted proof: what `encodeJsonHeader` writes (standard base64 of the
- * UTF-8 JSON), with Node's native encoder, since every paid answer carries one. Never over the header
- * limit: the proof's fields are bounded by `PaymentProofSchema`.
- */
-export function paymentResponseHeader(proof: Pick<PaymentProof, "tx" | "network" | "payer">): string {
-  const json = JSON.stringify({
-    success: true,
-    transaction: proof.tx,
-    network: proof.network,
-    payer: proof.payer,
-  });
-  return Buffer.from(json, "utf8").toString("base64");
 }
 
 /** The gate's signature check, and the key resolver behind it when proofs are verified locally. */

@@ -152,7 +152,7 @@ export const subscriptionGate: GateSchemePart<PlanOffer, SubscriptionOffer> = {
 };
 
 function createSubscriptionPart(context: GateSchemeContext): GateScheme<PlanOffer> {
-  const { clock, facilitator, logger, decimals } = context;
+  const { clock, facilitator, logger } = context;
   const settings = context.options as SubscriptionSettings;
   const { usageLedger } = parseGateOptions(UsageLedgerOptionSchema, context.options, "paymentGate options");
   const plans: PlanCatalog = createPlanCatalog({
@@ -163,105 +163,24 @@ function createSubscriptionPart(context: GateSchemeContext): GateScheme<PlanOffe
     clock,
     manager: settings.subscriptionManager,
   });
-  const maxUnsettled = atomicPriceOf(settings.maxUnsettledUsage ?? "10", decimals, "maxUnsettledUsage");
+  const maxUnsettled = atomicPriceOf(
+    settings.maxUnsettledUsage ?? "10",
+    context.decimals,
+    "maxUnsettledUsage",
+  );
 
   // Built on first use: its background work (event feed, usage flushes) starts with its first request.
   let subscriptions: SubscriptionGate | undefined;
   const service = (): SubscriptionGate => {
-    if (subscriptions !== undefined) return subscriptions;
-    if (context.publicOrigin === undefined) {
-      // compilePlan refuses plans without it; a routes function may still return one.
-      throw misconfigured("subscription pricing needs `publicOrigin`, the audience of sub-auth tokens");
-    }
-    const ledger = usageLedger ?? createMemoryUsageLedger({ clock });
-    const flushMs = settings.usageFlushIntervalMs ?? 2_000;
-    subscriptions = createSubscriptionGate({
-      facilitator,
-      plans,
-      payTo: context.payTo,
-      audience: context.publicOrigin,
-      clock,
-      decimals,
-      statusTtlMs: settings.subscriptionStatusTtlMs ?? 5_000,
-      renewalGraceSeconds: settings.subscriptionRenewalGraceSeconds ?? 300,
-      eventPollMs: settings.subscriptionEventPollMs ?? 1_000,
-      providerApiKey: settings.providerApiKey,
-      ...(settings.chainClient === undefined
-        ? {}
-        : { walletSubAuth: createWalletSubAuthCheck({ client: settings.chainClient, clock }) }),
-      metering: {
-        ledger,
-        flusher:
-          settings.providerApiKey === undefined
-            ? undefined
-            : createUsageFlusher({
-                ledger,
-                facilitator,
-                apiKey: settings.providerApiKey,
-                intervalMs: flushMs,
-                logger: logger as GateLogger | undefined,
-              }),
-        maxUnsettled,
-        retryAfterSeconds: Math.max(1, Math.ceil(flushMs / 1000) + 1),
-      },
-      logger: logger as GateLogger | undefined,
-    });
+    subscriptions ??= subscriptionGateOf(context, settings, { plans, usageLedger, maxUnsettled });
     return subscriptions;
   };
-
-  /** Charges against one subscription's allowance (`ServedSubscription.deductAllowance`). */
-  const deductFrom =
-    (subscriptionId: bigint): SubscriptionServed["deductAllowance"] =>
-    // Returned, not named: built per served request, so no name is attached to it at run time.
-    async (amount) =>
-      service().deduct(subscriptionId, deductionAmount(amount));
-
-  /** The subscription as handlers read it, with `deductAllowance` bound to it. */
-  const served = (subscription: GateSubscription): SubscriptionServed => ({
-    subscriptionId: subscription.subscriptionId,
-    subscriber: subscription.subscriber,
-    planId: subscription.planId,
-    units: subscription.units,
-    unitsUsed: subscription.unitsUsed,
-    charge: subscription.charge,
-    deductAllowance: deductFrom(subscription.subscriptionId),
-  });
-
   const checkFault = (fault: unknown): SchemeAcceptance => ({
     kind: "respond",
     response: checkFailureResponse(fault, "a subscription could not be checked", logger),
   });
-
-  const acceptance = (outcome: SubscriptionOutcome, request: SchemeRequest): SchemeAcceptance => {
-    // A metered charge reserved for a failed request is not handed back: the usage ledger has no
-    // way to undo a reservation that a flush may already have batched (see docs/gate.md).
-    if (outcome.kind === "pass") {
-      // The subscriber learns what this metered request counted and was charged, so its own ledger
-      // can record it (docs/protocol.md). Only the token's signer, the subscriber, gets this answer.
-      const counted = outcome.subscription.units > 0 && outcome.subscription.unitsUsed !== undefined;
-      return new GatePass(
-        counted
-          ? [
-              [HeaderName.Units, outcome.subscription.units.toString()],
-              [HeaderName.OverageCharge, outcome.subscription.charge.toString()],
-            ]
-          : undefined,
-        undefined,
-        served(outcome.subscription),
-      );
-    }
-    if (outcome.kind === "busy") {
-      return {
-        kind: "respond",
-        response: errorResponse("RateLimited", outcome.message, 429, outcome.retryAfter),
-      };
-    }
-    logger?.debug(
-      { method: request.method, path: request.path, error: outcome.error },
-      "subscription refused",
-    );
-    return { kind: "refuse", error: outcome.error, message: outcome.message };
-  };
+  const acceptance = (outcome: SubscriptionOutcome, request: SchemeRequest): SchemeAcceptance =>
+    acceptanceOf(outcome, request, logger, service);
 
   return {
     compile(entry, where) {
@@ -302,4 +221,110 @@ function createSubscriptionPart(context: GateSchemeContext): GateScheme<PlanOffe
       await subscriptions?.close();
     },
   };
+}
+
+/**
+ * The subscription checks of one gate, with its usage ledger and flusher. Throws `misconfigured`
+ * without `publicOrigin`: `compilePlan` refuses plans without it, but a routes function may still
+ * return one.
+ */
+function subscriptionGateOf(
+  context: GateSchemeContext,
+  settings: SubscriptionSettings,
+  built: { plans: PlanCatalog; usageLedger: UsageLedger | undefined; maxUnsettled: bigint },
+): SubscriptionGate {
+  const { clock, facilitator } = context;
+  const logger = context.logger as GateLogger | undefined;
+  if (context.publicOrigin === undefined) {
+    throw misconfigured("subscription pricing needs `publicOrigin`, the audience of sub-auth tokens");
+  }
+  const ledger = built.usageLedger ?? createMemoryUsageLedger({ clock });
+  const flushMs = settings.usageFlushIntervalMs ?? 2_000;
+  return createSubscriptionGate({
+    facilitator,
+    plans: built.plans,
+    payTo: context.payTo,
+    audience: context.publicOrigin,
+    clock,
+    decimals: context.decimals,
+    statusTtlMs: settings.subscriptionStatusTtlMs ?? 5_000,
+    renewalGraceSeconds: settings.subscriptionRenewalGraceSeconds ?? 300,
+    eventPollMs: settings.subscriptionEventPollMs ?? 1_000,
+    providerApiKey: settings.providerApiKey,
+    ...(settings.chainClient === undefined
+      ? {}
+      : { walletSubAuth: createWalletSubAuthCheck({ client: settings.chainClient, clock }) }),
+    metering: {
+      ledger,
+      flusher:
+        settings.providerApiKey === undefined
+          ? undefined
+          : createUsageFlusher({
+              ledger,
+              facilitator,
+              apiKey: settings.providerApiKey,
+              intervalMs: flushMs,
+              logger,
+            }),
+      maxUnsettled: built.maxUnsettled,
+      retryAfterSeconds: Math.max(1, Math.ceil(flushMs / 1000) + 1),
+    },
+    logger,
+  });
+}
+
+/** The part's answer to a checked subscription: served, busy (429) or refused (a fresh 402). */
+function acceptanceOf(
+  outcome: SubscriptionOutcome,
+  request: SchemeRequest,
+  logger: GateSchemeContext["logger"],
+  service: () => SubscriptionGate,
+): SchemeAcceptance {
+  // A metered charge reserved for a failed request is not handed back: the usage ledger has no
+  // way to undo a reservation that a flush may already have batched (see docs/gate.md).
+  if (outcome.kind === "pass") {
+    // The subscriber learns what this metered request counted and was charged, so its own ledger
+    // can record it (docs/protocol.md). Only the token's signer, the subscriber, gets this answer.
+    const counted = outcome.subscription.units > 0 && outcome.subscription.unitsUsed !== undefined;
+    return new GatePass(
+      counted
+        ? [
+            [HeaderName.Units, outcome.subscription.units.toString()],
+            [HeaderName.OverageCharge, outcome.subscription.charge.toString()],
+          ]
+        : undefined,
+      undefined,
+      served(outcome.subscription, service),
+    );
+  }
+  if (outcome.kind === "busy") {
+    return {
+      kind: "respond",
+      response: errorResponse("RateLimited", outcome.message, 429, outcome.retryAfter),
+    };
+  }
+  logger?.debug({ method: request.method, path: request.path, error: outcome.error }, "subscription refused");
+  return { kind: "refuse", error: outcome.error, message: outcome.message };
+}
+
+/** The subscription as handlers read it, with `deductAllowance` bound to it. */
+function served(subscription: GateSubscription, service: () => SubscriptionGate): SubscriptionServed {
+  return {
+    subscriptionId: subscription.subscriptionId,
+    subscriber: subscription.subscriber,
+    planId: subscription.planId,
+    units: subscription.units,
+    unitsUsed: subscription.unitsUsed,
+    charge: subscription.charge,
+    deductAllowance: deductFrom(subscription.subscriptionId, service),
+  };
+}
+
+/** Charges against one subscription's allowance (`ServedSubscription.deductAllowance`). */
+function deductFrom(
+  subscriptionId: bigint,
+  service: () => SubscriptionGate,
+): SubscriptionServed["deductAllowance"] {
+  // Returned, not named: built per served request, so no name is attached to it at run time.
+  return async (amount) => service().deduct(subscriptionId, deductionAmount(amount));
 }
