@@ -31,7 +31,7 @@ import {
   type SellerList,
   SellerReportSchema,
 } from "./marketApi.ts";
-import { createMarketRegistry, type MarketRegistryOptions } from "./marketRegistry.ts";
+import { createMarketRegistry, type MarketRegistry, type MarketRegistryOptions } from "./marketRegistry.ts";
 import { parseAtomicOrUsdcCeiling } from "./parseAtomicOrUsdcCeiling.ts";
 import {
   createSellerLiveness,
@@ -94,18 +94,7 @@ export function createMarket(options: CreateMarketOptions): Hono {
 export function createMarketService(options: CreateMarketOptions): MarketService {
   const { logger, store } = options;
   const registry = createMarketRegistry(options);
-  const liveness =
-    options.fetch === undefined
-      ? undefined
-      : createSellerLiveness({
-          ...options.liveness,
-          store,
-          clock: options.clock,
-          fetchDocument: createSellerDocumentFetcher(options.fetch, options.sellerTargets ?? {}, {
-            timeoutMs: options.liveness?.timeoutMs ?? 5_000,
-            maxBytes: options.maxManifestBytes ?? 256 * 1024,
-          }),
-        });
+  const liveness = marketLiveness(options);
   const maxBodyBytes = options.maxBodyBytes ?? (options.maxManifestBytes ?? 256 * 1024) + 4096;
   const app = new Hono();
 
@@ -122,7 +111,44 @@ export function createMarketService(options: CreateMarketOptions): MarketService
         ),
     }),
   );
+  mountSellerRoutes(app, registry, liveness, logger);
+  mountCatalogRoutes(app, registry);
+  app.get("/healthz", async (c) => {
+    try {
+      await store.query("SELECT 1");
+      return c.json({ status: "ok", checks: { store: { ok: true } } });
+    } catch {
+      return c.json(
+        { status: "degraded", checks: { store: { ok: false, message: "store unreachable" } } },
+        503,
+      );
+    }
+  });
 
+  return { app, liveness };
+}
+
+/** The market's liveness checker, when it may fetch sellers. */
+function marketLiveness(options: CreateMarketOptions): SellerLiveness | undefined {
+  if (options.fetch === undefined) return undefined;
+  return createSellerLiveness({
+    ...options.liveness,
+    store: options.store,
+    clock: options.clock,
+    fetchDocument: createSellerDocumentFetcher(options.fetch, options.sellerTargets ?? {}, {
+      timeoutMs: options.liveness?.timeoutMs ?? 5_000,
+      maxBytes: options.maxManifestBytes ?? 256 * 1024,
+    }),
+  });
+}
+
+/** `POST /sellers`, `GET /sellers`, `POST /sellers/refresh`, `POST /sellers/report`, `GET|DELETE /sellers/:address`. */
+function mountSellerRoutes(
+  app: Hono,
+  registry: MarketRegistry,
+  liveness: SellerLiveness | undefined,
+  logger: Logger,
+): void {
   app.post("/sellers", async (c) => {
     const body = await readJsonBody(c, z.unknown());
     const result = await registry.register(body);
@@ -176,7 +202,10 @@ export function createMarketService(options: CreateMarketOptions): MarketService
     logger.info({ seller: result.address, status: result.status }, "seller removal");
     return c.json(result);
   });
+}
 
+/** `GET /catalog`. */
+function mountCatalogRoutes(app: Hono, registry: MarketRegistry): void {
   app.get("/catalog", async (c) => {
     const query = parseWire(CatalogQuerySchema, c.req.query(), { what: "query" });
     const limit = query.limit ?? 20;
@@ -192,20 +221,6 @@ export function createMarketService(options: CreateMarketOptions): MarketService
     const body: CatalogResult = { results, limit, offset };
     return c.json(body);
   });
-
-  app.get("/healthz", async (c) => {
-    try {
-      await store.query("SELECT 1");
-      return c.json({ status: "ok", checks: { store: { ok: true } } });
-    } catch {
-      return c.json(
-        { status: "degraded", checks: { store: { ok: false, message: "store unreachable" } } },
-        503,
-      );
-    }
-  });
-
-  return { app, liveness };
 }
 
 /**

@@ -99,15 +99,11 @@ const codeByStatus: Record<number, ErrorCode> = {
   504: "ChainUnavailable",
 };
 
-/**
- * A client for one market.
- *
- * @example
- * const market = createMarketClient({ url: "http://127.0.0.1:4030", fetch });
- * await market.register(await signManifest(account, manifest));
- * const { results } = await market.search({ q: "weather", maxPrice: "0.05" });
- */
-export function createMarketClient(options: MarketClientOptions): MarketClient {
+/** Where and how a client reaches its market. */
+type MarketConnection = { url: string; timeoutMs: number; fetchFn: FetchFn };
+
+/** The market's base URL without trailing slashes, refused unless http(s). */
+function marketUrl(options: MarketClientOptions): string {
   let base: URL;
   try {
     base = new URL(options.url);
@@ -122,124 +118,160 @@ export function createMarketClient(options: MarketClientOptions): MarketClient {
   if (typeof options.fetch !== "function") {
     throw new TollgateError("InvalidRequest", "createMarketClient needs a `fetch` function");
   }
-  const url = base.href.replace(/\/+$/, "");
-  const timeoutMs = options.timeoutMs ?? 15_000;
-  const fetchFn = options.fetch;
+  return base.href.replace(/\/+$/, "");
+}
 
-  async function request<T>(method: string, path: string, schema: z.ZodType<T>, body?: unknown): Promise<T> {
-    const target = `${url}${path}`;
-    const timeout = AbortSignal.timeout(timeoutMs);
-    const headers: Record<string, string> = { accept: "application/json" };
-    const init: RequestInit = { method, headers, signal: timeout };
-    if (body !== undefined) {
-      headers["content-type"] = "application/json";
-      init.body = JSON.stringify(body);
-    }
-    let response: Response;
-    let text: string;
-    try {
-      response = await fetchFn(target, init);
-      text = await readBoundedText(
-        response,
-        MAX_REPLY_BYTES,
-        () =>
-          new TollgateError("Internal", `market reply is over ${MAX_REPLY_BYTES} bytes`, {
-            details: { reason: "market_bad_reply" },
-          }),
-      );
-    } catch (cause) {
-      if (cause instanceof TollgateError) throw cause;
-      const timedOut = timeout.aborted;
-      throw new TollgateError(
-        "ChainUnavailable",
-        timedOut ? `market did not answer within ${timeoutMs} ms` : "market is unreachable",
-        { details: { reason: timedOut ? "market_timeout" : "market_unreachable", url: target }, cause },
-      );
-    }
-    let json: unknown;
-    let isJson = true;
-    try {
-      json = JSON.parse(text);
-    } catch {
-      isJson = false;
-    }
-    if (!response.ok) {
-      const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
-      const errorBody = isJson ? ErrorBodySchema.safeParse(json) : undefined;
-      if (errorBody?.success === true) throw errorFromBody(errorBody.data, { retryAfter });
-      throw new TollgateError(
-        codeByStatus[response.status] ?? "Internal",
-        `market answered ${response.status} ${method} ${path}`,
-        { details: { status: response.status, url: target, body: text.slice(0, 200) }, retryAfter },
-      );
-    }
-    const parsed = isJson ? schema.safeParse(json) : undefined;
-    if (parsed?.success !== true) {
-      throw new TollgateError("Internal", `market sent a malformed reply to ${method} ${path}`, {
-        details: {
-          reason: "market_bad_reply",
-          url: target,
-          ...(parsed === undefined
-            ? { body: text.slice(0, 200) }
-            : { issues: summarizeIssues(parsed.error.issues) }),
-        },
-      });
-    }
-    return parsed.data;
+/** One request to the market: its reply checked against `schema`, or the error it stands for. */
+async function request<T>(
+  market: MarketConnection,
+  method: string,
+  path: string,
+  schema: z.ZodType<T>,
+  body?: unknown,
+): Promise<T> {
+  const target = `${market.url}${path}`;
+  const { response, text } = await send(market, target, method, body);
+  let json: unknown;
+  let isJson = true;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    isJson = false;
   }
+  if (!response.ok) {
+    const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
+    const errorBody = isJson ? ErrorBodySchema.safeParse(json) : undefined;
+    if (errorBody?.success === true) throw errorFromBody(errorBody.data, { retryAfter });
+    throw new TollgateError(
+      codeByStatus[response.status] ?? "Internal",
+      `market answered ${response.status} ${method} ${path}`,
+      { details: { status: response.status, url: target, body: text.slice(0, 200) }, retryAfter },
+    );
+  }
+  const parsed = isJson ? schema.safeParse(json) : undefined;
+  if (parsed?.success !== true) {
+    throw new TollgateError("Internal", `market sent a malformed reply to ${method} ${path}`, {
+      details: {
+        reason: "market_bad_reply",
+        url: target,
+        ...(parsed === undefined
+          ? { body: text.slice(0, 200) }
+          : { issues: summarizeIssues(parsed.error.issues) }),
+      },
+    });
+  }
+  return parsed.data;
+}
 
-  const sellerPath = (address: string) => `/sellers/${encodeURIComponent(address)}`;
+/** Sends a request and reads its reply (at most MAX_REPLY_BYTES); an unreachable market is ChainUnavailable. */
+async function send(
+  market: MarketConnection,
+  target: string,
+  method: string,
+  body: unknown,
+): Promise<{ response: Response; text: string }> {
+  const { timeoutMs } = market;
+  const timeout = AbortSignal.timeout(timeoutMs);
+  const headers: Record<string, string> = { accept: "application/json" };
+  const init: RequestInit = { method, headers, signal: timeout };
+  if (body !== undefined) {
+    headers["content-type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  try {
+    const response = await market.fetchFn(target, init);
+    const text = await readBoundedText(
+      response,
+      MAX_REPLY_BYTES,
+      () =>
+        new TollgateError("Internal", `market reply is over ${MAX_REPLY_BYTES} bytes`, {
+          details: { reason: "market_bad_reply" },
+        }),
+    );
+    return { response, text };
+  } catch (cause) {
+    if (cause instanceof TollgateError) throw cause;
+    const timedOut = timeout.aborted;
+    throw new TollgateError(
+      "ChainUnavailable",
+      timedOut ? `market did not answer within ${timeoutMs} ms` : "market is unreachable",
+      { details: { reason: timedOut ? "market_timeout" : "market_unreachable", url: target }, cause },
+    );
+  }
+}
 
+const sellerPath = (address: string) => `/sellers/${encodeURIComponent(address)}`;
+
+/** `?a=1&b=2` of the given values, leaving out undefined ones; "" when none is left. */
+function queryString(values: Record<string, string | undefined>): string {
+  const params = new URLSearchParams();
+  for (const [name, value] of Object.entries(values)) if (value !== undefined) params.set(name, value);
+  const search = params.toString();
+  return search === "" ? "" : `?${search}`;
+}
+
+/** `GET /sellers/:address` with the manifest checked against its seller's signature. */
+async function getVerifiedSeller(
+  market: MarketConnection,
+  address: string,
+): Promise<VerifiedSeller | undefined> {
+  let record: z.infer<typeof SellerRecordSchema>;
+  try {
+    record = await request(market, "GET", sellerPath(address), SellerRecordSchema);
+  } catch (error) {
+    if (error instanceof TollgateError && error.code === "NotFound") return undefined;
+    throw error;
+  }
+  const check = await verifyManifestSignature({ manifest: record.manifest, signature: record.signature });
+  if (!check.valid || !sameAddress(check.seller, address)) {
+    throw new TollgateError("InvalidSignature", "the market returned a manifest its seller did not sign", {
+      details: { reason: check.valid ? "wrong_seller" : check.reason, address },
+    });
+  }
+  return {
+    address: check.seller,
+    manifest: check.manifest,
+    envelope: { manifest: record.manifest, signature: record.signature },
+    registeredAt: record.registeredAt,
+    updatedAt: record.updatedAt,
+    liveness: record.liveness,
+  };
+}
+
+/**
+ * A client for one market.
+ *
+ * @example
+ * const market = createMarketClient({ url: "http://127.0.0.1:4030", fetch });
+ * await market.register(await signManifest(account, manifest));
+ * const { results } = await market.search({ q: "weather", maxPrice: "0.05" });
+ */
+export function createMarketClient(options: MarketClientOptions): MarketClient {
+  const url = marketUrl(options);
+  const market: MarketConnection = { url, timeoutMs: options.timeoutMs ?? 15_000, fetchFn: options.fetch };
+  const optional = (value: number | undefined) => (value === undefined ? undefined : String(value));
   return {
     url,
-    register: (envelope) => request("POST", "/sellers", RegistrationResultSchema, envelope),
+    register: (envelope) => request(market, "POST", "/sellers", RegistrationResultSchema, envelope),
     search(query = {}) {
-      const params = new URLSearchParams();
-      if (query.q !== undefined) params.set("q", query.q);
-      if (query.maxPrice !== undefined) params.set("maxPrice", query.maxPrice.toString());
-      if (query.scheme !== undefined) params.set("scheme", query.scheme);
-      if (query.network !== undefined) params.set("network", query.network);
-      if (query.limit !== undefined) params.set("limit", String(query.limit));
-      if (query.offset !== undefined) params.set("offset", String(query.offset));
-      const search = params.toString();
-      return request("GET", `/catalog${search === "" ? "" : `?${search}`}`, CatalogResultSchema);
+      const search = queryString({
+        q: query.q,
+        maxPrice: query.maxPrice?.toString(),
+        scheme: query.scheme,
+        network: query.network,
+        limit: optional(query.limit),
+        offset: optional(query.offset),
+      });
+      return request(market, "GET", `/catalog${search}`, CatalogResultSchema);
     },
-    async get(address) {
-      let record: z.infer<typeof SellerRecordSchema>;
-      try {
-        record = await request("GET", sellerPath(address), SellerRecordSchema);
-      } catch (error) {
-        if (error instanceof TollgateError && error.code === "NotFound") return undefined;
-        throw error;
-      }
-      const check = await verifyManifestSignature({ manifest: record.manifest, signature: record.signature });
-      if (!check.valid || !sameAddress(check.seller, address)) {
-        throw new TollgateError(
-          "InvalidSignature",
-          "the market returned a manifest its seller did not sign",
-          {
-            details: { reason: check.valid ? "wrong_seller" : check.reason, address },
-          },
-        );
-      }
-      return {
-        address: check.seller,
-        manifest: check.manifest,
-        envelope: { manifest: record.manifest, signature: record.signature },
-        registeredAt: record.registeredAt,
-        updatedAt: record.updatedAt,
-        liveness: record.liveness,
-      };
-    },
+    get: (address) => getVerifiedSeller(market, address),
     list(page = {}) {
-      const params = new URLSearchParams();
-      if (page.limit !== undefined) params.set("limit", String(page.limit));
-      if (page.offset !== undefined) params.set("offset", String(page.offset));
-      const search = params.toString();
-      return request("GET", `/sellers${search === "" ? "" : `?${search}`}`, SellerListSchema);
+      const search = queryString({ limit: optional(page.limit), offset: optional(page.offset) });
+      return request(market, "GET", `/sellers${search}`, SellerListSchema);
     },
-    remove: (address, removal) => request("DELETE", sellerPath(address), RemovalResultSchema, removal),
-    refresh: (address) => request("POST", "/sellers/refresh", RegistrationResultSchema, { address }),
-    report: (address) => request("POST", "/sellers/report", SellerReportResultSchema, { address }),
+    remove: (address, removal) =>
+      request(market, "DELETE", sellerPath(address), RemovalResultSchema, removal),
+    refresh: (address) => request(market, "POST", "/sellers/refresh", RegistrationResultSchema, { address }),
+    report: (address) => request(market, "POST", "/sellers/report", SellerReportResultSchema, { address }),
   };
 }

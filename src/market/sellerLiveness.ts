@@ -128,17 +128,26 @@ export function livenessStatusOf(row: LivenessColumns): SellerLivenessStatus {
   };
 }
 
-/**
- * Liveness over a migrated store (migration 0073), reading documents with `fetchDocument` (which
- * applies the market's target checks).
- *
- * @example
- * const liveness = createSellerLiveness({ store, clock, fetchDocument });
- * await liveness.sweep(); // from a timer: see startLivenessSweeps
- */
-export function createSellerLiveness(
+/** A liveness checker's limits, checked once from its options, with its store, clock and fetch. */
+type LivenessContext = {
+  store: Store;
+  clock: Clock;
+  fetchDocument: SellerDocumentFetcher;
+  interval: number;
+  threshold: number;
+  retryBase: number;
+  retryMax: number;
+  reportInterval: number;
+  sweepSize: number;
+  reportConcurrency: number;
+  concurrency: number;
+  /** The clock moved by `offsetSeconds`. */
+  at(offsetSeconds: number): Date;
+};
+
+function livenessContext(
   options: SellerLivenessOptions & { store: Store; clock: Clock; fetchDocument: SellerDocumentFetcher },
-): SellerLiveness {
+): LivenessContext {
   const { store, clock, fetchDocument } = options;
   const interval = positive(
     options.checkIntervalSeconds,
@@ -163,137 +172,187 @@ export function createSellerLiveness(
     DEFAULTS.reportConcurrency,
     "reportConcurrency",
   );
-  /** Report checks in flight in this process. */
-  let reportChecks = 0;
   const concurrency = positive(options.sweepConcurrency, DEFAULTS.sweepConcurrency, "sweepConcurrency");
-
   const at = (offsetSeconds: number) => new Date(clock.now() + offsetSeconds * 1000);
+  return {
+    store,
+    clock,
+    fetchDocument,
+    interval,
+    threshold,
+    retryBase,
+    retryMax,
+    reportInterval,
+    sweepSize,
+    reportConcurrency,
+    concurrency,
+    at,
+  };
+}
 
-  /** Fetches the seller's document: `undefined` when it answered as itself, else the failure reason. */
-  async function probe(address: string, baseUrl: string): Promise<string | undefined> {
-    try {
-      const document = await fetchDocument(`${baseUrl.replace(/\/+$/, "")}${MANIFEST_PATH}`);
-      const { manifest } = parseDiscoveryDocument(document);
-      return sameAddress(manifest.seller.payTo, address) ? undefined : "wrong_seller";
-    } catch (error) {
-      if (!isTollgateError(error)) return "unreachable";
-      const failure = error.details?.failure;
-      if (typeof failure === "string") return failure.slice(0, 64);
-      const reason = error.details?.reason;
-      if (reason === "refused_target") return "refused_target";
-      return "malformed_document";
-    }
+/** Fetches the seller's document: `undefined` when it answered as itself, else the failure reason. */
+async function probe(
+  fetchDocument: SellerDocumentFetcher,
+  address: string,
+  baseUrl: string,
+): Promise<string | undefined> {
+  try {
+    const document = await fetchDocument(`${baseUrl.replace(/\/+$/, "")}${MANIFEST_PATH}`);
+    const { manifest } = parseDiscoveryDocument(document);
+    return sameAddress(manifest.seller.payTo, address) ? undefined : "wrong_seller";
+  } catch (error) {
+    if (!isTollgateError(error)) return "unreachable";
+    const failure = error.details?.failure;
+    if (typeof failure === "string") return failure.slice(0, 64);
+    const reason = error.details?.reason;
+    if (reason === "refused_target") return "refused_target";
+    return "malformed_document";
   }
+}
 
-  /** Stores a check's outcome, if the seller still has the checked `baseUrl`. */
-  async function record(address: string, baseUrl: string, failure: string | undefined) {
-    return store.transaction(async (tx) => {
-      const row = await queryOneParsed(
-        tx,
-        LivenessRowSchema,
-        `SELECT ${LIVENESS_COLUMNS} FROM market_sellers WHERE address = $1 FOR UPDATE`,
-        [address],
-      );
-      if (row === undefined || row.removed_at !== null || row.base_url !== baseUrl) return undefined;
-      const now = at(0);
-      if (failure === undefined) {
-        const updated = await queryOneParsed(
-          tx,
-          LivenessRowSchema,
-          `UPDATE market_sellers
-              SET checked_at = $2, check_failures = 0, unreachable_since = NULL, last_check_error = NULL,
-                  next_check_at = $3
-            WHERE address = $1 RETURNING ${LIVENESS_COLUMNS}`,
-          [address, now, at(interval)],
-        );
-        return updated;
-      }
-      const failures = row.check_failures + 1;
-      // Back-off: retryBase, 2×, 4×, … up to retryMax, so a seller that is gone costs little and one
-      // that comes back is noticed within retryMax at worst (sooner on a report).
-      const wait = Math.min(retryMax, retryBase * 2 ** Math.min(failures - 1, 30));
-      return queryOneParsed(
+/** Stores a check's outcome, if the seller still has the checked `baseUrl`. */
+async function record(ctx: LivenessContext, address: string, baseUrl: string, failure: string | undefined) {
+  const { at } = ctx;
+  return ctx.store.transaction(async (tx) => {
+    const row = await queryOneParsed(
+      tx,
+      LivenessRowSchema,
+      `SELECT ${LIVENESS_COLUMNS} FROM market_sellers WHERE address = $1 FOR UPDATE`,
+      [address],
+    );
+    if (row === undefined || row.removed_at !== null || row.base_url !== baseUrl) return undefined;
+    const now = at(0);
+    if (failure === undefined) {
+      const updated = await queryOneParsed(
         tx,
         LivenessRowSchema,
         `UPDATE market_sellers
-            SET checked_at = $2, check_failures = $3::integer, last_check_error = $4, next_check_at = $5,
-                unreachable_since = CASE WHEN $3::integer >= $6::integer THEN coalesce(unreachable_since, $2)
-                                         ELSE unreachable_since END
+            SET checked_at = $2, check_failures = 0, unreachable_since = NULL, last_check_error = NULL,
+                next_check_at = $3
           WHERE address = $1 RETURNING ${LIVENESS_COLUMNS}`,
-        [address, now, failures, failure, at(wait), threshold],
+        [address, now, at(ctx.interval)],
       );
-    });
-  }
-
-  async function check(address: string, baseUrl: string): Promise<SellerLivenessStatus | undefined> {
-    const failure = await probe(address, baseUrl);
-    const row = await record(address, baseUrl, failure);
-    return row === undefined ? undefined : livenessStatusOf(row);
-  }
-
-  async function sweep(): Promise<SellerLivenessStatus[]> {
-    const now = at(0);
-    const claimed = await queryParsed(
-      store,
-      DueSellerRowSchema,
-      `UPDATE market_sellers SET next_check_at = $2, checked_at = $1
-        WHERE address IN (SELECT address FROM market_sellers
-                           WHERE removed_at IS NULL AND (next_check_at IS NULL OR next_check_at <= $1)
-                           ORDER BY next_check_at NULLS FIRST, address
-                           LIMIT $3 FOR UPDATE SKIP LOCKED)
-        RETURNING address, base_url`,
-      [now, at(CLAIM_LEASE_SECONDS), sweepSize],
+      return updated;
+    }
+    const failures = row.check_failures + 1;
+    // Back-off: retryBase, 2×, 4×, … up to retryMax, so a seller that is gone costs little and one
+    // that comes back is noticed within retryMax at worst (sooner on a report).
+    const wait = Math.min(ctx.retryMax, ctx.retryBase * 2 ** Math.min(failures - 1, 30));
+    return queryOneParsed(
+      tx,
+      LivenessRowSchema,
+      `UPDATE market_sellers
+          SET checked_at = $2, check_failures = $3::integer, last_check_error = $4, next_check_at = $5,
+              unreachable_since = CASE WHEN $3::integer >= $6::integer THEN coalesce(unreachable_since, $2)
+                                       ELSE unreachable_since END
+        WHERE address = $1 RETURNING ${LIVENESS_COLUMNS}`,
+      [address, now, failures, failure, at(wait), ctx.threshold],
     );
-    const results: SellerLivenessStatus[] = [];
-    let next = 0;
-    const worker = async () => {
-      for (let i = next++; i < claimed.length; i = next++) {
-        const { address, base_url } = claimed[i]!;
-        const status = await check(address, base_url);
-        if (status !== undefined) results.push(status);
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(concurrency, claimed.length) }, worker));
-    return results;
-  }
+  });
+}
+
+async function check(
+  ctx: LivenessContext,
+  address: string,
+  baseUrl: string,
+): Promise<SellerLivenessStatus | undefined> {
+  const failure = await probe(ctx.fetchDocument, address, baseUrl);
+  const row = await record(ctx, address, baseUrl, failure);
+  return row === undefined ? undefined : livenessStatusOf(row);
+}
+
+/** Claims up to `sweepSize` sellers whose check is due, then checks them `concurrency` at a time. */
+async function sweep(ctx: LivenessContext): Promise<SellerLivenessStatus[]> {
+  const { at } = ctx;
+  const now = at(0);
+  const claimed = await queryParsed(
+    ctx.store,
+    DueSellerRowSchema,
+    `UPDATE market_sellers SET next_check_at = $2, checked_at = $1
+      WHERE address IN (SELECT address FROM market_sellers
+                         WHERE removed_at IS NULL AND (next_check_at IS NULL OR next_check_at <= $1)
+                         ORDER BY next_check_at NULLS FIRST, address
+                         LIMIT $3 FOR UPDATE SKIP LOCKED)
+      RETURNING address, base_url`,
+    [now, at(CLAIM_LEASE_SECONDS), ctx.sweepSize],
+  );
+  const results: SellerLivenessStatus[] = [];
+  let next = 0;
+  const worker = async () => {
+    for (let i = next++; i < claimed.length; i = next++) {
+      const { address, base_url } = claimed[i]!;
+      const status = await check(ctx, address, base_url);
+      if (status !== undefined) results.push(status);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(ctx.concurrency, claimed.length) }, worker));
+  return results;
+}
+
+/**
+ * Claims a check caused by a report: the seller's row, with its `baseUrl` when this report may check
+ * it now (not `busy`, and not checked within `reportInterval`).
+ */
+async function claimReportCheck(
+  ctx: LivenessContext,
+  key: string,
+  busy: boolean,
+): Promise<{ row: LivenessRow; baseUrl: string | undefined }> {
+  const { at, clock } = ctx;
+  return ctx.store.transaction(async (tx) => {
+    const row = await queryOneParsed(
+      tx,
+      LivenessRowSchema,
+      `SELECT ${LIVENESS_COLUMNS} FROM market_sellers WHERE address = $1 FOR UPDATE`,
+      [key],
+    );
+    if (row === undefined || row.removed_at !== null || row.base_url === null) {
+      throw new TollgateError("NotFound", "no seller registered at that address");
+    }
+    if (
+      busy ||
+      (row.checked_at !== null && clock.now() - row.checked_at.getTime() < ctx.reportInterval * 1000)
+    ) {
+      return { row, baseUrl: undefined };
+    }
+    await tx.query("UPDATE market_sellers SET checked_at = $2, next_check_at = $3 WHERE address = $1", [
+      key,
+      at(0),
+      at(CLAIM_LEASE_SECONDS),
+    ]);
+    return { row, baseUrl: row.base_url };
+  });
+}
+
+/**
+ * Liveness over a migrated store (migration 0073), reading documents with `fetchDocument` (which
+ * applies the market's target checks).
+ *
+ * @example
+ * const liveness = createSellerLiveness({ store, clock, fetchDocument });
+ * await liveness.sweep(); // from a timer: see startLivenessSweeps
+ */
+export function createSellerLiveness(
+  options: SellerLivenessOptions & { store: Store; clock: Clock; fetchDocument: SellerDocumentFetcher },
+): SellerLiveness {
+  const ctx = livenessContext(options);
+  /** Report checks in flight in this process. */
+  const reports = { running: 0 };
 
   async function report(address: Address): Promise<SellerLivenessStatus & { checked: boolean }> {
     const key = address.toLowerCase();
-    const busy = reportChecks >= reportConcurrency;
-    const claim = await store.transaction(async (tx) => {
-      const row = await queryOneParsed(
-        tx,
-        LivenessRowSchema,
-        `SELECT ${LIVENESS_COLUMNS} FROM market_sellers WHERE address = $1 FOR UPDATE`,
-        [key],
-      );
-      if (row === undefined || row.removed_at !== null || row.base_url === null) {
-        throw new TollgateError("NotFound", "no seller registered at that address");
-      }
-      if (
-        busy ||
-        (row.checked_at !== null && clock.now() - row.checked_at.getTime() < reportInterval * 1000)
-      ) {
-        return { row, baseUrl: undefined };
-      }
-      await tx.query("UPDATE market_sellers SET checked_at = $2, next_check_at = $3 WHERE address = $1", [
-        key,
-        at(0),
-        at(CLAIM_LEASE_SECONDS),
-      ]);
-      return { row, baseUrl: row.base_url };
-    });
+    const claim = await claimReportCheck(ctx, key, reports.running >= ctx.reportConcurrency);
     if (claim.baseUrl === undefined) return { ...livenessStatusOf(claim.row), checked: false };
-    reportChecks++;
+    reports.running++;
     try {
-      const status = await check(key, claim.baseUrl);
+      const status = await check(ctx, key, claim.baseUrl);
       return { ...(status ?? livenessStatusOf(claim.row)), checked: status !== undefined };
     } finally {
-      reportChecks--;
+      reports.running--;
     }
   }
 
-  return { sweep, report };
+  return { sweep: () => sweep(ctx), report };
 }
 
 /**
