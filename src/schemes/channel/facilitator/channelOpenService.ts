@@ -69,232 +69,267 @@ export type ChannelOpenPolicy = {
 
 export type ChannelOpenResult = { status: 200 | 201; body: ChannelOpenResponse };
 
-export function createChannelOpenService(ctx: ChannelOpenContext, policy: ChannelOpenPolicy) {
-  const where = { chainId: ctx.chainId, contract: ctx.contract };
-  const flights = new Map<string, Promise<ChannelOpenResult>>();
-
-  function check(req: ChannelOpenRequest): FacilitatorToken {
-    if (req.network !== ctx.network) {
-      throw new TollgateError("UnsupportedNetwork", `this facilitator relays channels on ${ctx.network}`, {
-        details: { network: req.network },
-      });
-    }
-    if (req.contract.toLowerCase() !== ctx.contract.toLowerCase()) {
-      throw new TollgateError(
-        "InvalidRequest",
-        "channels are opened on this facilitator's TollgateChannels only",
-        {
-          details: { contract: getAddress(ctx.contract) },
-        },
-      );
-    }
-    const token = ctx.tokens.find((t) => t.address.toLowerCase() === req.token.toLowerCase());
-    if (token === undefined) {
-      throw new TollgateError("UnsupportedToken", "this facilitator does not relay channels in that token");
-    }
-    const minimum = policy.minDeposit(token);
-    if (BigInt(req.amount) < minimum) {
-      throw new TollgateError("AmountMismatch", `a channel deposit must be at least ${minimum}`, {
-        details: { reason: "deposit_below_minimum", amount: req.amount, minimum: minimum.toString() },
-      });
-    }
-    if (req.closeDelay < policy.minCloseDelay) {
-      throw new TollgateError("InvalidRequest", `close delay must be at least ${policy.minCloseDelay} s`, {
-        details: { closeDelay: req.closeDelay, minimum: policy.minCloseDelay },
-      });
-    }
-    checkAuthorizationWindow(ctx.clock, policy.minRemainingSeconds, req);
-    if (!policy.isSessionKey(req.sessionKeyX, req.sessionKeyY)) {
-      throw new TollgateError("InvalidRequest", "the session key is not a P-256 point");
-    }
-    return token;
-  }
-
-  function nonceOf(req: ChannelOpenRequest): Hex {
-    return computeChannelOpenNonce({
-      ...where,
-      channels: ctx.contract,
-      payee: req.payee,
-      token: req.token,
-      sessionKeyX: req.sessionKeyX,
-      sessionKeyY: req.sessionKeyY,
-      closeDelay: BigInt(req.closeDelay),
-      salt: req.salt,
+function check(
+  ctx: ChannelOpenContext,
+  policy: ChannelOpenPolicy,
+  req: ChannelOpenRequest,
+): FacilitatorToken {
+  if (req.network !== ctx.network) {
+    throw new TollgateError("UnsupportedNetwork", `this facilitator relays channels on ${ctx.network}`, {
+      details: { network: req.network },
     });
   }
-
-  function checkSignature(req: ChannelOpenRequest, token: FacilitatorToken, nonce: Hex): Promise<void> {
-    return checkReceiveAuthorization(ctx.publicClient, {
-      chainId: ctx.chainId,
-      token,
-      payer: req.payer,
-      to: ctx.contract,
-      nonce,
-      auth: req,
-      refusal: "signature was not made by the payer for these channel terms",
-    });
-  }
-
-  /** The channel as now on chain, recorded, with the transaction that opened it. */
-  async function answer(
-    channelId: Hex,
-    nonce: Hex,
-    tx: Hash | null,
-    status: 200 | 201,
-  ): Promise<ChannelOpenResult> {
-    const chain = await readChainChannel(ctx.publicClient, where, channelId).catch((e: unknown) => {
-      throw toChannelError(e);
-    });
-    if (chain === undefined) {
-      throw new TollgateError("ChainUnavailable", "the channel is not visible on chain yet; try again", {
-        retryAfter: 1,
-      });
-    }
-    const transaction = tx ?? (await findOpenTransaction(channelId));
-    await ctx.store.transaction(async (db) => {
-      await upsertChannel(db, chain);
-      if (await recordOpenTransaction(db, channelId, nonce, transaction)) {
-        await ctx.recordEvent(db, "channel.opened", {
-          provider: chain.payee.toLowerCase(),
-          channelId,
-          payer: getAddress(chain.payer),
-          payee: getAddress(chain.payee),
-          token: getAddress(chain.token),
-          deposit: chain.deposit.toString(),
-          closeDelay: chain.closeDelay,
-          transaction,
-        });
-      }
-    });
-    return { status, body: { channelId, transaction, channel: channelToWire(chain, ctx.network) } };
-  }
-
-  async function findOpenTransaction(channelId: Hex): Promise<Hash> {
-    // The channel is open, so its log exists: read history newest page first, in pages a provider accepts.
-    const logs = await pageLogRanges(
-      ctx.publicClient,
-      { fromBlock: 0n, maxRange: ctx.logsRange, order: "newest-first" },
-      (fromBlock, toBlock) =>
-        ctx.publicClient.getContractEvents({
-          address: ctx.contract,
-          abi: tollgateChannelsAbi,
-          eventName: "ChannelOpened",
-          args: { channelId },
-          fromBlock,
-          toBlock,
-        }),
-    ).catch((e: unknown) => {
-      throw toChannelError(e);
-    });
-    const hash = logs[0]?.transactionHash;
-    if (hash == null)
-      throw new TollgateError("ChainUnavailable", "cannot find the open transaction yet", { retryAfter: 1 });
-    return hash;
-  }
-
-  /** Whether `req`'s authorization already opened its channel (then the answer is the channel). */
-  async function alreadyOpened(req: ChannelOpenRequest, nonce: Hex): Promise<boolean> {
-    const used = await getAuthorizationState(ctx.publicClient, {
-      token: req.token,
-      authorizer: req.payer,
-      nonce,
-    });
-    return used;
-  }
-
-  async function refuseBlacklistedPayee(req: ChannelOpenRequest): Promise<void> {
-    const listed = await getIsBlacklisted(ctx.publicClient, { token: req.token, account: req.payee }).catch(
-      () => false,
-    );
-    if (!listed) return;
-    const payee = getAddress(req.payee);
+  if (req.contract.toLowerCase() !== ctx.contract.toLowerCase()) {
     throw new TollgateError(
-      "AccountBlacklisted",
-      `the token's issuer has blacklisted the payee ${payee}; a channel to it could never be claimed`,
-      { details: { account: payee, role: "payee", token: getAddress(req.token) } },
+      "InvalidRequest",
+      "channels are opened on this facilitator's TollgateChannels only",
+      {
+        details: { contract: getAddress(ctx.contract) },
+      },
     );
   }
-
-  async function relay(
-    req: ChannelOpenRequest,
-    token: FacilitatorToken,
-    nonce: Hex,
-  ): Promise<ChannelOpenResult> {
-    const channelId = computeChannelId({
-      ...where,
-      channels: ctx.contract,
-      payer: req.payer,
-      payee: req.payee,
-      token: req.token,
-      salt: req.salt,
-    });
-    const known = await findChannelByOpenNonce(ctx.store, nonce);
-    if (known?.open_tx != null) return answer(channelId, nonce, known.open_tx as Hash, 200);
-    await checkSignature(req, token, nonce);
-    policy.takePayer(req.payer);
-    try {
-      if (await alreadyOpened(req, nonce)) return answer(channelId, nonce, null, 200);
-      // Read together: a payee the token's issuer blacklisted (USDC) could never be paid by a claim, so
-      // its channel is refused now rather than lock the payer's deposit up to the close delay.
-      await Promise.all([
-        checkPayerBalance(ctx.publicClient, {
-          token: req.token,
-          payer: req.payer,
-          amount: req.amount,
-          refusal: "the payer's balance does not cover the deposit",
-        }),
-        refuseBlacklistedPayee(req),
-      ]);
-    } catch (error) {
-      throw toChannelError(error);
-    }
-    const args = openChannelWithAuthorizationArgs({
-      payer: req.payer,
-      payee: req.payee,
-      token: req.token,
-      amount: BigInt(req.amount),
-      sessionKeyX: req.sessionKeyX,
-      sessionKeyY: req.sessionKeyY,
-      closeDelay: BigInt(req.closeDelay),
-      salt: req.salt,
-      validAfter: BigInt(req.validAfter),
-      validBefore: BigInt(req.validBefore),
-      signature: req.signature,
-    });
-    const call = channelCallForRelay({ channels: ctx.contract, functionName: "openWithAuthorization", args });
-    try {
-      await ctx.publicClient.simulateContract({ ...call.simulation, account: ctx.gas.address } as never);
-    } catch (error) {
-      // A blacklisted payer: the token refuses its deposit, named here (blacklistRefusal.ts).
-      const refused = await nameBlacklistedAccount(ctx.publicClient, toChannelError(error), {
-        token: req.token,
-        parties: { payer: req.payer },
-      });
-      // Another instance (or a crashed attempt) opened it with this very authorization.
-      if (refused.code === "NonceAlreadyUsed" && (await alreadyOpened(req, nonce).catch(() => false))) {
-        return answer(channelId, nonce, null, 200);
-      }
-      throw refused;
-    }
-    let sent: { hash: Hash };
-    try {
-      sent = await ctx.gas.sendAndWait({ to: call.to, data: call.data });
-    } catch (error) {
-      if (await alreadyOpened(req, nonce).catch(() => false)) return answer(channelId, nonce, null, 200);
-      throw toChannelError(error);
-    }
-    ctx.logger.info({ channelId, payer: req.payer, payee: req.payee, tx: sent.hash }, "channel opened");
-    return answer(channelId, nonce, sent.hash, 201);
+  const token = ctx.tokens.find((t) => t.address.toLowerCase() === req.token.toLowerCase());
+  if (token === undefined) {
+    throw new TollgateError("UnsupportedToken", "this facilitator does not relay channels in that token");
   }
+  const minimum = policy.minDeposit(token);
+  if (BigInt(req.amount) < minimum) {
+    throw new TollgateError("AmountMismatch", `a channel deposit must be at least ${minimum}`, {
+      details: { reason: "deposit_below_minimum", amount: req.amount, minimum: minimum.toString() },
+    });
+  }
+  if (req.closeDelay < policy.minCloseDelay) {
+    throw new TollgateError("InvalidRequest", `close delay must be at least ${policy.minCloseDelay} s`, {
+      details: { closeDelay: req.closeDelay, minimum: policy.minCloseDelay },
+    });
+  }
+  checkAuthorizationWindow(ctx.clock, policy.minRemainingSeconds, req);
+  if (!policy.isSessionKey(req.sessionKeyX, req.sessionKeyY)) {
+    throw new TollgateError("InvalidRequest", "the session key is not a P-256 point");
+  }
+  return token;
+}
+function nonceOf(ctx: ChannelOpenContext, req: ChannelOpenRequest): Hex {
+  return computeChannelOpenNonce({
+    chainId: ctx.chainId,
+    channels: ctx.contract,
+    payee: req.payee,
+    token: req.token,
+    sessionKeyX: req.sessionKeyX,
+    sessionKeyY: req.sessionKeyY,
+    closeDelay: BigInt(req.closeDelay),
+    salt: req.salt,
+  });
+}
+function checkSignature(
+  ctx: ChannelOpenContext,
+  req: ChannelOpenRequest,
+  token: FacilitatorToken,
+  nonce: Hex,
+): Promise<void> {
+  return checkReceiveAuthorization(ctx.publicClient, {
+    chainId: ctx.chainId,
+    token,
+    payer: req.payer,
+    to: ctx.contract,
+    nonce,
+    auth: req,
+    refusal: "signature was not made by the payer for these channel terms",
+  });
+}
+/** The channel as now on chain, recorded, with the transaction that opened it. */
+async function answer(
+  ctx: ChannelOpenContext,
+
+  channelId: Hex,
+  nonce: Hex,
+  tx: Hash | null,
+  status: 200 | 201,
+): Promise<ChannelOpenResult> {
+  const chain = await readChainChannel(
+    ctx.publicClient,
+    { chainId: ctx.chainId, contract: ctx.contract },
+    channelId,
+  ).catch((e: unknown) => {
+    throw toChannelError(e);
+  });
+  if (chain === undefined) {
+    throw new TollgateError("ChainUnavailable", "the channel is not visible on chain yet; try again", {
+      retryAfter: 1,
+    });
+  }
+  const transaction = tx ?? (await findOpenTransaction(ctx, channelId));
+  await ctx.store.transaction(async (db) => {
+    await upsertChannel(db, chain);
+    if (await recordOpenTransaction(db, channelId, nonce, transaction)) {
+      await ctx.recordEvent(db, "channel.opened", {
+        provider: chain.payee.toLowerCase(),
+        channelId,
+        payer: getAddress(chain.payer),
+        payee: getAddress(chain.payee),
+        token: getAddress(chain.token),
+        deposit: chain.deposit.toString(),
+        closeDelay: chain.closeDelay,
+        transaction,
+      });
+    }
+  });
+  return { status, body: { channelId, transaction, channel: channelToWire(chain, ctx.network) } };
+}
+async function findOpenTransaction(ctx: ChannelOpenContext, channelId: Hex): Promise<Hash> {
+  // The channel is open, so its log exists: read history newest page first, in pages a provider accepts.
+  const logs = await pageLogRanges(
+    ctx.publicClient,
+    { fromBlock: 0n, maxRange: ctx.logsRange, order: "newest-first" },
+    (fromBlock, toBlock) =>
+      ctx.publicClient.getContractEvents({
+        address: ctx.contract,
+        abi: tollgateChannelsAbi,
+        eventName: "ChannelOpened",
+        args: { channelId },
+        fromBlock,
+        toBlock,
+      }),
+  ).catch((e: unknown) => {
+    throw toChannelError(e);
+  });
+  const hash = logs[0]?.transactionHash;
+  if (hash == null)
+    throw new TollgateError("ChainUnavailable", "cannot find the open transaction yet", { retryAfter: 1 });
+  return hash;
+}
+/** Whether `req`'s authorization already opened its channel (then the answer is the channel). */
+async function alreadyOpened(ctx: ChannelOpenContext, req: ChannelOpenRequest, nonce: Hex): Promise<boolean> {
+  const used = await getAuthorizationState(ctx.publicClient, {
+    token: req.token,
+    authorizer: req.payer,
+    nonce,
+  });
+  return used;
+}
+async function refuseBlacklistedPayee(ctx: ChannelOpenContext, req: ChannelOpenRequest): Promise<void> {
+  const listed = await getIsBlacklisted(ctx.publicClient, { token: req.token, account: req.payee }).catch(
+    () => false,
+  );
+  if (!listed) return;
+  const payee = getAddress(req.payee);
+  throw new TollgateError(
+    "AccountBlacklisted",
+    `the token's issuer has blacklisted the payee ${payee}; a channel to it could never be claimed`,
+    { details: { account: payee, role: "payee", token: getAddress(req.token) } },
+  );
+}
+/**
+ * The chain's word before relaying: the answer when this authorization already opened the channel,
+ * else a refusal when the payer's balance does not cover the deposit or the payee is blacklisted.
+ */
+async function checkBeforeRelay(
+  ctx: ChannelOpenContext,
+  req: ChannelOpenRequest,
+  channelId: Hex,
+  nonce: Hex,
+): Promise<ChannelOpenResult | undefined> {
+  try {
+    // Returned unawaited, as a refusal of `answer` is its own (not wrapped by the catch below).
+    if (await alreadyOpened(ctx, req, nonce)) return answer(ctx, channelId, nonce, null, 200);
+    // Read together: a payee the token's issuer blacklisted (USDC) could never be paid by a claim, so
+    // its channel is refused now rather than lock the payer's deposit up to the close delay.
+    await Promise.all([
+      checkPayerBalance(ctx.publicClient, {
+        token: req.token,
+        payer: req.payer,
+        amount: req.amount,
+        refusal: "the payer's balance does not cover the deposit",
+      }),
+      refuseBlacklistedPayee(ctx, req),
+    ]);
+  } catch (error) {
+    throw toChannelError(error);
+  }
+  return undefined;
+}
+
+/** Simulates the open, sends it through the gas account and answers the channel it opened. */
+async function sendOpen(
+  ctx: ChannelOpenContext,
+  req: ChannelOpenRequest,
+  channelId: Hex,
+  nonce: Hex,
+): Promise<ChannelOpenResult> {
+  const args = openChannelWithAuthorizationArgs({
+    payer: req.payer,
+    payee: req.payee,
+    token: req.token,
+    amount: BigInt(req.amount),
+    sessionKeyX: req.sessionKeyX,
+    sessionKeyY: req.sessionKeyY,
+    closeDelay: BigInt(req.closeDelay),
+    salt: req.salt,
+    validAfter: BigInt(req.validAfter),
+    validBefore: BigInt(req.validBefore),
+    signature: req.signature,
+  });
+  const call = channelCallForRelay({ channels: ctx.contract, functionName: "openWithAuthorization", args });
+  try {
+    await ctx.publicClient.simulateContract({ ...call.simulation, account: ctx.gas.address } as never);
+  } catch (error) {
+    // A blacklisted payer: the token refuses its deposit, named here (blacklistRefusal.ts).
+    const refused = await nameBlacklistedAccount(ctx.publicClient, toChannelError(error), {
+      token: req.token,
+      parties: { payer: req.payer },
+    });
+    // Another instance (or a crashed attempt) opened it with this very authorization.
+    if (refused.code === "NonceAlreadyUsed" && (await alreadyOpened(ctx, req, nonce).catch(() => false))) {
+      return answer(ctx, channelId, nonce, null, 200);
+    }
+    throw refused;
+  }
+  let sent: { hash: Hash };
+  try {
+    sent = await ctx.gas.sendAndWait({ to: call.to, data: call.data });
+  } catch (error) {
+    if (await alreadyOpened(ctx, req, nonce).catch(() => false))
+      return answer(ctx, channelId, nonce, null, 200);
+    throw toChannelError(error);
+  }
+  ctx.logger.info({ channelId, payer: req.payer, payee: req.payee, tx: sent.hash }, "channel opened");
+  return answer(ctx, channelId, nonce, sent.hash, 201);
+}
+
+async function relay(
+  ctx: ChannelOpenContext,
+  policy: ChannelOpenPolicy,
+  req: ChannelOpenRequest,
+  token: FacilitatorToken,
+  nonce: Hex,
+): Promise<ChannelOpenResult> {
+  const channelId = computeChannelId({
+    chainId: ctx.chainId,
+    channels: ctx.contract,
+    payer: req.payer,
+    payee: req.payee,
+    token: req.token,
+    salt: req.salt,
+  });
+  const known = await findChannelByOpenNonce(ctx.store, nonce);
+  if (known?.open_tx != null) return answer(ctx, channelId, nonce, known.open_tx as Hash, 200);
+  await checkSignature(ctx, req, token, nonce);
+  policy.takePayer(req.payer);
+  const early = await checkBeforeRelay(ctx, req, channelId, nonce);
+  if (early !== undefined) return early;
+  return sendOpen(ctx, req, channelId, nonce);
+}
+export function createChannelOpenService(ctx: ChannelOpenContext, policy: ChannelOpenPolicy) {
+  const flights = new Map<string, Promise<ChannelOpenResult>>();
 
   return {
     /** Relays the open, or answers the channel it already opened. */
     open(req: ChannelOpenRequest): Promise<ChannelOpenResult> {
-      const token = check(req);
-      const nonce = nonceOf(req);
+      const token = check(ctx, policy, req);
+      const nonce = nonceOf(ctx, req);
       const running = flights.get(nonce);
       if (running !== undefined) return running.then((r) => ({ ...r, status: 200 as const }));
-      const flight = relay(req, token, nonce).finally(() => flights.delete(nonce));
+      const flight = relay(ctx, policy, req, token, nonce).finally(() => flights.delete(nonce));
       flights.set(nonce, flight);
       return flight;
     },
