@@ -26,6 +26,7 @@ import type { CapabilityPricingView } from "../protocol/pricing.ts";
 import type { X402PaymentRequirements } from "../protocol/x402.ts";
 import type { Scheme, SchemeId } from "../schemes/types.ts";
 import type { SpendKind } from "./budget/budgetLimits.ts";
+import type { PurchasePart } from "./paidTool/purchasePart.ts";
 import type { PolicyChannel, PolicyPlan } from "./policy/policyOffer.ts";
 import type { SpendMode } from "./spendReport.ts";
 
@@ -154,6 +155,8 @@ export type AgentSchemePart = {
    * response header the payer reads it from (the gate part's `mcp.receipts`, the other way round).
    */
   mcpReceipts?: Readonly<Record<string, string>> | undefined;
+  /** How a paid tool buys through this scheme: its steps in one call (src/agent/paidTool/purchasePart.ts). */
+  purchase?: PurchasePart | undefined;
 };
 
 declare module "../schemes/types.ts" {

@@ -33,7 +33,6 @@ import { memoNonce, splitMemo } from "../../protocol/memo.ts";
 import type { PaymentProof } from "../../protocol/paymentProof.ts";
 import type { PaymentOption } from "../../protocol/paymentRequired.ts";
 import type { AgentSchemes } from "../agentScheme.ts";
-import { defaultAgentSchemes } from "../agentSchemes.ts";
 import type { BudgetLedger, PendingPayment, Reservation } from "./createBudgetLedger.ts";
 import { keepStoredProof } from "./storedProofs.ts";
 
@@ -201,8 +200,12 @@ export type RecoverPaymentOptions = {
   /** Read-backs right after the failure (default 5), `retryMs` apart (default 1 000). */
   attempts?: number | undefined;
   retryMs?: number | undefined;
-  /** The schemes the agent pays with (default: the built-ins): whose payments can be read back. */
-  schemes?: AgentSchemes | undefined;
+  /**
+   * The schemes the agent pays with: whose payments can be read back. Given by the caller, not
+   * defaulted here: the subscription keeper reads pending payments back through this module, so it
+   * must not load the agent's list of built-ins (whose parts load the keeper).
+   */
+  schemes: AgentSchemes;
 };
 
 /**
@@ -217,7 +220,7 @@ export async function recoverPayment(
   reservation: Reservation,
   options: RecoverPaymentOptions,
 ): Promise<PaymentReceipt> {
-  const schemes = options.schemes ?? defaultAgentSchemes;
+  const { schemes } = options;
   if (
     schemes.offer(option.scheme)?.readsBack !== true ||
     (error instanceof TollgateError && REFUSED_BEFORE_SENDING.has(error.code))

@@ -9,6 +9,7 @@ import type { ManifestPricing } from "../../protocol/manifest.ts";
 import { McpMetaKey } from "../../protocol/mcpPayment.ts";
 import type { PaymentOption } from "../../protocol/paymentRequired.ts";
 import { writtenAmount } from "../../protocol/pricing.ts";
+import { channelPurchase } from "./agent/channelPurchase.ts";
 import { CHANNEL_RECEIPT_HEADER } from "./channelHeaders.ts";
 import { channelTermsOf } from "./channelTerms.ts";
 import { closeDelayRefusal } from "./client/channelWallet.ts";
@@ -82,4 +83,5 @@ export const channelAgent: AgentSchemePart = {
   },
   // Over MCP a channel-paid result carries its receipt in `_meta["tollgate/channel-receipt"]`.
   mcpReceipts: { [McpMetaKey.TollgateChannelReceipt]: CHANNEL_RECEIPT_HEADER },
+  purchase: channelPurchase,
 };

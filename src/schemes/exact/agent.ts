@@ -5,6 +5,7 @@
 import { type AgentSchemePart, type OfferDeviation, usdcText } from "../../agent/agentScheme.ts";
 import type { ManifestPricing } from "../../protocol/manifest.ts";
 import { writtenAmount } from "../../protocol/pricing.ts";
+import { exactPurchase } from "./agent/exactPurchase.ts";
 
 /**
  * What paying `amount` once asks beyond the listed one-time price (none listed, or a higher one). The
@@ -47,4 +48,5 @@ export const exactAgent: AgentSchemePart = {
     spendMode: "one-time",
     readsBack: true,
   },
+  purchase: exactPurchase,
 };

@@ -10,6 +10,7 @@ import type { ManifestPricing } from "../../protocol/manifest.ts";
 import { type PaymentOption, planTermsOf } from "../../protocol/paymentRequired.ts";
 import { pricingOfOption } from "../../protocol/pricing.ts";
 import { describeOverage, describePeriod } from "./agent/describePlan.ts";
+import { subscriptionPurchase } from "./agent/subscriptionPurchase.ts";
 
 /** A listed entry that sells a plan (a `subscription` or `metered` entry), read by its plan fields. */
 type ListedPlanEntry = Extract<ManifestPricing, { planId: string }>;
@@ -106,4 +107,5 @@ export const subscriptionAgent: AgentSchemePart = {
     },
     spendMode: "subscription",
   },
+  purchase: subscriptionPurchase,
 };

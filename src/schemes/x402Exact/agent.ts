@@ -4,6 +4,7 @@
  */
 import type { AgentSchemePart } from "../../agent/agentScheme.ts";
 import { oneTimeDeviation } from "../exact/agent.ts";
+import { x402Purchase } from "./agent/x402Purchase.ts";
 
 export const x402ExactAgent: AgentSchemePart = {
   x402: {
@@ -15,4 +16,5 @@ export const x402ExactAgent: AgentSchemePart = {
       return oneTimeDeviation(requirement.amount, listed);
     },
   },
+  purchase: x402Purchase,
 };

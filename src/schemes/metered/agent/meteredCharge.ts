@@ -11,8 +11,8 @@
  * per subscription); one recorded below is topped up by the watcher from the chain's events.
  */
 
-import type { OfferListing } from "../../../agent/offerCheck.ts";
 import { HeaderName } from "../../../protocol/header.ts";
+import type { ManifestPricing } from "../../../protocol/manifest.ts";
 
 /** What the gate stated for one request; absent when its headers are missing or do not add up. */
 export type StatedCharge = { units: number; charge: bigint };
@@ -46,7 +46,10 @@ export function readStatedCharge(
  * Units one call of a held plan draws as the seller listed them: the metered entry's `unitsPerCall`
  * for the plan, else 1 (a flat plan, or a tool built without a listing).
  */
-export function listedUnitsPerCall(listing: OfferListing | undefined, planId: string): number {
+export function listedUnitsPerCall(
+  listing: { pricing: readonly ManifestPricing[] } | undefined,
+  planId: string,
+): number {
   const entry = listing?.pricing.find((p) => p.type === "metered" && p.planId === planId);
   return entry?.type === "metered" ? entry.unitsPerCall : 1;
 }
