@@ -178,9 +178,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     cleanups.push(() => store.close());
     const logger = pino({ level: env.LOG_LEVEL ?? "silent" });
     const gasAccount = devnet.accounts[devnet.accounts.length - 1]!;
-    const { createSubscriptionsModule } = await import(
-      "../src/schemes/subscription/facilitator/subscriptionsModule.ts"
-    );
+    const { createSubscriptionsModule } = await import("../src/facilitator/subscriptionsModule.ts");
     const { builtinModules } = await import("../src/facilitator/modules.ts");
     const { channelsModule } = await import("../src/schemes/channel/facilitator/channelsModule.ts");
     const { createWebhooksModule, webhooksModule } = await import(

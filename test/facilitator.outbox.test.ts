@@ -21,12 +21,12 @@ import {
 import { createGasKey, type GasKey } from "../src/facilitator/outbox/gasKey.ts";
 import { findOutboxRow } from "../src/facilitator/outbox/outboxRecords.ts";
 import type { Outbox, OutboxOutcome } from "../src/facilitator/outbox/outboxTypes.ts";
+import { createSubscriptionsModule } from "../src/facilitator/subscriptionsModule.ts";
 import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
 import { systemClock } from "../src/protocol/clock.ts";
 import { subscribeThroughFacilitator } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import { createRenewalKeeper } from "../src/schemes/subscription/facilitator/renewalKeeper.ts";
 import { createSubscriptionIndexer } from "../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
-import { createSubscriptionsModule } from "../src/schemes/subscription/facilitator/subscriptionsModule.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";

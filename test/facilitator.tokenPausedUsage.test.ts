@@ -13,8 +13,8 @@ import { unpauseToken } from "../src/chain/actions/usdc/unpauseToken.ts";
 import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEvents.ts";
 import { type Devnet, startDevnet } from "../src/chain/startDevnet.ts";
 import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
-import { createUsageSettler } from "../src/schemes/metered/facilitator/usageSettler.ts";
 import { subscribeThroughFacilitator } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
+import { createUsageSettler } from "../src/schemes/subscription/facilitator/usage/usageSettler.ts";
 import { registerTestProvider } from "./support/channelFixtures.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 

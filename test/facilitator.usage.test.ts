@@ -21,9 +21,9 @@ import {
   UsageResponseSchema,
   UsageSummarySchema,
 } from "../src/protocol/subscriptions.ts";
-import { recordUsage } from "../src/schemes/metered/facilitator/usageRecords.ts";
-import { createUsageSettler } from "../src/schemes/metered/facilitator/usageSettler.ts";
 import { subscribeThroughFacilitator } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
+import { recordUsage } from "../src/schemes/subscription/facilitator/usage/usageRecords.ts";
+import { createUsageSettler } from "../src/schemes/subscription/facilitator/usage/usageSettler.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";
 

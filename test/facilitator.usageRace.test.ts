@@ -19,9 +19,9 @@ import {
   ProviderChallengeResponseSchema,
   ProviderRegisterResponseSchema,
 } from "../src/protocol/subscriptions.ts";
-import { chainRefOf, recordUsage } from "../src/schemes/metered/facilitator/usageRecords.ts";
-import { createUsageSettler } from "../src/schemes/metered/facilitator/usageSettler.ts";
 import { subscribeThroughFacilitator } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
+import { chainRefOf, recordUsage } from "../src/schemes/subscription/facilitator/usage/usageRecords.ts";
+import { createUsageSettler } from "../src/schemes/subscription/facilitator/usage/usageSettler.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";

@@ -15,12 +15,15 @@ import { getPlanIdFromReceipt } from "../src/chain/events/decodeSubscriptionEven
 import { type Devnet, type DevnetAccount, startDevnet } from "../src/chain/startDevnet.ts";
 import { queryAnalyticsSummary } from "../src/facilitator/analytics/queryAnalytics.ts";
 import { createFacilitatorClient } from "../src/http/facilitatorClient.ts";
-import { createUsageSettler, type UsageSettler } from "../src/schemes/metered/facilitator/usageSettler.ts";
 import { subscribeThroughFacilitator } from "../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import {
   createSubscriptionIndexer,
   type SubscriptionIndexer,
 } from "../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
+import {
+  createUsageSettler,
+  type UsageSettler,
+} from "../src/schemes/subscription/facilitator/usage/usageSettler.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import { registerTestProvider } from "./support/channelFixtures.ts";

@@ -36,10 +36,10 @@ import {
   ProviderRegisterResponseSchema,
   UsageSummarySchema,
 } from "../src/protocol/subscriptions.ts";
-import { createPostgresUsageLedger } from "../src/schemes/metered/gate/createPostgresUsageLedger.ts";
-import type { UsageLedger } from "../src/schemes/metered/gate/usageLedger.ts";
 import { createRenewalKeeper } from "../src/schemes/subscription/facilitator/renewalKeeper.ts";
 import { createSubscriptionIndexer } from "../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
+import { createPostgresUsageLedger } from "../src/schemes/subscription/gate/usage/createPostgresUsageLedger.ts";
+import type { UsageLedger } from "../src/schemes/subscription/gate/usage/usageLedger.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
 import { startTestFacilitator, type TestFacilitator } from "./support/facilitatorHarness.ts";

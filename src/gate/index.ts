@@ -30,24 +30,24 @@ export {
   verifyPaymentProof,
 } from "../schemes/exact/gate/verifyPaymentProof.ts";
 export type { ExactOffer as OneTimeOffer } from "../schemes/exact/gate.ts";
-export {
-  createLeasedUsageLedger,
-  type LeasedUsageLedger,
-  type LeasedUsageLedgerOptions,
-} from "../schemes/metered/gate/createLeasedUsageLedger.ts";
-export { createMemoryUsageLedger } from "../schemes/metered/gate/createMemoryUsageLedger.ts";
-export { createPostgresUsageLedger } from "../schemes/metered/gate/createPostgresUsageLedger.ts";
-export {
-  createRedisUsageLedger,
-  type RedisUsageLedgerOptions,
-} from "../schemes/metered/gate/createRedisUsageLedger.ts";
-export type { SharedUsageLedger } from "../schemes/metered/gate/usageLeases.ts";
-export type { UsageLedger } from "../schemes/metered/gate/usageLedger.ts";
 export type {
   AllowanceDeduction,
   GateSubscription,
 } from "../schemes/subscription/gate/createSubscriptionGate.ts";
 export { deductAllowance } from "../schemes/subscription/gate/deductAllowance.ts";
+export {
+  createLeasedUsageLedger,
+  type LeasedUsageLedger,
+  type LeasedUsageLedgerOptions,
+} from "../schemes/subscription/gate/usage/createLeasedUsageLedger.ts";
+export { createMemoryUsageLedger } from "../schemes/subscription/gate/usage/createMemoryUsageLedger.ts";
+export { createPostgresUsageLedger } from "../schemes/subscription/gate/usage/createPostgresUsageLedger.ts";
+export {
+  createRedisUsageLedger,
+  type RedisUsageLedgerOptions,
+} from "../schemes/subscription/gate/usage/createRedisUsageLedger.ts";
+export type { SharedUsageLedger } from "../schemes/subscription/gate/usage/usageLeases.ts";
+export type { UsageLedger } from "../schemes/subscription/gate/usage/usageLedger.ts";
 export type { ServedSubscription } from "../schemes/types.ts";
 export {
   createX402Settlement,

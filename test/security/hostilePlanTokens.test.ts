@@ -27,10 +27,10 @@ import { type Devnet, type DevnetAccount, startDevnet } from "../../src/chain/st
 import { createFacilitator, type Facilitator } from "../../src/facilitator/createFacilitator.ts";
 import type { FacilitatorToken } from "../../src/facilitator/facilitatorToken.ts";
 import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
-import { recordUsage } from "../../src/schemes/metered/facilitator/usageRecords.ts";
-import { createUsageSettler } from "../../src/schemes/metered/facilitator/usageSettler.ts";
 import { createRenewalKeeper } from "../../src/schemes/subscription/facilitator/renewalKeeper.ts";
 import { createSubscriptionIndexer } from "../../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
+import { recordUsage } from "../../src/schemes/subscription/facilitator/usage/usageRecords.ts";
+import { createUsageSettler } from "../../src/schemes/subscription/facilitator/usage/usageSettler.ts";
 import { createTestStore } from "../../src/store/createTestStore.ts";
 import { compileFixture } from "../support/compileFixtures.ts";
 

@@ -28,13 +28,13 @@ import {
   serveApp,
 } from "../../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
+import { createSubscriptionsModule } from "../../src/facilitator/subscriptionsModule.ts";
 import { type PaymentGate, type PaymentGateControls, paymentGate } from "../../src/gate/paymentGate.ts";
 import { createFacilitatorClient } from "../../src/http/facilitatorClient.ts";
 import { type PaymentRequired, PaymentRequiredSchema } from "../../src/protocol/paymentRequired.ts";
 import { getSubscriptionInfo } from "../../src/schemes/subscription/client/facilitatorSubscriptions.ts";
 import { createRenewalKeeper } from "../../src/schemes/subscription/facilitator/renewalKeeper.ts";
 import { createSubscriptionIndexer } from "../../src/schemes/subscription/facilitator/subscriptionIndexer.ts";
-import { createSubscriptionsModule } from "../../src/schemes/subscription/facilitator/subscriptionsModule.ts";
 import { createTestStore } from "../../src/store/createTestStore.ts";
 import type { Store } from "../../src/store/store.ts";
 

@@ -32,10 +32,10 @@ import {
   serveApp,
 } from "../../src/facilitator/createFacilitator.ts";
 import { generateProofKey } from "../../src/facilitator/proofKeys.ts";
+import { createSubscriptionsModule } from "../../src/facilitator/subscriptionsModule.ts";
 import { parseUnitsExact as usd } from "../../src/protocol/amount.ts";
 import { systemClock } from "../../src/protocol/clock.ts";
 import { createSubscriptionKeeper } from "../../src/schemes/subscription/agent/createSubscriptionKeeper.ts";
-import { createSubscriptionsModule } from "../../src/schemes/subscription/facilitator/subscriptionsModule.ts";
 import { createTestStore } from "../../src/store/createTestStore.ts";
 import type { Store } from "../../src/store/store.ts";
 

@@ -8,9 +8,12 @@ import {
   defineFacilitatorScheme,
   type FacilitatorSchemeContext,
 } from "../../facilitator/facilitatorSchemeParts.ts";
+import { mountUsageRoutes } from "../subscription/facilitator/usage/usageRoutes.ts";
+import {
+  createUsageSettler,
+  type UsageSettlerOptions,
+} from "../subscription/facilitator/usage/usageSettler.ts";
 import type { SubscriptionFacilitatorPart } from "../subscription/facilitator.ts";
-import { mountUsageRoutes } from "./facilitator/usageRoutes.ts";
-import { createUsageSettler, type UsageSettlerOptions } from "./facilitator/usageSettler.ts";
 
 export type MeteredFacilitatorOptions = {
   /** Usage settler settings, or `false` to record usage here but settle it in another instance. */

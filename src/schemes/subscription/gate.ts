@@ -21,9 +21,6 @@ import { RouteRequestView } from "../../gate/requestView.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { HeaderName } from "../../protocol/header.ts";
 import { optionTermsOf, type Pricing } from "../../protocol/pricing.ts";
-import { createMemoryUsageLedger } from "../metered/gate/createMemoryUsageLedger.ts";
-import { createUsageFlusher } from "../metered/gate/createUsageFlusher.ts";
-import type { UsageLedger } from "../metered/gate/usageLedger.ts";
 import type {
   GateScheme,
   GateSchemeContext,
@@ -40,6 +37,9 @@ import {
   type SubscriptionOutcome,
 } from "./gate/createSubscriptionGate.ts";
 import { deductionAmount, type SubscriptionServed } from "./gate/deductAllowance.ts";
+import { createMemoryUsageLedger } from "./gate/usage/createMemoryUsageLedger.ts";
+import { createUsageFlusher } from "./gate/usage/createUsageFlusher.ts";
+import type { UsageLedger } from "./gate/usage/usageLedger.ts";
 import { createWalletSubAuthCheck } from "./gate/walletSubAuth.ts";
 
 /** A plan that covers a route, by id (canonical decimal); its terms are read when a 402 is built. */

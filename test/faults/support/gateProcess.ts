@@ -18,11 +18,11 @@ import {
   createRedisVoucherStore,
   type RedisVoucherClient,
 } from "../../../src/schemes/channel/gate/redisVoucherStore.ts";
-import { createLeasedUsageLedger } from "../../../src/schemes/metered/gate/createLeasedUsageLedger.ts";
+import { createLeasedUsageLedger } from "../../../src/schemes/subscription/gate/usage/createLeasedUsageLedger.ts";
 import {
   createRedisUsageLedger,
   type RedisUsageClient,
-} from "../../../src/schemes/metered/gate/createRedisUsageLedger.ts";
+} from "../../../src/schemes/subscription/gate/usage/createRedisUsageLedger.ts";
 import { createRedisReplayGuard, type RedisReplayClient } from "../../../src/store/createRedisReplayGuard.ts";
 
 const config = JSON.parse(process.argv[2] ?? "{}") as {

@@ -11,8 +11,8 @@ import type { PurchaseCall, PurchaseTool } from "../../../agent/paidTool/purchas
 import { heldPlanOffer, type MeteredPlan } from "../../../agent/paidTool/usageMeter.ts";
 import type { PolicyOffer } from "../../../agent/policy/policyOffer.ts";
 import type { SpendMode } from "../../../agent/spendReport.ts";
-import { listedUnitsPerCall, meteredCharge, readStatedCharge } from "../../metered/agent/meteredCharge.ts";
 import type { SubscriptionKeeper } from "./createSubscriptionKeeper.ts";
+import { listedUnitsPerCall, meteredCharge, readStatedCharge } from "./meteredCharge.ts";
 
 export type MeteredCalls = {
   /** The call is sent under a held subscription (set when `fetchWithPayment` uses or takes one). */

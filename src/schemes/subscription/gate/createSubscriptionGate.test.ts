@@ -24,9 +24,9 @@ import {
   subAuthMessage,
 } from "../../../protocol/subscriptionAuth.ts";
 import type { FeedEvent, PlanInfo, SubscriptionInfo } from "../../../protocol/subscriptions.ts";
-import { createMemoryUsageLedger } from "../../metered/gate/createMemoryUsageLedger.ts";
 import { createPlanCatalog } from "./createPlanCatalog.ts";
 import { createSubscriptionGate } from "./createSubscriptionGate.ts";
+import { createMemoryUsageLedger } from "./usage/createMemoryUsageLedger.ts";
 
 const NETWORK = "eip155:31337";
 const TOKEN = getAddress("0x5FbDB2315678afecb367f032d93F642f64180aa3");

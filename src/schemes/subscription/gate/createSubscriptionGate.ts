@@ -27,9 +27,6 @@ import type { Clock } from "../../../protocol/clock.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
 import { SubscriptionIdSchema } from "../../../protocol/subscriptionAuth.ts";
 import type { FeedEvent, SubscriptionInfo } from "../../../protocol/subscriptions.ts";
-import type { UsageFlusher } from "../../metered/gate/createUsageFlusher.ts";
-import { reportAllowanceExhausted } from "../../metered/gate/postUsage.ts";
-import type { Reservation, UsageLedger, UsageRequest } from "../../metered/gate/usageLedger.ts";
 import { getSubscriptionInfo } from "../client/facilitatorSubscriptions.ts";
 import { createEventPoller, type EventPoller } from "./createEventPoller.ts";
 import type { GatePlan, PlanCatalog } from "./createPlanCatalog.ts";
@@ -40,6 +37,9 @@ import {
   renewalOverdueMessage,
   type SubscriptionStatusCache,
 } from "./createSubscriptionStatusCache.ts";
+import type { UsageFlusher } from "./usage/createUsageFlusher.ts";
+import { reportAllowanceExhausted } from "./usage/postUsage.ts";
+import type { Reservation, UsageLedger, UsageRequest } from "./usage/usageLedger.ts";
 import type { WalletSubAuthCheck } from "./walletSubAuth.ts";
 
 /** A subscription the gate served a request under (`GateResult.subscription`). */

@@ -18,8 +18,8 @@
  *   spent directly in the shared store.
  */
 
-import type { GateLogger } from "../../../gate/gateLogger.ts";
-import type { Clock } from "../../../protocol/clock.ts";
+import type { GateLogger } from "../../../../gate/gateLogger.ts";
+import type { Clock } from "../../../../protocol/clock.ts";
 import { type SharedUsageLedger, type StoredLease, spendReservation } from "./usageLeases.ts";
 import type { Reservation, UsageLedger, UsageRequest } from "./usageLedger.ts";
 

@@ -4,8 +4,8 @@
  * batches with `SubscriptionManager.deductAllowanceMany`. Authenticated with the provider's API key
  * (`POST /providers`, docs/subscriptions.md).
  */
-import type { FacilitatorClient, RequestOptions } from "../../../http/facilitatorClient.ts";
-import { TollgateError } from "../../../protocol/errors.ts";
+import type { FacilitatorClient, RequestOptions } from "../../../../http/facilitatorClient.ts";
+import { TollgateError } from "../../../../protocol/errors.ts";
 import {
   UsageExhaustedResponseSchema,
   type UsageRecord,
@@ -13,7 +13,7 @@ import {
   UsageRecordsResponseSchema,
   type UsageResponse,
   UsageResponseSchema,
-} from "../../../protocol/subscriptions.ts";
+} from "../../../../protocol/subscriptions.ts";
 
 /** One charge: what the facilitator deducts from the subscription's allowance, and its idempotency key. */
 export type UsageRecordInput = { subscriptionId: bigint; amount: bigint; ref: string };

@@ -4,8 +4,8 @@
  * indexer to catch up when anything changed (it writes the `allowance.*` events from the same logs).
  */
 import type { Logger } from "pino";
-import type { TokenPauseWatch } from "../../../facilitator/tokenPauseWatch.ts";
-import type { SubscriptionIndexer } from "../../subscription/facilitator/subscriptionIndexer.ts";
+import type { TokenPauseWatch } from "../../../../facilitator/tokenPauseWatch.ts";
+import type { SubscriptionIndexer } from "../subscriptionIndexer.ts";
 import type { SentUsageBatch } from "./sendUsageBatch.ts";
 import type { claimUsageBatch } from "./usageBatchRecords.ts";
 import { addRun, type UsageReconciler, type UsageRunResult } from "./usageReconciler.ts";

@@ -5,14 +5,14 @@
 import type { Hono } from "hono";
 import { type Address, getAddress } from "viem";
 import { z } from "zod";
-import { getSubscription } from "../../../chain/actions/subscriptions/getSubscription.ts";
-import type { FacilitatorContext } from "../../../facilitator/facilitatorContext.ts";
-import { requireProvider } from "../../../facilitator/providers/requireProvider.ts";
-import { routeDoc } from "../../../facilitator/routeDocs.ts";
-import { readJsonBody } from "../../../http/httpErrors.ts";
-import { UintStringSchema } from "../../../protocol/amount.ts";
-import { TollgateError } from "../../../protocol/errors.ts";
-import { parseWire } from "../../../protocol/parseWire.ts";
+import { getSubscription } from "../../../../chain/actions/subscriptions/getSubscription.ts";
+import type { FacilitatorContext } from "../../../../facilitator/facilitatorContext.ts";
+import { requireProvider } from "../../../../facilitator/providers/requireProvider.ts";
+import { routeDoc } from "../../../../facilitator/routeDocs.ts";
+import { readJsonBody } from "../../../../http/httpErrors.ts";
+import { UintStringSchema } from "../../../../protocol/amount.ts";
+import { TollgateError } from "../../../../protocol/errors.ts";
+import { parseWire } from "../../../../protocol/parseWire.ts";
 import {
   type UsageExhaustedRequest,
   UsageExhaustedRequestSchema,
@@ -27,12 +27,8 @@ import {
   UsageResponseSchema,
   type UsageSummary,
   UsageSummarySchema,
-} from "../../../protocol/subscriptions.ts";
-import {
-  findPlan,
-  findSubscription,
-  type IndexScope,
-} from "../../subscription/facilitator/subscriptionRecords.ts";
+} from "../../../../protocol/subscriptions.ts";
+import { findPlan, findSubscription, type IndexScope } from "../subscriptionRecords.ts";
 import { createUsageProviderChecks, readChain, type UsageProviderChecks } from "./usageProviderChecks.ts";
 import { findUsageByRefs, recordUsage, usageTotals, usageToWire } from "./usageRecords.ts";
 

@@ -4,9 +4,9 @@
  * function runs the statements the usage settler runs, in its order, on the connection it is given
  * (usageSettler.ts states the invariants they keep).
  */
-import { TollgateError } from "../../../protocol/errors.ts";
-import { queryOneParsed, queryParsed } from "../../../store/queryParsed.ts";
-import type { Queryable, Store } from "../../../store/store.ts";
+import { TollgateError } from "../../../../protocol/errors.ts";
+import { queryOneParsed, queryParsed } from "../../../../store/queryParsed.ts";
+import type { Queryable, Store } from "../../../../store/store.ts";
 import { type UsageBatchRow, UsageBatchRowSchema, type UsageRow, UsageRowSchema } from "./usageRecords.ts";
 
 /** The outbox kind of usage deduction batches. */

@@ -5,7 +5,7 @@
  * `createPostgresUsageLedger` when that matters or when several instances serve one API.
  */
 import { randomBytes } from "node:crypto";
-import type { Clock } from "../../../protocol/clock.ts";
+import type { Clock } from "../../../../protocol/clock.ts";
 import {
   applyUsage,
   type Reservation,

@@ -5,9 +5,9 @@
  * batch's `pending` status under its row lock, so a batch released meanwhile is neither (invariant 4).
  */
 import type { Logger } from "pino";
-import { deductAllowanceManyCall } from "../../../chain/actions/subscriptions/deductAllowanceManyCall.ts";
-import type { Outbox } from "../../../facilitator/outbox/outboxTypes.ts";
-import type { Store } from "../../../store/store.ts";
+import { deductAllowanceManyCall } from "../../../../chain/actions/subscriptions/deductAllowanceManyCall.ts";
+import type { Outbox } from "../../../../facilitator/outbox/outboxTypes.ts";
+import type { Store } from "../../../../store/store.ts";
 import type { UsageBatchChecks } from "./usageBatchChecks.ts";
 import {
   closeEmptyBatch,

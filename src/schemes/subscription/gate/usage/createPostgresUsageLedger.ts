@@ -23,10 +23,10 @@
  * ledger, holds the direct use and composes them.
  */
 import { randomBytes } from "node:crypto";
-import { type Clock, systemClock } from "../../../protocol/clock.ts";
-import { TollgateError } from "../../../protocol/errors.ts";
-import { queryOneParsed, queryParsed } from "../../../store/queryParsed.ts";
-import type { Store } from "../../../store/store.ts";
+import { type Clock, systemClock } from "../../../../protocol/clock.ts";
+import { TollgateError } from "../../../../protocol/errors.ts";
+import { queryOneParsed, queryParsed } from "../../../../store/queryParsed.ts";
+import type { Store } from "../../../../store/store.ts";
 import { concurrencyLimit } from "./concurrencyLimit.ts";
 import { groupCommit } from "./groupCommit.ts";
 import {

@@ -11,13 +11,17 @@
  */
 import type { Logger } from "pino";
 import { type Address, type Hash, type Log, parseEventLogs } from "viem";
-import { getAllowanceDeductedLogs } from "../../../chain/actions/subscriptions/getAllowanceDeductedLogs.ts";
-import { subscriptionManagerAbi } from "../../../chain/contracts/artifacts/SubscriptionManager.ts";
-import { DeductionFailure } from "../../../chain/events/subscriptionStatus.ts";
-import type { FacilitatorContext } from "../../../facilitator/facilitatorContext.ts";
-import type { OutboxCommit, OutboxHandler, OutboxOutcome } from "../../../facilitator/outbox/outboxTypes.ts";
-import type { ErrorCode } from "../../../protocol/errors.ts";
-import type { Queryable } from "../../../store/store.ts";
+import { getAllowanceDeductedLogs } from "../../../../chain/actions/subscriptions/getAllowanceDeductedLogs.ts";
+import { subscriptionManagerAbi } from "../../../../chain/contracts/artifacts/SubscriptionManager.ts";
+import { DeductionFailure } from "../../../../chain/events/subscriptionStatus.ts";
+import type { FacilitatorContext } from "../../../../facilitator/facilitatorContext.ts";
+import type {
+  OutboxCommit,
+  OutboxHandler,
+  OutboxOutcome,
+} from "../../../../facilitator/outbox/outboxTypes.ts";
+import type { ErrorCode } from "../../../../protocol/errors.ts";
+import type { Queryable } from "../../../../store/store.ts";
 import {
   batchRows,
   failUsageRecord,

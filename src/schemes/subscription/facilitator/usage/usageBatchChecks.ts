@@ -7,16 +7,16 @@
  */
 import type { Logger } from "pino";
 import type { Address } from "viem";
-import { estimateDeductAllowanceMany } from "../../../chain/actions/subscriptions/estimateDeductAllowanceMany.ts";
-import { getIsOperator } from "../../../chain/actions/subscriptions/getIsOperator.ts";
-import { getPlan } from "../../../chain/actions/subscriptions/getPlan.ts";
-import { getSubscription } from "../../../chain/actions/subscriptions/getSubscription.ts";
-import { simulateDeductAllowanceMany } from "../../../chain/actions/subscriptions/simulateDeductAllowanceMany.ts";
-import type { FacilitatorContext } from "../../../facilitator/facilitatorContext.ts";
-import type { TollgateError } from "../../../protocol/errors.ts";
-import type { Queryable } from "../../../store/store.ts";
-import { isChainRefusal } from "../../subscription/facilitator/chainRefusal.ts";
-import { toManagerError } from "../../subscription/facilitator/managerErrors.ts";
+import { estimateDeductAllowanceMany } from "../../../../chain/actions/subscriptions/estimateDeductAllowanceMany.ts";
+import { getIsOperator } from "../../../../chain/actions/subscriptions/getIsOperator.ts";
+import { getPlan } from "../../../../chain/actions/subscriptions/getPlan.ts";
+import { getSubscription } from "../../../../chain/actions/subscriptions/getSubscription.ts";
+import { simulateDeductAllowanceMany } from "../../../../chain/actions/subscriptions/simulateDeductAllowanceMany.ts";
+import type { FacilitatorContext } from "../../../../facilitator/facilitatorContext.ts";
+import type { TollgateError } from "../../../../protocol/errors.ts";
+import type { Queryable } from "../../../../store/store.ts";
+import { isChainRefusal } from "../chainRefusal.ts";
+import { toManagerError } from "../managerErrors.ts";
 import { failBatchRecords } from "./usageBatchRecords.ts";
 import type { UsageRow } from "./usageRecords.ts";
 

@@ -4,7 +4,7 @@
  * first use).
  */
 import { z } from "zod";
-import { BigintColumnSchema, SafeIntColumnSchema } from "../../../store/columnSchemas.ts";
+import { BigintColumnSchema, SafeIntColumnSchema } from "../../../../store/columnSchemas.ts";
 import type { SharedCycle } from "./usageLeases.ts";
 import type { UsageBatchItem, UsageCycle } from "./usageLedger.ts";
 

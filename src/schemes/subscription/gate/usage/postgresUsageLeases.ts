@@ -5,9 +5,9 @@
  * then their cycles, and writes every cycle and the exposure in its last statement.
  */
 import type { z } from "zod";
-import { TollgateError } from "../../../protocol/errors.ts";
-import { queryParsed } from "../../../store/queryParsed.ts";
-import type { Queryable, Store } from "../../../store/store.ts";
+import { TollgateError } from "../../../../protocol/errors.ts";
+import { queryParsed } from "../../../../store/queryParsed.ts";
+import type { Queryable, Store } from "../../../../store/store.ts";
 import { insertLease, lockCycle, lockUnsettled, spendDirect } from "./postgresUsageCycles.ts";
 import {
   CYCLE_COLUMNS,

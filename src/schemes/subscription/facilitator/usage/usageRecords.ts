@@ -4,12 +4,12 @@
  */
 import { type Address, type Hex, keccak256, toBytes } from "viem";
 import { z } from "zod";
-import { TollgateError } from "../../../protocol/errors.ts";
-import type { UsageRecord, UsageRecordInput } from "../../../protocol/subscriptions.ts";
-import { BigintColumnSchema, SafeIntColumnSchema } from "../../../store/columnSchemas.ts";
-import { queryOneParsed, queryParsed } from "../../../store/queryParsed.ts";
-import type { Queryable, Store } from "../../../store/store.ts";
-import type { IndexScope } from "../../subscription/facilitator/subscriptionRecords.ts";
+import { TollgateError } from "../../../../protocol/errors.ts";
+import type { UsageRecord, UsageRecordInput } from "../../../../protocol/subscriptions.ts";
+import { BigintColumnSchema, SafeIntColumnSchema } from "../../../../store/columnSchemas.ts";
+import { queryOneParsed, queryParsed } from "../../../../store/queryParsed.ts";
+import type { Queryable, Store } from "../../../../store/store.ts";
+import type { IndexScope } from "../subscriptionRecords.ts";
 
 const Hash = z.string().regex(/^0x[0-9a-f]{64}$/) as z.ZodType<Hex>;
 const AddressText = z.string().regex(/^0x[0-9a-f]{40}$/) as z.ZodType<Address>;

@@ -8,9 +8,9 @@
  * then, also when nothing else wakes it.
  */
 import { type Address, keccak256, parseTransaction } from "viem";
-import { insertSignedRow } from "../../../facilitator/outbox/outboxRecords.ts";
-import type { Outbox } from "../../../facilitator/outbox/outboxTypes.ts";
-import type { Store } from "../../../store/store.ts";
+import { insertSignedRow } from "../../../../facilitator/outbox/outboxRecords.ts";
+import type { Outbox } from "../../../../facilitator/outbox/outboxTypes.ts";
+import type { Store } from "../../../../store/store.ts";
 import {
   batchStatusCounts,
   findUsageBatch,

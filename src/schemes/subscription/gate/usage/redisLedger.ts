@@ -4,8 +4,8 @@
  * (createRedisUsageLedger.ts describes the scheme).
  */
 import { createHash } from "node:crypto";
-import type { Clock } from "../../../protocol/clock.ts";
-import { TollgateError } from "../../../protocol/errors.ts";
+import type { Clock } from "../../../../protocol/clock.ts";
+import { TollgateError } from "../../../../protocol/errors.ts";
 import { COMMIT_LUA, SNAPSHOT_LUA } from "./redisUsageScripts.ts";
 import type { SharedCycle } from "./usageLeases.ts";
 import type { UsageRequest } from "./usageLedger.ts";

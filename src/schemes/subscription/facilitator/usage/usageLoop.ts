@@ -7,8 +7,8 @@
  * queue of serialized work and the pause the loop sleeps in.
  */
 import type { Logger } from "pino";
-import { isChainUnreachable } from "../../../facilitator/chainErrors.ts";
-import { createWakeablePause } from "../../../facilitator/wakeablePause.ts";
+import { isChainUnreachable } from "../../../../facilitator/chainErrors.ts";
+import { createWakeablePause } from "../../../../facilitator/wakeablePause.ts";
 
 export type UsageLoopDeps = {
   round(): Promise<{ held: boolean }>;

@@ -6,13 +6,13 @@
  * State: when each provider's confirmed `isOperator` is next read again.
  */
 import { type Address, getAddress } from "viem";
-import { getIsOperator } from "../../../chain/actions/subscriptions/getIsOperator.ts";
-import { getPlan } from "../../../chain/actions/subscriptions/getPlan.ts";
-import { getSubscription } from "../../../chain/actions/subscriptions/getSubscription.ts";
-import type { FacilitatorContext } from "../../../facilitator/facilitatorContext.ts";
-import { TollgateError } from "../../../protocol/errors.ts";
-import { toManagerError } from "../../subscription/facilitator/managerErrors.ts";
-import { findSubscription, type IndexScope } from "../../subscription/facilitator/subscriptionRecords.ts";
+import { getIsOperator } from "../../../../chain/actions/subscriptions/getIsOperator.ts";
+import { getPlan } from "../../../../chain/actions/subscriptions/getPlan.ts";
+import { getSubscription } from "../../../../chain/actions/subscriptions/getSubscription.ts";
+import type { FacilitatorContext } from "../../../../facilitator/facilitatorContext.ts";
+import { TollgateError } from "../../../../protocol/errors.ts";
+import { toManagerError } from "../managerErrors.ts";
+import { findSubscription, type IndexScope } from "../subscriptionRecords.ts";
 
 type CheckContext = Pick<FacilitatorContext, "store" | "publicClient" | "gas" | "clock"> & {
   subscriptionManager: Address;

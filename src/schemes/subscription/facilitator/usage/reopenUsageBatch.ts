@@ -7,7 +7,7 @@
  * compare-and-set on the state it leaves.
  */
 import type { Logger } from "pino";
-import type { OutboxReopenHook } from "../../../facilitator/outbox/outboxTypes.ts";
+import type { OutboxReopenHook } from "../../../../facilitator/outbox/outboxTypes.ts";
 
 export function createReopenUsageBatch(log: Logger): OutboxReopenHook {
   return async (tx, row) => {

@@ -13,9 +13,9 @@
  *   is never understated.
  */
 
-import type { GateLogger } from "../../../gate/gateLogger.ts";
-import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
-import type { UsageRecordStatus } from "../../../protocol/subscriptions.ts";
+import type { GateLogger } from "../../../../gate/gateLogger.ts";
+import type { FacilitatorClient } from "../../../../http/facilitatorClient.ts";
+import type { UsageRecordStatus } from "../../../../protocol/subscriptions.ts";
 import { getUsageRecords, postUsage } from "./postUsage.ts";
 import type { UsageLedger, UsageOutcome } from "./usageLedger.ts";
 

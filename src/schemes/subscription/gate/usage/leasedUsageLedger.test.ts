@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, describe, expect, it } from "vitest";
-import type { Clock } from "../../../protocol/clock.ts";
-import { createTestStore } from "../../../store/createTestStore.ts";
-import type { Store } from "../../../store/store.ts";
+import type { Clock } from "../../../../protocol/clock.ts";
+import { createTestStore } from "../../../../store/createTestStore.ts";
+import type { Store } from "../../../../store/store.ts";
 import { createLeasedUsageLedger, type LeasedUsageLedger } from "./createLeasedUsageLedger.ts";
 import { createPostgresUsageLedger } from "./createPostgresUsageLedger.ts";
 import { createRedisUsageLedger } from "./createRedisUsageLedger.ts";

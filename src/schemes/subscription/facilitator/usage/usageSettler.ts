@@ -43,12 +43,12 @@
  * worker loop); this file composes them.
  */
 import type { Logger } from "pino";
-import type { FacilitatorContext } from "../../../facilitator/facilitatorContext.ts";
-import type { OutboxFaults } from "../../../facilitator/outbox/createOutbox.ts";
-import { outboxFor } from "../../../facilitator/outbox/outboxFor.ts";
-import type { Outbox } from "../../../facilitator/outbox/outboxTypes.ts";
-import { IDLE_BACKSTOP_MS } from "../../../facilitator/wakeablePause.ts";
-import type { SubscriptionIndexer } from "../../subscription/facilitator/subscriptionIndexer.ts";
+import type { FacilitatorContext } from "../../../../facilitator/facilitatorContext.ts";
+import type { OutboxFaults } from "../../../../facilitator/outbox/createOutbox.ts";
+import { outboxFor } from "../../../../facilitator/outbox/outboxFor.ts";
+import type { Outbox } from "../../../../facilitator/outbox/outboxTypes.ts";
+import { IDLE_BACKSTOP_MS } from "../../../../facilitator/wakeablePause.ts";
+import type { SubscriptionIndexer } from "../subscriptionIndexer.ts";
 import { createReopenUsageBatch } from "./reopenUsageBatch.ts";
 import { createUsageBatchSender } from "./sendUsageBatch.ts";
 import { createUsageBatchChecks } from "./usageBatchChecks.ts";

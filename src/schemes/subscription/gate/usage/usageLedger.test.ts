@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createFixedClock } from "../../../protocol/clock.ts";
-import { createTestStore } from "../../../store/createTestStore.ts";
-import type { Store } from "../../../store/store.ts";
+import { createFixedClock } from "../../../../protocol/clock.ts";
+import { createTestStore } from "../../../../store/createTestStore.ts";
+import type { Store } from "../../../../store/store.ts";
 import { createMemoryUsageLedger } from "./createMemoryUsageLedger.ts";
 import { createPostgresUsageLedger } from "./createPostgresUsageLedger.ts";
 import { applyUsage, type UsageLedger, type UsageRequest, usageRef } from "./usageLedger.ts";

@@ -4,10 +4,10 @@
  * Claiming skips locked rows instead of waiting (`FOR UPDATE SKIP LOCKED`), so a flush never blocks
  * requests and instances flushing together split the work.
  */
-import type { Clock } from "../../../protocol/clock.ts";
-import { TollgateError } from "../../../protocol/errors.ts";
-import { queryOneParsed, queryParsed } from "../../../store/queryParsed.ts";
-import type { Queryable, Store } from "../../../store/store.ts";
+import type { Clock } from "../../../../protocol/clock.ts";
+import { TollgateError } from "../../../../protocol/errors.ts";
+import { queryOneParsed, queryParsed } from "../../../../store/queryParsed.ts";
+import type { Queryable, Store } from "../../../../store/store.ts";
 import {
   CountRowSchema,
   ItemRowSchema,

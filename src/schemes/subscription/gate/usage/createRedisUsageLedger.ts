@@ -23,8 +23,8 @@
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import { createClient } from "redis";
-import { type Clock, systemClock } from "../../../protocol/clock.ts";
-import { TollgateError } from "../../../protocol/errors.ts";
+import { type Clock, systemClock } from "../../../../protocol/clock.ts";
+import { TollgateError } from "../../../../protocol/errors.ts";
 import {
   ledgerKeys,
   type RedisLedger,

@@ -3,9 +3,9 @@
  * (createPostgresUsageLedger.ts states the locking rules): each runs inside the caller's transaction,
  * on the ledger `name`.
  */
-import { TollgateError } from "../../../protocol/errors.ts";
-import { queryOneParsed } from "../../../store/queryParsed.ts";
-import type { Queryable } from "../../../store/store.ts";
+import { TollgateError } from "../../../../protocol/errors.ts";
+import { queryOneParsed } from "../../../../store/queryParsed.ts";
+import type { Queryable } from "../../../../store/store.ts";
 import {
   CYCLE_COLUMNS,
   cycleOf,
