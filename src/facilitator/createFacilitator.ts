@@ -13,12 +13,16 @@ import {
   type PublicClient,
   type Transport,
 } from "viem";
-import { defaultConfirmations, devnetChain, getNetworkConfig } from "../chain/networks.ts";
+import {
+  defaultConfirmations,
+  devnetChain,
+  getNetworkConfig,
+  type NetworkConfig,
+} from "../chain/networks.ts";
 import { type RpcTransportOptions, rpcTransport } from "../chain/rpcTransport.ts";
 import { parseRpcUrls } from "../chain/rpcUrls.ts";
-import { createRateLimits, type RateLimitOptions } from "../http/rateLimits.ts";
+import { createRateLimits, type RateLimitOptions, type RateLimits } from "../http/rateLimits.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
-import { TollgateError } from "../protocol/errors.ts";
 import type { SupportedResponse } from "../protocol/facilitator.ts";
 import { chainIdOf } from "../protocol/network.ts";
 import type { Queryable, Store } from "../store/store.ts";
@@ -27,10 +31,11 @@ import { defaultMinAmount } from "./abuse/minimumAmount.ts";
 import {
   createSettlementFeeFloor,
   followsFee,
+  type SettlementFeeFloor,
   type SettlementFeeOptions,
   supportedNow,
 } from "./abuse/settlementFeeFloor.ts";
-import { createContractSigners } from "./contractSigners.ts";
+import { type ContractSigners, createContractSigners } from "./contractSigners.ts";
 import { createFacilitatorApp } from "./createFacilitatorApp.ts";
 import { createDashboardModule, type DashboardOptions } from "./dashboard/dashboardModule.ts";
 import type { FacilitatorContext } from "./facilitatorContext.ts";
@@ -43,14 +48,15 @@ import {
 } from "./facilitatorSchemeParts.ts";
 import { facilitatorSchemes } from "./facilitatorSchemes.ts";
 import type { FacilitatorToken } from "./facilitatorToken.ts";
-import { createGasAccount } from "./gasAccount.ts";
+import { createGasAccount, type GasAccount } from "./gasAccount.ts";
 import { feesCheck, gasCheck } from "./gasHealth.ts";
-import { createGasRunway, type GasRunwayOptions } from "./gasRunway.ts";
+import { createGasRunway, type GasRunway, type GasRunwayOptions } from "./gasRunway.ts";
 import { createFacilitatorMetrics, type FacilitatorMetrics } from "./metrics.ts";
 import type { MetricsAccess } from "./metricsAccess.ts";
 import { builtinModules } from "./modules.ts";
 import { createOutbox, type OutboxOptions } from "./outbox/createOutbox.ts";
-import { createGasKey } from "./outbox/gasKey.ts";
+import { createGasKey, type GasKey } from "./outbox/gasKey.ts";
+import type { Outbox } from "./outbox/outboxTypes.ts";
 import type { ProofKey } from "./proofKeys.ts";
 import { findProviderByApiKey } from "./providers/requireProvider.ts";
 import { logRpcProviderEvents } from "./rpcProviderEvents.ts";
@@ -60,7 +66,7 @@ import {
   type SettlementEngineOptions,
   settlementFaults,
 } from "./settlementEngine.ts";
-import { createTokenPauseWatch } from "./tokenPauseWatch.ts";
+import { createTokenPauseWatch, type TokenPauseWatch } from "./tokenPauseWatch.ts";
 import {
   createWebhooksModule,
   type WebhooksModuleOptions,
@@ -240,15 +246,115 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
   if (options.publicClient === undefined && options.rpcUrl === undefined) {
     throw new TypeError("createFacilitator needs rpcUrl or publicClient");
   }
+  const metrics = createFacilitatorMetrics();
+  const publicClient = facilitatorPublicClient(options, { logger, metrics, chainId, config });
+  const setup: FacilitatorSetup = {
+    options,
+    clock,
+    logger,
+    chainId,
+    isDevnet: config?.isDevnet === true,
+    confirmations,
+    metrics,
+    publicClient,
+  };
+  const admission = admissionParts(setup);
+  const gasParts = createGasParts(setup);
+  const tokenPause = pauseWatch(setup);
+  const engine = paymentEngine(setup, admission, gasParts.outbox, tokenPause);
+  const supported = facilitatorSupported(options, admission);
+  const context: FacilitatorContext = {
+    store: options.store,
+    publicClient,
+    gas: gasParts.gas,
+    outbox: gasParts.outbox,
+    network: options.network,
+    chainId,
+    batchSettler: options.batchSettler,
+    subscriptionManager: options.subscriptionManager,
+    channels: options.channels,
+    tokens: admission.tokenConfigs,
+    logsRange: options.logsRange,
+    engine,
+    contractSigners: admission.contractSigners,
+    tokenPause,
+    proofKeys: () => options.proofKeys,
+    supported,
+    clock,
+    logger,
+    metrics,
+    recordEvent,
+  };
+  const { schemes, modules } = facilitatorModules(options, context, logger);
+  const app = facilitatorApp(setup, { admission, gasParts, tokenPause, supported, schemes, modules });
+  return {
+    app,
+    context,
+    schemes: schemes.parts,
+    engine,
+    metrics,
+    publicClient,
+    store: options.store,
+    supported,
+    ...facilitatorLifecycle({
+      tokenPause,
+      engine,
+      outbox: gasParts.outbox,
+      runway: gasParts.runway,
+      schemes,
+      modules,
+    }),
+  };
+}
+
+/** What every part of a facilitator is built from: its options, clock, logger, chain and metrics. */
+type FacilitatorSetup = {
+  options: CreateFacilitatorOptions;
+  clock: Clock;
+  logger: Logger;
+  chainId: number;
+  /** A devnet is one the network table says is; any other chain's gas costs. */
+  isDevnet: boolean;
+  confirmations: number;
+  metrics: FacilitatorMetrics;
+  publicClient: PublicClient<Transport, Chain>;
+};
+
+/** Whether the token's issuer paused it: everything that moves the token holds meanwhile. */
+function pauseWatch(setup: FacilitatorSetup): TokenPauseWatch {
+  const { options, clock, logger, chainId, metrics, publicClient } = setup;
+  return createTokenPauseWatch({
+    store: options.store,
+    client: publicClient,
+    chainId,
+    network: options.network,
+    tokens: options.tokens,
+    clock,
+    logger,
+    metrics,
+    recordEvent,
+    intervalMs: options.tokenPause?.intervalMs,
+  });
+}
+
+async function recordEvent(db: Queryable, type: string, data: Record<string, unknown>): Promise<void> {
+  await db.query("INSERT INTO events (type, data) VALUES ($1, $2)", [type, data]);
+}
+
+/** The given public client, or one over `rpcUrl` with failover, batching and logged provider events. */
+function facilitatorPublicClient(
+  options: CreateFacilitatorOptions,
+  deps: { logger: Logger; metrics: FacilitatorMetrics; chainId: number; config: NetworkConfig | undefined },
+): PublicClient<Transport, Chain> {
+  const { logger, metrics, chainId, config } = deps;
   const rpcUrls =
     options.rpcUrl === undefined
       ? []
       : typeof options.rpcUrl === "string"
         ? parseRpcUrls(options.rpcUrl)
         : parseRpcUrls(options.rpcUrl.join(","));
-  const metrics = createFacilitatorMetrics();
   const rpcEvents = logRpcProviderEvents(logger.child({ component: "rpc" }), metrics);
-  const publicClient =
+  return (
     options.publicClient ??
     createPublicClient({
       chain: config?.chain ?? { ...devnetChain, id: chainId },
@@ -265,7 +371,21 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
       }),
       // A devnet mines on demand: poll receipts quickly. Real chains have block times of seconds.
       pollingInterval: config?.isDevnet === false ? 1_000 : 50,
-    });
+    })
+  );
+}
+
+/** What a payment passes before it reaches the engine: its token, minimum, fee floor and rate limits. */
+type AdmissionParts = {
+  tokenConfigs: (FacilitatorToken & { minAmount: bigint })[];
+  tokens: Map<string, FacilitatorToken & { minAmount: bigint }>;
+  feeFloor: SettlementFeeFloor | undefined;
+  rateLimits: RateLimits;
+  contractSigners: ContractSigners;
+};
+
+function admissionParts(setup: FacilitatorSetup): AdmissionParts {
+  const { options, clock, logger, metrics, publicClient } = setup;
   // A token without its own minimum gets the network's default (abuse/minimumAmount.ts).
   const tokenConfigs = options.tokens.map((t) => ({
     ...t,
@@ -273,8 +393,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
   }));
   const tokens = new Map(tokenConfigs.map((t) => [t.address.toLowerCase(), t]));
   const settlementFee = options.settlementFee;
-  // A devnet is one the network table says is (as for the default minimum); any other chain's gas costs.
-  const feeFloor = followsFee(settlementFee, config?.isDevnet === true)
+  const feeFloor = followsFee(settlementFee, setup.isDevnet)
     ? createSettlementFeeFloor({
         ...settlementFee,
         client: publicClient,
@@ -291,7 +410,16 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     // A gate's requests with its provider key take that provider's own allowance (abuse/rateLimits.ts).
     findProvider: (apiKey) => findProviderByApiKey(options.store, apiKey),
   });
-  const proofKeys = options.proofKeys;
+  // Smart-contract wallet payers (ERC-1271): one "has code" cache for every path that checks them.
+  const contractSigners = createContractSigners({ client: publicClient, clock });
+  return { tokenConfigs, tokens, feeFloor, rateLimits, contractSigners };
+}
+
+/** The gas key, its runway, the one outbox every transaction of the key goes through, and the gas account. */
+type GasParts = { key: GasKey; runway: GasRunway; outbox: Outbox; gas: GasAccount };
+
+function createGasParts(setup: FacilitatorSetup): GasParts {
+  const { options, clock, logger, chainId, metrics, publicClient } = setup;
   const key = createGasKey({
     account: options.gasAccount,
     client: publicClient,
@@ -316,7 +444,7 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     key,
     clock,
     logger,
-    confirmations,
+    confirmations: setup.confirmations,
     reconcileIntervalMs: options.settlement?.reconcileIntervalMs,
     // The reorganisation watch is the outbox's (outbox/confirmedRowWatch.ts); the settlement options
     // that set it before still do.
@@ -334,23 +462,22 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     runway: () => runway.state(),
   });
   const gas = createGasAccount({ key, outbox, client: publicClient, logger });
-  // Whether the token's issuer paused it: everything that moves the token holds meanwhile.
-  const tokenPause = createTokenPauseWatch({
-    store: options.store,
-    client: publicClient,
-    chainId,
-    network: options.network,
-    tokens: options.tokens,
-    clock,
-    logger,
-    metrics,
-    async recordEvent(db: Queryable, type: string, data: Record<string, unknown>) {
-      await db.query("INSERT INTO events (type, data) VALUES ($1, $2)", [type, data]);
-    },
-    intervalMs: options.tokenPause?.intervalMs,
-  });
-  // Smart-contract wallet payers (ERC-1271): one "has code" cache for every path that checks them.
-  const contractSigners = createContractSigners({ client: publicClient, clock });
+  return { key, runway, outbox, gas };
+}
+
+/**
+ * The settlement engine behind the admission checks: everything that reaches the engine from outside
+ * passes the off-chain checks and the payer's rate limit first (abuse/admitPayments.ts).
+ */
+function paymentEngine(
+  setup: FacilitatorSetup,
+  admission: AdmissionParts,
+  outbox: Outbox,
+  tokenPause: TokenPauseWatch,
+): SettlementEngine {
+  const { options, clock, logger, chainId, metrics, publicClient } = setup;
+  const { tokens, contractSigners } = admission;
+  const proofKeys = options.proofKeys;
   const settlementEngine = createSettlementEngine({
     store: options.store,
     client: publicClient,
@@ -364,21 +491,27 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     logger,
     metrics,
     contractSigners,
-    confirmations,
+    confirmations: setup.confirmations,
     tokenPause,
     ...options.settlement,
   });
-  // Everything that reaches the engine from outside passes the off-chain checks and the payer's
-  // rate limit first (abuse/admitPayments.ts).
-  const engine = admitPayments(settlementEngine, {
+  return admitPayments(settlementEngine, {
     network: options.network,
     tokens,
     clock,
-    limits: rateLimits,
+    limits: admission.rateLimits,
     contractSigners,
-    feeFloor,
+    feeFloor: admission.feeFloor,
   });
-  const supported: SupportedResponse = {
+}
+
+/** The `/supported` answer: the network, its tokens with their minimums, the contracts and the signer. */
+function facilitatorSupported(
+  options: CreateFacilitatorOptions,
+  admission: AdmissionParts,
+): SupportedResponse {
+  const { tokenConfigs, feeFloor } = admission;
+  return {
     version: "1",
     schemes: options.subscriptionManager === undefined ? ["exact"] : ["exact", "subscription"],
     networks: [
@@ -401,30 +534,14 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
       },
     ],
   };
-  const context: FacilitatorContext = {
-    store: options.store,
-    publicClient,
-    gas,
-    outbox,
-    network: options.network,
-    chainId,
-    batchSettler: options.batchSettler,
-    subscriptionManager: options.subscriptionManager,
-    channels: options.channels,
-    tokens: tokenConfigs,
-    logsRange: options.logsRange,
-    engine,
-    contractSigners,
-    tokenPause,
-    proofKeys: () => proofKeys,
-    supported,
-    clock,
-    logger,
-    metrics,
-    async recordEvent(db, type, data) {
-      await db.query("INSERT INTO events (type, data) VALUES ($1, $2)", [type, data]);
-    },
-  };
+}
+
+/** The scheme parts and modules this facilitator runs, the dashboard (if any) last. */
+function facilitatorModules(
+  options: CreateFacilitatorOptions,
+  context: FacilitatorContext,
+  logger: Logger,
+): { schemes: BuiltFacilitatorSchemes; modules: FacilitatorModule[] } {
   // The dashboard rotates webhook secrets: it and the webhooks module must seal with the same keys.
   let webhookOptions = options.webhooks;
   if (options.dashboard !== undefined && (webhookOptions?.secretKeys ?? []).length === 0) {
@@ -458,23 +575,41 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
       }),
     );
   }
-  const modules = moduleFactories.map((factory) => factory(context));
-  const app = createFacilitatorApp({
+  return { schemes, modules: moduleFactories.map((factory) => factory(context)) };
+}
+
+/** The facilitator's HTTP app: the core endpoints, then the scheme parts' and modules' routes. */
+function facilitatorApp(
+  setup: FacilitatorSetup,
+  parts: {
+    admission: AdmissionParts;
+    gasParts: GasParts;
+    tokenPause: TokenPauseWatch;
+    supported: SupportedResponse;
+    schemes: BuiltFacilitatorSchemes;
+    modules: readonly FacilitatorModule[];
+  },
+): Hono {
+  const { options, clock, logger, metrics, publicClient } = setup;
+  const { admission, supported, schemes, modules } = parts;
+  const { feeFloor } = admission;
+  const { key, runway, outbox } = parts.gasParts;
+  return createFacilitatorApp({
     store: options.store,
-    proofKeys: () => proofKeys,
+    proofKeys: () => options.proofKeys,
     supported,
     currentSupported: feeFloor === undefined ? undefined : () => supportedNow(supported, feeFloor),
     clock,
     logger,
     metrics,
     chainHealth: () => publicClient.getBlockNumber({ cacheTime: 0 }),
-    pausedTokens: () => tokenPause.paused(),
+    pausedTokens: () => parts.tokenPause.paused(),
     gasChecks: async (detailed) => ({
       fees: feesCheck(outbox.feeHold(), key.maxFeePerGas, detailed),
       gas: gasCheck(detailed ? await runway.fresh() : runway.state(), detailed),
     }),
     maxBodyBytes: options.maxBodyBytes,
-    limitClients: rateLimits.clientMiddleware,
+    limitClients: admission.rateLimits.clientMiddleware,
     limitedPaths: schemes.rateLimited,
     metricsAccess: options.metricsAccess,
     extend: (a) => {
@@ -482,16 +617,20 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
       for (const m of modules) m.routes?.(a);
     },
   });
+}
+
+/** Starts the workers in order (pause state, engine, outbox, runway, scheme parts, modules); stops in reverse. */
+function facilitatorLifecycle(parts: {
+  tokenPause: TokenPauseWatch;
+  engine: SettlementEngine;
+  outbox: Outbox;
+  runway: GasRunway;
+  schemes: BuiltFacilitatorSchemes;
+  modules: readonly FacilitatorModule[];
+}): Pick<Facilitator, "start" | "stop"> {
+  const { tokenPause, engine, outbox, runway, schemes, modules } = parts;
   const started: FacilitatorModule[] = [];
   return {
-    app,
-    context,
-    schemes: schemes.parts,
-    engine,
-    metrics,
-    publicClient,
-    store: options.store,
-    supported,
     async start() {
       // Handlers are registered at construction (engine, modules), so the outbox's first pass can
       // finish what a crashed process left open; the engine first adopts batches of an older version.
@@ -517,4 +656,5 @@ export function createFacilitator(options: CreateFacilitatorOptions): Facilitato
     },
   };
 }
+
 export { type RunningServer, serveApp } from "../http/serveApp.ts";

@@ -91,6 +91,21 @@ const docs = {
   home: routeDoc({ summary: "Dashboard: the session's home page (303)", status: 303 }),
 };
 
+/** What the dashboard's routes share: its options, sessions, the sign-in limit and request helpers. */
+type DashboardParts = {
+  options: DashboardAppOptions;
+  logger: Logger;
+  random: (size: number) => Uint8Array;
+  sessions: ReturnType<typeof createDashboardSessions>;
+  loginBuckets: ReturnType<typeof createTokenBuckets>;
+  trusted: ReadonlySet<string>;
+  now(): Date;
+  /** Whether cookies set on this request are `Secure`. */
+  secure(c: Context): boolean;
+  /** The home page of a kind of session. */
+  homeOf(kind: DashboardSession["kind"]): string;
+};
+
 /** Builds the dashboard app; mount it with `app.route("/dashboard", dashboard)`. */
 export function createDashboardApp(options: DashboardAppOptions): Hono<DashboardEnv> {
   const { clock, logger } = options;
@@ -107,13 +122,18 @@ export function createDashboardApp(options: DashboardAppOptions): Hono<Dashboard
     ...(options.loginLimit ?? { capacity: 10, refillPerSecond: 1 / 6 }),
     clock,
   });
-  const trusted = new Set(options.trustedProxies ?? []);
-  const now = () => new Date(clock.now());
+  const parts: DashboardParts = {
+    options,
+    logger,
+    random,
+    sessions,
+    loginBuckets,
+    trusted: new Set(options.trustedProxies ?? []),
+    now: () => new Date(clock.now()),
+    secure: (c) => options.secureCookies ?? new URL(c.req.url).protocol === "https:",
+    homeOf: (kind) => `/dashboard/${options.sections.find((s) => s.kind === kind)?.prefix ?? ""}`,
+  };
   const app = new Hono<DashboardEnv>();
-
-  const secure = (c: Context) => options.secureCookies ?? new URL(c.req.url).protocol === "https:";
-  const homeOf = (kind: DashboardSession["kind"]) =>
-    `/dashboard/${options.sections.find((s) => s.kind === kind)?.prefix ?? ""}`;
 
   app.onError((error) => errorPage(error, logger));
   app.use(dashboardHeaders());
@@ -131,10 +151,23 @@ export function createDashboardApp(options: DashboardAppOptions): Hono<Dashboard
     c.header("cache-control", "public, max-age=300");
     return c.body(asset.body);
   });
+  mountSignIn(app, parts);
 
+  // Everything below needs a live session; every POST also a same-origin request and the CSRF token.
+  // Marked, so the OpenAPI document lists the session on every route registered after it (routeDocs.ts).
+  app.use("*", requireSession(parts));
+
+  app.get("/", docs.home, (c) => c.redirect(parts.homeOf(c.get("session").kind), 303));
+  mountSections(app, options.sections);
+  return app;
+}
+
+/** `GET /login`, `POST /login` and `POST /logout`. */
+function mountSignIn(app: Hono<DashboardEnv>, parts: DashboardParts): void {
+  const { options, sessions, now, secure } = parts;
   app.get("/login", docs.loginPage, (c) => {
     // A fresh token per form; the POST must show the same in its body and its cookie.
-    const loginToken = base64UrlEncode(random(32));
+    const loginToken = base64UrlEncode(parts.random(32));
     setCookie(c, LOGIN_COOKIE, loginToken, {
       path: "/dashboard",
       httpOnly: true,
@@ -151,7 +184,9 @@ export function createDashboardApp(options: DashboardAppOptions): Hono<Dashboard
     assertSameOrigin(c, options.publicOrigin);
     const peer = (c.env as { incoming?: { socket?: { remoteAddress?: string } } } | undefined)?.incoming
       ?.socket?.remoteAddress;
-    const taken = loginBuckets.take(bucketKey(clientAddress(peer, c.req.header("x-forwarded-for"), trusted)));
+    const taken = parts.loginBuckets.take(
+      bucketKey(clientAddress(peer, c.req.header("x-forwarded-for"), parts.trusted)),
+    );
     if (!taken.ok) {
       throw new TollgateError(
         "RateLimited",
@@ -170,23 +205,7 @@ export function createDashboardApp(options: DashboardAppOptions): Hono<Dashboard
       });
     }
     deleteCookie(c, LOGIN_COOKIE, { path: "/dashboard" });
-    const secret = form.secret ?? "";
-    let opened: Awaited<ReturnType<typeof sessions.open>> | undefined;
-    if (form.kind === "provider" && options.providerKeys !== undefined) {
-      const provider = await findProviderByApiKey(options.providerKeys, secret.trim());
-      if (provider !== undefined) {
-        opened = await sessions.open(
-          { kind: "provider", provider: provider.address, keyId: provider.keyId },
-          now(),
-        );
-        logger.info({ provider: provider.address, keyId: provider.keyId }, "dashboard sign-in");
-      }
-    } else if (form.kind === "agent" && options.agentToken !== undefined) {
-      if (tokensMatch(secret.trim(), options.agentToken)) {
-        opened = await sessions.open({ kind: "agent" }, now());
-        logger.info("dashboard sign-in (agent operator)");
-      }
-    }
+    const opened = await openSession(parts, form);
     if (opened === undefined) {
       throw new TollgateError("Unauthorized", "unknown or revoked key; check it and sign in again");
     }
@@ -196,7 +215,7 @@ export function createDashboardApp(options: DashboardAppOptions): Hono<Dashboard
       sameSite: "Strict",
       secure: secure(c),
     });
-    return c.redirect(homeOf(opened.session.kind), 303);
+    return c.redirect(parts.homeOf(opened.session.kind), 303);
   });
 
   app.post("/logout", docs.logout, async (c) => {
@@ -210,32 +229,57 @@ export function createDashboardApp(options: DashboardAppOptions): Hono<Dashboard
     deleteCookie(c, SESSION_COOKIE, { path: "/dashboard" });
     return c.redirect("/dashboard/login?signed-out=1", 303);
   });
+}
 
-  // Everything below needs a live session; every POST also a same-origin request and the CSRF token.
-  // Marked, so the OpenAPI document lists the session on every route registered after it (routeDocs.ts).
-  const requireSession = authenticating(
-    "dashboardSession",
-    async (c: Context<DashboardEnv>, next: () => Promise<void>) => {
-      const session = await sessions.touch(getCookie(c, SESSION_COOKIE) ?? "", now());
-      if (session === undefined) {
-        if (c.req.method === "GET") return c.redirect("/dashboard/login", 303);
-        throw new TollgateError("Unauthorized", "sign in first");
-      }
-      c.set("session", session);
-      if (c.req.method !== "GET" && c.req.method !== "HEAD") {
-        assertSameOrigin(c, options.publicOrigin);
-        const form = await readForm(c);
-        assertCsrf(form, session.csrfToken);
-        c.set("form", form);
-      }
-      await next();
-    },
-  );
-  app.use("*", requireSession);
+/** A session for the sign-in form's secret: a provider's API key or the agent token; undefined when neither fits. */
+async function openSession(
+  parts: DashboardParts,
+  form: Record<string, string>,
+): Promise<Awaited<ReturnType<DashboardParts["sessions"]["open"]>> | undefined> {
+  const { options, sessions, now, logger } = parts;
+  const secret = form.secret ?? "";
+  if (form.kind === "provider" && options.providerKeys !== undefined) {
+    const provider = await findProviderByApiKey(options.providerKeys, secret.trim());
+    if (provider === undefined) return undefined;
+    const opened = await sessions.open(
+      { kind: "provider", provider: provider.address, keyId: provider.keyId },
+      now(),
+    );
+    logger.info({ provider: provider.address, keyId: provider.keyId }, "dashboard sign-in");
+    return opened;
+  }
+  if (form.kind === "agent" && options.agentToken !== undefined) {
+    if (!tokensMatch(secret.trim(), options.agentToken)) return undefined;
+    const opened = await sessions.open({ kind: "agent" }, now());
+    logger.info("dashboard sign-in (agent operator)");
+    return opened;
+  }
+  return undefined;
+}
 
-  app.get("/", docs.home, (c) => c.redirect(homeOf(c.get("session").kind), 303));
+/** The signed-in routes' guard: a live session, and on every POST a same-origin request and its CSRF token. */
+function requireSession(parts: DashboardParts) {
+  const { options, sessions, now } = parts;
+  return authenticating("dashboardSession", async (c: Context<DashboardEnv>, next: () => Promise<void>) => {
+    const session = await sessions.touch(getCookie(c, SESSION_COOKIE) ?? "", now());
+    if (session === undefined) {
+      if (c.req.method === "GET") return c.redirect("/dashboard/login", 303);
+      throw new TollgateError("Unauthorized", "sign in first");
+    }
+    c.set("session", session);
+    if (c.req.method !== "GET" && c.req.method !== "HEAD") {
+      assertSameOrigin(c, options.publicOrigin);
+      const form = await readForm(c);
+      assertCsrf(form, session.csrfToken);
+      c.set("form", form);
+    }
+    await next();
+  });
+}
 
-  for (const section of options.sections) {
+/** Each section under `/<prefix>`, open only to its kind of session. */
+function mountSections(app: Hono<DashboardEnv>, sections: readonly DashboardSection[]): void {
+  for (const section of sections) {
     const sub = new Hono<DashboardEnv>();
     sub.use("*", async (c, next) => {
       if (c.get("session").kind !== section.kind) {
@@ -252,7 +296,6 @@ export function createDashboardApp(options: DashboardAppOptions): Hono<Dashboard
     section.mount(sub);
     app.route(`/${section.prefix}`, sub);
   }
-  return app;
 }
 
 /** A url-encoded form body as strings (files and repeated fields are refused). */
