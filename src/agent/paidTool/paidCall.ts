@@ -121,6 +121,9 @@ export class PaidCall implements ChoosingCall {
         this.spend.paid += BigInt(receipt.option.amount);
         this.transaction = receipt.settled?.transaction ?? receipt.proof.tx;
       },
+      onSchemePayment: (payment) => {
+        this.parts.find((p) => p.scheme.id === payment.scheme)?.hooks.schemePaid?.(payment);
+      },
     };
     for (const { hooks } of this.parts) {
       payer = hooks.payer?.(payer) ?? payer;

@@ -23,6 +23,7 @@ import type { Clock } from "../../protocol/clock.ts";
 import type { ManifestPricing } from "../../protocol/manifest.ts";
 import type { PaymentOption } from "../../protocol/paymentRequired.ts";
 import type { X402PaymentRequired } from "../../protocol/x402.ts";
+import type { ClientPayment } from "../../schemes/types.ts";
 import type { BudgetLedger, Reservation, ReserveRequest } from "../budget/createBudgetLedger.ts";
 import type { CallAllowance } from "../callAllowance.ts";
 import type { CallCounter } from "../policy/createCallCounter.ts";
@@ -158,6 +159,8 @@ export type CallPurchase = {
   revise?(decision: PolicyDecision, view: PurchaseOffer, context: ChooseContext): PolicyDecision;
   /** The policy chose an option of this part's scheme: hold its allowance and budget before anything is signed. */
   hold?(choice: PurchaseChoice): Promise<void>;
+  /** Its scheme's client part paid an option (a payment that is no proof receipt): count what it cost. */
+  schemePaid?(payment: ClientPayment): void;
   /** Before the first request (hold what a call under held access may cost). */
   beforeSend?(): void;
   /** True when the call is sent under access held already: no given-back proof is presented. */
