@@ -2,6 +2,7 @@ import { Hono, type MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
 import { errorResponse } from "../http/httpErrors.ts";
+import { routeDoc } from "../http/routeDocs.ts";
 import type { Clock } from "../protocol/clock.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import {
@@ -17,7 +18,6 @@ import type { FacilitatorMetrics } from "./metrics.ts";
 import { assertMetricsReader, isMetricsReader, type MetricsAccess } from "./metricsAccess.ts";
 import { openApiDocumentOf } from "./openApi.ts";
 import { jwksOf, type ProofKey } from "./proofKeys.ts";
-import { routeDoc } from "./routeDocs.ts";
 import type { PausedToken } from "./tokenPauseWatch.ts";
 
 export type FacilitatorAppDeps = {

@@ -20,6 +20,7 @@
  */
 import type { Hono } from "hono";
 import { z } from "zod";
+import { routeDoc } from "../http/routeDocs.ts";
 import { AddressSchema } from "../protocol/address.ts";
 import { TollgateError } from "../protocol/errors.ts";
 import { parseWire } from "../protocol/parseWire.ts";
@@ -34,7 +35,6 @@ import { queryParsed } from "../store/queryParsed.ts";
 import type { FacilitatorContext } from "./facilitatorContext.ts";
 import type { FacilitatorModule } from "./facilitatorModule.ts";
 import { requireProvider } from "./providers/requireProvider.ts";
-import { routeDoc } from "./routeDocs.ts";
 
 const QuerySchema = z.object({
   /** Omitted: from the start of the log. */

@@ -1,4 +1,6 @@
 /** `tollgate/facilitator`: the settlement service as a library (docs/facilitator.md). */
+
+export { authenticating, type RouteAuth, type RouteDoc, routeDoc } from "../http/routeDocs.ts";
 export {
   type CreateFacilitatorOptions,
   createFacilitator,
@@ -37,4 +39,3 @@ export {
   proofKeyFromSeed,
   signPaymentProof,
 } from "./proofKeys.ts";
-export { authenticating, type RouteAuth, type RouteDoc, routeDoc } from "./routeDocs.ts";

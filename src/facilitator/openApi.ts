@@ -7,6 +7,13 @@
 import type { Hono } from "hono";
 import { z } from "zod";
 import {
+  openApiPath,
+  pathParams,
+  type RouteAuth,
+  type ServedRoute,
+  servedRoutes,
+} from "../http/routeDocs.ts";
+import {
   ChannelCloseRequestResponseSchema,
   ChannelCloseRequestSchema,
   ChannelCloseResponseSchema,
@@ -37,7 +44,6 @@ import {
   X402VerifyRequestSchema,
   X402VerifyResponseSchema,
 } from "../protocol/x402.ts";
-import { openApiPath, pathParams, type RouteAuth, type ServedRoute, servedRoutes } from "./routeDocs.ts";
 
 /** The credentials of docs/facilitator.md, "Who may read what". */
 const securitySchemes = {

@@ -23,6 +23,7 @@
 import type { Context, Hono } from "hono";
 import { type Address, getAddress, type Hex, hashMessage, recoverMessageAddress } from "viem";
 import { z } from "zod";
+import { routeDoc } from "../http/routeDocs.ts";
 import { createTokenBuckets } from "../http/tokenBucket.ts";
 import { sameAddress } from "../protocol/address.ts";
 import { type Clock, unixSeconds } from "../protocol/clock.ts";
@@ -39,7 +40,6 @@ import type { Store } from "../store/store.ts";
 import type { ContractSigners } from "./contractSigners.ts";
 import type { PaymentRow } from "./paymentRecords.ts";
 import { findProviderByApiKey } from "./providers/requireProvider.ts";
-import { routeDoc } from "./routeDocs.ts";
 import type { SettlementEngine } from "./settlementEngine.ts";
 
 export type PaymentReadBackDeps = {

@@ -2,7 +2,7 @@
  * The OpenAPI document once listed 18 of the facilitator's routes; `/providers`,
  * `/subscriptions`, `/events`, `/usage`, `/webhooks`, `/analytics`, the dashboard and others were
  * missing, and what it said about credentials was typed by hand. The document is now built from the
- * routes the app serves (src/facilitator/routeDocs.ts), credentials included.
+ * routes the app serves (src/http/routeDocs.ts), credentials included.
  *
  * Over a facilitator with every module and scheme part (channels, subscriptions, usage, dashboard with
  * the agent views) that is never started: its routes are enumerated from `app.routes`, and each is

@@ -7,17 +7,10 @@
 import { getAddress, isAddress } from "viem";
 import { z } from "zod";
 import type { DashboardSection } from "../../facilitator/dashboard/dashboardApp.ts";
-import {
-  type DisplayToken,
-  money,
-  page,
-  short,
-  table,
-  when,
-} from "../../facilitator/dashboard/dashboardLayout.ts";
 import type { DashboardAgents } from "../../facilitator/dashboard/dashboardModule.ts";
-import { html, jsonForScript, type SafeHtml } from "../../facilitator/dashboard/html.ts";
-import { routeDoc } from "../../facilitator/routeDocs.ts";
+import { type DisplayToken, money, page, short, table, when } from "../../http/dashboardLayout.ts";
+import { html, jsonForScript, type SafeHtml } from "../../http/html.ts";
+import { routeDoc } from "../../http/routeDocs.ts";
 import type { Clock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { listSubscriptions } from "../../schemes/subscription/agent/agentSubscriptionRecords.ts";

@@ -9,11 +9,11 @@
  */
 import type { Hono } from "hono";
 import { getAddress } from "viem";
+import { routeDoc } from "../../http/routeDocs.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
 import { requireProvider } from "../providers/requireProvider.ts";
-import { routeDoc } from "../routeDocs.ts";
 import {
   AnalyticsSummaryQuerySchema,
   type AnalyticsSummaryResponse,

@@ -7,17 +7,6 @@
 import type { Hono } from "hono";
 import type { Address } from "viem";
 import { getAddress } from "viem";
-import { TollgateError } from "../../protocol/errors.ts";
-import { parseWire } from "../../protocol/parseWire.ts";
-import type { Store } from "../../store/store.ts";
-import {
-  type AnalyticsBucket,
-  type AnalyticsVolumeQuery,
-  AnalyticsVolumeQuerySchema,
-} from "../analytics/analyticsApi.ts";
-import { bucketStart, queryAnalyticsVolume } from "../analytics/queryAnalytics.ts";
-import { routeDoc } from "../routeDocs.ts";
-import type { DashboardEnv, DashboardSection } from "./dashboardApp.ts";
 import {
   type DisplayToken,
   money,
@@ -27,8 +16,19 @@ import {
   short,
   table,
   when,
-} from "./dashboardLayout.ts";
-import { html, jsonForScript, type SafeHtml } from "./html.ts";
+} from "../../http/dashboardLayout.ts";
+import { html, jsonForScript, type SafeHtml } from "../../http/html.ts";
+import { routeDoc } from "../../http/routeDocs.ts";
+import { TollgateError } from "../../protocol/errors.ts";
+import { parseWire } from "../../protocol/parseWire.ts";
+import type { Store } from "../../store/store.ts";
+import {
+  type AnalyticsBucket,
+  type AnalyticsVolumeQuery,
+  AnalyticsVolumeQuerySchema,
+} from "../analytics/analyticsApi.ts";
+import { bucketStart, queryAnalyticsVolume } from "../analytics/queryAnalytics.ts";
+import type { DashboardEnv, DashboardSection } from "./dashboardApp.ts";
 import { type ProviderPayer, type ProviderPayment, recentPayments, topPayers } from "./providerRecords.ts";
 
 export type ProviderViewsDeps = {

@@ -5,9 +5,9 @@
  */
 import type { Address, Chain, PublicClient, Transport } from "viem";
 import type { WriteClient } from "../../chain/clientTypes.ts";
+import type { DisplayToken } from "../../http/dashboardLayout.ts";
 import type { Clock } from "../../protocol/clock.ts";
 import type { DashboardSection } from "./dashboardApp.ts";
-import type { DisplayToken } from "./dashboardLayout.ts";
 import type { ProviderView } from "./providerSection.ts";
 
 /** When a subscription renews next (unix seconds); undefined when it is not known or not due. */

@@ -6,13 +6,13 @@
  */
 import type { Hono } from "hono";
 import { z } from "zod";
+import { csrfField, page, table, when } from "../../http/dashboardLayout.ts";
+import { html, type SafeHtml } from "../../http/html.ts";
+import { routeDoc } from "../../http/routeDocs.ts";
 import { TollgateError } from "../../protocol/errors.ts";
-import { routeDoc } from "../routeDocs.ts";
 import type { WebhookRepository } from "../webhooks/createWebhookRepository.ts";
 import type { WebhookDelivery } from "../webhooks/webhookApi.ts";
 import type { DashboardEnv } from "./dashboardApp.ts";
-import { csrfField, page, table, when } from "./dashboardLayout.ts";
-import { html, type SafeHtml } from "./html.ts";
 import { type ProviderFrame, type ProviderView, providerOf } from "./providerSection.ts";
 
 export type WebhookViewsDeps = {

@@ -18,6 +18,7 @@ import type { Hono } from "hono";
 import { type Address, type Hex, verifyMessage } from "viem";
 import { z } from "zod";
 import { readJsonBody } from "../../http/httpErrors.ts";
+import { routeDoc } from "../../http/routeDocs.ts";
 import { AddressSchema } from "../../protocol/address.ts";
 import { base64UrlEncode } from "../../protocol/base64.ts";
 import { TollgateError } from "../../protocol/errors.ts";
@@ -35,7 +36,6 @@ import { SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSc
 import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
 import type { FacilitatorContext } from "../facilitatorContext.ts";
 import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
-import { routeDoc } from "../routeDocs.ts";
 import { hashApiKey, requireProvider } from "./requireProvider.ts";
 
 export type ProvidersModuleOptions = {

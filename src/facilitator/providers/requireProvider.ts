@@ -7,12 +7,12 @@ import { createMiddleware } from "hono/factory";
 import type { Address } from "viem";
 import { getAddress } from "viem";
 import { z } from "zod";
+import { authenticating } from "../../http/routeDocs.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { SafeIntColumnSchema } from "../../store/columnSchemas.ts";
 import { queryOneParsed } from "../../store/queryParsed.ts";
 import type { Queryable } from "../../store/store.ts";
 import type { FacilitatorContext } from "../facilitatorContext.ts";
-import { authenticating } from "../routeDocs.ts";
 
 /** The authenticated provider, as `c.get("provider")` holds it. */
 export type AuthenticatedProvider = { address: Address; keyId: number };

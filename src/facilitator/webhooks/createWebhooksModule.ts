@@ -14,12 +14,12 @@ import { randomBytes as nodeRandomBytes } from "node:crypto";
 import type { Context, Hono } from "hono";
 import { Counter } from "prom-client";
 import { readJsonBody } from "../../http/httpErrors.ts";
+import { routeDoc } from "../../http/routeDocs.ts";
 import { createWebhookTargetPolicy, type WebhookLookup } from "../../http/webhookTargets.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
 import { requireProvider } from "../providers/requireProvider.ts";
-import { routeDoc } from "../routeDocs.ts";
 import { createWebhookRepository } from "./createWebhookRepository.ts";
 import {
   createWebhookWorker,

@@ -11,8 +11,8 @@ import {
   type FacilitatorSchemeContext,
 } from "../../facilitator/facilitatorSchemeParts.ts";
 import { mountPaymentReadBack } from "../../facilitator/paymentReadBack.ts";
-import { routeDoc } from "../../facilitator/routeDocs.ts";
 import { readJsonBody } from "../../http/httpErrors.ts";
+import { routeDoc } from "../../http/routeDocs.ts";
 import { sameAddress } from "../../protocol/address.ts";
 import { base64UrlDecode } from "../../protocol/base64.ts";
 import { unixSeconds } from "../../protocol/clock.ts";

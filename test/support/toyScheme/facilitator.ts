@@ -9,8 +9,8 @@ import {
   defineFacilitatorScheme,
   type FacilitatorSchemeContext,
 } from "../../../src/facilitator/facilitatorSchemeParts.ts";
-import { routeDoc } from "../../../src/facilitator/routeDocs.ts";
 import { readJsonBody } from "../../../src/http/httpErrors.ts";
+import { routeDoc } from "../../../src/http/routeDocs.ts";
 import { TollgateError } from "../../../src/protocol/errors.ts";
 import { parseWire } from "../../../src/protocol/parseWire.ts";
 import { openToyTicket } from "./ticket.ts";

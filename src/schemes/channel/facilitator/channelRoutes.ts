@@ -9,8 +9,8 @@ import type { Hono } from "hono";
 import type { Address, Hex } from "viem";
 import type { FacilitatorContext } from "../../../facilitator/facilitatorContext.ts";
 import { requireProvider } from "../../../facilitator/providers/requireProvider.ts";
-import { routeDoc } from "../../../facilitator/routeDocs.ts";
 import { readJsonBody } from "../../../http/httpErrors.ts";
+import { routeDoc } from "../../../http/routeDocs.ts";
 import { Hex32Schema } from "../../../protocol/address.ts";
 import {
   ChannelCloseRequestResponseSchema,

@@ -16,20 +16,13 @@ import type { WriteClient } from "../../../chain/clientTypes.ts";
 import { getPlanIdFromReceipt } from "../../../chain/events/decodeSubscriptionEvents.ts";
 import type { DashboardEnv } from "../../../facilitator/dashboard/dashboardApp.ts";
 import {
-  csrfField,
-  type DisplayToken,
-  duration,
-  money,
-  page,
-  table,
-} from "../../../facilitator/dashboard/dashboardLayout.ts";
-import { html, type SafeHtml } from "../../../facilitator/dashboard/html.ts";
-import {
   type ProviderFrame,
   type ProviderView,
   providerOf,
 } from "../../../facilitator/dashboard/providerSection.ts";
-import { routeDoc } from "../../../facilitator/routeDocs.ts";
+import { csrfField, type DisplayToken, duration, money, page, table } from "../../../http/dashboardLayout.ts";
+import { html, type SafeHtml } from "../../../http/html.ts";
+import { routeDoc } from "../../../http/routeDocs.ts";
 import { parseUnitsExact } from "../../../protocol/amount.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
 import type { Store } from "../../../store/store.ts";

@@ -6,8 +6,8 @@
  */
 import type { Hono } from "hono";
 import { z } from "zod";
-import { routeDoc } from "../../../facilitator/routeDocs.ts";
 import { readJsonBody } from "../../../http/httpErrors.ts";
+import { routeDoc } from "../../../http/routeDocs.ts";
 import { AddressSchema } from "../../../protocol/address.ts";
 import { UintStringSchema } from "../../../protocol/amount.ts";
 import { parseWire } from "../../../protocol/parseWire.ts";

@@ -4,18 +4,11 @@
  * failed renewals (from the event log). Every read is scoped to the signed-in provider.
  */
 import { getAddress } from "viem";
-import {
-  type DisplayToken,
-  money,
-  page,
-  short,
-  table,
-  when,
-} from "../../../facilitator/dashboard/dashboardLayout.ts";
-import { html, type SafeHtml } from "../../../facilitator/dashboard/html.ts";
 import { recentEventsOf } from "../../../facilitator/dashboard/providerRecords.ts";
 import { type ProviderView, providerOf } from "../../../facilitator/dashboard/providerSection.ts";
-import { routeDoc } from "../../../facilitator/routeDocs.ts";
+import { type DisplayToken, money, page, short, table, when } from "../../../http/dashboardLayout.ts";
+import { html, type SafeHtml } from "../../../http/html.ts";
+import { routeDoc } from "../../../http/routeDocs.ts";
 import type { Store } from "../../../store/store.ts";
 import { subscriptionsOfProvider } from "./providerPlanRecords.ts";
 import type { IndexScope } from "./subscriptionRecords.ts";

@@ -1,8 +1,8 @@
 /**
  * What the facilitator's OpenAPI document says about each route, declared in the registration that
  * serves it: `app.post("/channels", routeDoc({ summary, request, response }), handler)`. The document
- * (openApi.ts) is built from the routes a Hono app actually serves (`app.routes`), so a route cannot be
- * served without being listed, nor listed without being served.
+ * (src/facilitator/openApi.ts) is built from the routes a Hono app actually serves (`app.routes`),
+ * so a route cannot be served without being listed, nor listed without being served.
  *
  * Authentication is read from the same place: a middleware made by `authenticating` (the provider
  * key check, the dashboard session) marks every route it guards, whether it is given in the route's

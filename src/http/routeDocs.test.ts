@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { buildOpenApiDocument } from "./openApi.ts";
+import { buildOpenApiDocument } from "../facilitator/openApi.ts";
 import { authenticating, openApiPath, routeDoc, servedRoutes } from "./routeDocs.ts";
 
 const guard = authenticating("dashboardSession", async (_c: unknown, next: () => Promise<void>) => {

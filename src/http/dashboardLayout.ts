@@ -2,7 +2,7 @@
  * The dashboard's page frame and small view helpers. Every page is a full HTML document: the only
  * script is /dashboard/assets/dashboard.js (plus uPlot), the only styles are our stylesheets.
  */
-import { formatUnitsExact } from "../../protocol/amount.ts";
+import { formatUnitsExact } from "../protocol/amount.ts";
 import { html, type SafeHtml } from "./html.ts";
 
 /** The token amounts are shown in (the facilitator's first token). */
