@@ -29,7 +29,14 @@ import { TollgateError } from "../../../protocol/errors.ts";
 import { readKnownChannel } from "./channelChain.ts";
 import { toChannelError } from "./channelErrors.ts";
 import { type ChannelFundsContext, createChannelFundsService } from "./channelFundsService.ts";
-import { findChannel, markCloseRequested, markCloseWanted, upsertChannel } from "./channelRecords.ts";
+import {
+  type ChainChannel,
+  type ChannelRow,
+  findChannel,
+  markCloseRequested,
+  markCloseWanted,
+  upsertChannel,
+} from "./channelRecords.ts";
 import { checkPayerSigned } from "./checkReceiveAuthorization.ts";
 import { requireServedToken } from "./servedToken.ts";
 
@@ -44,142 +51,191 @@ export type ChannelCloseContext = Omit<ChannelFundsContext, "minTopUp" | "minRem
   sleep?: ((ms: number) => Promise<void>) | undefined;
 };
 
-export function createChannelCloseService(ctx: ChannelCloseContext) {
-  const where = { chainId: ctx.chainId, contract: ctx.contract };
-  const sleep = ctx.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
+type Sleep = (ms: number) => Promise<void>;
 
-  const chain = (channelId: Hex) => readKnownChannel(ctx.publicClient, where, channelId);
+const chain = (ctx: ChannelCloseContext, channelId: Hex) =>
+  readKnownChannel(ctx.publicClient, { chainId: ctx.chainId, contract: ctx.contract }, channelId);
 
-  const requested = (
-    channelId: Hex,
-    c: { closeRequestedAt: number; closeDelay: number },
-    tx?: Hash,
-  ): ChannelCloseRequestResponse => ({
-    channelId,
-    ...(tx === undefined ? {} : { transaction: tx }),
-    closeRequestedAt: c.closeRequestedAt,
-    closableAt: c.closeRequestedAt + c.closeDelay,
-  });
+const requested = (
+  channelId: Hex,
+  c: { closeRequestedAt: number; closeDelay: number },
+  tx?: Hash,
+): ChannelCloseRequestResponse => ({
+  channelId,
+  ...(tx === undefined ? {} : { transaction: tx }),
+  closeRequestedAt: c.closeRequestedAt,
+  closableAt: c.closeRequestedAt + c.closeDelay,
+});
 
-  async function requestClose(
-    channelId: Hex,
-    req: ChannelCloseRequest,
-  ): Promise<ChannelCloseRequestResponse> {
-    const before = await chain(channelId);
-    // A channel in a token not served here: no gas spent, no row, no event for its payee.
-    requireServedToken(ctx.tokens, before);
-    if (before.closed) throw new TollgateError("InvalidRequest", "the channel is closed");
-    const deadline = BigInt(req.deadline);
-    if (deadline < BigInt(Math.floor(ctx.clock.now() / 1000))) {
-      throw new TollgateError("AuthorizationExpired", "the close request's deadline has passed");
-    }
-    await checkPayerSigned(
-      ctx.publicClient,
-      before.payer,
-      () =>
-        recoverTypedDataAddress({
-          domain: channelsDomain({ chainId: ctx.chainId, channels: ctx.contract }),
-          types: requestCloseTypes,
-          primaryType: "RequestClose",
-          message: { channelId, deadline },
-          signature: req.signature,
-        }),
-      "the close request is not signed by the channel's payer",
-    );
-    if (before.closeRequestedAt > 0) {
-      // Already asked (by this request before, or by the payer on chain): answer with it.
-      await upsertChannel(ctx.store, before);
-      return requested(channelId, before);
-    }
-    ctx.takePayer(before.payer);
-    const call = channelCallForRelay({
-      channels: ctx.contract,
-      functionName: "requestCloseFor",
-      args: [channelId, deadline, req.signature],
-    });
-    try {
-      await ctx.publicClient.simulateContract({ ...call.simulation, account: ctx.gas.address } as never);
-    } catch (error) {
-      throw toChannelError(error);
-    }
-    let sent: { hash: Hash };
-    try {
-      sent = await ctx.gas.sendAndWait({ to: call.to, data: call.data });
-    } catch (error) {
-      const after = await chain(channelId);
-      if (after.closeRequestedAt > 0) return requested(channelId, after);
-      throw toChannelError(error);
-    }
-    const after = await chain(channelId);
-    await ctx.store.transaction(async (db) => {
-      await upsertChannel(db, after);
-      await markCloseRequested(db, channelId, after.closeRequestedAt);
-      await ctx.recordEvent(db, "channel.close_requested", {
-        provider: after.payee.toLowerCase(),
-        channelId,
-        payer: getAddress(after.payer),
-        payee: getAddress(after.payee),
-        closeRequestedAt: after.closeRequestedAt,
-        closableAt: after.closeRequestedAt + after.closeDelay,
-        transaction: sent.hash,
-      });
-    });
-    ctx.signalWorker();
-    return requested(channelId, after, sent.hash);
+/** The close request's checks: served token, channel open, deadline, the payer's signature. */
+async function checkCloseRequest(
+  ctx: ChannelCloseContext,
+  channelId: Hex,
+  req: ChannelCloseRequest,
+): Promise<{ before: ChainChannel; deadline: bigint }> {
+  const before = await chain(ctx, channelId);
+  // A channel in a token not served here: no gas spent, no row, no event for its payee.
+  requireServedToken(ctx.tokens, before);
+  if (before.closed) throw new TollgateError("InvalidRequest", "the channel is closed");
+  const deadline = BigInt(req.deadline);
+  if (deadline < BigInt(Math.floor(ctx.clock.now() / 1000))) {
+    throw new TollgateError("AuthorizationExpired", "the close request's deadline has passed");
   }
+  await checkPayerSigned(
+    ctx.publicClient,
+    before.payer,
+    () =>
+      recoverTypedDataAddress({
+        domain: channelsDomain({ chainId: ctx.chainId, channels: ctx.contract }),
+        types: requestCloseTypes,
+        primaryType: "RequestClose",
+        message: { channelId, deadline },
+        signature: req.signature,
+      }),
+    "the close request is not signed by the channel's payer",
+  );
+  return { before, deadline };
+}
 
-  async function close(payee: Address, channelId: Hex): Promise<ChannelCloseResponse> {
-    let row = await findChannel(ctx.store, channelId);
-    if (row === undefined) {
-      const c = await chain(channelId);
-      // Another provider's channel, or one in a token not served here, never becomes a row.
-      if (getAddress(c.payee) !== getAddress(payee)) {
-        throw new TollgateError("NotFound", "no such channel of this provider");
-      }
-      requireServedToken(ctx.tokens, c);
-      row = await upsertChannel(ctx.store, c);
-    }
-    if (getAddress(row.payee) !== getAddress(payee)) {
+/** Records the close request the chain now holds, with its `channel.close_requested` event. */
+async function recordCloseRequested(
+  ctx: ChannelCloseContext,
+  channelId: Hex,
+  after: ChainChannel,
+  hash: Hash,
+) {
+  await ctx.store.transaction(async (db) => {
+    await upsertChannel(db, after);
+    await markCloseRequested(db, channelId, after.closeRequestedAt);
+    await ctx.recordEvent(db, "channel.close_requested", {
+      provider: after.payee.toLowerCase(),
+      channelId,
+      payer: getAddress(after.payer),
+      payee: getAddress(after.payee),
+      closeRequestedAt: after.closeRequestedAt,
+      closableAt: after.closeRequestedAt + after.closeDelay,
+      transaction: hash,
+    });
+  });
+}
+
+async function requestClose(
+  ctx: ChannelCloseContext,
+  channelId: Hex,
+  req: ChannelCloseRequest,
+): Promise<ChannelCloseRequestResponse> {
+  const { before, deadline } = await checkCloseRequest(ctx, channelId, req);
+  if (before.closeRequestedAt > 0) {
+    // Already asked (by this request before, or by the payer on chain): answer with it.
+    await upsertChannel(ctx.store, before);
+    return requested(channelId, before);
+  }
+  ctx.takePayer(before.payer);
+  const call = channelCallForRelay({
+    channels: ctx.contract,
+    functionName: "requestCloseFor",
+    args: [channelId, deadline, req.signature],
+  });
+  try {
+    await ctx.publicClient.simulateContract({ ...call.simulation, account: ctx.gas.address } as never);
+  } catch (error) {
+    throw toChannelError(error);
+  }
+  let sent: { hash: Hash };
+  try {
+    sent = await ctx.gas.sendAndWait({ to: call.to, data: call.data });
+  } catch (error) {
+    const after = await chain(ctx, channelId);
+    if (after.closeRequestedAt > 0) return requested(channelId, after);
+    throw toChannelError(error);
+  }
+  const after = await chain(ctx, channelId);
+  await recordCloseRequested(ctx, channelId, after, sent.hash);
+  ctx.signalWorker();
+  return requested(channelId, after, sent.hash);
+}
+
+/** The payee's channel row (recorded from the chain when first asked); `NotFound` for another's. */
+async function payeeRow(ctx: ChannelCloseContext, payee: Address, channelId: Hex): Promise<ChannelRow> {
+  let row = await findChannel(ctx.store, channelId);
+  if (row === undefined) {
+    const c = await chain(ctx, channelId);
+    // Another provider's channel, or one in a token not served here, never becomes a row.
+    if (getAddress(c.payee) !== getAddress(payee)) {
       throw new TollgateError("NotFound", "no such channel of this provider");
     }
-    if (!row.closed) {
-      await markCloseWanted(ctx.store, channelId);
-      ctx.signalWorker();
-      const until = ctx.clock.now() + (ctx.closeWaitMs ?? 20_000);
-      while (ctx.clock.now() < until) {
-        row = (await findChannel(ctx.store, channelId)) ?? row;
-        if (row.closed || !row.close_wanted) break;
-        await sleep(100);
-      }
-    }
-    if (!row.closed) {
-      if (!row.close_wanted && row.claim_error !== null) {
-        throw new TollgateError(
-          "ChainUnavailable",
-          `the cooperative close failed (${row.claim_error}); try again`,
-          {
-            retryAfter: 5,
-          },
-        );
-      }
-      return { channelId, status: "closing" };
-    }
-    const c = await chain(channelId);
-    return {
-      channelId,
-      status: "closed",
-      claimed: c.claimed.toString(),
-      refunded: (c.deposit - c.claimed).toString(),
-    };
+    requireServedToken(ctx.tokens, c);
+    row = await upsertChannel(ctx.store, c);
   }
+  if (getAddress(row.payee) !== getAddress(payee)) {
+    throw new TollgateError("NotFound", "no such channel of this provider");
+  }
+  return row;
+}
 
+/** Asks the claim worker for the close and waits up to `closeWaitMs` for it; the row as last read. */
+async function waitForClose(
+  ctx: ChannelCloseContext,
+  sleep: Sleep,
+  channelId: Hex,
+  row: ChannelRow,
+): Promise<ChannelRow> {
+  await markCloseWanted(ctx.store, channelId);
+  ctx.signalWorker();
+  const until = ctx.clock.now() + (ctx.closeWaitMs ?? 20_000);
+  let last = row;
+  while (ctx.clock.now() < until) {
+    last = (await findChannel(ctx.store, channelId)) ?? last;
+    if (last.closed || !last.close_wanted) break;
+    await sleep(100);
+  }
+  return last;
+}
+
+async function close(
+  ctx: ChannelCloseContext,
+  sleep: Sleep,
+  payee: Address,
+  channelId: Hex,
+): Promise<ChannelCloseResponse> {
+  let row = await payeeRow(ctx, payee, channelId);
+  if (!row.closed) row = await waitForClose(ctx, sleep, channelId, row);
+  if (!row.closed) {
+    if (!row.close_wanted && row.claim_error !== null) {
+      throw new TollgateError(
+        "ChainUnavailable",
+        `the cooperative close failed (${row.claim_error}); try again`,
+        {
+          retryAfter: 5,
+        },
+      );
+    }
+    return { channelId, status: "closing" };
+  }
+  const c = await chain(ctx, channelId);
+  return {
+    channelId,
+    status: "closed",
+    claimed: c.claimed.toString(),
+    refunded: (c.deposit - c.claimed).toString(),
+  };
+}
+
+export function createChannelCloseService(ctx: ChannelCloseContext) {
+  const sleep = ctx.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
   const funds = createChannelFundsService({
     ...ctx,
     minTopUp: ctx.minTopUp ?? ((token) => 10n * minimumAmountOf(token)),
     minRemainingSeconds: ctx.minRemainingSeconds ?? 10,
   });
-
-  return { requestClose, close, topUp: funds.topUp, withdraw: funds.withdraw };
+  return {
+    requestClose: (channelId: Hex, req: ChannelCloseRequest): Promise<ChannelCloseRequestResponse> =>
+      requestClose(ctx, channelId, req),
+    close: (payee: Address, channelId: Hex): Promise<ChannelCloseResponse> =>
+      close(ctx, sleep, payee, channelId),
+    topUp: funds.topUp,
+    withdraw: funds.withdraw,
+  };
 }
 
 export type ChannelCloseService = ReturnType<typeof createChannelCloseService>;
