@@ -13,7 +13,7 @@ import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import type { StructuredToolInterface } from "@langchain/core/tools";
 import pino, { type Logger } from "pino";
-import { createPublicClient } from "viem";
+import { createPublicClient, type PublicClient } from "viem";
 import { z } from "zod";
 import { approvalFor, getApprovalThreshold } from "../../agent/budget/approvalThreshold.ts";
 import type { BudgetReport } from "../../agent/budget/budgetReport.ts";
@@ -29,7 +29,7 @@ import type { Plan } from "../../agent/planner/plan.ts";
 import type { PlannerDocument, PlannerInputs } from "../../agent/planner/plannerInputs.ts";
 import { createCancelClaims } from "../../agent/policy/cancelUnneededSubscriptions.ts";
 import { createCallCounter } from "../../agent/policy/createCallCounter.ts";
-import { createDemandHistory } from "../../agent/policy/createDemandHistory.ts";
+import { createDemandHistory, type DemandHistory } from "../../agent/policy/createDemandHistory.ts";
 import {
   createSpendCollector,
   formatSpendReport,
@@ -41,7 +41,11 @@ import { rpcTransport } from "../../chain/rpcTransport.ts";
 import { RpcUrlsSchema } from "../../chain/rpcUrls.ts";
 import { privateKeyAccount } from "../../chain/signers/privateKeyAccount.ts";
 import { createPayer, type Payer } from "../../client/createPayer.ts";
-import { createFacilitatorClient, type FetchFn } from "../../http/facilitatorClient.ts";
+import {
+  createFacilitatorClient,
+  type FacilitatorClient,
+  type FetchFn,
+} from "../../http/facilitatorClient.ts";
 import { DEFAULT_MARKET_URL } from "../../market/marketApi.ts";
 import { formatUnitsExact } from "../../protocol/amount.ts";
 import { MAX_CHANNEL_CLOSE_DELAY } from "../../protocol/channels.ts";
@@ -54,19 +58,17 @@ import {
   type ChannelSettlement,
   createAgentChannels,
 } from "../../schemes/channel/agent/channelCommitments.ts";
-import {
-  type ChannelWalletStore,
-  createFileChannelWalletStore,
-  createMemoryChannelWalletStore,
-} from "../../schemes/channel/client/channelWalletStore.ts";
 import { createSubscriptionKeeper } from "../../schemes/subscription/agent/createSubscriptionKeeper.ts";
 import { cancelUnneededAfterRun } from "../../schemes/subscription/agent/heldSubscriptions.ts";
+import type { SubscriptionKeeper } from "../../schemes/subscription/agent/subscriptionKeeperTypes.ts";
 import {
   type SubscriptionWatcher,
   watchSubscriptions,
 } from "../../schemes/subscription/agent/watchSubscriptions.ts";
+import type { Store } from "../../store/store.ts";
 import { openAgentStore } from "../openAgentStore.ts";
 import { createLinePrompt } from "../promptLine.ts";
+import { createRunChannels, type RunChannels } from "../run/runChannels.ts";
 import { DEFAULT_FACILITATOR_URL } from "./analytics.ts";
 import type { CommandOutput } from "./budget.ts";
 
@@ -260,9 +262,8 @@ function toJson(value: unknown): unknown {
   return JSON.parse(JSON.stringify(value, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v)));
 }
 
-/** Runs `tollgate run …`; returns the exit code. */
-export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<number> {
-  const { values, positionals } = parseArgs({
+function parseRunArgs(argv: string[]) {
+  return parseArgs({
     args: argv,
     allowPositionals: true,
     options: {
@@ -282,6 +283,415 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
       help: { type: "boolean", short: "h" },
     },
   });
+}
+
+type RunValues = ReturnType<typeof parseRunArgs>["values"];
+
+/** What every part of one run reads: its arguments, environment, output and the agent's store. */
+type RunSession = {
+  deps: RunCommandDeps;
+  values: RunValues;
+  env: z.infer<typeof RunEnvSchema>;
+  target: string;
+  agent: string;
+  dir: string;
+  logger: Logger;
+  print: (line: string) => void;
+  store: Store;
+};
+
+/** Who pays for the run, through which facilitator, on which network. */
+type RunWallet = {
+  account: ReturnType<typeof privateKeyAccount>;
+  accountSource: string | undefined;
+  facilitator: FacilitatorClient;
+  network: string;
+};
+
+/** The agent's account: `--key`, TOLLGATE_AGENT_KEY, or a devnet account (default the agent's). */
+function runAccount(
+  values: RunValues,
+  env: z.infer<typeof RunEnvSchema>,
+  dir: string,
+): Pick<RunWallet, "account" | "accountSource"> {
+  if (values.key !== undefined) {
+    return {
+      account: privateKeyAccount(parseWire(PrivateKeySchema, values.key, { what: "--key" })),
+      accountSource: undefined,
+    };
+  }
+  if (values.account === undefined && env.TOLLGATE_AGENT_KEY !== undefined) {
+    return { account: privateKeyAccount(env.TOLLGATE_AGENT_KEY), accountSource: undefined };
+  }
+  const devnet = readDevnetFile(dir);
+  if (devnet === undefined) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `no key for agent "${values.agent}": pass --key, set TOLLGATE_AGENT_KEY, or run \`tollgate devnet up\``,
+    );
+  }
+  const index = values.account === undefined ? DEFAULT_DEVNET_ACCOUNT : Number(values.account);
+  const entry = Number.isInteger(index) ? devnet.accounts[index] : undefined;
+  if (entry === undefined) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `--account must be a devnet account index from 0 to ${devnet.accounts.length - 1}` +
+        (values.account === undefined ? ` (the default, ${DEFAULT_DEVNET_ACCOUNT}, is the agent's)` : ""),
+    );
+  }
+  return {
+    account: privateKeyAccount(parseWire(PrivateKeySchema, entry.privateKey, { what: "devnet key" })),
+    accountSource: `devnet account ${index}`,
+  };
+}
+
+/**
+ * Spend approval (docs/agents.md "Approvals"): asked on the terminal (or the answer source
+ * `--approvals ask` names), refused when no one can answer. Returns the yes/no question.
+ */
+function approvalQuestion(session: RunSession): (question: string) => Promise<boolean> {
+  const { values, deps } = session;
+  const approvals = values.approvals ?? (deps.interactive === true ? "ask" : "refuse");
+  if (approvals !== "ask" && approvals !== "refuse") {
+    throw new TollgateError("InvalidRequest", `--approvals must be "ask" or "refuse", not "${approvals}"`);
+  }
+  const ask = approvals === "ask" ? deps.ask : undefined;
+  return async (question: string) =>
+    ask !== undefined && /^\s*y(es)?\s*$/i.test(await ask(`${question} [y/N] `));
+}
+
+/** The agent's budget ledger, with the approval threshold stored beside its budget. */
+async function runBudget(
+  session: RunSession,
+  yes: (question: string) => Promise<boolean>,
+): Promise<BudgetLedger> {
+  const { store, agent, deps } = session;
+  return createBudgetLedger({
+    store,
+    clock: deps.clock,
+    approval: await approvalFor(
+      store,
+      agent,
+      approvalHook((r) =>
+        yes(
+          `Approve spending ${usdc(r.amount)} with ${r.provider} (${r.kind}${r.hold === undefined ? "" : `: the first period ${usdc(r.amount - r.hold)}, and ${usdc(r.hold)} held for its overage and next renewal`})?`,
+        ),
+      ),
+    ),
+  });
+}
+
+/**
+ * The agent's prepaid channels (docs/channels.md, "Agents"): state and session keys in a journal of its
+ * own, so a later run continues them, takes back their deposits and closes them.
+ */
+async function openRunChannels(
+  session: RunSession,
+  wallet: RunWallet,
+  budget: BudgetLedger,
+  runChannels: RunChannels,
+): Promise<AgentChannels> {
+  const { agent, deps, values } = session;
+  const channelStore = await runChannels.openStore(
+    join(session.dir, `channels-${encodeURIComponent(agent)}.journal`),
+  );
+  const channels = createAgentChannels({
+    agent,
+    budget,
+    account: wallet.account,
+    network: parseWire(NetworkSchema, wallet.network, { what: "network" }),
+    facilitator: wallet.facilitator,
+    store: channelStore,
+    clock: deps.clock,
+    fetch: deps.fetch,
+    maxCloseDelay:
+      values["max-close-delay"] === undefined
+        ? undefined
+        : parseWire(MaxCloseDelaySchema, values["max-close-delay"], { what: "--max-close-delay" }),
+  });
+  await runChannels.start(channels);
+  return channels;
+}
+
+/** The run's subscriptions: the keeper, the chain it reads, and a look that logs instead of failing. */
+type RunSubscriptions = {
+  keeper: SubscriptionKeeper;
+  chain: PublicClient | undefined;
+  /** Subscriptions the policy cancelled during the run: their reason is printed once, by the check. */
+  cancelledByPolicy: Set<bigint>;
+  look(): Promise<void>;
+};
+
+/**
+ * The agent's subscriptions, kept in its store (a second run reuses them) and read from the chain into
+ * its ledger at the start and the end of the run (docs/budgets.md, "Subscriptions").
+ */
+async function openRunSubscriptions(
+  session: RunSession,
+  wallet: RunWallet,
+  payer: Payer,
+  budget: BudgetLedger,
+): Promise<RunSubscriptions> {
+  const { agent, logger, print, env, deps } = session;
+  const devnetFile = readDevnetFile(session.dir);
+  const rpcUrls =
+    env.TOLLGATE_RPC_URL ?? (devnetFile?.network === wallet.network ? [devnetFile.rpcUrl] : undefined);
+  const chain = rpcUrls === undefined ? undefined : createPublicClient({ transport: rpcTransport(rpcUrls) });
+  const cancelledByPolicy = new Set<bigint>();
+  const keeper = createSubscriptionKeeper({
+    agent,
+    payer,
+    budget,
+    logger,
+    chain,
+    // A plan that renews more often than the watcher looks is refused.
+    minIntervalSeconds: Math.ceil((deps.watchIntervalMs ?? 60_000) / 1000),
+    onAlert: (a) => {
+      if (a.action === "cancelled" && cancelledByPolicy.has(a.subscriptionId)) return;
+      print(`  subscription ${a.subscriptionId} ${a.action}: ${a.reason}`);
+    },
+  });
+  const look = async () => {
+    if (chain === undefined) return;
+    try {
+      await keeper.sync();
+    } catch (error) {
+      logger.warn({ err: error }, "could not read the agent's subscriptions from the chain");
+    }
+  };
+  await look();
+  return { keeper, chain, cancelledByPolicy, look };
+}
+
+/**
+ * While the run lasts, the watcher keeps looking: it records renewals and deductions as they happen
+ * and runs the policy's cancel check before each renewal comes due (it looks again when a cancel
+ * window opens), so a subscription whose renewal falls inside a long run is cancelled in time when
+ * the running forecast no longer justifies it (and one that starts inside a window, at once).
+ */
+function watchRunSubscriptions(
+  session: RunSession,
+  subscriptions: RunSubscriptions,
+  payer: Payer,
+  demand: DemandHistory,
+): SubscriptionWatcher {
+  const { agent, deps, store, print } = session;
+  const { keeper, chain, cancelledByPolicy } = subscriptions;
+  return watchSubscriptions({
+    keeper: {
+      sync: async () => (chain === undefined ? [] : keeper.sync()),
+      cancel: (id, reason) => {
+        cancelledByPolicy.add(id);
+        return keeper.cancel(id, reason);
+      },
+    },
+    policy: {
+      agent,
+      payer,
+      demand,
+      claims: createCancelClaims({ store, clock: deps.clock }),
+      clock: deps.clock,
+    },
+    intervalMs: deps.watchIntervalMs ?? 60_000,
+    logger: session.logger,
+    onCancelCheck: (outcomes) => {
+      for (const c of outcomes) {
+        if (c.outcome === "cancelled") print(`  ${c.reason}`);
+        if (c.outcome === "failed") print(`  could not cancel: ${c.reason} (${c.error})`);
+      }
+    },
+  });
+}
+
+/** The parts of a run its tools are bought with. */
+type RunPurchase = {
+  payer: Payer;
+  budget: BudgetLedger;
+  channels: AgentChannels;
+  subscriptions: RunSubscriptions;
+  demand: DemandHistory;
+  /** Expected calls per tool, from the task's forecast (empty until the task is planned). */
+  forecast: { calls: Record<string, number> };
+  onSpend(event: SpendEvent): void;
+};
+
+function discoverOptionsFor(session: RunSession, purchase: RunPurchase): DiscoverToolsOptions {
+  const { agent, deps, values, env } = session;
+  const { forecast } = purchase;
+  return {
+    market: values.market ?? env.TOLLGATE_MARKET_URL ?? DEFAULT_MARKET_URL,
+    agent,
+    payer: purchase.payer,
+    budget: purchase.budget,
+    fetch: deps.fetch,
+    logger: session.logger,
+    calls: createCallCounter({ clock: deps.clock }),
+    subscriptions: purchase.subscriptions.keeper,
+    channels: purchase.channels,
+    demand: purchase.demand,
+    // An x402 payment a seller fails is held pending and read back here (docs/budgets.md).
+    chain: purchase.subscriptions.chain,
+    forecast: (tool: string) =>
+      forecast.calls[tool] === undefined
+        ? undefined
+        : { calls: forecast.calls[tool]!, horizonSeconds: 30 * 86_400 },
+    onSpend: (event: SpendEvent) => purchase.onSpend(event),
+  };
+}
+
+/** The orchestrator over the discovered tools, streaming the model's tokens unless `--json`. */
+function runOrchestrator(
+  session: RunSession,
+  tools: StructuredToolInterface[],
+  purchase: RunPurchase,
+  approval: {
+    approveAbove: Awaited<ReturnType<typeof getApprovalThreshold>>;
+    yes: (q: string) => Promise<boolean>;
+  },
+  discoverOptions: DiscoverToolsOptions,
+): Orchestrator {
+  const { values, deps, agent, print } = session;
+  const stream = values.json ? undefined : deps.stream;
+  let streamed = false;
+  return createOrchestrator({
+    tools,
+    logger: session.logger,
+    model: modelFromEnv(deps.env, { streaming: stream !== undefined }),
+    budget: { ledger: purchase.budget, agent },
+    approveAbove: approval.approveAbove,
+    approve: (r) =>
+      approval.yes(`Approve ${r.tool} from ${r.seller}: ${r.price} (up to ${usdc(r.maxAmount)})?`),
+    // The market search tool: the model may find and buy what the market lists beyond these tools.
+    findTools: async (search) =>
+      (await discoverTools({ ...discoverOptions, search })).map((d) => ({
+        tool: d.tool,
+        seller: d.seller,
+      })),
+    onToken: (text) => {
+      streamed = true;
+      stream?.(text);
+    },
+    onEvent: (event) => {
+      if (event.type === "model" && streamed) {
+        streamed = false;
+        stream?.("\n");
+      }
+      if (event.type === "approval") {
+        print(`  ${event.request.tool}: spend ${event.approved ? "approved" : "not approved"}`);
+      }
+    },
+  });
+}
+
+/** What the task or script produced. */
+type RunResult = { answer: string; failures: RunFailure[]; planner: string };
+
+/** Runs `script.ts`'s exported `main(context)`; whatever it returns is the answer. */
+async function runScriptFile(session: RunSession, context: RunContext): Promise<RunResult> {
+  const { target, deps, print } = session;
+  const file = resolve(deps.cwd, target);
+  if (!existsSync(file)) throw new TollgateError("InvalidRequest", `no such script: ${file}`);
+  const script = (await import(pathToFileURL(file).href)) as Partial<RunScript>;
+  if (typeof script.main !== "function") {
+    throw new TollgateError("InvalidRequest", `${target} exports no main(context) function`);
+  }
+  print(`running ${target}`);
+  const result = await script.main(context);
+  return {
+    answer: result === undefined ? "" : typeof result === "string" ? result : JSON.stringify(toJson(result)),
+    failures: [],
+    planner: `script ${basename(file)}`,
+  };
+}
+
+/** Runs the task with the orchestrator, after setting the forecast its tools read. */
+async function runTaskText(
+  session: RunSession,
+  orchestrator: Orchestrator,
+  forecast: RunPurchase["forecast"],
+): Promise<RunResult> {
+  const { target, deps, values, print } = session;
+  const planner = orchestrator.planner;
+  const inputs = readInputs(values, deps.cwd);
+  forecast.calls = orchestrator.forecast(target, inputs);
+  print(
+    `running "${target}" with ${planner === "rules" ? "the rule planner (offline)" : `model ${planner}`}`,
+  );
+  const run = await orchestrator.run(target, inputs, { signal: deps.signal });
+  return {
+    answer: run.answer,
+    failures: [...planFailures(run.plan), ...unrecoveredFailures(run.steps)],
+    planner,
+  };
+}
+
+/**
+ * After the task: unneeded subscriptions cancelled, the run's channels closed, and payments whose
+ * outcome was unknown read back. Returns the channels closed.
+ */
+async function settleRun(
+  session: RunSession,
+  purchase: RunPurchase,
+  runChannels: RunChannels,
+): Promise<ChannelSettlement[]> {
+  const { agent, store, deps, logger, print } = session;
+  const { payer, budget } = purchase;
+  // Subscriptions the learned demand no longer justifies are cancelled before they renew, and why is said.
+  for (const c of await cancelUnneededAfterRun({
+    agent,
+    payer,
+    store,
+    demand: purchase.demand,
+    clock: deps.clock,
+    logger,
+  })) {
+    print(`  ${c.outcome === "cancelled" ? c.reason : `could not cancel: ${c.reason} (${c.error})`}`);
+  }
+  const closedChannels = await runChannels.close();
+  for (const c of closedChannels) {
+    print(
+      `  channel ${c.channelId} closed: ${usdc(c.spent)} spent, ${usdc(c.returned)} back to the budget (in the wallet after the close delay)`,
+    );
+  }
+  // Payments whose outcome was unknown (a lost /authorize answer, an x402 seller that failed the
+  // call) are read back: committed if they settled, released once they can no longer settle; the
+  // rest stay held for the next run (docs/budgets.md).
+  const chain = purchase.subscriptions.chain;
+  for (const p of await resolvePendingPayments({ agent, budget, payer, clock: deps.clock, chain })) {
+    if (p.outcome === "pending") print(`  payment ${p.nonce}: outcome not known yet, ${usdc(p.amount)} held`);
+    else print(`  payment ${p.nonce} held until its outcome was known: ${p.outcome} (${usdc(p.amount)})`);
+  }
+  return closedChannels;
+}
+
+/** Prints the run's outcome (`--json`, or the answer, spend report and failures); returns the exit code. */
+function printOutcome(session: RunSession, outcome: RunOutcome): number {
+  const { out } = session.deps;
+  const { agent, answer, planner, done, failures, report, budget } = outcome;
+  if (session.values.json) {
+    out.log(JSON.stringify(toJson(outcome), null, 2));
+    return done ? 0 : 1;
+  }
+  if (answer !== "") out.log(`\nAnswer (${planner}):\n${answer}`);
+  out.log("\nSpend report");
+  for (const line of formatSpendReport(report).split("\n")) out.log(`  ${line}`);
+  const left = budget.remaining.total;
+  out.log(
+    `  budget of ${agent}: spent ${usdc(budget.spent.total)}${left === undefined ? "" : `, ${usdc(left)} left`}`,
+  );
+  if (done) return 0;
+  out.error("\ntask not done:");
+  for (const failure of failures) {
+    const code = failure.error.split(":")[0] ?? "";
+    const why = BUDGET_REFUSALS.has(code) ? `refused by the budget: ${failure.error}` : failure.error;
+    out.error(`  ${failure.tool}${failure.document === undefined ? "" : ` (${failure.document})`}: ${why}`);
+  }
+  return 1;
+}
+
+/** Runs `tollgate run …`; returns the exit code. */
+export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<number> {
+  const { values, positionals } = parseRunArgs(argv);
   if (values.help === true) {
     deps.out.log(usage);
     return 0;
@@ -297,34 +707,7 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
   const dir = resolve(deps.cwd, values.dir ?? env.TOLLGATE_DIR);
   const agent = values.agent;
   const print = values.json ? () => undefined : (line: string) => deps.out.log(line);
-
-  let accountSource: string | undefined;
-  const account = (() => {
-    if (values.key !== undefined) {
-      return privateKeyAccount(parseWire(PrivateKeySchema, values.key, { what: "--key" }));
-    }
-    if (values.account === undefined && env.TOLLGATE_AGENT_KEY !== undefined) {
-      return privateKeyAccount(env.TOLLGATE_AGENT_KEY);
-    }
-    const devnet = readDevnetFile(dir);
-    if (devnet === undefined) {
-      throw new TollgateError(
-        "InvalidRequest",
-        `no key for agent "${agent}": pass --key, set TOLLGATE_AGENT_KEY, or run \`tollgate devnet up\``,
-      );
-    }
-    const index = values.account === undefined ? DEFAULT_DEVNET_ACCOUNT : Number(values.account);
-    const entry = Number.isInteger(index) ? devnet.accounts[index] : undefined;
-    if (entry === undefined) {
-      throw new TollgateError(
-        "InvalidRequest",
-        `--account must be a devnet account index from 0 to ${devnet.accounts.length - 1}` +
-          (values.account === undefined ? ` (the default, ${DEFAULT_DEVNET_ACCOUNT}, is the agent's)` : ""),
-      );
-    }
-    accountSource = `devnet account ${index}`;
-    return privateKeyAccount(parseWire(PrivateKeySchema, entry.privateKey, { what: "devnet key" }));
-  })();
+  const { account, accountSource } = runAccount(values, env, dir);
 
   const facilitator = createFacilitatorClient({
     url: values.facilitator ?? env.TOLLGATE_FACILITATOR_URL ?? DEFAULT_FACILITATOR_URL,
@@ -334,339 +717,116 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
   if (network === undefined) {
     throw new TollgateError("UnsupportedNetwork", "the facilitator supports no network; pass --network");
   }
+  const wallet: RunWallet = { account, accountSource, facilitator, network };
 
   // Held for the whole run: the ledger is written as tools are bought.
   const store = await openAgentStore({ databaseUrl: env.DATABASE_URL, dir });
-  let watcher: SubscriptionWatcher | undefined;
-  let channelStore: ChannelWalletStore | undefined;
-  let channels: AgentChannels | undefined;
-  let idleSweep: ReturnType<typeof setInterval> | undefined;
-  let channelsDone = values["keep-channels"] === true;
-  /** Closes the run's channels (once): their holds are released, their deposits withdrawable later. */
-  const closeChannels = async (): Promise<ChannelSettlement[]> => {
-    if (idleSweep !== undefined) clearInterval(idleSweep);
-    idleSweep = undefined;
-    if (channelsDone || channels === undefined) return [];
-    channelsDone = true;
-    const settled = await channels.close();
-    await channels.withdrawDue().catch((error: unknown) => {
-      logger.warn({ err: error }, "could not withdraw a closed channel's deposit");
-    });
-    return settled;
-  };
+  const session: RunSession = { deps, values, env, target, agent, dir, logger, print, store };
+  const runChannels = createRunChannels({
+    keep: values["keep-channels"] === true,
+    logger,
+    print,
+    idleEveryMs: deps.watchIntervalMs ?? 60_000,
+  });
+  const live: { watcher: SubscriptionWatcher | undefined } = { watcher: undefined };
   try {
-    // Spend approval (docs/agents.md "Approvals"): the threshold stored with the agent's budget; asked
-    // on the terminal (or the answer source `--approvals ask` names), refused when no one can answer.
-    const approvals = values.approvals ?? (deps.interactive === true ? "ask" : "refuse");
-    if (approvals !== "ask" && approvals !== "refuse") {
-      throw new TollgateError("InvalidRequest", `--approvals must be "ask" or "refuse", not "${approvals}"`);
-    }
-    const ask = approvals === "ask" ? deps.ask : undefined;
-    const yes = async (question: string) =>
-      ask !== undefined && /^\s*y(es)?\s*$/i.test(await ask(`${question} [y/N] `));
-    const approveAbove = await getApprovalThreshold(store, agent);
-    const budget = createBudgetLedger({
-      store,
-      clock: deps.clock,
-      approval: await approvalFor(
-        store,
-        agent,
-        approvalHook((r) =>
-          yes(
-            `Approve spending ${usdc(r.amount)} with ${r.provider} (${r.kind}${r.hold === undefined ? "" : `: the first period ${usdc(r.amount - r.hold)}, and ${usdc(r.hold)} held for its overage and next renewal`})?`,
-          ),
-        ),
-      ),
-    });
-    if ((await budget.getLimits(agent)) === undefined) {
-      deps.out.error(
-        `tollgate run: agent "${agent}" has no budget (set one with \`tollgate budget set ${agent} --total 5 …\`)`,
-      );
-      return 1;
-    }
-    const payer = createPayer({ account, network, facilitator, fetch: deps.fetch, clock: deps.clock });
-    // The agent's prepaid channels (docs/channels.md, "Agents"): state and session keys in a journal
-    // of its own, so a later run continues them, takes back their deposits and closes them.
-    channelStore = await createFileChannelWalletStore({
-      path: join(dir, `channels-${encodeURIComponent(agent)}.journal`),
-    }).catch((error: unknown) => {
-      // Another run of this agent holds the journal: this run's channels live in memory and are
-      // closed at its end.
-      logger.warn(
-        { err: error },
-        "the agent's channel journal is in use; this run keeps its channels in memory",
-      );
-      channelsDone = false;
-      return createMemoryChannelWalletStore();
-    });
-    channels = createAgentChannels({
-      agent,
-      budget,
-      account,
-      network: parseWire(NetworkSchema, network, { what: "network" }),
-      facilitator,
-      store: channelStore,
-      clock: deps.clock,
-      fetch: deps.fetch,
-      maxCloseDelay:
-        values["max-close-delay"] === undefined
-          ? undefined
-          : parseWire(MaxCloseDelaySchema, values["max-close-delay"], { what: "--max-close-delay" }),
-    });
-    const agentChannels = channels;
-    for (const w of await agentChannels.withdrawDue().catch((error: unknown) => {
-      logger.warn({ err: error }, "could not withdraw the deposits of closed channels");
-      return [];
-    })) {
-      print(`  channel ${w.channelId}: ${usdc(w.refunded)} of its deposit back in the wallet`);
-    }
-    // The idle rule while the run lasts: a channel unused for 10 minutes is closed.
-    idleSweep = setInterval(() => {
-      agentChannels
-        .closeIdle()
-        .then((closed) => {
-          for (const c of closed)
-            print(`  channel ${c.channelId} idle: closed, ${usdc(c.returned)} back to the budget`);
-        })
-        .catch((error: unknown) => logger.warn({ err: error }, "could not close an idle channel"));
-    }, deps.watchIntervalMs ?? 60_000);
-    idleSweep.unref?.();
-    // The agent's subscriptions, kept in its store (a second run reuses them) and read from the chain
-    // into its ledger at the start and the end of the run (docs/budgets.md, "Subscriptions").
-    const devnetFile = readDevnetFile(dir);
-    const rpcUrls =
-      env.TOLLGATE_RPC_URL ?? (devnetFile?.network === network ? [devnetFile.rpcUrl] : undefined);
-    const chain =
-      rpcUrls === undefined ? undefined : createPublicClient({ transport: rpcTransport(rpcUrls) });
-    /** Subscriptions the policy cancelled during the run: their reason is printed once, by the check. */
-    const cancelledByPolicy = new Set<bigint>();
-    const subscriptions = createSubscriptionKeeper({
-      agent,
-      payer,
-      budget,
-      logger,
-      chain,
-      // A plan that renews more often than the watcher below looks is refused.
-      minIntervalSeconds: Math.ceil((deps.watchIntervalMs ?? 60_000) / 1000),
-      onAlert: (a) => {
-        if (a.action === "cancelled" && cancelledByPolicy.has(a.subscriptionId)) return;
-        print(`  subscription ${a.subscriptionId} ${a.action}: ${a.reason}`);
-      },
-    });
-    const lookAtSubscriptions = async () => {
-      if (chain === undefined) return;
-      try {
-        await subscriptions.sync();
-      } catch (error) {
-        logger.warn({ err: error }, "could not read the agent's subscriptions from the chain");
-      }
-    };
-    await lookAtSubscriptions();
-    const spend = createSpendCollector();
-    // Kept for the dashboard's agent views (docs/dashboard.md): spend by tool, the latest run's report.
-    const recording = startRunRecording(store, {
-      agent,
-      clock: deps.clock,
-      onError: (error) => logger.warn({ err: error }, "could not record a spend event for the dashboard"),
-    });
-    let forecast: Record<string, number> = {};
-    // The policy's learned demand (docs/policy.md "Learning"), kept in the agent's store across runs.
-    const demand = createDemandHistory({ store, clock: deps.clock });
-    // While the run lasts, the watcher keeps looking: it records renewals and deductions as they happen
-    // and runs the policy's cancel check before each renewal comes due (it looks again when a cancel
-    // window opens), so a subscription whose renewal falls inside a long run is cancelled in time when
-    // the running forecast no longer justifies it (and one that starts inside a window, at once).
-    watcher = watchSubscriptions({
-      keeper: {
-        sync: async () => (chain === undefined ? [] : subscriptions.sync()),
-        cancel: (id, reason) => {
-          cancelledByPolicy.add(id);
-          return subscriptions.cancel(id, reason);
-        },
-      },
-      policy: {
-        agent,
-        payer,
-        demand,
-        claims: createCancelClaims({ store, clock: deps.clock }),
-        clock: deps.clock,
-      },
-      intervalMs: deps.watchIntervalMs ?? 60_000,
-      logger,
-      onCancelCheck: (outcomes) => {
-        for (const c of outcomes) {
-          if (c.outcome === "cancelled") print(`  ${c.reason}`);
-          if (c.outcome === "failed") print(`  could not cancel: ${c.reason} (${c.error})`);
-        }
-      },
-    });
-    const discoverOptions: DiscoverToolsOptions = {
-      market: values.market ?? env.TOLLGATE_MARKET_URL ?? DEFAULT_MARKET_URL,
-      agent,
-      payer,
-      budget,
-      fetch: deps.fetch,
-      logger,
-      calls: createCallCounter({ clock: deps.clock }),
-      subscriptions,
-      channels,
-      demand,
-      // An x402 payment a seller fails is held pending and read back here (docs/budgets.md).
-      chain,
-      forecast: (tool: string) =>
-        forecast[tool] === undefined ? undefined : { calls: forecast[tool]!, horizonSeconds: 30 * 86_400 },
-      onSpend: (event: SpendEvent) => {
-        spend.record(event);
-        recording.record(event);
-        print(`  ${describeSpend(event)}`);
-      },
-    };
-    const discovered = await discoverTools(discoverOptions);
-    const tools = discovered.map((d) => d.tool);
-    print(
-      `agent ${agent} (${account.address}${accountSource === undefined ? "" : `, ${accountSource}`}) on ${network}: ${tools.length} paid tool(s) found`,
-    );
-    for (const d of discovered) print(`  ${d.tool.name} from ${d.seller}`);
-    const stream = values.json ? undefined : deps.stream;
-    let streamed = false;
-    const orchestrator = createOrchestrator({
-      tools,
-      logger,
-      model: modelFromEnv(deps.env, { streaming: stream !== undefined }),
-      budget: { ledger: budget, agent },
-      approveAbove,
-      approve: (r) => yes(`Approve ${r.tool} from ${r.seller}: ${r.price} (up to ${usdc(r.maxAmount)})?`),
-      // The market search tool: the model may find and buy what the market lists beyond these tools.
-      findTools: async (search) =>
-        (await discoverTools({ ...discoverOptions, search })).map((d) => ({
-          tool: d.tool,
-          seller: d.seller,
-        })),
-      onToken: (text) => {
-        streamed = true;
-        stream?.(text);
-      },
-      onEvent: (event) => {
-        if (event.type === "model" && streamed) {
-          streamed = false;
-          stream?.("\n");
-        }
-        if (event.type === "approval") {
-          print(`  ${event.request.tool}: spend ${event.approved ? "approved" : "not approved"}`);
-        }
-      },
-    });
-
-    let answer: string;
-    let failures: RunFailure[] = [];
-    let planner = orchestrator.planner;
-    if (ScriptPattern.test(target)) {
-      const file = resolve(deps.cwd, target);
-      if (!existsSync(file)) throw new TollgateError("InvalidRequest", `no such script: ${file}`);
-      const script = (await import(pathToFileURL(file).href)) as Partial<RunScript>;
-      if (typeof script.main !== "function") {
-        throw new TollgateError("InvalidRequest", `${target} exports no main(context) function`);
-      }
-      print(`running ${target}`);
-      const result = await script.main({
-        agent,
-        tools,
-        discovered,
-        orchestrator,
-        budget,
-        payer,
-        channels: agentChannels,
-        print,
-        signal: deps.signal,
-      });
-      answer =
-        result === undefined ? "" : typeof result === "string" ? result : JSON.stringify(toJson(result));
-      planner = `script ${basename(file)}`;
-    } else {
-      const inputs = readInputs(values, deps.cwd);
-      forecast = orchestrator.forecast(target, inputs);
-      print(
-        `running "${target}" with ${planner === "rules" ? "the rule planner (offline)" : `model ${planner}`}`,
-      );
-      const run = await orchestrator.run(target, inputs, { signal: deps.signal });
-      answer = run.answer;
-      failures = [...planFailures(run.plan), ...unrecoveredFailures(run.steps)];
-    }
-    const done = failures.length === 0;
-    await watcher.stop();
-    watcher = undefined;
-    // Subscriptions the learned demand no longer justifies are cancelled before they renew, and why is said.
-    for (const c of await cancelUnneededAfterRun({
-      agent,
-      payer,
-      store,
-      demand,
-      clock: deps.clock,
-      logger,
-    })) {
-      print(`  ${c.outcome === "cancelled" ? c.reason : `could not cancel: ${c.reason} (${c.error})`}`);
-    }
-
-    const closedChannels = await closeChannels();
-    for (const c of closedChannels) {
-      print(
-        `  channel ${c.channelId} closed: ${usdc(c.spent)} spent, ${usdc(c.returned)} back to the budget (in the wallet after the close delay)`,
-      );
-    }
-
-    // Payments whose outcome was unknown (a lost /authorize answer, an x402 seller that failed the
-    // call) are read back: committed if they settled, released once they can no longer settle; the
-    // rest stay held for the next run (docs/budgets.md).
-    for (const p of await resolvePendingPayments({ agent, budget, payer, clock: deps.clock, chain })) {
-      if (p.outcome === "pending")
-        print(`  payment ${p.nonce}: outcome not known yet, ${usdc(p.amount)} held`);
-      else print(`  payment ${p.nonce} held until its outcome was known: ${p.outcome} (${usdc(p.amount)})`);
-    }
-
-    await recording.finish();
-    const report = spend.report();
-    await lookAtSubscriptions();
-    const budgetReport = await budget.report(agent);
-    if (values.json) {
-      const outcome: RunOutcome = {
-        agent,
-        planner,
-        answer,
-        done,
-        failures,
-        report,
-        budget: budgetReport,
-        ...(closedChannels.length > 0 ? { channels: closedChannels } : {}),
-      };
-      deps.out.log(JSON.stringify(toJson(outcome), null, 2));
-      return done ? 0 : 1;
-    }
-    if (answer !== "") deps.out.log(`\nAnswer (${planner}):\n${answer}`);
-    deps.out.log("\nSpend report");
-    for (const line of formatSpendReport(report).split("\n")) deps.out.log(`  ${line}`);
-    const left = budgetReport.remaining.total;
-    deps.out.log(
-      `  budget of ${agent}: spent ${usdc(budgetReport.spent.total)}${left === undefined ? "" : `, ${usdc(left)} left`}`,
-    );
-    if (done) return 0;
-    deps.out.error("\ntask not done:");
-    for (const failure of failures) {
-      const code = failure.error.split(":")[0] ?? "";
-      const why = BUDGET_REFUSALS.has(code) ? `refused by the budget: ${failure.error}` : failure.error;
-      deps.out.error(
-        `  ${failure.tool}${failure.document === undefined ? "" : ` (${failure.document})`}: ${why}`,
-      );
-    }
-    return 1;
+    return await runAgent(session, wallet, runChannels, live);
   } finally {
-    await watcher?.stop();
+    await live.watcher?.stop();
     // A run that failed still closes what it opened (best effort: the next run retries).
-    await closeChannels().catch((error: unknown) =>
-      logger.warn({ err: error }, "could not close the run's channels"),
-    );
-    await channelStore?.close();
+    await runChannels
+      .close()
+      .catch((error: unknown) => logger.warn({ err: error }, "could not close the run's channels"));
+    await runChannels.closeStore();
     await store.close();
   }
+}
+
+/** The run itself, once its store is open: buys tools, runs the task or script, settles and reports. */
+async function runAgent(
+  session: RunSession,
+  wallet: RunWallet,
+  runChannels: RunChannels,
+  live: { watcher: SubscriptionWatcher | undefined },
+): Promise<number> {
+  const { deps, agent, store, logger, print } = session;
+  const yes = approvalQuestion(session);
+  const approveAbove = await getApprovalThreshold(store, agent);
+  const budget = await runBudget(session, yes);
+  if ((await budget.getLimits(agent)) === undefined) {
+    deps.out.error(
+      `tollgate run: agent "${agent}" has no budget (set one with \`tollgate budget set ${agent} --total 5 …\`)`,
+    );
+    return 1;
+  }
+  const { account, network, facilitator } = wallet;
+  const payer = createPayer({ account, network, facilitator, fetch: deps.fetch, clock: deps.clock });
+  const channels = await openRunChannels(session, wallet, budget, runChannels);
+  const subscriptions = await openRunSubscriptions(session, wallet, payer, budget);
+  const spend = createSpendCollector();
+  // Kept for the dashboard's agent views (docs/dashboard.md): spend by tool, the latest run's report.
+  const recording = startRunRecording(store, {
+    agent,
+    clock: deps.clock,
+    onError: (error) => logger.warn({ err: error }, "could not record a spend event for the dashboard"),
+  });
+  // The policy's learned demand (docs/policy.md "Learning"), kept in the agent's store across runs.
+  const demand = createDemandHistory({ store, clock: deps.clock });
+  const purchase: RunPurchase = {
+    payer,
+    budget,
+    channels,
+    subscriptions,
+    demand,
+    forecast: { calls: {} },
+    onSpend: (event) => {
+      spend.record(event);
+      recording.record(event);
+      print(`  ${describeSpend(event)}`);
+    },
+  };
+  const watcher = watchRunSubscriptions(session, subscriptions, payer, demand);
+  live.watcher = watcher;
+  const discoverOptions = discoverOptionsFor(session, purchase);
+  const discovered = await discoverTools(discoverOptions);
+  const tools = discovered.map((d) => d.tool);
+  print(
+    `agent ${agent} (${account.address}${wallet.accountSource === undefined ? "" : `, ${wallet.accountSource}`}) on ${network}: ${tools.length} paid tool(s) found`,
+  );
+  for (const d of discovered) print(`  ${d.tool.name} from ${d.seller}`);
+  const orchestrator = runOrchestrator(session, tools, purchase, { approveAbove, yes }, discoverOptions);
+  const context: RunContext = {
+    agent,
+    tools,
+    discovered,
+    orchestrator,
+    budget,
+    payer,
+    channels,
+    print,
+    signal: deps.signal,
+  };
+  const { answer, failures, planner } = ScriptPattern.test(session.target)
+    ? await runScriptFile(session, context)
+    : await runTaskText(session, orchestrator, purchase.forecast);
+  const done = failures.length === 0;
+  await watcher.stop();
+  live.watcher = undefined;
+  const closedChannels = await settleRun(session, purchase, runChannels);
+  await recording.finish();
+  const report = spend.report();
+  await subscriptions.look();
+  const budgetReport = await budget.report(agent);
+  return printOutcome(session, {
+    agent,
+    planner,
+    answer,
+    done,
+    failures,
+    report,
+    budget: budgetReport,
+    ...(closedChannels.length > 0 ? { channels: closedChannels } : {}),
+  });
 }
 
 export async function run(argv: string[]): Promise<number> {
