@@ -1,7 +1,7 @@
 /**
- * A paid tool buys through a scheme that is not built in: the toy scheme (test/support/toyScheme) with
- * an agent part (`Scheme.agent`) that weighs its options as paying once and holds their price in the
- * budget, passed as `paidTool({ schemes })`. The gate offers only the toy; the tool pays it from the
+ * A paid tool buys through a scheme that is not built in: the toy scheme (test/support/toyScheme), whose
+ * agent part (`Scheme.agent`, test/support/toyScheme/agent.ts) weighs its options as paying once and
+ * holds their price in the budget, passed as `paidTool({ schemes })`. The gate offers only the toy; the tool pays it from the
  * budget through the toy's client part, and the ledger records what the ticket paid.
  */
 import { randomBytes } from "node:crypto";
@@ -10,7 +10,6 @@ import { Hono } from "hono";
 import { getAddress } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { describe, expect, it } from "vitest";
-import type { AgentSchemePart } from "../src/agent/agentScheme.ts";
 import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
 import { type PaidToolReceipt, paidTool } from "../src/agent/paidTool.ts";
 import type { SpendEvent } from "../src/agent/spendReport.ts";
@@ -30,31 +29,10 @@ const unreachable: FetchFn = async () => {
   throw new Error("the toy scheme must not reach the facilitator");
 };
 
-/** The toy's agent part: a toy option is paid once, its price held in the budget before the ticket is minted. */
-const toyAgent: AgentSchemePart = {
-  offer: {
-    check: () => undefined,
-    policyTerms: (option) => ({ choice: "oneTime", terms: { amount: BigInt(option.amount) } }),
-    spendMode: "one-time",
-  },
-  purchase: {
-    paysOnce: true,
-    tool: () => (call) => ({
-      async hold({ option, seller }) {
-        call.spend.takeAllowance(BigInt(option.amount));
-        await call.spend.hold({ amount: BigInt(option.amount), provider: seller, kind: "one-time" });
-      },
-      schemePaid(payment) {
-        call.spend.paid += payment.amount;
-      },
-    }),
-  },
-};
-
 describe("paidTool with an extra scheme", () => {
   it("pays a toy-only route through the toy's parts, out of the budget", async () => {
     const sales: ToySale[] = [];
-    const toy = { ...createToyScheme(randomBytes(32), sales), agent: toyAgent };
+    const toy = createToyScheme(randomBytes(32), sales);
     const gate = paymentGate({
       payTo: PAY_TO,
       network: NETWORK,

@@ -2,13 +2,19 @@
  * The scheme seam end to end: a toy scheme (test/support/toyScheme: its own folder, registered only
  * through the `schemes` option) is offered by a real gate next to `exact`, paid by `fetchWithPayment`,
  * served once, booked before the response leaves, and sent up front on the next call. Its facilitator
- * part (the toy bank) is reached on a real facilitator through one registration line, `schemes`.
+ * part (the toy bank) is reached on a real facilitator through one registration line, `schemes`; an
+ * agent's paid tool buys through its agent part; and no file outside its folder names it.
  */
 import { randomBytes } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
+import type { ToolMessage } from "@langchain/core/messages";
 import { Hono } from "hono";
 import { getAddress } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { describe, expect, it } from "vitest";
+import { createBudgetLedger } from "../src/agent/budget/createBudgetLedger.ts";
+import { type PaidToolReceipt, paidTool } from "../src/agent/paidTool.ts";
 import { createPayer } from "../src/client/createPayer.ts";
 import { fetchWithPayment } from "../src/client/fetchWithPayment.ts";
 import { createFacilitator } from "../src/facilitator/createFacilitator.ts";
@@ -16,11 +22,11 @@ import { generateProofKey } from "../src/facilitator/proofKeys.ts";
 import { honoPaymentGate, type PaymentGateEnv } from "../src/gate/honoPaymentGate.ts";
 import { paymentGate } from "../src/gate/paymentGate.ts";
 import type { FetchFn } from "../src/http/facilitatorClient.ts";
+import { systemClock } from "../src/protocol/clock.ts";
 import { TollgateError } from "../src/protocol/errors.ts";
 import { PaymentRequiredSchema } from "../src/protocol/paymentRequired.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
-import { toyFacilitator } from "./support/toyScheme/facilitator.ts";
-import { createToyScheme, type ToySale } from "./support/toyScheme/index.ts";
+import { createToyScheme, type ToySale, toyFacilitator } from "./support/toyScheme/index.ts";
 import { signToyTicket, TOY_TICKET_HEADER } from "./support/toyScheme/ticket.ts";
 
 const NETWORK = "eip155:31337" as const;
@@ -52,6 +58,7 @@ function setup() {
         ],
       },
       "GET /api/fail": { pricing: [{ type: "toy", amount: 100n }] },
+      "GET /api/ticket": { pricing: [{ type: "toy", amount: 100n }] },
     },
   });
   const app = new Hono<PaymentGateEnv>();
@@ -60,6 +67,7 @@ function setup() {
     const payment = c.get("payment");
     return c.json({ scheme: payment?.scheme, amount: payment?.amount.toString(), booked: sales.length });
   });
+  app.get("/api/ticket", (c) => c.json({ scheme: c.get("payment")?.scheme }));
   let failures = 1;
   app.get("/api/fail", (c) => (failures-- > 0 ? c.text("down", 503) : c.text("up")));
   const exchanges: Request[] = [];
@@ -266,4 +274,98 @@ describe("payment scheme seam", () => {
     }
     // A store with its migrations takes seconds on a loaded machine.
   }, 120_000);
+  it("runs from its folder alone: an agent's paid tool buys a toy route, the gate serves it once, the seller redeems the ticket at the facilitator", async () => {
+    const { fetch, payer, toy, exchanges, sales, secret, account } = setup();
+    const store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
+    try {
+      const budget = createBudgetLedger({ store, clock: systemClock });
+      await budget.setLimits("toy-buyer", { total: 1_000n });
+      // The agent side: the same one registration, `schemes: [toy]`.
+      const tool = paidTool(
+        {
+          name: "ticket",
+          description: "A toy capability.",
+          method: "GET",
+          url: "http://localhost/api/ticket",
+          input: {},
+        },
+        { agent: "toy-buyer", payer, budget, fetch, schemes: [toy] },
+      );
+      const message = (await tool.invoke({
+        type: "tool_call",
+        id: "t-1",
+        name: "ticket",
+        args: {},
+      })) as ToolMessage;
+      expect(JSON.parse(String(message.content))).toEqual({ scheme: "toy" });
+      expect(message.artifact as PaidToolReceipt).toMatchObject({
+        mode: "one-time",
+        amount: "0.0001",
+        provider: PAY_TO,
+      });
+      expect(sales).toEqual([{ nonce: expect.any(String), amount: 100n, status: 200 }]);
+      const report = await budget.report("toy-buyer");
+      expect([report.spent.total, report.reserved.total]).toEqual([100n, 0n]);
+
+      // The seller redeems the ticket it served at a facilitator carrying the toy's facilitator part.
+      const ticket = exchanges.map((r) => r.headers.get(TOY_TICKET_HEADER)).find((t) => t !== null);
+      expect(ticket).toBeDefined();
+      const facilitator = createFacilitator({
+        store,
+        rpcUrl: "http://127.0.0.1:9",
+        network: NETWORK,
+        gasAccount: privateKeyToAccount(generatePrivateKey()),
+        proofKeys: [generateProofKey().key],
+        batchSettler: PAY_TO,
+        tokens: [{ address: TOKEN, name: "USD Coin", version: "2", symbol: "USDC", decimals: 6 }],
+        schemes: [toyFacilitator(secret)],
+      });
+      const redeemed = await facilitator.app.request("/toy/redeem", {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ ticket }),
+      });
+      expect(redeemed.status).toBe(200);
+      expect(await redeemed.json()).toEqual({
+        nonce: sales[0]?.nonce,
+        payer: account.address,
+        amount: "100",
+      });
+    } finally {
+      await store.close();
+    }
+  }, 120_000);
+
+  it("needs no file outside its folder: nothing in src/ names it, and its folder imports only the seam and the cores", () => {
+    const root = resolve(import.meta.dirname, "..");
+    const walk = (dir: string): string[] =>
+      readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+        e.isDirectory() ? walk(join(dir, e.name)) : e.name.endsWith(".ts") ? [join(dir, e.name)] : [],
+      );
+    // No built-in list, switch or registry in the code had to learn the toy's id (doc comments may
+    // use it as an example).
+    const codeOf = (text: string) => text.replace(/\/\*[\s\S]*?\*\//g, "").replace(/^\s*\/\/.*$/gm, "");
+    const naming = walk(join(root, "src"))
+      .filter((file) => !file.endsWith(".test.ts") && !file.includes("/artifacts/"))
+      .filter((file) => /["'`]toy["'`]|toyScheme/.test(codeOf(readFileSync(file, "utf8"))))
+      .map((file) => relative(root, file));
+    expect(naming).toEqual([]);
+    // The folder builds on the seam and the cores only: no built-in scheme, no side's list of built-ins.
+    const folder = join(root, "test/support/toyScheme");
+    const imports = walk(folder).flatMap((file) =>
+      [...readFileSync(file, "utf8").matchAll(/from "(\.[^"]+)"/g)].map((m) =>
+        relative(root, resolve(dirname(file), m[1] ?? "")),
+      ),
+    );
+    const outside = imports.filter((path) => !path.startsWith("test/support/toyScheme/"));
+    expect(outside.length).toBeGreaterThan(0);
+    expect(
+      outside.filter(
+        (path) =>
+          /^src\/schemes\/[^/]+\//.test(path) ||
+          /(gateSchemes|clientSchemes|facilitatorSchemes|agentSchemes|builtinSchemes)\.ts$/.test(path) ||
+          !/^src\/(protocol|http|schemes|gate|client|facilitator|agent)\//.test(path),
+      ),
+    ).toEqual([]);
+  });
 });
