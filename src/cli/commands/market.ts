@@ -54,9 +54,8 @@ const usage = `usage: tollgate market [serve] [--port 4030] [--host 127.0.0.1] [
 environment: DATABASE_URL TOLLGATE_DIR TOLLGATE_MARKET_PORT TOLLGATE_MARKET_URL TOLLGATE_MARKET_ALLOW_TARGETS
              LOG_LEVEL`;
 
-/** Runs `tollgate market …`; returns the exit code. */
-export async function marketCommand(argv: string[], deps: MarketCommandDeps): Promise<number> {
-  const { values, positionals } = parseArgs({
+function parseMarketArgs(argv: string[]) {
+  return parseArgs({
     args: argv,
     allowPositionals: true,
     options: {
@@ -74,51 +73,75 @@ export async function marketCommand(argv: string[], deps: MarketCommandDeps): Pr
       help: { type: "boolean", short: "h" },
     },
   });
+}
+
+type MarketValues = ReturnType<typeof parseMarketArgs>["values"];
+type MarketEnv = z.infer<typeof MarketEnvSchema>;
+
+/** Runs `tollgate market …`; returns the exit code. */
+export async function marketCommand(argv: string[], deps: MarketCommandDeps): Promise<number> {
+  const { values, positionals } = parseMarketArgs(argv);
   if (values.help === true) {
     deps.out.log(usage);
     return 0;
   }
   const env = parseWire(MarketEnvSchema, deps.env, { what: "environment" });
   const [command = "serve", ...words] = positionals;
-  if (command === "search") {
-    const market = createMarketClient({
-      url: values.market ?? env.TOLLGATE_MARKET_URL ?? DEFAULT_MARKET_URL,
-      fetch: deps.fetch,
-    });
-    const { results } = await market.search({
-      q: words.join(" ") || undefined,
-      maxPrice: values["max-price"],
-      scheme:
-        values.scheme === undefined
-          ? undefined
-          : parseWire(CatalogSchemeSchema, values.scheme, { what: "--scheme" }),
-      network:
-        values.network === undefined
-          ? undefined
-          : parseWire(NetworkSchema, values.network, { what: "--network" }),
-      limit: values.limit === undefined ? undefined : Number(values.limit),
-    });
-    if (values.json) {
-      deps.out.log(JSON.stringify(results, null, 2));
-      return 0;
-    }
-    if (results.length === 0) deps.out.log("no capabilities found");
-    for (const entry of results) {
-      const schemes = [...new Set(entry.capability.pricing.map((p) => p.type))].join(", ");
-      deps.out.log(
-        `${entry.capability.name}  ${formatUnitsExact(BigInt(entry.price))} USDC/call (${schemes})  ${entry.capability.method} ${entry.url}`,
-      );
-      deps.out.log(
-        `  ${entry.seller.name} ${entry.seller.address} on ${entry.network}: ${entry.capability.description}`,
-      );
-    }
-    return 0;
-  }
+  if (command === "search") return searchMarket(values, env, deps, words);
   if (command !== "serve") {
     deps.out.error(usage);
     return 2;
   }
+  return serveMarketCommand(values, env, deps);
+}
 
+/** `tollgate market search [words…]`. */
+async function searchMarket(
+  values: MarketValues,
+  env: MarketEnv,
+  deps: MarketCommandDeps,
+  words: string[],
+): Promise<number> {
+  const market = createMarketClient({
+    url: values.market ?? env.TOLLGATE_MARKET_URL ?? DEFAULT_MARKET_URL,
+    fetch: deps.fetch,
+  });
+  const { results } = await market.search({
+    q: words.join(" ") || undefined,
+    maxPrice: values["max-price"],
+    scheme:
+      values.scheme === undefined
+        ? undefined
+        : parseWire(CatalogSchemeSchema, values.scheme, { what: "--scheme" }),
+    network:
+      values.network === undefined
+        ? undefined
+        : parseWire(NetworkSchema, values.network, { what: "--network" }),
+    limit: values.limit === undefined ? undefined : Number(values.limit),
+  });
+  if (values.json) {
+    deps.out.log(JSON.stringify(results, null, 2));
+    return 0;
+  }
+  if (results.length === 0) deps.out.log("no capabilities found");
+  for (const entry of results) {
+    const schemes = [...new Set(entry.capability.pricing.map((p) => p.type))].join(", ");
+    deps.out.log(
+      `${entry.capability.name}  ${formatUnitsExact(BigInt(entry.price))} USDC/call (${schemes})  ${entry.capability.method} ${entry.url}`,
+    );
+    deps.out.log(
+      `  ${entry.seller.name} ${entry.seller.address} on ${entry.network}: ${entry.capability.description}`,
+    );
+  }
+  return 0;
+}
+
+/** `tollgate market [serve]`: runs the market until stopped. */
+async function serveMarketCommand(
+  values: MarketValues,
+  env: MarketEnv,
+  deps: MarketCommandDeps,
+): Promise<number> {
   const port =
     values.port === undefined ? (env.TOLLGATE_MARKET_PORT ?? DEFAULT_MARKET_PORT) : Number(values.port);
   if (!Number.isInteger(port) || port < 0 || port > 65_535) {

@@ -15,9 +15,11 @@ import {
   defineChain,
   type Hash,
   type PublicClient,
+  type TransactionReceipt,
   type Transport,
+  type WalletClient,
 } from "viem";
-import { privateKeyToAccount } from "viem/accounts";
+import { type PrivateKeyAccount, privateKeyToAccount } from "viem/accounts";
 import { z } from "zod";
 import { createPlan } from "../../chain/actions/subscriptions/createPlan.ts";
 import { deprecatePlan } from "../../chain/actions/subscriptions/deprecatePlan.ts";
@@ -75,9 +77,8 @@ RPC, manager and token default to TOLLGATE_RPC_URL, TOLLGATE_SUBSCRIPTION_MANAGE
 then to .tollgate/devnet.json (on the devnet's chain), then to the deployment-<chain id>.json that
 \`tollgate deploy\` wrote and the network's USDC; the key to TOLLGATE_PROVIDER_KEY.`;
 
-/** Runs `tollgate plan …`; returns the exit code. */
-export async function planCommand(argv: string[], deps: PlanCommandDeps): Promise<number> {
-  const { values, positionals } = parseArgs({
+function parsePlanArgs(argv: string[]) {
+  return parseArgs({
     args: argv,
     allowPositionals: true,
     options: {
@@ -97,11 +98,61 @@ export async function planCommand(argv: string[], deps: PlanCommandDeps): Promis
       help: { type: "boolean", short: "h" },
     },
   });
+}
+
+/** What every subcommand reads: its flags, the chain with the SubscriptionManager on it, and the output. */
+type PlanSession = {
+  values: ReturnType<typeof parsePlanArgs>["values"];
+  env: z.infer<typeof PlanEnvSchema>;
+  deps: PlanCommandDeps;
+  chain: Chain;
+  /** The devnet file, when the RPC is the devnet's chain. */
+  devnet: DevnetFile | undefined;
+  deployment: ReturnType<typeof readDeploymentFile>;
+  manager: Address;
+  client: PublicClient<Transport, Chain>;
+  /** The value as JSON with `--json`, else the lines. */
+  print(value: unknown, lines: string[]): void;
+  /** The provider's wallet on the chain (its key read when first needed). */
+  wallet(): WalletClient<Transport, Chain, PrivateKeyAccount>;
+  /** Waits for a transaction's receipt; a revert is ChainUnavailable. */
+  wait(hash: Hash): Promise<TransactionReceipt>;
+};
+
+/** Runs `tollgate plan …`; returns the exit code. */
+export async function planCommand(argv: string[], deps: PlanCommandDeps): Promise<number> {
+  const { values, positionals } = parsePlanArgs(argv);
   const [command, target] = positionals;
   if (values.help === true || command === undefined) {
     deps.out.log(usage);
     return values.help === true ? 0 : 2;
   }
+  const session = await planSession(values, deps);
+  if (typeof session === "number") return session;
+  switch (command) {
+    case "create":
+      return createPlanCommand(session);
+    case "deprecate":
+      return deprecatePlanCommand(session, target);
+    case "show": {
+      const id = planId(target, "show <id>");
+      const terms = await describe(session.client, session.manager, id);
+      session.print(terms.value, terms.lines);
+      return 0;
+    }
+    case "operator":
+      return operatorCommand(session, target);
+    default:
+      deps.out.error(`tollgate plan: unknown command "${command}"\n\n${usage}`);
+      return 2;
+  }
+}
+
+/** The chain and the SubscriptionManager the command works on, or the exit code when there is none. */
+async function planSession(
+  values: PlanSession["values"],
+  deps: PlanCommandDeps,
+): Promise<PlanSession | number> {
   const env = parseWire(PlanEnvSchema, deps.env, { what: "environment" });
   const dir = resolve(deps.cwd ?? process.cwd(), values.dir ?? env.TOLLGATE_DIR);
   const devnetFile = readDevnetFile(dir);
@@ -135,109 +186,121 @@ export async function planCommand(argv: string[], deps: PlanCommandDeps): Promis
     transport: rpcTransport(rpcUrls),
     pollingInterval: 100,
   }) as PublicClient<Transport, Chain>;
-  const print = (value: unknown, lines: string[]) => {
-    if (values.json) deps.out.log(JSON.stringify(value, null, 2));
-    else for (const line of lines) deps.out.log(line);
-  };
-  const wallet = () => {
-    const key = providerKey(values, env, devnet);
-    return createWalletClient({ chain, transport: rpcTransport(rpcUrls), account: privateKeyToAccount(key) });
-  };
-  const wait = async (hash: Hash) => {
-    const receipt = await client.waitForTransactionReceipt({ hash });
-    if (receipt.status !== "success")
-      throw new TollgateError("ChainUnavailable", `transaction ${hash} reverted`);
-    return receipt;
-  };
-  const planId = (text: string | undefined, what: string): bigint => {
-    if (text === undefined || !/^[1-9][0-9]{0,30}$/.test(text)) {
-      throw new TollgateError("InvalidRequest", `${what} must be a plan id (a positive integer)`);
-    }
-    return BigInt(text);
-  };
-
-  switch (command) {
-    case "create": {
-      if (values.amount === undefined || values.interval === undefined) {
-        deps.out.error(`tollgate plan create: --amount and --interval are required\n\n${usage}`);
-        return 2;
-      }
-      const tokenText =
-        values.token ??
-        env.TOLLGATE_TOKEN ??
-        devnet?.contracts.usd ??
-        deployment?.token.address ??
-        getNetworkConfig(`eip155:${chain.id}`)?.usdc;
-      if (tokenText === undefined) {
-        deps.out.error("tollgate plan create: no token: pass --token");
-        return 2;
-      }
-      const token = parseWire(AddressSchema, tokenText, { what: "--token" });
-      const decimals = await getTokenDecimals(client, { token });
-      const amount = parseUnitsExact(values.amount, decimals);
-      const overage = parseUnitsExact(values.overage, decimals);
-      const included = parseUnitsExact(values.included, 0);
-      let interval: number;
-      try {
-        interval = parseDuration(values.interval);
-      } catch (cause) {
-        throw new TollgateError("InvalidRequest", `--interval: ${(cause as Error).message}`, { cause });
-      }
-      if (interval <= 0) throw new TollgateError("InvalidRequest", "--interval must be above zero");
-      const walletClient = wallet();
-      const hash = await createPlan(walletClient, {
-        manager,
-        token,
-        amount,
-        interval: BigInt(interval),
-        includedUnits: included,
-        overageUnitPrice: overage,
+  return {
+    values,
+    env,
+    deps,
+    chain,
+    devnet,
+    deployment,
+    manager,
+    client,
+    print(value, lines) {
+      if (values.json) deps.out.log(JSON.stringify(value, null, 2));
+      else for (const line of lines) deps.out.log(line);
+    },
+    wallet() {
+      const key = providerKey(values, env, devnet);
+      return createWalletClient({
+        chain,
+        transport: rpcTransport(rpcUrls),
+        account: privateKeyToAccount(key),
       });
-      const id = getPlanIdFromReceipt(await wait(hash));
-      const terms = await describe(client, manager, id);
-      print({ ...terms.value, transaction: hash }, [`plan ${id} created (tx ${hash})`, ...terms.lines]);
-      return 0;
-    }
-    case "deprecate": {
-      const id = planId(target, "deprecate <id>");
-      const successor = values.successor === undefined ? 0n : planId(values.successor, "--successor");
-      const hash = await deprecatePlan(wallet(), { manager, planId: id, successorPlanId: successor });
-      await wait(hash);
-      print(
-        {
-          planId: id.toString(),
-          successorPlanId: successor === 0n ? null : successor.toString(),
-          transaction: hash,
-        },
-        [
-          successor === 0n
-            ? `plan ${id} deprecated (tx ${hash})`
-            : `plan ${id} deprecated; new subscribers are pointed to plan ${successor} (tx ${hash})`,
-        ],
-      );
-      return 0;
-    }
-    case "show": {
-      const id = planId(target, "show <id>");
-      const terms = await describe(client, manager, id);
-      print(terms.value, terms.lines);
-      return 0;
-    }
-    case "operator": {
-      const operator = parseWire(AddressSchema, target, { what: "operator <address>" });
-      const hash = await setOperator(wallet(), { manager, operator, allowed: !values.revoke });
-      await wait(hash);
-      print({ operator, allowed: !values.revoke, transaction: hash }, [
-        values.revoke
-          ? `${operator} may no longer deduct usage on your plans (tx ${hash})`
-          : `${operator} may now deduct metered usage on your plans (tx ${hash})`,
-      ]);
-      return 0;
-    }
-    default:
-      deps.out.error(`tollgate plan: unknown command "${command}"\n\n${usage}`);
-      return 2;
+    },
+    async wait(hash) {
+      const receipt = await client.waitForTransactionReceipt({ hash });
+      if (receipt.status !== "success")
+        throw new TollgateError("ChainUnavailable", `transaction ${hash} reverted`);
+      return receipt;
+    },
+  };
+}
+
+function planId(text: string | undefined, what: string): bigint {
+  if (text === undefined || !/^[1-9][0-9]{0,30}$/.test(text)) {
+    throw new TollgateError("InvalidRequest", `${what} must be a plan id (a positive integer)`);
   }
+  return BigInt(text);
+}
+
+/** `tollgate plan create --amount … --interval …`. */
+async function createPlanCommand(session: PlanSession): Promise<number> {
+  const { values, env, deps, devnet, deployment, chain, client, manager } = session;
+  if (values.amount === undefined || values.interval === undefined) {
+    deps.out.error(`tollgate plan create: --amount and --interval are required\n\n${usage}`);
+    return 2;
+  }
+  const tokenText =
+    values.token ??
+    env.TOLLGATE_TOKEN ??
+    devnet?.contracts.usd ??
+    deployment?.token.address ??
+    getNetworkConfig(`eip155:${chain.id}`)?.usdc;
+  if (tokenText === undefined) {
+    deps.out.error("tollgate plan create: no token: pass --token");
+    return 2;
+  }
+  const token = parseWire(AddressSchema, tokenText, { what: "--token" });
+  const decimals = await getTokenDecimals(client, { token });
+  const amount = parseUnitsExact(values.amount, decimals);
+  const overage = parseUnitsExact(values.overage, decimals);
+  const included = parseUnitsExact(values.included, 0);
+  let interval: number;
+  try {
+    interval = parseDuration(values.interval);
+  } catch (cause) {
+    throw new TollgateError("InvalidRequest", `--interval: ${(cause as Error).message}`, { cause });
+  }
+  if (interval <= 0) throw new TollgateError("InvalidRequest", "--interval must be above zero");
+  const walletClient = session.wallet();
+  const hash = await createPlan(walletClient, {
+    manager,
+    token,
+    amount,
+    interval: BigInt(interval),
+    includedUnits: included,
+    overageUnitPrice: overage,
+  });
+  const id = getPlanIdFromReceipt(await session.wait(hash));
+  const terms = await describe(client, manager, id);
+  session.print({ ...terms.value, transaction: hash }, [`plan ${id} created (tx ${hash})`, ...terms.lines]);
+  return 0;
+}
+
+/** `tollgate plan deprecate <id> [--successor <id>]`. */
+async function deprecatePlanCommand(session: PlanSession, target: string | undefined): Promise<number> {
+  const { values, manager } = session;
+  const id = planId(target, "deprecate <id>");
+  const successor = values.successor === undefined ? 0n : planId(values.successor, "--successor");
+  const hash = await deprecatePlan(session.wallet(), { manager, planId: id, successorPlanId: successor });
+  await session.wait(hash);
+  session.print(
+    {
+      planId: id.toString(),
+      successorPlanId: successor === 0n ? null : successor.toString(),
+      transaction: hash,
+    },
+    [
+      successor === 0n
+        ? `plan ${id} deprecated (tx ${hash})`
+        : `plan ${id} deprecated; new subscribers are pointed to plan ${successor} (tx ${hash})`,
+    ],
+  );
+  return 0;
+}
+
+/** `tollgate plan operator <address> [--revoke]`. */
+async function operatorCommand(session: PlanSession, target: string | undefined): Promise<number> {
+  const { values, manager } = session;
+  const operator = parseWire(AddressSchema, target, { what: "operator <address>" });
+  const hash = await setOperator(session.wallet(), { manager, operator, allowed: !values.revoke });
+  await session.wait(hash);
+  session.print({ operator, allowed: !values.revoke, transaction: hash }, [
+    values.revoke
+      ? `${operator} may no longer deduct usage on your plans (tx ${hash})`
+      : `${operator} may now deduct metered usage on your plans (tx ${hash})`,
+  ]);
+  return 0;
 }
 
 export function run(argv: string[]): Promise<number> {

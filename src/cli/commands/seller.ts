@@ -10,7 +10,7 @@ import { type PrivateKeyAccount, privateKeyToAccount } from "viem/accounts";
 import { z } from "zod";
 import type { FetchFn } from "../../http/facilitatorClient.ts";
 import { DEFAULT_MARKET_URL, type RegistrationResult, signSellerRemoval } from "../../market/marketApi.ts";
-import { createMarketClient } from "../../market/marketClient.ts";
+import { createMarketClient, type MarketClient } from "../../market/marketClient.ts";
 import { readBoundedText } from "../../market/readBoundedText.ts";
 import { AddressSchema, sameAddress } from "../../protocol/address.ts";
 import { type Clock, systemClock, unixSeconds } from "../../protocol/clock.ts";
@@ -57,9 +57,8 @@ const usage = `usage: tollgate seller <command> [--market ${DEFAULT_MARKET_URL}]
   refresh <address>          ask the market to re-read the seller's signed manifest from its baseUrl
 The key defaults to TOLLGATE_SELLER_KEY, then to the devnet account (.tollgate/devnet.json) that is seller.payTo.`;
 
-/** Runs `tollgate seller …`; returns the exit code. */
-export async function sellerCommand(argv: string[], deps: SellerCommandDeps): Promise<number> {
-  const { values, positionals } = parseArgs({
+function parseSellerArgs(argv: string[]) {
+  return parseArgs({
     args: argv,
     allowPositionals: true,
     options: {
@@ -71,6 +70,21 @@ export async function sellerCommand(argv: string[], deps: SellerCommandDeps): Pr
       help: { type: "boolean", short: "h" },
     },
   });
+}
+
+/** What every subcommand reads: its flags, environment, directories, output and the market. */
+type SellerSession = {
+  values: ReturnType<typeof parseSellerArgs>["values"];
+  env: z.infer<typeof SellerEnvSchema>;
+  deps: SellerCommandDeps;
+  cwd: string;
+  dir: string;
+  market: MarketClient;
+};
+
+/** Runs `tollgate seller …`; returns the exit code. */
+export async function sellerCommand(argv: string[], deps: SellerCommandDeps): Promise<number> {
+  const { values, positionals } = parseSellerArgs(argv);
   const [command, target] = positionals;
   if (values.help === true || command === undefined) {
     deps.out.log(usage);
@@ -83,172 +97,203 @@ export async function sellerCommand(argv: string[], deps: SellerCommandDeps): Pr
     url: values.market ?? env.TOLLGATE_MARKET_URL ?? DEFAULT_MARKET_URL,
     fetch: deps.fetch,
   });
-
-  /** The signing key: explicit flags first, then the environment, then a devnet account matching `payTo`. */
-  function account(payTo: string | undefined): PrivateKeyAccount | undefined {
-    if (values.key !== undefined)
-      return privateKeyToAccount(parseWire(PrivateKeySchema, values.key, { what: "--key" }));
-    if (values.account !== undefined) {
-      const accounts = readDevnet(dir).accounts;
-      const index = Number(values.account);
-      const entry = Number.isInteger(index) ? accounts[index] : undefined;
-      if (entry === undefined) {
-        throw new TollgateError(
-          "InvalidRequest",
-          `--account must be a devnet account index from 0 to ${accounts.length - 1}`,
-        );
-      }
-      return privateKeyToAccount(parseWire(PrivateKeySchema, entry.privateKey, { what: "devnet key" }));
-    }
-    if (env.TOLLGATE_SELLER_KEY !== undefined) return privateKeyToAccount(env.TOLLGATE_SELLER_KEY);
-    if (payTo === undefined || !existsSync(join(dir, "devnet.json"))) return undefined;
-    const match = readDevnet(dir).accounts.find((a) => sameAddress(a.address, payTo));
-    return match === undefined
-      ? undefined
-      : privateKeyToAccount(parseWire(PrivateKeySchema, match.privateKey, { what: "devnet key" }));
-  }
-
-  /** Prints what a registration did; 1 when the market kept a registration at least as new. */
-  function reportRegistration(result: RegistrationResult, sentIssuedAt: unknown, how = ""): number {
-    if (result.status === "superseded") {
-      deps.out.error(
-        `superseded: nothing changed. ${market.url} already holds a registration of ${result.address} signed at ` +
-          `${when(result.issuedAt)}${typeof sentIssuedAt === "number" ? `, not older than this one (${when(sentIssuedAt)})` : ""}; ` +
-          "a market keeps the newest. Register a newer manifest (--key or --account signs with issuedAt = now).",
-      );
-      return 1;
-    }
-    deps.out.log(`${result.status}: ${result.address} on ${market.url} (issuedAt ${result.issuedAt})${how}`);
-    return 0;
-  }
-
+  const session: SellerSession = { values, env, deps, cwd, dir, market };
   switch (command) {
-    case "register": {
-      if (target === undefined) {
-        deps.out.error("tollgate seller register: give a manifest file or URL");
-        return 2;
-      }
-      const { document, source } = await loadDocument(target, cwd, deps.fetch);
-      const isEnvelope = typeof document === "object" && document !== null && "manifest" in document;
-      const raw = (isEnvelope ? (document as { manifest: unknown }).manifest : document) as Record<
-        string,
-        unknown
-      >;
-      if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
-        throw new TollgateError("InvalidRequest", `${target} does not hold a manifest (a JSON object)`);
-      }
-      const seller = (raw.seller ?? {}) as Record<string, unknown>;
-      const payTo = typeof seller.payTo === "string" ? seller.payTo : undefined;
-      const signed = isEnvelope && typeof (document as { signature?: unknown }).signature === "string";
-      // A signed manifest goes as it is signed unless a key is named: re-signing it here would give
-      // the market a manifest newer than the one the seller serves, and every later refresh from the
-      // seller's server would be "superseded" by it.
-      if (signed && values.key === undefined && values.account === undefined) {
-        try {
-          const result = await market.register(document as { manifest: unknown; signature: string });
-          return reportRegistration(result, raw.issuedAt, `, as signed by the seller (${source})`);
-        } catch (error) {
-          // Older than the market accepts for a new registration: sign it afresh below, if a key is at hand.
-          if (!isTollgateError(error, "AuthorizationExpired") || account(payTo) === undefined) throw error;
-          deps.out.log(
-            `${source} was signed too long ago for ${market.url} to take it: signing it afresh with the payout key`,
-          );
-        }
-      }
-      const signer = account(payTo);
-      let envelope: { manifest: unknown; signature: string };
-      if (signer === undefined) {
-        if (!isEnvelope) {
-          throw new TollgateError(
-            "InvalidRequest",
-            "no payout key to sign with: pass --key or --account, or set TOLLGATE_SELLER_KEY",
-          );
-        }
-        envelope = document as { manifest: unknown; signature: string };
-      } else {
-        // A seller signing now states the manifest now: a file's old issuedAt would be stale.
-        envelope = await signManifest(signer, {
-          ...(raw as object),
-          seller: { ...seller, payTo: payTo ?? signer.address },
-          issuedAt: unixSeconds(deps.clock),
-        } as Parameters<typeof signManifest>[1]);
-      }
-      const result = await market.register(envelope);
-      return reportRegistration(result, (envelope.manifest as { issuedAt?: unknown }).issuedAt);
-    }
-    case "list": {
-      const { sellers } = await market.list({ limit: 100 });
-      if (values.json) {
-        deps.out.log(JSON.stringify(sellers, null, 2));
-        return 0;
-      }
-      if (sellers.length === 0) deps.out.log("no sellers registered");
-      for (const s of sellers) {
-        deps.out.log(`${s.address}  ${s.name}  ${s.baseUrl}  ${s.network}  [${s.capabilities.join(", ")}]`);
-      }
-      return 0;
-    }
-    case "show": {
-      const address = parseWire(AddressSchema, target, { what: "seller address" });
-      const seller = await market.get(address);
-      if (seller === undefined) {
-        deps.out.error(`no seller ${address} on ${market.url}`);
-        return 1;
-      }
-      deps.out.log(JSON.stringify(seller.envelope, null, 2));
-      return 0;
-    }
-    case "remove": {
-      const signer = account(target);
-      if (signer === undefined) {
-        throw new TollgateError(
-          "InvalidRequest",
-          "no payout key to sign the removal: pass --key or --account",
-        );
-      }
-      const address =
-        target === undefined ? signer.address : parseWire(AddressSchema, target, { what: "seller address" });
-      if (!sameAddress(address, signer.address)) {
-        throw new TollgateError("InvalidRequest", `the key given is not ${address}'s payout key`);
-      }
-      const result = await market.remove(address, await signSellerRemoval(signer, unixSeconds(deps.clock)));
-      deps.out.log(`${result.status}: ${result.address} on ${market.url}`);
-      return result.status === "removed" ? 0 : 1;
-    }
-    case "refresh": {
-      const address = parseWire(AddressSchema, target, { what: "seller address" });
-      const result = await market.refresh(address);
-      if (result.status !== "superseded") {
-        deps.out.log(`${result.status}: ${result.address} on ${market.url} (issuedAt ${result.issuedAt})`);
-        return 0;
-      }
-      // The market kept a registration at least as new as what the seller serves: say which, and why.
-      const registered = await market.get(address).catch(() => undefined);
-      const baseUrl = registered?.manifest.baseUrl;
-      const manifestUrl = baseUrl === undefined ? "the seller's manifest" : manifestUrlOf(baseUrl);
-      const served =
-        baseUrl === undefined
-          ? undefined
-          : await loadDocument(manifestUrlOf(baseUrl), cwd, deps.fetch)
-              .then(({ document }) => (document as { manifest?: { issuedAt?: unknown } }).manifest?.issuedAt)
-              .catch(() => undefined);
-      const servedAt = typeof served === "number" ? ` was signed at ${when(served)} and` : "";
-      deps.out.error(
-        [
-          `superseded: nothing changed. ${manifestUrl}${servedAt} is not newer than the registration ${market.url} holds ` +
-            `for ${result.address} (signed at ${when(result.issuedAt)}), and a market keeps the newest signed manifest.`,
-          "The registration was signed after the seller published its own, typically by `tollgate seller register` " +
-            "with a key (which signs afresh) or by another instance of the seller.",
-          "To have the market follow the seller's server again, let the seller sign a newer manifest (restart it: " +
-            `a specialist signs its manifest when it starts), then run \`tollgate seller refresh ${result.address}\` again.`,
-        ].join("\n"),
-      );
-      return 1;
-    }
+    case "register":
+      return registerSeller(session, target);
+    case "list":
+      return listSellers(session);
+    case "show":
+      return showSeller(session, target);
+    case "remove":
+      return removeSeller(session, target);
+    case "refresh":
+      return refreshSeller(session, target);
     default:
       deps.out.error(usage);
       return 2;
   }
+}
+
+/** The signing key: explicit flags first, then the environment, then a devnet account matching `payTo`. */
+function sellerAccount(session: SellerSession, payTo: string | undefined): PrivateKeyAccount | undefined {
+  const { values, env, dir } = session;
+  if (values.key !== undefined)
+    return privateKeyToAccount(parseWire(PrivateKeySchema, values.key, { what: "--key" }));
+  if (values.account !== undefined) {
+    const accounts = readDevnet(dir).accounts;
+    const index = Number(values.account);
+    const entry = Number.isInteger(index) ? accounts[index] : undefined;
+    if (entry === undefined) {
+      throw new TollgateError(
+        "InvalidRequest",
+        `--account must be a devnet account index from 0 to ${accounts.length - 1}`,
+      );
+    }
+    return privateKeyToAccount(parseWire(PrivateKeySchema, entry.privateKey, { what: "devnet key" }));
+  }
+  if (env.TOLLGATE_SELLER_KEY !== undefined) return privateKeyToAccount(env.TOLLGATE_SELLER_KEY);
+  if (payTo === undefined || !existsSync(join(dir, "devnet.json"))) return undefined;
+  const match = readDevnet(dir).accounts.find((a) => sameAddress(a.address, payTo));
+  return match === undefined
+    ? undefined
+    : privateKeyToAccount(parseWire(PrivateKeySchema, match.privateKey, { what: "devnet key" }));
+}
+
+/** Prints what a registration did; 1 when the market kept a registration at least as new. */
+function reportRegistration(
+  session: SellerSession,
+  result: RegistrationResult,
+  sentIssuedAt: unknown,
+  how = "",
+): number {
+  const { deps, market } = session;
+  if (result.status === "superseded") {
+    deps.out.error(
+      `superseded: nothing changed. ${market.url} already holds a registration of ${result.address} signed at ` +
+        `${when(result.issuedAt)}${typeof sentIssuedAt === "number" ? `, not older than this one (${when(sentIssuedAt)})` : ""}; ` +
+        "a market keeps the newest. Register a newer manifest (--key or --account signs with issuedAt = now).",
+    );
+    return 1;
+  }
+  deps.out.log(`${result.status}: ${result.address} on ${market.url} (issuedAt ${result.issuedAt})${how}`);
+  return 0;
+}
+
+/** `tollgate seller register <manifest | URL>`. */
+async function registerSeller(session: SellerSession, target: string | undefined): Promise<number> {
+  const { deps, values, market } = session;
+  if (target === undefined) {
+    deps.out.error("tollgate seller register: give a manifest file or URL");
+    return 2;
+  }
+  const { document, source } = await loadDocument(target, session.cwd, deps.fetch);
+  const isEnvelope = typeof document === "object" && document !== null && "manifest" in document;
+  const raw = (isEnvelope ? (document as { manifest: unknown }).manifest : document) as Record<
+    string,
+    unknown
+  >;
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    throw new TollgateError("InvalidRequest", `${target} does not hold a manifest (a JSON object)`);
+  }
+  const seller = (raw.seller ?? {}) as Record<string, unknown>;
+  const payTo = typeof seller.payTo === "string" ? seller.payTo : undefined;
+  const signed = isEnvelope && typeof (document as { signature?: unknown }).signature === "string";
+  // A signed manifest goes as it is signed unless a key is named: re-signing it here would give
+  // the market a manifest newer than the one the seller serves, and every later refresh from the
+  // seller's server would be "superseded" by it.
+  if (signed && values.key === undefined && values.account === undefined) {
+    try {
+      const result = await market.register(document as { manifest: unknown; signature: string });
+      return reportRegistration(session, result, raw.issuedAt, `, as signed by the seller (${source})`);
+    } catch (error) {
+      // Older than the market accepts for a new registration: sign it afresh below, if a key is at hand.
+      if (!isTollgateError(error, "AuthorizationExpired") || sellerAccount(session, payTo) === undefined) {
+        throw error;
+      }
+      deps.out.log(
+        `${source} was signed too long ago for ${market.url} to take it: signing it afresh with the payout key`,
+      );
+    }
+  }
+  const signer = sellerAccount(session, payTo);
+  let envelope: { manifest: unknown; signature: string };
+  if (signer === undefined) {
+    if (!isEnvelope) {
+      throw new TollgateError(
+        "InvalidRequest",
+        "no payout key to sign with: pass --key or --account, or set TOLLGATE_SELLER_KEY",
+      );
+    }
+    envelope = document as { manifest: unknown; signature: string };
+  } else {
+    // A seller signing now states the manifest now: a file's old issuedAt would be stale.
+    envelope = await signManifest(signer, {
+      ...(raw as object),
+      seller: { ...seller, payTo: payTo ?? signer.address },
+      issuedAt: unixSeconds(deps.clock),
+    } as Parameters<typeof signManifest>[1]);
+  }
+  const result = await market.register(envelope);
+  return reportRegistration(session, result, (envelope.manifest as { issuedAt?: unknown }).issuedAt);
+}
+
+/** `tollgate seller list [--json]`. */
+async function listSellers(session: SellerSession): Promise<number> {
+  const { deps } = session;
+  const { sellers } = await session.market.list({ limit: 100 });
+  if (session.values.json) {
+    deps.out.log(JSON.stringify(sellers, null, 2));
+    return 0;
+  }
+  if (sellers.length === 0) deps.out.log("no sellers registered");
+  for (const s of sellers) {
+    deps.out.log(`${s.address}  ${s.name}  ${s.baseUrl}  ${s.network}  [${s.capabilities.join(", ")}]`);
+  }
+  return 0;
+}
+
+/** `tollgate seller show <address>`. */
+async function showSeller(session: SellerSession, target: string | undefined): Promise<number> {
+  const { deps, market } = session;
+  const address = parseWire(AddressSchema, target, { what: "seller address" });
+  const seller = await market.get(address);
+  if (seller === undefined) {
+    deps.out.error(`no seller ${address} on ${market.url}`);
+    return 1;
+  }
+  deps.out.log(JSON.stringify(seller.envelope, null, 2));
+  return 0;
+}
+
+/** `tollgate seller remove [<address>]`, signed by the payout key. */
+async function removeSeller(session: SellerSession, target: string | undefined): Promise<number> {
+  const { deps, market } = session;
+  const signer = sellerAccount(session, target);
+  if (signer === undefined) {
+    throw new TollgateError("InvalidRequest", "no payout key to sign the removal: pass --key or --account");
+  }
+  const address =
+    target === undefined ? signer.address : parseWire(AddressSchema, target, { what: "seller address" });
+  if (!sameAddress(address, signer.address)) {
+    throw new TollgateError("InvalidRequest", `the key given is not ${address}'s payout key`);
+  }
+  const result = await market.remove(address, await signSellerRemoval(signer, unixSeconds(deps.clock)));
+  deps.out.log(`${result.status}: ${result.address} on ${market.url}`);
+  return result.status === "removed" ? 0 : 1;
+}
+
+/** `tollgate seller refresh <address>`; a superseded refresh says which registration won, and why. */
+async function refreshSeller(session: SellerSession, target: string | undefined): Promise<number> {
+  const { deps, market } = session;
+  const address = parseWire(AddressSchema, target, { what: "seller address" });
+  const result = await market.refresh(address);
+  if (result.status !== "superseded") {
+    deps.out.log(`${result.status}: ${result.address} on ${market.url} (issuedAt ${result.issuedAt})`);
+    return 0;
+  }
+  // The market kept a registration at least as new as what the seller serves: say which, and why.
+  const registered = await market.get(address).catch(() => undefined);
+  const baseUrl = registered?.manifest.baseUrl;
+  const manifestUrl = baseUrl === undefined ? "the seller's manifest" : manifestUrlOf(baseUrl);
+  const served =
+    baseUrl === undefined
+      ? undefined
+      : await loadDocument(manifestUrlOf(baseUrl), session.cwd, deps.fetch)
+          .then(({ document }) => (document as { manifest?: { issuedAt?: unknown } }).manifest?.issuedAt)
+          .catch(() => undefined);
+  const servedAt = typeof served === "number" ? ` was signed at ${when(served)} and` : "";
+  deps.out.error(
+    [
+      `superseded: nothing changed. ${manifestUrl}${servedAt} is not newer than the registration ${market.url} holds ` +
+        `for ${result.address} (signed at ${when(result.issuedAt)}), and a market keeps the newest signed manifest.`,
+      "The registration was signed after the seller published its own, typically by `tollgate seller register` " +
+        "with a key (which signs afresh) or by another instance of the seller.",
+      "To have the market follow the seller's server again, let the seller sign a newer manifest (restart it: " +
+        `a specialist signs its manifest when it starts), then run \`tollgate seller refresh ${result.address}\` again.`,
+    ].join("\n"),
+  );
+  return 1;
 }
 
 /** Largest manifest document read from a URL. */
