@@ -13,23 +13,23 @@ import { type Context, Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import type { Logger } from "pino";
+import { csrfField, type NavEntry, page } from "../../http/dashboardLayout.ts";
+import { html } from "../../http/html.ts";
 import { bucketKey, clientAddress } from "../../http/rateLimits.ts";
+import { authenticating, routeDoc } from "../../http/routeDocs.ts";
 import { createTokenBuckets, type TokenBucketRule } from "../../http/tokenBucket.ts";
 import { base64UrlEncode } from "../../protocol/base64.ts";
 import type { Clock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { Queryable } from "../../store/store.ts";
 import { findProviderByApiKey } from "../providers/requireProvider.ts";
-import { authenticating, routeDoc } from "../routeDocs.ts";
 import { loadDashboardAssets } from "./dashboardAssets.ts";
-import { csrfField, type NavEntry, page } from "./dashboardLayout.ts";
 import { assertCsrf, assertSameOrigin, dashboardHeaders, tokensMatch } from "./dashboardSecurity.ts";
 import {
   createDashboardSessions,
   type DashboardSession,
   type DashboardSessionOptions,
 } from "./dashboardSessions.ts";
-import { html } from "./html.ts";
 
 /** Hono variables of the dashboard's signed-in routes. */
 export type DashboardEnv = { Variables: { session: DashboardSession; form: Record<string, string> } };
