@@ -13,8 +13,9 @@
  *   listing, what the policy weighs it as, and how a spend paid through it is reported.
  *
  * Invariants: an agent part imports only the agent core's leaf types (this file, `policy/policyOffer.ts`,
- * `budget/budgetLimits.ts`, `spendReport.ts`), the protocol and its own scheme folder, never a module
- * that loads the agent's list of built-ins (that would close an import circle). Its functions are pure
+ * `budget/budgetLimits.ts`, `spendReport.ts`, `dashboard/agentDashboardPart.ts`), the protocol, the
+ * HTTP page kit (for its dashboard panels) and its own scheme folder, never a module that loads the
+ * agent's list of built-ins (that would close an import circle). Its functions are pure
  * and cheap: they run per listing and per 402.
  */
 import type { Address } from "viem";
@@ -26,6 +27,7 @@ import type { CapabilityPricingView } from "../protocol/pricing.ts";
 import type { X402PaymentRequirements } from "../protocol/x402.ts";
 import type { Scheme, SchemeId } from "../schemes/types.ts";
 import type { SpendKind } from "./budget/budgetLimits.ts";
+import type { AgentDashboardPart } from "./dashboard/agentDashboardPart.ts";
 import type { PurchasePart } from "./paidTool/purchasePart.ts";
 import type { PolicyChannel, PolicyPlan } from "./policy/policyOffer.ts";
 import type { SpendMode } from "./spendReport.ts";
@@ -157,6 +159,12 @@ export type AgentSchemePart = {
   mcpReceipts?: Readonly<Record<string, string>> | undefined;
   /** How a paid tool buys through this scheme: its steps in one call (src/agent/paidTool/purchasePart.ts). */
   purchase?: PurchasePart | undefined;
+  /**
+   * What the agent operator's page of one agent shows of this scheme (the subscriptions it holds,
+   * with their next renewal): read from the agents' store, rendered with the page kit of src/http/
+   * (src/agent/dashboard/agentDashboardPart.ts).
+   */
+  dashboard?: AgentDashboardPart | undefined;
 };
 
 declare module "../schemes/types.ts" {

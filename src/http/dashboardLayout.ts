@@ -2,6 +2,7 @@
  * The dashboard's page frame and small view helpers. Every page is a full HTML document: the only
  * script is /dashboard/assets/dashboard.js (plus uPlot), the only styles are our stylesheets.
  */
+import { getAddress, isAddress } from "viem";
 import { formatUnitsExact } from "../protocol/amount.ts";
 import { html, type SafeHtml } from "./html.ts";
 
@@ -83,6 +84,11 @@ export function when(date: Date | number | null | undefined): string {
 export function short(hex: string): SafeHtml {
   const text = hex.length > 14 ? `${hex.slice(0, 6)}…${hex.slice(-4)}` : hex;
   return html`<span class="mono" title="${hex}">${text}</span>`;
+}
+
+/** An address shortened in its checksum form (`short`); any other text (a tool's name) as it is. */
+export function shortAddress(text: string): SafeHtml | string {
+  return isAddress(text) ? short(getAddress(text)) : text;
 }
 
 /** A table from headers and rows; an empty table says so. */

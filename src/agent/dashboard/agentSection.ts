@@ -1,25 +1,34 @@
 /**
  * The agent operator's views, from the agents' store: every agent with a budget; per agent its
- * budget and limits (the ledger's own report), spend over time by tool, seller and mode, the
- * subscriptions it holds with their next renewal, the policy's reasons, and the latest run's spend
- * report (rebuilt from the run's recorded events with the collector the run printed).
+ * budget and limits (the ledger's own report), spend over time by tool, seller and mode, what its
+ * schemes show (the subscription scheme: the subscriptions it holds with their next renewal), the
+ * policy's reasons, and the latest run's spend report (rebuilt from the run's recorded events with
+ * the collector the run printed). The views name no scheme: they ask the agent parts they are given
+ * (`AgentSchemePart.dashboard`; the agent's built-ins unless told).
  */
-import { getAddress, isAddress } from "viem";
 import { z } from "zod";
-import type { DashboardSection } from "../../facilitator/dashboard/dashboardApp.ts";
-import type { DashboardAgents } from "../../facilitator/dashboard/dashboardModule.ts";
-import { type DisplayToken, money, page, short, table, when } from "../../http/dashboardLayout.ts";
+import type { DashboardAgents, DashboardSection } from "../../facilitator/dashboard/schemeDashboard.ts";
+import {
+  type DisplayToken,
+  money,
+  page,
+  short,
+  shortAddress,
+  table,
+  when,
+} from "../../http/dashboardLayout.ts";
 import { html, jsonForScript, type SafeHtml } from "../../http/html.ts";
 import { routeDoc } from "../../http/routeDocs.ts";
 import type { Clock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
-import { listSubscriptions } from "../../schemes/subscription/agent/agentSubscriptionRecords.ts";
 import type { Store } from "../../store/store.ts";
+import type { AgentSchemes } from "../agentScheme.ts";
+import { defaultAgentSchemes } from "../agentSchemes.ts";
 import { AgentIdSchema } from "../budget/budgetLimits.ts";
 import type { BudgetReport } from "../budget/budgetReport.ts";
 import { createBudgetLedger } from "../budget/createBudgetLedger.ts";
-import { createCancelClaims } from "../policy/cancelUnneededSubscriptions.ts";
 import type { SpendReport } from "../spendReport.ts";
+import type { AgentDashboardHost, AgentDashboardPart, AgentNextRenewal } from "./agentDashboardPart.ts";
 import { listAgents } from "./agentRecords.ts";
 import { type AgentRun, latestRunReport, type RunSpendRow, spendEventsOf } from "./runSpendRecords.ts";
 
@@ -35,7 +44,9 @@ export type AgentViewsDeps = {
   clock: Clock;
   token: DisplayToken;
   /** When a subscription renews next (unix seconds), from the facilitator's index or the chain. */
-  nextRenewal?: ((manager: string, subscriptionId: bigint) => Promise<number | undefined>) | undefined;
+  nextRenewal?: AgentNextRenewal | undefined;
+  /** The schemes whose agent parts add to an agent's page; the agent's built-ins when absent. */
+  schemes?: AgentSchemes | undefined;
 };
 
 const AGENT_NAV = [{ href: "/dashboard/agents", label: "Agents" }] as const;
@@ -50,8 +61,13 @@ const DAY_MS = 86_400_000;
  * @example
  * createFacilitator({ …, dashboard: { agents: agentDashboard({ store, token }) } });
  */
-export function agentDashboard(options: { store: Store; token: string }): DashboardAgents {
-  const { store } = options;
+export function agentDashboard(options: {
+  store: Store;
+  token: string;
+  /** The schemes whose agent parts add to an agent's page; the agent's built-ins when absent. */
+  schemes?: AgentSchemes | undefined;
+}): DashboardAgents {
+  const { store, schemes } = options;
   return {
     token: options.token,
     section: (host) =>
@@ -60,6 +76,7 @@ export function agentDashboard(options: { store: Store; token: string }): Dashbo
         clock: host.clock,
         token: host.token,
         nextRenewal: host.nextRenewal,
+        schemes,
       }),
   };
 }
@@ -138,45 +155,41 @@ async function agentsBody(deps: AgentViewsDeps): Promise<SafeHtml> {
 
 type AgentView = Awaited<ReturnType<typeof loadAgentView>>;
 
-/** One agent's budget report, spend events since `since`, latest run, subscriptions and cancels. */
+/** One agent's budget report, spend events since `since`, latest run, and its schemes' views. */
 async function loadAgentView(deps: AgentViewsDeps, agent: string, since: Date) {
-  const { report, events, latest, subs, cancels } = await deps.store(async (store) => {
+  const host: AgentDashboardHost = { clock: deps.clock, token: deps.token, nextRenewal: deps.nextRenewal };
+  const parts = dashboardParts(deps.schemes ?? defaultAgentSchemes);
+  const { report, events, latest, loads } = await deps.store(async (store) => {
     if (!(await listAgents(store)).includes(agent)) {
       throw new TollgateError("NotFound", "no agent with that name");
     }
-    const claims = createCancelClaims({ store, clock: deps.clock });
-    const [report, events, latest, subs] = await Promise.all([
+    const [report, events, latest, loads] = await Promise.all([
       createBudgetLedger({ store, clock: deps.clock }).report(agent),
       spendEventsOf(store, agent, since),
       latestRunReport(store, agent),
-      listSubscriptions(store, agent),
+      Promise.all(parts.map((part) => part.load(store, agent, host))),
     ]);
-    const subscribers = [...new Set(subs.map((s) => s.subscriber))];
-    const cancels = (await Promise.all(subscribers.map((s) => claims.list(s))))
-      .flat()
-      .filter((x) => x.agent === agent);
-    return { report, events, latest, subs, cancels };
+    return { report, events, latest, loads };
   });
-  const renewals = await Promise.all(
-    subs.map(async (s) =>
-      s.subscriptionId === undefined || s.status !== "active" || deps.nextRenewal === undefined
-        ? undefined
-        : deps.nextRenewal(s.manager, s.subscriptionId).catch(() => undefined),
-    ),
+  // Reads past the store (renewal dates) run after the page released it.
+  const schemeViews = await Promise.all(loads.map((load) => load.render()));
+  return { report, events, latest, schemeViews };
+}
+
+/** The dashboard parts of `schemes`' agent parts, in their order. */
+function dashboardParts(schemes: AgentSchemes): AgentDashboardPart[] {
+  return schemes.schemes.flatMap((scheme) =>
+    scheme.agent.dashboard === undefined ? [] : [scheme.agent.dashboard],
   );
-  return { report, events, latest, subs, cancels, renewals };
 }
 
 function agentBody(
-  { report, events, latest, subs, cancels, renewals }: AgentView,
+  { report, events, latest, schemeViews }: AgentView,
   range: { bucket: "hour" | "day"; since: Date; to: Date },
   t: DisplayToken,
 ): SafeHtml {
   const { bucket } = range;
-  const subRows = subs.map(
-    (s, i) =>
-      html`<tr><td>${s.subscriptionId?.toString() ?? "-"}</td><td>${s.planId}</td><td>${addr(s.provider)}</td><td><span class="pill ${s.status === "active" ? "Active" : s.status === "ended" ? "Cancelled" : "Paused"}">${s.status}</span></td><td>${when(s.claimedAt)}</td><td>${renewals[i] === undefined ? "-" : when(renewals[i])}</td></tr>`,
-  );
+  const schemePanels = schemeViews.flatMap((view) => view.panels.map((panel) => html`${panel}\n`));
   const reasons = reasonRows(events);
   return html`${budgetCards(report, t)}
 <div class="controls"><a class="button${bucket === "hour" ? " primary" : ""}" href="?bucket=hour">Last 24 hours, by hour</a><a class="button${bucket === "day" ? " primary" : ""}" href="?bucket=day">Last 30 days, by day</a></div>
@@ -196,28 +209,13 @@ ${breakdowns(events, t)}
     ),
     "No seller limits and no spend yet.",
   )}</section>
-<section class="panel"><h2>Subscriptions held</h2>${table(["Subscription", "Plan", "Seller", "State", "Since", "Next renewal"], subRows, "No subscriptions.")}</section>
-<section class="panel"><h2>The policy's reasons</h2>${table(["Tool", "Mode", { label: "Calls", num: true }, "Reason"], reasons, "No decisions recorded in this range.")}
-${
-  cancels.length === 0
-    ? ""
-    : table(
-        ["Subscription", "Cancel", "Reason"],
-        cancels.map(
-          (x) => html`<tr><td>${x.subscriptionId}</td><td>${x.status}</td><td>${x.reason}</td></tr>`,
-        ),
-        "",
-      )
-}</section>
+${schemePanels}<section class="panel"><h2>The policy's reasons</h2>${table(["Tool", "Mode", { label: "Calls", num: true }, "Reason"], reasons, "No decisions recorded in this range.")}
+${schemeViews.map((view) => view.policyNotes)}</section>
 ${latestRun(latest, t)}`;
 }
 
 function limit(value: bigint | undefined, t: DisplayToken): string {
   return value === undefined ? "no limit" : money(value, t);
-}
-
-function addr(text: string): SafeHtml | string {
-  return isAddress(text) ? short(getAddress(text)) : text;
 }
 
 function budgetCards(r: BudgetReport, t: DisplayToken): SafeHtml {
@@ -311,7 +309,7 @@ function breakdowns(events: RunSpendRow[], t: DisplayToken): SafeHtml {
     "Seller",
     group((e) => e.provider),
     "spend-by-seller",
-    addr,
+    shortAddress,
   )}</div>
 ${panel(
   "By mode",
@@ -348,7 +346,7 @@ function latestRun(latest: { run: AgentRun; report: SpendReport } | undefined, t
       x.hindsight.cheapest === undefined
         ? "-"
         : `${x.hindsight.cheapest} (one-time ${x.hindsight.oneTime === undefined ? "-" : money(x.hindsight.oneTime, t)}, subscription ${x.hindsight.subscription === undefined ? "-" : money(x.hindsight.subscription, t)})`;
-    return html`<tr><td>${x.tool}</td><td>${addr(x.provider)}</td><td class="num">${x.calls}</td><td class="num">${x.failed}</td><td>${modes}</td><td class="num">${money(x.amount, t)}</td><td>${hindsight}</td></tr>`;
+    return html`<tr><td>${x.tool}</td><td>${shortAddress(x.provider)}</td><td class="num">${x.calls}</td><td class="num">${x.failed}</td><td>${modes}</td><td class="num">${money(x.amount, t)}</td><td>${hindsight}</td></tr>`;
   });
   return html`<section class="panel" id="latest-run"><h2>Latest run's spend report</h2>
 <p class="muted"><code>${run.run_id}</code> · started ${when(run.started_at)} · ${run.finished_at === null ? "not finished" : `finished ${when(run.finished_at)}`} · total ${money(report.total, t)}</p>

@@ -15,14 +15,10 @@ import { createWebhookSecretBox } from "../webhooks/webhookSecretBox.ts";
 import { createDashboardApp, type DashboardSection } from "./dashboardApp.ts";
 import type { DashboardSessionOptions } from "./dashboardSessions.ts";
 import { providerSection } from "./providerSection.ts";
-import type { DashboardSectionFactory, SchemeDashboard } from "./schemeDashboard.ts";
+import type { DashboardAgents, SchemeDashboard } from "./schemeDashboard.ts";
 import { mountWebhookViews } from "./webhookViews.ts";
 
-/**
- * The agent operator's views and the token that signs in to them: `agentDashboard({ store, token })`
- * of src/agent/dashboard/agentSection.ts, so the facilitator never loads agent code itself.
- */
-export type DashboardAgents = { token: string; section: DashboardSectionFactory };
+export type { DashboardAgents } from "./schemeDashboard.ts";
 
 export type DashboardOptions = {
   /**

@@ -45,3 +45,12 @@ export type DashboardSectionHost = {
  * `agentDashboard` in src/agent/dashboard/agentSection.ts), built once with what the dashboard knows.
  */
 export type DashboardSectionFactory = (host: DashboardSectionHost) => DashboardSection;
+
+/**
+ * The agent operator's views and the token that signs in to them: `agentDashboard({ store, token })`
+ * of src/agent/dashboard/agentSection.ts, so the facilitator never loads agent code itself.
+ */
+export type DashboardAgents = { token: string; section: DashboardSectionFactory };
+
+// A section built outside the facilitator (the agent's views) is typed from here, with its factory.
+export type { DashboardSection };

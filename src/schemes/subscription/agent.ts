@@ -1,7 +1,8 @@
 /**
  * The `subscription` scheme's agent part: a plan paid by the period, calls included (up to its
  * allowance, then overage). Its 402 options are held to a listed plan's terms, and the policy weighs
- * them as subscribing. A listed `metered` entry sells the same plans (the metered part).
+ * them as subscribing. A listed `metered` entry sells the same plans (the metered part). The agent
+ * operator's page of an agent shows the subscriptions it holds (its `dashboard`).
  */
 import { type AgentSchemePart, type OfferDeviation, usdcText } from "../../agent/agentScheme.ts";
 import { policyPlanOf } from "../../agent/policy/policyOffer.ts";
@@ -10,6 +11,7 @@ import type { ManifestPricing } from "../../protocol/manifest.ts";
 import { type PaymentOption, planTermsOf } from "../../protocol/paymentRequired.ts";
 import { pricingOfOption } from "../../protocol/pricing.ts";
 import { describeOverage, describePeriod } from "./agent/describePlan.ts";
+import { subscriptionDashboard } from "./agent/subscriptionDashboard.ts";
 import { subscriptionPurchase } from "./agent/subscriptionPurchase.ts";
 
 /** A listed entry that sells a plan (a `subscription` or `metered` entry), read by its plan fields. */
@@ -108,4 +110,5 @@ export const subscriptionAgent: AgentSchemePart = {
     spendMode: "subscription",
   },
   purchase: subscriptionPurchase,
+  dashboard: subscriptionDashboard,
 };
