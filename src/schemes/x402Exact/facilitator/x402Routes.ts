@@ -30,7 +30,6 @@
 import { type Context, Hono } from "hono";
 import type { Logger } from "pino";
 import { z } from "zod";
-import type { CheckablePayment } from "../../../facilitator/checkSignedPayment.ts";
 import { BatchRowSchema, type PaymentRow } from "../../../facilitator/paymentRecords.ts";
 import type { SettlementEngine } from "../../../facilitator/settlementEngine.ts";
 import { errorResponse, readJsonBody } from "../../../http/httpErrors.ts";
@@ -44,8 +43,6 @@ import {
   X402_GATE_EXTRA,
   X402_VERSION,
   X402ErrorReason,
-  X402ExactEip3009PayloadSchema,
-  type X402PaymentRequirements,
   X402SettleRequestSchema,
   type X402SettleResponse,
   X402SettleResponseSchema,
@@ -58,6 +55,13 @@ import {
 } from "../../../protocol/x402.ts";
 import { queryOneParsed } from "../../../store/queryParsed.ts";
 import type { Queryable } from "../../../store/store.ts";
+import {
+  type Checked,
+  checkPayment,
+  checkWindow,
+  type Refusal,
+  type TokenDomain,
+} from "./x402PaymentChecks.ts";
 import {
   claimX402Request,
   findX402Request,
@@ -78,29 +82,12 @@ export type X402RoutesDeps = {
   logger?: Logger | undefined;
 };
 
-/**
- * Seconds an authorization must still be valid for when it arrives: the settlement engine refuses
- * less, so that nothing expires while it waits in a batch (x402's facilitator uses the same 6).
- */
-const MIN_REMAINING_SECONDS = 6;
-/**
- * Tolerance for a payer's clock running ahead of ours when comparing `validBefore` with
- * `now + maxTimeoutSeconds` (x402 clients sign `validBefore = their now + maxTimeoutSeconds`).
- */
-const MAX_CLOCK_SKEW_SECONDS = 30;
-/** 65 bytes as hex: `r ‖ s ‖ v` of an externally owned account, the only signature Tollgate settles. */
-const ECDSA_SIGNATURE_HEX_LENGTH = 2 + 65 * 2;
-
 /** Just enough shape to tell an x402 body of another version from a malformed one. */
 const EnvelopeSchema = z.looseObject({
   x402Version: z.number(),
   paymentPayload: z.looseObject({ x402Version: z.number() }),
   paymentRequirements: z.looseObject({}),
 });
-
-type Refusal = { reason: X402ErrorReason; message: string; payer?: string | undefined };
-type TokenDomain = { name: string; version: string };
-type Checked = { payment: CheckablePayment; payer: string; maxTimeoutSeconds: number };
 
 /** The x402 routes, documented for the OpenAPI document (routeDocs.ts). */
 const docs = {
@@ -130,197 +117,245 @@ const docs = {
  * // an x402 resource server then uses new HTTPFacilitatorClient({ url: `${facilitatorUrl}/x402` })
  */
 export function x402Routes(deps: X402RoutesDeps): Hono {
-  const { engine, clock } = deps;
   const app = new Hono();
   const supportedReply = x402Supported(deps.supported);
-  /** network → lowercase token address → EIP-712 domain, for the networks this facilitator settles. */
-  const tokensByNetwork = new Map(
-    deps.supported.networks.map((n) => [
-      n.network as string,
-      new Map<string, TokenDomain>(n.tokens.map((t) => [t.address.toLowerCase(), t.eip712])),
-    ]),
-  );
+  const ctx: X402RoutesContext = {
+    deps,
+    // network → lowercase token address → EIP-712 domain, for the networks this facilitator settles.
+    tokensByNetwork: new Map(
+      deps.supported.networks.map((n) => [
+        n.network as string,
+        new Map<string, TokenDomain>(n.tokens.map((t) => [t.address.toLowerCase(), t.eip712])),
+      ]),
+    ),
+  };
 
   app.get("/supported", docs.supported, (c) => c.json(supportedReply));
-
-  app.post("/verify", docs.verify, async (c) => {
-    const read = await readX402Request(c);
-    if (!read.ok) return c.json(verifyRefusal(read.refusal));
-    const checked = checkPayment(read.request, tokensByNetwork);
-    if ("reason" in checked) return c.json(verifyRefusal(checked));
-    const requestHash = x402RequestHash(read.request);
-    const previous = await engine.getPayment(checked.payment.authorization.nonce);
-    const taken = await takenFrom(checked, requestHash, previous);
-    if (taken !== undefined) return c.json(verifyRefusal(taken));
-    const late = checkWindow(checked, unixSeconds(clock));
-    if (late !== undefined) return c.json(verifyRefusal(late));
-    try {
-      const payer = await engine.preflight(checked.payment);
-      // A Tollgate gate verifies, runs the handler, then settles: the authorization is claimed for its
-      // request now, so that another gate shown the same payload at the same time is refused here
-      // instead of running its handler for a payment it could never settle. Claimed only after the
-      // signature and a simulation passed, as at settle.
-      if (
-        typeof read.request.paymentRequirements.extra?.[X402_GATE_EXTRA] === "string" &&
-        (await claimX402Request(deps.store, checked.payment.authorization.nonce, requestHash)) !== requestHash
-      ) {
-        return c.json(verifyRefusal(ownedElsewhere(checked.payer)));
-      }
-      const reply: X402VerifyResponse = { isValid: true, payer };
-      return c.json(reply);
-    } catch (error) {
-      if (!(error instanceof TollgateError)) throw error;
-      if (error.code === "ChainUnavailable") {
-        return faultReply(error, verifyRefusal(unexpected(error, "verify", checked.payer)));
-      }
-      return c.json(verifyRefusal(refusalOf(error, "verify", checked.payer)));
-    }
-  });
-
-  app.post("/settle", docs.settle, async (c) => {
-    const read = await readX402Request(c);
-    if (!read.ok) return c.json(settleRefusal(read.refusal, ""));
-    const network = read.request.paymentRequirements.network;
-    const checked = checkPayment(read.request, tokensByNetwork);
-    if ("reason" in checked) return c.json(settleRefusal(checked, network));
-
-    const nonce = checked.payment.authorization.nonce;
-    const requestHash = x402RequestHash(read.request);
-    const previous = await engine.getPayment(nonce);
-    const taken = await takenFrom(checked, requestHash, previous);
-    if (taken !== undefined) return c.json(settleRefusal(taken, network));
-
-    /**
-     * `success` to the owner. A Tollgate gate names itself in `extra.tollgateGate` and consumes the
-     * payment in its own replay guard before settling, so it may ask again after a lost reply. A
-     * standard x402 resource server keeps no replay guard (its `upfront` flow settles without a
-     * verify), so its request is answered `success` once; a replay of the same request is refused,
-     * while a retry after `settlement_pending` or a fault still gets the answer.
-     */
-    const answerSettled = async (transaction: string) => {
-      const fromGate = typeof read.request.paymentRequirements.extra?.[X402_GATE_EXTRA] === "string";
-      if (!fromGate && !(await markX402Answered(deps.store, nonce, requestHash))) {
-        return c.json(
-          settleRefusal(
-            {
-              reason: X402ErrorReason.NonceAlreadyUsed,
-              message:
-                "this payment was already answered as settled to this request; it pays for one response",
-              payer: checked.payer,
-            },
-            network,
-          ),
-        );
-      }
-      return c.json(settleSuccess(transaction, network, checked.payer));
-    };
-
-    // Idempotence: this request settled before answers with its transaction even after its validity
-    // window has closed (the window only matters for a transfer still to make).
-    if (previous?.status === "settled" && previous.tx_hash !== null) return answerSettled(previous.tx_hash);
-
-    const late = checkWindow(checked, unixSeconds(clock));
-    if (late !== undefined) return c.json(settleRefusal(late, network));
-    try {
-      if (previous === undefined) {
-        // Claimed only once the payer's signature and a simulation passed, so that junk requests
-        // record nothing; the claim decides between different requests racing for one authorization.
-        try {
-          await engine.preflight(checked.payment, { forSettle: true });
-        } catch (error) {
-          // Another instance may have claimed and settled this very request between the read above
-          // and this simulation: the chain then reports the nonce used, and the claim names this
-          // request. It is answered as a retry; any other owner, or none (a third party), is refused.
-          if (!(error instanceof TollgateError) || error.code !== "NonceAlreadyUsed") throw error;
-          const owner = await findX402Request(deps.store, nonce);
-          if (owner === undefined) throw error;
-          if (owner !== requestHash) return c.json(settleRefusal(ownedElsewhere(checked.payer), network));
-        }
-        if ((await claimX402Request(deps.store, nonce, requestHash)) !== requestHash) {
-          return c.json(settleRefusal(ownedElsewhere(checked.payer), network));
-        }
-      }
-      const row = await engine.settleAuthorization(checked.payment);
-      if (row.tx_hash === null) throw new TollgateError("Internal", "a settled payment has no transaction");
-      return answerSettled(row.tx_hash);
-    } catch (error) {
-      if (!(error instanceof TollgateError)) throw error;
-      if (error.code === "ChainUnavailable") {
-        if (typeof error.details?.status === "string") {
-          // Queued or broadcast but not confirmed within the engine's wait: it carries on. With a
-          // transaction to name, x402's resource server retries the settle once (same payload).
-          const pending: X402SettleResponse = {
-            success: false,
-            errorReason: X402ErrorReason.SettlementPending,
-            errorMessage: error.message,
-            transaction: await transactionOf(checked.payment.authorization.nonce),
-            network,
-            payer: checked.payer,
-          };
-          return c.json(pending);
-        }
-        return faultReply(error, settleRefusal(unexpected(error, "settle", checked.payer), network));
-      }
-      return c.json(settleRefusal(refusalOf(error, "settle", checked.payer), network));
-    }
-  });
-
-  /**
-   * Why this request may not use the authorization, if it may not: a Tollgate payment (`/authorize`)
-   * holds its nonce, another authorization does, or another x402 request owns it. An x402 payment whose
-   * owner is unknown (settled before owners were recorded) belongs to no request.
-   */
-  async function takenFrom(
-    checked: Checked,
-    requestHash: string,
-    previous: PaymentRow | undefined,
-  ): Promise<Refusal | undefined> {
-    if (previous !== undefined && previous.source !== "x402") {
-      return {
-        reason: X402ErrorReason.NonceAlreadyUsed,
-        message: "this authorization was used for a Tollgate payment; it cannot pay for an x402 request",
-        payer: checked.payer,
-      };
-    }
-    if (previous !== undefined && !sameAuthorization(previous, checked)) {
-      return {
-        reason: X402ErrorReason.NonceAlreadyUsed,
-        message: "another payment already used this authorization nonce",
-        payer: checked.payer,
-      };
-    }
-    const owner = await findX402Request(deps.store, checked.payment.authorization.nonce);
-    if (owner === undefined ? previous !== undefined : owner !== requestHash) {
-      return ownedElsewhere(checked.payer);
-    }
-    return undefined;
-  }
-
-  /** The batch transaction a not-yet-settled payment rides in, or "" when none was signed yet. */
-  async function transactionOf(nonce: string): Promise<string> {
-    const row = await engine.getPayment(nonce);
-    if (row === undefined) return "";
-    if (row.tx_hash !== null) return row.tx_hash;
-    if (row.batch_id === null) return "";
-    const batch = await queryOneParsed(
-      deps.store,
-      BatchRowSchema,
-      "SELECT * FROM settlement_batches WHERE id = $1",
-      [row.batch_id],
-    );
-    return batch?.tx_hash ?? "";
-  }
-
-  function faultReply(error: TollgateError, body: X402VerifyResponse | X402SettleResponse): Response {
-    deps.logger?.warn({ code: error.code }, "x402 request could not reach the chain");
-    const reply = errorResponse(error);
-    return new Response(JSON.stringify({ ...body, ...error.toBody() }), {
-      status: reply.status,
-      headers: reply.headers,
-    });
-  }
-
+  app.post("/verify", docs.verify, (c) => verifyX402(ctx, c));
+  app.post("/settle", docs.settle, (c) => settleX402(ctx, c));
   return app;
+}
+
+/** What the routes' steps share: the deps and the tokens settled per network. */
+type X402RoutesContext = {
+  deps: X402RoutesDeps;
+  /** network → lowercase token address → EIP-712 domain, for the networks this facilitator settles. */
+  tokensByNetwork: ReadonlyMap<string, ReadonlyMap<string, TokenDomain>>;
+};
+
+/** `POST /verify`: the checks, the owner of the authorization, the window, then the preflight. */
+async function verifyX402(ctx: X402RoutesContext, c: Context): Promise<Response> {
+  const { engine, clock } = ctx.deps;
+  const read = await readX402Request(c);
+  if (!read.ok) return c.json(verifyRefusal(read.refusal));
+  const checked = checkPayment(read.request, ctx.tokensByNetwork);
+  if ("reason" in checked) return c.json(verifyRefusal(checked));
+  const requestHash = x402RequestHash(read.request);
+  const previous = await engine.getPayment(checked.payment.authorization.nonce);
+  const taken = await takenFrom(ctx, checked, requestHash, previous);
+  if (taken !== undefined) return c.json(verifyRefusal(taken));
+  const late = checkWindow(checked, unixSeconds(clock));
+  if (late !== undefined) return c.json(verifyRefusal(late));
+  try {
+    const payer = await engine.preflight(checked.payment);
+    // A Tollgate gate verifies, runs the handler, then settles: the authorization is claimed for its
+    // request now, so that another gate shown the same payload at the same time is refused here
+    // instead of running its handler for a payment it could never settle. Claimed only after the
+    // signature and a simulation passed, as at settle.
+    if (
+      typeof read.request.paymentRequirements.extra?.[X402_GATE_EXTRA] === "string" &&
+      (await claimX402Request(ctx.deps.store, checked.payment.authorization.nonce, requestHash)) !==
+        requestHash
+    ) {
+      return c.json(verifyRefusal(ownedElsewhere(checked.payer)));
+    }
+    const reply: X402VerifyResponse = { isValid: true, payer };
+    return c.json(reply);
+  } catch (error) {
+    if (!(error instanceof TollgateError)) throw error;
+    if (error.code === "ChainUnavailable") {
+      return faultReply(ctx, error, verifyRefusal(unexpected(error, "verify", checked.payer)));
+    }
+    return c.json(verifyRefusal(refusalOf(error, "verify", checked.payer)));
+  }
+}
+
+/** One `POST /settle` past its checks and the owner's check: what settling and answering need. */
+type SettleRequest = {
+  ctx: X402RoutesContext;
+  c: Context;
+  request: X402VerifyRequest;
+  network: string;
+  checked: Checked;
+  nonce: string;
+  requestHash: string;
+  previous: PaymentRow | undefined;
+};
+
+/** `POST /settle`: the checks, the owner of the authorization, a settled retry, the window, then settling. */
+async function settleX402(ctx: X402RoutesContext, c: Context): Promise<Response> {
+  const read = await readX402Request(c);
+  if (!read.ok) return c.json(settleRefusal(read.refusal, ""));
+  const network = read.request.paymentRequirements.network;
+  const checked = checkPayment(read.request, ctx.tokensByNetwork);
+  if ("reason" in checked) return c.json(settleRefusal(checked, network));
+
+  const nonce = checked.payment.authorization.nonce;
+  const requestHash = x402RequestHash(read.request);
+  const previous = await ctx.deps.engine.getPayment(nonce);
+  const taken = await takenFrom(ctx, checked, requestHash, previous);
+  if (taken !== undefined) return c.json(settleRefusal(taken, network));
+  const s: SettleRequest = { ctx, c, request: read.request, network, checked, nonce, requestHash, previous };
+
+  // Idempotence: this request settled before answers with its transaction even after its validity
+  // window has closed (the window only matters for a transfer still to make).
+  if (previous?.status === "settled" && previous.tx_hash !== null) return answerSettled(s, previous.tx_hash);
+
+  const late = checkWindow(checked, unixSeconds(ctx.deps.clock));
+  if (late !== undefined) return c.json(settleRefusal(late, network));
+  try {
+    if (previous === undefined) {
+      const refused = await claimForSettle(s);
+      if (refused !== undefined) return refused;
+    }
+    const row = await ctx.deps.engine.settleAuthorization(checked.payment);
+    if (row.tx_hash === null) throw new TollgateError("Internal", "a settled payment has no transaction");
+    return answerSettled(s, row.tx_hash);
+  } catch (error) {
+    return settleFailed(s, error);
+  }
+}
+
+/**
+ * Claims the authorization for this request, once the payer's signature and a simulation passed, so
+ * that junk requests record nothing; the claim decides between different requests racing for one
+ * authorization. Returns the refusal when another request owns it.
+ */
+async function claimForSettle(s: SettleRequest): Promise<Response | undefined> {
+  const { ctx, c, checked, nonce, requestHash, network } = s;
+  try {
+    await ctx.deps.engine.preflight(checked.payment, { forSettle: true });
+  } catch (error) {
+    // Another instance may have claimed and settled this very request between the read above
+    // and this simulation: the chain then reports the nonce used, and the claim names this
+    // request. It is answered as a retry; any other owner, or none (a third party), is refused.
+    if (!(error instanceof TollgateError) || error.code !== "NonceAlreadyUsed") throw error;
+    const owner = await findX402Request(ctx.deps.store, nonce);
+    if (owner === undefined) throw error;
+    if (owner !== requestHash) return c.json(settleRefusal(ownedElsewhere(checked.payer), network));
+  }
+  if ((await claimX402Request(ctx.deps.store, nonce, requestHash)) !== requestHash) {
+    return c.json(settleRefusal(ownedElsewhere(checked.payer), network));
+  }
+  return undefined;
+}
+
+/**
+ * `success` to the owner. A Tollgate gate names itself in `extra.tollgateGate` and consumes the
+ * payment in its own replay guard before settling, so it may ask again after a lost reply. A
+ * standard x402 resource server keeps no replay guard (its `upfront` flow settles without a
+ * verify), so its request is answered `success` once; a replay of the same request is refused,
+ * while a retry after `settlement_pending` or a fault still gets the answer.
+ */
+async function answerSettled(s: SettleRequest, transaction: string): Promise<Response> {
+  const { c, network, checked } = s;
+  const fromGate = typeof s.request.paymentRequirements.extra?.[X402_GATE_EXTRA] === "string";
+  if (!fromGate && !(await markX402Answered(s.ctx.deps.store, s.nonce, s.requestHash))) {
+    return c.json(
+      settleRefusal(
+        {
+          reason: X402ErrorReason.NonceAlreadyUsed,
+          message: "this payment was already answered as settled to this request; it pays for one response",
+          payer: checked.payer,
+        },
+        network,
+      ),
+    );
+  }
+  return c.json(settleSuccess(transaction, network, checked.payer));
+}
+
+/** A settlement that threw: still pending, the chain unreachable, or a refusal of the engine. */
+async function settleFailed(s: SettleRequest, error: unknown): Promise<Response> {
+  const { ctx, c, checked, network } = s;
+  if (!(error instanceof TollgateError)) throw error;
+  if (error.code === "ChainUnavailable") {
+    if (typeof error.details?.status === "string") {
+      // Queued or broadcast but not confirmed within the engine's wait: it carries on. With a
+      // transaction to name, x402's resource server retries the settle once (same payload).
+      const pending: X402SettleResponse = {
+        success: false,
+        errorReason: X402ErrorReason.SettlementPending,
+        errorMessage: error.message,
+        transaction: await transactionOf(ctx, checked.payment.authorization.nonce),
+        network,
+        payer: checked.payer,
+      };
+      return c.json(pending);
+    }
+    return faultReply(ctx, error, settleRefusal(unexpected(error, "settle", checked.payer), network));
+  }
+  return c.json(settleRefusal(refusalOf(error, "settle", checked.payer), network));
+}
+
+/**
+ * Why this request may not use the authorization, if it may not: a Tollgate payment (`/authorize`)
+ * holds its nonce, another authorization does, or another x402 request owns it. An x402 payment whose
+ * owner is unknown (settled before owners were recorded) belongs to no request.
+ */
+async function takenFrom(
+  ctx: X402RoutesContext,
+  checked: Checked,
+  requestHash: string,
+  previous: PaymentRow | undefined,
+): Promise<Refusal | undefined> {
+  if (previous !== undefined && previous.source !== "x402") {
+    return {
+      reason: X402ErrorReason.NonceAlreadyUsed,
+      message: "this authorization was used for a Tollgate payment; it cannot pay for an x402 request",
+      payer: checked.payer,
+    };
+  }
+  if (previous !== undefined && !sameAuthorization(previous, checked)) {
+    return {
+      reason: X402ErrorReason.NonceAlreadyUsed,
+      message: "another payment already used this authorization nonce",
+      payer: checked.payer,
+    };
+  }
+  const owner = await findX402Request(ctx.deps.store, checked.payment.authorization.nonce);
+  if (owner === undefined ? previous !== undefined : owner !== requestHash) {
+    return ownedElsewhere(checked.payer);
+  }
+  return undefined;
+}
+
+/** The batch transaction a not-yet-settled payment rides in, or "" when none was signed yet. */
+async function transactionOf(ctx: X402RoutesContext, nonce: string): Promise<string> {
+  const row = await ctx.deps.engine.getPayment(nonce);
+  if (row === undefined) return "";
+  if (row.tx_hash !== null) return row.tx_hash;
+  if (row.batch_id === null) return "";
+  const batch = await queryOneParsed(
+    ctx.deps.store,
+    BatchRowSchema,
+    "SELECT * FROM settlement_batches WHERE id = $1",
+    [row.batch_id],
+  );
+  return batch?.tx_hash ?? "";
+}
+
+function faultReply(
+  ctx: X402RoutesContext,
+  error: TollgateError,
+  body: X402VerifyResponse | X402SettleResponse,
+): Response {
+  ctx.deps.logger?.warn({ code: error.code }, "x402 request could not reach the chain");
+  const reply = errorResponse(error);
+  return new Response(JSON.stringify({ ...body, ...error.toBody() }), {
+    status: reply.status,
+    headers: reply.headers,
+  });
 }
 
 /** The x402 `GET /supported` reply for what this facilitator settles: `exact`, x402 v2, per network. */
@@ -354,169 +389,6 @@ async function readX402Request(
     };
   }
   return { ok: true, request: parseWire(X402VerifyRequestSchema, envelope, { what: "x402 request body" }) };
-}
-
-/**
- * Every check of the payment against its requirements that needs neither the clock nor the chain,
- * in the order a resource server can act on: scheme, network, asset and its EIP-712 domain, the
- * payload's shape, then the authorization's payee and amount.
- */
-function checkPayment(
-  request: X402VerifyRequest,
-  tokensByNetwork: ReadonlyMap<string, ReadonlyMap<string, TokenDomain>>,
-): Checked | Refusal {
-  const requirements: X402PaymentRequirements = request.paymentRequirements;
-  const accepted = request.paymentPayload.accepted;
-  const payload = request.paymentPayload.payload;
-  const claimedPayer = readPayer(payload);
-
-  if (requirements.scheme !== "exact" || accepted.scheme !== "exact") {
-    return {
-      reason: X402ErrorReason.UnsupportedScheme,
-      message: "this facilitator settles the exact scheme only",
-      payer: claimedPayer,
-    };
-  }
-  if (accepted.network !== requirements.network) {
-    return {
-      reason: X402ErrorReason.NetworkMismatch,
-      message: "the payload was made for another network than the requirements name",
-      payer: claimedPayer,
-    };
-  }
-  const tokens = tokensByNetwork.get(requirements.network);
-  if (tokens === undefined) {
-    return {
-      reason: X402ErrorReason.InvalidNetwork,
-      message: `this facilitator does not settle on ${requirements.network}; see GET /x402/supported`,
-      payer: claimedPayer,
-    };
-  }
-  const token = tokens.get(requirements.asset.toLowerCase());
-  if (token === undefined) {
-    return {
-      reason: X402ErrorReason.InvalidPaymentRequirements,
-      message: `this facilitator does not settle asset ${requirements.asset} on ${requirements.network}`,
-      payer: claimedPayer,
-    };
-  }
-  const name = requirements.extra?.name;
-  const version = requirements.extra?.version;
-  if (typeof name !== "string" || typeof version !== "string") {
-    return {
-      reason: X402ErrorReason.MissingEip712Domain,
-      message: "requirements.extra must carry the token's EIP-712 name and version",
-      payer: claimedPayer,
-    };
-  }
-  if (name !== token.name) {
-    return {
-      reason: X402ErrorReason.TokenNameMismatch,
-      message: `the token's EIP-712 name is ${JSON.stringify(token.name)}`,
-      payer: claimedPayer,
-    };
-  }
-  if (version !== token.version) {
-    return {
-      reason: X402ErrorReason.TokenVersionMismatch,
-      message: `the token's EIP-712 version is ${JSON.stringify(token.version)}`,
-      payer: claimedPayer,
-    };
-  }
-  const transferMethod = requirements.extra?.assetTransferMethod;
-  if ("permit2Authorization" in payload || (transferMethod !== undefined && transferMethod !== "eip3009")) {
-    return {
-      reason: X402ErrorReason.UnsupportedPayloadType,
-      message: "this facilitator settles EIP-3009 transferWithAuthorization payloads only",
-      payer: claimedPayer,
-    };
-  }
-  if (
-    !/^(0|[1-9][0-9]{0,77})$/.test(requirements.amount) ||
-    !Number.isSafeInteger(requirements.maxTimeoutSeconds)
-  ) {
-    return {
-      reason: X402ErrorReason.InvalidPaymentRequirements,
-      message: "requirements.amount must be a decimal integer and maxTimeoutSeconds a whole number",
-      payer: claimedPayer,
-    };
-  }
-  const parsed = X402ExactEip3009PayloadSchema.safeParse(payload);
-  if (!parsed.success) {
-    return {
-      reason: X402ErrorReason.InvalidPayload,
-      message:
-        "payload must be { authorization: {from, to, value, validAfter, validBefore, nonce}, signature }",
-      payer: claimedPayer,
-    };
-  }
-  const { authorization, signature } = parsed.data;
-  const payer = authorization.from;
-  if (signature.length !== ECDSA_SIGNATURE_HEX_LENGTH) {
-    // ERC-1271 / ERC-6492 smart-wallet signatures are longer; the token only checks ECDSA here.
-    return {
-      reason: X402ErrorReason.InvalidSignature,
-      message: "only 65-byte ECDSA signatures of externally owned accounts are settled",
-      payer,
-    };
-  }
-  if (!sameAddress(authorization.to, requirements.payTo)) {
-    return {
-      reason: X402ErrorReason.RecipientMismatch,
-      message: "authorization.to differs from requirements.payTo",
-      payer,
-    };
-  }
-  if (BigInt(authorization.value) !== BigInt(requirements.amount)) {
-    return {
-      reason: X402ErrorReason.AuthorizationValueMismatch,
-      message: `authorization.value must equal requirements.amount (${requirements.amount})`,
-      payer,
-    };
-  }
-  return {
-    payment: {
-      network: requirements.network,
-      token: requirements.asset,
-      authorization,
-      signature: signature as `0x${string}`,
-    },
-    payer,
-    maxTimeoutSeconds: requirements.maxTimeoutSeconds,
-  };
-}
-
-/**
- * The validity window against our clock. EIP-3009: `validAfter < now < validBefore`, and some
- * seconds must remain to settle. The window may not outlast `maxTimeoutSeconds` from now (give or take
- * clock skew): the resource server asked for a payment that completes within that time, and a
- * longer-lived authorization would stay spendable after the server stopped expecting it.
- */
-function checkWindow(checked: Checked, now: number): Refusal | undefined {
-  const { authorization: a } = checked.payment;
-  const validBefore = BigInt(a.validBefore);
-  if (validBefore <= BigInt(now + MIN_REMAINING_SECONDS)) {
-    return {
-      reason: X402ErrorReason.ValidBeforeExpired,
-      message: `the authorization has expired or expires within ${MIN_REMAINING_SECONDS} s`,
-      payer: checked.payer,
-    };
-  }
-  if (BigInt(a.validAfter) >= BigInt(now)) {
-    return {
-      reason: X402ErrorReason.ValidAfterInFuture,
-      message: "the authorization is not valid yet",
-      payer: checked.payer,
-    };
-  }
-  if (validBefore > BigInt(now + checked.maxTimeoutSeconds + MAX_CLOCK_SKEW_SECONDS)) {
-    return {
-      reason: X402ErrorReason.ValidBeforeExpired,
-      message: `the authorization stays valid longer than maxTimeoutSeconds (${checked.maxTimeoutSeconds} s)`,
-      payer: checked.payer,
-    };
-  }
-  return undefined;
 }
 
 /** The x402 reason for a refusal the settlement engine threw. */
@@ -606,12 +478,4 @@ function sameAuthorization(row: PaymentRow, checked: Checked): boolean {
     row.valid_before === BigInt(a.validBefore) &&
     row.signature === signature.toLowerCase()
   );
-}
-
-/** `authorization.from` of a payload not yet validated, for the `payer` of an early refusal. */
-function readPayer(payload: Record<string, unknown>): string | undefined {
-  const authorization = payload.authorization;
-  if (authorization === null || typeof authorization !== "object") return undefined;
-  const from = (authorization as Record<string, unknown>).from;
-  return typeof from === "string" && /^0x[0-9a-fA-F]{40}$/.test(from) ? from : undefined;
 }

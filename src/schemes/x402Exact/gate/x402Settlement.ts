@@ -66,6 +66,7 @@ import {
   X402_GATE_EXTRA,
   X402_VERSION,
   X402ErrorReason,
+  type X402ExactEip3009Payload,
   X402ExactEip3009PayloadSchema,
   type X402ExactRequirements,
   type X402PaymentPayload,
@@ -261,81 +262,10 @@ export function x402GateId(memoSecret: Uint8Array): string {
  * const outcome = await acceptX402(request.headers.get("PAYMENT-SIGNATURE")!, { offers, tokenEip712 });
  */
 export function createX402Settlement(options: X402SettlementOptions): X402Settlement {
-  const { verify, settle, replayGuard, clock } = options;
-
   return async function acceptX402(header, terms) {
-    const refused = (reason: string, message: string): X402Outcome => ({ kind: "refused", reason, message });
-
-    const read = readPayload(header);
-    if (!read.ok) return refused(read.reason, read.message);
-    const payload = read.payload;
-    if (terms.tokenEip712 === undefined) {
-      return {
-        kind: "fault",
-        error: new TollgateError(
-          "ChainUnavailable",
-          "the token's EIP-712 domain is unknown to this gate, so x402 payments cannot be settled now",
-          { retryAfter: 30 },
-        ),
-      };
-    }
-    const offered = x402Requirements({
-      offers: terms.offers,
-      payTo: options.payTo,
-      network: options.network,
-      token: options.token,
-      tokenEip712: terms.tokenEip712,
-      maxTimeoutSeconds: options.maxTimeoutSeconds,
-    });
-    const accepted = payload.accepted;
-    const requirements = offered.find(
-      (offer) =>
-        accepted.scheme === offer.scheme &&
-        accepted.network === offer.network &&
-        sameAddress(accepted.asset, offer.asset) &&
-        accepted.amount === offer.amount &&
-        sameAddress(accepted.payTo, offer.payTo),
-    );
-    if (requirements === undefined) {
-      return refused(
-        accepted.scheme === "exact"
-          ? X402ErrorReason.InvalidPaymentRequirements
-          : X402ErrorReason.UnsupportedScheme,
-        "the payment was made for terms this route does not offer (scheme, network, asset, amount, payTo)",
-      );
-    }
-    if ("permit2Authorization" in payload.payload) {
-      return refused(X402ErrorReason.UnsupportedPayloadType, "only EIP-3009 payloads are accepted");
-    }
-    const exact = X402ExactEip3009PayloadSchema.safeParse(payload.payload);
-    if (!exact.success) {
-      return refused(
-        X402ErrorReason.InvalidPayload,
-        "payload must be { authorization: {from, to, value, validAfter, validBefore, nonce}, signature }",
-      );
-    }
-    const { authorization } = exact.data;
-    if (!sameAddress(authorization.to, requirements.payTo)) {
-      return refused(X402ErrorReason.RecipientMismatch, "the authorization pays another address");
-    }
-    if (authorization.value !== requirements.amount) {
-      return refused(
-        X402ErrorReason.AuthorizationValueMismatch,
-        `the authorization's value must be ${requirements.amount}`,
-      );
-    }
-    const now = unixSeconds(clock);
-    const validBefore = BigInt(authorization.validBefore);
-    const keepUntil = validBefore + BigInt(RETRY_GRACE_SECONDS);
-    if (keepUntil <= BigInt(now)) {
-      return refused(X402ErrorReason.ValidBeforeExpired, "the authorization has expired");
-    }
-    if (validBefore > BigInt(now + options.maxTimeoutSeconds + MAX_CLOCK_SKEW_SECONDS)) {
-      return refused(
-        X402ErrorReason.ValidBeforeExpired,
-        `the authorization stays valid longer than maxTimeoutSeconds (${options.maxTimeoutSeconds} s)`,
-      );
-    }
+    const checked = checkX402Payment(options, header, terms);
+    if (checked.kind !== "checked") return checked;
+    const { payload, requirements, authorization, validBefore, keepUntil, now } = checked;
 
     const key = paymentReplayKey({
       network: options.network,
@@ -345,48 +275,9 @@ export function createX402Settlement(options: X402SettlementOptions): X402Settle
     });
     // Bounded by the check above: at most maxTimeoutSeconds + skew + grace from now.
     const keepUntilMs = Number(keepUntil) * 1000;
-    /** The claim's token when the guard has claims (every built-in one); else the key is consumed. */
-    let token: string | undefined;
-    try {
-      if (replayGuard.claim === undefined) {
-        if (!(await replayGuard.consume(key, keepUntilMs))) {
-          return refused(X402ErrorReason.NonceAlreadyUsed, "this payment was already used");
-        }
-      } else {
-        // Held in flight for this very payload while it is verified, run and settled: a gate that dies
-        // meanwhile does not use it up, and only the same header can take the lapsed claim over.
-        const claimed = await replayGuard.claim(key, keepUntilMs, {
-          request: `x402 ${createHash("sha256").update(header, "utf8").digest("hex")}`,
-          leaseMs: options.leaseMs ?? DEFAULT_LEASE_MS,
-          maxClaims: MAX_X402_CLAIMS,
-        });
-        if (!claimed.ok && claimed.reason === "in-flight") {
-          return { kind: "in-flight", retryAfterMs: claimed.retryAfterMs };
-        }
-        if (!claimed.ok) return refused(X402ErrorReason.NonceAlreadyUsed, "this payment was already used");
-        token = claimed.token;
-      }
-    } catch (error) {
-      return { kind: "fault", error };
-    }
-    /** Gives the key back: nothing was settled for this request. A failure leaves it used up (a fault). */
-    const release = async (): Promise<{ kind: "fault"; error: unknown } | undefined> => {
-      try {
-        await replayGuard.release(key, token);
-        return undefined;
-      } catch (error) {
-        // The key stays used up (or its claim lapses); the gate logs this fault.
-        return { kind: "fault", error };
-      }
-    };
-    /**
-     * Marks a claimed key used for good once the payment settled. A failure leaves the claim to lapse:
-     * the same header is then served once more after the lease, which costs the gate, never the payer.
-     */
-    const keep = async (): Promise<void> => {
-      if (token === undefined) return;
-      await replayGuard.settle?.(key, keepUntilMs).catch(() => undefined);
-    };
+    const taken = await takeKey(options, header, key, keepUntilMs);
+    if (taken.kind !== "taken") return taken;
+    const held = heldKey(options.replayGuard, key, taken.token, keepUntilMs);
 
     const gateRequirements = {
       ...requirements,
@@ -397,95 +288,338 @@ export function createX402Settlement(options: X402SettlementOptions): X402Settle
       paymentPayload: payload,
       paymentRequirements: gateRequirements,
     };
-    const paymentWith = (transaction: Hex | undefined): X402GatePayment => ({
-      scheme: "exact",
-      payer: authorization.from,
-      amount: BigInt(requirements.amount),
-      payTo: requirements.payTo,
-      network: options.network,
-      token: requirements.asset,
-      transaction,
-      x402: { nonce: authorization.nonce, payload, requirements: gateRequirements },
-    });
-    const responseHeader = (reply: X402SettleResponse): Headers => {
-      const headers = new Headers();
-      headers.set(HeaderName.X402PaymentResponse, encodeJsonHeader(reply));
-      return headers;
+    const ctx: AcceptContext = {
+      options,
+      payload,
+      authorization,
+      requirements,
+      gateRequirements,
+      request,
+      held,
     };
-    const settledReply = (transaction: Hex): X402SettleResponse => ({
-      success: true,
-      transaction,
-      network: options.network,
-      payer: authorization.from,
-    });
 
-    const checked = await verifyResult(verify, request);
-    if (checked.kind !== "valid") {
-      let answer: X402Outcome = checked;
-      if (checked.kind === "refused" && MAYBE_SETTLED_REASONS.has(checked.reason)) {
-        // Used or expired: possibly this very request, settled after its answer was lost (a retry
-        // after a 5xx). The facilitator answers an identical settle request with its transaction and
-        // refuses any other, moving no money: it settles nothing that is used or expired.
-        const probe = await settleResult(settle, request, options.network);
-        if (probe.kind === "settled") {
-          return {
-            kind: "paid",
-            payment: paymentWith(probe.transaction),
-            headers: responseHeader(settledReply(probe.transaction)),
-            done: async (served) => {
-              if (served) await keep();
-              else await replayGuard.release(key, token);
-            },
-          };
-        }
-        // A fault may hide a settlement in flight: answer 5xx, never a refusal that invites paying again.
-        if (probe.kind === "fault") answer = probe;
-      }
-      return (await release()) ?? answer;
-    }
+    const verdict = await verifyResult(options.verify, request);
+    if (verdict.kind !== "valid") return answerInvalid(ctx, verdict);
     if (validBefore < BigInt(now + MIN_SETTLE_HEADROOM_SECONDS)) {
       // Valid now, but the handler would run into the end of the window and the settlement be refused.
       return (
-        (await release()) ??
-        refused(
+        (await held.release()) ??
+        refusedOutcome(
           X402ErrorReason.ValidBeforeExpired,
           `the authorization must stay valid for at least ${MIN_SETTLE_HEADROOM_SECONDS} s to run the request and settle`,
         )
       );
     }
+    return verifiedOutcome(ctx);
+  };
+}
 
-    const payment = paymentWith(undefined);
+type Refused = { kind: "refused"; reason: string; message: string };
+type Fault = { kind: "fault"; error: unknown };
+type Authorization = X402ExactEip3009Payload["authorization"];
+
+const refusedOutcome = (reason: string, message: string): Refused => ({ kind: "refused", reason, message });
+
+/** A payment that passed the checks made before anyone is asked, with what the next steps need. */
+type CheckedPayment = {
+  kind: "checked";
+  payload: X402PaymentPayload;
+  requirements: X402ExactRequirements;
+  authorization: Authorization;
+  validBefore: bigint;
+  /** Until when its key is kept: `validBefore + RETRY_GRACE_SECONDS`. */
+  keepUntil: bigint;
+  now: number;
+};
+
+/**
+ * The checks made before the key is taken and anyone asked: the header reads as a payload, the
+ * token's domain is known, the payload accepted one of the route's own options, it is an EIP-3009
+ * authorization paying that payee that amount, and its window is neither over nor too long.
+ */
+function checkX402Payment(
+  options: X402SettlementOptions,
+  header: string,
+  terms: X402Terms,
+): CheckedPayment | Refused | Fault {
+  const read = readPayload(header);
+  if (!read.ok) return refusedOutcome(read.reason, read.message);
+  const payload = read.payload;
+  if (terms.tokenEip712 === undefined) {
     return {
-      kind: "verified",
-      payment,
-      async finish(served) {
-        if (!served) {
-          const failed = await release();
-          if (failed !== undefined) return failed;
-          return {
-            kind: "unsettled",
-            headers: responseHeader({
-              success: false,
-              errorReason: NOT_SERVED_REASON,
-              errorMessage:
-                "the request failed; no payment was taken, and the same payment may be sent again",
-              transaction: "",
-              network: options.network,
-              payer: authorization.from,
-            }),
-          };
-        }
-        const result = await settleResult(settle, request, options.network);
-        if (result.kind !== "settled") {
-          // Nothing was settled for this request (or it is not known yet): the key goes back, so the
-          // same header can be retried (a fault), and a refusal leaves the payer's authorization unused.
-          return (await release()) ?? result;
-        }
-        payment.transaction = result.transaction;
-        await keep();
-        return { kind: "settled", headers: responseHeader(settledReply(result.transaction)) };
-      },
+      kind: "fault",
+      error: new TollgateError(
+        "ChainUnavailable",
+        "the token's EIP-712 domain is unknown to this gate, so x402 payments cannot be settled now",
+        { retryAfter: 30 },
+      ),
     };
+  }
+  const requirements = acceptedRequirements(options, payload, terms.tokenEip712, terms.offers);
+  if (requirements.kind === "refused") return requirements;
+  const authorization = checkAuthorization(payload, requirements.requirements);
+  if (authorization.kind === "refused") return authorization;
+  return checkWindow(options, payload, requirements.requirements, authorization.authorization);
+}
+
+/** The route's own x402 option the payload accepted (scheme, network, asset, amount, payTo). */
+function acceptedRequirements(
+  options: X402SettlementOptions,
+  payload: X402PaymentPayload,
+  tokenEip712: { name: string; version: string },
+  offers: readonly PricedOffer[],
+): { kind: "found"; requirements: X402ExactRequirements } | Refused {
+  const offered = x402Requirements({
+    offers,
+    payTo: options.payTo,
+    network: options.network,
+    token: options.token,
+    tokenEip712,
+    maxTimeoutSeconds: options.maxTimeoutSeconds,
+  });
+  const accepted = payload.accepted;
+  const requirements = offered.find(
+    (offer) =>
+      accepted.scheme === offer.scheme &&
+      accepted.network === offer.network &&
+      sameAddress(accepted.asset, offer.asset) &&
+      accepted.amount === offer.amount &&
+      sameAddress(accepted.payTo, offer.payTo),
+  );
+  if (requirements === undefined) {
+    return refusedOutcome(
+      accepted.scheme === "exact"
+        ? X402ErrorReason.InvalidPaymentRequirements
+        : X402ErrorReason.UnsupportedScheme,
+      "the payment was made for terms this route does not offer (scheme, network, asset, amount, payTo)",
+    );
+  }
+  return { kind: "found", requirements };
+}
+
+/** The payload's EIP-3009 authorization, paying the requirements' payee their amount. */
+function checkAuthorization(
+  payload: X402PaymentPayload,
+  requirements: X402ExactRequirements,
+): { kind: "authorization"; authorization: Authorization } | Refused {
+  if ("permit2Authorization" in payload.payload) {
+    return refusedOutcome(X402ErrorReason.UnsupportedPayloadType, "only EIP-3009 payloads are accepted");
+  }
+  const exact = X402ExactEip3009PayloadSchema.safeParse(payload.payload);
+  if (!exact.success) {
+    return refusedOutcome(
+      X402ErrorReason.InvalidPayload,
+      "payload must be { authorization: {from, to, value, validAfter, validBefore, nonce}, signature }",
+    );
+  }
+  const { authorization } = exact.data;
+  if (!sameAddress(authorization.to, requirements.payTo)) {
+    return refusedOutcome(X402ErrorReason.RecipientMismatch, "the authorization pays another address");
+  }
+  if (authorization.value !== requirements.amount) {
+    return refusedOutcome(
+      X402ErrorReason.AuthorizationValueMismatch,
+      `the authorization's value must be ${requirements.amount}`,
+    );
+  }
+  return { kind: "authorization", authorization };
+}
+
+/** The authorization's window: not over (grace included), not longer than `maxTimeoutSeconds`. */
+function checkWindow(
+  options: X402SettlementOptions,
+  payload: X402PaymentPayload,
+  requirements: X402ExactRequirements,
+  authorization: Authorization,
+): CheckedPayment | Refused {
+  const now = unixSeconds(options.clock);
+  const validBefore = BigInt(authorization.validBefore);
+  const keepUntil = validBefore + BigInt(RETRY_GRACE_SECONDS);
+  if (keepUntil <= BigInt(now)) {
+    return refusedOutcome(X402ErrorReason.ValidBeforeExpired, "the authorization has expired");
+  }
+  if (validBefore > BigInt(now + options.maxTimeoutSeconds + MAX_CLOCK_SKEW_SECONDS)) {
+    return refusedOutcome(
+      X402ErrorReason.ValidBeforeExpired,
+      `the authorization stays valid longer than maxTimeoutSeconds (${options.maxTimeoutSeconds} s)`,
+    );
+  }
+  return { kind: "checked", payload, requirements, authorization, validBefore, keepUntil, now };
+}
+
+/**
+ * Takes the payment's key: claimed for this very payload when the guard has claims (every built-in
+ * one), else consumed. `token` is the claim's token, `undefined` for a consumed key.
+ */
+async function takeKey(
+  options: X402SettlementOptions,
+  header: string,
+  key: string,
+  keepUntilMs: number,
+): Promise<{ kind: "taken"; token: string | undefined } | X402Outcome> {
+  const { replayGuard } = options;
+  try {
+    if (replayGuard.claim === undefined) {
+      if (!(await replayGuard.consume(key, keepUntilMs))) {
+        return refusedOutcome(X402ErrorReason.NonceAlreadyUsed, "this payment was already used");
+      }
+      return { kind: "taken", token: undefined };
+    }
+    // Held in flight for this very payload while it is verified, run and settled: a gate that dies
+    // meanwhile does not use it up, and only the same header can take the lapsed claim over.
+    const claimed = await replayGuard.claim(key, keepUntilMs, {
+      request: `x402 ${createHash("sha256").update(header, "utf8").digest("hex")}`,
+      leaseMs: options.leaseMs ?? DEFAULT_LEASE_MS,
+      maxClaims: MAX_X402_CLAIMS,
+    });
+    if (!claimed.ok && claimed.reason === "in-flight") {
+      return { kind: "in-flight", retryAfterMs: claimed.retryAfterMs };
+    }
+    if (!claimed.ok) return refusedOutcome(X402ErrorReason.NonceAlreadyUsed, "this payment was already used");
+    return { kind: "taken", token: claimed.token };
+  } catch (error) {
+    return { kind: "fault", error };
+  }
+}
+
+/** A payment's key held by this request: given back, or kept once the payment settled. */
+type HeldKey = {
+  /** Gives the key back: nothing was settled for this request. A failure leaves it used up (a fault). */
+  release(): Promise<Fault | undefined>;
+  /** Gives the key back and lets a failure reject (a `paid` request not served). */
+  releaseOrThrow(): Promise<void>;
+  /**
+   * Marks a claimed key used for good once the payment settled. A failure leaves the claim to lapse:
+   * the same header is then served once more after the lease, which costs the gate, never the payer.
+   */
+  keep(): Promise<void>;
+};
+
+function heldKey(
+  replayGuard: ReplayGuard,
+  key: string,
+  token: string | undefined,
+  keepUntilMs: number,
+): HeldKey {
+  return {
+    async release() {
+      try {
+        await replayGuard.release(key, token);
+        return undefined;
+      } catch (error) {
+        // The key stays used up (or its claim lapses); the gate logs this fault.
+        return { kind: "fault", error };
+      }
+    },
+    releaseOrThrow: () => replayGuard.release(key, token),
+    async keep() {
+      if (token === undefined) return;
+      await replayGuard.settle?.(key, keepUntilMs).catch(() => undefined);
+    },
+  };
+}
+
+/** One payment past its checks, with its key held: what verifying, settling and answering need. */
+type AcceptContext = {
+  options: X402SettlementOptions;
+  payload: X402PaymentPayload;
+  authorization: Authorization;
+  /** The route's own option the payload accepted. */
+  requirements: X402ExactRequirements;
+  /** The route's requirements with the gate's identity (`extra.tollgateGate`). */
+  gateRequirements: X402ExactRequirements;
+  /** What the facilitator is sent to verify and settle: the gate's own requirements. */
+  request: X402SettleRequest;
+  held: HeldKey;
+};
+
+function paymentWith(ctx: AcceptContext, transaction: Hex | undefined): X402GatePayment {
+  const { options, authorization, payload, requirements, gateRequirements } = ctx;
+  return {
+    scheme: "exact",
+    payer: authorization.from,
+    amount: BigInt(requirements.amount),
+    payTo: requirements.payTo,
+    network: options.network,
+    token: requirements.asset,
+    transaction,
+    x402: { nonce: authorization.nonce, payload, requirements: gateRequirements },
+  };
+}
+
+function responseHeader(reply: X402SettleResponse): Headers {
+  const headers = new Headers();
+  headers.set(HeaderName.X402PaymentResponse, encodeJsonHeader(reply));
+  return headers;
+}
+
+const settledReply = (ctx: AcceptContext, transaction: Hex): X402SettleResponse => ({
+  success: true,
+  transaction,
+  network: ctx.options.network,
+  payer: ctx.authorization.from,
+});
+
+/**
+ * A verify that did not pass. Used or expired: possibly this very request, settled after its answer
+ * was lost (a retry after a 5xx), so the settle endpoint is asked once; else the key goes back.
+ */
+async function answerInvalid(ctx: AcceptContext, checked: Refused | Fault): Promise<X402Outcome> {
+  let answer: X402Outcome = checked;
+  if (checked.kind === "refused" && MAYBE_SETTLED_REASONS.has(checked.reason)) {
+    // The facilitator answers an identical settle request with its transaction and refuses any
+    // other, moving no money: it settles nothing that is used or expired.
+    const probe = await settleResult(ctx.options.settle, ctx.request, ctx.options.network);
+    if (probe.kind === "settled") {
+      return {
+        kind: "paid",
+        payment: paymentWith(ctx, probe.transaction),
+        headers: responseHeader(settledReply(ctx, probe.transaction)),
+        done: async (served) => {
+          if (served) await ctx.held.keep();
+          else await ctx.held.releaseOrThrow();
+        },
+      };
+    }
+    // A fault may hide a settlement in flight: answer 5xx, never a refusal that invites paying again.
+    if (probe.kind === "fault") answer = probe;
+  }
+  return (await ctx.held.release()) ?? answer;
+}
+
+/** A verified payment: the handler runs, then `finish` settles it, or gives the key back. */
+function verifiedOutcome(ctx: AcceptContext): X402Outcome {
+  const { options, held } = ctx;
+  const payment = paymentWith(ctx, undefined);
+  return {
+    kind: "verified",
+    payment,
+    async finish(served) {
+      if (!served) {
+        const failed = await held.release();
+        if (failed !== undefined) return failed;
+        return {
+          kind: "unsettled",
+          headers: responseHeader({
+            success: false,
+            errorReason: NOT_SERVED_REASON,
+            errorMessage: "the request failed; no payment was taken, and the same payment may be sent again",
+            transaction: "",
+            network: options.network,
+            payer: ctx.authorization.from,
+          }),
+        };
+      }
+      const result = await settleResult(options.settle, ctx.request, options.network);
+      if (result.kind !== "settled") {
+        // Nothing was settled for this request (or it is not known yet): the key goes back, so the
+        // same header can be retried (a fault), and a refusal leaves the payer's authorization unused.
+        return (await held.release()) ?? result;
+      }
+      payment.transaction = result.transaction;
+      await held.keep();
+      return { kind: "settled", headers: responseHeader(settledReply(ctx, result.transaction)) };
+    },
   };
 }
 
