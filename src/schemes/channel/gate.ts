@@ -29,6 +29,8 @@ import type {
   GateSchemePart,
   SchemeAcceptance,
   SchemePaymentBase,
+  SchemeRequest,
+  SchemeRoute,
 } from "../types.ts";
 import { CHANNEL_CLOSE_HEADER, CHANNEL_RECEIPT_HEADER } from "./channelHeaders.ts";
 import { type ChannelStateSource, createFacilitatorChannelSource } from "./channelState.ts";
@@ -36,6 +38,8 @@ import { type CooperativeCloser, createCooperativeCloser, postChannelClose } fro
 import { guardChannelSource } from "./gate/channelLookupGuard.ts";
 import {
   type ChannelCharge,
+  type ChannelRefusal,
+  type ChannelVerifier,
   createChannelVerifier,
   DEFAULT_CHANNEL_MAX_STALE_MS,
 } from "./gate/channelVerifier.ts";
@@ -163,263 +167,308 @@ export type ChannelGateScheme = GateScheme<ChannelOffer> & {
   store(): Promise<VoucherStore>;
 };
 
-function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
-  const apiKey = (context.options as { providerApiKey?: unknown }).providerApiKey;
-  // Built for every gate, used by few: settings are read, and the store opened, only once a route
-  // sells by channel (a gate without channel pricing never touches the journal).
-  let settings: z.infer<typeof ChannelGateOptionsSchema> | undefined;
-  const options = (): z.infer<typeof ChannelGateOptionsSchema> => {
-    if (settings !== undefined) return settings;
-    const parsed = parseGateOptions(
-      ChannelGateOptionsSchema,
-      context.options.schemeOptions?.channel ?? {},
-      "paymentGate options: schemeOptions.channel",
-    );
-    const margin = parsed.closeMarginSeconds ?? 600;
-    if (minCloseDelayOf(parsed) < margin + DEFAULT_CHANNEL_MAX_STALE_MS / 1000) {
-      throw new TollgateError(
-        "InvalidRequest",
-        `paymentGate options: schemeOptions.channel.minCloseDelay must be at least closeMarginSeconds + ${DEFAULT_CHANNEL_MAX_STALE_MS / 1000} s (the time to see a close request)`,
-      );
-    }
-    settings = parsed;
-    return settings;
-  };
-  let contractLookup: Promise<Address> | undefined;
-  /** The configured contract, or the facilitator's for the gate's network (read once; a failure is retried). */
-  const channelsContract = (): Promise<Address> => {
-    const configured = options().contract;
-    if (configured !== undefined) return Promise.resolve(configured as Address);
-    if (contractLookup === undefined) {
-      contractLookup = context.facilitator.supported().then((supported) => {
-        const listed = supported.networks.find((n) => n.network === context.network)?.channels;
-        if (listed === undefined) {
-          throw new TollgateError(
-            "InvalidRequest",
-            `paymentGate options: the facilitator lists no TollgateChannels contract for ${context.network}; set schemeOptions.channel.contract`,
-            { details: { network: context.network } },
-          );
-        }
-        return listed as Address;
-      });
-      contractLookup.catch(() => {
-        contractLookup = undefined;
-      });
-    }
-    return contractLookup;
-  };
-  let storeReady: Promise<VoucherStore> | undefined;
-  const openStore = (): Promise<VoucherStore> => {
-    if (storeReady === undefined) {
-      const o = options();
-      storeReady =
-        o.store !== undefined
-          ? Promise.resolve(o.store)
-          : createJournalVoucherStore({ path: o.journal ?? DEFAULT_CHANNEL_JOURNAL });
-      // An unopenable journal fails paid requests (5xx), not the process.
-      storeReady.catch((error: unknown) =>
-        context.logger?.error({ err: error }, "channel voucher store did not open"),
-      );
-    }
-    return storeReady;
-  };
-  let forwarder: VoucherForwarder | undefined;
-  let verifier: ReturnType<typeof createChannelVerifier> | undefined;
-  let closer: CooperativeCloser | undefined;
+type ChannelGateSettings = z.infer<typeof ChannelGateOptionsSchema>;
 
-  let tagReady: Promise<Hex> | undefined;
-  /** The store's tag, read once: the 402 offers it and the verifier serves only channels carrying it. */
-  const storeTag = (): Promise<Hex> => {
-    if (tagReady === undefined) {
-      tagReady = openStore().then((store) => store.tag());
-      tagReady.catch(() => {
-        tagReady = undefined;
-      });
-    }
-    return tagReady;
-  };
+/**
+ * One channel gate's state. Built for every gate, used by few: settings are read, and the store opened,
+ * only once a route sells by channel (a gate without channel pricing never touches the journal). Each
+ * lazy part is read once; a failed contract or tag lookup is retried on the next ask.
+ */
+type ChannelGateState = {
+  context: GateSchemeContext;
+  apiKey: unknown;
+  settings?: ChannelGateSettings | undefined;
+  contractLookup?: Promise<Address> | undefined;
+  storeReady?: Promise<VoucherStore> | undefined;
+  tagReady?: Promise<Hex> | undefined;
+  forwarder?: VoucherForwarder | undefined;
+  verifier?: ChannelVerifier | undefined;
+  closer?: CooperativeCloser | undefined;
+};
 
-  const ready = async () => {
-    if (verifier !== undefined) return verifier;
-    const store = await openStore();
-    const tag = await storeTag();
-    const channels = await channelsContract();
-    if (verifier !== undefined) return verifier;
-    const o = options();
-    if (typeof apiKey === "string") {
-      forwarder = createVoucherForwarder({
-        store,
-        send: postChannelVouchers(context.facilitator, apiKey),
-        intervalMs: o.forwardIntervalMs,
-        logger: context.logger,
-      });
-      forwarder.start();
-      // Vouchers recovered from the store (a restart after a crash) go to the facilitator at once.
-      forwarder.flush().catch((error: unknown) => context.logger?.warn({ err: error }, "forwarding failed"));
-    } else {
-      context.logger?.warn({}, "channel vouchers are kept but not forwarded: the gate has no providerApiKey");
-    }
-    // Ids new to this gate are remembered and rate-limited before any read, so made-up ids cannot spend
-    // the reads a payer's new channel needs; the reads carry the provider key, whose allowance at the
-    // facilitator is the gate's own.
-    const source = guardChannelSource(
-      o.source ??
-        createFacilitatorChannelSource(context.facilitator, typeof apiKey === "string" ? apiKey : undefined),
-      { payTo: context.payTo, token: context.token, clock: context.clock, ...o.lookups },
+/** `schemeOptions.channel`, parsed and checked once. */
+function settingsOf(g: ChannelGateState): ChannelGateSettings {
+  if (g.settings !== undefined) return g.settings;
+  const parsed = parseGateOptions(
+    ChannelGateOptionsSchema,
+    g.context.options.schemeOptions?.channel ?? {},
+    "paymentGate options: schemeOptions.channel",
+  );
+  const margin = parsed.closeMarginSeconds ?? 600;
+  if (minCloseDelayOf(parsed) < margin + DEFAULT_CHANNEL_MAX_STALE_MS / 1000) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `paymentGate options: schemeOptions.channel.minCloseDelay must be at least closeMarginSeconds + ${DEFAULT_CHANNEL_MAX_STALE_MS / 1000} s (the time to see a close request)`,
     );
-    const pending = forwarder;
-    closer = createCooperativeCloser({
-      payTo: context.payTo,
-      token: context.token,
-      tag,
-      source,
+  }
+  g.settings = parsed;
+  return g.settings;
+}
+
+/** The configured contract, or the facilitator's for the gate's network (read once; a failure is retried). */
+function channelsContractOf(g: ChannelGateState): Promise<Address> {
+  const configured = settingsOf(g).contract;
+  if (configured !== undefined) return Promise.resolve(configured as Address);
+  if (g.contractLookup === undefined) {
+    const { context } = g;
+    g.contractLookup = context.facilitator.supported().then((supported) => {
+      const listed = supported.networks.find((n) => n.network === context.network)?.channels;
+      if (listed === undefined) {
+        throw new TollgateError(
+          "InvalidRequest",
+          `paymentGate options: the facilitator lists no TollgateChannels contract for ${context.network}; set schemeOptions.channel.contract`,
+          { details: { network: context.network } },
+        );
+      }
+      return listed as Address;
+    });
+    g.contractLookup.catch(() => {
+      g.contractLookup = undefined;
+    });
+  }
+  return g.contractLookup;
+}
+
+/** The configured store, or the journal opened once. */
+function openStoreOf(g: ChannelGateState): Promise<VoucherStore> {
+  if (g.storeReady === undefined) {
+    const o = settingsOf(g);
+    g.storeReady =
+      o.store !== undefined
+        ? Promise.resolve(o.store)
+        : createJournalVoucherStore({ path: o.journal ?? DEFAULT_CHANNEL_JOURNAL });
+    // An unopenable journal fails paid requests (5xx), not the process.
+    g.storeReady.catch((error: unknown) =>
+      g.context.logger?.error({ err: error }, "channel voucher store did not open"),
+    );
+  }
+  return g.storeReady;
+}
+
+/** The store's tag, read once: the 402 offers it and the verifier serves only channels carrying it. */
+function storeTagOf(g: ChannelGateState): Promise<Hex> {
+  if (g.tagReady === undefined) {
+    g.tagReady = openStoreOf(g).then((store) => store.tag());
+    g.tagReady.catch(() => {
+      g.tagReady = undefined;
+    });
+  }
+  return g.tagReady;
+}
+
+/** Starts forwarding the store's vouchers to the facilitator, when the gate has a provider key. */
+function startForwarder(g: ChannelGateState, store: VoucherStore, o: ChannelGateSettings): void {
+  const { context, apiKey } = g;
+  if (typeof apiKey === "string") {
+    g.forwarder = createVoucherForwarder({
       store,
-      forward: () => (pending === undefined ? Promise.resolve(0) : pending.flush()),
-      closeAtFacilitator:
-        typeof apiKey === "string" ? postChannelClose(context.facilitator, apiKey) : undefined,
+      send: postChannelVouchers(context.facilitator, apiKey),
+      intervalMs: o.forwardIntervalMs,
       logger: context.logger,
     });
-    verifier = createChannelVerifier({
-      chainId: chainIdOf(context.network),
-      channels,
-      payTo: context.payTo,
-      token: context.token,
-      source,
-      store,
-      tag,
-      clock: context.clock,
-      closeMarginSeconds: o.closeMarginSeconds,
-      minCloseDelay: minCloseDelayOf(o),
-      minDeposit: minDepositOf(o),
-      onClosing: () => {
-        forwarder
-          ?.flush()
-          .catch((error: unknown) => context.logger?.warn({ err: error }, "forwarding failed"));
-      },
-    });
-    return verifier;
-  };
+    g.forwarder.start();
+    // Vouchers recovered from the store (a restart after a crash) go to the facilitator at once.
+    g.forwarder.flush().catch((error: unknown) => context.logger?.warn({ err: error }, "forwarding failed"));
+  } else {
+    context.logger?.warn({}, "channel vouchers are kept but not forwarded: the gate has no providerApiKey");
+  }
+}
 
-  const receipt = (channelId: string, highest: bigint, spent: bigint) => `${channelId}.${highest}.${spent}`;
+/** The store opened, the forwarder started, the closer and the verifier built: once. */
+async function readyOf(g: ChannelGateState): Promise<ChannelVerifier> {
+  if (g.verifier !== undefined) return g.verifier;
+  const store = await openStoreOf(g);
+  const tag = await storeTagOf(g);
+  const channels = await channelsContractOf(g);
+  if (g.verifier !== undefined) return g.verifier;
+  const { context, apiKey } = g;
+  const o = settingsOf(g);
+  startForwarder(g, store, o);
+  // Ids new to this gate are remembered and rate-limited before any read, so made-up ids cannot spend
+  // the reads a payer's new channel needs; the reads carry the provider key, whose allowance at the
+  // facilitator is the gate's own.
+  const source = guardChannelSource(
+    o.source ??
+      createFacilitatorChannelSource(context.facilitator, typeof apiKey === "string" ? apiKey : undefined),
+    { payTo: context.payTo, token: context.token, clock: context.clock, ...o.lookups },
+  );
+  const pending = g.forwarder;
+  g.closer = createCooperativeCloser({
+    payTo: context.payTo,
+    token: context.token,
+    tag,
+    source,
+    store,
+    forward: () => (pending === undefined ? Promise.resolve(0) : pending.flush()),
+    closeAtFacilitator:
+      typeof apiKey === "string" ? postChannelClose(context.facilitator, apiKey) : undefined,
+    logger: context.logger,
+  });
+  g.verifier = createChannelVerifier({
+    chainId: chainIdOf(context.network),
+    channels,
+    payTo: context.payTo,
+    token: context.token,
+    source,
+    store,
+    tag,
+    clock: context.clock,
+    closeMarginSeconds: o.closeMarginSeconds,
+    minCloseDelay: minCloseDelayOf(o),
+    minDeposit: minDepositOf(o),
+    onClosing: () => {
+      g.forwarder
+        ?.flush()
+        .catch((error: unknown) => context.logger?.warn({ err: error }, "forwarding failed"));
+    },
+  });
+  return g.verifier;
+}
 
+const receiptOf = (channelId: string, highest: bigint, spent: bigint) => `${channelId}.${highest}.${spent}`;
+
+/** A `channel` pricing entry as an offer; a gate that sells by channel opens its store now. */
+function compileEntry(g: ChannelGateState, entry: unknown, where: string): ChannelOffer {
+  settingsOf(g);
+  // Recovered vouchers are forwarded on start.
+  readyOf(g).catch((error: unknown) =>
+    g.context.logger?.error({ err: error }, "channel scheme did not start"),
+  );
+  const parsed = parseGateOptions(ChannelPricingSchema, entry, `paymentGate options: ${where}`);
+  const amount =
+    parsed.amount !== undefined
+      ? atomicAmountOf(parsed.amount, `${where}.amount`)
+      : atomicPriceOf(parsed.price as string, g.context.decimals, `${where}.price`);
+  return { scheme: "channel", amount };
+}
+
+/** The 402's `channel` option: the price and the terms a payer opens a channel on. */
+async function offerOf(g: ChannelGateState, offer: ChannelOffer) {
+  const o = settingsOf(g);
+  // A fault of the store (its tag unreadable) is a fault of the 402, not an offer without a tag: a
+  // payer must never open a channel no gate of this store would serve.
+  const tag = await storeTagOf(g);
+  const contract = await channelsContractOf(g);
+  const minDeposit = minDepositOf(o);
   return {
-    compile(entry, where) {
-      options();
-      // A gate that sells by channel opens its store now: recovered vouchers are forwarded on start.
-      ready().catch((error: unknown) =>
-        context.logger?.error({ err: error }, "channel scheme did not start"),
-      );
-      const parsed = parseGateOptions(ChannelPricingSchema, entry, `paymentGate options: ${where}`);
-      const amount =
-        parsed.amount !== undefined
-          ? atomicAmountOf(parsed.amount, `${where}.amount`)
-          : atomicPriceOf(parsed.price as string, context.decimals, `${where}.price`);
-      return { scheme: "channel", amount };
+    scheme: "channel" as const,
+    amount: offer.amount,
+    extra: {
+      contract,
+      facilitator: g.context.facilitator.url,
+      minDeposit: (minDeposit > offer.amount ? minDeposit : offer.amount).toString(),
+      suggestedDeposit: (offer.amount * BigInt(o.suggestedRequests ?? 1_000)).toString(),
+      minCloseDelay: minCloseDelayOf(o),
+      tag,
     },
-    async offer(offer) {
-      const o = options();
-      // A fault of the store (its tag unreadable) is a fault of the 402, not an offer without a tag: a
-      // payer must never open a channel no gate of this store would serve.
-      const tag = await storeTag();
-      const contract = await channelsContract();
-      const minDeposit = minDepositOf(o);
-      return {
-        scheme: "channel",
-        amount: offer.amount,
-        extra: {
-          contract,
-          facilitator: context.facilitator.url,
-          minDeposit: (minDeposit > offer.amount ? minDeposit : offer.amount).toString(),
-          suggestedDeposit: (offer.amount * BigInt(o.suggestedRequests ?? 1_000)).toString(),
-          minCloseDelay: minCloseDelayOf(o),
-          tag,
-        },
-      };
+  };
+}
+
+/** A refused voucher; the receipt header tells the payer the channel's tally when the store gave one. */
+function refusalOf(header: string, result: ChannelRefusal): SchemeAcceptance {
+  const details = result.details;
+  const channelId = header.trim().slice(0, 66);
+  return {
+    kind: "refuse",
+    error: result.error,
+    message: result.message,
+    decorate:
+      details?.highest === undefined
+        ? undefined
+        : (response) =>
+            response.headers.set(
+              CHANNEL_RECEIPT_HEADER,
+              receiptOf(channelId, BigInt(details.highest ?? "0"), BigInt(details.spent ?? "0")),
+            ),
+  };
+}
+
+/** A charged request passes with its receipt; a 5xx answer gives the charge back (once). */
+function passOf(
+  g: ChannelGateState,
+  v: ChannelVerifier,
+  charge: ChannelCharge,
+  price: bigint,
+): SchemeAcceptance {
+  const { context } = g;
+  const headers = new Headers();
+  headers.set(CHANNEL_RECEIPT_HEADER, receiptOf(charge.channelId, charge.tally.highest, charge.tally.spent));
+  let reported = false;
+  return {
+    kind: "pass",
+    paid: {
+      scheme: "channel",
+      payer: charge.payer,
+      amount: price,
+      payTo: context.payTo,
+      network: context.network,
+      token: context.token,
+      channelId: charge.channelId,
+      cumulativeAmount: charge.cumulativeAmount,
     },
+    headers,
+    async complete(status) {
+      if (reported || !(status >= 500)) return;
+      reported = true;
+      try {
+        await v.refund(charge);
+      } catch (error) {
+        context.logger?.warn({ err: error, channelId: charge.channelId }, "channel charge not refunded");
+      }
+    },
+  };
+}
+
+/** A request carrying a voucher (charged locally) or a cooperative close (answered here). */
+async function acceptOf(
+  g: ChannelGateState,
+  header: string,
+  request: SchemeRequest,
+  route: SchemeRoute<ChannelOffer>,
+): Promise<SchemeAcceptance> {
+  if (request.headers.get(CHANNEL_VOUCHER_HEADER) === null) {
+    // A payer's cooperative close (cooperativeClose.ts): answered here, the handler never runs.
+    await readyOf(g);
+    return { kind: "respond", response: await (g.closer as CooperativeCloser).close(header, request) };
+  }
+  let price: bigint | undefined;
+  for (const offer of route.offers) if (price === undefined || offer.amount < price) price = offer.amount;
+  if (price === undefined) {
+    return { kind: "refuse", error: "ChannelVoucherInvalid", message: "this route is not sold by channel" };
+  }
+  const v = await readyOf(g);
+  // The request itself: its client is worked out only if the guard reads it (an id new to the gate).
+  const result = await v.charge(header, price, request);
+  if (!result.ok) {
+    g.context.logger?.debug(
+      { method: request.method, path: request.path, reason: result.message },
+      "voucher refused",
+    );
+    return refusalOf(header, result);
+  }
+  return passOf(g, v, result, price);
+}
+
+function createChannelGate(context: GateSchemeContext): ChannelGateScheme {
+  const g: ChannelGateState = {
+    context,
+    apiKey: (context.options as { providerApiKey?: unknown }).providerApiKey,
+  };
+  return {
+    compile: (entry, where) => compileEntry(g, entry, where),
+    offer: (offer) => offerOf(g, offer),
     credential: (request) =>
       request.headers.get(CHANNEL_VOUCHER_HEADER) ?? request.headers.get(CHANNEL_CLOSE_HEADER),
-    async accept(header, request, route): Promise<SchemeAcceptance> {
-      if (request.headers.get(CHANNEL_VOUCHER_HEADER) === null) {
-        // A payer's cooperative close (cooperativeClose.ts): answered here, the handler never runs.
-        await ready();
-        return {
-          kind: "respond",
-          response: await (closer as CooperativeCloser).close(header, request),
-        };
-      }
-      let price: bigint | undefined;
-      for (const offer of route.offers) if (price === undefined || offer.amount < price) price = offer.amount;
-      if (price === undefined) {
-        return {
-          kind: "refuse",
-          error: "ChannelVoucherInvalid",
-          message: "this route is not sold by channel",
-        };
-      }
-      const v = await ready();
-      // The request itself: its client is worked out only if the guard reads it (an id new to the gate).
-      const result = await v.charge(header, price, request);
-      if (!result.ok) {
-        context.logger?.debug(
-          { method: request.method, path: request.path, reason: result.message },
-          "voucher refused",
-        );
-        const details = result.details;
-        const channelId = header.trim().slice(0, 66);
-        return {
-          kind: "refuse",
-          error: result.error,
-          message: result.message,
-          decorate:
-            details?.highest === undefined
-              ? undefined
-              : (response) =>
-                  response.headers.set(
-                    CHANNEL_RECEIPT_HEADER,
-                    receipt(channelId, BigInt(details.highest ?? "0"), BigInt(details.spent ?? "0")),
-                  ),
-        };
-      }
-      const charge: ChannelCharge = result;
-      const headers = new Headers();
-      headers.set(
-        CHANNEL_RECEIPT_HEADER,
-        receipt(charge.channelId, charge.tally.highest, charge.tally.spent),
-      );
-      let reported = false;
-      return {
-        kind: "pass",
-        paid: {
-          scheme: "channel",
-          payer: charge.payer,
-          amount: price,
-          payTo: context.payTo,
-          network: context.network,
-          token: context.token,
-          channelId: charge.channelId,
-          cumulativeAmount: charge.cumulativeAmount,
-        },
-        headers,
-        async complete(status) {
-          if (reported || !(status >= 500)) return;
-          reported = true;
-          try {
-            await v.refund(charge);
-          } catch (error) {
-            context.logger?.warn({ err: error, channelId: charge.channelId }, "channel charge not refunded");
-          }
-        },
-      };
-    },
+    accept: (header, request, route) => acceptOf(g, header, request, route),
     async forwardVouchers() {
-      await ready();
-      return forwarder === undefined ? 0 : forwarder.flush();
+      await readyOf(g);
+      return g.forwarder === undefined ? 0 : g.forwarder.flush();
     },
-    store: openStore,
+    store: () => openStoreOf(g),
     async close() {
-      await forwarder?.stop();
-      if (storeReady !== undefined && settings?.store === undefined) {
-        await (await storeReady.catch(() => undefined))?.close();
+      await g.forwarder?.stop();
+      if (g.storeReady !== undefined && g.settings?.store === undefined) {
+        await (await g.storeReady.catch(() => undefined))?.close();
       }
     },
   };

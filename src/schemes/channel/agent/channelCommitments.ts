@@ -122,6 +122,166 @@ export type AgentChannelsOptions = {
 const termsKey = (t: { contract: string; payee: string; token: string }) =>
   `${t.contract}|${t.payee}|${t.token}`.toLowerCase();
 
+/** The budget's side of an agent's channels: what the wallet's hooks and the closes share. */
+type ChannelHolds = {
+  agent: string;
+  budget: BudgetLedger;
+  /** Channels a close was begun for in this process: no top-up grows their hold any more. */
+  closingIds: Set<string>;
+  /** Terms key → the policy's deposit for the next channel on them and the provider its hold is keyed by. */
+  planned: Map<string, { deposit: bigint; provider: Address }>;
+  /** Channel id → the provider its hold is keyed by (also learned from the ledger for stored channels). */
+  providers: Map<string, Address>;
+};
+
+/** The holds with the wallet they commit for. */
+type AgentChannelsContext = ChannelHolds & {
+  wallet: ChannelWallet;
+  clock: Clock;
+  idleSeconds?: number | undefined;
+};
+
+/** The wallet's `calls`: the planned deposit for `terms` in requests at its price. */
+function plannedCalls(h: ChannelHolds, terms: ChannelTermsInput): number | undefined {
+  const plan = h.planned.get(termsKey(terms));
+  if (plan === undefined) return undefined;
+  return Number((plan.deposit + terms.price - 1n) / terms.price);
+}
+
+/** The wallet's `approveTopUp`: grows the channel's hold, unless a close began. */
+async function approveTopUp(h: ChannelHolds, amount: bigint, terms: ChannelTermsInput, channelId: Hex) {
+  const { agent, budget, closingIds } = h;
+  const provider =
+    h.providers.get(channelId) ??
+    (await budget.getHold(agent, channelRef(channelId)))?.provider ??
+    h.planned.get(termsKey(terms))?.provider ??
+    terms.payee;
+  const closing = () =>
+    new TollgateError("ChannelClosing", "the channel is being closed: it takes no more deposit");
+  if (closingIds.has(channelId)) throw closing();
+  // Grows the channel's standing hold; throws BudgetExceeded / ApprovalDenied before anything is sent.
+  await budget.hold(agent, { ref: channelRef(channelId), provider, amount });
+  if (closingIds.has(channelId)) {
+    // A close began meanwhile and may have released the hold already: release what was just added.
+    await budget.releaseHold(agent, channelRef(channelId));
+    throw closing();
+  }
+}
+
+/** The wallet's `approveDeposit`: holds a new channel's deposit. */
+async function approveDeposit(h: ChannelHolds, amount: bigint, terms: ChannelTermsInput, channelId: Hex) {
+  const provider = h.planned.get(termsKey(terms))?.provider ?? terms.payee;
+  // Throws BudgetExceeded / ApprovalDenied: the open is then neither stored nor sent.
+  await h.budget.hold(h.agent, { ref: channelRef(channelId), provider, amount });
+  h.providers.set(channelId, provider);
+}
+
+/** Records one channel's vouchers as spend against its hold (nothing when it holds none). */
+async function recordOne(c: ChannelHolds, record: ChannelRecord): Promise<bigint> {
+  if ((await c.budget.getHold(c.agent, channelRef(record.channelId))) === undefined) return 0n;
+  const outcome = await c.budget.charge(c.agent, {
+    ref: channelRef(record.channelId),
+    kind: "one-time",
+    total: record.signed,
+  });
+  return outcome.amount;
+}
+
+/** Records a closing channel's final total and releases its hold. */
+async function settle(c: ChannelHolds, record: ChannelRecord): Promise<ChannelSettlement | undefined> {
+  const hold = await c.budget.getHold(c.agent, channelRef(record.channelId));
+  if (hold === undefined) return undefined;
+  await recordOne(c, record);
+  const returned = await c.budget.releaseHold(c.agent, channelRef(record.channelId));
+  return {
+    channelId: record.channelId,
+    provider: hold.provider,
+    deposit: record.deposit,
+    spent: record.signed,
+    returned,
+  };
+}
+
+/** `AgentChannels.close`. */
+async function closeChannels(
+  c: AgentChannelsContext,
+  closeOptions: Parameters<AgentChannels["close"]>[0] & {},
+): Promise<ChannelSettlement[]> {
+  const { wallet } = c;
+  const out: ChannelSettlement[] = [];
+  for (const record of wallet.channels()) {
+    const hold = await c.budget.getHold(c.agent, channelRef(record.channelId));
+    if (hold === undefined) continue;
+    if (
+      closeOptions.provider !== undefined &&
+      hold.provider.toLowerCase() !== closeOptions.provider.toLowerCase()
+    ) {
+      continue;
+    }
+    if (record.status === "open" || record.status === "opening") {
+      // What the facilitator says decides: the seller may have closed it cooperatively already, and
+      // an open still unknown is left for later. Nothing more is signed once a close is asked.
+      const now = await wallet.refresh(record.channelId).catch(() => record);
+      if (now?.status === "opening") continue;
+      c.closingIds.add(record.channelId);
+      if (now?.status === "open") {
+        await wallet.requestClose(record.channelId, { cooperative: closeOptions.cooperative ?? true });
+      }
+    }
+    const settled = await settle(c, record);
+    if (settled !== undefined && (hold.held > 0n || settled.spent > 0n)) out.push(settled);
+  }
+  return out;
+}
+
+/** `AgentChannels.closeIdle`. */
+async function closeIdleChannels(
+  c: AgentChannelsContext,
+  idleOptions: Parameters<AgentChannels["closeIdle"]>[0] & {},
+): Promise<ChannelSettlement[]> {
+  const { wallet } = c;
+  const idleMs = (idleOptions.idleSeconds ?? c.idleSeconds ?? 600) * 1000;
+  const now = c.clock.now();
+  const out: ChannelSettlement[] = [];
+  for (const record of wallet.channels()) {
+    if (record.status !== "open") continue;
+    const used = wallet.lastUsed(record.channelId) ?? 0;
+    if (now - used < idleMs) continue;
+    const hold = await c.budget.getHold(c.agent, channelRef(record.channelId));
+    if (hold === undefined) continue;
+    if (idleOptions.keep?.({ ...record, provider: hold.provider }) === true) continue;
+    c.closingIds.add(record.channelId);
+    const now2 = await wallet.refresh(record.channelId).catch(() => record);
+    if (now2?.status === "open") await wallet.requestClose(record.channelId);
+    const settled = await settle(c, record);
+    if (settled !== undefined) out.push(settled);
+  }
+  return out;
+}
+
+/** `AgentChannels.withdrawDue`. */
+async function withdrawDue(wallet: ChannelWallet): Promise<ChannelWithdrawal[]> {
+  const out: ChannelWithdrawal[] = [];
+  for (const record of wallet.channels()) {
+    if (record.status !== "closing") continue;
+    try {
+      const reply = await wallet.withdraw(record.channelId);
+      out.push({
+        channelId: record.channelId,
+        claimed: BigInt(reply.claimed),
+        refunded: BigInt(reply.refunded),
+      });
+    } catch (error) {
+      // Still in its close delay, or the seller's vouchers are being claimed first: a later call.
+      if (isTollgateError(error) && (error.code === "InvalidRequest" || error.code === "ChainUnavailable")) {
+        continue;
+      }
+      throw error;
+    }
+  }
+  return out;
+}
+
 /**
  * @example
  * const channels = createAgentChannels({ agent, budget, account, network, facilitator,
@@ -131,15 +291,14 @@ const termsKey = (t: { contract: string; payee: string; token: string }) =>
  * await channels.close();
  */
 export function createAgentChannels(options: AgentChannelsOptions): AgentChannels {
-  const { agent, budget } = options;
-  const clock = options.clock ?? systemClock;
-  /** Channels a close was begun for in this process: no top-up grows their hold any more. */
-  const closingIds = new Set<string>();
-  const planned = new Map<string, { deposit: bigint; provider: Address }>();
-  /** Channel id → the provider its hold is keyed by (also learned from the ledger for stored channels). */
-  const providers = new Map<string, Address>();
+  const holds: ChannelHolds = {
+    agent: options.agent,
+    budget: options.budget,
+    closingIds: new Set<string>(),
+    planned: new Map(),
+    providers: new Map(),
+  };
   const maxCloseDelay = options.maxCloseDelay ?? DEFAULT_MAX_CHANNEL_CLOSE_DELAY;
-
   const wallet = createChannelWallet({
     account: options.account,
     network: options.network,
@@ -149,146 +308,33 @@ export function createAgentChannels(options: AgentChannelsOptions): AgentChannel
     maxCloseDelay,
     clock: options.clock,
     fetch: options.fetch,
-    calls: (terms) => {
-      const plan = planned.get(termsKey(terms));
-      if (plan === undefined) return undefined;
-      return Number((plan.deposit + terms.price - 1n) / terms.price);
-    },
-    async approveTopUp(amount, terms, channelId) {
-      const provider =
-        providers.get(channelId) ??
-        (await budget.getHold(agent, channelRef(channelId)))?.provider ??
-        planned.get(termsKey(terms))?.provider ??
-        terms.payee;
-      const closing = () =>
-        new TollgateError("ChannelClosing", "the channel is being closed: it takes no more deposit");
-      if (closingIds.has(channelId)) throw closing();
-      // Grows the channel's standing hold; throws BudgetExceeded / ApprovalDenied before anything is sent.
-      await budget.hold(agent, { ref: channelRef(channelId), provider, amount });
-      if (closingIds.has(channelId)) {
-        // A close began meanwhile and may have released the hold already: release what was just added.
-        await budget.releaseHold(agent, channelRef(channelId));
-        throw closing();
-      }
-    },
-    async approveDeposit(amount, terms, channelId) {
-      const provider = planned.get(termsKey(terms))?.provider ?? terms.payee;
-      // Throws BudgetExceeded / ApprovalDenied: the open is then neither stored nor sent.
-      await budget.hold(agent, { ref: channelRef(channelId), provider, amount });
-      providers.set(channelId, provider);
-    },
+    calls: (terms) => plannedCalls(holds, terms),
+    approveTopUp: (amount, terms, channelId) => approveTopUp(holds, amount, terms, channelId),
+    approveDeposit: (amount, terms, channelId) => approveDeposit(holds, amount, terms, channelId),
   });
-
-  const held = async (record: ChannelRecord) =>
-    (await budget.getHold(agent, channelRef(record.channelId))) !== undefined;
-
-  const recordOne = async (record: ChannelRecord): Promise<bigint> => {
-    if (!(await held(record))) return 0n;
-    const outcome = await budget.charge(agent, {
-      ref: channelRef(record.channelId),
-      kind: "one-time",
-      total: record.signed,
-    });
-    return outcome.amount;
+  const c: AgentChannelsContext = {
+    ...holds,
+    wallet,
+    clock: options.clock ?? systemClock,
+    idleSeconds: options.idleSeconds,
   };
-
-  const settle = async (record: ChannelRecord): Promise<ChannelSettlement | undefined> => {
-    const hold = await budget.getHold(agent, channelRef(record.channelId));
-    if (hold === undefined) return undefined;
-    await recordOne(record);
-    const returned = await budget.releaseHold(agent, channelRef(record.channelId));
-    return {
-      channelId: record.channelId,
-      provider: hold.provider,
-      deposit: record.deposit,
-      spent: record.signed,
-      returned,
-    };
-  };
-
   return {
     wallet,
     maxCloseDelay,
     plan(terms, deposit, provider) {
-      if (planned.size >= 1_000) planned.clear();
-      planned.set(termsKey(terms), { deposit, provider });
+      if (holds.planned.size >= 1_000) holds.planned.clear();
+      holds.planned.set(termsKey(terms), { deposit, provider });
     },
     async record() {
       let recorded = 0n;
       for (const record of wallet.channels()) {
         if (record.status === "opening") continue;
-        recorded += await recordOne(record);
+        recorded += await recordOne(c, record);
       }
       return recorded;
     },
-    async close(closeOptions = {}) {
-      const out: ChannelSettlement[] = [];
-      for (const record of wallet.channels()) {
-        const hold = await budget.getHold(agent, channelRef(record.channelId));
-        if (hold === undefined) continue;
-        if (
-          closeOptions.provider !== undefined &&
-          hold.provider.toLowerCase() !== closeOptions.provider.toLowerCase()
-        ) {
-          continue;
-        }
-        if (record.status === "open" || record.status === "opening") {
-          // What the facilitator says decides: the seller may have closed it cooperatively already, and
-          // an open still unknown is left for later. Nothing more is signed once a close is asked.
-          const now = await wallet.refresh(record.channelId).catch(() => record);
-          if (now?.status === "opening") continue;
-          closingIds.add(record.channelId);
-          if (now?.status === "open") {
-            await wallet.requestClose(record.channelId, { cooperative: closeOptions.cooperative ?? true });
-          }
-        }
-        const settled = await settle(record);
-        if (settled !== undefined && (hold.held > 0n || settled.spent > 0n)) out.push(settled);
-      }
-      return out;
-    },
-    async closeIdle(idleOptions = {}) {
-      const idleMs = (idleOptions.idleSeconds ?? options.idleSeconds ?? 600) * 1000;
-      const now = clock.now();
-      const out: ChannelSettlement[] = [];
-      for (const record of wallet.channels()) {
-        if (record.status !== "open") continue;
-        const used = wallet.lastUsed(record.channelId) ?? 0;
-        if (now - used < idleMs) continue;
-        const hold = await budget.getHold(agent, channelRef(record.channelId));
-        if (hold === undefined) continue;
-        if (idleOptions.keep?.({ ...record, provider: hold.provider }) === true) continue;
-        closingIds.add(record.channelId);
-        const now2 = await wallet.refresh(record.channelId).catch(() => record);
-        if (now2?.status === "open") await wallet.requestClose(record.channelId);
-        const settled = await settle(record);
-        if (settled !== undefined) out.push(settled);
-      }
-      return out;
-    },
-    async withdrawDue() {
-      const out: ChannelWithdrawal[] = [];
-      for (const record of wallet.channels()) {
-        if (record.status !== "closing") continue;
-        try {
-          const reply = await wallet.withdraw(record.channelId);
-          out.push({
-            channelId: record.channelId,
-            claimed: BigInt(reply.claimed),
-            refunded: BigInt(reply.refunded),
-          });
-        } catch (error) {
-          // Still in its close delay, or the seller's vouchers are being claimed first: a later call.
-          if (
-            isTollgateError(error) &&
-            (error.code === "InvalidRequest" || error.code === "ChainUnavailable")
-          ) {
-            continue;
-          }
-          throw error;
-        }
-      }
-      return out;
-    },
+    close: (closeOptions = {}) => closeChannels(c, closeOptions),
+    closeIdle: (idleOptions = {}) => closeIdleChannels(c, idleOptions),
+    withdrawDue: () => withdrawDue(wallet),
   };
 }

@@ -26,12 +26,14 @@
  * - Memory is bounded: at most `maxIds` ids are remembered either way (the oldest forgotten first), at
  *   most `queue` lookups wait, and at most `maxClients` client buckets are held (the least recently
  *   used dropped first; a dropped client starts again with a full bucket).
+ *
+ * The turns (the gate's bucket, its queue and the clients' shares) are channelLookupTurns.ts; this
+ * guard keeps the ids it knows either way and the reads in flight.
  */
 import type { Address, Hex } from "viem";
-import { createTokenBuckets } from "../../../http/tokenBucket.ts";
 import { type Clock, systemClock } from "../../../protocol/clock.ts";
-import { TollgateError } from "../../../protocol/errors.ts";
 import type { ChannelState, ChannelStateSource } from "../channelState.ts";
+import { createChannelLookupTurns } from "./channelLookupTurns.ts";
 
 /** How fast a gate reads channel ids it does not know (`schemeOptions.channel.lookups`). */
 export type ChannelLookupLimits = {
@@ -91,21 +93,15 @@ export function guardChannelSource(
   if (!(burst >= 1) || !(perSecond > 0) || !(maxQueued >= 0)) {
     throw new TypeError("channel lookups need burst ≥ 1, perSecond > 0 and queue ≥ 0");
   }
-  const perClient = options.perClient === false ? undefined : (options.perClient ?? {});
-  const clientQueue = perClient?.queue ?? 5;
-  if (!(clientQueue >= 0)) throw new TypeError("channel lookups need perClient.queue ≥ 0");
-  // createTokenBuckets checks the burst and rate.
-  const clients =
-    perClient === undefined
-      ? undefined
-      : createTokenBuckets({
-          capacity: perClient.burst ?? 5,
-          refillPerSecond: perClient.perSecond ?? 1,
-          clock,
-          maxKeys: options.maxClients ?? 10_000,
-        });
-  /** Lookups waiting per client; an entry lives only while one waits, so at most `queue` entries. */
-  const waiting = new Map<string, number>();
+  const lookups = createChannelLookupTurns({
+    clock,
+    wait,
+    burst,
+    perSecond,
+    maxQueued,
+    perClient: options.perClient === false ? undefined : (options.perClient ?? {}),
+    maxClients: options.maxClients ?? 10_000,
+  });
   const payTo = options.payTo.toLowerCase();
   const token = options.token.toLowerCase();
   /** Ids of channels paying this gate; insertion-ordered, re-inserted on use. */
@@ -113,87 +109,11 @@ export function guardChannelSource(
   /** Ids the source did not know, until when that is believed. */
   const unknown = new Map<string, number>();
   const pending = new Map<string, Promise<ChannelState | undefined>>();
-  const queue: { resolve: () => void; client: string | undefined }[] = [];
-  let tokens = burst;
-  let refilledAt = clock.now();
-  let draining = false;
 
   const bounded = <K>(set: { size: number; keys(): IterableIterator<K>; delete(key: K): boolean }) => {
     if (set.size < maxIds) return;
     const oldest = set.keys().next();
     if (oldest.done !== true) set.delete(oldest.value);
-  };
-
-  const refill = () => {
-    const now = clock.now();
-    // A clock that steps back earns nothing.
-    tokens = Math.min(burst, tokens + (Math.max(0, now - refilledAt) / 1000) * perSecond);
-    refilledAt = now;
-  };
-
-  const drain = async () => {
-    if (draining) return;
-    draining = true;
-    try {
-      while (queue.length > 0) {
-        refill();
-        while (tokens >= 1 && queue.length > 0) {
-          tokens -= 1;
-          const next = queue.shift();
-          if (next !== undefined) {
-            leave(next.client);
-            next.resolve();
-          }
-        }
-        if (queue.length > 0) await wait(Math.ceil(((1 - tokens) * 1000) / perSecond));
-      }
-    } finally {
-      draining = false;
-    }
-  };
-
-  const leave = (client: string | undefined) => {
-    if (client === undefined) return;
-    const count = (waiting.get(client) ?? 1) - 1;
-    if (count <= 0) waiting.delete(client);
-    else waiting.set(client, count);
-  };
-
-  const refuse = (retryAfter: number, limit: string): never => {
-    throw new TollgateError(
-      "RateLimited",
-      `too many vouchers for channels this gate does not know; retry after ${retryAfter} s`,
-      { retryAfter, details: { limit } },
-    );
-  };
-
-  /**
-   * Resolves when this lookup may read; throws `RateLimited` when the client's share is spent or the
-   * queue is full. `client` undefined: no client bucket, the gate's limits alone.
-   */
-  const turn = (client: string | undefined): Promise<void> => {
-    const limited = client !== undefined && clients !== undefined;
-    if (limited) {
-      const taken = clients.take(client);
-      if (!taken.ok) refuse(taken.retryAfterSeconds, "channelLookupsPerClient");
-    }
-    refill();
-    if (queue.length === 0 && tokens >= 1) {
-      tokens -= 1;
-      return Promise.resolve();
-    }
-    // Only a lookup that must wait counts against its client's waiting places.
-    if (limited && (waiting.get(client) ?? 0) >= clientQueue) {
-      refuse(Math.max(1, Math.ceil((queue.length + 1) / perSecond)), "channelLookupsPerClient");
-    }
-    if (queue.length >= maxQueued) {
-      refuse(Math.max(1, Math.ceil((queue.length + 1) / perSecond)), "channelLookups");
-    }
-    return new Promise<void>((resolve) => {
-      queue.push({ resolve, client });
-      if (client !== undefined && clients !== undefined) waiting.set(client, (waiting.get(client) ?? 0) + 1);
-      void drain();
-    });
   };
 
   const read = async (channelId: Hex, id: string): Promise<ChannelState | undefined> => {
@@ -226,7 +146,7 @@ export function guardChannelSource(
       if (lookup === undefined) {
         const client = context?.client;
         lookup = (async () => {
-          await turn(client);
+          await lookups.turn(client);
           return read(channelId, id);
         })().finally(() => pending.delete(id));
         pending.set(id, lookup);

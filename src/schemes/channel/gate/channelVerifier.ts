@@ -35,18 +35,22 @@
  *   `closeMarginSeconds`, is refused: the seller keeps that margin to claim what it served.
  * - A channel sealed in the store (a cooperative close began) is refused, by every instance sharing it.
  * - Refusals are data (`ok: false` with a gate error code); only a fault of the source or store throws.
+ *
+ * Its parts: the cache of channel state (channelCache.ts), the checks of a channel's terms
+ * (`termsRefusal`), the refetch for a top-up (`coveringState`) and the charge itself (`chargeVoucher`).
  */
 import { verify } from "node:crypto";
 import type { Address, Hex } from "viem";
 import {
   type ChannelVoucherDomain,
   channelVoucherMessageFrom,
-  channelVoucherPrefix,
+  type ParsedChannelVoucher,
   safeParseChannelVoucher,
 } from "../../../protocol/channelVoucher.ts";
 import { type Clock, systemClock } from "../../../protocol/clock.ts";
 import { type GateErrorCode, TollgateError } from "../../../protocol/errors.ts";
 import type { ChannelLookupContext, ChannelState, ChannelStateSource } from "../channelState.ts";
+import { type CachedChannel, type ChannelCache, createChannelCache } from "./channelCache.ts";
 import type { ChannelTally, VoucherStore } from "./voucherStore.ts";
 
 export type ChannelVerifierOptions = ChannelVoucherDomain & {
@@ -98,15 +102,6 @@ export type ChannelRefusal = {
   details?: Record<string, string> | undefined;
 };
 
-type Cached = {
-  state: ChannelState;
-  /** The 128 constant bytes of this channel's voucher messages. */
-  prefix: Uint8Array;
-  verifyKey: { key: ChannelState["sessionKey"]; dsaEncoding: "ieee-p1363" };
-  fetchedAt: number;
-  refreshing: boolean;
-};
-
 export type ChannelVerifier = {
   /**
    * Checks the voucher header and charges `price` on its channel. `context.client`: the paying client,
@@ -133,6 +128,129 @@ const refuse = (error: GateErrorCode, message: string, details?: Record<string, 
   details,
 });
 
+/** What a charge is checked against: the verifier's settings, lower-cased addresses and its cache. */
+type VerifierContext = {
+  store: VoucherStore;
+  clock: Clock;
+  closeMarginSeconds: number;
+  minCloseDelay: number;
+  minDeposit: bigint;
+  payTo: string;
+  token: string;
+  tag: string;
+  channels: ChannelCache;
+};
+
+/** Closed, or its withdrawal opens within the margin. */
+const closingOf = (v: VerifierContext, state: ChannelState): boolean =>
+  state.closed ||
+  (state.closeRequestedAt !== 0 &&
+    v.clock.now() / 1000 >= state.closeRequestedAt + state.closeDelay - v.closeMarginSeconds);
+
+/** The refusal of a channel that is not this gate's, or not on the offer's terms, or closing. */
+function termsRefusal(v: VerifierContext, state: ChannelState, price: bigint): ChannelRefusal | undefined {
+  if (state.payee.toLowerCase() !== v.payTo) {
+    return refuse("ChannelVoucherInvalid", "the channel pays another payee");
+  }
+  if (state.token.toLowerCase() !== v.token)
+    return refuse("ChannelVoucherInvalid", "the channel holds another token");
+  if (state.tag?.toLowerCase() !== v.tag) {
+    // Another gate's (another voucher store's) channel: its vouchers are charged there, and a store
+    // cannot see what another charged, so serving them here would serve their value twice.
+    return refuse("ChannelVoucherInvalid", "the channel was opened for another gate", { tag: v.tag });
+  }
+  if (closingOf(v, state)) {
+    return refuse("ChannelClosing", state.closed ? "the channel is closed" : "the channel is closing");
+  }
+  if (state.closeDelay < v.minCloseDelay) {
+    // A payer could ask to close and withdraw before this gate's vouchers can be claimed.
+    return refuse("ChannelVoucherInvalid", "the channel's close delay is under this gate's minimum", {
+      closeDelay: String(state.closeDelay),
+      minCloseDelay: String(v.minCloseDelay),
+    });
+  }
+  const minimum = v.minDeposit > price ? v.minDeposit : price;
+  if (state.deposit < minimum) {
+    // Checked on the cached state: a top-up is seen at the next refresh, never at a payer's request.
+    return refuse("ChannelVoucherInvalid", "the channel's deposit is under this gate's minimum", {
+      deposit: state.deposit.toString(),
+      minDeposit: minimum.toString(),
+    });
+  }
+  return undefined;
+}
+
+/** The channel's state once the voucher is within its deposit (after one refetch, for a top-up). */
+async function coveringState(
+  v: VerifierContext,
+  voucher: ParsedChannelVoucher,
+  entry: CachedChannel,
+  context: ChannelLookupContext | undefined,
+): Promise<ChannelState | ChannelRefusal> {
+  if (voucher.cumulativeAmount <= entry.state.deposit) return entry.state;
+  // Perhaps topped up since it was cached: the deposit only grows, so one refetch settles it.
+  const state = ((await v.channels.fetch(voucher.channelId, context)) ?? entry).state;
+  if (closingOf(v, state)) return refuse("ChannelClosing", "the channel is closing");
+  if (voucher.cumulativeAmount > state.deposit) {
+    return refuse("ChannelDepositExhausted", "the voucher is above the channel's deposit", {
+      deposit: state.deposit.toString(),
+    });
+  }
+  return state;
+}
+
+/** Checks the voucher header against its channel, then charges `price` in the store. */
+async function chargeVoucher(
+  v: VerifierContext,
+  header: string,
+  price: bigint,
+  context: ChannelLookupContext | undefined,
+): Promise<ChannelCharge | ChannelRefusal> {
+  const parsed = safeParseChannelVoucher(header);
+  if (!parsed.ok) return refuse("ChannelVoucherInvalid", `malformed channel voucher: ${parsed.reason}`);
+  const voucher = parsed.voucher;
+  const entry = await v.channels.lookup(voucher.channelId, context);
+  if (entry === undefined) return refuse("ChannelVoucherInvalid", "no such channel");
+  const refusal = termsRefusal(v, entry.state, price);
+  if (refusal !== undefined) return refusal;
+  const message = channelVoucherMessageFrom(entry.prefix, voucher.cumulativeAmount);
+  if (!verify("sha256", message, entry.verifyKey, voucher.signature)) {
+    return refuse("ChannelVoucherInvalid", "the voucher is not signed by the channel's session key");
+  }
+  const state = await coveringState(v, voucher, entry, context);
+  if ("ok" in state) return state;
+  const outcome = await v.store.charge({
+    channelId: voucher.channelId,
+    cumulativeAmount: voucher.cumulativeAmount,
+    signature: voucher.signature,
+    price,
+    floor: state.claimed,
+  });
+  if (outcome.sealed === true) {
+    return refuse("ChannelClosing", "the channel is being closed cooperatively");
+  }
+  if (!outcome.charged) {
+    return refuse(
+      "ChannelVoucherStale",
+      "the voucher does not cover this request: sign a higher cumulative amount",
+      {
+        highest: outcome.tally.highest.toString(),
+        spent: outcome.tally.spent.toString(),
+        price: price.toString(),
+      },
+    );
+  }
+  return {
+    ok: true,
+    channelId: voucher.channelId,
+    payer: state.payer,
+    cumulativeAmount: voucher.cumulativeAmount,
+    price,
+    tally: outcome.tally,
+    deposit: state.deposit,
+  };
+}
+
 /**
  * @example
  * const verifier = createChannelVerifier({ chainId: 8453, channels, payTo, token,
@@ -144,7 +262,6 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
   const clock = options.clock ?? systemClock;
   const closeMarginSeconds = options.closeMarginSeconds ?? 600;
   const minCloseDelay = options.minCloseDelay ?? 3_600;
-  const minDeposit = options.minDeposit ?? 0n;
   const maxStaleMs = options.maxStaleMs ?? DEFAULT_CHANNEL_MAX_STALE_MS;
   const refreshMs = Math.min(options.refreshMs ?? 15_000, maxStaleMs);
   if (minCloseDelay < closeMarginSeconds + Math.ceil(maxStaleMs / 1000)) {
@@ -155,171 +272,34 @@ export function createChannelVerifier(options: ChannelVerifierOptions): ChannelV
       `channel minCloseDelay (${minCloseDelay} s) must be at least closeMarginSeconds (${closeMarginSeconds} s) + maxStaleMs (${maxStaleMs} ms)`,
     );
   }
-  const unknownTtlMs = options.unknownTtlMs ?? 5_000;
-  const maxChannels = options.maxChannels ?? 100_000;
-  const payTo = options.payTo.toLowerCase();
-  const token = options.token.toLowerCase();
-  const tag = options.tag.toLowerCase();
-  const domain: ChannelVoucherDomain = { chainId: options.chainId, channels: options.channels };
-  const cache = new Map<string, Cached>();
-  const unknown = new Map<string, number>();
-  const inflight = new Map<string, Promise<Cached | undefined>>();
-
-  /** `readAt`: when the read began; the state is at least that fresh, perhaps no fresher. */
-  const remember = (state: ChannelState, readAt: number): Cached => {
-    const previous = cache.get(state.channelId);
-    const entry: Cached = {
-      state,
-      prefix: previous?.prefix ?? channelVoucherPrefix(domain, state.channelId),
-      verifyKey: { key: state.sessionKey, dsaEncoding: "ieee-p1363" },
-      fetchedAt: readAt,
-      refreshing: false,
-    };
-    if (previous === undefined && cache.size >= maxChannels) {
-      const oldest = cache.keys().next();
-      if (oldest.done !== true) cache.delete(oldest.value);
-    }
-    cache.set(state.channelId, entry);
-    if (state.closeRequestedAt !== 0 && previous?.state.closeRequestedAt === 0) {
-      options.onClosing?.(state.channelId);
-    }
-    return entry;
+  const channels = createChannelCache({
+    source: options.source,
+    domain: { chainId: options.chainId, channels: options.channels },
+    clock,
+    refreshMs,
+    maxStaleMs,
+    unknownTtlMs: options.unknownTtlMs ?? 5_000,
+    maxChannels: options.maxChannels ?? 100_000,
+    onClosing: options.onClosing,
+  });
+  const v: VerifierContext = {
+    store: options.store,
+    clock,
+    closeMarginSeconds,
+    minCloseDelay,
+    minDeposit: options.minDeposit ?? 0n,
+    payTo: options.payTo.toLowerCase(),
+    token: options.token.toLowerCase(),
+    tag: options.tag.toLowerCase(),
+    channels,
   };
-
-  const fetch = (channelId: Hex, context?: ChannelLookupContext): Promise<Cached | undefined> => {
-    let pending = inflight.get(channelId);
-    if (pending === undefined) {
-      const readAt = clock.now();
-      pending = options.source
-        .get(channelId, context)
-        .then((state) => {
-          if (state === undefined) {
-            if (unknown.size >= maxChannels) unknown.clear();
-            unknown.set(channelId, clock.now() + unknownTtlMs);
-            cache.delete(channelId);
-            return undefined;
-          }
-          unknown.delete(channelId);
-          return remember(state, readAt);
-        })
-        .finally(() => inflight.delete(channelId));
-      inflight.set(channelId, pending);
-    }
-    return pending;
-  };
-
-  const lookup = async (channelId: Hex, context?: ChannelLookupContext): Promise<Cached | undefined> => {
-    const cached = cache.get(channelId);
-    if (cached !== undefined) {
-      const age = clock.now() - cached.fetchedAt;
-      // Too old to vouch that no close was requested since (see the invariants): read it before serving.
-      if (age >= maxStaleMs) return fetch(channelId, context);
-      if (!cached.refreshing && age >= refreshMs) {
-        cached.refreshing = true;
-        // Background: the request goes on with what is cached (only deposit and close state change).
-        fetch(channelId).catch(() => {
-          cached.refreshing = false;
-        });
-      }
-      return cached;
-    }
-    const until = unknown.get(channelId);
-    if (until !== undefined && until > clock.now()) return undefined;
-    return fetch(channelId, context);
-  };
-
-  const closing = (state: ChannelState): boolean =>
-    state.closed ||
-    (state.closeRequestedAt !== 0 &&
-      clock.now() / 1000 >= state.closeRequestedAt + state.closeDelay - closeMarginSeconds);
-
   return {
-    async charge(header, price, context) {
-      const parsed = safeParseChannelVoucher(header);
-      if (!parsed.ok) return refuse("ChannelVoucherInvalid", `malformed channel voucher: ${parsed.reason}`);
-      const voucher = parsed.voucher;
-      let entry = await lookup(voucher.channelId, context);
-      if (entry === undefined) return refuse("ChannelVoucherInvalid", "no such channel");
-      let state = entry.state;
-      if (state.payee.toLowerCase() !== payTo) {
-        return refuse("ChannelVoucherInvalid", "the channel pays another payee");
-      }
-      if (state.token.toLowerCase() !== token)
-        return refuse("ChannelVoucherInvalid", "the channel holds another token");
-      if (state.tag?.toLowerCase() !== tag) {
-        // Another gate's (another voucher store's) channel: its vouchers are charged there, and a store
-        // cannot see what another charged, so serving them here would serve their value twice.
-        return refuse("ChannelVoucherInvalid", "the channel was opened for another gate", { tag });
-      }
-      if (closing(state)) {
-        return refuse("ChannelClosing", state.closed ? "the channel is closed" : "the channel is closing");
-      }
-      if (state.closeDelay < minCloseDelay) {
-        // A payer could ask to close and withdraw before this gate's vouchers can be claimed.
-        return refuse("ChannelVoucherInvalid", "the channel's close delay is under this gate's minimum", {
-          closeDelay: String(state.closeDelay),
-          minCloseDelay: String(minCloseDelay),
-        });
-      }
-      const minimum = minDeposit > price ? minDeposit : price;
-      if (state.deposit < minimum) {
-        // Checked on the cached state: a top-up is seen at the next refresh, never at a payer's request.
-        return refuse("ChannelVoucherInvalid", "the channel's deposit is under this gate's minimum", {
-          deposit: state.deposit.toString(),
-          minDeposit: minimum.toString(),
-        });
-      }
-      const message = channelVoucherMessageFrom(entry.prefix, voucher.cumulativeAmount);
-      if (!verify("sha256", message, entry.verifyKey, voucher.signature)) {
-        return refuse("ChannelVoucherInvalid", "the voucher is not signed by the channel's session key");
-      }
-      if (voucher.cumulativeAmount > state.deposit) {
-        // Perhaps topped up since it was cached: the deposit only grows, so one refetch settles it.
-        entry = (await fetch(voucher.channelId, context)) ?? entry;
-        state = entry.state;
-        if (closing(state)) return refuse("ChannelClosing", "the channel is closing");
-        if (voucher.cumulativeAmount > state.deposit) {
-          return refuse("ChannelDepositExhausted", "the voucher is above the channel's deposit", {
-            deposit: state.deposit.toString(),
-          });
-        }
-      }
-      const outcome = await options.store.charge({
-        channelId: voucher.channelId,
-        cumulativeAmount: voucher.cumulativeAmount,
-        signature: voucher.signature,
-        price,
-        floor: state.claimed,
-      });
-      if (outcome.sealed === true) {
-        return refuse("ChannelClosing", "the channel is being closed cooperatively");
-      }
-      if (!outcome.charged) {
-        return refuse(
-          "ChannelVoucherStale",
-          "the voucher does not cover this request: sign a higher cumulative amount",
-          {
-            highest: outcome.tally.highest.toString(),
-            spent: outcome.tally.spent.toString(),
-            price: price.toString(),
-          },
-        );
-      }
-      return {
-        ok: true,
-        channelId: voucher.channelId,
-        payer: state.payer,
-        cumulativeAmount: voucher.cumulativeAmount,
-        price,
-        tally: outcome.tally,
-        deposit: state.deposit,
-      };
-    },
+    charge: (header, price, context) => chargeVoucher(v, header, price, context),
     async refund(charge) {
       await options.store.refund(charge.channelId, charge.price);
     },
     async channel(channelId) {
-      return (await lookup(channelId))?.state;
+      return (await channels.lookup(channelId))?.state;
     },
   };
 }

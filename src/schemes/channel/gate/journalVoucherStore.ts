@@ -70,6 +70,38 @@ export function replayJournal(text: string): Map<string, ChannelRecord> {
   return records;
 }
 
+/** A journal opened for appending, with the tallies and tag recovered from it. */
+type OpenedJournal = { fd: number; map: ReturnType<typeof createTallyMap>; tag: Hex };
+
+/**
+ * Replays the journal at `path`, rewrites it compacted (the tag and the recovered records alone, written
+ * whole and fsynced before the old journal is replaced) and opens it for appending.
+ */
+function openJournal(path: string): OpenedJournal {
+  const old = existsSync(path) ? readFileSync(path, "utf8") : "";
+  const records = replayJournal(old);
+  const map = createTallyMap(records);
+  const tag = journalTag(old) ?? newChannelTag();
+  const tmp = `${path}.tmp`;
+  const tmpFd = openSync(tmp, "w", 0o600);
+  try {
+    let text = `T ${tag}\n`;
+    for (const [id, record] of records) text += formatRecord(id, record);
+    writeSync(tmpFd, text);
+    fsyncSync(tmpFd);
+  } finally {
+    closeSync(tmpFd);
+  }
+  renameSync(tmp, path);
+  const dirFd = openSync(dirname(path), "r");
+  try {
+    fsyncSync(dirFd);
+  } finally {
+    closeSync(dirFd);
+  }
+  return { fd: openPrivateAppend(path), map, tag };
+}
+
 /**
  * Opens (or creates) a journal and recovers every channel's tally from it.
  * @example
@@ -78,37 +110,14 @@ export function replayJournal(text: string): Map<string, ChannelRecord> {
 export async function createJournalVoucherStore(options: JournalVoucherStoreOptions): Promise<VoucherStore> {
   ensurePrivateDir(dirname(options.path));
   const unlock = await lockDataDir(options.path);
-  let fd: number;
-  let map: ReturnType<typeof createTallyMap>;
-  let tag: Hex;
+  let opened: OpenedJournal;
   try {
-    const old = existsSync(options.path) ? readFileSync(options.path, "utf8") : "";
-    const records = replayJournal(old);
-    map = createTallyMap(records);
-    tag = journalTag(old) ?? newChannelTag();
-    // Compact: the tag and the recovered records alone, written whole before the old journal is replaced.
-    const tmp = `${options.path}.tmp`;
-    const tmpFd = openSync(tmp, "w", 0o600);
-    try {
-      let text = `T ${tag}\n`;
-      for (const [id, record] of records) text += formatRecord(id, record);
-      writeSync(tmpFd, text);
-      fsyncSync(tmpFd);
-    } finally {
-      closeSync(tmpFd);
-    }
-    renameSync(tmp, options.path);
-    const dirFd = openSync(dirname(options.path), "r");
-    try {
-      fsyncSync(dirFd);
-    } finally {
-      closeSync(dirFd);
-    }
-    fd = openPrivateAppend(options.path);
+    opened = openJournal(options.path);
   } catch (error) {
     unlock();
     throw error;
   }
+  const { fd, map, tag } = opened;
   let open = true;
 
   const append = (channelId: string, record: ChannelRecord) => {

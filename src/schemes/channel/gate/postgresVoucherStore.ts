@@ -11,7 +11,13 @@ import type { Hex } from "viem";
 import { z } from "zod";
 import { BigintColumnSchema } from "../../../store/columnSchemas.ts";
 import type { Queryable } from "../../../store/store.ts";
-import { type ChannelTally, newChannelTag, type VoucherStore } from "./voucherStore.ts";
+import {
+  type ChannelTally,
+  type ChargeInput,
+  type ChargeOutcome,
+  newChannelTag,
+  type VoucherStore,
+} from "./voucherStore.ts";
 
 const TallyRowSchema = z.object({ highest: BigintColumnSchema, spent: BigintColumnSchema });
 const SealedRowSchema = z.object({ sealed: z.boolean() });
@@ -27,6 +33,39 @@ function tallyOf(row: unknown): ChannelTally {
 }
 
 /**
+ * One charge: the channel's row made once per process (`known`), then the one conditional `UPDATE`;
+ * when it matched no row, the row as it is (refused, or sealed).
+ */
+async function chargeRow(db: Queryable, known: Set<string>, input: ChargeInput): Promise<ChargeOutcome> {
+  if (!known.has(input.channelId)) {
+    await db.query(
+      `INSERT INTO gate_channel_tallies (channel_id, highest, spent, forwarded, floor, signature)
+           VALUES ($1, $2, $2, $2, $2, '\\x'::bytea) ON CONFLICT (channel_id) DO NOTHING`,
+      [input.channelId, input.floor],
+    );
+    known.add(input.channelId);
+  }
+  // SET expressions read the row as it was: highest and signature move together.
+  const rows = await db.query(
+    `UPDATE gate_channel_tallies
+            SET highest = GREATEST(highest, $2::numeric),
+                signature = CASE WHEN $2::numeric > highest THEN $3::bytea ELSE signature END,
+                spent = spent + $4::numeric,
+                updated_at = now()
+          WHERE channel_id = $1 AND NOT sealed AND spent + $4::numeric <= GREATEST(highest, $2::numeric)
+          RETURNING highest, spent`,
+    [input.channelId, input.cumulativeAmount, input.signature, input.price],
+  );
+  if (rows.length === 1) return { charged: true, tally: tallyOf(rows[0]) };
+  const current = await db.query(
+    "SELECT highest, spent, sealed FROM gate_channel_tallies WHERE channel_id = $1",
+    [input.channelId],
+  );
+  const sealed = SealedRowSchema.parse(current[0]).sealed;
+  return { charged: false, tally: tallyOf(current[0]), ...(sealed ? { sealed } : {}) };
+}
+
+/**
  * @example
  * const store = createPostgresVoucherStore(await createStore({ databaseUrl: env.DATABASE_URL }));
  */
@@ -35,34 +74,7 @@ export function createPostgresVoucherStore(db: Queryable): VoucherStore {
   const known = new Set<string>();
   let tag: Hex | undefined;
   return {
-    async charge(input) {
-      if (!known.has(input.channelId)) {
-        await db.query(
-          `INSERT INTO gate_channel_tallies (channel_id, highest, spent, forwarded, floor, signature)
-           VALUES ($1, $2, $2, $2, $2, '\\x'::bytea) ON CONFLICT (channel_id) DO NOTHING`,
-          [input.channelId, input.floor],
-        );
-        known.add(input.channelId);
-      }
-      // SET expressions read the row as it was: highest and signature move together.
-      const rows = await db.query(
-        `UPDATE gate_channel_tallies
-            SET highest = GREATEST(highest, $2::numeric),
-                signature = CASE WHEN $2::numeric > highest THEN $3::bytea ELSE signature END,
-                spent = spent + $4::numeric,
-                updated_at = now()
-          WHERE channel_id = $1 AND NOT sealed AND spent + $4::numeric <= GREATEST(highest, $2::numeric)
-          RETURNING highest, spent`,
-        [input.channelId, input.cumulativeAmount, input.signature, input.price],
-      );
-      if (rows.length === 1) return { charged: true, tally: tallyOf(rows[0]) };
-      const current = await db.query(
-        "SELECT highest, spent, sealed FROM gate_channel_tallies WHERE channel_id = $1",
-        [input.channelId],
-      );
-      const sealed = SealedRowSchema.parse(current[0]).sealed;
-      return { charged: false, tally: tallyOf(current[0]), ...(sealed ? { sealed } : {}) };
-    },
+    charge: (input) => chargeRow(db, known, input),
     async refund(channelId, price) {
       await db.query(
         `UPDATE gate_channel_tallies SET spent = GREATEST(floor, spent - $2::numeric), updated_at = now()

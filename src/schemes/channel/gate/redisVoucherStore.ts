@@ -15,7 +15,12 @@ import { createClient } from "redis";
 import type { Hex } from "viem";
 import { base64UrlDecode, base64UrlEncode } from "../../../protocol/base64.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
-import { type ChannelTally, newChannelTag, type VoucherStore } from "./voucherStore.ts";
+import {
+  type ChannelTally,
+  type ForwardableVoucher,
+  newChannelTag,
+  type VoucherStore,
+} from "./voucherStore.ts";
 
 /** The Redis commands the store needs; a connected client of the `redis` package satisfies it. */
 export type RedisVoucherClient = {
@@ -159,25 +164,39 @@ function decimal(value: unknown): bigint {
   return BigInt(text);
 }
 
+/** The store's client: the caller's, or one opened (and owned, so closed with the store) from `url`. */
+async function redisClientOf(
+  options: RedisVoucherStoreOptions,
+): Promise<{ client: RedisVoucherClient; owned: { close(): Promise<void> } | undefined }> {
+  if (!("url" in options)) return { client: options.client, owned: undefined };
+  const created = createClient({ url: options.url });
+  created.on("error", (error: unknown) => options.logger?.warn({ err: error }, "Redis voucher store error"));
+  await created.connect();
+  return { client: created as unknown as RedisVoucherClient, owned: created };
+}
+
+/** `PENDING_LUA`'s flat reply as vouchers; an entry whose id is malformed is skipped. */
+function vouchersOf(flat: string[]): ForwardableVoucher[] {
+  const out: ForwardableVoucher[] = [];
+  for (let i = 0; i + 2 < flat.length; i += 3) {
+    const channelId = String(flat[i]);
+    if (!ID.test(channelId)) continue;
+    out.push({
+      channelId: channelId as Hex,
+      cumulativeAmount: decimal(flat[i + 1]),
+      signature: base64UrlDecode(String(flat[i + 2])),
+    });
+  }
+  return out;
+}
+
 /**
  * @example
  * const store = await createRedisVoucherStore({ url: env.REDIS_URL, prefix: "tollgate:channel:seller-1:" });
  */
 export async function createRedisVoucherStore(options: RedisVoucherStoreOptions): Promise<VoucherStore> {
   const prefix = options.prefix ?? "tollgate:channel:";
-  let client: RedisVoucherClient;
-  let owned: { close(): Promise<void> } | undefined;
-  if ("url" in options) {
-    const created = createClient({ url: options.url });
-    created.on("error", (error: unknown) =>
-      options.logger?.warn({ err: error }, "Redis voucher store error"),
-    );
-    await created.connect();
-    client = created as unknown as RedisVoucherClient;
-    owned = created;
-  } else {
-    client = options.client;
-  }
+  const { client, owned } = await redisClientOf(options);
   const pending = `${prefix}pending`;
   let tag: Hex | undefined;
 
@@ -219,18 +238,7 @@ export async function createRedisVoucherStore(options: RedisVoucherStoreOptions)
       return { highest: decimal(reply[0]), spent: decimal(reply[1]) };
     },
     async unforwarded(limit) {
-      const flat = (await run(PENDING_LUA, [pending], [prefix, String(limit)])) as string[];
-      const out = [];
-      for (let i = 0; i + 2 < flat.length; i += 3) {
-        const channelId = String(flat[i]);
-        if (!ID.test(channelId)) continue;
-        out.push({
-          channelId: channelId as Hex,
-          cumulativeAmount: decimal(flat[i + 1]),
-          signature: base64UrlDecode(String(flat[i + 2])),
-        });
-      }
-      return out;
+      return vouchersOf((await run(PENDING_LUA, [pending], [prefix, String(limit)])) as string[]);
     },
     async markForwarded(channelId, cumulativeAmount) {
       await run(MARK_LUA, [prefix + channelId, pending], [channelId, cumulativeAmount.toString()]);
