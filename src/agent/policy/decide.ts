@@ -285,17 +285,38 @@ function weighChannel(
   }
 }
 
+type ParsedPolicyInput = z.output<typeof PolicyInputSchema>;
+type OfferPlan = ParsedPolicyInput["offer"]["subscription"];
+type Room = { room: bigint; limit: string } | undefined;
+
 /**
- * Decides how to pay for a gated call: once, by subscribing, by a prepaid channel, or not at all.
- * @example
- * const { offer } = offerFromPaymentRequired(body)!;
- * const decision = decide({ offer, history: counter.count(key), budget: await ledger.report(agent) }, { logger });
- * if (decision.mode === "refuse") return `BudgetExceeded: ${decision.reason}`;
+ * What `decide()` weighs: the calls of one period as the rational `num / den`, each choice's cost for
+ * them scaled by `den` (exact), the budget's room for each choice's first payment, and whether it is open.
  */
-export function decide(
-  input: PolicyInput,
-  options: { logger?: PolicyLogger | undefined } = {},
-): PolicyDecision {
+type Weighing = {
+  input: ParsedPolicyInput;
+  plan: OfferPlan;
+  price: bigint | undefined;
+  num: bigint;
+  den: bigint;
+  oneTimeScaled: bigint | undefined;
+  subscriptionScaled: bigint | undefined;
+  oneTimeRoom: Room;
+  subscriptionRoom: Room;
+  canPayOnce: boolean;
+  canSubscribe: boolean;
+  tooFrequent: boolean;
+  costs: PolicyDecision["costs"];
+};
+
+/** Which rule compared the choices, the cheaper choice by it, and why in words. */
+type Preference = {
+  basis: PolicyDecision["basis"];
+  preferred: "one-time" | "subscribe" | undefined;
+  why: string;
+};
+
+function parsePolicyInput(input: PolicyInput): ParsedPolicyInput {
   const parsed = PolicyInputSchema.safeParse(input);
   if (!parsed.success) {
     throw new TollgateError(
@@ -306,23 +327,31 @@ export function decide(
       },
     );
   }
-  const { offer, forecast, history, budget, unitsPerCall, sale, saleForProvider, minPlanIntervalSeconds } =
-    parsed.data;
+  return parsed.data;
+}
+
+/** Calls of one period as the rational num / den: the forecast's, scaled to the period, or history's and this one. */
+function periodCalls(
+  forecast: PolicyForecast | undefined,
+  history: number | undefined,
+  plan: OfferPlan,
+): { num: bigint; den: bigint } {
+  if (forecast === undefined) return { num: BigInt((history ?? 0) + 1), den: 1n };
+  let num = BigInt(forecast.calls);
+  let den = 1n;
+  if (plan !== undefined && forecast.horizonSeconds >= plan.interval) {
+    num *= BigInt(plan.interval);
+    den = BigInt(forecast.horizonSeconds);
+  }
+  return { num, den };
+}
+
+/** Each choice's cost for the period's calls, and the budget's room for its first payment. */
+function weigh(input: ParsedPolicyInput): Weighing {
+  const { offer, budget, unitsPerCall, sale, saleForProvider, minPlanIntervalSeconds } = input;
   const plan = offer.subscription;
   const price = offer.oneTime?.amount;
-
-  // Calls of one period as the rational num / den.
-  let num: bigint;
-  let den = 1n;
-  if (forecast !== undefined) {
-    num = BigInt(forecast.calls);
-    if (plan !== undefined && forecast.horizonSeconds >= plan.interval) {
-      num *= BigInt(plan.interval);
-      den = BigInt(forecast.horizonSeconds);
-    }
-  } else {
-    num = BigInt((history ?? 0) + 1);
-  }
+  const { num, den } = periodCalls(input.forecast, input.history, plan);
   const oneTimeScaled = price === undefined ? undefined : num * price;
   const overageScaled =
     plan === undefined
@@ -354,53 +383,82 @@ export function decide(
     overage: overageScaled === undefined ? undefined : ceilDiv(overageScaled, den),
     calls: Number(num) / Number(den),
   };
-  const callsText = describeCalls(num, den);
+  return {
+    input,
+    plan,
+    price,
+    num,
+    den,
+    oneTimeScaled,
+    subscriptionScaled,
+    oneTimeRoom,
+    subscriptionRoom,
+    canPayOnce,
+    canSubscribe,
+    tooFrequent,
+    costs,
+  };
+}
 
-  let basis: PolicyDecision["basis"];
-  let preferred: "one-time" | "subscribe" | undefined;
-  let why: string;
+/** The cheaper choice by the forecast or the break-even rule, or the only one offered. */
+function preferenceOf(w: Weighing): Preference {
+  const { plan, price, costs, oneTimeScaled, subscriptionScaled } = w;
+  const { forecast } = w.input;
+  const callsText = describeCalls(w.num, w.den);
   if (oneTimeScaled !== undefined && subscriptionScaled !== undefined && plan !== undefined) {
     const subText = `subscribing (${planText(plan)}${costs.overage ? `, ${usdc(costs.overage)} overage` : ""})`;
     if (forecast !== undefined) {
-      basis = "forecast";
-      preferred = subscriptionScaled < oneTimeScaled ? "subscribe" : "one-time";
-      why =
+      const preferred = subscriptionScaled < oneTimeScaled ? "subscribe" : "one-time";
+      const why =
         preferred === "subscribe"
           ? `For the ${callsText} forecast per ${describeInterval(plan.interval)}, ${subText} costs ${usdc(costs.subscription!)}, less than paying once per call (${usdc(costs.oneTime!)})`
           : `For the ${callsText} forecast per ${describeInterval(plan.interval)}, paying once per call costs ${usdc(costs.oneTime!)}, no more than ${subText} at ${usdc(costs.subscription!)}`;
-    } else {
-      basis = "break-even";
-      // "Would reach": the switch happens on the call whose one-time spend meets the subscription's cost.
-      preferred = oneTimeScaled >= subscriptionScaled ? "subscribe" : "one-time";
-      const recent = `the ${callsText} of the last ${describeInterval(plan.interval)} (this one included)`;
-      why =
-        preferred === "subscribe"
-          ? `Paying once for ${recent} would cost ${usdc(costs.oneTime!)}, reaching the ${usdc(costs.subscription!)} that ${subText} costs for them`
-          : `Paying once for ${recent} costs ${usdc(costs.oneTime!)}, below the ${usdc(costs.subscription!)} that ${subText} would cost`;
+      return { basis: "forecast", preferred, why };
     }
-  } else if (plan !== undefined) {
-    basis = "single-option";
-    preferred = "subscribe";
-    why = `The offer can only be paid by subscribing (${planText(plan)})`;
-  } else if (price !== undefined) {
-    basis = "single-option";
-    preferred = "one-time";
-    why = `The offer has no subscription plan; one call costs ${usdc(price)}`;
-  } else {
-    basis = "no-option";
-    preferred = undefined;
-    why = "The offer has neither a one-time price nor a subscription plan";
+    // "Would reach": the switch happens on the call whose one-time spend meets the subscription's cost.
+    const preferred = oneTimeScaled >= subscriptionScaled ? "subscribe" : "one-time";
+    const recent = `the ${callsText} of the last ${describeInterval(plan.interval)} (this one included)`;
+    const why =
+      preferred === "subscribe"
+        ? `Paying once for ${recent} would cost ${usdc(costs.oneTime!)}, reaching the ${usdc(costs.subscription!)} that ${subText} costs for them`
+        : `Paying once for ${recent} costs ${usdc(costs.oneTime!)}, below the ${usdc(costs.subscription!)} that ${subText} would cost`;
+    return { basis: "break-even", preferred, why };
   }
+  if (plan !== undefined) {
+    return {
+      basis: "single-option",
+      preferred: "subscribe",
+      why: `The offer can only be paid by subscribing (${planText(plan)})`,
+    };
+  }
+  if (price !== undefined) {
+    return {
+      basis: "single-option",
+      preferred: "one-time",
+      why: `The offer has no subscription plan; one call costs ${usdc(price)}`,
+    };
+  }
+  return {
+    basis: "no-option",
+    preferred: undefined,
+    why: "The offer has neither a one-time price nor a subscription plan",
+  };
+}
 
-  const blocked = (mode: "one-time" | "subscribe"): string =>
-    mode === "one-time"
-      ? `paying once (${usdc(price!)}) exceeds the ${usdc(oneTimeRoom!.room)} the ${oneTimeRoom!.limit === "sale" ? "sale reservation" : `${oneTimeRoom!.limit} limit`} leaves`
-      : tooFrequent
-        ? `the plan renews every ${describeInterval(plan!.interval)}, more often than the budget's keeper looks (every ${describeInterval(minPlanIntervalSeconds)})`
-        : `subscribing (${usdc(plan!.amount)}) exceeds the ${usdc(subscriptionRoom!.room)} the ${subscriptionRoom!.limit} limit leaves`;
-  const open = { "one-time": canPayOnce, subscribe: canSubscribe };
-  const offered = { "one-time": price !== undefined, subscribe: plan !== undefined };
+/** Why the budget (or the keeper's pace) keeps `mode` closed. */
+function blockedText(w: Weighing, mode: "one-time" | "subscribe"): string {
+  const { price, plan, oneTimeRoom, subscriptionRoom } = w;
+  return mode === "one-time"
+    ? `paying once (${usdc(price!)}) exceeds the ${usdc(oneTimeRoom!.room)} the ${oneTimeRoom!.limit === "sale" ? "sale reservation" : `${oneTimeRoom!.limit} limit`} leaves`
+    : w.tooFrequent
+      ? `the plan renews every ${describeInterval(plan!.interval)}, more often than the budget's keeper looks (every ${describeInterval(w.input.minPlanIntervalSeconds)})`
+      : `subscribing (${usdc(plan!.amount)}) exceeds the ${usdc(subscriptionRoom!.room)} the ${subscriptionRoom!.limit} limit leaves`;
+}
 
+/** The preferred choice when the budget leaves it open, else the other if open, else refuse; with its reason. */
+function chooseMode(w: Weighing, { preferred, why }: Preference): { mode: PolicyMode; reason: string } {
+  const open = { "one-time": w.canPayOnce, subscribe: w.canSubscribe };
+  const offered = { "one-time": w.price !== undefined, subscribe: w.plan !== undefined };
   let mode: PolicyMode;
   let reason: string;
   if (preferred === undefined) {
@@ -413,47 +471,30 @@ export function decide(
     const other = preferred === "subscribe" ? "one-time" : "subscribe";
     if (offered[other] && open[other]) {
       mode = other;
-      reason = `${why}, but ${blocked(preferred)}: ${other === "subscribe" ? "subscribe" : "pay once"} instead.`;
+      reason = `${why}, but ${blockedText(w, preferred)}: ${other === "subscribe" ? "subscribe" : "pay once"} instead.`;
     } else {
       mode = "refuse";
       reason = offered[other]
-        ? `Neither choice fits the budget: ${blocked(preferred)}, and ${blocked(other)}.`
-        : `${why}, but ${blocked(preferred)}: refuse.`;
+        ? `Neither choice fits the budget: ${blockedText(w, preferred)}, and ${blockedText(w, other)}.`
+        : `${why}, but ${blockedText(w, preferred)}: refuse.`;
     }
   }
   if (
-    forecast !== undefined &&
+    w.input.forecast !== undefined &&
     mode === "one-time" &&
-    oneTimeRoom !== undefined &&
-    costs.oneTime! > oneTimeRoom.room
+    w.oneTimeRoom !== undefined &&
+    w.costs.oneTime! > w.oneTimeRoom.room
   ) {
-    reason += ` The budget covers only ${oneTimeRoom.room / price!} of the forecast calls.`;
+    reason += ` The budget covers only ${w.oneTimeRoom.room / w.price!} of the forecast calls.`;
   }
+  return { mode, reason };
+}
 
-  const decision: PolicyDecision = {
-    mode,
-    reason,
-    basis,
-    costs,
-    available: { oneTime: oneTimeRoom?.room, subscription: subscriptionRoom?.room },
-  };
-  if (offer.channel !== undefined) {
-    weighChannel(decision, {
-      channel: offer.channel,
-      budget,
-      provider: offer.provider,
-      forecast,
-      history,
-      num,
-      den,
-      costScaled: mode === "one-time" ? oneTimeScaled : mode === "subscribe" ? subscriptionScaled : undefined,
-      onlyChannel: price === undefined && plan === undefined,
-    });
-  }
-  options.logger?.info(
+function logDecision(logger: PolicyLogger | undefined, w: Weighing, decision: PolicyDecision): void {
+  logger?.info(
     {
-      provider: offer.provider,
-      planId: plan?.planId,
+      provider: w.input.offer.provider,
+      planId: w.plan?.planId,
       mode: decision.mode,
       basis: decision.basis,
       reason: decision.reason,
@@ -464,5 +505,45 @@ export function decide(
     },
     "policy decision",
   );
+}
+
+/**
+ * Decides how to pay for a gated call: once, by subscribing, by a prepaid channel, or not at all.
+ * @example
+ * const { offer } = offerFromPaymentRequired(body)!;
+ * const decision = decide({ offer, history: counter.count(key), budget: await ledger.report(agent) }, { logger });
+ * if (decision.mode === "refuse") return `BudgetExceeded: ${decision.reason}`;
+ */
+export function decide(
+  input: PolicyInput,
+  options: { logger?: PolicyLogger | undefined } = {},
+): PolicyDecision {
+  const parsed = parsePolicyInput(input);
+  const w = weigh(parsed);
+  const preference = preferenceOf(w);
+  const { mode, reason } = chooseMode(w, preference);
+  const decision: PolicyDecision = {
+    mode,
+    reason,
+    basis: preference.basis,
+    costs: w.costs,
+    available: { oneTime: w.oneTimeRoom?.room, subscription: w.subscriptionRoom?.room },
+  };
+  const { offer, budget, forecast, history } = parsed;
+  if (offer.channel !== undefined) {
+    weighChannel(decision, {
+      channel: offer.channel,
+      budget,
+      provider: offer.provider,
+      forecast,
+      history,
+      num: w.num,
+      den: w.den,
+      costScaled:
+        mode === "one-time" ? w.oneTimeScaled : mode === "subscribe" ? w.subscriptionScaled : undefined,
+      onlyChannel: w.price === undefined && w.plan === undefined,
+    });
+  }
+  logDecision(options.logger, w, decision);
   return decision;
 }
