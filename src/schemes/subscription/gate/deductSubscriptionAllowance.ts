@@ -4,13 +4,13 @@
  * usage ledger like metered use and settled with it, with the one re-read of the state at the cap.
  */
 import { TollgateError } from "../../../protocol/errors.ts";
-import type { AllowanceDeduction } from "./createSubscriptionGate.ts";
 import { isRenewalOverdue } from "./createSubscriptionStatusCache.ts";
 import {
   EXHAUSTED_REFRESH_MS,
   LEASED_MESSAGE,
   type SubscriptionGateContext,
 } from "./subscriptionGateContext.ts";
+import type { AllowanceDeduction } from "./subscriptionGateTypes.ts";
 import { reserve } from "./subscriptionUse.ts";
 
 export async function deductSubscriptionAllowance(

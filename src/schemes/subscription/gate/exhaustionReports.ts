@@ -10,8 +10,10 @@ import type { FacilitatorClient } from "../../../http/facilitatorClient.ts";
 import { formatUnitsExact } from "../../../protocol/amount.ts";
 import type { SubscriptionInfo } from "../../../protocol/subscriptions.ts";
 import type { GatePlan } from "./createPlanCatalog.ts";
-import { MAX_EXHAUSTION_REPORTS } from "./subscriptionGateContext.ts";
 import { reportAllowanceExhausted } from "./usage/postUsage.ts";
+
+/** Cycles whose exhaustion this gate remembers having reported (oldest forgotten first). */
+const MAX_EXHAUSTION_REPORTS = 10_000;
 
 export type ExhaustionReports = {
   /** The refusal's message for a use at the cap; reports it to the facilitator on the way. */

@@ -7,8 +7,8 @@
 import { sameAddress } from "../../../protocol/address.ts";
 import { SubscriptionIdSchema } from "../../../protocol/subscriptionAuth.ts";
 import type { SubscriptionInfo } from "../../../protocol/subscriptions.ts";
-import type { SubscriptionOutcome, SubscriptionRoute } from "./createSubscriptionGate.ts";
 import { refuse, type SubscriptionGateContext } from "./subscriptionGateContext.ts";
+import type { SubscriptionOutcome, SubscriptionRoute } from "./subscriptionGateTypes.ts";
 import { type CheckRequest, decide } from "./subscriptionUse.ts";
 
 /** A canonical decimal below 10^16: a valid `SubscriptionIdSchema` value. */

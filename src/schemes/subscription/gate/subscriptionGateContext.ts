@@ -6,9 +6,9 @@
  */
 import type { SubscriptionInfo } from "../../../protocol/subscriptions.ts";
 import type { SubAuthVerifier } from "./createSubAuthVerifier.ts";
-import type { SubscriptionGateOptions, SubscriptionOutcome } from "./createSubscriptionGate.ts";
 import type { SubscriptionStatusCache } from "./createSubscriptionStatusCache.ts";
 import type { ExhaustionReports } from "./exhaustionReports.ts";
+import type { SubscriptionGateOptions, SubscriptionOutcome } from "./subscriptionGateTypes.ts";
 
 /** A state's numbers as the ledger reads them. */
 export type StateNumbers = { id: bigint; maxOverage: bigint; overageUsed: bigint };
@@ -21,9 +21,6 @@ export type SubscriptionGateContext = {
   /** A state's numbers, parsed once per state read from the facilitator. */
   parsed: WeakMap<SubscriptionInfo, StateNumbers>;
 };
-
-/** Cycles whose exhaustion this gate remembers having reported (oldest forgotten first). */
-export const MAX_EXHAUSTION_REPORTS = 10_000;
 
 /** A use the cap has room for only on other instances' live leases (leased shared ledgers). */
 export const LEASED_MESSAGE =

@@ -5,8 +5,8 @@
  */
 import type { FeedEvent } from "../../../protocol/subscriptions.ts";
 import { createEventPoller, type EventPoller } from "./createEventPoller.ts";
-import type { SubscriptionGateOptions } from "./createSubscriptionGate.ts";
 import type { SubscriptionStatusCache } from "./createSubscriptionStatusCache.ts";
+import type { SubscriptionGateOptions } from "./subscriptionGateTypes.ts";
 
 /** The poller of a gate without a provider API key: the event feed would refuse it. */
 const idlePoller: EventPoller = {

@@ -7,7 +7,6 @@ import type { RouteRequest } from "../../../gate/gateRequest.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
 import type { SubscriptionInfo } from "../../../protocol/subscriptions.ts";
 import type { GatePlan } from "./createPlanCatalog.ts";
-import type { SubscriptionGate, SubscriptionOutcome, SubscriptionRoute } from "./createSubscriptionGate.ts";
 import { isRenewalOverdue, renewalOverdueMessage } from "./createSubscriptionStatusCache.ts";
 import {
   EXHAUSTED_REFRESH_MS,
@@ -16,6 +15,7 @@ import {
   type StateNumbers,
   type SubscriptionGateContext,
 } from "./subscriptionGateContext.ts";
+import type { SubscriptionGate, SubscriptionOutcome, SubscriptionRoute } from "./subscriptionGateTypes.ts";
 import type { Reservation, UsageLedger, UsageRequest } from "./usage/usageLedger.ts";
 
 export type CheckRequest = Parameters<SubscriptionGate["check"]>[0];
