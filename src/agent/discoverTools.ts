@@ -92,26 +92,20 @@ type Found = {
   maxPrice?: bigint | undefined;
 };
 
-/**
- * @example
- * const tools = await discoverTools({ market: "http://127.0.0.1:4030", agent: "researcher", payer, budget });
- * const brief = await discoverTools({ tools: [await loadTool("brief", { dir: toolsDir })], agent, payer, budget });
- */
-export async function discoverTools(options: DiscoverToolsOptions): Promise<DiscoveredTool[]> {
+/** What the discovery's steps share: the options and what was chosen from them once. */
+type Discovery = {
+  options: DiscoverToolsOptions;
+  fetch: FetchFn;
+  network: string;
+  mcp: McpConnections;
+  /** The market client for a URL, one per URL. */
+  marketAt: (market: string | MarketClient) => MarketClient;
+};
+
+function discoveryOf(options: DiscoverToolsOptions): Discovery {
   const fetch = options.fetch ?? globalThis.fetch;
   const network = options.network ?? options.payer.network;
-  const found: Found[] = [];
   const mcp = options.mcpConnections ?? createMcpConnections({ fetch });
-  /** A seller's capability over MCP when asked for and listed, else unchanged (HTTP). */
-  const overMcp = (entry: Found, mcpUrl: string | undefined): Found =>
-    options.transport !== "mcp" || mcpUrl === undefined
-      ? entry
-      : {
-          ...entry,
-          capability: { ...entry.capability, method: "POST" },
-          url: mcpToolUrl(mcpUrl, entry.capability.name),
-          fetch: lazyMcpFetch(mcp, mcpUrl, entry.capability.name),
-        };
   const markets = new Map<string, MarketClient>();
   const marketAt = (market: string | MarketClient): MarketClient => {
     if (typeof market !== "string") return market;
@@ -122,41 +116,62 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
     }
     return client;
   };
+  return { options, fetch, network, mcp, marketAt };
+}
 
-  if (options.market !== undefined) {
-    const market = marketAt(options.market);
-    const result = await market.search({
-      limit: 100,
-      ...options.search,
-      network: network as `eip155:${number}`,
-    });
-    for (const entry of result.results) {
-      found.push(
-        overMcp(
-          {
-            seller: entry.seller.address,
-            sellerName: entry.seller.name,
-            capability: entry.capability,
-            url: entry.url,
-            market,
-            // The catalog's seller address is the key that signed the registration, and the payee.
-            listing: listingOf(
-              { seller: { payTo: entry.seller.address }, network: entry.network, token: entry.token },
-              entry.capability.pricing,
-              "market",
-            ),
-          },
-          entry.mcp?.url,
+/** A seller's capability over MCP when asked for and listed, else unchanged (HTTP). */
+function overMcp(discovery: Discovery, entry: Found, mcpUrl: string | undefined): Found {
+  return discovery.options.transport !== "mcp" || mcpUrl === undefined
+    ? entry
+    : {
+        ...entry,
+        capability: { ...entry.capability, method: "POST" },
+        url: mcpToolUrl(mcpUrl, entry.capability.name),
+        fetch: lazyMcpFetch(discovery.mcp, mcpUrl, entry.capability.name),
+      };
+}
+
+/** The capabilities the market's search finds on the network. */
+async function foundInMarket(discovery: Discovery): Promise<Found[]> {
+  const { options } = discovery;
+  if (options.market === undefined) return [];
+  const market = discovery.marketAt(options.market);
+  const result = await market.search({
+    limit: 100,
+    ...options.search,
+    network: discovery.network as `eip155:${number}`,
+  });
+  return result.results.map((entry) =>
+    overMcp(
+      discovery,
+      {
+        seller: entry.seller.address,
+        sellerName: entry.seller.name,
+        capability: entry.capability,
+        url: entry.url,
+        market,
+        // The catalog's seller address is the key that signed the registration, and the payee.
+        listing: listingOf(
+          { seller: { payTo: entry.seller.address }, network: entry.network, token: entry.token },
+          entry.capability.pricing,
+          "market",
         ),
-      );
-    }
-  }
-  for (const url of options.urls ?? []) {
-    const manifest = await fetchManifest(fetch, url);
-    if (manifest.network !== network) continue;
+      },
+      entry.mcp?.url,
+    ),
+  );
+}
+
+/** The capabilities of the sellers' manifests at `options.urls` that settle on the network, read in turn. */
+async function foundByManifest(discovery: Discovery): Promise<Found[]> {
+  const found: Found[] = [];
+  for (const url of discovery.options.urls ?? []) {
+    const manifest = await fetchManifest(discovery.fetch, url);
+    if (manifest.network !== discovery.network) continue;
     for (const capability of manifest.capabilities) {
       found.push(
         overMcp(
+          discovery,
           {
             seller: manifest.seller.payTo,
             sellerName: manifest.name,
@@ -169,16 +184,24 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
       );
     }
   }
-  for (const tool of await mcpServerTools(options.mcpServers ?? [], mcp)) {
-    found.push({
-      seller: tool.serverUrl,
-      sellerName: tool.serverName,
-      capability: tool.capability,
-      url: tool.url,
-      listing: undefined,
-      fetch: tool.fetch,
-    });
-  }
+  return found;
+}
+
+/** The bare MCP servers' tools (no listing to hold their 402s to). */
+async function foundOnMcpServers(discovery: Discovery): Promise<Found[]> {
+  const tools = await mcpServerTools(discovery.options.mcpServers ?? [], discovery.mcp);
+  return tools.map((tool) => ({
+    seller: tool.serverUrl,
+    sellerName: tool.serverName,
+    capability: tool.capability,
+    url: tool.url,
+    listing: undefined,
+    fetch: tool.fetch,
+  }));
+}
+
+/** The remote tool manifests given (a local one is refused) and those in `toolsDir`. */
+async function remoteToolManifests(options: DiscoverToolsOptions): Promise<RemoteToolManifest[]> {
   const manifests: RemoteToolManifest[] = [];
   for (const entry of options.tools ?? []) {
     if ("kind" in entry && entry.kind === "local" && "tool" in entry) {
@@ -194,12 +217,16 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
       if (manifest.kind === "remote") manifests.push(manifest);
     }
   }
-  for (const manifest of manifests) {
-    found.push(await findRemoteTool(manifest, { fetch, network, marketAt }));
-  }
+  return manifests;
+}
 
-  // Tool names must be unique for a model; a clash is resolved by prefixing the seller's name. A tool
-  // manifest's name is the user's choice and is kept.
+/**
+ * Each capability found once (by seller, capability and tool name) as a paid tool. Tool names must be
+ * unique for a model; a clash is resolved by prefixing the seller's name. A tool manifest's name is the
+ * user's choice and is kept.
+ */
+function toolsOf(discovery: Discovery, found: readonly Found[]): DiscoveredTool[] {
+  const { options } = discovery;
   const counts = new Map<string, number>();
   for (const f of found)
     counts.set(f.name ?? f.capability.name, (counts.get(f.name ?? f.capability.name) ?? 0) + 1);
@@ -228,7 +255,7 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
     tools.push({
       tool: paidTool(capability, {
         ...options,
-        fetch: f.fetch ?? fetch,
+        fetch: f.fetch ?? discovery.fetch,
         ...(f.maxPrice === undefined ? {} : { maxPrice: f.maxPrice }),
         listing: f.listing,
         payees,
@@ -241,6 +268,30 @@ export async function discoverTools(options: DiscoverToolsOptions): Promise<Disc
     });
   }
   return tools;
+}
+
+/**
+ * @example
+ * const tools = await discoverTools({ market: "http://127.0.0.1:4030", agent: "researcher", payer, budget });
+ * const brief = await discoverTools({ tools: [await loadTool("brief", { dir: toolsDir })], agent, payer, budget });
+ */
+export async function discoverTools(options: DiscoverToolsOptions): Promise<DiscoveredTool[]> {
+  const discovery = discoveryOf(options);
+  const found: Found[] = [
+    ...(await foundInMarket(discovery)),
+    ...(await foundByManifest(discovery)),
+    ...(await foundOnMcpServers(discovery)),
+  ];
+  for (const manifest of await remoteToolManifests(options)) {
+    found.push(
+      await findRemoteTool(manifest, {
+        fetch: discovery.fetch,
+        network: discovery.network,
+        marketAt: discovery.marketAt,
+      }),
+    );
+  }
+  return toolsOf(discovery, found);
 }
 
 /**
