@@ -118,23 +118,164 @@ async function budgetRefusal(
   return `the budget of agent "${budget.agent}" has ${usdc(best.room ?? 0n)} left for this seller; the cheapest listed price is ${usdc(best.amount)} (nothing was paid)`;
 }
 
-export function createTollgateMiddleware(options: TollgateMiddlewareOptions) {
-  const { state, queue, emit, logger } = options;
-  /** Each tool call's position in the run, assigned in the order the model made them. */
-  const positions = new Map<string, number>();
-  let nextIndex = 0;
-  /** First call per (turn, tool, arguments): identical calls of a turn share its outcome. */
-  const firstCalls = new Map<string, Promise<Outcome>>();
+/**
+ * What the middleware remembers over one run: each tool call's position in the run, assigned in the
+ * order the model made them, and the first call per (turn, tool, arguments), whose outcome identical
+ * calls of that turn share.
+ */
+type MiddlewareRun = {
+  options: TollgateMiddlewareOptions;
+  positions: Map<string, number>;
+  nextIndex: number;
+  firstCalls: Map<string, Promise<Outcome>>;
+};
 
-  const record = async (outcome: Outcome) => {
-    state.steps[outcome.step.index] = outcome.step;
-    logger.info(
-      { tool: outcome.step.tool, index: outcome.step.index, error: outcome.step.error },
-      outcome.step.error === undefined ? "tool call done" : "tool call failed",
-    );
-    await emit({ type: "tool:end", step: outcome.step });
+type SpendGrant = { callId: string; upTo: bigint };
+
+/** Keeps a call's step in the run's state, logs it and emits `tool:end`. */
+async function recordOutcome(run: MiddlewareRun, outcome: Outcome): Promise<void> {
+  const { state, logger, emit } = run.options;
+  state.steps[outcome.step.index] = outcome.step;
+  logger.info(
+    { tool: outcome.step.tool, index: outcome.step.index, error: outcome.step.error },
+    outcome.step.error === undefined ? "tool call done" : "tool call failed",
+  );
+  await emit({ type: "tool:end", step: outcome.step });
+}
+
+function emitStart(run: MiddlewareRun, target: ToolCallRequest): Promise<void> {
+  const { index, callId, tool, args } = target;
+  return run.options.emit({ type: "tool:start", index, callId, tool, args });
+}
+
+/**
+ * Approval comes first and per call: nothing has run yet when the interrupt pauses the run. Resolves
+ * with the grant a call over `approveAbove` was given (none when no approval is needed), or with the
+ * refused call's message once recorded.
+ */
+async function approvalOf(
+  run: MiddlewareRun,
+  target: ToolCallRequest,
+  meta: PaidToolMetadata | undefined,
+): Promise<{ grant: SpendGrant | undefined } | { denied: ToolMessage }> {
+  const { options } = run;
+  if (meta === undefined || options.approveAbove === undefined) return { grant: undefined };
+  const maxAmount = maxCallPrice(meta.pricing);
+  if (maxAmount <= options.approveAbove) return { grant: undefined };
+  const question: SpendApprovalInterrupt = {
+    type: "tollgate:spend-approval",
+    request: {
+      agent: options.budget?.agent,
+      tool: target.tool,
+      callId: target.callId,
+      args: target.args,
+      seller: meta.seller,
+      maxAmount: maxAmount.toString(),
+      price: describePricing(meta.pricing, options.schemes),
+      threshold: options.approveAbove.toString(),
+    },
   };
+  const answer = interrupt(question) as { approved?: unknown } | undefined;
+  if (answer?.approved === true) return { grant: { callId: target.callId, upTo: maxAmount } };
+  await emitStart(run, target);
+  const outcome = refusedOutcome(
+    target,
+    `ApprovalDenied: spending up to ${usdc(maxAmount)} on ${target.tool} was not approved (nothing was paid)`,
+  );
+  await recordOutcome(run, outcome);
+  return { denied: outcome.message };
+}
 
+/** An identical call of the turn: it shares the first one's result (its receipt stays with it). */
+async function sharedCall(run: MiddlewareRun, target: ToolCallRequest, first: Promise<Outcome>) {
+  await emitStart(run, target);
+  const shared = await first;
+  const outcome: Outcome = {
+    step: {
+      ...shared.step,
+      index: target.index,
+      callId: target.callId,
+      artifact: undefined,
+      duplicateOf: shared.step.callId,
+    },
+    message: new ToolMessage({
+      content: shared.message.content,
+      tool_call_id: target.callId,
+      name: target.tool,
+      ...(shared.message.status === "error" ? { status: "error" as const } : {}),
+    }),
+  };
+  if (outcome.step.artifact === undefined) delete outcome.step.artifact;
+  await recordOutcome(run, outcome);
+  return outcome.message;
+}
+
+/** The call itself: refused when the budget cannot take it, else made in its seller's queue and settled. */
+async function makeCall(
+  run: MiddlewareRun,
+  target: ToolCallRequest,
+  meta: PaidToolMetadata | undefined,
+  grant: SpendGrant | undefined,
+  invoke: () => Promise<unknown>,
+): Promise<Outcome> {
+  const { options } = run;
+  await emitStart(run, target);
+  if (meta !== undefined && options.budget !== undefined) {
+    const refusal = await budgetRefusal(options.budget, meta, options.schemes ?? defaultAgentSchemes);
+    if (refusal !== undefined) return refusedOutcome(target, `BudgetExceeded: ${refusal}`);
+  }
+  return options.queue.run(
+    meta?.seller ?? target.tool,
+    () =>
+      settleToolCall(
+        target,
+        grant === undefined ? invoke : () => withSpendGrant(grant, invoke),
+        options.signal,
+      ),
+    options.signal,
+  );
+}
+
+/** A tool call's way through the middleware: not found, approval, shared with an identical call, or made. */
+async function runToolCall(
+  run: MiddlewareRun,
+  target: ToolCallRequest,
+  tool: StructuredToolInterface | undefined,
+  invoke: (tool: StructuredToolInterface) => Promise<unknown>,
+): Promise<ToolMessage> {
+  if (tool === undefined) {
+    const outcome = toolNotFound(target);
+    await emitStart(run, target);
+    await recordOutcome(run, outcome);
+    return outcome.message;
+  }
+  const meta = paidToolMetadataOf(tool as { metadata?: Record<string, unknown> });
+  const approval = await approvalOf(run, target, meta);
+  if ("denied" in approval) return approval.denied;
+
+  const key = `${run.options.state.turns}\u0000${target.tool}\u0000${canonical(target.args)}`;
+  const first = run.firstCalls.get(key);
+  if (first !== undefined) return sharedCall(run, target, first);
+
+  // Registered before anything is awaited, so an identical call of the same turn finds it.
+  const made = makeCall(run, target, meta, approval.grant, () => invoke(tool));
+  run.firstCalls.set(key, made);
+  const outcome = await made;
+  if (outcome.step.artifact !== undefined && meta !== undefined) {
+    await dispatchCustomEvent("tollgate_receipt", {
+      tool: target.tool,
+      callId: target.callId,
+      seller: meta.seller,
+      receipt: outcome.step.artifact,
+    }).catch(() => undefined);
+  }
+  await recordOutcome(run, outcome);
+  return outcome.message;
+}
+
+export function createTollgateMiddleware(options: TollgateMiddlewareOptions) {
+  const { state, emit } = options;
+  const run: MiddlewareRun = { options, positions: new Map(), nextIndex: 0, firstCalls: new Map() };
   return createMiddleware({
     name: "TollgateMiddleware",
     beforeModel: {
@@ -150,114 +291,18 @@ export function createTollgateMiddleware(options: TollgateMiddlewareOptions) {
       const reply = (await handler({ ...request, tools })) as AIMessage;
       state.turns += 1;
       const calls = reply.tool_calls ?? [];
-      for (const call of calls) positions.set(call.id ?? "", nextIndex++);
+      for (const call of calls) run.positions.set(call.id ?? "", run.nextIndex++);
       await emit({ type: "model", planner: options.planner, turn: state.turns, toolCalls: calls.length });
       return reply;
     },
     wrapToolCall: async (request, handler) => {
       const call = request.toolCall;
-      const callId = call.id ?? `call_${nextIndex + 1}`;
-      const index = positions.get(callId) ?? nextIndex++;
+      const callId = call.id ?? `call_${run.nextIndex + 1}`;
+      const index = run.positions.get(callId) ?? run.nextIndex++;
       const args = (call.args ?? {}) as Record<string, unknown>;
       const target: ToolCallRequest = { index, callId, tool: call.name, args };
       const tool = (request.tool as StructuredToolInterface | undefined) ?? state.added.get(call.name);
-      if (tool === undefined) {
-        const outcome = toolNotFound(target);
-        await emit({ type: "tool:start", index, callId, tool: call.name, args });
-        await record(outcome);
-        return outcome.message;
-      }
-      const meta = paidToolMetadataOf(tool as { metadata?: Record<string, unknown> });
-
-      // Approval comes first and per call: nothing has run yet when the interrupt pauses the run.
-      let grant: { callId: string; upTo: bigint } | undefined;
-      if (meta !== undefined && options.approveAbove !== undefined) {
-        const maxAmount = maxCallPrice(meta.pricing);
-        if (maxAmount > options.approveAbove) {
-          const question: SpendApprovalInterrupt = {
-            type: "tollgate:spend-approval",
-            request: {
-              agent: options.budget?.agent,
-              tool: call.name,
-              callId,
-              args,
-              seller: meta.seller,
-              maxAmount: maxAmount.toString(),
-              price: describePricing(meta.pricing, options.schemes),
-              threshold: options.approveAbove.toString(),
-            },
-          };
-          const answer = interrupt(question) as { approved?: unknown } | undefined;
-          if (answer?.approved !== true) {
-            await emit({ type: "tool:start", index, callId, tool: call.name, args });
-            const outcome = refusedOutcome(
-              target,
-              `ApprovalDenied: spending up to ${usdc(maxAmount)} on ${call.name} was not approved (nothing was paid)`,
-            );
-            await record(outcome);
-            return outcome.message;
-          }
-          grant = { callId, upTo: maxAmount };
-        }
-      }
-
-      const key = `${state.turns}\u0000${call.name}\u0000${canonical(args)}`;
-      const first = firstCalls.get(key);
-      if (first !== undefined) {
-        await emit({ type: "tool:start", index, callId, tool: call.name, args });
-        // Made once per turn: this call shares the first one's result (its receipt stays with it).
-        const shared = await first;
-        const outcome: Outcome = {
-          step: {
-            ...shared.step,
-            index,
-            callId,
-            artifact: undefined,
-            duplicateOf: shared.step.callId,
-          },
-          message: new ToolMessage({
-            content: shared.message.content,
-            tool_call_id: callId,
-            name: call.name,
-            ...(shared.message.status === "error" ? { status: "error" as const } : {}),
-          }),
-        };
-        if (outcome.step.artifact === undefined) delete outcome.step.artifact;
-        await record(outcome);
-        return outcome.message;
-      }
-
-      // Registered before anything is awaited, so an identical call of the same turn finds it.
-      const made = (async (): Promise<Outcome> => {
-        await emit({ type: "tool:start", index, callId, tool: call.name, args });
-        if (meta !== undefined && options.budget !== undefined) {
-          const refusal = await budgetRefusal(options.budget, meta, options.schemes ?? defaultAgentSchemes);
-          if (refusal !== undefined) return refusedOutcome(target, `BudgetExceeded: ${refusal}`);
-        }
-        const invoke = () => handler({ ...request, tool }) as Promise<unknown>;
-        return queue.run(
-          meta?.seller ?? call.name,
-          () =>
-            settleToolCall(
-              target,
-              grant === undefined ? invoke : () => withSpendGrant(grant, invoke),
-              options.signal,
-            ),
-          options.signal,
-        );
-      })();
-      firstCalls.set(key, made);
-      const outcome = await made;
-      if (outcome.step.artifact !== undefined && meta !== undefined) {
-        await dispatchCustomEvent("tollgate_receipt", {
-          tool: call.name,
-          callId,
-          seller: meta.seller,
-          receipt: outcome.step.artifact,
-        }).catch(() => undefined);
-      }
-      await record(outcome);
-      return outcome.message;
+      return runToolCall(run, target, tool, (t) => handler({ ...request, tool: t }) as Promise<unknown>);
     },
   });
 }
