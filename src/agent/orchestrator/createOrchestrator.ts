@@ -107,18 +107,22 @@ export const defaultSystemPrompt = [
 
 const noopLogger: OrchestratorLogger = { info() {}, warn() {} };
 
-/**
- * An agent that completes a task with tools: through LangChain's `createAgent` over a tool-calling
- * chat model when one is given (Tollgate's middleware checks the budget, asks for approval and runs a
- * turn's calls in parallel through p-queue; see tollgateMiddleware.ts), otherwise through the
- * deterministic rule planner, whose independent calls run at once through the same queue (the answer
- * lists them in the plan's order; identical calls are made once).
- *
- * @example
- * const orchestrator = createOrchestrator({ tools, model: modelFromEnv(process.env) });
- * const { answer, steps, planner } = await orchestrator.run("Summarize each document", { documents });
- */
-export function createOrchestrator(options: CreateOrchestratorOptions): Orchestrator {
+/** What an orchestrator's runs share, checked and chosen once from its options. */
+type OrchestratorParts = {
+  options: CreateOrchestratorOptions;
+  tools: StructuredToolInterface[];
+  byName: Map<string, StructuredToolInterface>;
+  model: BaseChatModel | "rules";
+  planner: RulePlanner;
+  logger: OrchestratorLogger;
+  maxTurns: number;
+  plannerName: string;
+  schemes: ReturnType<typeof agentSchemesWith>;
+  emit: (event: OrchestratorEvent) => Promise<void>;
+  queue: ToolQueue;
+};
+
+function orchestratorParts(options: CreateOrchestratorOptions): OrchestratorParts {
   const tools = [...options.tools];
   const byName = new Map<string, StructuredToolInterface>();
   for (const tool of tools) {
@@ -142,107 +146,138 @@ export function createOrchestrator(options: CreateOrchestratorOptions): Orchestr
   const emit = async (event: OrchestratorEvent) => {
     await options.onEvent?.(event);
   };
-
-  async function runRules(task: string, inputs: PlannerInputs, signal: AbortSignal | undefined) {
-    const plan = planner.plan(task, tools, inputs);
-    logger.info({ planner: "rules", calls: plan.calls.length, forecast: plan.forecast }, "rule plan made");
-    await emit({ type: "plan", planner: "rules", plan });
-    // The plan's calls are independent: they run at once through the queue (runPlanCalls.ts).
-    const steps = await runPlanCalls<OrchestratorStep>(plan.calls, {
-      queue,
-      // A tool whose listing offers a way of paying that commits beyond the call (a plan, a
-      // channel's deposit) may take it: its first call leads alone.
-      leadsAlone: (name) =>
-        paidToolMetadataOf(
-          byName.get(name) as { metadata?: Record<string, unknown> } | undefined,
-        )?.pricing.some((p) => schemes.listing(p.type)?.commits ?? true) === true,
-      sellerOf: (name) =>
-        paidToolMetadataOf(byName.get(name) as { metadata?: Record<string, unknown> } | undefined)?.seller ??
-        name,
-      call: async ({ index, ...request }) => {
-        signal?.throwIfAborted();
-        await emit({ type: "tool:start", index, ...request });
-        const outcome = await runToolCall(byName.get(request.tool), { index, ...request }, signal);
-        logger.info(
-          { tool: request.tool, index, document: request.document, error: outcome.step.error },
-          outcome.step.error === undefined ? "tool call done" : "tool call failed",
-        );
-        await emit({ type: "tool:end", step: outcome.step });
-        return outcome.step;
-      },
-      duplicate: async ({ index, ...request }, first, shared) => {
-        await emit({ type: "tool:start", index, ...request });
-        // Made once: this call shares the first one's result (its receipt stays with it).
-        const { artifact: _receipt, ...rest } = shared;
-        const step: OrchestratorStep = { ...rest, index, callId: request.callId, duplicateOf: first.callId };
-        await emit({ type: "tool:end", step });
-        return step;
-      },
-      signal,
-    });
-    return { answer: planner.answer(plan, steps), steps, planner: "rules", plan };
-  }
-
   const queue =
     options.queue !== undefined && "run" in options.queue
       ? options.queue
       : createToolQueue(options.queue as ToolQueueOptions | undefined);
+  return { options, tools, byName, model, planner, logger, maxTurns, plannerName, schemes, emit, queue };
+}
 
-  const runModel = (
-    chat: BaseChatModel,
-    task: string,
-    inputs: PlannerInputs,
-    signal: AbortSignal | undefined,
-  ) =>
-    runModelAgent(
-      {
-        chat,
-        tools,
-        systemPrompt: options.systemPrompt ?? defaultSystemPrompt,
-        maxTurns,
-        planner: plannerName,
-        queue,
-        emit,
-        logger,
-        budget: options.budget,
-        approveAbove: options.approveAbove,
-        approve: options.approve,
-        schemes,
-        findTools: options.findTools,
-        callbacks: options.callbacks,
-        onToken: options.onToken,
-      },
-      task,
-      inputs,
-      signal,
-    );
+/** The listed metadata of the tool named `name`, when it is a paid tool. */
+function metadataOf(parts: OrchestratorParts, name: string) {
+  return paidToolMetadataOf(parts.byName.get(name) as { metadata?: Record<string, unknown> } | undefined);
+}
 
+/** A run by the rule planner: its plan's calls, independent, run at once through the queue (runPlanCalls.ts). */
+async function runRules(
+  parts: OrchestratorParts,
+  task: string,
+  inputs: PlannerInputs,
+  signal: AbortSignal | undefined,
+): Promise<OrchestratorRun> {
+  const { planner, logger, emit, byName } = parts;
+  const plan = planner.plan(task, parts.tools, inputs);
+  logger.info({ planner: "rules", calls: plan.calls.length, forecast: plan.forecast }, "rule plan made");
+  await emit({ type: "plan", planner: "rules", plan });
+  const steps = await runPlanCalls<OrchestratorStep>(plan.calls, {
+    queue: parts.queue,
+    // A tool whose listing offers a way of paying that commits beyond the call (a plan, a
+    // channel's deposit) may take it: its first call leads alone.
+    leadsAlone: (name) =>
+      metadataOf(parts, name)?.pricing.some((p) => parts.schemes.listing(p.type)?.commits ?? true) === true,
+    sellerOf: (name) => metadataOf(parts, name)?.seller ?? name,
+    call: async ({ index, ...request }) => {
+      signal?.throwIfAborted();
+      await emit({ type: "tool:start", index, ...request });
+      const outcome = await runToolCall(byName.get(request.tool), { index, ...request }, signal);
+      logger.info(
+        { tool: request.tool, index, document: request.document, error: outcome.step.error },
+        outcome.step.error === undefined ? "tool call done" : "tool call failed",
+      );
+      await emit({ type: "tool:end", step: outcome.step });
+      return outcome.step;
+    },
+    duplicate: async ({ index, ...request }, first, shared) => {
+      await emit({ type: "tool:start", index, ...request });
+      // Made once: this call shares the first one's result (its receipt stays with it).
+      const { artifact: _receipt, ...rest } = shared;
+      const step: OrchestratorStep = { ...rest, index, callId: request.callId, duplicateOf: first.callId };
+      await emit({ type: "tool:end", step });
+      return step;
+    },
+    signal,
+  });
+  return { answer: planner.answer(plan, steps), steps, planner: "rules", plan };
+}
+
+/** A run by a tool-calling chat model, through LangChain's agent and Tollgate's middleware. */
+function runModel(
+  parts: OrchestratorParts,
+  chat: BaseChatModel,
+  task: string,
+  inputs: PlannerInputs,
+  signal: AbortSignal | undefined,
+) {
+  const { options } = parts;
+  return runModelAgent(
+    {
+      chat,
+      tools: parts.tools,
+      systemPrompt: options.systemPrompt ?? defaultSystemPrompt,
+      maxTurns: parts.maxTurns,
+      planner: parts.plannerName,
+      queue: parts.queue,
+      emit: parts.emit,
+      logger: parts.logger,
+      budget: options.budget,
+      approveAbove: options.approveAbove,
+      approve: options.approve,
+      schemes: parts.schemes,
+      findTools: options.findTools,
+      callbacks: options.callbacks,
+      onToken: options.onToken,
+    },
+    task,
+    inputs,
+    signal,
+  );
+}
+
+/** Closes the channels idle at the end of a run; a failure is logged and changes nothing else. */
+async function closeIdleChannels(parts: OrchestratorParts): Promise<void> {
+  const { options, logger } = parts;
+  if (options.channels === undefined) return;
+  try {
+    const closed = await options.channels.closeIdle({ idleSeconds: options.channelIdleSeconds });
+    for (const c of closed) {
+      logger.info(
+        { channelId: c.channelId, spent: c.spent.toString(), returned: c.returned.toString() },
+        "idle channel closed at the end of the run",
+      );
+    }
+  } catch (error) {
+    logger.warn({ err: error }, "could not close idle channels at the end of the run");
+  }
+}
+
+/**
+ * An agent that completes a task with tools: through LangChain's `createAgent` over a tool-calling
+ * chat model when one is given (Tollgate's middleware checks the budget, asks for approval and runs a
+ * turn's calls in parallel through p-queue; see tollgateMiddleware.ts), otherwise through the
+ * deterministic rule planner, whose independent calls run at once through the same queue (the answer
+ * lists them in the plan's order; identical calls are made once).
+ *
+ * @example
+ * const orchestrator = createOrchestrator({ tools, model: modelFromEnv(process.env) });
+ * const { answer, steps, planner } = await orchestrator.run("Summarize each document", { documents });
+ */
+export function createOrchestrator(options: CreateOrchestratorOptions): Orchestrator {
+  const parts = orchestratorParts(options);
+  const { model } = parts;
   return {
-    planner: plannerName,
+    planner: parts.plannerName,
     async run(task, rawInputs = {}, runOptions = {}) {
       const inputs = parseWire(PlannerInputsSchema, rawInputs, { what: "task inputs" });
       const signal = runOptions.signal;
       const run: OrchestratorRun =
         model === "rules"
-          ? await runRules(task, inputs, signal)
-          : await runModel(model, task, inputs, signal);
-      await emit({ type: "answer", planner: run.planner, answer: run.answer });
-      if (options.channels !== undefined) {
-        try {
-          const closed = await options.channels.closeIdle({ idleSeconds: options.channelIdleSeconds });
-          for (const c of closed) {
-            logger.info(
-              { channelId: c.channelId, spent: c.spent.toString(), returned: c.returned.toString() },
-              "idle channel closed at the end of the run",
-            );
-          }
-        } catch (error) {
-          logger.warn({ err: error }, "could not close idle channels at the end of the run");
-        }
-      }
+          ? await runRules(parts, task, inputs, signal)
+          : await runModel(parts, model, task, inputs, signal);
+      await parts.emit({ type: "answer", planner: run.planner, answer: run.answer });
+      await closeIdleChannels(parts);
       return run;
     },
-    forecast: (task, inputs = {}) => planner.forecast(task, tools, inputs),
+    forecast: (task, inputs = {}) => parts.planner.forecast(task, parts.tools, inputs),
   };
 }
 
