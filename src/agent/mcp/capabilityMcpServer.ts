@@ -82,16 +82,16 @@ export type CapabilityMcpServerOptions = {
 
 type Entry = { capability: Capability; paid: boolean; tool: Tool };
 
-/**
- * A factory of MCP servers over the same capabilities and gate: the Streamable HTTP endpoint builds one
- * per request (stateless), stdio one per process.
- *
- * @example
- * const newServer = capabilityMcpServer({ name: "summarizer", capabilities, gate: mcpPaymentGate(gate),
- *   pathOf: (c) => `/${c.name}`, pricing: (c) => listed[c.name] });
- * await newServer().connect(new StdioServerTransport());
- */
-export function capabilityMcpServer(options: CapabilityMcpServerOptions): (caller?: McpCaller) => Server {
+/** What the servers of one factory share: the options, the tools by name and the open offers. */
+type McpServerParts = {
+  options: CapabilityMcpServerOptions;
+  entries: Map<string, Entry>;
+  tools: Tool[];
+  offersOf: (capability: Capability) => OfferBook;
+};
+
+/** The tools, by name: paid capabilities with their pricing (in the description and `_meta`), then free ones. */
+function toolEntries(options: CapabilityMcpServerOptions): Map<string, Entry> {
   const entries = new Map<string, Entry>();
   const add = (capability: Capability, paid: boolean) => {
     if (entries.has(capability.name)) {
@@ -111,9 +111,13 @@ export function capabilityMcpServer(options: CapabilityMcpServerOptions): (calle
   };
   for (const capability of options.capabilities) add(capability, true);
   for (const capability of options.freeTools ?? []) add(capability, false);
-  const tools = [...entries.values()].map((entry) => entry.tool);
+  return entries;
+}
+
+/** A capability's open offers: the book shared with its HTTP route, else one this factory keeps. */
+function offerBooks(options: CapabilityMcpServerOptions): (capability: Capability) => OfferBook {
   const ownOffers = new Map<Capability, OfferBook>();
-  const offersOf = (capability: Capability): OfferBook => {
+  return (capability) => {
     const shared = options.offers?.(capability);
     if (shared !== undefined) return shared;
     let own = ownOffers.get(capability);
@@ -123,83 +127,136 @@ export function capabilityMcpServer(options: CapabilityMcpServerOptions): (calle
     }
     return own;
   };
+}
 
-  const call = async (
-    name: string,
-    args: unknown,
-    meta: unknown,
-    signal: AbortSignal,
-    caller: McpCaller | undefined,
-  ): Promise<McpToolResult> => {
-    const entry = entries.get(name);
-    if (entry === undefined)
-      throw new McpError(ErrorCode.InvalidParams, `unknown tool ${JSON.stringify(name.slice(0, 64))}`);
-    const { capability } = entry;
-    const input = capability.input.safeParse(args ?? {});
-    if (!input.success) {
-      return errorResult(
-        new TollgateError("InvalidRequest", `input does not match ${capability.name}'s schema`, {
-          details: { issues: summarizeIssues(input.error.issues) },
-        }),
-      );
+/** The units a metered call draws (`capability.units(input)`), or the tool error when they are not a count. */
+function unitsOf(
+  capability: Capability,
+  input: Record<string, unknown>,
+): { units: number | undefined } | { error: McpToolResult } {
+  if (capability.units === undefined) return { units: undefined };
+  const units = capability.units(input);
+  if (!Number.isSafeInteger(units) || units < 0) {
+    return {
+      error: errorResult(
+        new TollgateError("Internal", `capability ${capability.name}: units() returned ${String(units)}`),
+      ),
+    };
+  }
+  return { units };
+}
+
+/**
+ * A successful or failed tool's result with the payment's `_meta`. A failure carries only the news
+ * that an x402 payment was not taken (`success: false`); a proof's receipt is not attached to a failure.
+ */
+function withPaymentMeta(result: McpToolResult, meta: Record<string, unknown>): McpToolResult {
+  if (result.isError === true) {
+    const settlement = meta[McpMetaKey.X402PaymentResponse] as { success?: unknown } | undefined;
+    if (settlement?.success !== false) return result;
+    return { ...result, _meta: { ...result._meta, [McpMetaKey.X402PaymentResponse]: settlement } };
+  }
+  return { ...result, _meta: { ...result._meta, ...meta } };
+}
+
+/**
+ * A paid call through the gate: answered by the gate (a 402), or the handler run and the payment
+ * completed with the tool's status; the admitted sale, if any, is told how the call was answered.
+ */
+async function sellCall(
+  parts: McpServerParts,
+  call: { capability: Capability; input: Record<string, unknown>; units: number | undefined },
+  meta: unknown,
+  signal: AbortSignal,
+  caller: McpCaller | undefined,
+  sale: AdmittedSale | undefined,
+): Promise<McpToolResult> {
+  const { options } = parts;
+  const { capability, units } = call;
+  // Not answered (the gate or a hook threw): released, as nothing tells whether a proof came back.
+  let answer: Parameters<AdmittedSale["answered"]>[0] = { status: 0 };
+  try {
+    const outcome = await options.gate({ path: options.pathOf(capability), meta, units, ...caller });
+    if (outcome.kind === "respond") {
+      answer = answerOf(outcome.result);
+      return outcome.result;
     }
-    if (!entry.paid) return runHandler(capability, input.data, { signal }, options.logger);
-    let units: number | undefined;
-    if (capability.units !== undefined) {
-      units = capability.units(input.data);
-      if (!Number.isSafeInteger(units) || units < 0) {
-        return errorResult(
-          new TollgateError("Internal", `capability ${capability.name}: units() returned ${String(units)}`),
-        );
-      }
+    const result = await runHandler(
+      capability,
+      call.input,
+      { signal, sale: fundedSale(options.sale?.(outcome.paid, outcome.subscription), sale?.ticket) },
+      options.logger,
+    );
+    // A failed tool is never reported below 400, so that an x402 payment is not settled for it.
+    const status = result.isError === true ? Math.max(statusOf(result), 400) : 200;
+    answer = { status };
+    const instead = await outcome.complete(status);
+    if (instead !== undefined) {
+      // Settled after the tool ran, and the settlement failed: nothing was charged, and nothing of
+      // the tool's result is sent (x402's MCP transport says so too).
+      answer = answerOf(instead);
+      return instead;
     }
-    const admission = admissionOf(capability);
-    let sale: AdmittedSale | undefined;
-    if (admission !== undefined) {
-      try {
-        sale = await admitSale(admission, offersOf(capability), saleRequestOf(meta));
-      } catch (error) {
-        if (error instanceof TollgateError) return errorResult(error);
-        throw error;
-      }
-    }
-    // Not answered (the gate or a hook threw): released, as nothing tells whether a proof came back.
-    let answer: Parameters<AdmittedSale["answered"]>[0] = { status: 0 };
+    return withPaymentMeta(result, outcome.meta);
+  } finally {
+    await sale?.answered(answer);
+  }
+}
+
+/** One `tools/call`: the input checked, a free tool run, a paid one's units read and sale admitted, then sold. */
+async function callTool(
+  parts: McpServerParts,
+  name: string,
+  args: unknown,
+  meta: unknown,
+  signal: AbortSignal,
+  caller: McpCaller | undefined,
+): Promise<McpToolResult> {
+  const entry = parts.entries.get(name);
+  if (entry === undefined)
+    throw new McpError(ErrorCode.InvalidParams, `unknown tool ${JSON.stringify(name.slice(0, 64))}`);
+  const { capability } = entry;
+  const input = capability.input.safeParse(args ?? {});
+  if (!input.success) {
+    return errorResult(
+      new TollgateError("InvalidRequest", `input does not match ${capability.name}'s schema`, {
+        details: { issues: summarizeIssues(input.error.issues) },
+      }),
+    );
+  }
+  if (!entry.paid) return runHandler(capability, input.data, { signal }, parts.options.logger);
+  const units = unitsOf(capability, input.data);
+  if ("error" in units) return units.error;
+  const admission = admissionOf(capability);
+  let sale: AdmittedSale | undefined;
+  if (admission !== undefined) {
     try {
-      const outcome = await options.gate({ path: options.pathOf(capability), meta, units, ...caller });
-      if (outcome.kind === "respond") {
-        answer = answerOf(outcome.result);
-        return outcome.result;
-      }
-      const result = await runHandler(
-        capability,
-        input.data,
-        { signal, sale: fundedSale(options.sale?.(outcome.paid, outcome.subscription), sale?.ticket) },
-        options.logger,
-      );
-      // A failed tool is never reported below 400, so that an x402 payment is not settled for it.
-      const status = result.isError === true ? Math.max(statusOf(result), 400) : 200;
-      answer = { status };
-      const instead = await outcome.complete(status);
-      if (instead !== undefined) {
-        // Settled after the tool ran, and the settlement failed: nothing was charged, and nothing of
-        // the tool's result is sent (x402's MCP transport says so too).
-        answer = answerOf(instead);
-        return instead;
-      }
-      if (result.isError === true) {
-        // Only to say that an x402 payment was not taken (`success: false`); a proof's receipt is not
-        // attached to a failure, as before.
-        const settlement = outcome.meta[McpMetaKey.X402PaymentResponse] as { success?: unknown } | undefined;
-        if (settlement?.success !== false) return result;
-        return { ...result, _meta: { ...result._meta, [McpMetaKey.X402PaymentResponse]: settlement } };
-      }
-      return { ...result, _meta: { ...result._meta, ...outcome.meta } };
-    } finally {
-      await sale?.answered(answer);
+      sale = await admitSale(admission, parts.offersOf(capability), saleRequestOf(meta));
+    } catch (error) {
+      if (error instanceof TollgateError) return errorResult(error);
+      throw error;
     }
-  };
+  }
+  return sellCall(parts, { capability, input: input.data, units: units.units }, meta, signal, caller, sale);
+}
 
+/**
+ * A factory of MCP servers over the same capabilities and gate: the Streamable HTTP endpoint builds one
+ * per request (stateless), stdio one per process.
+ *
+ * @example
+ * const newServer = capabilityMcpServer({ name: "summarizer", capabilities, gate: mcpPaymentGate(gate),
+ *   pathOf: (c) => `/${c.name}`, pricing: (c) => listed[c.name] });
+ * await newServer().connect(new StdioServerTransport());
+ */
+export function capabilityMcpServer(options: CapabilityMcpServerOptions): (caller?: McpCaller) => Server {
+  const entries = toolEntries(options);
+  const parts: McpServerParts = {
+    options,
+    entries,
+    tools: [...entries.values()].map((entry) => entry.tool),
+    offersOf: offerBooks(options),
+  };
   return (caller) => {
     const server = new Server(
       { name: options.name, version: options.version ?? "1.0.0" },
@@ -208,9 +265,16 @@ export function capabilityMcpServer(options: CapabilityMcpServerOptions): (calle
         ...(options.description === undefined ? {} : { instructions: options.description }),
       },
     );
-    server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools }));
+    server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: parts.tools }));
     server.setRequestHandler(CallToolRequestSchema, async (request, extra) =>
-      call(request.params.name, request.params.arguments, request.params._meta, extra.signal, caller),
+      callTool(
+        parts,
+        request.params.name,
+        request.params.arguments,
+        request.params._meta,
+        extra.signal,
+        caller,
+      ),
     );
     return server;
   };
