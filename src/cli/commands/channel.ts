@@ -8,6 +8,7 @@
  */
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
+import type { Hex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { z } from "zod";
 import { createBudgetLedger } from "../../agent/budget/createBudgetLedger.ts";
@@ -61,9 +62,8 @@ const usdc = (amount: bigint) => `${formatUnitsExact(amount)} USDC`;
 const json = (value: unknown) =>
   JSON.stringify(value, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v), 2);
 
-/** Runs `tollgate channel …`; returns the exit code. */
-export async function channelCommand(argv: string[], deps: ChannelCommandDeps): Promise<number> {
-  const { values, positionals } = parseArgs({
+function parseChannelArgs(argv: string[]) {
+  return parseArgs({
     args: argv,
     allowPositionals: true,
     options: {
@@ -78,6 +78,24 @@ export async function channelCommand(argv: string[], deps: ChannelCommandDeps): 
       help: { type: "boolean", short: "h" },
     },
   });
+}
+
+type ChannelFlags = ReturnType<typeof parseChannelArgs>["values"];
+
+/** What every subcommand works with: the agent's channels, its journal and the flags. */
+interface ChannelSession {
+  deps: ChannelCommandDeps;
+  values: ChannelFlags;
+  agent: string;
+  journal: Awaited<ReturnType<typeof createFileChannelWalletStore>>;
+  channels: ReturnType<typeof createAgentChannels>;
+  /** The journal's channels on this network paid by this key. */
+  mine(): ReturnType<ChannelSession["journal"]["load"]>;
+}
+
+/** Runs `tollgate channel …`; returns the exit code. */
+export async function channelCommand(argv: string[], deps: ChannelCommandDeps): Promise<number> {
+  const { values, positionals } = parseChannelArgs(argv);
   if (values.help === true) {
     deps.out.log(usage);
     return 0;
@@ -91,17 +109,9 @@ export async function channelCommand(argv: string[], deps: ChannelCommandDeps): 
     rest[0] === undefined ? undefined : parseWire(Hex32Schema, rest[0].toLowerCase(), { what: "channel id" });
   const dir = resolve(deps.cwd, values.dir ?? deps.env.TOLLGATE_DIR ?? ".tollgate");
   const agent = values.agent;
-  const key =
-    values.key ??
-    (values.account === undefined ? deps.env.TOLLGATE_AGENT_KEY : undefined) ??
-    readDevnetFile(dir)?.accounts[values.account === undefined ? 4 : Number(values.account)]?.privateKey;
-  if (key === undefined) {
-    throw new TollgateError(
-      "InvalidRequest",
-      `no key for agent "${agent}": pass --key or set TOLLGATE_AGENT_KEY`,
-    );
-  }
-  const account = privateKeyToAccount(parseWire(PrivateKeySchema, key, { what: "key" }));
+  const account = privateKeyToAccount(
+    parseWire(PrivateKeySchema, agentKey(values, deps, dir), { what: "key" }),
+  );
   const facilitator = createFacilitatorClient({
     url: values.facilitator ?? deps.env.TOLLGATE_FACILITATOR_URL ?? DEFAULT_FACILITATOR_URL,
     fetch: deps.fetch,
@@ -130,72 +140,103 @@ export async function channelCommand(argv: string[], deps: ChannelCommandDeps): 
       fetch: deps.fetch,
     });
     const mine = () => journal.load().filter((c) => c.network === network && c.payer === account.address);
-    if (command === "list" || command === "withdraw") {
-      // The journal can be behind the chain (a cooperative close that landed after the gate answered
-      // "closing"): what is not final is read again from the facilitator; unreachable, the journal stands.
-      for (const c of mine()) {
-        if (c.status !== "closed") await channels.wallet.refresh(c.channelId).catch(() => undefined);
-      }
-    }
-    if (command === "list") {
-      const list = mine();
-      if (values.json) {
-        deps.out.log(json(list.map(({ sessionKey: _secret, ...c }) => c)));
-        return 0;
-      }
-      if (list.length === 0) deps.out.log(`agent ${agent} holds no channels`);
-      for (const c of list) {
-        deps.out.log(
-          `${c.channelId}  ${c.status.padEnd(7)}  payee ${c.payee}  deposit ${usdc(c.deposit)}  signed ${usdc(c.signed)}`,
-        );
-      }
-      return 0;
-    }
-    if (command === "close") {
-      const settled = await channels.close({ cooperative: !values["no-cooperative"] });
-      const statusOf = (id: string) => journal.load().find((r) => r.channelId === id)?.status;
-      if (values.json) deps.out.log(json(settled.map((c) => ({ ...c, status: statusOf(c.channelId) }))));
-      else {
-        if (settled.length === 0) deps.out.log("no open channel to close");
-        for (const c of settled) {
-          deps.out.log(
-            statusOf(c.channelId) === "closed"
-              ? `${c.channelId} closed with the seller: ${usdc(c.spent)} spent, ${usdc(c.returned)} back to the budget and the rest in the wallet now`
-              : `${c.channelId} closing: ${usdc(c.spent)} spent, ${usdc(c.returned)} back to the budget (in the wallet after the close delay: \`tollgate channel withdraw\`)`,
-          );
-        }
-      }
-      return 0;
-    }
-    // withdraw
-    if (only !== undefined) {
-      try {
-        const reply = await channels.wallet.withdraw(only);
-        deps.out.log(
-          values.json ? json(reply) : `${only}: ${usdc(BigInt(reply.refunded))} back in the wallet`,
-        );
-        return 0;
-      } catch (error) {
-        if (isTollgateError(error, "InvalidRequest") && error.retryAfter !== undefined) {
-          deps.out.error(`${only}: its close delay is not over; try again in ${error.retryAfter} s`);
-          return 1;
-        }
-        throw error;
-      }
-    }
-    const withdrawn = await channels.withdrawDue();
-    const waiting = channels.wallet.channels().filter((c) => c.status === "closing");
-    if (values.json) deps.out.log(json({ withdrawn, waiting: waiting.map((c) => c.channelId) }));
-    else {
-      for (const w of withdrawn) deps.out.log(`${w.channelId}: ${usdc(w.refunded)} back in the wallet`);
-      for (const c of waiting) deps.out.log(`${c.channelId}: still in its close delay`);
-      if (withdrawn.length + waiting.length === 0) deps.out.log("no channel to withdraw");
-    }
-    return 0;
+    const session: ChannelSession = { deps, values, agent, journal, channels, mine };
+    if (command === "list" || command === "withdraw") await refreshUnsettled(session);
+    if (command === "list") return listChannels(session);
+    if (command === "close") return await closeChannels(session);
+    if (only !== undefined) return await withdrawChannel(session, only);
+    return await withdrawDueChannels(session);
   } finally {
     await journal.close();
     await store.close();
   }
+}
+
+/** --key, TOLLGATE_AGENT_KEY, or a devnet account from <dir>/devnet.json. */
+function agentKey(values: ChannelFlags, deps: ChannelCommandDeps, dir: string): string {
+  const key =
+    values.key ??
+    (values.account === undefined ? deps.env.TOLLGATE_AGENT_KEY : undefined) ??
+    readDevnetFile(dir)?.accounts[values.account === undefined ? 4 : Number(values.account)]?.privateKey;
+  if (key === undefined) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `no key for agent "${values.agent}": pass --key or set TOLLGATE_AGENT_KEY`,
+    );
+  }
+  return key;
+}
+
+/**
+ * The journal can be behind the chain (a cooperative close that landed after the gate answered
+ * "closing"): what is not final is read again from the facilitator; unreachable, the journal stands.
+ */
+async function refreshUnsettled({ channels, mine }: ChannelSession): Promise<void> {
+  for (const c of mine()) {
+    if (c.status !== "closed") await channels.wallet.refresh(c.channelId).catch(() => undefined);
+  }
+}
+
+/** `tollgate channel list` */
+function listChannels({ deps, values, agent, mine }: ChannelSession): number {
+  const list = mine();
+  if (values.json) {
+    deps.out.log(json(list.map(({ sessionKey: _secret, ...c }) => c)));
+    return 0;
+  }
+  if (list.length === 0) deps.out.log(`agent ${agent} holds no channels`);
+  for (const c of list) {
+    deps.out.log(
+      `${c.channelId}  ${c.status.padEnd(7)}  payee ${c.payee}  deposit ${usdc(c.deposit)}  signed ${usdc(c.signed)}`,
+    );
+  }
+  return 0;
+}
+
+/** `tollgate channel close` */
+async function closeChannels({ deps, values, journal, channels }: ChannelSession): Promise<number> {
+  const settled = await channels.close({ cooperative: !values["no-cooperative"] });
+  const statusOf = (id: string) => journal.load().find((r) => r.channelId === id)?.status;
+  if (values.json) deps.out.log(json(settled.map((c) => ({ ...c, status: statusOf(c.channelId) }))));
+  else {
+    if (settled.length === 0) deps.out.log("no open channel to close");
+    for (const c of settled) {
+      deps.out.log(
+        statusOf(c.channelId) === "closed"
+          ? `${c.channelId} closed with the seller: ${usdc(c.spent)} spent, ${usdc(c.returned)} back to the budget and the rest in the wallet now`
+          : `${c.channelId} closing: ${usdc(c.spent)} spent, ${usdc(c.returned)} back to the budget (in the wallet after the close delay: \`tollgate channel withdraw\`)`,
+      );
+    }
+  }
+  return 0;
+}
+
+/** `tollgate channel withdraw <channelId>` */
+async function withdrawChannel({ deps, values, channels }: ChannelSession, only: Hex): Promise<number> {
+  try {
+    const reply = await channels.wallet.withdraw(only);
+    deps.out.log(values.json ? json(reply) : `${only}: ${usdc(BigInt(reply.refunded))} back in the wallet`);
+    return 0;
+  } catch (error) {
+    if (isTollgateError(error, "InvalidRequest") && error.retryAfter !== undefined) {
+      deps.out.error(`${only}: its close delay is not over; try again in ${error.retryAfter} s`);
+      return 1;
+    }
+    throw error;
+  }
+}
+
+/** `tollgate channel withdraw` */
+async function withdrawDueChannels({ deps, values, channels }: ChannelSession): Promise<number> {
+  const withdrawn = await channels.withdrawDue();
+  const waiting = channels.wallet.channels().filter((c) => c.status === "closing");
+  if (values.json) deps.out.log(json({ withdrawn, waiting: waiting.map((c) => c.channelId) }));
+  else {
+    for (const w of withdrawn) deps.out.log(`${w.channelId}: ${usdc(w.refunded)} back in the wallet`);
+    for (const c of waiting) deps.out.log(`${c.channelId}: still in its close delay`);
+    if (withdrawn.length + waiting.length === 0) deps.out.log("no channel to withdraw");
+  }
+  return 0;
 }
 
 export async function run(argv: string[]): Promise<number> {

@@ -15,6 +15,7 @@ import { Hono } from "hono";
 import pino from "pino";
 import { createPublicClient, defineChain } from "viem";
 import { z } from "zod";
+import type { AgentNextRenewal } from "../../agent/dashboard/agentDashboardPart.ts";
 import { type AgentStoreAccess, agentSection } from "../../agent/dashboard/agentSection.ts";
 import { getSubscription } from "../../chain/actions/subscriptions/getSubscription.ts";
 import { readDevnetFile } from "../../chain/devnetFile.ts";
@@ -53,8 +54,8 @@ const EnvSchema = z.object({
 
 const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
 
-export async function run(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
+function parseDashboardArgs(argv: string[]) {
+  return parseArgs({
     args: argv,
     allowPositionals: true,
     options: {
@@ -65,6 +66,13 @@ export async function run(argv: string[]): Promise<number> {
       help: { type: "boolean", short: "h" },
     },
   });
+}
+
+type DashboardFlags = ReturnType<typeof parseDashboardArgs>["values"];
+type DashboardEnv = z.infer<typeof EnvSchema>;
+
+export async function run(argv: string[]): Promise<number> {
+  const { values, positionals } = parseDashboardArgs(argv);
   if (values.help === true) {
     console.log(usage);
     return 0;
@@ -74,22 +82,58 @@ export async function run(argv: string[]): Promise<number> {
     return 2;
   }
   const env = EnvSchema.parse(process.env);
+  const port = checkAddress(values);
+  if (port === undefined) return 2;
+  const dir = resolve(values.dir ?? env.TOLLGATE_DIR);
+  const token = env.TOLLGATE_DASHBOARD_TOKEN ?? base64UrlEncode(randomBytes(24));
+  const nextRenewal = nextRenewalReader(env, dir);
+  const stores = await openDashboardStores(env, dir);
+  const app = new Hono();
+  app.get("/", (c) => c.redirect("/dashboard/", 302));
+  app.route("/dashboard", buildDashboard(token, stores, nextRenewal));
+
+  let server: Awaited<ReturnType<typeof serveApp>>;
+  try {
+    server = await serveApp(app, { port, hostname: values.host === "localhost" ? "127.0.0.1" : values.host });
+  } catch (error) {
+    await stores.close();
+    if (error instanceof TollgateError) {
+      console.error(`tollgate dashboard: ${error.message}`);
+      return 1;
+    }
+    throw error;
+  }
+  printAddresses(server.url, token, values.facilitator ?? env.TOLLGATE_FACILITATOR_URL);
+  await untilStopped();
+  await server.close();
+  await stores.close();
+  return 0;
+}
+
+/** A loopback --host and a port number; the port, or undefined once the refusal is printed. */
+function checkAddress(values: DashboardFlags): number | undefined {
   if (!LOOPBACK.has(values.host)) {
     console.error(
       `tollgate dashboard: --host ${values.host} is not a loopback address; the agent views are local-only (see docs/dashboard.md)`,
     );
-    return 2;
+    return undefined;
   }
   const port = Number(values.port);
   if (!Number.isInteger(port) || port < 0 || port > 65_535) {
     console.error(`tollgate dashboard: --port must be a port number, not "${values.port}"`);
-    return 2;
+    return undefined;
   }
-  const dir = resolve(values.dir ?? env.TOLLGATE_DIR);
-  const token = env.TOLLGATE_DASHBOARD_TOKEN ?? base64UrlEncode(randomBytes(24));
-  const devnet = readDevnetFile(dir);
-  const rpcUrls = env.TOLLGATE_RPC_URL ?? (devnet === undefined ? undefined : [devnet.rpcUrl]);
+  return port;
+}
 
+interface DashboardStores {
+  agentStore: AgentStoreAccess;
+  sessionStore: Store;
+  /** The shared agent store (PostgreSQL), then the sessions' store. */
+  close(): Promise<void>;
+}
+
+async function openDashboardStores(env: DashboardEnv, dir: string): Promise<DashboardStores> {
   // PostgreSQL: one pool for the command's life. PGlite: open for a page view, then let go.
   let shared: Store | undefined;
   if (env.DATABASE_URL !== undefined && env.DATABASE_URL !== "") {
@@ -106,66 +150,68 @@ export async function run(argv: string[]): Promise<number> {
   };
   // Sessions live in memory: they end with the command.
   const sessionStore = await createStore({ dataDir: "memory://" });
-  const chainClient =
-    rpcUrls === undefined
-      ? undefined
-      : createPublicClient({
-          chain: defineChain({
-            id: devnet?.chainId ?? 31_337,
-            name: "tollgate",
-            nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
-            rpcUrls: { default: { http: rpcUrls } },
-          }),
-          transport: rpcTransport(rpcUrls, { retryCount: 0, timeout: 5_000 }),
-        });
-  const dashboard = createDashboardApp({
+  return {
+    agentStore,
     sessionStore,
+    close: async () => {
+      await shared?.close();
+      await sessionStore.close();
+    },
+  };
+}
+
+/** The subscriptions' next renewal read from the chain, when an RPC is known (flag or devnet file). */
+function nextRenewalReader(env: DashboardEnv, dir: string): AgentNextRenewal | undefined {
+  const devnet = readDevnetFile(dir);
+  const rpcUrls = env.TOLLGATE_RPC_URL ?? (devnet === undefined ? undefined : [devnet.rpcUrl]);
+  if (rpcUrls === undefined) return undefined;
+  const chainClient = createPublicClient({
+    chain: defineChain({
+      id: devnet?.chainId ?? 31_337,
+      name: "tollgate",
+      nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
+      rpcUrls: { default: { http: rpcUrls } },
+    }),
+    transport: rpcTransport(rpcUrls, { retryCount: 0, timeout: 5_000 }),
+  });
+  return async (manager, subscriptionId) => {
+    const sub = await getSubscription(chainClient, {
+      manager: manager as `0x${string}`,
+      subscriptionId,
+    });
+    // Active (1) and PastDue (4) are charged at the period's end.
+    return sub.status === 1 || sub.status === 4 ? Number(sub.currentPeriodEnd) : undefined;
+  };
+}
+
+function buildDashboard(token: string, stores: DashboardStores, nextRenewal: AgentNextRenewal | undefined) {
+  return createDashboardApp({
+    sessionStore: stores.sessionStore,
     agentToken: token,
     sections: [
       agentSection({
-        store: agentStore,
+        store: stores.agentStore,
         clock: systemClock,
         token: { decimals: 6, symbol: "USDC" },
-        nextRenewal:
-          chainClient === undefined
-            ? undefined
-            : async (manager, subscriptionId) => {
-                const sub = await getSubscription(chainClient, {
-                  manager: manager as `0x${string}`,
-                  subscriptionId,
-                });
-                // Active (1) and PastDue (4) are charged at the period's end.
-                return sub.status === 1 || sub.status === 4 ? Number(sub.currentPeriodEnd) : undefined;
-              },
+        nextRenewal,
       }),
     ],
     clock: systemClock,
     logger: pino({ level: process.env.LOG_LEVEL ?? "warn" }),
   });
-  const app = new Hono();
-  app.get("/", (c) => c.redirect("/dashboard/", 302));
-  app.route("/dashboard", dashboard);
+}
 
-  let server: Awaited<ReturnType<typeof serveApp>>;
-  try {
-    server = await serveApp(app, { port, hostname: values.host === "localhost" ? "127.0.0.1" : values.host });
-  } catch (error) {
-    await shared?.close();
-    await sessionStore.close();
-    if (error instanceof TollgateError) {
-      console.error(`tollgate dashboard: ${error.message}`);
-      return 1;
-    }
-    throw error;
-  }
-  const facilitator = values.facilitator ?? env.TOLLGATE_FACILITATOR_URL;
-  console.log(`Agent dashboard: ${server.url}/dashboard`);
+function printAddresses(url: string, token: string, facilitator: string | undefined): void {
+  console.log(`Agent dashboard: ${url}/dashboard`);
   console.log(`  sign in with the dashboard token: ${token}`);
   if (facilitator !== undefined)
     console.log(`Provider dashboard: ${facilitator.replace(/\/$/, "")}/dashboard`);
   console.log("Ctrl-C stops it.");
+}
 
-  await new Promise<void>((done) => {
+/** Resolves at Ctrl-C or SIGTERM. */
+function untilStopped(): Promise<void> {
+  return new Promise<void>((done) => {
     const stop = () => {
       process.off("SIGINT", stop);
       process.off("SIGTERM", stop);
@@ -174,8 +220,4 @@ export async function run(argv: string[]): Promise<number> {
     process.on("SIGINT", stop);
     process.on("SIGTERM", stop);
   });
-  await server.close();
-  await shared?.close();
-  await sessionStore.close();
-  return 0;
 }

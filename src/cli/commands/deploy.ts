@@ -43,7 +43,7 @@ import { redactRpcUrlsInError } from "../../chain/rpcUrls.ts";
 import { decryptKeystore } from "../../chain/signers/decryptKeystore.ts";
 import { AddressSchema } from "../../protocol/address.ts";
 import { TollgateError } from "../../protocol/errors.ts";
-import { chainIdOf, NetworkSchema, networkOf } from "../../protocol/network.ts";
+import { chainIdOf, type Network, NetworkSchema, networkOf } from "../../protocol/network.ts";
 import { readSecretLine } from "../readSecretLine.ts";
 
 export const summary =
@@ -200,32 +200,11 @@ async function deployWith(
 
   const probe = createPublicClient({ transport: http(parseRpcUrl(rpcUrl)) });
   const chainId = await readChainId(probe);
-  if (values.network !== undefined) {
-    const network = NetworkSchema.safeParse(values.network);
-    if (!network.success)
-      throw new TollgateError(
-        "InvalidRequest",
-        `--network: expected eip155:<chain id>, not "${values.network}"`,
-      );
-    if (chainIdOf(network.data) !== chainId) {
-      throw new TollgateError(
-        "UnsupportedNetwork",
-        `--network ${network.data} was asked for, but the RPC serves chain ${chainId} (${networkOf(chainId)}): check the RPC URL`,
-        { details: { expected: network.data, chainId } },
-      );
-    }
-  }
+  if (values.network !== undefined) assertAskedNetwork(values.network, chainId);
   const network = networkOf(chainId);
   const chain = chainFor(chainId, rpcUrl);
   const publicClient = createPublicClient({ chain, transport: http(rpcUrl), cacheTime: 0 }) as PublicClient;
-
-  if (values["test-token"] && chainId !== devnetChainId) {
-    throw new TollgateError(
-      "UnsupportedNetwork",
-      `--test-token is refused on chain ${chainId}: a test token's owner can mint dollars at will under USDC's name and domain, so it is deployed on a devnet (chain id ${devnetChainId}) only. Use the network's USDC, or --token <address>`,
-      { details: { chainId } },
-    );
-  }
+  if (values["test-token"]) assertTestTokenAllowed(chainId);
 
   const account = await loadDeployer(values.keystore, env, deps, !dryRun);
   const file = deploymentFilePath(dir, chainId);
@@ -244,19 +223,11 @@ async function deployWith(
   for (const step of plan) assertNotForeign(step);
 
   if (dryRun) {
-    const fee = await currentFee(publicClient);
-    const steps: Step[] = [
-      ...(tokenChoice.kind === "deploy-test"
-        ? [{ contract: "token" as const, address: undefined, status: "absent" as const, gas: undefined }]
-        : []),
-      ...plan.map((p) => ({ contract: p.contract, address: p.address, status: p.status, gas: p.gas })),
-    ];
-    printDryRun(deps.out, values.json, {
+    await printPlannedDeployment(publicClient, deps, values.json, {
       network,
       chainId,
-      fee,
-      steps,
-      token: tokenChoice,
+      plan,
+      tokenChoice,
       from: account?.address,
     });
     return 0;
@@ -264,20 +235,107 @@ async function deployWith(
   if (account === undefined) throw new Error("unreachable: a key is loaded unless --dry-run");
 
   const walletClient = createWalletClient({ account, chain, transport: http(rpcUrl), cacheTime: 0 });
+  const sent = await sendDeployment(walletClient, publicClient, deps, { tokenChoice, plan, confirmations });
+  const { deployment, unchanged } = recordDeployment(deps, {
+    sent,
+    previous,
+    network,
+    chainId,
+    tokenChoice,
+    deployer: account.address,
+  });
+  if (!unchanged) writeDeploymentFile(file, deployment);
+  printDeployment(deps, values, { file, dir, network, sent, deployment, unchanged });
+  return 0;
+}
+
+/** --network must name the chain the RPC serves. */
+function assertAskedNetwork(asked: string, chainId: number): void {
+  const network = NetworkSchema.safeParse(asked);
+  if (!network.success)
+    throw new TollgateError("InvalidRequest", `--network: expected eip155:<chain id>, not "${asked}"`);
+  if (chainIdOf(network.data) !== chainId) {
+    throw new TollgateError(
+      "UnsupportedNetwork",
+      `--network ${network.data} was asked for, but the RPC serves chain ${chainId} (${networkOf(chainId)}): check the RPC URL`,
+      { details: { expected: network.data, chainId } },
+    );
+  }
+}
+
+/** A test token is deployed on a devnet only. */
+function assertTestTokenAllowed(chainId: number): void {
+  if (chainId === devnetChainId) return;
+  throw new TollgateError(
+    "UnsupportedNetwork",
+    `--test-token is refused on chain ${chainId}: a test token's owner can mint dollars at will under USDC's name and domain, so it is deployed on a devnet (chain id ${devnetChainId}) only. Use the network's USDC, or --token <address>`,
+    { details: { chainId } },
+  );
+}
+
+type DeploymentPlan = Awaited<ReturnType<typeof planTollgateDeployment>>;
+
+/** --dry-run: what would be sent, and at what fee; nothing is sent. */
+async function printPlannedDeployment(
+  publicClient: PublicClient,
+  deps: DeployCommandDeps,
+  json: boolean,
+  run: {
+    network: Network;
+    chainId: number;
+    plan: DeploymentPlan;
+    tokenChoice: TokenChoice;
+    from: Address | undefined;
+  },
+): Promise<void> {
+  const fee = await currentFee(publicClient);
+  const steps: Step[] = [
+    ...(run.tokenChoice.kind === "deploy-test"
+      ? [{ contract: "token" as const, address: undefined, status: "absent" as const, gas: undefined }]
+      : []),
+    ...run.plan.map((p) => ({ contract: p.contract, address: p.address, status: p.status, gas: p.gas })),
+  ];
+  printDryRun(deps.out, json, {
+    network: run.network,
+    chainId: run.chainId,
+    fee,
+    steps,
+    token: run.tokenChoice,
+    from: run.from,
+  });
+}
+
+interface SentDeployment {
+  token: SettlementToken;
+  steps: Step[];
+  codeHashes: Partial<DeploymentFile["codeHashes"]>;
+  transactions: DeploymentFile["transactions"];
+}
+
+/** The test token when asked for, then each planned contract (already deployed ones send nothing). */
+async function sendDeployment(
+  walletClient: Parameters<typeof deployDeterministic>[0],
+  publicClient: PublicClient,
+  deps: DeployCommandDeps,
+  run: { tokenChoice: TokenChoice; plan: DeploymentPlan; confirmations: number },
+): Promise<SentDeployment> {
   const transactions: DeploymentFile["transactions"] = [];
   let token: SettlementToken;
-  if (tokenChoice.kind === "deploy-test") {
+  if (run.tokenChoice.kind === "deploy-test") {
     deps.out.error("deploying a test USDC (FiatToken v2.2) owned by the deployer…");
     const deployed = await deployFiatToken(walletClient, { admin: testTokenAdmin });
     token = await readSettlementToken(publicClient, { token: deployed.token });
   } else {
-    token = tokenChoice.token;
+    token = run.tokenChoice.token;
   }
   const steps: Step[] = [];
   const codeHashes: Partial<DeploymentFile["codeHashes"]> = {};
-  for (const planned of plan) {
+  for (const planned of run.plan) {
     if (planned.status === "absent") deps.out.error(`deploying ${planned.contract} at ${planned.address}…`);
-    const result = await deployDeterministic(walletClient, { initcode: planned.initcode, confirmations });
+    const result = await deployDeterministic(walletClient, {
+      initcode: planned.initcode,
+      confirmations: run.confirmations,
+    });
     codeHashes[planned.contract] = result.codeHash;
     if (result.transactionHash !== undefined) {
       transactions.push({
@@ -294,6 +352,23 @@ async function deployWith(
       transactionHash: result.transactionHash,
     });
   }
+  return { token, steps, codeHashes, transactions };
+}
+
+/** The deployment file's new content, or the previous one when nothing changed (the file is then not rewritten). */
+function recordDeployment(
+  deps: DeployCommandDeps,
+  run: {
+    sent: SentDeployment;
+    previous: DeploymentFile | undefined;
+    network: Network;
+    chainId: number;
+    tokenChoice: TokenChoice;
+    deployer: Address;
+  },
+): { deployment: DeploymentFile; unchanged: boolean } {
+  const { token, steps, codeHashes, transactions } = run.sent;
+  const previous = run.previous;
   const contracts = Object.fromEntries(
     steps.map((s) => [s.contract, s.address]),
   ) as DeploymentFile["contracts"];
@@ -303,31 +378,47 @@ async function deployWith(
     previous.token.address === token.address &&
     JSON.stringify(previous.contracts) === JSON.stringify(contracts) &&
     JSON.stringify(previous.codeHashes) === JSON.stringify(codeHashes);
-  const deployment: DeploymentFile = unchanged
-    ? previous
-    : {
-        version: 1,
-        network,
-        chainId,
-        token: { ...token, kind: tokenChoice.kind === "network" ? "network" : "test" },
-        contracts,
-        codeHashes: codeHashes as DeploymentFile["codeHashes"],
-        salt: tollgateSalt,
-        deployer: account.address,
-        deployedAt: deps.now().toISOString(),
-        transactions: [
-          // Earlier runs' transactions for contracts still at the same address stay on record.
-          ...(previous?.transactions ?? []).filter((t) =>
-            t.contract !== "token" ? contracts[t.contract] === t.address : t.address === token.address,
-          ),
-          ...transactions,
-        ],
-      };
-  if (!unchanged) writeDeploymentFile(file, deployment);
-  const sent = transactions.length;
+  if (unchanged) return { deployment: previous, unchanged };
+  const deployment: DeploymentFile = {
+    version: 1,
+    network: run.network,
+    chainId: run.chainId,
+    token: { ...token, kind: run.tokenChoice.kind === "network" ? "network" : "test" },
+    contracts,
+    codeHashes: codeHashes as DeploymentFile["codeHashes"],
+    salt: tollgateSalt,
+    deployer: run.deployer,
+    deployedAt: deps.now().toISOString(),
+    transactions: [
+      // Earlier runs' transactions for contracts still at the same address stay on record.
+      ...(previous?.transactions ?? []).filter((t) =>
+        t.contract !== "token" ? contracts[t.contract] === t.address : t.address === token.address,
+      ),
+      ...transactions,
+    ],
+  };
+  return { deployment, unchanged };
+}
+
+/** The outcome: JSON, or one line a contract, the token, the summary and the next step. */
+function printDeployment(
+  deps: DeployCommandDeps,
+  values: DeployFlags,
+  run: {
+    file: string;
+    dir: string | undefined;
+    network: Network;
+    sent: SentDeployment;
+    deployment: DeploymentFile;
+    unchanged: boolean;
+  },
+): void {
+  const { file, dir, network, deployment, unchanged } = run;
+  const { token, steps } = run.sent;
+  const sent = run.sent.transactions.length;
   if (values.json) {
     deps.out.log(JSON.stringify({ file, sent, deployment }, null, 2));
-    return 0;
+    return;
   }
   for (const step of steps) {
     deps.out.log(
@@ -345,7 +436,6 @@ async function deployWith(
   deps.out.log(
     `next: fund the facilitator's gas key, then TOLLGATE_NETWORK=${network} TOLLGATE_RPC_URL=… TOLLGATE_GAS_KEY=… TOLLGATE_PROOF_KEYS=… tollgate facilitator${values.dir === undefined ? "" : ` --dir ${dir}`}`,
   );
-  return 0;
 }
 
 export async function run(argv: string[]): Promise<number> {

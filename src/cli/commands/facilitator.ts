@@ -68,50 +68,51 @@ export function facilitatorEnvironment(
   return { help: values.help === true, env };
 }
 
+const serveUsage =
+  "usage: tollgate facilitator [--port 4020] [--host 127.0.0.1] [--rpc-url URL[,URL…]] [--network eip155:N]\n" +
+  "         [--confirmations N] [--database-url postgres://…] [--dir .tollgate] [--min-amount N]\n" +
+  "         [--deployment <dir>/deployment-<chain id>.json]\n" +
+  "       tollgate facilitator status [--url URL] (a running facilitator's checks: --help)\n" +
+  "environment: TOLLGATE_RPC_URL TOLLGATE_NETWORK TOLLGATE_GAS_KEY TOLLGATE_PROOF_KEYS TOLLGATE_CONFIRMATIONS\n" +
+  "  DATABASE_URL LOG_LEVEL\n" +
+  "  TOLLGATE_CONFIRMATIONS, --confirmations (blocks that must hold a settlement before its proof is\n" +
+  "  issued; default 2 on Base, 1 on Base Sepolia and a devnet: docs/going-live.md)\n" +
+  "  TOLLGATE_RPC_URL, --rpc-url: one URL or several, comma-separated, in order of preference; a provider\n" +
+  "  answering 429/5xx or timing out is passed over for 30 s, one lagging behind the others is not read\n" +
+  '  from (docs/going-live.md, "RPC providers"); URLs are printed with their keys masked\n' +
+  "  TOLLGATE_RPC_BATCH_SIZE (most calls per JSON-RPC batch; default 100, 1 never batches)\n" +
+  "  TOLLGATE_RPC_LOGS_RANGE (most blocks per eth_getLogs call; default 2000, halved when refused)\n" +
+  "  TOLLGATE_DEPLOYMENT, --deployment (the file `tollgate deploy` wrote; default\n" +
+  "  <dir>/deployment-<chain id>.json for TOLLGATE_NETWORK; it gives the token, its EIP-712 domain and the\n" +
+  "  contracts: docs/going-live.md)\n" +
+  "  TOLLGATE_TOKEN TOLLGATE_TOKEN_NAME TOLLGATE_TOKEN_VERSION TOLLGATE_BATCH_SETTLER\n" +
+  "  TOLLGATE_SUBSCRIPTION_MANAGER TOLLGATE_CHANNELS (override the deployment file or devnet.json)\n" +
+  "  TOLLGATE_MIN_AMOUNT (smallest unit; default 10000 on Base, 1 on a devnet)\n" +
+  "  TOLLGATE_RATE_LIMIT_CLIENT TOLLGATE_RATE_LIMIT_PAYER TOLLGATE_RATE_LIMIT_PROVIDER (<burst>:<per second>\n" +
+  "  or off; default 120:20, 60:10, 600:100)\n" +
+  "  TOLLGATE_TRUSTED_PROXIES (reverse proxies whose X-Forwarded-For is believed; default none)\n" +
+  "  TOLLGATE_METRICS_TOKEN (unset: /metrics answers loopback peers only)\n" +
+  "  TOLLGATE_MAX_FEE_GWEI, --max-fee-gwei (the most a transaction offers per gas, in gwei, e.g. 0.5;\n" +
+  "  above it transactions wait for the fee to fall, nothing is dropped; default no maximum)\n" +
+  "  TOLLGATE_MAX_FEE_SHARE, --max-fee-share (refuse a payment whose settlement would cost more than this\n" +
+  "  share of its value at the network's current fee: the minimum rises with the fee; default 0.5, or off)\n" +
+  "  TOLLGATE_ETH_PRICE_USD, --eth-price-usd (ETH in USD for that comparison; default 5000; on a devnet\n" +
+  "  the share applies only when this is set)\n" +
+  "  TOLLGATE_GAS_RUNWAY_WARN_HOURS, --gas-runway-warn-hours (warn when the gas key lasts fewer hours at its\n" +
+  "  recent spending; default 24)\n" +
+  "  TOLLGATE_WEBHOOK_KEYS (keys sealing webhook secrets; default: generated into <dir>/webhook-secret-key)\n" +
+  "  TOLLGATE_WEBHOOK_ALLOW_TARGETS, --webhook-allow-targets (non-public webhook targets allowed, e.g.\n" +
+  "  127.0.0.0/8,::1 for local development; default none)\n" +
+  "  TOLLGATE_DASHBOARD, --dashboard on|off (the web dashboard at /dashboard; default on for a devnet\n" +
+  "  on a loopback address, off otherwise: see docs/dashboard.md)\n" +
+  "  (flags override the environment; the keys are read from the environment only;\n" +
+  "  defaults come from the deployment file, or from .tollgate/devnet.json after `tollgate devnet up`)";
+
 export async function run(argv: string[]): Promise<number> {
   if (argv[0] === "status") return runStatus(argv.slice(1));
   const { help, env } = facilitatorEnvironment(argv, process.env);
   if (help) {
-    console.log(
-      "usage: tollgate facilitator [--port 4020] [--host 127.0.0.1] [--rpc-url URL[,URL…]] [--network eip155:N]\n" +
-        "         [--confirmations N] [--database-url postgres://…] [--dir .tollgate] [--min-amount N]\n" +
-        "         [--deployment <dir>/deployment-<chain id>.json]\n" +
-        "       tollgate facilitator status [--url URL] (a running facilitator's checks: --help)\n" +
-        "environment: TOLLGATE_RPC_URL TOLLGATE_NETWORK TOLLGATE_GAS_KEY TOLLGATE_PROOF_KEYS TOLLGATE_CONFIRMATIONS\n" +
-        "  DATABASE_URL LOG_LEVEL\n" +
-        "  TOLLGATE_CONFIRMATIONS, --confirmations (blocks that must hold a settlement before its proof is\n" +
-        "  issued; default 2 on Base, 1 on Base Sepolia and a devnet: docs/going-live.md)\n" +
-        "  TOLLGATE_RPC_URL, --rpc-url: one URL or several, comma-separated, in order of preference; a provider\n" +
-        "  answering 429/5xx or timing out is passed over for 30 s, one lagging behind the others is not read\n" +
-        '  from (docs/going-live.md, "RPC providers"); URLs are printed with their keys masked\n' +
-        "  TOLLGATE_RPC_BATCH_SIZE (most calls per JSON-RPC batch; default 100, 1 never batches)\n" +
-        "  TOLLGATE_RPC_LOGS_RANGE (most blocks per eth_getLogs call; default 2000, halved when refused)\n" +
-        "  TOLLGATE_DEPLOYMENT, --deployment (the file `tollgate deploy` wrote; default\n" +
-        "  <dir>/deployment-<chain id>.json for TOLLGATE_NETWORK; it gives the token, its EIP-712 domain and the\n" +
-        "  contracts: docs/going-live.md)\n" +
-        "  TOLLGATE_TOKEN TOLLGATE_TOKEN_NAME TOLLGATE_TOKEN_VERSION TOLLGATE_BATCH_SETTLER\n" +
-        "  TOLLGATE_SUBSCRIPTION_MANAGER TOLLGATE_CHANNELS (override the deployment file or devnet.json)\n" +
-        "  TOLLGATE_MIN_AMOUNT (smallest unit; default 10000 on Base, 1 on a devnet)\n" +
-        "  TOLLGATE_RATE_LIMIT_CLIENT TOLLGATE_RATE_LIMIT_PAYER TOLLGATE_RATE_LIMIT_PROVIDER (<burst>:<per second>\n" +
-        "  or off; default 120:20, 60:10, 600:100)\n" +
-        "  TOLLGATE_TRUSTED_PROXIES (reverse proxies whose X-Forwarded-For is believed; default none)\n" +
-        "  TOLLGATE_METRICS_TOKEN (unset: /metrics answers loopback peers only)\n" +
-        "  TOLLGATE_MAX_FEE_GWEI, --max-fee-gwei (the most a transaction offers per gas, in gwei, e.g. 0.5;\n" +
-        "  above it transactions wait for the fee to fall, nothing is dropped; default no maximum)\n" +
-        "  TOLLGATE_MAX_FEE_SHARE, --max-fee-share (refuse a payment whose settlement would cost more than this\n" +
-        "  share of its value at the network's current fee: the minimum rises with the fee; default 0.5, or off)\n" +
-        "  TOLLGATE_ETH_PRICE_USD, --eth-price-usd (ETH in USD for that comparison; default 5000; on a devnet\n" +
-        "  the share applies only when this is set)\n" +
-        "  TOLLGATE_GAS_RUNWAY_WARN_HOURS, --gas-runway-warn-hours (warn when the gas key lasts fewer hours at its\n" +
-        "  recent spending; default 24)\n" +
-        "  TOLLGATE_WEBHOOK_KEYS (keys sealing webhook secrets; default: generated into <dir>/webhook-secret-key)\n" +
-        "  TOLLGATE_WEBHOOK_ALLOW_TARGETS, --webhook-allow-targets (non-public webhook targets allowed, e.g.\n" +
-        "  127.0.0.0/8,::1 for local development; default none)\n" +
-        "  TOLLGATE_DASHBOARD, --dashboard on|off (the web dashboard at /dashboard; default on for a devnet\n" +
-        "  on a loopback address, off otherwise: see docs/dashboard.md)\n" +
-        "  (flags override the environment; the keys are read from the environment only;\n" +
-        "  defaults come from the deployment file, or from .tollgate/devnet.json after `tollgate devnet up`)",
-    );
+    console.log(serveUsage);
     return 0;
   }
   const config = loadFacilitatorConfig(env);
@@ -124,31 +125,7 @@ export async function run(argv: string[]): Promise<number> {
   if (config.databaseUrl === undefined) keepPgliteOnBaselineCode();
   const logger = createLogger({ level: config.logLevel, name: "facilitator" });
   const store = await createStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, logger });
-  const facilitator = createFacilitator({
-    store,
-    rpcUrl: config.rpcUrls,
-    rpcBatch: { maxBatchSize: config.rpcBatchSize },
-    network: config.network,
-    gasAccount: privateKeyAccount(config.gasKey),
-    proofKeys: config.proofKeys,
-    batchSettler: config.batchSettler,
-    subscriptionManager: config.subscriptionManager,
-    channels: config.channels,
-    tokens: [token],
-    confirmations: config.confirmations,
-    logsRange: config.logsRange,
-    rateLimits: config.rateLimits,
-    settlementFee: config.settlementFee,
-    webhooks: { secretKeys: config.webhooks.secretKeys, allowTargets: config.webhooks.allowTargets },
-    metricsAccess: { token: config.metricsToken },
-    outbox: {
-      ...(config.outboxStuckAfterMs === undefined ? {} : { stuckAfterMs: config.outboxStuckAfterMs }),
-      maxFeePerGas: config.maxFeePerGas,
-    },
-    gasRunway: { warnBelowSeconds: config.gasRunwayWarnSeconds },
-    logger,
-    dashboard: dashboardOptions(env.TOLLGATE_DASHBOARD, config),
-  });
+  const facilitator = buildFacilitator(config, { store, token, logger, dashboard: env.TOLLGATE_DASHBOARD });
   let server: Awaited<ReturnType<typeof serveApp>>;
   try {
     await facilitator.start();
@@ -179,6 +156,44 @@ export async function run(argv: string[]): Promise<number> {
   await facilitator.stop();
   await store.close();
   return 0;
+}
+
+/** The facilitator as configured, over the opened store and the token with its EIP-712 domain. */
+function buildFacilitator(
+  config: ReturnType<typeof loadFacilitatorConfig>,
+  parts: {
+    store: Awaited<ReturnType<typeof createStore>>;
+    token: Awaited<ReturnType<typeof resolveTokenDomain>>;
+    logger: ReturnType<typeof createLogger>;
+    dashboard: string | undefined;
+  },
+) {
+  const { store, token, logger } = parts;
+  return createFacilitator({
+    store,
+    rpcUrl: config.rpcUrls,
+    rpcBatch: { maxBatchSize: config.rpcBatchSize },
+    network: config.network,
+    gasAccount: privateKeyAccount(config.gasKey),
+    proofKeys: config.proofKeys,
+    batchSettler: config.batchSettler,
+    subscriptionManager: config.subscriptionManager,
+    channels: config.channels,
+    tokens: [token],
+    confirmations: config.confirmations,
+    logsRange: config.logsRange,
+    rateLimits: config.rateLimits,
+    settlementFee: config.settlementFee,
+    webhooks: { secretKeys: config.webhooks.secretKeys, allowTargets: config.webhooks.allowTargets },
+    metricsAccess: { token: config.metricsToken },
+    outbox: {
+      ...(config.outboxStuckAfterMs === undefined ? {} : { stuckAfterMs: config.outboxStuckAfterMs }),
+      maxFeePerGas: config.maxFeePerGas,
+    },
+    gasRunway: { warnBelowSeconds: config.gasRunwayWarnSeconds },
+    logger,
+    dashboard: dashboardOptions(parts.dashboard, config),
+  });
 }
 
 /**

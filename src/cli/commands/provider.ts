@@ -64,9 +64,8 @@ export type ProviderCommandDeps = {
   cwd?: string | undefined;
 };
 
-/** Runs `tollgate provider …`; returns the exit code. */
-export async function providerCommand(argv: string[], deps: ProviderCommandDeps): Promise<number> {
-  const { values, positionals } = parseArgs({
+function parseProviderArgs(argv: string[]) {
+  return parseArgs({
     args: argv,
     allowPositionals: true,
     options: {
@@ -79,6 +78,23 @@ export async function providerCommand(argv: string[], deps: ProviderCommandDeps)
       help: { type: "boolean", short: "h" },
     },
   });
+}
+
+/** What every subcommand works with: the flags, the environment, the directory and the printer. */
+interface ProviderSession {
+  deps: ProviderCommandDeps;
+  values: ReturnType<typeof parseProviderArgs>["values"];
+  env: z.infer<typeof ProviderEnvSchema>;
+  cwd: string;
+  dir: string;
+  facilitatorUrl: string;
+  /** JSON under --json, else the lines. */
+  print(value: unknown, lines: () => string[]): void;
+}
+
+/** Runs `tollgate provider …`; returns the exit code. */
+export async function providerCommand(argv: string[], deps: ProviderCommandDeps): Promise<number> {
+  const { values, positionals } = parseProviderArgs(argv);
   const [command, target, ...extra] = positionals;
   if (values.help === true || command === undefined) {
     deps.out.log(usage);
@@ -92,83 +108,101 @@ export async function providerCommand(argv: string[], deps: ProviderCommandDeps)
     if (values.json) deps.out.log(JSON.stringify(value, null, 2));
     else for (const line of lines()) deps.out.log(line);
   };
+  const session: ProviderSession = { deps, values, env, cwd, dir, facilitatorUrl, print };
 
   switch (command) {
-    case "register": {
-      if (target !== undefined) {
-        deps.out.error(`tollgate provider register: takes no arguments\n\n${usage}`);
-        return 2;
-      }
-      const { account, source } = payoutAccount(values.account, env.TOLLGATE_PROVIDER_KEY, dir);
-      const facilitator = createFacilitatorClient({ url: facilitatorUrl, fetch: deps.fetch });
-      if (!isLocalOrTls(facilitator.url)) {
-        // The key is a bearer credential: over plain HTTP anyone on the path may read and reuse it.
-        deps.out.error(
-          `warning: ${facilitator.url} is plain HTTP on another host: the API key travels unencrypted (put TLS in front of the facilitator)`,
-        );
-      }
-      const registered = await registerProvider(facilitator, account);
-      const key = registered.key;
-      if (values.save) {
-        const { file, replaced } = saveProviderKey(dir, facilitator.url, {
-          provider: registered.provider,
-          apiKey: registered.apiKey,
-          key,
-        });
-        print({ provider: registered.provider, facilitator: facilitator.url, key, savedTo: file }, () => [
-          `provider ${registered.provider} (${source}) registered at ${facilitator.url}`,
-          `API key ${key.id} (${key.prefix}…) saved to ${file}`,
-          "`tollgate analytics` and `tollgate webhooks` use it when TOLLGATE_API_KEY is not set",
-          ...(replaced === undefined || replaced.key.id === key.id
-            ? []
-            : [
-                `it replaces the saved key ${replaced.key.id} (${replaced.key.prefix}…) of ${replaced.provider}, ` +
-                  `which stays active until revoked (\`tollgate provider revoke ${replaced.key.id} --api-key …\`)`,
-              ]),
-        ]);
-        return 0;
-      }
-      print(
-        { provider: registered.provider, facilitator: facilitator.url, key, apiKey: registered.apiKey },
-        () => [
-          `provider ${registered.provider} (${source}) registered at ${facilitator.url}`,
-          `API key ${key.id}, shown this once (the facilitator keeps only its hash):`,
-          registered.apiKey,
-          "use it with TOLLGATE_API_KEY=<key>, or run `tollgate provider register --save` to keep one in the Tollgate directory",
-        ],
-      );
-      return 0;
-    }
-    case "show": {
-      const client = providerClient(values, { ...deps, cwd });
-      const account = await client.request("GET", "/providers/me", ProviderAccountSchema);
-      print(account, () => [
-        `provider ${account.provider} at ${client.url}: ${account.keys.length} active key(s)`,
-        ...account.keys.map((k) => `  ${k.id}  ${k.prefix}…  created ${k.createdAt}`),
-      ]);
-      return 0;
-    }
-    case "revoke": {
-      if (target === undefined || extra.length > 0 || !/^[1-9][0-9]{0,15}$/.test(target)) {
-        deps.out.error(`tollgate provider revoke: give one key id (\`tollgate provider show\` lists them)`);
-        return 2;
-      }
-      const client = providerClient(values, { ...deps, cwd });
-      const revoked = await client.request(
-        "DELETE",
-        `/providers/keys/${target}`,
-        z.object({ revoked: z.int().positive() }),
-      );
-      const forgotten = forgetProviderKey(dir, client.url, revoked.revoked);
-      print({ ...revoked, forgotten }, () => [
-        `revoked API key ${revoked.revoked} at ${client.url}${forgotten ? " (and forgot the saved copy)" : ""}`,
-      ]);
-      return 0;
-    }
+    case "register":
+      return registerCommand(session, target);
+    case "show":
+      return showCommand(session);
+    case "revoke":
+      return revokeCommand(session, target, extra);
     default:
       deps.out.error(`tollgate provider: unknown command "${command}"\n\n${usage}`);
       return 2;
   }
+}
+
+/** `tollgate provider register [--save]` */
+async function registerCommand(session: ProviderSession, target: string | undefined): Promise<number> {
+  const { deps, values, env, dir, print } = session;
+  if (target !== undefined) {
+    deps.out.error(`tollgate provider register: takes no arguments\n\n${usage}`);
+    return 2;
+  }
+  const { account, source } = payoutAccount(values.account, env.TOLLGATE_PROVIDER_KEY, dir);
+  const facilitator = createFacilitatorClient({ url: session.facilitatorUrl, fetch: deps.fetch });
+  if (!isLocalOrTls(facilitator.url)) {
+    // The key is a bearer credential: over plain HTTP anyone on the path may read and reuse it.
+    deps.out.error(
+      `warning: ${facilitator.url} is plain HTTP on another host: the API key travels unencrypted (put TLS in front of the facilitator)`,
+    );
+  }
+  const registered = await registerProvider(facilitator, account);
+  const key = registered.key;
+  if (values.save) {
+    const { file, replaced } = saveProviderKey(dir, facilitator.url, {
+      provider: registered.provider,
+      apiKey: registered.apiKey,
+      key,
+    });
+    print({ provider: registered.provider, facilitator: facilitator.url, key, savedTo: file }, () => [
+      `provider ${registered.provider} (${source}) registered at ${facilitator.url}`,
+      `API key ${key.id} (${key.prefix}…) saved to ${file}`,
+      "`tollgate analytics` and `tollgate webhooks` use it when TOLLGATE_API_KEY is not set",
+      ...(replaced === undefined || replaced.key.id === key.id
+        ? []
+        : [
+            `it replaces the saved key ${replaced.key.id} (${replaced.key.prefix}…) of ${replaced.provider}, ` +
+              `which stays active until revoked (\`tollgate provider revoke ${replaced.key.id} --api-key …\`)`,
+          ]),
+    ]);
+    return 0;
+  }
+  print(
+    { provider: registered.provider, facilitator: facilitator.url, key, apiKey: registered.apiKey },
+    () => [
+      `provider ${registered.provider} (${source}) registered at ${facilitator.url}`,
+      `API key ${key.id}, shown this once (the facilitator keeps only its hash):`,
+      registered.apiKey,
+      "use it with TOLLGATE_API_KEY=<key>, or run `tollgate provider register --save` to keep one in the Tollgate directory",
+    ],
+  );
+  return 0;
+}
+
+/** `tollgate provider show` */
+async function showCommand({ deps, values, cwd, print }: ProviderSession): Promise<number> {
+  const client = providerClient(values, { ...deps, cwd });
+  const account = await client.request("GET", "/providers/me", ProviderAccountSchema);
+  print(account, () => [
+    `provider ${account.provider} at ${client.url}: ${account.keys.length} active key(s)`,
+    ...account.keys.map((k) => `  ${k.id}  ${k.prefix}…  created ${k.createdAt}`),
+  ]);
+  return 0;
+}
+
+/** `tollgate provider revoke <id>` */
+async function revokeCommand(
+  { deps, values, cwd, dir, print }: ProviderSession,
+  target: string | undefined,
+  extra: string[],
+): Promise<number> {
+  if (target === undefined || extra.length > 0 || !/^[1-9][0-9]{0,15}$/.test(target)) {
+    deps.out.error(`tollgate provider revoke: give one key id (\`tollgate provider show\` lists them)`);
+    return 2;
+  }
+  const client = providerClient(values, { ...deps, cwd });
+  const revoked = await client.request(
+    "DELETE",
+    `/providers/keys/${target}`,
+    z.object({ revoked: z.int().positive() }),
+  );
+  const forgotten = forgetProviderKey(dir, client.url, revoked.revoked);
+  print({ ...revoked, forgotten }, () => [
+    `revoked API key ${revoked.revoked} at ${client.url}${forgotten ? " (and forgot the saved copy)" : ""}`,
+  ]);
+  return 0;
 }
 
 /** https, or http to this machine (loopback): where a bearer key may travel. */

@@ -44,9 +44,8 @@ Event types: ${WebhookEventTypeSchema.options.join(", ")}.
 The facilitator defaults to TOLLGATE_FACILITATOR_URL; the API key to TOLLGATE_API_KEY, then to the key
 \`tollgate provider register --save\` saved in <dir> for that facilitator.`;
 
-/** Runs `tollgate webhooks …`; returns the exit code. */
-export async function webhooksCommand(argv: string[], deps: WebhooksCommandDeps): Promise<number> {
-  const { values, positionals } = parseArgs({
+function parseWebhooksArgs(argv: string[]) {
+  return parseArgs({
     args: argv,
     allowPositionals: true,
     options: {
@@ -62,6 +61,32 @@ export async function webhooksCommand(argv: string[], deps: WebhooksCommandDeps)
       help: { type: "boolean", short: "h" },
     },
   });
+}
+
+/** What every subcommand works with: the flags, the provider's client and the output helpers. */
+interface WebhooksSession {
+  values: ReturnType<typeof parseWebhooksArgs>["values"];
+  client: ReturnType<typeof providerClient>;
+  /** False (with the usage printed) when a positional argument is missing. */
+  needs(arg: string | undefined, what: string): arg is string;
+  /** JSON under --json, else the lines. */
+  print(value: unknown, text: () => string[]): void;
+}
+
+type WebhooksSubcommand = (session: WebhooksSession, first?: string, second?: string) => Promise<number>;
+
+const subcommands: Record<string, WebhooksSubcommand> = {
+  add: addWebhook,
+  list: listWebhooks,
+  remove: removeWebhook,
+  deliveries: listDeliveries,
+  retry: retryDelivery,
+  "rotate-secret": rotateSecret,
+};
+
+/** Runs `tollgate webhooks …`; returns the exit code. */
+export async function webhooksCommand(argv: string[], deps: WebhooksCommandDeps): Promise<number> {
+  const { values, positionals } = parseWebhooksArgs(argv);
   const [command, first, second] = positionals;
   if (values.help === true || command === undefined) {
     deps.out.log(usage);
@@ -77,99 +102,124 @@ export async function webhooksCommand(argv: string[], deps: WebhooksCommandDeps)
     if (values.json) deps.out.log(JSON.stringify(value, null, 2));
     else for (const line of text()) deps.out.log(line);
   };
-
-  switch (command) {
-    case "add": {
-      if (!needs(first, "<url>")) return 2;
-      const request: Record<string, unknown> = { url: first };
-      if (values.events !== undefined) {
-        request.events = values.events
-          .split(",")
-          .map((s) => s.trim())
-          .filter((s) => s !== "") as CreateWebhookRequest["events"];
-      }
-      if (values.description !== undefined) request.description = values.description;
-      const created = await client.request("POST", "/webhooks", CreateWebhookResponseSchema, {
-        body: request,
-      });
-      print(created, () => [
-        `endpoint ${created.id} → ${created.url}`,
-        `events   ${created.events?.join(", ") ?? "all"}`,
-        `secret   ${created.secret}`,
-        "Keep the secret: it is shown only now. Check each delivery with verifyWebhook(secret, headers, rawBody).",
-      ]);
-      return 0;
-    }
-    case "list": {
-      const { webhooks } = await client.request("GET", "/webhooks", ListWebhooksResponseSchema);
-      print({ webhooks }, () =>
-        webhooks.length === 0
-          ? ["no webhook endpoints"]
-          : table([
-              ["id", "url", "events", "created"],
-              ...webhooks.map((w) => [w.id, w.url, w.events?.join(",") ?? "all", w.createdAt]),
-            ]),
-      );
-      return 0;
-    }
-    case "remove": {
-      if (!needs(first, "<id>")) return 2;
-      const removed = await client.request(
-        "DELETE",
-        `/webhooks/${encodeURIComponent(first)}`,
-        DeleteWebhookResponseSchema,
-      );
-      print(removed, () => [`removed ${removed.id}`]);
-      return 0;
-    }
-    case "deliveries": {
-      if (!needs(first, "<id>")) return 2;
-      const query = new URLSearchParams();
-      if (values.status !== undefined) query.set("status", values.status);
-      if (values.limit !== undefined) query.set("limit", values.limit);
-      const path = `/webhooks/${encodeURIComponent(first)}/deliveries${query.size > 0 ? `?${query}` : ""}`;
-      const { deliveries } = await client.request("GET", path, ListWebhookDeliveriesResponseSchema);
-      print({ deliveries }, () =>
-        deliveries.length === 0
-          ? ["no deliveries"]
-          : table([
-              ["delivery", "event", "type", "status", "attempts", "next attempt", "last result"],
-              ...deliveries.map(deliveryRow),
-            ]),
-      );
-      return 0;
-    }
-    case "retry": {
-      if (!needs(first, "<id>") || !needs(second, "<deliveryId>")) return 2;
-      const { delivery } = await client.request(
-        "POST",
-        `/webhooks/${encodeURIComponent(first)}/deliveries/${encodeURIComponent(second)}/retry`,
-        RetryWebhookDeliveryResponseSchema,
-      );
-      print({ delivery }, () => [`delivery ${delivery.id} (${delivery.eventId}) is queued again`]);
-      return 0;
-    }
-    case "rotate-secret": {
-      if (!needs(first, "<id>")) return 2;
-      const body = values.grace === undefined ? {} : { graceSeconds: parseDuration(values.grace) };
-      const rotated = await client.request(
-        "POST",
-        `/webhooks/${encodeURIComponent(first)}/rotate-secret`,
-        RotateWebhookSecretResponseSchema,
-        { body },
-      );
-      print(rotated, () => [
-        `secret   ${rotated.secret}`,
-        rotated.previousSecretExpiresAt === null
-          ? "the old secret no longer signs deliveries"
-          : `the old secret also signs deliveries until ${rotated.previousSecretExpiresAt}`,
-      ]);
-      return 0;
-    }
-    default:
-      deps.out.error(`tollgate webhooks: unknown command "${command}"\n\n${usage}`);
-      return 2;
+  const subcommand = Object.hasOwn(subcommands, command) ? subcommands[command] : undefined;
+  if (subcommand === undefined) {
+    deps.out.error(`tollgate webhooks: unknown command "${command}"\n\n${usage}`);
+    return 2;
   }
+  return subcommand({ values, client, needs, print }, first, second);
+}
+
+/** `tollgate webhooks add <url>` */
+async function addWebhook(
+  { values, client, needs, print }: WebhooksSession,
+  first?: string,
+): Promise<number> {
+  if (!needs(first, "<url>")) return 2;
+  const request: Record<string, unknown> = { url: first };
+  if (values.events !== undefined) {
+    request.events = values.events
+      .split(",")
+      .map((s) => s.trim())
+      .filter((s) => s !== "") as CreateWebhookRequest["events"];
+  }
+  if (values.description !== undefined) request.description = values.description;
+  const created = await client.request("POST", "/webhooks", CreateWebhookResponseSchema, {
+    body: request,
+  });
+  print(created, () => [
+    `endpoint ${created.id} → ${created.url}`,
+    `events   ${created.events?.join(", ") ?? "all"}`,
+    `secret   ${created.secret}`,
+    "Keep the secret: it is shown only now. Check each delivery with verifyWebhook(secret, headers, rawBody).",
+  ]);
+  return 0;
+}
+
+/** `tollgate webhooks list` */
+async function listWebhooks({ client, print }: WebhooksSession): Promise<number> {
+  const { webhooks } = await client.request("GET", "/webhooks", ListWebhooksResponseSchema);
+  print({ webhooks }, () =>
+    webhooks.length === 0
+      ? ["no webhook endpoints"]
+      : table([
+          ["id", "url", "events", "created"],
+          ...webhooks.map((w) => [w.id, w.url, w.events?.join(",") ?? "all", w.createdAt]),
+        ]),
+  );
+  return 0;
+}
+
+/** `tollgate webhooks remove <id>` */
+async function removeWebhook({ client, needs, print }: WebhooksSession, first?: string): Promise<number> {
+  if (!needs(first, "<id>")) return 2;
+  const removed = await client.request(
+    "DELETE",
+    `/webhooks/${encodeURIComponent(first)}`,
+    DeleteWebhookResponseSchema,
+  );
+  print(removed, () => [`removed ${removed.id}`]);
+  return 0;
+}
+
+/** `tollgate webhooks deliveries <id>` */
+async function listDeliveries(
+  { values, client, needs, print }: WebhooksSession,
+  first?: string,
+): Promise<number> {
+  if (!needs(first, "<id>")) return 2;
+  const query = new URLSearchParams();
+  if (values.status !== undefined) query.set("status", values.status);
+  if (values.limit !== undefined) query.set("limit", values.limit);
+  const path = `/webhooks/${encodeURIComponent(first)}/deliveries${query.size > 0 ? `?${query}` : ""}`;
+  const { deliveries } = await client.request("GET", path, ListWebhookDeliveriesResponseSchema);
+  print({ deliveries }, () =>
+    deliveries.length === 0
+      ? ["no deliveries"]
+      : table([
+          ["delivery", "event", "type", "status", "attempts", "next attempt", "last result"],
+          ...deliveries.map(deliveryRow),
+        ]),
+  );
+  return 0;
+}
+
+/** `tollgate webhooks retry <id> <deliveryId>` */
+async function retryDelivery(
+  { client, needs, print }: WebhooksSession,
+  first?: string,
+  second?: string,
+): Promise<number> {
+  if (!needs(first, "<id>") || !needs(second, "<deliveryId>")) return 2;
+  const { delivery } = await client.request(
+    "POST",
+    `/webhooks/${encodeURIComponent(first)}/deliveries/${encodeURIComponent(second)}/retry`,
+    RetryWebhookDeliveryResponseSchema,
+  );
+  print({ delivery }, () => [`delivery ${delivery.id} (${delivery.eventId}) is queued again`]);
+  return 0;
+}
+
+/** `tollgate webhooks rotate-secret <id>` */
+async function rotateSecret(
+  { values, client, needs, print }: WebhooksSession,
+  first?: string,
+): Promise<number> {
+  if (!needs(first, "<id>")) return 2;
+  const body = values.grace === undefined ? {} : { graceSeconds: parseDuration(values.grace) };
+  const rotated = await client.request(
+    "POST",
+    `/webhooks/${encodeURIComponent(first)}/rotate-secret`,
+    RotateWebhookSecretResponseSchema,
+    { body },
+  );
+  print(rotated, () => [
+    `secret   ${rotated.secret}`,
+    rotated.previousSecretExpiresAt === null
+      ? "the old secret no longer signs deliveries"
+      : `the old secret also signs deliveries until ${rotated.previousSecretExpiresAt}`,
+  ]);
+  return 0;
 }
 
 function deliveryRow(d: WebhookDelivery): string[] {
