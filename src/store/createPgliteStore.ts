@@ -97,68 +97,21 @@ export async function createPgliteStore(options: {
 > {
   const schema = options.schema === undefined ? undefined : assertSchemaName(options.schema);
   const inMemory = options.dataDir.startsWith("memory://");
-  let unlock = () => {};
-  if (!inMemory) {
-    ensurePrivateDir(options.dataDir);
-    unlock = await lockDataDir(options.dataDir, options.lock);
-  }
-  let db: PGlite;
-  try {
-    if (!inMemory && !existsSync(join(options.dataDir, "PG_VERSION")))
-      await initialiseInChild(options.dataDir);
-    db = await PGlite.create({
-      ...(inMemory ? {} : { dataDir: options.dataDir }),
-      ...(inMemory && options.loadDataDir !== undefined ? { loadDataDir: options.loadDataDir } : {}),
-      startParams,
-      // Exact decimal strings for numeric and int8, as the pg driver returns them (see store.ts).
-      parsers: { [INT8_OID]: (value: string) => value, [NUMERIC_OID]: (value: string) => value },
-    });
-    if (schema !== undefined) {
-      await db.exec(`CREATE SCHEMA IF NOT EXISTS ${schema}; SET search_path TO ${schema}`);
-    }
-    // Files of earlier runs and the ones initdb just wrote.
-    if (!inMemory) tightenTree(options.dataDir);
-  } catch (error) {
-    unlock();
-    throw error;
-  }
+  const { db, unlock } = await openDatabase(options, schema, inMemory);
   const scope = createTransactionScope();
 
   // Parameterised statements run prepared (pgliteStatements.ts) under PGlite's own locks: one
   // statement at a time, and outside a transaction only while none is open.
   const statements = new PgliteStatements(db);
   // Statements run through the store, for the maintenance pass to tell a quiet store from a busy one.
-  let activity = 0;
+  const activity = { count: 0 };
   const maintenance = startPgliteMaintenance({
     db,
-    activity: () => activity,
+    activity: () => activity.count,
     settings: options.maintenance,
     logger: options.logger,
   });
-  const direct: Queryable = {
-    query<Row>(sql: string, params: readonly SqlParam[] = []) {
-      activity++;
-      const values = toSqlParams(params);
-      return db._runExclusiveTransaction(() =>
-        db._runExclusiveQuery(() => statements.run<Row>(sql, values, false)),
-      );
-    },
-    async exec(sql: string) {
-      activity++;
-      await db.exec(statements.forget() + sql);
-    },
-  };
-  const inTransaction = (tx: Transaction, isOpen: () => boolean): Queryable => ({
-    async query<Row>(sql: string, params: readonly SqlParam[] = []) {
-      if (!isOpen()) throw transactionEndedError();
-      const values = toSqlParams(params);
-      return db._runExclusiveQuery(() => statements.run<Row>(sql, values, true));
-    },
-    async exec(sql: string) {
-      if (!isOpen()) throw transactionEndedError();
-      await tx.exec(statements.forget() + sql);
-    },
-  });
+  const direct = directQueryable(db, statements, activity);
 
   return {
     kind: "pglite",
@@ -173,10 +126,12 @@ export async function createPgliteStore(options: {
     },
     transaction(fn) {
       scope.assertOutside("transaction");
-      activity++;
+      activity.count++;
       return db.transaction((tx) => {
         let open = true;
-        return scope.run(() => fn(inTransaction(tx, () => open))).finally(() => (open = false));
+        return scope
+          .run(() => fn(transactionQueryable(db, statements, tx, () => open)))
+          .finally(() => (open = false));
       });
     },
     async listen(name, fn) {
@@ -206,6 +161,81 @@ export async function createPgliteStore(options: {
       } finally {
         unlock();
       }
+    },
+  };
+}
+
+type PgliteStoreOptions = Parameters<typeof createPgliteStore>[0];
+
+/**
+ * The database, opened: an on-disk directory made private, locked, created in a child when new and its
+ * files tightened; the schema created and searched. The lock is released if any of it fails.
+ */
+async function openDatabase(
+  options: PgliteStoreOptions,
+  schema: string | undefined,
+  inMemory: boolean,
+): Promise<{ db: PGlite; unlock: () => void }> {
+  let unlock = () => {};
+  if (!inMemory) {
+    ensurePrivateDir(options.dataDir);
+    unlock = await lockDataDir(options.dataDir, options.lock);
+  }
+  try {
+    if (!inMemory && !existsSync(join(options.dataDir, "PG_VERSION")))
+      await initialiseInChild(options.dataDir);
+    const db = await PGlite.create({
+      ...(inMemory ? {} : { dataDir: options.dataDir }),
+      ...(inMemory && options.loadDataDir !== undefined ? { loadDataDir: options.loadDataDir } : {}),
+      startParams,
+      // Exact decimal strings for numeric and int8, as the pg driver returns them (see store.ts).
+      parsers: { [INT8_OID]: (value: string) => value, [NUMERIC_OID]: (value: string) => value },
+    });
+    if (schema !== undefined) {
+      await db.exec(`CREATE SCHEMA IF NOT EXISTS ${schema}; SET search_path TO ${schema}`);
+    }
+    // Files of earlier runs and the ones initdb just wrote.
+    if (!inMemory) tightenTree(options.dataDir);
+    return { db, unlock };
+  } catch (error) {
+    unlock();
+    throw error;
+  }
+}
+
+/** Statements outside a transaction: each waits for any open transaction, and counts as activity. */
+function directQueryable(db: PGlite, statements: PgliteStatements, activity: { count: number }): Queryable {
+  return {
+    query<Row>(sql: string, params: readonly SqlParam[] = []) {
+      activity.count++;
+      const values = toSqlParams(params);
+      return db._runExclusiveTransaction(() =>
+        db._runExclusiveQuery(() => statements.run<Row>(sql, values, false)),
+      );
+    },
+    async exec(sql: string) {
+      activity.count++;
+      await db.exec(statements.forget() + sql);
+    },
+  };
+}
+
+/** Statements inside a transaction, refused once it has ended. */
+function transactionQueryable(
+  db: PGlite,
+  statements: PgliteStatements,
+  tx: Transaction,
+  isOpen: () => boolean,
+): Queryable {
+  return {
+    async query<Row>(sql: string, params: readonly SqlParam[] = []) {
+      if (!isOpen()) throw transactionEndedError();
+      const values = toSqlParams(params);
+      return db._runExclusiveQuery(() => statements.run<Row>(sql, values, true));
+    },
+    async exec(sql: string) {
+      if (!isOpen()) throw transactionEndedError();
+      await tx.exec(statements.forget() + sql);
     },
   };
 }

@@ -112,36 +112,12 @@ export function startPgliteMaintenance(options: {
     // statement that asks for it ends.
     await db.query("SELECT pg_stat_force_next_flush()");
     const tables = (await db.query<TableStats>(TABLES)).rows;
-    const vacuumed: string[] = [];
-    const analysed: string[] = [];
-    for (const table of tables) {
-      if (stopped || db.closed) break;
-      const vacuum =
-        table.dead > VACUUM_BASE + VACUUM_SCALE * table.live ||
-        table.inserted > INSERT_BASE + INSERT_SCALE * table.live ||
-        table.xid_age > FREEZE_AGE;
-      const analyse = table.changed > ANALYZE_BASE + ANALYZE_SCALE * table.live;
-      if (!vacuum && !analyse) continue;
-      const verb = vacuum && analyse ? "VACUUM (ANALYZE)" : vacuum ? "VACUUM" : "ANALYZE";
-      await db.exec(`${verb} ${table.name}`);
-      if (vacuum) vacuumed.push(table.name);
-      if (analyse) analysed.push(table.name);
-    }
-    let wholeDatabase = false;
-    if (!stopped && !db.closed) {
-      // The system catalogs age too, and only a database-wide vacuum advances the database's horizon.
-      const [database] = (await db.query<{ xid_age: number }>(DATABASE_AGE)).rows;
-      if (database !== undefined && database.xid_age > FREEZE_AGE) {
-        await db.exec("VACUUM");
-        wholeDatabase = true;
-      }
-    }
+    const { vacuumed, analysed } = await maintainTables(db, tables, () => stopped);
+    // The system catalogs age too, and only a database-wide vacuum advances the database's horizon.
+    const wholeDatabase = !stopped && !db.closed && (await vacuumAgedDatabase(db));
     lastPassAt = Date.now();
     const result = { vacuumed, analysed, wholeDatabase, ms: performance.now() - started };
-    // A long pass held every other statement back: worth an operator's eye next to a latency spike.
-    if (result.ms >= SLOW_PASS_MS) logger?.info(result, "embedded store maintained (slow pass)");
-    else if (vacuumed.length > 0 || analysed.length > 0 || wholeDatabase)
-      logger?.debug(result, "embedded store maintained");
+    logPass(logger, result);
     return result;
   };
 
@@ -179,4 +155,43 @@ export function startPgliteMaintenance(options: {
       await running;
     },
   };
+}
+
+/** Vacuums or analyses each table past PostgreSQL's thresholds, one statement each, until stopped. */
+async function maintainTables(
+  db: PGlite,
+  tables: readonly TableStats[],
+  stopped: () => boolean,
+): Promise<{ vacuumed: string[]; analysed: string[] }> {
+  const vacuumed: string[] = [];
+  const analysed: string[] = [];
+  for (const table of tables) {
+    if (stopped() || db.closed) break;
+    const vacuum =
+      table.dead > VACUUM_BASE + VACUUM_SCALE * table.live ||
+      table.inserted > INSERT_BASE + INSERT_SCALE * table.live ||
+      table.xid_age > FREEZE_AGE;
+    const analyse = table.changed > ANALYZE_BASE + ANALYZE_SCALE * table.live;
+    if (!vacuum && !analyse) continue;
+    const verb = vacuum && analyse ? "VACUUM (ANALYZE)" : vacuum ? "VACUUM" : "ANALYZE";
+    await db.exec(`${verb} ${table.name}`);
+    if (vacuum) vacuumed.push(table.name);
+    if (analyse) analysed.push(table.name);
+  }
+  return { vacuumed, analysed };
+}
+
+/** Vacuums the whole database when its oldest unfrozen transaction id is past FREEZE_AGE; whether it did. */
+async function vacuumAgedDatabase(db: PGlite): Promise<boolean> {
+  const [database] = (await db.query<{ xid_age: number }>(DATABASE_AGE)).rows;
+  if (database === undefined || database.xid_age <= FREEZE_AGE) return false;
+  await db.exec("VACUUM");
+  return true;
+}
+
+function logPass(logger: Logger | undefined, result: MaintenancePass): void {
+  // A long pass held every other statement back: worth an operator's eye next to a latency spike.
+  if (result.ms >= SLOW_PASS_MS) logger?.info(result, "embedded store maintained (slow pass)");
+  else if (result.vacuumed.length > 0 || result.analysed.length > 0 || result.wholeDatabase)
+    logger?.debug(result, "embedded store maintained");
 }
