@@ -94,14 +94,19 @@ export type BudgetAdmissionOptions = {
 };
 
 /**
- * Admission against the reseller's budget ledger.
- * @example
- * const admission = createBudgetAdmission({ budget, agent: "reseller", amount: 80_000n });
+ * What one budget admission keeps across its sales: the sales counted (for their refs) and what open
+ * sales count on each subscription hold (by ref), paid from it instead of a part.
  */
-export function createBudgetAdmission(options: BudgetAdmissionOptions): SaleAdmission {
-  const { budget, agent, amount } = options;
-  const keepFree = options.keepFree ?? 0n;
-  const purchases = options.purchases ?? [];
+type BudgetAdmissionState = {
+  options: BudgetAdmissionOptions;
+  purchases: readonly SalePurchase[];
+  sales: number;
+  onHolds: Map<string, bigint>;
+};
+
+/** Refuses purchases that are not positive, one per supplier, and at most what the sale earns in all. */
+function checkPurchases(options: BudgetAdmissionOptions, purchases: readonly SalePurchase[]): void {
+  const { agent, amount } = options;
   const planned = purchases.reduce((sum, p) => sum + p.amount, 0n);
   const suppliers = new Set(purchases.map((p) => p.provider.toLowerCase()));
   if (
@@ -115,107 +120,162 @@ export function createBudgetAdmission(options: BudgetAdmissionOptions): SaleAdmi
       { details: { agent, amount: amount.toString(), planned: planned.toString() } },
     );
   }
-  let sales = 0;
-  /** What open sales count on each subscription hold (by ref), paid from it instead of a part. */
-  const onHolds = new Map<string, bigint>();
-  /** Each purchase's part for this sale: 0 for a subscribed supply whose hold has room (counted on it). */
-  const partsNow = async (): Promise<{ parts: SalePurchase[]; counted: [string, bigint][] }> => {
-    const subscribed = purchases.filter((p) => p.heldBy !== undefined);
-    if (subscribed.length === 0) return { parts: [...purchases], counted: [] };
-    const refs = await Promise.all(purchases.map((p) => p.heldBy?.().catch(() => undefined)));
-    const holds = (await budget.report(agent)).subscriptions.holds;
-    // No await from here on: the room read and what this sale counts on it are one step.
-    const parts: SalePurchase[] = [];
-    const counted: [string, bigint][] = [];
-    purchases.forEach((p, i) => {
-      const ref = refs[i];
-      const held = ref === undefined ? undefined : holds.find((h) => h.ref === ref)?.held;
-      if (ref !== undefined && held !== undefined && held - (onHolds.get(ref) ?? 0n) >= p.amount) {
-        onHolds.set(ref, (onHolds.get(ref) ?? 0n) + p.amount);
-        counted.push([ref, p.amount]);
-      } else if (p.amount > 0n) {
-        parts.push(p);
-      }
-    });
-    return { parts, counted };
-  };
-  return {
-    async admit(request) {
-      // Refused before the gate: a payment presented was neither settled nor marked used.
-      const refused = (why: string, cause?: unknown) =>
-        new TollgateError(
-          "SaleNotAdmitted",
-          request?.paid === true
-            ? `${agent} cannot take this sale now: ${why}; the payment sent with this request was not used: send the same proof again later`
-            : `${agent} cannot take this sale now: ${why}; nothing was charged, try again later`,
-          {
-            details: { agent, requested: amount.toString(), paymentUsed: false },
-            retryAfter: SALE_RETRY_AFTER_SECONDS,
-            ...(cause === undefined ? {} : { cause }),
-          },
-        );
-      const ref = `sale:${++sales}`;
-      const ttlSeconds = options.ttlSeconds ?? 300;
-      const held: { id: string }[] = [];
-      const { parts: reserved, counted } = await partsNow();
-      let closed = false;
-      const close = async () => {
-        if (closed) return;
-        closed = true;
-        for (const [ref, part] of counted) onHolds.set(ref, (onHolds.get(ref) ?? 0n) - part);
-        for (const r of held) await budget.release(r).catch(() => undefined);
-      };
-      // The slack first, then each supplier's part: any refusal releases what was reserved. What a
-      // subscription's hold pays for is part of the slack: the sale still reserves all it may cost.
-      const partsTotal = reserved.reduce((sum, p) => sum + p.amount, 0n);
-      const parts = [
-        ...(amount > partsTotal ? [{ provider: SALE_PROVIDER, amount: amount - partsTotal }] : []),
-        ...reserved,
-      ];
-      const bySupplier: Record<string, string> = {};
-      for (const part of parts) {
-        try {
-          const r = await budget.reserve(agent, {
-            amount: part.amount,
-            provider: part.provider,
-            kind: "one-time",
-            ref,
-            ttlSeconds,
-          });
-          held.push({ id: r.id });
-          if (part.provider !== SALE_PROVIDER) bySupplier[part.provider.toLowerCase()] = r.id;
-        } catch (error) {
-          await close();
-          if (isTollgateError(error, "BudgetExceeded") || isTollgateError(error, "ApprovalDenied")) {
-            options.logger?.info({ agent, code: error.code }, "sale not admitted");
-            const limit = (error.details as { limit?: unknown } | undefined)?.limit;
-            throw refused(
-              part.provider === SALE_PROVIDER || (limit !== "perProvider" && limit !== "perCall")
-                ? `its budget cannot reserve ${formatUnitsExact(amount)} USDC for its suppliers`
-                : `its ${String(limit)} limit cannot take the ${formatUnitsExact(part.amount)} USDC a sale pays ${part.provider}`,
-              error,
-            );
-          }
-          throw error;
-        }
-      }
-      if (keepFree > 0n) {
-        const report = await budget.report(agent);
-        const left = [report.remaining.total, report.remaining.daily].filter((r) => r !== undefined);
-        if (left.some((r) => r < keepFree)) {
-          await close();
-          throw refused(`its budget keeps ${formatUnitsExact(keepFree)} USDC free for its subscriptions`);
-        }
-      }
-      return {
-        // Purchases not planned for draw from the slack, or (all planned) from the first part.
-        reservation: held[0]!,
-        ...(Object.keys(bySupplier).length === 0 ? {} : { bySupplier }),
-        amount,
-        close,
-      };
+}
+
+/** Each purchase's part for this sale: 0 for a subscribed supply whose hold has room (counted on it). */
+async function partsNow(
+  state: BudgetAdmissionState,
+): Promise<{ parts: SalePurchase[]; counted: [string, bigint][] }> {
+  const { purchases, onHolds } = state;
+  const subscribed = purchases.filter((p) => p.heldBy !== undefined);
+  if (subscribed.length === 0) return { parts: [...purchases], counted: [] };
+  const refs = await Promise.all(purchases.map((p) => p.heldBy?.().catch(() => undefined)));
+  const holds = (await state.options.budget.report(state.options.agent)).subscriptions.holds;
+  // No await from here on: the room read and what this sale counts on it are one step.
+  const parts: SalePurchase[] = [];
+  const counted: [string, bigint][] = [];
+  purchases.forEach((p, i) => {
+    const ref = refs[i];
+    const held = ref === undefined ? undefined : holds.find((h) => h.ref === ref)?.held;
+    if (ref !== undefined && held !== undefined && held - (onHolds.get(ref) ?? 0n) >= p.amount) {
+      onHolds.set(ref, (onHolds.get(ref) ?? 0n) + p.amount);
+      counted.push([ref, p.amount]);
+    } else if (p.amount > 0n) {
+      parts.push(p);
+    }
+  });
+  return { parts, counted };
+}
+
+/** Refused before the gate: a payment presented was neither settled nor marked used. */
+function saleRefused(
+  options: BudgetAdmissionOptions,
+  request: { paid?: boolean | undefined } | undefined,
+  why: string,
+  cause?: unknown,
+): TollgateError {
+  const { agent, amount } = options;
+  return new TollgateError(
+    "SaleNotAdmitted",
+    request?.paid === true
+      ? `${agent} cannot take this sale now: ${why}; the payment sent with this request was not used: send the same proof again later`
+      : `${agent} cannot take this sale now: ${why}; nothing was charged, try again later`,
+    {
+      details: { agent, requested: amount.toString(), paymentUsed: false },
+      retryAfter: SALE_RETRY_AFTER_SECONDS,
+      ...(cause === undefined ? {} : { cause }),
     },
+  );
+}
+
+/** One sale's reservations: those held so far, and its close, which gives back its hold counts and releases them. */
+type SaleHolds = { held: { id: string }[]; bySupplier: Record<string, string>; close: () => Promise<void> };
+
+function saleHolds(state: BudgetAdmissionState, counted: [string, bigint][]): SaleHolds {
+  const held: { id: string }[] = [];
+  let closed = false;
+  const close = async () => {
+    if (closed) return;
+    closed = true;
+    for (const [ref, part] of counted) state.onHolds.set(ref, (state.onHolds.get(ref) ?? 0n) - part);
+    for (const r of held) await state.options.budget.release(r).catch(() => undefined);
   };
+  return { held, bySupplier: {}, close };
+}
+
+/** Reserves one part of the sale; a budget refusal closes the sale and becomes `SaleNotAdmitted`. */
+async function reservePart(
+  state: BudgetAdmissionState,
+  sale: {
+    ref: string;
+    ttlSeconds: number;
+    holds: SaleHolds;
+    request: { paid?: boolean | undefined } | undefined;
+  },
+  part: { provider: Address; amount: bigint },
+): Promise<void> {
+  const { options } = state;
+  const { budget, agent, amount } = options;
+  try {
+    const r = await budget.reserve(agent, {
+      amount: part.amount,
+      provider: part.provider,
+      kind: "one-time",
+      ref: sale.ref,
+      ttlSeconds: sale.ttlSeconds,
+    });
+    sale.holds.held.push({ id: r.id });
+    if (part.provider !== SALE_PROVIDER) sale.holds.bySupplier[part.provider.toLowerCase()] = r.id;
+  } catch (error) {
+    await sale.holds.close();
+    if (isTollgateError(error, "BudgetExceeded") || isTollgateError(error, "ApprovalDenied")) {
+      options.logger?.info({ agent, code: error.code }, "sale not admitted");
+      const limit = (error.details as { limit?: unknown } | undefined)?.limit;
+      throw saleRefused(
+        options,
+        sale.request,
+        part.provider === SALE_PROVIDER || (limit !== "perProvider" && limit !== "perCall")
+          ? `its budget cannot reserve ${formatUnitsExact(amount)} USDC for its suppliers`
+          : `its ${String(limit)} limit cannot take the ${formatUnitsExact(part.amount)} USDC a sale pays ${part.provider}`,
+        error,
+      );
+    }
+    throw error;
+  }
+}
+
+/** Admits one sale: reserves its slack and its suppliers' parts, then checks what the budget keeps free. */
+async function admitBudgetSale(
+  state: BudgetAdmissionState,
+  request: { paid?: boolean | undefined } | undefined,
+): Promise<SaleTicket> {
+  const { options } = state;
+  const { budget, agent, amount } = options;
+  const keepFree = options.keepFree ?? 0n;
+  const ref = `sale:${++state.sales}`;
+  const ttlSeconds = options.ttlSeconds ?? 300;
+  const { parts: reserved, counted } = await partsNow(state);
+  const holds = saleHolds(state, counted);
+  // The slack first, then each supplier's part: any refusal releases what was reserved. What a
+  // subscription's hold pays for is part of the slack: the sale still reserves all it may cost.
+  const partsTotal = reserved.reduce((sum, p) => sum + p.amount, 0n);
+  const parts = [
+    ...(amount > partsTotal ? [{ provider: SALE_PROVIDER, amount: amount - partsTotal }] : []),
+    ...reserved,
+  ];
+  for (const part of parts) await reservePart(state, { ref, ttlSeconds, holds, request }, part);
+  if (keepFree > 0n) {
+    const report = await budget.report(agent);
+    const left = [report.remaining.total, report.remaining.daily].filter((r) => r !== undefined);
+    if (left.some((r) => r < keepFree)) {
+      await holds.close();
+      throw saleRefused(
+        options,
+        request,
+        `its budget keeps ${formatUnitsExact(keepFree)} USDC free for its subscriptions`,
+      );
+    }
+  }
+  const { bySupplier } = holds;
+  return {
+    // Purchases not planned for draw from the slack, or (all planned) from the first part.
+    reservation: holds.held[0]!,
+    ...(Object.keys(bySupplier).length === 0 ? {} : { bySupplier }),
+    amount,
+    close: holds.close,
+  };
+}
+
+/**
+ * Admission against the reseller's budget ledger.
+ * @example
+ * const admission = createBudgetAdmission({ budget, agent: "reseller", amount: 80_000n });
+ */
+export function createBudgetAdmission(options: BudgetAdmissionOptions): SaleAdmission {
+  const purchases = options.purchases ?? [];
+  checkPurchases(options, purchases);
+  const state: BudgetAdmissionState = { options, purchases, sales: 0, onHolds: new Map() };
+  return { admit: (request) => admitBudgetSale(state, request) };
 }
 
 /** The sale a handler serves, with the reservation that funds its purchases. */
