@@ -21,7 +21,6 @@ import type { ServedSubscription } from "../schemes/types.ts";
 import type { AgentSalePart, SaleSetup } from "./agentScheme.ts";
 import { defaultAgentSchemes } from "./agentSchemes.ts";
 import { capabilityUnits } from "./capabilityUnits.ts";
-import type { CreateSpecialistOptions, SpecialistChannels, SpecialistPlan } from "./createSpecialist.ts";
 import { type SpecialistMcp, specialistMcp } from "./mcp/specialistMcp.ts";
 import {
   admissionMiddleware,
@@ -32,6 +31,7 @@ import {
   type OfferBook,
   type SaleTicket,
 } from "./saleAdmission.ts";
+import type { CreateSpecialistOptions, SpecialistChannels, SpecialistPlan } from "./specialistOptions.ts";
 import type { Capability, CapabilityContext, CapabilityPricing } from "./tools/capability.ts";
 
 const BodyLimit = 256 * 1024;
