@@ -26,6 +26,7 @@ import { systemClock } from "../src/protocol/clock.ts";
 import { TollgateError } from "../src/protocol/errors.ts";
 import { PaymentRequiredSchema } from "../src/protocol/paymentRequired.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
+import type { Store } from "../src/store/store.ts";
 import { createToyScheme, type ToySale, toyFacilitator } from "./support/toyScheme/index.ts";
 import { signToyTicket, TOY_TICKET_HEADER } from "./support/toyScheme/ticket.ts";
 
@@ -84,6 +85,22 @@ function setup() {
     fetch: unreachable,
   });
   return { secret, sales, toy, gate, app, fetch, exchanges, payer, account };
+}
+
+/**
+ * A facilitator that is built, not started: nothing reaches the chain, and the toy part only reads its
+ * secret.
+ */
+function facilitatorOptions(store: Store) {
+  return {
+    store,
+    rpcUrl: "http://127.0.0.1:9",
+    network: NETWORK,
+    gasAccount: privateKeyToAccount(generatePrivateKey()),
+    proofKeys: [generateProofKey().key],
+    batchSettler: PAY_TO,
+    tokens: [{ address: TOKEN, name: "USD Coin", version: "2", symbol: "USDC", decimals: 6 }],
+  };
 }
 
 describe("payment scheme seam", () => {
@@ -201,17 +218,7 @@ describe("payment scheme seam", () => {
   it("reaches the toy bank's facilitator part through one registration line, and redeems a served ticket once", async () => {
     const { app, secret, account } = setup();
     const store = await createTestStore({ databaseUrl: process.env.DATABASE_URL });
-    // Nothing here reaches the chain: the facilitator is built, not started, and the toy part only
-    // reads its secret.
-    const base = {
-      store,
-      rpcUrl: "http://127.0.0.1:9",
-      network: NETWORK,
-      gasAccount: privateKeyToAccount(generatePrivateKey()),
-      proofKeys: [generateProofKey().key],
-      batchSettler: PAY_TO,
-      tokens: [{ address: TOKEN, name: "USD Coin", version: "2", symbol: "USDC", decimals: 6 }],
-    };
+    const base = facilitatorOptions(store);
     try {
       const ticket = signToyTicket(secret, {
         p: account.address,
@@ -311,13 +318,7 @@ describe("payment scheme seam", () => {
       const ticket = exchanges.map((r) => r.headers.get(TOY_TICKET_HEADER)).find((t) => t !== null);
       expect(ticket).toBeDefined();
       const facilitator = createFacilitator({
-        store,
-        rpcUrl: "http://127.0.0.1:9",
-        network: NETWORK,
-        gasAccount: privateKeyToAccount(generatePrivateKey()),
-        proofKeys: [generateProofKey().key],
-        batchSettler: PAY_TO,
-        tokens: [{ address: TOKEN, name: "USD Coin", version: "2", symbol: "USDC", decimals: 6 }],
+        ...facilitatorOptions(store),
         schemes: [toyFacilitator(secret)],
       });
       const redeemed = await facilitator.app.request("/toy/redeem", {
