@@ -5,18 +5,23 @@
  * scheme's `about.ts`, and a scheme that is not built in brings it as `Scheme.agent`
  * (`paidTool({ schemes: [toy] })`).
  *
- * The part has two sides, each optional:
+ * Its members, each optional:
  * - `listing`: pricing entries a seller lists (a manifest's or a market's `pricing`, by `type`): how
  *   to describe one to a model, how the budget holds a spend under it, whether a first call under it
  *   commits to more than the call, and how a specialist sells under it.
  * - `offer`: options of a 402 whose `scheme` is this scheme's id: whether one conforms to the
  *   listing, what the policy weighs it as, and how a spend paid through it is reported.
+ * - `x402`: requirements of an x402 server's `PAYMENT-REQUIRED` this scheme pays.
+ * - `mcpReceipts`: the MCP `_meta` keys of its receipts and the headers they become.
+ * - `purchase`: how a paid tool holds, pays and books a call under it (paidTool/purchasePart.ts).
+ * - `dashboard`: its panels on the agent operator's page of an agent.
  *
  * Invariants: an agent part imports only the agent core's leaf types (this file, `policy/policyOffer.ts`,
- * `budget/budgetLimits.ts`, `spendReport.ts`, `dashboard/agentDashboardPart.ts`), the protocol, the
- * HTTP page kit (for its dashboard panels) and its own scheme folder, never a module that loads the
- * agent's list of built-ins (that would close an import circle). Its functions are pure
- * and cheap: they run per listing and per 402.
+ * `budget/budgetLimits.ts`, `spendReport.ts`, `dashboard/agentDashboardPart.ts`,
+ * `paidTool/purchasePart.ts`), the protocol, the HTTP page kit (for its dashboard panels), the payer
+ * and its own scheme folder, never a module that loads the agent's list of built-ins (that would close
+ * an import circle; `npm run deps` finds one). `listing`, `offer` and `x402` are pure and cheap: they
+ * run per listing and per 402.
  */
 import type { Address } from "viem";
 import { formatUnitsExact } from "../protocol/amount.ts";
