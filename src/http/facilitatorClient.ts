@@ -39,6 +39,7 @@ import { summarizeIssues } from "../protocol/parseWire.ts";
 import type { PaymentProof } from "../protocol/paymentProof.ts";
 import type { SignedPayment } from "../protocol/signedPayment.ts";
 import { requireObject } from "./checkInput.ts";
+import { readBoundedText } from "./readBoundedText.ts";
 
 /** The `fetch` the client sends with: the global one, or anything with its signature. */
 export type FetchFn = (input: Request | string | URL, init?: RequestInit) => Promise<Response>;
@@ -311,27 +312,8 @@ function mayTryNext(error: unknown, idempotent: boolean): boolean {
 }
 
 /** A reply's text, refusing bodies over `MAX_REPLY_BYTES` without buffering them whole. */
-async function readBounded(response: Response): Promise<string> {
-  const declared = Number(response.headers.get("content-length") ?? "0");
-  if (declared > MAX_REPLY_BYTES) {
-    await response.body?.cancel();
-    throw tooLarge();
-  }
-  if (response.body === null) return "";
-  const reader = response.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > MAX_REPLY_BYTES) {
-      await reader.cancel();
-      throw tooLarge();
-    }
-    chunks.push(value);
-  }
-  return Buffer.concat(chunks).toString("utf8");
+function readBounded(response: Response): Promise<string> {
+  return readBoundedText(response, MAX_REPLY_BYTES, tooLarge);
 }
 
 function tooLarge(): TollgateError {

@@ -16,13 +16,13 @@ import { request as httpsRequest } from "node:https";
 import type { LookupFunction } from "node:net";
 import { Readable } from "node:stream";
 import type { FetchFn } from "../http/facilitatorClient.ts";
+import { readBoundedText } from "../http/readBoundedText.ts";
 import {
   type CheckedWebhookTarget,
   createWebhookTargetPolicy,
   type WebhookLookup,
 } from "../http/webhookTargets.ts";
 import { isTollgateError, TollgateError } from "../protocol/errors.ts";
-import { readBoundedText } from "./readBoundedText.ts";
 
 /** Which seller URLs the market may fetch. */
 export type SellerTargetOptions = {

@@ -11,6 +11,7 @@
 import type { Address, Hex } from "viem";
 import type { z } from "zod";
 import { type FetchFn, parseRetryAfter } from "../http/facilitatorClient.ts";
+import { readBoundedText } from "../http/readBoundedText.ts";
 import { sameAddress } from "../protocol/address.ts";
 import { ErrorBodySchema, type ErrorCode, errorFromBody, TollgateError } from "../protocol/errors.ts";
 import { type Manifest, type ManifestPricingType, verifyManifestSignature } from "../protocol/manifest.ts";
@@ -31,7 +32,6 @@ import {
   type SellerReportResult,
   SellerReportResultSchema,
 } from "./marketApi.ts";
-import { readBoundedText } from "./readBoundedText.ts";
 
 export type MarketClientOptions = {
   /** Base URL of the market, e.g. `http://127.0.0.1:4030` (a path prefix is kept). */
