@@ -1,5 +1,6 @@
 import { type Address, type Hex, keccak256, stringToBytes } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openChannelWithAuthorization } from "../src/chain/actions/channels/openChannelWithAuthorization.ts";
 import { readChannel } from "../src/chain/actions/channels/readChannel.ts";
 import { signChannelCloseRequest } from "../src/chain/actions/channels/signChannelCloseRequest.ts";
 import { withdrawChannel } from "../src/chain/actions/channels/withdrawChannel.ts";
@@ -152,6 +153,42 @@ describe("facilitator channels", () => {
       expect(again.status).toBe(200);
       expect(ChannelOpenResponseSchema.parse(await again.json()).transaction).toBe(bodies[0]!.transaction);
       expect((await chainState(signed.channelId)).deposit).toBe(2_000_000n);
+      expect(await eventsOf("channel.opened", signed.channelId)).toHaveLength(1);
+    });
+
+    it("announces an open whose relayer died between its transaction and its row, once, from the contract's log; a retry answers it", async () => {
+      const signed = await signTestOpen(devnet, payer, payee.address);
+      // Another instance broadcast the open and died before recording it: the chain has it, the table not.
+      const b = signed.body;
+      const hash = await openChannelWithAuthorization(devnet.walletClient(otherPayee), {
+        channels: devnet.contracts.channels,
+        payer: b.payer,
+        payee: b.payee,
+        token: b.token,
+        amount: BigInt(b.amount),
+        sessionKeyX: b.sessionKeyX,
+        sessionKeyY: b.sessionKeyY,
+        closeDelay: BigInt(b.closeDelay),
+        salt: b.salt,
+        validAfter: BigInt(b.validAfter),
+        validBefore: BigInt(b.validBefore),
+        signature: b.signature,
+      });
+      await devnet.publicClient.waitForTransactionReceipt({ hash });
+      const opened = await until(
+        () => eventsOf("channel.opened", signed.channelId),
+        (events) => events.length > 0,
+      );
+      expect(opened.map((e) => e.data)).toEqual([
+        expect.objectContaining({
+          provider: payee.address.toLowerCase(),
+          deposit: "2000000",
+          transaction: hash,
+        }),
+      ]);
+      const retry = await post("/channels", b);
+      expect(retry.status).toBe(200);
+      expect(ChannelOpenResponseSchema.parse(await retry.json()).transaction).toBe(hash);
       expect(await eventsOf("channel.opened", signed.channelId)).toHaveLength(1);
     });
 

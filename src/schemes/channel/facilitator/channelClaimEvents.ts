@@ -1,13 +1,48 @@
-/** The events the claim worker announces: `channel.claimed`, `channel.claim_failed` and `channel.closed`. */
+/**
+ * The channel events the facilitator announces: `channel.opened` (from a relayed open, or from the contract's
+ * log when the instance that relayed it died first), `channel.claimed`, `channel.claim_failed`, `channel.closed`.
+ */
 import { type Address, getAddress, type Hex } from "viem";
 import type { OutboxOutcome } from "../../../facilitator/outbox/outboxTypes.ts";
 import type { Queryable } from "../../../store/store.ts";
 import { announcedAmount, recordClaimItem } from "./channelClaimReorg.ts";
 import type { ChannelClaimWorkerContext } from "./channelClaimTypes.ts";
-import type { ChannelRow } from "./channelRecords.ts";
+import {
+  type ChainChannel,
+  type ChannelRow,
+  recordOpenTransaction,
+  upsertChannel,
+} from "./channelRecords.ts";
 
 type EventContext = Pick<ChannelClaimWorkerContext, "recordEvent">;
 type EventRow = Pick<ChannelRow, "channel_id" | "payer" | "payee" | "token">;
+
+/**
+ * Records a channel open on chain and announces it with `channel.opened`, once: only the call that records
+ * its transaction announces it, whether that is the relaying request, a retry of it, or the log follower.
+ * `nonce` is the open authorization's (unknown to the log follower, which then leaves it unset).
+ */
+export async function recordOpened(
+  ctx: EventContext,
+  db: Queryable,
+  chain: ChainChannel,
+  nonce: Hex | null,
+  transaction: Hex,
+): Promise<boolean> {
+  await upsertChannel(db, chain);
+  if (!(await recordOpenTransaction(db, chain.channelId, nonce, transaction))) return false;
+  await ctx.recordEvent(db, "channel.opened", {
+    provider: chain.payee.toLowerCase(),
+    channelId: chain.channelId,
+    payer: getAddress(chain.payer),
+    payee: getAddress(chain.payee),
+    token: getAddress(chain.token),
+    deposit: chain.deposit.toString(),
+    closeDelay: chain.closeDelay,
+    transaction,
+  });
+  return true;
+}
 
 /**
  * Records what a claim's receipt says it paid on a channel and announces it with `channel.claimed`,

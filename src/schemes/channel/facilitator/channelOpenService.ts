@@ -28,8 +28,9 @@ import type { Clock } from "../../../protocol/clock.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
 import type { Queryable, Store } from "../../../store/store.ts";
 import { channelToWire, readChainChannel } from "./channelChain.ts";
+import { recordOpened } from "./channelClaimEvents.ts";
 import { toChannelError } from "./channelErrors.ts";
-import { findChannelByOpenNonce, recordOpenTransaction, upsertChannel } from "./channelRecords.ts";
+import { findChannelByOpenNonce } from "./channelRecords.ts";
 import {
   checkAuthorizationWindow,
   checkPayerBalance,
@@ -159,21 +160,7 @@ async function answer(
     });
   }
   const transaction = tx ?? (await findOpenTransaction(ctx, channelId));
-  await ctx.store.transaction(async (db) => {
-    await upsertChannel(db, chain);
-    if (await recordOpenTransaction(db, channelId, nonce, transaction)) {
-      await ctx.recordEvent(db, "channel.opened", {
-        provider: chain.payee.toLowerCase(),
-        channelId,
-        payer: getAddress(chain.payer),
-        payee: getAddress(chain.payee),
-        token: getAddress(chain.token),
-        deposit: chain.deposit.toString(),
-        closeDelay: chain.closeDelay,
-        transaction,
-      });
-    }
-  });
+  await ctx.store.transaction((db) => recordOpened(ctx, db, chain, nonce, transaction));
   return { status, body: { channelId, transaction, channel: channelToWire(chain, ctx.network) } };
 }
 async function findOpenTransaction(ctx: ChannelOpenContext, channelId: Hex): Promise<Hash> {

@@ -125,20 +125,22 @@ export async function upsertChannel(db: Queryable, c: ChainChannel): Promise<Cha
 }
 
 /**
- * Records the transaction that opened a channel relayed here. `true` only for the call that recorded it,
- * so `channel.opened` is written once even when instances race on the same open.
+ * Records the transaction that opened a channel. `true` only for the call that recorded it, so
+ * `channel.opened` is written once even when instances race on the same open. `nonce` (the open
+ * authorization's) is `null` when the channel was learnt from its log; a later retry of the open finds
+ * the channel by the chain's word then.
  */
 export async function recordOpenTransaction(
   db: Queryable,
   channelId: Hex,
-  nonce: Hex,
+  nonce: Hex | null,
   tx: Hex,
 ): Promise<boolean> {
   const rows = await db.query(
     `UPDATE channels SET open_nonce = COALESCE(open_nonce, $2), open_tx = $3, updated_at = now()
      WHERE channel_id = $1 AND open_tx IS NULL
      RETURNING channel_id`,
-    [lower(channelId), lower(nonce), lower(tx)],
+    [lower(channelId), nonce === null ? null : lower(nonce), lower(tx)],
   );
   return rows.length > 0;
 }
