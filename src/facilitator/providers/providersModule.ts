@@ -34,6 +34,7 @@ import {
 } from "../../protocol/subscriptions.ts";
 import { SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
 import { queryOneParsed, queryParsed } from "../../store/queryParsed.ts";
+import type { Queryable } from "../../store/store.ts";
 import type { FacilitatorContext } from "../facilitatorContext.ts";
 import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
 import { hashApiKey, requireProvider } from "./requireProvider.ts";
@@ -86,172 +87,230 @@ export function createProvidersModule(options: ProvidersModuleOptions = {}): Fac
   }
 
   return (ctx) => {
-    let loaded: Promise<Uint8Array> | undefined;
-    /** The HMAC key: given, or the store's (created once; concurrent first uses agree on one row). */
-    const secret = (): Promise<Uint8Array> => {
-      if (options.challengeSecret !== undefined) return Promise.resolve(options.challengeSecret);
-      loaded ??= loadChallengeSecret(ctx.store, random).catch((error: unknown) => {
-        loaded = undefined;
-        throw error;
-      });
-      return loaded;
+    const providers: Providers = {
+      ctx,
+      random,
+      ttl,
+      maxActiveKeys,
+      secret: challengeSecretOf(ctx.store, options.challengeSecret, random),
     };
-    const docs = {
-      challenge: routeDoc({
-        summary: "A challenge for an address to sign, to register as a provider (sealed, expires)",
-        request: ProviderChallengeRequestSchema,
-        response: ProviderChallengeResponseSchema,
-        errors: [400, 413],
-      }),
-      register: routeDoc({
-        summary: "Register with the address's signature over its challenge and get a provider API key",
-        request: ProviderRegisterRequestSchema,
-        response: ProviderRegisterResponseSchema,
-        status: 201,
-        errors: [400, 401, 413],
-      }),
-      me: routeDoc({
-        summary: "The key's provider and its active API keys",
-        response: ProviderAccountSchema,
-      }),
-      revoke: routeDoc({
-        summary: "Revoke one of the provider's API keys",
-        params: { id: z.string().regex(/^[1-9][0-9]*$/) },
-        response: z.object({ revoked: z.int() }),
-        errors: [400, 404],
-      }),
-    };
+    const docs = providerRouteDocs();
     return {
       name: "providers",
       routes(app: Hono) {
-        app.post("/providers/challenge", docs.challenge, async (c) => {
-          const { address } = await readJsonBody(c, ProviderChallengeRequestSchema);
-          const expiresAt = Math.floor(ctx.clock.now() / 1000) + ttl;
-          const nonce = sealNonce(await secret(), {
-            address,
-            network: ctx.network,
-            expiresAt,
-            random: base64UrlEncode(random(16)),
-          });
-          const challenge = providerChallengeText({ address, network: ctx.network, nonce, expiresAt });
-          const body: ProviderChallengeResponse = { challenge, expiresAt };
-          return c.json(body);
-        });
-
-        app.post("/providers", docs.register, async (c) => {
-          const request = await readJsonBody(c, ProviderRegisterRequestSchema);
-          const nowMs = ctx.clock.now();
-          // Cheap checks first: a challenge this facilitator sealed for this address, not expired.
-          const opened = openChallenge(await secret(), request.challenge, {
-            address: request.address,
-            network: ctx.network,
-            now: Math.floor(nowMs / 1000),
-            ttl,
-          });
-          if (opened === undefined) {
-            throw new TollgateError(
-              "Unauthorized",
-              "the challenge is unknown, expired or already used; request a new one",
-            );
-          }
-          // The signature is checked before the challenge is consumed, so a stranger who saw the
-          // challenge cannot burn it with a bad signature.
-          if (!(await signedBy(ctx, request.address, request.challenge, request.signature))) {
-            throw new TollgateError(
-              "InvalidSignature",
-              "the signature is not the address's over the challenge",
-            );
-          }
-          const owner = request.address.toLowerCase();
-          const apiKey = `tg_${base64UrlEncode(random(24))}`;
-          const now = new Date(nowMs);
-          const key = await ctx.store.transaction(async (tx) => {
-            // Used challenges are kept until they expire (after which they are refused anyway).
-            await tx.query("DELETE FROM provider_challenges WHERE expires_at < $1", [now]);
-            const consumed = await tx.query(
-              `INSERT INTO provider_challenges (challenge_hash, address, expires_at, used_at)
-             VALUES ($1, $2, $3, $4) ON CONFLICT (challenge_hash) DO NOTHING RETURNING address`,
-              [sha256(request.challenge), owner, new Date(opened.expiresAt * 1000), now],
-            );
-            if (consumed.length === 0) {
-              throw new TollgateError(
-                "Unauthorized",
-                "the challenge is unknown, expired or already used; request a new one",
-              );
-            }
-            // The upsert locks the provider's row until commit: concurrent registrations of one
-            // provider take turns, so the key limit below holds.
-            await tx.query(
-              `INSERT INTO providers (address) VALUES ($1)
-             ON CONFLICT (address) DO UPDATE SET updated_at = now()`,
-              [owner],
-            );
-            const active = await tx.query(
-              "SELECT id FROM provider_api_keys WHERE provider = $1 AND revoked_at IS NULL",
-              [owner],
-            );
-            if (active.length >= maxActiveKeys) {
-              throw new TollgateError(
-                "InvalidRequest",
-                `a provider may hold ${maxActiveKeys} active API keys; revoke one first (DELETE /providers/keys/:id)`,
-                { details: { reason: "too_many_keys", maxActiveKeys } },
-              );
-            }
-            const row = await queryOneParsed(
-              tx,
-              KeyInfoRowSchema,
-              `INSERT INTO provider_api_keys (provider, key_hash, prefix) VALUES ($1, $2, $3)
-             RETURNING id, prefix, created_at`,
-              [owner, hashApiKey(apiKey), apiKey.slice(0, 8)],
-            );
-            if (row === undefined) throw new TollgateError("Internal", "API key insert returned nothing");
-            return row;
-          });
-          ctx.logger.info({ provider: request.address, keyId: key.id }, "provider API key issued");
-          const body: ProviderRegisterResponse = {
-            provider: request.address,
-            apiKey,
-            key: { id: key.id, prefix: key.prefix, createdAt: key.created_at.toISOString() },
-          };
-          return c.json(body, 201);
-        });
-
-        app.get("/providers/me", docs.me, requireProvider(ctx), async (c) => {
-          const provider = c.get("provider");
-          const keys = await queryParsed(
-            ctx.store,
-            KeyInfoRowSchema,
-            `SELECT id, prefix, created_at FROM provider_api_keys
-           WHERE provider = $1 AND revoked_at IS NULL ORDER BY id`,
-            [provider.address.toLowerCase()],
-          );
-          const body: ProviderAccount = {
-            provider: provider.address,
-            keys: keys.map((k) => ({ id: k.id, prefix: k.prefix, createdAt: k.created_at.toISOString() })),
-          };
-          return c.json(body);
-        });
-
-        app.delete("/providers/keys/:id", docs.revoke, requireProvider(ctx), async (c) => {
-          const provider = c.get("provider");
-          const id = z.coerce
-            .number()
-            .int()
-            .positive()
-            .max(Number.MAX_SAFE_INTEGER)
-            .safeParse(c.req.param("id"));
-          if (!id.success) throw new TollgateError("InvalidRequest", "key id must be a positive integer");
-          const revoked = await ctx.store.query(
-            `UPDATE provider_api_keys SET revoked_at = $3
-           WHERE id = $1 AND provider = $2 AND revoked_at IS NULL RETURNING id`,
-            [id.data, provider.address.toLowerCase(), new Date(ctx.clock.now())],
-          );
-          if (revoked.length === 0) throw new TollgateError("NotFound", "no active key with that id");
-          return c.json({ revoked: id.data });
-        });
+        routeChallenge(app, providers, docs);
+        routeRegister(app, providers, docs);
+        routeAccount(app, providers, docs);
       },
     };
   };
+}
+
+/** What the routes of one module instance share: its context, its options with their defaults, its HMAC key. */
+type Providers = {
+  ctx: FacilitatorContext;
+  random: (size: number) => Uint8Array;
+  ttl: number;
+  maxActiveKeys: number;
+  secret: () => Promise<Uint8Array>;
+};
+
+type ProviderRouteDocs = ReturnType<typeof providerRouteDocs>;
+
+/** The HMAC key: given, or the store's (created once; concurrent first uses agree on one row). */
+function challengeSecretOf(
+  store: FacilitatorContext["store"],
+  given: Uint8Array | undefined,
+  random: (size: number) => Uint8Array,
+): () => Promise<Uint8Array> {
+  let loaded: Promise<Uint8Array> | undefined;
+  return () => {
+    if (given !== undefined) return Promise.resolve(given);
+    // A failed load is forgotten, so the next request tries again.
+    loaded ??= loadChallengeSecret(store, random).catch((error: unknown) => {
+      loaded = undefined;
+      throw error;
+    });
+    return loaded;
+  };
+}
+
+/** The OpenAPI entries of the four routes, made once per module instance. */
+function providerRouteDocs() {
+  return {
+    challenge: routeDoc({
+      summary: "A challenge for an address to sign, to register as a provider (sealed, expires)",
+      request: ProviderChallengeRequestSchema,
+      response: ProviderChallengeResponseSchema,
+      errors: [400, 413],
+    }),
+    register: routeDoc({
+      summary: "Register with the address's signature over its challenge and get a provider API key",
+      request: ProviderRegisterRequestSchema,
+      response: ProviderRegisterResponseSchema,
+      status: 201,
+      errors: [400, 401, 413],
+    }),
+    me: routeDoc({
+      summary: "The key's provider and its active API keys",
+      response: ProviderAccountSchema,
+    }),
+    revoke: routeDoc({
+      summary: "Revoke one of the provider's API keys",
+      params: { id: z.string().regex(/^[1-9][0-9]*$/) },
+      response: z.object({ revoked: z.int() }),
+      errors: [400, 404],
+    }),
+  };
+}
+
+/** `POST /providers/challenge`: a sealed challenge; nothing is stored. */
+function routeChallenge(app: Hono, p: Providers, docs: ProviderRouteDocs): void {
+  app.post("/providers/challenge", docs.challenge, async (c) => {
+    const { address } = await readJsonBody(c, ProviderChallengeRequestSchema);
+    const expiresAt = Math.floor(p.ctx.clock.now() / 1000) + p.ttl;
+    const nonce = sealNonce(await p.secret(), {
+      address,
+      network: p.ctx.network,
+      expiresAt,
+      random: base64UrlEncode(p.random(16)),
+    });
+    const challenge = providerChallengeText({ address, network: p.ctx.network, nonce, expiresAt });
+    const body: ProviderChallengeResponse = { challenge, expiresAt };
+    return c.json(body);
+  });
+}
+
+/** `POST /providers`: a signed challenge buys an API key. */
+function routeRegister(app: Hono, p: Providers, docs: ProviderRouteDocs): void {
+  app.post("/providers", docs.register, async (c) => {
+    const request = await readJsonBody(c, ProviderRegisterRequestSchema);
+    const nowMs = p.ctx.clock.now();
+    // Cheap checks first: a challenge this facilitator sealed for this address, not expired.
+    const opened = openChallenge(await p.secret(), request.challenge, {
+      address: request.address,
+      network: p.ctx.network,
+      now: Math.floor(nowMs / 1000),
+      ttl: p.ttl,
+    });
+    if (opened === undefined) throw challengeRefused();
+    // The signature is checked before the challenge is consumed, so a stranger who saw the
+    // challenge cannot burn it with a bad signature.
+    if (!(await signedBy(p.ctx, request.address, request.challenge, request.signature))) {
+      throw new TollgateError("InvalidSignature", "the signature is not the address's over the challenge");
+    }
+    const apiKey = `tg_${base64UrlEncode(p.random(24))}`;
+    const key = await p.ctx.store.transaction((tx) =>
+      issueApiKey(tx, {
+        owner: request.address.toLowerCase(),
+        challenge: request.challenge,
+        expiresAt: opened.expiresAt,
+        now: new Date(nowMs),
+        apiKey,
+        maxActiveKeys: p.maxActiveKeys,
+      }),
+    );
+    p.ctx.logger.info({ provider: request.address, keyId: key.id }, "provider API key issued");
+    const body: ProviderRegisterResponse = {
+      provider: request.address,
+      apiKey,
+      key: { id: key.id, prefix: key.prefix, createdAt: key.created_at.toISOString() },
+    };
+    return c.json(body, 201);
+  });
+}
+
+function challengeRefused(): TollgateError {
+  return new TollgateError(
+    "Unauthorized",
+    "the challenge is unknown, expired or already used; request a new one",
+  );
+}
+
+/**
+ * Consumes the challenge and stores the new key, in one transaction: a refusal (challenge used, too
+ * many keys) throws and so leaves the challenge unused.
+ */
+async function issueApiKey(
+  tx: Queryable,
+  issue: {
+    owner: string;
+    challenge: string;
+    expiresAt: number;
+    now: Date;
+    apiKey: string;
+    maxActiveKeys: number;
+  },
+): Promise<z.infer<typeof KeyInfoRowSchema>> {
+  const { owner, now, apiKey, maxActiveKeys } = issue;
+  // Used challenges are kept until they expire (after which they are refused anyway).
+  await tx.query("DELETE FROM provider_challenges WHERE expires_at < $1", [now]);
+  const consumed = await tx.query(
+    `INSERT INTO provider_challenges (challenge_hash, address, expires_at, used_at)
+     VALUES ($1, $2, $3, $4) ON CONFLICT (challenge_hash) DO NOTHING RETURNING address`,
+    [sha256(issue.challenge), owner, new Date(issue.expiresAt * 1000), now],
+  );
+  if (consumed.length === 0) throw challengeRefused();
+  // The upsert locks the provider's row until commit: concurrent registrations of one
+  // provider take turns, so the key limit below holds.
+  await tx.query(
+    `INSERT INTO providers (address) VALUES ($1)
+     ON CONFLICT (address) DO UPDATE SET updated_at = now()`,
+    [owner],
+  );
+  const active = await tx.query(
+    "SELECT id FROM provider_api_keys WHERE provider = $1 AND revoked_at IS NULL",
+    [owner],
+  );
+  if (active.length >= maxActiveKeys) {
+    throw new TollgateError(
+      "InvalidRequest",
+      `a provider may hold ${maxActiveKeys} active API keys; revoke one first (DELETE /providers/keys/:id)`,
+      { details: { reason: "too_many_keys", maxActiveKeys } },
+    );
+  }
+  const row = await queryOneParsed(
+    tx,
+    KeyInfoRowSchema,
+    `INSERT INTO provider_api_keys (provider, key_hash, prefix) VALUES ($1, $2, $3)
+     RETURNING id, prefix, created_at`,
+    [owner, hashApiKey(apiKey), apiKey.slice(0, 8)],
+  );
+  if (row === undefined) throw new TollgateError("Internal", "API key insert returned nothing");
+  return row;
+}
+
+/** `GET /providers/me` and `DELETE /providers/keys/:id`: the key holder's own account. */
+function routeAccount(app: Hono, p: Providers, docs: ProviderRouteDocs): void {
+  const { ctx } = p;
+  app.get("/providers/me", docs.me, requireProvider(ctx), async (c) => {
+    const provider = c.get("provider");
+    const keys = await queryParsed(
+      ctx.store,
+      KeyInfoRowSchema,
+      `SELECT id, prefix, created_at FROM provider_api_keys
+     WHERE provider = $1 AND revoked_at IS NULL ORDER BY id`,
+      [provider.address.toLowerCase()],
+    );
+    const body: ProviderAccount = {
+      provider: provider.address,
+      keys: keys.map((k) => ({ id: k.id, prefix: k.prefix, createdAt: k.created_at.toISOString() })),
+    };
+    return c.json(body);
+  });
+
+  app.delete("/providers/keys/:id", docs.revoke, requireProvider(ctx), async (c) => {
+    const provider = c.get("provider");
+    const id = z.coerce.number().int().positive().max(Number.MAX_SAFE_INTEGER).safeParse(c.req.param("id"));
+    if (!id.success) throw new TollgateError("InvalidRequest", "key id must be a positive integer");
+    const revoked = await ctx.store.query(
+      `UPDATE provider_api_keys SET revoked_at = $3
+     WHERE id = $1 AND provider = $2 AND revoked_at IS NULL RETURNING id`,
+      [id.data, provider.address.toLowerCase(), new Date(ctx.clock.now())],
+    );
+    if (revoked.length === 0) throw new TollgateError("NotFound", "no active key with that id");
+    return c.json({ revoked: id.data });
+  });
 }
 
 /** The providers module with its defaults (listed in modules.ts). */
