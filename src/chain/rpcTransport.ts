@@ -118,24 +118,33 @@ type Provider = {
   base: ReturnType<Transport> | undefined;
 };
 
-/**
- * A viem transport over `urls` (in order of preference) with failover, backoff and lag avoidance.
- *
- * @example
- * const client = createPublicClient({ chain: base, transport: rpcTransport(parseRpcUrls(process.env.TOLLGATE_RPC_URL!)) });
- */
-export function rpcTransport(urls: readonly string[], options: RpcTransportOptions = {}): Transport {
-  if (urls.length === 0) throw new TypeError("rpcTransport needs at least one URL");
-  const now = options.now ?? (() => performance.now());
-  const random = options.random ?? Math.random;
-  const clock = options.clock ?? systemClock;
-  const retryCount = Math.max(0, options.retryCount ?? 3);
-  const cooldownMs = options.cooldownMs ?? 30_000;
-  const maxLag = BigInt(options.maxLagBlocks ?? 5);
-  const headCheckMs = options.headCheckMs ?? 30_000;
-  const backoff = { baseMs: options.backoffBaseMs ?? 200, maxMs: options.backoffMaxMs ?? 5_000, random };
+/** What the transport knows of its providers and how it treats them: shared by the parts below. */
+type Pool = {
+  urls: readonly string[];
+  providers: Provider[];
+  options: RpcTransportOptions;
+  now: () => number;
+  cooldownMs: number;
+  maxLag: bigint;
+  headCheckMs: number;
+  stallBlocks: number;
+  lastHeadCheck: number;
+  headCheckRunning: boolean;
+  /** Set from the client's chain when the transport is built. */
+  blockTimeMs: number | undefined;
+};
+
+/** How a call that every provider failed goes again. */
+type RetryPolicy = {
+  retryCount: number;
+  backoff: { baseMs: number; maxMs: number; random: () => number };
+  clock: Clock;
+};
+
+/** One provider per URL, named by its redacted URL (numbered when two redact alike). */
+function createProviders(urls: readonly string[]): Provider[] {
   const names = new Map<string, number>();
-  const providers: Provider[] = urls.map((url) => {
+  return urls.map((url) => {
     const redacted = redactRpcUrl(url);
     const seen = (names.get(redacted) ?? 0) + 1;
     names.set(redacted, seen);
@@ -153,164 +162,208 @@ export function rpcTransport(urls: readonly string[], options: RpcTransportOptio
       base: undefined,
     };
   });
-  let lastHeadCheck = Number.NEGATIVE_INFINITY;
-  let headCheckRunning = false;
+}
 
-  const stallBlocks = options.stallBlocks ?? 5;
-  /** Set from the client's chain when the transport is built. */
-  let blockTimeMs: number | undefined;
+function createPool(urls: readonly string[], options: RpcTransportOptions): Pool {
+  return {
+    urls,
+    providers: createProviders(urls),
+    options,
+    now: options.now ?? (() => performance.now()),
+    cooldownMs: options.cooldownMs ?? 30_000,
+    maxLag: BigInt(options.maxLagBlocks ?? 5),
+    headCheckMs: options.headCheckMs ?? 30_000,
+    stallBlocks: options.stallBlocks ?? 5,
+    lastHeadCheck: Number.NEGATIVE_INFINITY,
+    headCheckRunning: false,
+    blockTimeMs: undefined,
+  };
+}
 
-  const usable = (p: Provider, at: number) => !p.lagging && !p.stalled && p.downUntil <= at;
+const usable = (p: Provider, at: number) => !p.lagging && !p.stalled && p.downUntil <= at;
 
-  /** Notes a head read from `p`: a head that moves clears a stall; one that stands still too long is one. */
-  function noteHead(p: Provider, head: bigint): void {
-    const at = now();
-    if (p.head !== head) {
-      p.head = head;
-      p.headSince = at;
-      if (p.stalled) {
-        p.stalled = false;
-        options.onEvent?.({ kind: "caught-up", provider: p.name, head });
-      }
-      return;
+/** Notes a head read from `p`: a head that moves clears a stall; one that stands still too long is one. */
+function noteHead(pool: Pool, p: Provider, head: bigint): void {
+  const at = pool.now();
+  if (p.head !== head) {
+    p.head = head;
+    p.headSince = at;
+    if (p.stalled) {
+      p.stalled = false;
+      pool.options.onEvent?.({ kind: "caught-up", provider: p.name, head });
     }
-    if (blockTimeMs === undefined || blockTimeMs <= 0 || p.stalled) return;
-    const sinceMs = at - p.headSince;
-    if (sinceMs > stallBlocks * blockTimeMs) {
-      p.stalled = true;
-      options.onEvent?.({ kind: "stalled", provider: p.name, head, sinceMs });
+    return;
+  }
+  const { blockTimeMs } = pool;
+  if (blockTimeMs === undefined || blockTimeMs <= 0 || p.stalled) return;
+  const sinceMs = at - p.headSince;
+  if (sinceMs > pool.stallBlocks * blockTimeMs) {
+    p.stalled = true;
+    pool.options.onEvent?.({ kind: "stalled", provider: p.name, head, sinceMs });
+  }
+}
+
+/** Whether `p` may be passed over now: it is down or lagging and another provider is not. */
+function passOver(pool: Pool, p: Provider): boolean {
+  const at = pool.now();
+  return !usable(p, at) && pool.providers.some((q) => q !== p && usable(q, at));
+}
+
+function answered(pool: Pool, p: Provider, sentAt: number): void {
+  if (sentAt < p.failedAt) return;
+  p.downUntil = 0;
+  if (p.down) {
+    p.down = false;
+    pool.options.onEvent?.({ kind: "up", provider: p.name });
+  }
+}
+
+function failed(pool: Pool, p: Provider, error: unknown): void {
+  p.failedAt = pool.now();
+  p.downUntil = p.failedAt + pool.cooldownMs;
+  if (!p.down) {
+    p.down = true;
+    pool.options.onEvent?.({ kind: "down", provider: p.name, error: redactRpcUrlsInError(error, pool.urls) });
+  }
+}
+
+async function headOf(pool: Pool, p: Provider): Promise<bigint | undefined> {
+  try {
+    const head = BigInt((await p.base!.request({ method: "eth_blockNumber" })) as string);
+    noteHead(pool, p, head);
+    return head;
+  } catch (error) {
+    if (isTransientRpcFault(error)) failed(pool, p, error);
+    return undefined;
+  }
+}
+
+/** Marks `p` lagging when its head is more than `maxLag` behind `highest`, or caught up when no longer. */
+function markLag(pool: Pool, p: Provider, head: bigint, highest: bigint): void {
+  const behind = highest - head > pool.maxLag;
+  if (behind && !p.lagging) {
+    p.lagging = true;
+    pool.options.onEvent?.({ kind: "lagging", provider: p.name, head, highest });
+  } else if (!behind && p.lagging) {
+    p.lagging = false;
+    pool.options.onEvent?.({ kind: "caught-up", provider: p.name, head });
+  }
+}
+
+/** Compares every provider's head; marks the ones too far behind, and the ones caught up. */
+async function compareHeads(pool: Pool, first: Provider, firstHead: bigint): Promise<void> {
+  pool.headCheckRunning = true;
+  try {
+    const heads = await Promise.all(pool.providers.map((p) => (p === first ? firstHead : headOf(pool, p))));
+    const known = heads.filter((h): h is bigint => h !== undefined);
+    if (known.length < 2) return;
+    let highest = known[0]!;
+    for (const head of known) if (head > highest) highest = head;
+    for (const [i, p] of pool.providers.entries()) {
+      const head = heads[i];
+      if (head !== undefined) markLag(pool, p, head, highest);
     }
+  } finally {
+    pool.headCheckRunning = false;
   }
+}
 
-  /** Whether `p` may be passed over now: it is down or lagging and another provider is not. */
-  function passOver(p: Provider): boolean {
-    const at = now();
-    return !usable(p, at) && providers.some((q) => q !== p && usable(q, at));
-  }
+/** A head the client read from `p`: noted, and beside it a head comparison when one is due. */
+function sawHead(pool: Pool, p: Provider, result: unknown): void {
+  if (typeof result !== "string") return;
+  noteHead(pool, p, BigInt(result));
+  if (pool.providers.length < 2 || pool.headCheckRunning) return;
+  const at = pool.now();
+  if (at - pool.lastHeadCheck < pool.headCheckMs) return;
+  pool.lastHeadCheck = at;
+  void compareHeads(pool, p, BigInt(result)).catch(() => undefined);
+}
 
-  function answered(p: Provider, sentAt: number): void {
-    if (sentAt < p.failedAt) return;
-    p.downUntil = 0;
-    if (p.down) {
-      p.down = false;
-      options.onEvent?.({ kind: "up", provider: p.name });
+/** Provider `p` as a transport of the fallback: built once, passed over while down or lagging. */
+function providerTransport(pool: Pool, p: Provider, params: Parameters<Transport>[0]): ReturnType<Transport> {
+  // viem's fallback builds its transports again for every call: one batchingHttp per provider
+  // keeps its queue and batches.
+  p.base ??= batchingHttp(p.url, { ...pool.options, retryCount: 0 })({ ...params, retryCount: 0 });
+  const base = p.base;
+  const request = (async (args, requestOptions) => {
+    if (passOver(pool, p)) {
+      const why = p.lagging ? "lagging" : p.stalled ? "stalled" : "failing";
+      throw new ProviderPassedOver(p.name, why);
     }
-  }
-
-  function failed(p: Provider, error: unknown): void {
-    p.failedAt = now();
-    p.downUntil = p.failedAt + cooldownMs;
-    if (!p.down) {
-      p.down = true;
-      options.onEvent?.({ kind: "down", provider: p.name, error: redactRpcUrlsInError(error, urls) });
-    }
-  }
-
-  async function headOf(p: Provider): Promise<bigint | undefined> {
+    const sentAt = pool.now();
     try {
-      const head = BigInt((await p.base!.request({ method: "eth_blockNumber" })) as string);
-      noteHead(p, head);
-      return head;
+      const result = await base.request(args, requestOptions);
+      answered(pool, p, sentAt);
+      if (args.method === "eth_blockNumber") sawHead(pool, p, result);
+      return result;
     } catch (error) {
-      if (isTransientRpcFault(error)) failed(p, error);
-      return undefined;
+      if (isTransientRpcFault(error)) failed(pool, p, error);
+      throw error;
     }
-  }
+  }) as EIP1193RequestFn;
+  return { config: base.config, request, value: base.value };
+}
 
-  /** Compares every provider's head; marks the ones too far behind, and the ones caught up. */
-  async function compareHeads(first: Provider, firstHead: bigint): Promise<void> {
-    headCheckRunning = true;
-    try {
-      const heads = await Promise.all(providers.map((p) => (p === first ? firstHead : headOf(p))));
-      const known = heads.filter((h): h is bigint => h !== undefined);
-      if (known.length < 2) return;
-      let highest = known[0]!;
-      for (const head of known) if (head > highest) highest = head;
-      for (const [i, p] of providers.entries()) {
-        const head = heads[i];
-        if (head === undefined) continue;
-        const behind = highest - head > maxLag;
-        if (behind && !p.lagging) {
-          p.lagging = true;
-          options.onEvent?.({ kind: "lagging", provider: p.name, head, highest });
-        } else if (!behind && p.lagging) {
-          p.lagging = false;
-          options.onEvent?.({ kind: "caught-up", provider: p.name, head });
-        }
-      }
-    } finally {
-      headCheckRunning = false;
-    }
-  }
+/** The providers in order: the one alone, or several in viem's fallback that fails over as ours does. */
+function failoverTransport(pool: Pool, params: Parameters<Transport>[0]): ReturnType<Transport> {
+  const { providers } = pool;
+  if (providers.length === 1) return providerTransport(pool, providers[0]!, params);
+  return fallback(
+    providers.map(
+      (p) =>
+        ((next: Parameters<Transport>[0]) => providerTransport(pool, p, { ...params, ...next })) as Transport,
+    ),
+    {
+      retryCount: 0,
+      // viem's rule first (a revert, a user's refusal), then ours: the node's own answers stay.
+      shouldThrow: (error) => viemShouldThrow(error) || !failsOver(error),
+    },
+  )({ ...params, retryCount: 0 });
+}
 
-  function sawHead(p: Provider, result: unknown): void {
-    if (typeof result !== "string") return;
-    noteHead(p, BigInt(result));
-    if (providers.length < 2 || headCheckRunning) return;
-    const at = now();
-    if (at - lastHeadCheck < headCheckMs) return;
-    lastHeadCheck = at;
-    void compareHeads(p, BigInt(result)).catch(() => undefined);
-  }
-
-  /** Provider `p` as a transport of the fallback: built once, passed over while down or lagging. */
-  function child(p: Provider, params: Parameters<Transport>[0]): ReturnType<Transport> {
-    // viem's fallback builds its transports again for every call: one batchingHttp per provider
-    // keeps its queue and batches.
-    p.base ??= batchingHttp(p.url, { ...options, retryCount: 0 })({ ...params, retryCount: 0 });
-    const base = p.base;
-    const request = (async (args, requestOptions) => {
-      if (passOver(p)) {
-        const why = p.lagging ? "lagging" : p.stalled ? "stalled" : "failing";
-        throw new ProviderPassedOver(p.name, why);
-      }
-      const sentAt = now();
+/** `inner`'s request, sent again with backoff while every provider fails it; errors leave redacted. */
+function retryingRequest(pool: Pool, retry: RetryPolicy, inner: ReturnType<Transport>): EIP1193RequestFn {
+  return (async (args, requestOptions) => {
+    for (let attempt = 0; ; attempt++) {
       try {
-        const result = await base.request(args, requestOptions);
-        answered(p, sentAt);
-        if (args.method === "eth_blockNumber") sawHead(p, result);
-        return result;
+        return await inner.request(args, requestOptions);
       } catch (error) {
-        if (isTransientRpcFault(error)) failed(p, error);
-        throw error;
+        redactRpcUrlsInError(error, pool.urls);
+        if (attempt >= retry.retryCount || !failsOver(error) || requestOptions?.signal?.aborted) throw error;
+        const delayMs = backoffMs(attempt, retryAfterMs(error, retry.clock.now()), retry.backoff);
+        pool.options.onEvent?.({ kind: "retry", attempt: attempt + 1, delayMs, error });
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
       }
-    }) as EIP1193RequestFn;
-    return { config: base.config, request, value: base.value };
-  }
+    }
+  }) as EIP1193RequestFn;
+}
 
+/**
+ * A viem transport over `urls` (in order of preference) with failover, backoff and lag avoidance.
+ *
+ * @example
+ * const client = createPublicClient({ chain: base, transport: rpcTransport(parseRpcUrls(process.env.TOLLGATE_RPC_URL!)) });
+ */
+export function rpcTransport(urls: readonly string[], options: RpcTransportOptions = {}): Transport {
+  if (urls.length === 0) throw new TypeError("rpcTransport needs at least one URL");
+  const pool = createPool(urls, options);
+  const retry: RetryPolicy = {
+    retryCount: Math.max(0, options.retryCount ?? 3),
+    backoff: {
+      baseMs: options.backoffBaseMs ?? 200,
+      maxMs: options.backoffMaxMs ?? 5_000,
+      random: options.random ?? Math.random,
+    },
+    clock: options.clock ?? systemClock,
+  };
   return (params) => {
-    blockTimeMs = params.chain?.blockTime;
-    const inner: ReturnType<Transport> =
-      providers.length === 1
-        ? child(providers[0]!, params)
-        : fallback(
-            providers.map(
-              (p) => ((next: Parameters<Transport>[0]) => child(p, { ...params, ...next })) as Transport,
-            ),
-            {
-              retryCount: 0,
-              // viem's rule first (a revert, a user's refusal), then ours: the node's own answers stay.
-              shouldThrow: (error) => viemShouldThrow(error) || !failsOver(error),
-            },
-          )({ ...params, retryCount: 0 });
-    const request = (async (args, requestOptions) => {
-      for (let attempt = 0; ; attempt++) {
-        try {
-          return await inner.request(args, requestOptions);
-        } catch (error) {
-          redactRpcUrlsInError(error, urls);
-          if (attempt >= retryCount || !failsOver(error) || requestOptions?.signal?.aborted) throw error;
-          const delayMs = backoffMs(attempt, retryAfterMs(error, clock.now()), backoff);
-          options.onEvent?.({ kind: "retry", attempt: attempt + 1, delayMs, error });
-          await new Promise((resolve) => setTimeout(resolve, delayMs));
-        }
-      }
-    }) as EIP1193RequestFn;
+    pool.blockTimeMs = params.chain?.blockTime;
+    const inner = failoverTransport(pool, params);
     const config: TransportConfig = { ...inner.config, retryCount: 0 };
     return {
       config,
-      request,
-      value: { ...inner.value, url: urls[0], urls: providers.map((p) => p.name) },
+      request: retryingRequest(pool, retry, inner),
+      value: { ...inner.value, url: urls[0], urls: pool.providers.map((p) => p.name) },
     };
   };
 }
