@@ -70,51 +70,39 @@ const SpendSchema = z.object({
   first: TimestampColumnSchema.nullable(),
 });
 
+/** The options with their defaults filled in, and the logger the runway writes to. */
+type RunwaySettings = {
+  options: GasRunwayOptions;
+  log: Logger;
+  warnBelowSeconds: number;
+  windowMs: number;
+  minSpanMs: number;
+  refreshMs: number;
+};
+
 export function createGasRunway(options: GasRunwayOptions): GasRunway {
-  const { store, client, clock } = options;
-  const log = options.logger.child({ component: "gas-runway" });
-  const warnBelowSeconds = options.warnBelowSeconds ?? 86_400;
-  const windowMs = options.windowMs ?? 24 * 3_600_000;
-  const minSpanMs = options.minSpanMs ?? 3_600_000;
-  const refreshMs = options.refreshMs ?? 60_000;
+  const { clock } = options;
+  const settings: RunwaySettings = {
+    options,
+    log: options.logger.child({ component: "gas-runway" }),
+    warnBelowSeconds: options.warnBelowSeconds ?? 86_400,
+    windowMs: options.windowMs ?? 24 * 3_600_000,
+    minSpanMs: options.minSpanMs ?? 3_600_000,
+    refreshMs: options.refreshMs ?? 60_000,
+  };
+  const { log, refreshMs } = settings;
   let current: GasRunwayState | undefined;
   let lastRead = Number.NEGATIVE_INFINITY;
   let reading: Promise<GasRunwayState | undefined> | undefined;
   let timer: ReturnType<typeof setTimeout> | undefined;
   let stopped = false;
 
-  async function read(): Promise<GasRunwayState> {
-    const now = clock.now();
-    const [balance, spend] = await Promise.all([
-      client.getBalance({ address: options.address }),
-      queryOneParsed(
-        store,
-        SpendSchema,
-        `SELECT coalesce(sum(fee_paid), 0) AS spent, min(done_at) AS first FROM tx_outbox
-         WHERE chain_id = $1 AND sender = $2 AND fee_paid IS NOT NULL AND done_at > $3`,
-        [options.chainId, options.address.toLowerCase(), new Date(now - windowMs)],
-      ),
-    ]);
-    const spent = spend?.spent ?? 0n;
-    const first = spend?.first?.getTime() ?? now;
-    const spanMs = Math.max(minSpanMs, Math.min(windowMs, now - first));
-    const runwaySeconds = spent > 0n ? Number((balance * BigInt(spanMs)) / spent) / 1_000 : undefined;
-    return {
-      balance,
-      spent,
-      spanSeconds: spanMs / 1_000,
-      runwaySeconds,
-      low: balance === 0n || (runwaySeconds !== undefined && runwaySeconds < warnBelowSeconds),
-      readAt: new Date(now),
-    };
-  }
-
   function refresh(): Promise<GasRunwayState | undefined> {
     reading ??= (async () => {
       lastRead = clock.now();
       try {
-        const next = await read();
-        report(current, next);
+        const next = await readRunway(settings);
+        reportRunway(settings, current, next);
         current = next;
       } catch (error) {
         log.warn({ err: error }, "could not read the gas key's balance; the runway is read again later");
@@ -124,31 +112,6 @@ export function createGasRunway(options: GasRunwayOptions): GasRunway {
       reading = undefined;
     });
     return reading;
-  }
-
-  /** One line when the key starts to run short, one when it no longer does (invariant 3). */
-  function report(before: GasRunwayState | undefined, now: GasRunwayState): void {
-    if (now.low && before?.low !== true) {
-      log.warn(
-        {
-          event: "gas.low",
-          address: options.address,
-          balance: now.balance.toString(),
-          spent: now.spent.toString(),
-          spanSeconds: now.spanSeconds,
-          runwaySeconds: now.runwaySeconds,
-          warnBelowSeconds,
-        },
-        now.balance === 0n
-          ? "the gas key has no balance left: nothing can be sent; fund it"
-          : "the gas key runs dry within the warning threshold at its recent spending: fund it",
-      );
-    } else if (!now.low && before?.low === true) {
-      log.info(
-        { event: "gas.ok", balance: now.balance.toString(), runwaySeconds: now.runwaySeconds },
-        "the gas key's runway is above the warning threshold again",
-      );
-    }
   }
 
   return {
@@ -176,4 +139,62 @@ export function createGasRunway(options: GasRunwayOptions): GasRunway {
       timer = undefined;
     },
   };
+}
+
+/** One read of the balance and of the window's spend, and the runway they give (invariant 2). */
+async function readRunway(settings: RunwaySettings): Promise<GasRunwayState> {
+  const { options, windowMs, minSpanMs } = settings;
+  const now = options.clock.now();
+  const [balance, spend] = await Promise.all([
+    options.client.getBalance({ address: options.address }),
+    queryOneParsed(
+      options.store,
+      SpendSchema,
+      `SELECT coalesce(sum(fee_paid), 0) AS spent, min(done_at) AS first FROM tx_outbox
+       WHERE chain_id = $1 AND sender = $2 AND fee_paid IS NOT NULL AND done_at > $3`,
+      [options.chainId, options.address.toLowerCase(), new Date(now - windowMs)],
+    ),
+  ]);
+  const spent = spend?.spent ?? 0n;
+  const first = spend?.first?.getTime() ?? now;
+  const spanMs = Math.max(minSpanMs, Math.min(windowMs, now - first));
+  const runwaySeconds = spent > 0n ? Number((balance * BigInt(spanMs)) / spent) / 1_000 : undefined;
+  return {
+    balance,
+    spent,
+    spanSeconds: spanMs / 1_000,
+    runwaySeconds,
+    low: balance === 0n || (runwaySeconds !== undefined && runwaySeconds < settings.warnBelowSeconds),
+    readAt: new Date(now),
+  };
+}
+
+/** One line when the key starts to run short, one when it no longer does (invariant 3). */
+function reportRunway(
+  settings: RunwaySettings,
+  before: GasRunwayState | undefined,
+  now: GasRunwayState,
+): void {
+  const { log } = settings;
+  if (now.low && before?.low !== true) {
+    log.warn(
+      {
+        event: "gas.low",
+        address: settings.options.address,
+        balance: now.balance.toString(),
+        spent: now.spent.toString(),
+        spanSeconds: now.spanSeconds,
+        runwaySeconds: now.runwaySeconds,
+        warnBelowSeconds: settings.warnBelowSeconds,
+      },
+      now.balance === 0n
+        ? "the gas key has no balance left: nothing can be sent; fund it"
+        : "the gas key runs dry within the warning threshold at its recent spending: fund it",
+    );
+  } else if (!now.low && before?.low === true) {
+    log.info(
+      { event: "gas.ok", balance: now.balance.toString(), runwaySeconds: now.runwaySeconds },
+      "the gas key's runway is above the warning threshold again",
+    );
+  }
 }

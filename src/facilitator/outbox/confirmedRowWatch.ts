@@ -82,11 +82,29 @@ const WatchedRowSchema = z.object({
 });
 type WatchedRow = z.infer<typeof WatchedRowSchema>;
 
+/** What the watch's steps read and write through: the options with their defaults filled in. */
+type WatchContext = {
+  store: Store;
+  client: ConfirmedRowWatchClient;
+  scope: { chainId: number; sender: Address };
+  hooks: ReadonlyMap<string, OutboxReopenHook>;
+  maxWatchMs: number;
+  log: Logger;
+  onReopened: ((kind: string) => void) | undefined;
+};
+
 export function createConfirmedRowWatch(options: ConfirmedRowWatchOptions): ConfirmedRowWatch {
-  const { store, client, scope, hooks } = options;
+  const context: WatchContext = {
+    store: options.store,
+    client: options.client,
+    scope: options.scope,
+    hooks: options.hooks,
+    maxWatchMs: options.maxWatchMs ?? 15 * 60_000,
+    log: options.logger.child({ component: "reorg-watch" }),
+    onReopened: options.onReopened,
+  };
+  const { client, hooks } = context;
   const windowBlocks = BigInt(options.windowBlocks ?? 64);
-  const maxWatchMs = options.maxWatchMs ?? 15 * 60_000;
-  const log = options.logger.child({ component: "reorg-watch" });
   let lastHead: Hash | undefined;
   /** The head's number at the last check: rows at or below it minus the window are final. */
   let lastHeadNumber: bigint | undefined;
@@ -97,71 +115,10 @@ export function createConfirmedRowWatch(options: ConfirmedRowWatchOptions): Conf
    */
   let lastChecked = new Set<number>();
 
-  /** Confirmed rows of watched kinds mined above `floor` and confirmed within `maxWatchMs`: the newest 512. */
-  function watchedRows(floor: bigint): Promise<WatchedRow[]> {
-    return queryParsed(
-      store,
-      WatchedRowSchema,
-      `SELECT * FROM (
-         SELECT id, kind, owner, meta, tx_hash, block_number, block_hash FROM tx_outbox
-         WHERE chain_id = $1 AND sender = $2 AND status = 'confirmed' AND kind = ANY($3::text[])
-           AND tx_hash IS NOT NULL AND block_number IS NOT NULL AND block_number > $4
-           AND done_at > now() - $5::float8 * interval '1 millisecond'
-         ORDER BY block_number DESC, id DESC LIMIT 512
-       ) AS w ORDER BY block_number, id`,
-      [scope.chainId, scope.sender.toLowerCase(), [...hooks.keys()], floor, maxWatchMs],
-    );
-  }
-
-  /** The block hash the row's transaction is mined in now at its recorded height, or `undefined`. */
-  async function minedAt(row: WatchedRow): Promise<Hash | undefined> {
-    try {
-      const receipt = await client.getTransactionReceipt({ hash: row.tx_hash });
-      return receipt.blockNumber === row.block_number ? receipt.blockHash : undefined;
-    } catch (error) {
-      if (error instanceof Error && error.name === "TransactionReceiptNotFoundError") return undefined;
-      throw error;
-    }
-  }
-
-  async function reopen(row: WatchedRow): Promise<boolean> {
-    const hook = hooks.get(row.kind);
-    if (hook === undefined) return false;
-    return store.transaction(async (tx) => {
-      const moved = await tx.query(
-        `UPDATE tx_outbox SET status = 'broadcast', block_number = NULL, block_hash = NULL, done_at = NULL,
-           updated_at = now() - interval '1 day'
-         WHERE id = $1 AND status = 'confirmed' AND block_number = $2 RETURNING id`,
-        [row.id, row.block_number],
-      );
-      if (moved.length === 0) return false;
-      const reopened: ReopenedRow = {
-        id: row.id,
-        kind: row.kind,
-        owner: row.owner,
-        meta: row.meta,
-        hash: row.tx_hash,
-        blockNumber: row.block_number,
-      };
-      await hook(tx, reopened);
-      log.warn(
-        {
-          id: row.id,
-          kind: row.kind,
-          owner: row.owner,
-          transaction: row.tx_hash,
-          blockNumber: row.block_number,
-        },
-        "a confirmed transaction left the chain (a reorganisation); it is sent again",
-      );
-      return true;
-    });
-  }
-
   async function check(): Promise<{ reopened: number[]; watching: boolean }> {
     if (hooks.size === 0) return { reopened: [], watching: false };
     const floor = lastHeadNumber === undefined ? -1n : lastHeadNumber - windowBlocks;
-    const candidates = await watchedRows(floor);
+    const candidates = await watchedRows(context, floor);
     if (candidates.length === 0) return { reopened: [], watching: false };
     const head = await client.getBlock({ blockTag: "latest" });
     const headNumber = head.number ?? lastHeadNumber ?? 0n;
@@ -173,37 +130,114 @@ export function createConfirmedRowWatch(options: ConfirmedRowWatchOptions): Conf
     ) {
       return { reopened: [], watching: true };
     }
-    const rows = await watchedRows(headNumber - windowBlocks);
-    const byBlock = new Map<bigint, WatchedRow[]>();
-    for (const row of rows) byBlock.set(row.block_number, [...(byBlock.get(row.block_number) ?? []), row]);
-    const reopened: number[] = [];
-    for (const [number, group] of byBlock) {
-      // One block read for the rows whose block hash is recorded; a receipt for the others.
-      let canonical: Hash | undefined;
-      if (group.some((r) => r.block_hash !== null) && number <= headNumber) {
-        canonical = (await client.getBlock({ blockNumber: number })).hash ?? undefined;
-      }
-      for (const row of group) {
-        if (row.block_hash !== null && row.block_hash === canonical) continue;
-        const at = await minedAt(row);
-        if (at !== undefined && (row.block_hash === null || at === row.block_hash)) {
-          // Learned once, kept for later checks and for a restarted worker.
-          await store.query(
-            `UPDATE tx_outbox SET block_hash = $2 WHERE id = $1 AND status = 'confirmed' AND block_hash IS NULL`,
-            [row.id, at.toLowerCase()],
-          );
-          continue;
-        }
-        if (await reopen(row)) {
-          reopened.push(row.id);
-          options.onReopened?.(row.kind);
-        }
-      }
-    }
+    const rows = await watchedRows(context, headNumber - windowBlocks);
+    const reopened = await compareWithChain(context, rows, headNumber);
     lastHead = head.hash ?? undefined;
     lastChecked = new Set(rows.filter((r) => !reopened.includes(r.id)).map((r) => Number(r.id)));
     return { reopened, watching: true };
   }
 
   return { check };
+}
+
+/** Confirmed rows of watched kinds mined above `floor` and confirmed within `maxWatchMs`: the newest 512. */
+function watchedRows(context: WatchContext, floor: bigint): Promise<WatchedRow[]> {
+  const { scope, hooks } = context;
+  return queryParsed(
+    context.store,
+    WatchedRowSchema,
+    `SELECT * FROM (
+       SELECT id, kind, owner, meta, tx_hash, block_number, block_hash FROM tx_outbox
+       WHERE chain_id = $1 AND sender = $2 AND status = 'confirmed' AND kind = ANY($3::text[])
+         AND tx_hash IS NOT NULL AND block_number IS NOT NULL AND block_number > $4
+         AND done_at > now() - $5::float8 * interval '1 millisecond'
+       ORDER BY block_number DESC, id DESC LIMIT 512
+     ) AS w ORDER BY block_number, id`,
+    [scope.chainId, scope.sender.toLowerCase(), [...hooks.keys()], floor, context.maxWatchMs],
+  );
+}
+
+/**
+ * Compares each row in the window with the canonical chain, one block read per block holding rows:
+ * learns the block hashes not recorded yet and reopens the rows whose block left the chain. Resolves
+ * with the rows reopened.
+ */
+async function compareWithChain(
+  context: WatchContext,
+  rows: readonly WatchedRow[],
+  headNumber: bigint,
+): Promise<number[]> {
+  const byBlock = new Map<bigint, WatchedRow[]>();
+  for (const row of rows) byBlock.set(row.block_number, [...(byBlock.get(row.block_number) ?? []), row]);
+  const reopened: number[] = [];
+  for (const [number, group] of byBlock) {
+    // One block read for the rows whose block hash is recorded; a receipt for the others.
+    let canonical: Hash | undefined;
+    if (group.some((r) => r.block_hash !== null) && number <= headNumber) {
+      canonical = (await context.client.getBlock({ blockNumber: number })).hash ?? undefined;
+    }
+    for (const row of group) {
+      if (row.block_hash !== null && row.block_hash === canonical) continue;
+      const at = await minedAt(context, row);
+      if (at !== undefined && (row.block_hash === null || at === row.block_hash)) {
+        // Learned once, kept for later checks and for a restarted worker.
+        await context.store.query(
+          `UPDATE tx_outbox SET block_hash = $2 WHERE id = $1 AND status = 'confirmed' AND block_hash IS NULL`,
+          [row.id, at.toLowerCase()],
+        );
+        continue;
+      }
+      if (await reopen(context, row)) {
+        reopened.push(row.id);
+        context.onReopened?.(row.kind);
+      }
+    }
+  }
+  return reopened;
+}
+
+/** The block hash the row's transaction is mined in now at its recorded height, or `undefined`. */
+async function minedAt(context: WatchContext, row: WatchedRow): Promise<Hash | undefined> {
+  try {
+    const receipt = await context.client.getTransactionReceipt({ hash: row.tx_hash });
+    return receipt.blockNumber === row.block_number ? receipt.blockHash : undefined;
+  } catch (error) {
+    if (error instanceof Error && error.name === "TransactionReceiptNotFoundError") return undefined;
+    throw error;
+  }
+}
+
+/** Reopens a row whose block left the chain, with its kind's hook, in one transaction (invariant 3). */
+async function reopen(context: WatchContext, row: WatchedRow): Promise<boolean> {
+  const hook = context.hooks.get(row.kind);
+  if (hook === undefined) return false;
+  return context.store.transaction(async (tx) => {
+    const moved = await tx.query(
+      `UPDATE tx_outbox SET status = 'broadcast', block_number = NULL, block_hash = NULL, done_at = NULL,
+         updated_at = now() - interval '1 day'
+       WHERE id = $1 AND status = 'confirmed' AND block_number = $2 RETURNING id`,
+      [row.id, row.block_number],
+    );
+    if (moved.length === 0) return false;
+    const reopened: ReopenedRow = {
+      id: row.id,
+      kind: row.kind,
+      owner: row.owner,
+      meta: row.meta,
+      hash: row.tx_hash,
+      blockNumber: row.block_number,
+    };
+    await hook(tx, reopened);
+    context.log.warn(
+      {
+        id: row.id,
+        kind: row.kind,
+        owner: row.owner,
+        transaction: row.tx_hash,
+        blockNumber: row.block_number,
+      },
+      "a confirmed transaction left the chain (a reorganisation); it is sent again",
+    );
+    return true;
+  });
 }
