@@ -30,15 +30,18 @@ import {
   ContractFunctionZeroDataError,
   getAddress,
 } from "viem";
-import { z } from "zod";
 import { isTokenPaused } from "../chain/actions/usdc/isTokenPaused.ts";
 import type { ReadClient } from "../chain/clientTypes.ts";
 import type { Clock } from "../protocol/clock.ts";
 import type { TokenPausedEventData, TokenUnpausedEventData } from "../protocol/webhook.ts";
-import { TimestampColumnSchema } from "../store/columnSchemas.ts";
-import { queryOneParsed } from "../store/queryParsed.ts";
 import type { Queryable, Store } from "../store/store.ts";
 import { isChainUnreachable } from "./chainErrors.ts";
+import {
+  readTokenPause,
+  recordTokenPaused,
+  recordTokenUnpaused,
+  type TokenPauseState,
+} from "./tokenPauseRecords.ts";
 import { createWakeablePause } from "./wakeablePause.ts";
 
 /** A token paused now, and since when this facilitator (or another sharing its store) first saw it. */
@@ -83,176 +86,50 @@ export type TokenPauseWatchOptions = {
   intervalMs?: number | undefined;
 };
 
-const StateRowSchema = z.object({ paused: z.boolean(), since: TimestampColumnSchema });
-
-type Known = { paused: boolean; since: Date };
-
-export function createTokenPauseWatch(options: TokenPauseWatchOptions): TokenPauseWatch {
-  const { store, client, chainId, clock } = options;
-  const log = options.logger.child({ component: "token-pause" });
-  const intervalMs = options.intervalMs ?? 15_000;
-  const symbols = new Map(options.tokens.map((t) => [t.address.toLowerCase(), t.symbol]));
+/** The watch's state, shared by its steps below. */
+type PauseWatch = {
+  options: TokenPauseWatchOptions;
+  log: Logger;
+  intervalMs: number;
+  symbols: Map<string, string | undefined>;
   /** Tokens whose `paused()` is read: every served one until it proves to have none. */
-  const pausable = new Set(symbols.keys());
-  const known = new Map<string, Known>();
+  pausable: Set<string>;
+  known: Map<string, TokenPauseState>;
   /**
    * Tokens a chain refusal named as paused, held until `paused()` is read: without it, the items that
    * refusal requeued would be claimed and sent again before the read lands.
    */
-  const suspected = new Set<string>();
-  const listeners = new Set<(token: Address) => void>();
-  const sleeper = createWakeablePause();
-  let running = false;
-  let loopDone: Promise<void> | undefined;
+  suspected: Set<string>;
+  listeners: Set<(token: Address) => void>;
+  sleeper: ReturnType<typeof createWakeablePause>;
+  running: boolean;
+  loopDone: Promise<void> | undefined;
   /** The check in progress; a `suspect` during it asks for one more after it. */
-  let checking: Promise<void> | undefined;
-  let again = false;
+  checking: Promise<void> | undefined;
+  again: boolean;
   /** Whether the last read failed for want of the chain (reported once, not every interval). */
-  let unreachable = false;
+  unreachable: boolean;
+};
 
-  const seconds = (date: Date) => Math.floor(date.getTime() / 1000);
-
-  /** Records a pause seen on chain; writes the event when this call is the one that flips the row. */
-  async function recordPaused(token: string): Promise<void> {
-    const now = new Date(clock.now());
-    const state = await store.transaction(async (tx) => {
-      const flipped = await queryOneParsed(
-        tx,
-        StateRowSchema,
-        `INSERT INTO token_pauses (chain_id, token, paused, since) VALUES ($1, $2, true, $3)
-         ON CONFLICT (chain_id, token) DO UPDATE SET paused = true, since = EXCLUDED.since, updated_at = now()
-         WHERE token_pauses.paused = false
-         RETURNING paused, since`,
-        [chainId, token, now],
-      );
-      if (flipped === undefined) return { state: await readStoredIn(tx, token), flipped: false };
-      await options.recordEvent(tx, "token.paused", {
-        network: options.network,
-        token: getAddress(token),
-        since: seconds(flipped.since),
-      });
-      return { state: flipped, flipped: true };
-    });
-    const since = state.state?.since ?? now;
-    known.set(token, { paused: true, since });
-    options.metrics?.onTokenPaused(token, true);
-    if (state.flipped) {
-      log.warn(
-        { event: "token.paused", token: getAddress(token), since: since.toISOString() },
-        "the token's issuer paused it: settlement in it is held until it is unpaused",
-      );
-    }
-  }
-
-  async function readStoredIn(db: Queryable, token: string): Promise<Known | undefined> {
-    return queryOneParsed(
-      db,
-      StateRowSchema,
-      "SELECT paused, since FROM token_pauses WHERE chain_id = $1 AND token = $2",
-      [chainId, token],
-    );
-  }
-
-  /** Records an unpause seen on chain; writes the event when this call is the one that flips the row. */
-  async function recordUnpaused(token: string): Promise<void> {
-    const now = new Date(clock.now());
-    const pausedSince = await store.transaction(async (tx) => {
-      const stored = await queryOneParsed(
-        tx,
-        StateRowSchema,
-        "SELECT paused, since FROM token_pauses WHERE chain_id = $1 AND token = $2 FOR UPDATE",
-        [chainId, token],
-      );
-      if (stored?.paused !== true) return undefined;
-      await tx.query(
-        "UPDATE token_pauses SET paused = false, since = $3, updated_at = now() WHERE chain_id = $1 AND token = $2",
-        [chainId, token, now],
-      );
-      await options.recordEvent(tx, "token.unpaused", {
-        network: options.network,
-        token: getAddress(token),
-        pausedSince: seconds(stored.since),
-        unpausedAt: seconds(now),
-      });
-      return stored.since;
-    });
-    const was = known.get(token);
-    known.set(token, { paused: false, since: now });
-    options.metrics?.onTokenPaused(token, false);
-    if (pausedSince !== undefined || was?.paused === true) {
-      log.info(
-        {
-          event: "token.unpaused",
-          token: getAddress(token),
-          pausedSince: (pausedSince ?? was?.since)?.toISOString(),
-        },
-        "the token is unpaused: held settlement resumes",
-      );
-    }
-    if (was?.paused === true || pausedSince !== undefined) {
-      for (const listener of listeners) listener(getAddress(token));
-    }
-  }
-
-  async function checkToken(token: string): Promise<void> {
-    let paused: boolean;
-    try {
-      paused = await isTokenPaused(client, { token: token as Address });
-      if (unreachable) log.info("the chain answers again; token pause state read");
-      unreachable = false;
-    } catch (error) {
-      if (!hasNoPausedFunction(error)) {
-        // The chain could not answer (unreachable, or an RPC error): asked again next round.
-        if (!unreachable) log.warn({ err: error }, "cannot read whether the token is paused; reading again");
-        unreachable = true;
-        return;
-      }
-      // No `paused()`: the token cannot be paused (the call reverts or returns nothing).
-      pausable.delete(token);
-      if (suspected.delete(token)) for (const listener of listeners) listener(getAddress(token));
-      log.debug({ token }, "the token has no paused(); it is not watched");
-      options.metrics?.onTokenPaused(token, false);
-      return;
-    }
-    const was = known.get(token);
-    const wasSuspected = suspected.delete(token);
-    if (paused && was?.paused !== true) await recordPaused(token);
-    else if (!paused && (was === undefined || was.paused)) await recordUnpaused(token);
-    else if (!paused && wasSuspected) {
-      // The refusal was not the pause after all (or it ended already): what it held is sent again.
-      for (const listener of listeners) listener(getAddress(token));
-    }
-  }
-
-  async function checkAll(): Promise<void> {
-    do {
-      again = false;
-      for (const token of [...pausable]) await checkToken(token);
-    } while (again && running);
-  }
-
-  function check(): Promise<void> {
-    if (checking !== undefined) {
-      again = true;
-      return checking;
-    }
-    checking = checkAll().finally(() => {
-      checking = undefined;
-    });
-    return checking;
-  }
-
-  async function loop(): Promise<void> {
-    while (running) {
-      try {
-        await check();
-      } catch (error) {
-        log.error({ err: error }, "recording the token's pause state failed; it is read again");
-      }
-      if (!running) break;
-      await sleeper.pause(intervalMs);
-    }
-  }
+export function createTokenPauseWatch(options: TokenPauseWatchOptions): TokenPauseWatch {
+  const symbols = new Map(options.tokens.map((t) => [t.address.toLowerCase(), t.symbol]));
+  const w: PauseWatch = {
+    options,
+    log: options.logger.child({ component: "token-pause" }),
+    intervalMs: options.intervalMs ?? 15_000,
+    symbols,
+    pausable: new Set(symbols.keys()),
+    known: new Map(),
+    suspected: new Set(),
+    listeners: new Set(),
+    sleeper: createWakeablePause(),
+    running: false,
+    loopDone: undefined,
+    checking: undefined,
+    again: false,
+    unreachable: false,
+  };
+  const { known, suspected } = w;
 
   return {
     isPaused: (token) =>
@@ -272,34 +149,139 @@ export function createTokenPauseWatch(options: TokenPauseWatchOptions): TokenPau
     },
     suspect(token) {
       const key = token.toLowerCase();
-      if (!pausable.has(key)) return;
+      if (!w.pausable.has(key)) return;
       if (known.get(key)?.paused === true) return;
       suspected.add(key);
-      check().catch((error: unknown) => log.error({ err: error }, "token pause check failed"));
+      check(w).catch((error: unknown) => w.log.error({ err: error }, "token pause check failed"));
     },
-    check,
+    check: () => check(w),
     onResume(listener) {
-      listeners.add(listener);
-      return () => listeners.delete(listener);
+      w.listeners.add(listener);
+      return () => w.listeners.delete(listener);
     },
-    async start() {
-      if (running) return;
-      // What an earlier run (or another instance) recorded holds until the chain is read.
-      for (const token of pausable) {
-        const stored = await readStoredIn(store, token);
-        if (stored !== undefined) known.set(token, stored);
-        options.metrics?.onTokenPaused(token, stored?.paused === true);
-      }
-      running = true;
-      loopDone = loop();
-    },
+    start: () => start(w),
     async stop() {
-      running = false;
-      sleeper.wake();
-      await loopDone;
-      await checking?.catch(() => undefined);
+      w.running = false;
+      w.sleeper.wake();
+      await w.loopDone;
+      await w.checking?.catch(() => undefined);
     },
   };
+}
+
+async function start(w: PauseWatch): Promise<void> {
+  if (w.running) return;
+  // What an earlier run (or another instance) recorded holds until the chain is read.
+  for (const token of w.pausable) {
+    const stored = await readTokenPause(w.options.store, w.options.chainId, token);
+    if (stored !== undefined) w.known.set(token, stored);
+    w.options.metrics?.onTokenPaused(token, stored?.paused === true);
+  }
+  w.running = true;
+  w.loopDone = loop(w);
+}
+
+async function loop(w: PauseWatch): Promise<void> {
+  while (w.running) {
+    try {
+      await check(w);
+    } catch (error) {
+      w.log.error({ err: error }, "recording the token's pause state failed; it is read again");
+    }
+    if (!w.running) break;
+    await w.sleeper.pause(w.intervalMs);
+  }
+}
+
+/** Reads every pausable token, or asks the check in progress for one more round. */
+function check(w: PauseWatch): Promise<void> {
+  if (w.checking !== undefined) {
+    w.again = true;
+    return w.checking;
+  }
+  w.checking = checkAll(w).finally(() => {
+    w.checking = undefined;
+  });
+  return w.checking;
+}
+
+async function checkAll(w: PauseWatch): Promise<void> {
+  do {
+    w.again = false;
+    for (const token of [...w.pausable]) await checkToken(w, token);
+  } while (w.again && w.running);
+}
+
+async function checkToken(w: PauseWatch, token: string): Promise<void> {
+  const { log } = w;
+  let paused: boolean;
+  try {
+    paused = await isTokenPaused(w.options.client, { token: token as Address });
+    if (w.unreachable) log.info("the chain answers again; token pause state read");
+    w.unreachable = false;
+  } catch (error) {
+    if (!hasNoPausedFunction(error)) {
+      // The chain could not answer (unreachable, or an RPC error): asked again next round.
+      if (!w.unreachable) log.warn({ err: error }, "cannot read whether the token is paused; reading again");
+      w.unreachable = true;
+      return;
+    }
+    // No `paused()`: the token cannot be paused (the call reverts or returns nothing).
+    w.pausable.delete(token);
+    if (w.suspected.delete(token)) tellResumed(w, token);
+    log.debug({ token }, "the token has no paused(); it is not watched");
+    w.options.metrics?.onTokenPaused(token, false);
+    return;
+  }
+  const was = w.known.get(token);
+  const wasSuspected = w.suspected.delete(token);
+  if (paused && was?.paused !== true) await recordPaused(w, token);
+  else if (!paused && (was === undefined || was.paused)) await recordUnpaused(w, token);
+  else if (!paused && wasSuspected) {
+    // The refusal was not the pause after all (or it ended already): what it held is sent again.
+    tellResumed(w, token);
+  }
+}
+
+function tellResumed(w: PauseWatch, token: string): void {
+  for (const listener of w.listeners) listener(getAddress(token));
+}
+
+/** Records a pause seen on chain; the event is written when this call is the one that flips the row. */
+async function recordPaused(w: PauseWatch, token: string): Promise<void> {
+  const { options } = w;
+  const now = new Date(options.clock.now());
+  const state = await recordTokenPaused(options.store, options, token, now);
+  const since = state.state?.since ?? now;
+  w.known.set(token, { paused: true, since });
+  options.metrics?.onTokenPaused(token, true);
+  if (state.flipped) {
+    w.log.warn(
+      { event: "token.paused", token: getAddress(token), since: since.toISOString() },
+      "the token's issuer paused it: settlement in it is held until it is unpaused",
+    );
+  }
+}
+
+/** Records an unpause seen on chain; the event is written when this call is the one that flips the row. */
+async function recordUnpaused(w: PauseWatch, token: string): Promise<void> {
+  const { options } = w;
+  const now = new Date(options.clock.now());
+  const pausedSince = await recordTokenUnpaused(options.store, options, token, now);
+  const was = w.known.get(token);
+  w.known.set(token, { paused: false, since: now });
+  options.metrics?.onTokenPaused(token, false);
+  if (pausedSince !== undefined || was?.paused === true) {
+    w.log.info(
+      {
+        event: "token.unpaused",
+        token: getAddress(token),
+        pausedSince: (pausedSince ?? was?.since)?.toISOString(),
+      },
+      "the token is unpaused: held settlement resumes",
+    );
+  }
+  if (was?.paused === true || pausedSince !== undefined) tellResumed(w, token);
 }
 
 /** Whether a `paused()` call failed because the contract has no such function (not for want of the chain). */
