@@ -69,70 +69,28 @@ const UNAVAILABLE_RETRY_MS = 2_000;
 /** `Retry-After` of a plan the facilitator did not find (seconds). */
 const UNAVAILABLE_RETRY_AFTER = 5;
 
+/** What reading one plan needs: where to ask, what the plan must match, and the manager's address. */
+type PlanSource = {
+  facilitator: Pick<FacilitatorClient, "request">;
+  payTo: Address;
+  token: Address;
+  managerAddress: () => Promise<Address>;
+};
+
+/** A failed read remembered for a while, with when it happened (clock milliseconds). */
+type RememberedFailure = { error: TollgateError; at: number };
+
 export function createPlanCatalog(options: PlanCatalogOptions): PlanCatalog {
-  const { facilitator, payTo, network, token, clock } = options;
+  const { facilitator, payTo, token, clock } = options;
   const plans = new Map<string, GatePlan>();
   const loading = new Map<string, Promise<GatePlan>>();
-  const misconfigured = new Map<string, { error: TollgateError; at: number }>();
-  const unavailable = new Map<string, { error: TollgateError; at: number }>();
-  let manager: Promise<Address> | undefined =
-    options.manager === undefined ? undefined : Promise.resolve(options.manager);
-
-  const managerAddress = (): Promise<Address> => {
-    manager ??= facilitator.supported().then(
-      (supported) => {
-        const found = supported.networks.find((n) => n.network === network)?.subscriptionManager;
-        if (found === undefined) {
-          throw misconfiguration(
-            `the facilitator offers no SubscriptionManager on ${network}, so this gate cannot sell subscriptions`,
-          );
-        }
-        return found;
-      },
-      (error: unknown) => {
-        manager = undefined;
-        throw error;
-      },
-    );
-    return manager;
-  };
-
-  const load = async (planId: string): Promise<GatePlan> => {
-    let info: PlanInfo;
-    try {
-      info = await getPlanInfo(facilitator, planId);
-    } catch (error) {
-      if (isTollgateError(error, "NotFound")) {
-        throw new TollgateError(
-          "ChainUnavailable",
-          `subscription plan ${planId} is not visible to the facilitator yet; try again shortly`,
-          { retryAfter: UNAVAILABLE_RETRY_AFTER, details: { reason: "plan_unavailable", planId } },
-        );
-      }
-      throw error;
-    }
-    if (!sameAddress(info.provider, payTo)) {
-      throw misconfiguration(
-        `plan ${planId} is sold by ${info.provider}, not by this gate's payTo ${payTo}: its renewals would not pay this API`,
-      );
-    }
-    if (!sameAddress(info.token, token)) {
-      throw misconfiguration(
-        `plan ${planId} is priced in token ${info.token}, not in this gate's token ${token}`,
-      );
-    }
-    return {
-      planId: info.planId,
-      provider: info.provider,
-      token: info.token,
-      amount: BigInt(info.amount),
-      interval: info.interval,
-      includedUnits: BigInt(info.includedUnits),
-      overageUnitPrice: BigInt(info.overageUnitPrice),
-      deprecated: info.deprecated,
-      successorPlanId: info.successorPlanId ?? undefined,
-      manager: await managerAddress(),
-    };
+  const misconfigured = new Map<string, RememberedFailure>();
+  const unavailable = new Map<string, RememberedFailure>();
+  const source: PlanSource = {
+    facilitator,
+    payTo,
+    token,
+    managerAddress: createManagerLookup(facilitator, options.network, options.manager),
   };
 
   return {
@@ -155,7 +113,7 @@ export function createPlanCatalog(options: PlanCatalogOptions): PlanCatalog {
       }
       let pending = loading.get(planId);
       if (pending === undefined) {
-        pending = load(planId)
+        pending = loadPlan(source, planId)
           .then(
             (plan) => {
               plans.set(planId, plan);
@@ -177,6 +135,83 @@ export function createPlanCatalog(options: PlanCatalogOptions): PlanCatalog {
       return pending;
     },
   };
+}
+
+/**
+ * The SubscriptionManager's address: `known` when given, else read once from the facilitator's
+ * `/supported`. A failed read is forgotten so the next use asks again; a network without a manager
+ * stays an error, as the answer will not change.
+ */
+function createManagerLookup(
+  facilitator: Pick<FacilitatorClient, "supported">,
+  network: Network,
+  known: Address | undefined,
+): () => Promise<Address> {
+  let manager: Promise<Address> | undefined = known === undefined ? undefined : Promise.resolve(known);
+  return () => {
+    manager ??= facilitator.supported().then(
+      (supported) => {
+        const found = supported.networks.find((n) => n.network === network)?.subscriptionManager;
+        if (found === undefined) {
+          throw misconfiguration(
+            `the facilitator offers no SubscriptionManager on ${network}, so this gate cannot sell subscriptions`,
+          );
+        }
+        return found;
+      },
+      (error: unknown) => {
+        manager = undefined;
+        throw error;
+      },
+    );
+    return manager;
+  };
+}
+
+/** Reads one plan and checks it is the gate's own (its `payTo`, its token). */
+async function loadPlan(source: PlanSource, planId: string): Promise<GatePlan> {
+  const info = await readPlanInfo(source.facilitator, planId);
+  if (!sameAddress(info.provider, source.payTo)) {
+    throw misconfiguration(
+      `plan ${planId} is sold by ${info.provider}, not by this gate's payTo ${source.payTo}: its renewals would not pay this API`,
+    );
+  }
+  if (!sameAddress(info.token, source.token)) {
+    throw misconfiguration(
+      `plan ${planId} is priced in token ${info.token}, not in this gate's token ${source.token}`,
+    );
+  }
+  return {
+    planId: info.planId,
+    provider: info.provider,
+    token: info.token,
+    amount: BigInt(info.amount),
+    interval: info.interval,
+    includedUnits: BigInt(info.includedUnits),
+    overageUnitPrice: BigInt(info.overageUnitPrice),
+    deprecated: info.deprecated,
+    successorPlanId: info.successorPlanId ?? undefined,
+    manager: await source.managerAddress(),
+  };
+}
+
+/** The facilitator's plan, a `NotFound` turned into a retryable `ChainUnavailable` (see the header). */
+async function readPlanInfo(
+  facilitator: Pick<FacilitatorClient, "request">,
+  planId: string,
+): Promise<PlanInfo> {
+  try {
+    return await getPlanInfo(facilitator, planId);
+  } catch (error) {
+    if (isTollgateError(error, "NotFound")) {
+      throw new TollgateError(
+        "ChainUnavailable",
+        `subscription plan ${planId} is not visible to the facilitator yet; try again shortly`,
+        { retryAfter: UNAVAILABLE_RETRY_AFTER, details: { reason: "plan_unavailable", planId } },
+      );
+    }
+    throw error;
+  }
 }
 
 function misconfiguration(message: string): TollgateError {
