@@ -69,39 +69,19 @@ type Entry = {
 
 type Claims = Pick<Entry, "exp" | "iat" | "sub" | "aud">;
 
+/** What every token is checked against, fixed for the verifier's life. */
+type ClaimRules = { audience: string; skewSeconds: number };
+
+type SplitToken = ReturnType<typeof splitSubAuthToken>;
+
 export function createSubAuthVerifier(options: SubAuthVerifierOptions): SubAuthVerifier {
-  const { audience, clock } = options;
+  const { clock } = options;
+  const rules: ClaimRules = { audience: options.audience, skewSeconds: options.clockSkewSeconds ?? 60 };
   const maxEntries = options.maxEntries ?? 10_000;
-  const skew = options.clockSkewSeconds ?? 60;
   const recover =
     options.recover ?? ((message: string, signature: Hex) => recoverMessageAddress({ message, signature }));
   // Insertion-ordered: the first key is the oldest entry.
   const entries = new Map<string, Entry>();
-
-  const remember = (token: string, entry: Entry) => {
-    if (entries.size >= maxEntries) {
-      const oldest = entries.keys().next();
-      if (oldest.done !== true) entries.delete(oldest.value);
-    }
-    entries.set(token, entry);
-  };
-
-  /** The free checks: everything but the signature. Returns why the claims are refused, if they are. */
-  const refusalOf = (claims: Claims, subscriptionId: string, now: number): string | undefined => {
-    if (claims.sub !== subscriptionId) {
-      return `the token was issued for subscription ${claims.sub}, not ${subscriptionId}`;
-    }
-    if (claims.aud !== audience) return `the token is for ${claims.aud}, not for this API (${audience})`;
-    if (claims.exp <= now) return "the subscription auth token has expired; mint a new one";
-    if (claims.iat > now + skew) {
-      return "the subscription auth token is issued in the future; check the clock";
-    }
-    // The schema also bounds the lifetime; checked here too so a cached entry can never outlive it.
-    if (claims.exp - claims.iat > MAX_SUB_AUTH_LIFETIME) {
-      return `the token's lifetime is over ${MAX_SUB_AUTH_LIFETIME} seconds`;
-    }
-    return undefined;
-  };
 
   return {
     get size() {
@@ -117,7 +97,7 @@ export function createSubAuthVerifier(options: SubAuthVerifierOptions): SubAuthV
     accepted(token, subscriptionId) {
       const cached = entries.get(token);
       if (cached === undefined) return undefined;
-      return refusalOf(cached, subscriptionId, Math.floor(clock.now() / 1000)) === undefined
+      return refusalOf(rules, cached, subscriptionId, Math.floor(clock.now() / 1000)) === undefined
         ? cached.verdict
         : undefined;
     },
@@ -125,23 +105,14 @@ export function createSubAuthVerifier(options: SubAuthVerifierOptions): SubAuthV
       const now = Math.floor(clock.now() / 1000);
       const cached = entries.get(token);
       if (cached !== undefined) {
-        const refusal = refusalOf(cached, subscriptionId, now);
+        const refusal = refusalOf(rules, cached, subscriptionId, now);
         if (refusal === undefined) return cached.verdict;
         if (cached.exp <= now) entries.delete(token);
         return { ok: false, reason: refusal };
       }
-      let split: ReturnType<typeof splitSubAuthToken>;
-      try {
-        split = splitSubAuthToken(token);
-      } catch (error) {
-        return {
-          ok: false,
-          reason: isTollgateError(error) ? error.message : "subscription auth token is malformed",
-        };
-      }
+      const split = splitAndCheck(rules, token, subscriptionId, now);
+      if ("ok" in split) return split;
       const { claims, payload, signature } = split;
-      const refusal = refusalOf(claims, subscriptionId, now);
-      if (refusal !== undefined) return { ok: false, reason: refusal };
       let signer: Address;
       try {
         signer = await recover(subAuthMessage(payload), signature);
@@ -149,7 +120,7 @@ export function createSubAuthVerifier(options: SubAuthVerifierOptions): SubAuthV
         return { ok: false, reason: "subscription auth token signature does not recover an address" };
       }
       const verdict = { ok: true, signer } as const;
-      remember(token, {
+      remember(entries, maxEntries, token, {
         exp: claims.exp,
         iat: claims.iat,
         sub: claims.sub,
@@ -160,4 +131,57 @@ export function createSubAuthVerifier(options: SubAuthVerifierOptions): SubAuthV
       return verdict;
     },
   };
+}
+
+/** The free checks: everything but the signature. Returns why the claims are refused, if they are. */
+function refusalOf(
+  rules: ClaimRules,
+  claims: Claims,
+  subscriptionId: string,
+  now: number,
+): string | undefined {
+  if (claims.sub !== subscriptionId) {
+    return `the token was issued for subscription ${claims.sub}, not ${subscriptionId}`;
+  }
+  if (claims.aud !== rules.audience) {
+    return `the token is for ${claims.aud}, not for this API (${rules.audience})`;
+  }
+  if (claims.exp <= now) return "the subscription auth token has expired; mint a new one";
+  if (claims.iat > now + rules.skewSeconds) {
+    return "the subscription auth token is issued in the future; check the clock";
+  }
+  // The schema also bounds the lifetime; checked here too so a cached entry can never outlive it.
+  if (claims.exp - claims.iat > MAX_SUB_AUTH_LIFETIME) {
+    return `the token's lifetime is over ${MAX_SUB_AUTH_LIFETIME} seconds`;
+  }
+  return undefined;
+}
+
+/** A token not in the cache, decoded and put through the free checks: its parts, or why it is refused. */
+function splitAndCheck(
+  rules: ClaimRules,
+  token: string,
+  subscriptionId: string,
+  now: number,
+): SplitToken | { ok: false; reason: string } {
+  let split: SplitToken;
+  try {
+    split = splitSubAuthToken(token);
+  } catch (error) {
+    return {
+      ok: false,
+      reason: isTollgateError(error) ? error.message : "subscription auth token is malformed",
+    };
+  }
+  const refusal = refusalOf(rules, split.claims, subscriptionId, now);
+  return refusal === undefined ? split : { ok: false, reason: refusal };
+}
+
+/** Caches a recovered signer, dropping the oldest entry when the cache is full. */
+function remember(entries: Map<string, Entry>, maxEntries: number, token: string, entry: Entry): void {
+  if (entries.size >= maxEntries) {
+    const oldest = entries.keys().next();
+    if (oldest.done !== true) entries.delete(oldest.value);
+  }
+  entries.set(token, entry);
 }
