@@ -63,38 +63,36 @@ export type EventPollerOptions = {
   maxPagesPerPoll?: number | undefined;
 };
 
+/** One provider's feed as a poll reads it; `cursor` advances past each page once its events are handled. */
+type FeedState = {
+  facilitator: Pick<FacilitatorClient, "request">;
+  onEvent: EventPollerOptions["onEvent"];
+  logger: GateLogger | undefined;
+  /** The query after the cursor: types, provider and page size. */
+  query: string;
+  headers: Record<string, string>;
+  pageSize: number;
+  maxPages: number;
+  cursor: EventCursor | undefined;
+};
+
 export function createEventPoller(options: EventPollerOptions): EventPoller {
-  const { facilitator, provider, onEvent, intervalMs, logger } = options;
-  const headers = { authorization: `Bearer ${options.apiKey}` };
+  const { provider, intervalMs, logger } = options;
   const pageSize = options.pageSize ?? 500;
-  const maxPages = options.maxPagesPerPoll ?? 20;
-  const types = GATE_EVENT_TYPES.join(",");
-  let cursor: EventCursor | undefined;
+  const feed: FeedState = {
+    facilitator: options.facilitator,
+    onEvent: options.onEvent,
+    logger,
+    query: `types=${GATE_EVENT_TYPES.join(",")}&provider=${provider}&limit=${pageSize}`,
+    headers: { authorization: `Bearer ${options.apiKey}` },
+    pageSize,
+    maxPages: options.maxPagesPerPoll ?? 20,
+    cursor: undefined,
+  };
   let polling: Promise<void> | undefined;
   let timer: ReturnType<typeof setTimeout> | undefined;
   let running = false;
   let failing = false;
-
-  const pollPages = async () => {
-    for (let page = 0; page < maxPages; page++) {
-      const after = cursor === undefined ? "" : `after=${cursor}&`;
-      const reply: EventFeedResponse = await facilitator.request(
-        "GET",
-        `/events?${after}types=${types}&provider=${provider}&limit=${pageSize}`,
-        EventFeedResponseSchema,
-        { timeoutMs: 10_000, headers },
-      );
-      for (const event of reply.events) {
-        try {
-          await onEvent(event);
-        } catch (error) {
-          logger?.warn({ err: error, eventId: event.id }, "a facilitator event could not be applied");
-        }
-      }
-      cursor = reply.next;
-      if (reply.events.length < pageSize) return;
-    }
-  };
 
   let queued: Promise<void> | undefined;
   const pollOnce = (): Promise<void> => {
@@ -107,7 +105,7 @@ export function createEventPoller(options: EventPollerOptions): EventPoller {
       });
       return queued;
     }
-    polling = pollPages()
+    polling = pollPages(feed)
       .then(
         () => {
           if (failing) logger?.warn({}, "facilitator event feed reachable again");
@@ -134,7 +132,7 @@ export function createEventPoller(options: EventPollerOptions): EventPoller {
 
   return {
     get cursor() {
-      return cursor;
+      return feed.cursor;
     },
     pollOnce,
     start() {
@@ -148,4 +146,26 @@ export function createEventPoller(options: EventPollerOptions): EventPoller {
       await polling;
     },
   };
+}
+
+/** Reads up to `maxPages` pages from the cursor, handing each event to `onEvent` in the feed's order. */
+async function pollPages(feed: FeedState): Promise<void> {
+  for (let page = 0; page < feed.maxPages; page++) {
+    const after = feed.cursor === undefined ? "" : `after=${feed.cursor}&`;
+    const reply: EventFeedResponse = await feed.facilitator.request(
+      "GET",
+      `/events?${after}${feed.query}`,
+      EventFeedResponseSchema,
+      { timeoutMs: 10_000, headers: feed.headers },
+    );
+    for (const event of reply.events) {
+      try {
+        await feed.onEvent(event);
+      } catch (error) {
+        feed.logger?.warn({ err: error, eventId: event.id }, "a facilitator event could not be applied");
+      }
+    }
+    feed.cursor = reply.next;
+    if (reply.events.length < feed.pageSize) return;
+  }
 }
