@@ -17,7 +17,10 @@
  */
 import { randomBytes } from "node:crypto";
 import { type Address, getAddress, type Hex, toHex } from "viem";
-import { signTransferAuthorization } from "../../chain/signers/signTransferAuthorization.ts";
+import {
+  signTransferAuthorization,
+  type TransferAuthorization,
+} from "../../chain/signers/signTransferAuthorization.ts";
 import type { FetchWithPaymentOptions } from "../../client/fetchOptions.ts";
 import { parseUsdcCeiling } from "../../client/parseUsdcCeiling.ts";
 import type { PayerSigner, PayX402 } from "../../client/payerTypes.ts";
@@ -120,43 +123,14 @@ export async function createX402Payment(
   const clock = options.clock ?? systemClock;
   const random = options.random ?? ((bytes: number) => randomBytes(bytes));
 
-  const onNetwork = paymentRequired.accepts.flatMap((requirements) => {
-    const candidate = readCandidate(requirements, payer.network);
-    return candidate === undefined ? [] : [candidate];
-  });
-  if (onNetwork.length === 0) {
-    throw new TollgateError(
-      "UnsupportedNetwork",
-      `no option of this x402 402 is an exact EIP-3009 payment on ${payer.network}`,
-      {
-        details: { offered: paymentRequired.accepts.map((a) => ({ scheme: a.scheme, network: a.network })) },
-      },
-    );
-  }
+  const onNetwork = candidatesOnNetwork(paymentRequired, payer.network);
   const allowed = options.allowedAssets ?? (await facilitatorAssets(payer));
-  const inAsset = onNetwork.filter((c) => allowed.some((asset) => sameAddress(asset, c.asset)));
-  if (inAsset.length === 0) {
-    throw new TollgateError(
-      "UnsupportedToken",
-      "this x402 server asks for a token the payer does not pay in",
-      {
-        details: { assets: [...new Set(onNetwork.map((c) => c.asset))], network: payer.network },
-      },
-    );
-  }
-  // Cheapest first; the sort is stable, so the server's order breaks ties.
-  const byPrice = [...inAsset].sort((a, b) => (a.amount < b.amount ? -1 : a.amount > b.amount ? 1 : 0));
-  const chosen = byPrice[0]!;
-  if (chosen.amount > maxPrice) {
-    throw new TollgateError("PriceCeilingExceeded", "every x402 option costs more than the price ceiling", {
-      details: { cheapest: chosen.amount.toString(), maxPrice: maxPrice.toString() },
-    });
-  }
+  const chosen = cheapestAllowed(onNetwork, allowed, payer.network, maxPrice);
 
   const nonceBytes = random(32);
   if (nonceBytes.length !== 32) throw new TollgateError("Internal", "random() must return 32 bytes");
   const now = unixSeconds(clock);
-  const authorization = {
+  const authorization: TransferAuthorization = {
     from: payer.account.address,
     to: chosen.payTo,
     value: chosen.amount,
@@ -169,7 +143,72 @@ export async function createX402Payment(
     domain: { ...chosen.domain, chainId: chainIdOf(payer.network), verifyingContract: chosen.asset },
     authorization,
   });
-  const payload: X402PaymentPayload = {
+  const payload = paymentPayload(paymentRequired, chosen, authorization, signature);
+  return {
+    requirements: chosen.requirements,
+    amount: chosen.amount,
+    asset: chosen.asset,
+    nonce: authorization.nonce,
+    validBefore: Number(authorization.validBefore),
+    payload,
+    header: { name: HeaderName.X402PaymentSignature, value: encodeJsonHeader(payload) },
+  };
+}
+
+/** The options of the 402 that are `exact` EIP-3009 payments on `network`; throws when there is none. */
+function candidatesOnNetwork(paymentRequired: X402PaymentRequired, network: Network): Candidate[] {
+  const onNetwork = paymentRequired.accepts.flatMap((requirements) => {
+    const candidate = readCandidate(requirements, network);
+    return candidate === undefined ? [] : [candidate];
+  });
+  if (onNetwork.length === 0) {
+    throw new TollgateError(
+      "UnsupportedNetwork",
+      `no option of this x402 402 is an exact EIP-3009 payment on ${network}`,
+      {
+        details: { offered: paymentRequired.accepts.map((a) => ({ scheme: a.scheme, network: a.network })) },
+      },
+    );
+  }
+  return onNetwork;
+}
+
+/** The cheapest candidate in an allowed asset; throws when none is allowed or it costs over `maxPrice`. */
+function cheapestAllowed(
+  onNetwork: readonly Candidate[],
+  allowed: readonly string[],
+  network: Network,
+  maxPrice: bigint,
+): Candidate {
+  const inAsset = onNetwork.filter((c) => allowed.some((asset) => sameAddress(asset, c.asset)));
+  if (inAsset.length === 0) {
+    throw new TollgateError(
+      "UnsupportedToken",
+      "this x402 server asks for a token the payer does not pay in",
+      {
+        details: { assets: [...new Set(onNetwork.map((c) => c.asset))], network },
+      },
+    );
+  }
+  // Cheapest first; the sort is stable, so the server's order breaks ties.
+  const byPrice = [...inAsset].sort((a, b) => (a.amount < b.amount ? -1 : a.amount > b.amount ? 1 : 0));
+  const chosen = byPrice[0]!;
+  if (chosen.amount > maxPrice) {
+    throw new TollgateError("PriceCeilingExceeded", "every x402 option costs more than the price ceiling", {
+      details: { cheapest: chosen.amount.toString(), maxPrice: maxPrice.toString() },
+    });
+  }
+  return chosen;
+}
+
+/** The payload `@x402/evm`'s exact client builds: the authorization in decimal text, `accepted` as sent. */
+function paymentPayload(
+  paymentRequired: X402PaymentRequired,
+  chosen: Candidate,
+  authorization: TransferAuthorization,
+  signature: Hex,
+): X402PaymentPayload {
+  return {
     x402Version: X402_VERSION,
     payload: {
       authorization: {
@@ -186,15 +225,6 @@ export async function createX402Payment(
     ...(paymentRequired.extensions == null ? {} : { extensions: paymentRequired.extensions }),
     resource: paymentRequired.resource,
     accepted: chosen.requirements,
-  };
-  return {
-    requirements: chosen.requirements,
-    amount: chosen.amount,
-    asset: chosen.asset,
-    nonce: authorization.nonce,
-    validBefore: Number(authorization.validBefore),
-    payload,
-    header: { name: HeaderName.X402PaymentSignature, value: encodeJsonHeader(payload) },
   };
 }
 
