@@ -84,17 +84,9 @@ export async function runModelAgent(
   signal: AbortSignal | undefined,
 ): Promise<{ answer: string; steps: OrchestratorStep[]; planner: string }> {
   const state: ModelRunState = { steps: [], turns: 0, stopped: false, added: new Map() };
-  const names = new Set(options.tools.map((t) => t.name));
-  const tools = [...options.tools];
-  if (options.findTools !== undefined) {
-    if (names.has(MARKET_SEARCH_TOOL)) {
-      throw new TollgateError("InvalidRequest", `a tool is already named ${MARKET_SEARCH_TOOL}`);
-    }
-    tools.push(marketSearchTool({ find: options.findTools, tools: state.added, has: (n) => names.has(n) }));
-  }
   const agent = createAgent({
     model: options.chat,
-    tools,
+    tools: toolsOf(options, state),
     systemPrompt: options.systemPrompt,
     middleware: [
       createTollgateMiddleware({
@@ -112,22 +104,7 @@ export async function runModelAgent(
     ],
     checkpointer: new MemorySaver(),
   });
-
-  const streaming = (options.chat as { streaming?: unknown }).streaming === true;
-  const handlers: Callbacks = [
-    ...(Array.isArray(options.callbacks) ? options.callbacks : []),
-    ...(streaming ? [new TokenHandler(options.onToken)] : []),
-  ];
-  if (options.callbacks !== undefined && !Array.isArray(options.callbacks)) {
-    throw new TollgateError("InvalidRequest", "callbacks must be a list of callback handlers");
-  }
-  const config = {
-    configurable: { thread_id: randomUUID() },
-    // A turn is a few graph steps (model, tools, middleware hooks): room for every turn allowed.
-    recursionLimit: options.maxTurns * 4 + 10,
-    ...(handlers.length === 0 ? {} : { callbacks: handlers }),
-    ...(signal === undefined ? {} : { signal }),
-  };
+  const config = runConfig(options, signal);
 
   let input: unknown = { messages: [new HumanMessage(userMessage(task, inputs))] };
   let messages: BaseMessage[] = [];
@@ -139,33 +116,84 @@ export async function runModelAgent(
     messages = result.messages;
     const interrupts = result.__interrupt__ ?? [];
     if (interrupts.length === 0) break;
-    const resume: Record<string, { approved: boolean }> = {};
-    for (const pending of interrupts) {
-      if (pending.id === undefined || !isSpendApproval(pending.value)) {
-        throw new TollgateError("Internal", "the agent paused for something other than a spend approval");
-      }
-      const asked = pending.value.request;
-      const request: SpendApprovalRequest = {
-        ...asked,
-        maxAmount: BigInt(asked.maxAmount),
-        threshold: BigInt(asked.threshold),
-      };
-      let approved = false;
-      try {
-        approved = options.approve === undefined ? false : (await options.approve(request)) === true;
-      } catch (error) {
-        options.logger.warn({ tool: request.tool, err: error }, "spend approval failed; refusing");
-      }
-      options.logger.info(
-        { tool: request.tool, maxAmount: request.maxAmount.toString(), approved },
-        approved ? "spend approved" : "spend not approved",
-      );
-      await options.emit({ type: "approval", request, approved });
-      resume[pending.id] = { approved };
-    }
-    input = new Command({ resume });
+    input = new Command({ resume: await answerInterrupts(options, interrupts) });
   }
+  return finalAnswer(options, state, messages);
+}
 
+/** The caller's tools, plus the market search tool when the run may find tools on the market. */
+function toolsOf(options: ModelRunOptions, state: ModelRunState): StructuredToolInterface[] {
+  const names = new Set(options.tools.map((t) => t.name));
+  const tools = [...options.tools];
+  if (options.findTools !== undefined) {
+    if (names.has(MARKET_SEARCH_TOOL)) {
+      throw new TollgateError("InvalidRequest", `a tool is already named ${MARKET_SEARCH_TOOL}`);
+    }
+    tools.push(marketSearchTool({ find: options.findTools, tools: state.added, has: (n) => names.has(n) }));
+  }
+  return tools;
+}
+
+/** The graph's run config: one thread per run, room for every turn, the callbacks and the signal. */
+function runConfig(options: ModelRunOptions, signal: AbortSignal | undefined) {
+  const streaming = (options.chat as { streaming?: unknown }).streaming === true;
+  const handlers: Callbacks = [
+    ...(Array.isArray(options.callbacks) ? options.callbacks : []),
+    ...(streaming ? [new TokenHandler(options.onToken)] : []),
+  ];
+  if (options.callbacks !== undefined && !Array.isArray(options.callbacks)) {
+    throw new TollgateError("InvalidRequest", "callbacks must be a list of callback handlers");
+  }
+  return {
+    configurable: { thread_id: randomUUID() },
+    // A turn is a few graph steps (model, tools, middleware hooks): room for every turn allowed.
+    recursionLimit: options.maxTurns * 4 + 10,
+    ...(handlers.length === 0 ? {} : { callbacks: handlers }),
+    ...(signal === undefined ? {} : { signal }),
+  };
+}
+
+/**
+ * Answers the spend approvals the agent paused for, one after another: the approver's verdict, or a
+ * refusal when there is none or it fails. Anything else the agent paused for is a fault.
+ */
+async function answerInterrupts(
+  options: ModelRunOptions,
+  interrupts: readonly { id?: string; value?: unknown }[],
+): Promise<Record<string, { approved: boolean }>> {
+  const resume: Record<string, { approved: boolean }> = {};
+  for (const pending of interrupts) {
+    if (pending.id === undefined || !isSpendApproval(pending.value)) {
+      throw new TollgateError("Internal", "the agent paused for something other than a spend approval");
+    }
+    const asked = pending.value.request;
+    const request: SpendApprovalRequest = {
+      ...asked,
+      maxAmount: BigInt(asked.maxAmount),
+      threshold: BigInt(asked.threshold),
+    };
+    let approved = false;
+    try {
+      approved = options.approve === undefined ? false : (await options.approve(request)) === true;
+    } catch (error) {
+      options.logger.warn({ tool: request.tool, err: error }, "spend approval failed; refusing");
+    }
+    options.logger.info(
+      { tool: request.tool, maxAmount: request.maxAmount.toString(), approved },
+      approved ? "spend approved" : "spend not approved",
+    );
+    await options.emit({ type: "approval", request, approved });
+    resume[pending.id] = { approved };
+  }
+  return resume;
+}
+
+/** The run's answer: the last AI message, or a note that the turns ran out. */
+function finalAnswer(
+  options: ModelRunOptions,
+  state: ModelRunState,
+  messages: readonly BaseMessage[],
+): { answer: string; steps: OrchestratorStep[]; planner: string } {
   const steps = state.steps.filter((step) => step !== undefined);
   if (state.stopped) {
     options.logger.warn(
