@@ -91,7 +91,33 @@ export function buildBudgetReport(input: {
   // otherwise a renewal charged today against a hold made last week could pass today's limit.
   const reservedTotal = sum(usage.open.map((o) => o.amount)) + held;
   const reservedDaily = sum(usage.open.filter((o) => o.inDay).map((o) => o.amount)) + held;
+  const perKind = perKindTallies(usage, held);
+  const perProvider = perProviderReport(limits, usage, holds);
+  const subscriptions = subscriptionsReport(usage, held, holds);
 
+  return {
+    agent: input.agent,
+    at: input.at,
+    limits,
+    spent: { total: spentTotal, daily: spentDaily },
+    reserved: { total: reservedTotal, daily: reservedDaily },
+    remaining: {
+      total: remainingOf(limits.total, spentTotal + reservedTotal),
+      daily: remainingOf(limits.daily, spentDaily + reservedDaily),
+      perCall: limits.perCall,
+      maxSubscriptionCommitment: remainingOf(
+        limits.maxSubscriptionCommitment,
+        subscriptions.committed + subscriptions.reserved,
+      ),
+    },
+    subscriptions,
+    perProvider,
+    perKind,
+  };
+}
+
+/** Spent and reserved per kind of spend; standing holds are subscription reservations. */
+function perKindTallies(usage: BudgetUsage, held: bigint): Record<SpendKind, SpendTally> {
   const perKind = Object.fromEntries(SpendKinds.map((k) => [k, { spent: 0n, reserved: 0n }])) as Record<
     SpendKind,
     SpendTally
@@ -99,7 +125,15 @@ export function buildBudgetReport(input: {
   for (const t of usage.totals) perKind[t.kind].spent += t.spent;
   for (const o of usage.open) perKind[o.kind].reserved += o.amount;
   perKind.subscription.reserved += held;
+  return perKind;
+}
 
+/** Every provider with a limit or a spend, ordered by lowercase address, with what it has left. */
+function perProviderReport(
+  limits: BudgetLimits,
+  usage: BudgetUsage,
+  holds: BudgetReport["subscriptions"]["holds"],
+): BudgetReport["perProvider"] {
   const providers = new Map<string, SpendTally>();
   const tallyOf = (provider: string): SpendTally => {
     const key = provider.toLowerCase();
@@ -117,7 +151,7 @@ export function buildBudgetReport(input: {
   const providerLimits = new Map(
     Object.entries(limits.perProvider ?? {}).map(([provider, limit]) => [provider.toLowerCase(), limit]),
   );
-  const perProvider = [...providers.entries()]
+  return [...providers.entries()]
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
     .map(([provider, tally]) => {
       const limit = providerLimits.get(provider);
@@ -129,7 +163,14 @@ export function buildBudgetReport(input: {
         remaining: remainingOf(limit, tally.spent + tally.reserved),
       };
     });
+}
 
+/** Active subscriptions, the reservations for ones not yet taken out, and the standing holds. */
+function subscriptionsReport(
+  usage: BudgetUsage,
+  held: bigint,
+  holds: BudgetReport["subscriptions"]["holds"],
+): BudgetReport["subscriptions"] {
   const active = usage.activeSubscriptions.map((s) => ({
     ref: s.ref,
     provider: getAddress(s.provider),
@@ -138,33 +179,12 @@ export function buildBudgetReport(input: {
   const pending = usage.open
     .filter((o) => o.kind === "subscription")
     .map((o) => ({ ref: o.ref, amount: o.amount }));
-  const subscriptionsCommitted = sum(active.map((s) => s.amount));
-  const subscriptionsReserved = sum(pending.map((p) => p.amount));
-
   return {
-    agent: input.agent,
-    at: input.at,
-    limits,
-    spent: { total: spentTotal, daily: spentDaily },
-    reserved: { total: reservedTotal, daily: reservedDaily },
-    remaining: {
-      total: remainingOf(limits.total, spentTotal + reservedTotal),
-      daily: remainingOf(limits.daily, spentDaily + reservedDaily),
-      perCall: limits.perCall,
-      maxSubscriptionCommitment: remainingOf(
-        limits.maxSubscriptionCommitment,
-        subscriptionsCommitted + subscriptionsReserved,
-      ),
-    },
-    subscriptions: {
-      committed: subscriptionsCommitted,
-      reserved: subscriptionsReserved,
-      active,
-      pending,
-      held,
-      holds,
-    },
-    perProvider,
-    perKind,
+    committed: sum(active.map((s) => s.amount)),
+    reserved: sum(pending.map((p) => p.amount)),
+    active,
+    pending,
+    held,
+    holds,
   };
 }
