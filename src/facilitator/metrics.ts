@@ -54,6 +54,32 @@ export type FacilitatorMetrics = SettlementMetrics & {
 
 export function createFacilitatorMetrics(): FacilitatorMetrics {
   const registry = new Registry();
+  // Declared in this order, which is the order of the families in a scrape.
+  const settlement = settlementMetrics(registry);
+  const requests = new Counter({
+    name: "tollgate_http_requests_total",
+    help: "HTTP requests by route and status",
+    labelNames: ["route", "status"] as const,
+    registers: [registry],
+  });
+  const token = tokenMetrics(registry);
+  const chain = chainMetrics(registry);
+  let gas: GasGaugeSources | undefined;
+  declareGasGauges(registry, () => gas);
+  return {
+    registry,
+    requests,
+    watchGas(sources) {
+      gas = sources;
+    },
+    ...chain,
+    ...token,
+    ...settlement,
+  };
+}
+
+/** The settlement engine's families: settled count and volume, failures, batch sizes, latency. */
+function settlementMetrics(registry: Registry): SettlementMetrics {
   const settled = new Counter({
     name: "tollgate_payments_settled_total",
     help: "Payments settled on chain",
@@ -85,12 +111,19 @@ export function createFacilitatorMetrics(): FacilitatorMetrics {
     buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16],
     registers: [registry],
   });
-  const requests = new Counter({
-    name: "tollgate_http_requests_total",
-    help: "HTTP requests by route and status",
-    labelNames: ["route", "status"] as const,
-    registers: [registry],
-  });
+  return {
+    onSettled(count, amount, token) {
+      settled.inc({ token }, count);
+      volume.inc({ token }, Number(amount));
+    },
+    onFailed: (code) => failed.inc({ code }),
+    onBatch: (size) => batchSize.observe(size),
+    onLatency: (seconds) => latency.observe(seconds),
+  };
+}
+
+/** The token's families: its issuer's pause, the minimum payment in force and the settlement cost behind it. */
+function tokenMetrics(registry: Registry): Pick<FacilitatorMetrics, "onTokenPaused" | "onPaymentMinimum"> {
   const tokenPaused = new Gauge({
     name: "tollgate_token_paused",
     help: "1 while the token's issuer has it paused and settlement in it is held, else 0",
@@ -109,6 +142,17 @@ export function createFacilitatorMetrics(): FacilitatorMetrics {
     labelNames: ["token"] as const,
     registers: [registry],
   });
+  return {
+    onTokenPaused: (token, paused) => tokenPaused.set({ token }, paused ? 1 : 0),
+    onPaymentMinimum(token, minimum, cost) {
+      paymentMinimum.set({ token }, Number(minimum));
+      settlementCost.set({ token }, Number(cost));
+    },
+  };
+}
+
+/** The chain's families: the RPC providers' state and retries, the transactions a reorganisation reopened. */
+function chainMetrics(registry: Registry): Pick<FacilitatorMetrics, "rpc" | "onReorgReopened"> {
   const rpcUp = new Gauge({
     name: "tollgate_rpc_provider_up",
     help: "1 while the RPC provider (by redacted URL) is used, 0 while it is passed over for failing",
@@ -132,8 +176,19 @@ export function createFacilitatorMetrics(): FacilitatorMetrics {
     help: "RPC calls sent again, after a backoff, because every provider failed them (429, 5xx, timeout)",
     registers: [registry],
   });
-  let gas: GasGaugeSources | undefined;
-  /** A gauge set from `gas` at scrape time; no value (no sample) while `read` gives none. */
+  return {
+    rpc: {
+      onUp: (provider, up) => rpcUp.set({ provider }, up ? 1 : 0),
+      onLagging: (provider, lagging) => rpcLagging.set({ provider }, lagging ? 1 : 0),
+      onRetry: () => rpcRetries.inc(),
+    },
+    onReorgReopened: (kind) => reorgReopened.inc({ kind }),
+  };
+}
+
+/** The gas key's gauges, each read from `sources()` at scrape time (`watchGas` sets them). */
+function declareGasGauges(registry: Registry, sources: () => GasGaugeSources | undefined): void {
+  /** A gauge set from the sources at scrape time; no value (no sample) while `read` gives none. */
   const gasGauge = (name: string, help: string, read: (g: GasGaugeSources) => number | bigint | undefined) =>
     new Gauge({
       name,
@@ -141,6 +196,7 @@ export function createFacilitatorMetrics(): FacilitatorMetrics {
       registers: [registry],
       collect() {
         this.reset();
+        const gas = sources();
         const value = gas === undefined ? undefined : read(gas);
         if (value !== undefined) this.set(Number(value));
       },
@@ -179,29 +235,4 @@ export function createFacilitatorMetrics(): FacilitatorMetrics {
       return runway.runwaySeconds ?? Number.POSITIVE_INFINITY;
     },
   );
-  return {
-    registry,
-    requests,
-    watchGas(sources) {
-      gas = sources;
-    },
-    rpc: {
-      onUp: (provider, up) => rpcUp.set({ provider }, up ? 1 : 0),
-      onLagging: (provider, lagging) => rpcLagging.set({ provider }, lagging ? 1 : 0),
-      onRetry: () => rpcRetries.inc(),
-    },
-    onTokenPaused: (token, paused) => tokenPaused.set({ token }, paused ? 1 : 0),
-    onReorgReopened: (kind) => reorgReopened.inc({ kind }),
-    onPaymentMinimum(token, minimum, cost) {
-      paymentMinimum.set({ token }, Number(minimum));
-      settlementCost.set({ token }, Number(cost));
-    },
-    onSettled(count, amount, token) {
-      settled.inc({ token }, count);
-      volume.inc({ token }, Number(amount));
-    },
-    onFailed: (code) => failed.inc({ code }),
-    onBatch: (size) => batchSize.observe(size),
-    onLatency: (seconds) => latency.observe(seconds),
-  };
 }
