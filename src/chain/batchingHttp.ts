@@ -67,6 +67,144 @@ const UNBATCHED_METHODS = new Set(["eth_sendRawTransaction", "eth_sendTransactio
 const refusesBatch = (status: number | undefined) =>
   status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429;
 
+/** One transport's queue and the requests it has open: shared by the parts below. */
+type Lane = {
+  url: string;
+  rpc: ReturnType<typeof getHttpRpcClient>;
+  maxInFlight: number;
+  maxWaitMs: number;
+  maxBatchSize: number;
+  onBatchRefused: ((reason: string) => void) | undefined;
+  queue: Waiting[];
+  inFlight: number;
+  /** Cleared for good once the node refuses a batch. */
+  batching: boolean;
+  nextId: number;
+  /** Armed while calls wait behind an open request: opens another one once the first has waited long enough. */
+  waitTimer: ReturnType<typeof setTimeout> | undefined;
+};
+
+function settle(lane: Lane, call: Waiting, answer: RpcAnswer): void {
+  if (answer.error !== undefined && answer.error !== null) {
+    call.reject(new RpcRequestError({ body: call.body, error: answer.error as never, url: lane.url }));
+  } else {
+    call.resolve(answer.result);
+  }
+}
+
+async function sendOne(lane: Lane, call: Waiting, signal?: AbortSignal): Promise<void> {
+  try {
+    const answer = await lane.rpc.request({
+      body: { ...call.body, id: lane.nextId++ } as never,
+      ...(signal === undefined ? {} : { fetchOptions: { signal } }),
+    });
+    settle(lane, call, answer as RpcAnswer);
+  } catch (error) {
+    call.reject(error);
+  }
+}
+
+/** The node refused a batch: its calls go again one by one, and no batch goes afterwards. */
+function refused(lane: Lane, calls: Waiting[], reason: string): Promise<void> {
+  if (lane.batching) {
+    lane.batching = false;
+    lane.onBatchRefused?.(reason);
+  }
+  return Promise.all(calls.map((call) => sendOne(lane, call))).then(() => undefined);
+}
+
+async function sendBatch(lane: Lane, calls: Waiting[]): Promise<void> {
+  const ids = calls.map(() => lane.nextId++);
+  let answers: unknown;
+  try {
+    answers = await lane.rpc.request({
+      body: calls.map((call, i) => ({ ...call.body, id: ids[i] })) as never,
+    });
+  } catch (error) {
+    const status = (error as { status?: number }).status;
+    if (refusesBatch(status)) return refused(lane, calls, `HTTP ${status} to a batch of ${calls.length}`);
+    for (const call of calls) call.reject(error);
+    return;
+  }
+  return settleBatch(lane, calls, ids, answers);
+}
+
+/** Answers each call of a batch from the node's answer with its id (or refuses the batch, see below). */
+function settleBatch(
+  lane: Lane,
+  calls: Waiting[],
+  ids: number[],
+  answers: unknown,
+): Promise<void> | undefined {
+  const byId = new Map<unknown, RpcAnswer>();
+  for (const answer of Array.isArray(answers) ? (answers as unknown[]) : []) {
+    if (answer !== null && typeof answer === "object") byId.set((answer as RpcAnswer).id, answer);
+  }
+  // A node that refuses the batch as a whole answers one error (bare, or alone in an array), which
+  // viem's client hands back once per call: no answer then carries one of this batch's ids.
+  if (!ids.some((id) => byId.has(id))) {
+    const said = JSON.stringify(Array.isArray(answers) ? answers[0] : answers) ?? "nothing";
+    return refused(lane, calls, `a batch of ${calls.length} was answered with ${said.slice(0, 200)}`);
+  }
+  for (const [i, call] of calls.entries()) {
+    settle(
+      lane,
+      call,
+      byId.get(ids[i]) ?? {
+        error: { code: -32603, message: "the node's batch answer has no entry for this call" },
+      },
+    );
+  }
+  return undefined;
+}
+
+/** Opens one request with the calls at the head of the queue (a batch of them while batching). */
+function send(lane: Lane): void {
+  const calls = lane.queue.splice(0, lane.batching ? lane.maxBatchSize : 1);
+  lane.inFlight++;
+  const sent = calls.length === 1 ? sendOne(lane, calls[0]!) : sendBatch(lane, calls);
+  void sent.finally(() => {
+    lane.inFlight--;
+    pump(lane);
+  });
+}
+
+/** Sends what waits: at once when no request is open, else once the oldest call has waited `maxWaitMs`. */
+function pump(lane: Lane): void {
+  while (lane.queue.length > 0 && lane.inFlight < lane.maxInFlight) {
+    const waited = performance.now() - lane.queue[0]!.since;
+    if (lane.inFlight > 0 && waited < lane.maxWaitMs) {
+      if (lane.waitTimer === undefined) {
+        lane.waitTimer = setTimeout(() => {
+          lane.waitTimer = undefined;
+          pump(lane);
+        }, lane.maxWaitMs - waited);
+        // A call waiting here keeps nothing alive that its own request does not.
+        lane.waitTimer.unref?.();
+      }
+      return;
+    }
+    send(lane);
+  }
+}
+
+/** The transport's request: unbatched methods and calls with a signal go at once, the rest queue. */
+function laneRequest(lane: Lane): EIP1193RequestFn {
+  return (async ({ method, params }, requestOptions) => {
+    const body = params === undefined ? { method } : { method, params };
+    return new Promise<unknown>((resolve, reject) => {
+      const call: Waiting = { body, since: performance.now(), resolve, reject };
+      const signal = requestOptions?.signal;
+      if (UNBATCHED_METHODS.has(method) || signal !== undefined) {
+        void sendOne(lane, call, signal);
+        return;
+      }
+      lane.queue.push(call);
+      pump(lane);
+    });
+  }) as EIP1193RequestFn;
+}
+
 /**
  * An HTTP JSON-RPC transport that batches only what waits (see the top of this file).
  *
@@ -81,104 +219,19 @@ export function batchingHttp(url: string | undefined, options: BatchingHttpOptio
     const url_ = url ?? chain?.rpcUrls.default.http[0];
     if (url_ === undefined) throw new UrlRequiredError();
     const timeout = clientTimeout ?? options.timeout ?? 10_000;
-    const rpc = getHttpRpcClient(url_, { fetchFn: options.fetchFn, timeout });
-    const queue: Waiting[] = [];
-    let inFlight = 0;
-    let batching = maxBatchSize > 1;
-    let nextId = 1;
-
-    function settle(call: Waiting, answer: RpcAnswer): void {
-      if (answer.error !== undefined && answer.error !== null) {
-        call.reject(new RpcRequestError({ body: call.body, error: answer.error as never, url: url_! }));
-      } else {
-        call.resolve(answer.result);
-      }
-    }
-
-    async function sendOne(call: Waiting, signal?: AbortSignal): Promise<void> {
-      try {
-        const answer = await rpc.request({
-          body: { ...call.body, id: nextId++ } as never,
-          ...(signal === undefined ? {} : { fetchOptions: { signal } }),
-        });
-        settle(call, answer as RpcAnswer);
-      } catch (error) {
-        call.reject(error);
-      }
-    }
-
-    function refused(calls: Waiting[], reason: string): Promise<void> {
-      if (batching) {
-        batching = false;
-        options.onBatchRefused?.(reason);
-      }
-      return Promise.all(calls.map((call) => sendOne(call))).then(() => undefined);
-    }
-
-    async function sendBatch(calls: Waiting[]): Promise<void> {
-      const ids = calls.map(() => nextId++);
-      let answers: unknown;
-      try {
-        answers = await rpc.request({
-          body: calls.map((call, i) => ({ ...call.body, id: ids[i] })) as never,
-        });
-      } catch (error) {
-        const status = (error as { status?: number }).status;
-        if (refusesBatch(status)) return refused(calls, `HTTP ${status} to a batch of ${calls.length}`);
-        for (const call of calls) call.reject(error);
-        return;
-      }
-      const byId = new Map<unknown, RpcAnswer>();
-      for (const answer of Array.isArray(answers) ? (answers as unknown[]) : []) {
-        if (answer !== null && typeof answer === "object") byId.set((answer as RpcAnswer).id, answer);
-      }
-      // A node that refuses the batch as a whole answers one error (bare, or alone in an array), which
-      // viem's client hands back once per call: no answer then carries one of this batch's ids.
-      if (!ids.some((id) => byId.has(id))) {
-        const said = JSON.stringify(Array.isArray(answers) ? answers[0] : answers) ?? "nothing";
-        return refused(calls, `a batch of ${calls.length} was answered with ${said.slice(0, 200)}`);
-      }
-      for (const [i, call] of calls.entries()) {
-        settle(
-          call,
-          byId.get(ids[i]) ?? {
-            error: { code: -32603, message: "the node's batch answer has no entry for this call" },
-          },
-        );
-      }
-    }
-
-    /** Armed while calls wait behind an open request: opens another one once the first has waited long enough. */
-    let waitTimer: ReturnType<typeof setTimeout> | undefined;
-
-    function send(): void {
-      const calls = queue.splice(0, batching ? maxBatchSize : 1);
-      inFlight++;
-      const sent = calls.length === 1 ? sendOne(calls[0]!) : sendBatch(calls);
-      void sent.finally(() => {
-        inFlight--;
-        pump();
-      });
-    }
-
-    function pump(): void {
-      while (queue.length > 0 && inFlight < maxInFlight) {
-        const waited = performance.now() - queue[0]!.since;
-        if (inFlight > 0 && waited < maxWaitMs) {
-          if (waitTimer === undefined) {
-            waitTimer = setTimeout(() => {
-              waitTimer = undefined;
-              pump();
-            }, maxWaitMs - waited);
-            // A call waiting here keeps nothing alive that its own request does not.
-            waitTimer.unref?.();
-          }
-          return;
-        }
-        send();
-      }
-    }
-
+    const lane: Lane = {
+      url: url_,
+      rpc: getHttpRpcClient(url_, { fetchFn: options.fetchFn, timeout }),
+      maxInFlight,
+      maxWaitMs,
+      maxBatchSize,
+      onBatchRefused: options.onBatchRefused,
+      queue: [],
+      inFlight: 0,
+      batching: maxBatchSize > 1,
+      nextId: 1,
+      waitTimer: undefined,
+    };
     return createTransport(
       {
         key: "http",
@@ -186,19 +239,7 @@ export function batchingHttp(url: string | undefined, options: BatchingHttpOptio
         type: "http",
         retryCount: options.retryCount ?? clientRetryCount ?? 1,
         timeout,
-        request: (async ({ method, params }, requestOptions) => {
-          const body = params === undefined ? { method } : { method, params };
-          return new Promise<unknown>((resolve, reject) => {
-            const call: Waiting = { body, since: performance.now(), resolve, reject };
-            const signal = requestOptions?.signal;
-            if (UNBATCHED_METHODS.has(method) || signal !== undefined) {
-              void sendOne(call, signal);
-              return;
-            }
-            queue.push(call);
-            pump();
-          });
-        }) as EIP1193RequestFn,
+        request: laneRequest(lane),
       },
       { fetchOptions: undefined, url: url_ },
     );
