@@ -162,6 +162,12 @@ export type AgentSchemePart = {
    * response header the payer reads it from (the gate part's `mcp.receipts`, the other way round).
    */
   mcpReceipts?: Readonly<Record<string, string>> | undefined;
+  /**
+   * Over MCP: the `_meta` key a paid retry carries this scheme's credential under, each with the request
+   * header it is copied from, or how it is read from the request's headers (`undefined`: not there).
+   * The gate part's `mcp.credentials`, the other way round.
+   */
+  mcpCredentials?: Readonly<Record<string, string | ((headers: Headers) => unknown)>> | undefined;
   /** How a paid tool buys through this scheme: its steps in one call (src/agent/paidTool/purchasePart.ts). */
   purchase?: PurchasePart | undefined;
   /**
@@ -200,6 +206,8 @@ export type AgentSchemes = {
   readonly x402Schemes: readonly string[];
   /** Every part's MCP receipts: `[_meta key, response header]`, in order. */
   readonly mcpReceipts: readonly (readonly [string, string])[];
+  /** Every part's MCP credentials: `[_meta key, request header or reader]`, in order. */
+  readonly mcpCredentials: readonly (readonly [string, string | ((headers: Headers) => unknown)])[];
 };
 
 /** An atomic USDC amount as people read it: `10000` → `"0.01 USDC"`. */
@@ -258,5 +266,6 @@ export function createAgentSchemes(
     x402: (scheme) => x402.get(scheme),
     x402Schemes: [...x402.keys()],
     mcpReceipts: schemes.flatMap((scheme) => Object.entries(scheme.agent.mcpReceipts ?? {})),
+    mcpCredentials: schemes.flatMap((scheme) => Object.entries(scheme.agent.mcpCredentials ?? {})),
   };
 }

@@ -269,11 +269,16 @@ export type GateScheme<Offer extends SchemeOffer = SchemeOffer> = {
 
 /**
  * What an MCP tool call (`mcpPaymentGate`) carries of a part's payment, as the HTTP headers the gate
- * reads and writes (docs/mcp.md). Both are plain copies of one string value.
+ * reads and writes (docs/mcp.md). The `_meta` values were checked against the wire's shapes first
+ * (`McpPaymentMetaSchema`).
  */
 export type SchemeMcpMeta = {
-  /** `_meta` key of a credential → the request header the gate reads it from. */
-  credentials?: Readonly<Record<string, string>>;
+  /**
+   * `_meta` key of a credential → the request header the gate reads it from (a plain copy of one string),
+   * or the headers it becomes (an x402 payload encoded, a subscription's id and token apart). A value that
+   * cannot become headers throws `TollgateError`, answered as 400 `InvalidRequest` naming the key.
+   */
+  credentials?: Readonly<Record<string, string | ((value: unknown) => Readonly<Record<string, string>>)>>;
   /** Response header of a paid request → the `_meta` key a paid tool result carries it under. */
   receipts?: Readonly<Record<string, string>>;
 };
@@ -297,7 +302,7 @@ export type GateSchemePart<Offer extends SchemeOffer = SchemeOffer, Resolved = n
    * terms (a plan's, from the facilitator) takes them resolved.
    */
   entryOf?(offer: Resolved): SchemeOfferEntry;
-  /** Its credential and receipts in an MCP tool call's `_meta`, when they are one header each. */
+  /** Its credentials and receipts in an MCP tool call's `_meta`. */
   mcp?: SchemeMcpMeta;
 };
 

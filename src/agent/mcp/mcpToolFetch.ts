@@ -17,9 +17,8 @@
 import { McpError, ErrorCode as McpErrorCode } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import type { FetchFn } from "../../http/facilitatorClient.ts";
-import { CHANNEL_VOUCHER_HEADER } from "../../protocol/channelVoucher.ts";
 import { TollgateError } from "../../protocol/errors.ts";
-import { decodeJsonHeader, encodeJsonHeader, HeaderName } from "../../protocol/header.ts";
+import { encodeJsonHeader, HeaderName } from "../../protocol/header.ts";
 import {
   MCP_PAYMENT_REQUIRED_CODE,
   McpErrorMetaSchema,
@@ -27,11 +26,7 @@ import {
   McpUsageSchema,
 } from "../../protocol/mcpPayment.ts";
 import { PaymentRequiredSchema } from "../../protocol/paymentRequired.ts";
-import {
-  X402PaymentPayloadSchema,
-  X402PaymentRequiredSchema,
-  X402SettleResponseSchema,
-} from "../../protocol/x402.ts";
+import { X402PaymentRequiredSchema, X402SettleResponseSchema } from "../../protocol/x402.ts";
 import type { AgentSchemes } from "../agentScheme.ts";
 import { defaultAgentSchemes } from "../agentSchemes.ts";
 
@@ -79,7 +74,7 @@ export function mcpToolFetch(
     if (typeof args !== "object" || args === null || Array.isArray(args)) {
       throw new TollgateError("InvalidRequest", `${toolName}: arguments must be a JSON object`);
     }
-    const meta = paymentMetaOf(request.headers);
+    const meta = paymentMetaOf(request.headers, schemes.mcpCredentials);
     let result: unknown;
     try {
       result = await call(
@@ -107,18 +102,16 @@ export function mcpToolFetch(
   };
 }
 
-/** The payment headers a paid retry carries, as `_meta` entries. */
-function paymentMetaOf(headers: Headers): Record<string, unknown> {
+/** The payment headers a paid retry carries, as `_meta` entries (each scheme's agent part names its own). */
+function paymentMetaOf(
+  headers: Headers,
+  credentials: AgentSchemes["mcpCredentials"],
+): Record<string, unknown> {
   const meta: Record<string, unknown> = {};
-  const proof = headers.get(HeaderName.Payment);
-  if (proof !== null) meta[McpMetaKey.TollgatePayment] = proof;
-  const x402 = headers.get(HeaderName.X402PaymentSignature);
-  if (x402 !== null) meta[McpMetaKey.X402Payment] = decodeJsonHeader(x402, X402PaymentPayloadSchema);
-  const id = headers.get(HeaderName.Subscription);
-  const auth = headers.get(HeaderName.SubscriptionAuth);
-  if (id !== null && auth !== null) meta[McpMetaKey.TollgateSubscription] = { id, auth };
-  const voucher = headers.get(CHANNEL_VOUCHER_HEADER);
-  if (voucher !== null) meta[McpMetaKey.TollgateChannel] = voucher;
+  for (const [key, from] of credentials) {
+    const value = typeof from === "string" ? (headers.get(from) ?? undefined) : from(headers);
+    if (value !== undefined) meta[key] = value;
+  }
   return meta;
 }
 

@@ -18,7 +18,7 @@
  */
 
 import { TollgateError } from "../../protocol/errors.ts";
-import { encodeJsonHeader, HeaderName, safeDecodeJsonHeader } from "../../protocol/header.ts";
+import { HeaderName, safeDecodeJsonHeader } from "../../protocol/header.ts";
 import {
   type McpErrorMeta,
   McpMetaKey,
@@ -83,8 +83,27 @@ export type McpCompleteCall = (status: number) => Promise<McpToolResult | undefi
 
 export type McpPaymentGate = (call: McpGateCall) => Promise<McpGateResult>;
 
-/** `_meta` keys of the built-in parts' one-header credentials, with the header each goes to. */
+/** `_meta` keys of the built-in parts' credentials, with the header each goes to or the headers it becomes. */
 const metaCredentials = gateSchemes.flatMap((scheme) => Object.entries(scheme.gate?.mcp?.credentials ?? {}));
+
+/** The request headers of the credential `_meta` carries (at most one); a refusal when it cannot become them. */
+function setCredentialHeaders(headers: Headers, meta: Record<string, unknown>): McpGateResult | undefined {
+  for (const [key, becomes] of metaCredentials) {
+    const value = meta[key];
+    if (value === undefined) continue;
+    if (typeof becomes === "string") {
+      if (typeof value === "string") headers.set(becomes, value);
+      continue;
+    }
+    try {
+      for (const [name, text] of Object.entries(becomes(value))) headers.set(name, text);
+    } catch (error) {
+      const message = error instanceof TollgateError ? error.message : "not encodable";
+      return refusal("InvalidRequest", `_meta["${key}"]: ${message}`, { status: 400 });
+    }
+  }
+  return undefined;
+}
 /** Response headers of the built-in parts' receipts, with the `_meta` key each goes to. */
 const metaReceipts = gateSchemes.flatMap((scheme) => Object.entries(scheme.gate?.mcp?.receipts ?? {}));
 
@@ -107,25 +126,9 @@ export function mcpPaymentGate(gate: PaymentGate): McpPaymentGate {
         .join("; ");
       return refusal("InvalidRequest", `_meta: ${problems}`, { status: 400 });
     }
-    const x402 = meta.data[McpMetaKey.X402Payment];
-    const proof = meta.data[McpMetaKey.TollgatePayment];
-    const subscription = meta.data[McpMetaKey.TollgateSubscription];
-    try {
-      if (x402 !== undefined) headers.set(HeaderName.X402PaymentSignature, encodeJsonHeader(x402));
-    } catch (error) {
-      const message = error instanceof TollgateError ? error.message : "not encodable";
-      return refusal("InvalidRequest", `_meta["${McpMetaKey.X402Payment}"]: ${message}`, { status: 400 });
-    }
-    if (proof !== undefined) headers.set(HeaderName.Payment, proof);
-    for (const [key, header] of metaCredentials) {
-      const value = (meta.data as Record<string, unknown>)[key];
-      if (typeof value === "string") headers.set(header, value);
-    }
+    const refused = setCredentialHeaders(headers, meta.data);
+    if (refused !== undefined) return refused;
     if (call.forwardedFor !== undefined) headers.set("x-forwarded-for", call.forwardedFor);
-    if (subscription !== undefined) {
-      headers.set(HeaderName.Subscription, subscription.id);
-      headers.set(HeaderName.SubscriptionAuth, subscription.auth);
-    }
     const result = await gate({
       method: "POST",
       url: call.path,

@@ -5,6 +5,7 @@
  */
 import { type AgentSchemePart, type OfferDeviation, usdcText } from "../../agent/agentScheme.ts";
 import { sameAddress } from "../../protocol/address.ts";
+import { CHANNEL_VOUCHER_HEADER } from "../../protocol/channelVoucher.ts";
 import type { ManifestPricing } from "../../protocol/manifest.ts";
 import { McpMetaKey } from "../../protocol/mcpPayment.ts";
 import type { PaymentOption } from "../../protocol/paymentRequired.ts";
@@ -83,5 +84,6 @@ export const channelAgent: AgentSchemePart = {
   },
   // Over MCP a channel-paid result carries its receipt in `_meta["tollgate/channel-receipt"]`.
   mcpReceipts: { [McpMetaKey.TollgateChannelReceipt]: CHANNEL_RECEIPT_HEADER },
+  mcpCredentials: { [McpMetaKey.TollgateChannel]: CHANNEL_VOUCHER_HEADER },
   purchase: channelPurchase,
 };

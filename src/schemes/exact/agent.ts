@@ -3,7 +3,9 @@
  * to the listed one-time price, and the policy weighs them as paying once.
  */
 import { type AgentSchemePart, type OfferDeviation, usdcText } from "../../agent/agentScheme.ts";
+import { HeaderName } from "../../protocol/header.ts";
 import type { ManifestPricing } from "../../protocol/manifest.ts";
+import { McpMetaKey } from "../../protocol/mcpPayment.ts";
 import { writtenAmount } from "../../protocol/pricing.ts";
 import { exactPurchase } from "./agent/exactPurchase.ts";
 
@@ -48,5 +50,6 @@ export const exactAgent: AgentSchemePart = {
     spendMode: "one-time",
     readsBack: true,
   },
+  mcpCredentials: { [McpMetaKey.TollgatePayment]: HeaderName.Payment },
   purchase: exactPurchase,
 };

@@ -31,6 +31,7 @@ import type { Clock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { type Jwks, JwksSchema } from "../../protocol/facilitator.ts";
 import { HeaderName } from "../../protocol/header.ts";
+import { McpMetaKey } from "../../protocol/mcpPayment.ts";
 import type { GateScheme, GateSchemeContext, GateSchemePart, SchemeOfferEntry } from "../types.ts";
 import { checkSettleableAmounts } from "./checkSettleableAmounts.ts";
 import {
@@ -82,6 +83,8 @@ export const exactGate: GateSchemePart<ExactOffer, ExactOffer> = {
   pricingTypes: ["one-time"],
   create: createExactGate,
   entryOf: oneTimeEntry,
+  // Over MCP a proof comes in `_meta["tollgate/payment"]`, exactly the `X-PAYMENT` value.
+  mcp: { credentials: { [McpMetaKey.TollgatePayment]: HeaderName.Payment } },
 };
 
 declare module "../types.ts" {

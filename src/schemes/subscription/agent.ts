@@ -7,7 +7,9 @@
 import { type AgentSchemePart, type OfferDeviation, usdcText } from "../../agent/agentScheme.ts";
 import { policyPlanOf } from "../../agent/policy/policyOffer.ts";
 import { sameAddress } from "../../protocol/address.ts";
+import { HeaderName } from "../../protocol/header.ts";
 import type { ManifestPricing } from "../../protocol/manifest.ts";
+import { McpMetaKey } from "../../protocol/mcpPayment.ts";
 import { type PaymentOption, planTermsOf } from "../../protocol/paymentRequired.ts";
 import { pricingOfOption } from "../../protocol/pricing.ts";
 import { describeOverage, describePeriod } from "./agent/describePlan.ts";
@@ -108,6 +110,14 @@ export const subscriptionAgent: AgentSchemePart = {
       };
     },
     spendMode: "subscription",
+  },
+  // Over MCP the subscription's two headers ride as one `{ id, auth }`.
+  mcpCredentials: {
+    [McpMetaKey.TollgateSubscription]: (headers: Headers) => {
+      const id = headers.get(HeaderName.Subscription);
+      const auth = headers.get(HeaderName.SubscriptionAuth);
+      return id === null || auth === null ? undefined : { id, auth };
+    },
   },
   purchase: subscriptionPurchase,
   dashboard: subscriptionDashboard,

@@ -20,6 +20,7 @@ import {
 import { RouteRequestView } from "../../gate/requestView.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { HeaderName } from "../../protocol/header.ts";
+import { McpMetaKey, type McpSubscriptionCredential } from "../../protocol/mcpPayment.ts";
 import { optionTermsOf, type Pricing } from "../../protocol/pricing.ts";
 import type {
   GateScheme,
@@ -149,6 +150,15 @@ export const subscriptionGate: GateSchemePart<PlanOffer, SubscriptionOffer> = {
   pricingTypes: ["subscription"],
   create: createSubscriptionPart,
   entryOf: planEntry,
+  // Over MCP `_meta["tollgate/subscription"]` is `{ id, auth }`: the two headers of an HTTP call.
+  mcp: {
+    credentials: {
+      [McpMetaKey.TollgateSubscription]: (value) => {
+        const { id, auth } = value as McpSubscriptionCredential;
+        return { [HeaderName.Subscription]: id, [HeaderName.SubscriptionAuth]: auth };
+      },
+    },
+  },
 };
 
 function createSubscriptionPart(context: GateSchemeContext): GateScheme<PlanOffer> {

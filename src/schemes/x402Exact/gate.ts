@@ -11,7 +11,8 @@
  * fresh 402 with the x402 reason, or a 5xx to retry the same header; nothing was charged either way.
  */
 import { errorResponse, faultResponse } from "../../gate/gateResponses.ts";
-import { HeaderName } from "../../protocol/header.ts";
+import { encodeJsonHeader, HeaderName } from "../../protocol/header.ts";
+import { McpMetaKey } from "../../protocol/mcpPayment.ts";
 import type { ExactOffer } from "../exact/gate.ts";
 import type { GateSchemePart, SchemeAcceptance, SchemeCompletion } from "../types.ts";
 import {
@@ -33,6 +34,14 @@ export const x402ExactGate: GateSchemePart<ExactOffer> = {
   // It prices nothing of its own: it is another way to pay the `exact` offers.
   pricingTypes: [],
   accepts: ["exact"],
+  // Over MCP the payload comes in `_meta["x402/payment"]` as an object: the header carries its JSON.
+  mcp: {
+    credentials: {
+      [McpMetaKey.X402Payment]: (payload) => ({
+        [HeaderName.X402PaymentSignature]: encodeJsonHeader(payload),
+      }),
+    },
+  },
   create(context) {
     const { logger } = context;
     const acceptX402 = createX402Settlement({
