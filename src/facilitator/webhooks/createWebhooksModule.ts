@@ -15,12 +15,17 @@ import type { Context, Hono } from "hono";
 import { Counter } from "prom-client";
 import { readJsonBody } from "../../http/httpErrors.ts";
 import { routeDoc } from "../../http/routeDocs.ts";
-import { createWebhookTargetPolicy, type WebhookLookup } from "../../http/webhookTargets.ts";
+import {
+  createWebhookTargetPolicy,
+  type WebhookLookup,
+  type WebhookTargetPolicy,
+} from "../../http/webhookTargets.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
+import type { FacilitatorContext } from "../facilitatorContext.ts";
 import type { FacilitatorModuleFactory } from "../facilitatorModule.ts";
 import { requireProvider } from "../providers/requireProvider.ts";
-import { createWebhookRepository } from "./createWebhookRepository.ts";
+import { createWebhookRepository, type WebhookRepository } from "./createWebhookRepository.ts";
 import {
   createWebhookWorker,
   type WebhookDeliveryOutcome,
@@ -102,15 +107,7 @@ export function createWebhooksModule(options: WebhooksModuleOptions = {}): Facil
       secrets,
       maxEndpointsPerProvider: options.maxEndpointsPerProvider,
     });
-    const metricName = "tollgate_webhook_attempts_total";
-    const attempts =
-      (ctx.metrics.registry.getSingleMetric(metricName) as Counter<"outcome"> | undefined) ??
-      new Counter({
-        name: metricName,
-        help: "Webhook delivery attempts by outcome (delivered, retry, dead)",
-        labelNames: ["outcome"] as const,
-        registers: [ctx.metrics.registry],
-      });
+    const attempts = webhookAttemptsCounter(ctx.metrics.registry);
     const worker = createWebhookWorker({
       store: ctx.store,
       clock: ctx.clock,
@@ -128,107 +125,21 @@ export function createWebhooksModule(options: WebhooksModuleOptions = {}): Facil
       retentionMs: options.retentionMs,
       onAttempt: (outcome: WebhookDeliveryOutcome) => attempts.inc({ outcome }),
     });
-    const auth = requireProvider(ctx);
-    const now = () => new Date(ctx.clock.now());
-    const docs = {
-      create: routeDoc({
-        summary: "Register a webhook endpoint for the provider's events; its signing secret is shown once",
-        request: CreateWebhookRequestSchema,
-        response: CreateWebhookResponseSchema,
-        status: 201,
-        errors: [400, 413],
-      }),
-      list: routeDoc({ summary: "The provider's webhook endpoints", response: ListWebhooksResponseSchema }),
-      remove: routeDoc({
-        summary: "Delete one of the provider's webhook endpoints",
-        response: DeleteWebhookResponseSchema,
-        errors: [404],
-      }),
-      rotate: routeDoc({
-        summary: "A new signing secret for an endpoint; the old one signs too for a grace period",
-        request: RotateWebhookSecretRequestSchema,
-        response: RotateWebhookSecretResponseSchema,
-        errors: [400, 404, 413],
-      }),
-      deliveries: routeDoc({
-        summary: "An endpoint's recent deliveries and their attempts",
-        query: ListWebhookDeliveriesQuerySchema,
-        response: ListWebhookDeliveriesResponseSchema,
-        errors: [400, 404],
-      }),
-      retry: routeDoc({
-        summary: "Queue a finished delivery to be sent again",
-        response: RetryWebhookDeliveryResponseSchema,
-        errors: [400, 404],
-      }),
+    const routes: WebhookRoutes = {
+      repository,
+      targets,
+      auth: requireProvider(ctx),
+      docs: webhookRouteDocs(),
+      now: () => new Date(ctx.clock.now()),
+      logger: ctx.logger,
+      defaultGrace,
     };
 
     return {
       name: "webhooks",
       routes(app: Hono) {
-        app.post("/webhooks", docs.create, auth, async (c) => {
-          const request = await readJsonBody(c, CreateWebhookRequestSchema);
-          // Refused here with the reason, so a provider learns at once; deliveries check again.
-          await targets.check(request.url);
-          const body: CreateWebhookResponse = await repository.create(
-            c.get("provider").address,
-            request,
-            now(),
-          );
-          ctx.logger.info(
-            { provider: c.get("provider").address, webhook: body.id },
-            "webhook endpoint registered",
-          );
-          return c.json(body, 201);
-        });
-
-        app.get("/webhooks", docs.list, auth, async (c) => {
-          const body: ListWebhooksResponse = {
-            webhooks: await repository.list(c.get("provider").address, now()),
-          };
-          return c.json(body);
-        });
-
-        app.delete("/webhooks/:id", docs.remove, auth, async (c) => {
-          const id = endpointId(c.req.param("id"));
-          await repository.remove(c.get("provider").address, id);
-          const body: DeleteWebhookResponse = { id, deleted: true };
-          return c.json(body);
-        });
-
-        app.post("/webhooks/:id/rotate-secret", docs.rotate, auth, async (c) => {
-          const id = endpointId(c.req.param("id"));
-          const request = parseWire(RotateWebhookSecretRequestSchema, await optionalJson(c), {
-            what: "request body",
-          });
-          const body = await repository.rotateSecret(
-            c.get("provider").address,
-            id,
-            request.graceSeconds ?? defaultGrace,
-            now(),
-          );
-          return c.json(body);
-        });
-
-        app.get("/webhooks/:id/deliveries", docs.deliveries, auth, async (c) => {
-          const id = endpointId(c.req.param("id"));
-          const query = parseWire(ListWebhookDeliveriesQuerySchema, c.req.query(), { what: "query" });
-          const body: ListWebhookDeliveriesResponse = {
-            deliveries: await repository.listDeliveries(c.get("provider").address, id, query),
-          };
-          return c.json(body);
-        });
-
-        app.post("/webhooks/:id/deliveries/:deliveryId/retry", docs.retry, auth, async (c) => {
-          const id = endpointId(c.req.param("id"));
-          const deliveryId = c.req.param("deliveryId");
-          if (!DELIVERY_ID.test(deliveryId)) {
-            throw new TollgateError("NotFound", "no delivery with that id for this endpoint");
-          }
-          const delivery = await repository.retryDelivery(c.get("provider").address, id, deliveryId, now());
-          const body: RetryWebhookDeliveryResponse = { delivery };
-          return c.json(body);
-        });
+        registerEndpointRoutes(app, routes);
+        registerDeliveryRoutes(app, routes);
       },
       async start() {
         if (ephemeralKey) {
@@ -246,6 +157,134 @@ export function createWebhooksModule(options: WebhooksModuleOptions = {}): Facil
       },
     };
   };
+}
+
+/** What the routes share: the repository, the target policy, the provider check, their docs and the clock. */
+type WebhookRoutes = {
+  repository: WebhookRepository;
+  targets: WebhookTargetPolicy;
+  auth: ReturnType<typeof requireProvider>;
+  docs: ReturnType<typeof webhookRouteDocs>;
+  now: () => Date;
+  logger: FacilitatorContext["logger"];
+  defaultGrace: number;
+};
+
+/** The attempts counter, shared by every facilitator on one metrics registry. */
+function webhookAttemptsCounter(registry: FacilitatorContext["metrics"]["registry"]): Counter<"outcome"> {
+  const metricName = "tollgate_webhook_attempts_total";
+  return (
+    (registry.getSingleMetric(metricName) as Counter<"outcome"> | undefined) ??
+    new Counter({
+      name: metricName,
+      help: "Webhook delivery attempts by outcome (delivered, retry, dead)",
+      labelNames: ["outcome"] as const,
+      registers: [registry],
+    })
+  );
+}
+
+function webhookRouteDocs() {
+  return {
+    create: routeDoc({
+      summary: "Register a webhook endpoint for the provider's events; its signing secret is shown once",
+      request: CreateWebhookRequestSchema,
+      response: CreateWebhookResponseSchema,
+      status: 201,
+      errors: [400, 413],
+    }),
+    list: routeDoc({ summary: "The provider's webhook endpoints", response: ListWebhooksResponseSchema }),
+    remove: routeDoc({
+      summary: "Delete one of the provider's webhook endpoints",
+      response: DeleteWebhookResponseSchema,
+      errors: [404],
+    }),
+    rotate: routeDoc({
+      summary: "A new signing secret for an endpoint; the old one signs too for a grace period",
+      request: RotateWebhookSecretRequestSchema,
+      response: RotateWebhookSecretResponseSchema,
+      errors: [400, 404, 413],
+    }),
+    deliveries: routeDoc({
+      summary: "An endpoint's recent deliveries and their attempts",
+      query: ListWebhookDeliveriesQuerySchema,
+      response: ListWebhookDeliveriesResponseSchema,
+      errors: [400, 404],
+    }),
+    retry: routeDoc({
+      summary: "Queue a finished delivery to be sent again",
+      response: RetryWebhookDeliveryResponseSchema,
+      errors: [400, 404],
+    }),
+  };
+}
+
+/** `POST /webhooks`, `GET /webhooks`, `DELETE /webhooks/:id`, `POST /webhooks/:id/rotate-secret`. */
+function registerEndpointRoutes(app: Hono, routes: WebhookRoutes): void {
+  const { repository, docs, auth, now } = routes;
+  app.post("/webhooks", docs.create, auth, async (c) => {
+    const request = await readJsonBody(c, CreateWebhookRequestSchema);
+    // Refused here with the reason, so a provider learns at once; deliveries check again.
+    await routes.targets.check(request.url);
+    const body: CreateWebhookResponse = await repository.create(c.get("provider").address, request, now());
+    routes.logger.info(
+      { provider: c.get("provider").address, webhook: body.id },
+      "webhook endpoint registered",
+    );
+    return c.json(body, 201);
+  });
+
+  app.get("/webhooks", docs.list, auth, async (c) => {
+    const body: ListWebhooksResponse = {
+      webhooks: await repository.list(c.get("provider").address, now()),
+    };
+    return c.json(body);
+  });
+
+  app.delete("/webhooks/:id", docs.remove, auth, async (c) => {
+    const id = endpointId(c.req.param("id"));
+    await repository.remove(c.get("provider").address, id);
+    const body: DeleteWebhookResponse = { id, deleted: true };
+    return c.json(body);
+  });
+
+  app.post("/webhooks/:id/rotate-secret", docs.rotate, auth, async (c) => {
+    const id = endpointId(c.req.param("id"));
+    const request = parseWire(RotateWebhookSecretRequestSchema, await optionalJson(c), {
+      what: "request body",
+    });
+    const body = await repository.rotateSecret(
+      c.get("provider").address,
+      id,
+      request.graceSeconds ?? routes.defaultGrace,
+      now(),
+    );
+    return c.json(body);
+  });
+}
+
+/** `GET /webhooks/:id/deliveries` and `POST /webhooks/:id/deliveries/:deliveryId/retry`. */
+function registerDeliveryRoutes(app: Hono, routes: WebhookRoutes): void {
+  const { repository, docs, auth, now } = routes;
+  app.get("/webhooks/:id/deliveries", docs.deliveries, auth, async (c) => {
+    const id = endpointId(c.req.param("id"));
+    const query = parseWire(ListWebhookDeliveriesQuerySchema, c.req.query(), { what: "query" });
+    const body: ListWebhookDeliveriesResponse = {
+      deliveries: await repository.listDeliveries(c.get("provider").address, id, query),
+    };
+    return c.json(body);
+  });
+
+  app.post("/webhooks/:id/deliveries/:deliveryId/retry", docs.retry, auth, async (c) => {
+    const id = endpointId(c.req.param("id"));
+    const deliveryId = c.req.param("deliveryId");
+    if (!DELIVERY_ID.test(deliveryId)) {
+      throw new TollgateError("NotFound", "no delivery with that id for this endpoint");
+    }
+    const delivery = await repository.retryDelivery(c.get("provider").address, id, deliveryId, now());
+    const body: RetryWebhookDeliveryResponse = { delivery };
+    return c.json(body);
+  });
 }
 
 /** The webhooks module with its defaults (listed in modules.ts). */
