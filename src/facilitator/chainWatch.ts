@@ -104,218 +104,258 @@ const RESUBSCRIBE_MS = 5_000;
 /** How often a watch whose provider refuses WebSocket reads the head on a chain without a block time. */
 const POLL_MS = 1_000;
 
+/** A watch's state, shared by its steps below. */
+type Watch = {
+  client: WatchedClient;
+  options: { devnet: boolean; logger: Logger; resubscribeMs: number; pollMs: number };
+  log: Logger;
+  listeners: Set<Listener>;
+  wsUrl: string | undefined;
+  blockTimeMs: number | undefined;
+  /** How often block polling reads the head. */
+  pollMs: number | undefined;
+  /** The URL as logs print it: a provider's key stays out of them. */
+  shownUrl: string | undefined;
+  secrets: string[];
+  /** Whether a socket ever opened: a provider whose socket never did, while HTTP answers, refuses WebSocket. */
+  everOpened: boolean;
+  mode: "websocket" | "blocks" | "none";
+  closed: boolean;
+  timer: ReturnType<typeof setTimeout> | undefined;
+  stopSubscription: (() => void) | undefined;
+  /** Closes the socket (viem keeps one per URL; only `close` ends it). */
+  closeSocket: (() => void) | undefined;
+  subscribedTo: string;
+  /** Whether the subscription is down: its outage was reported once, at warn; the rest go to debug. */
+  failing: boolean;
+  lastBlock: bigint | undefined;
+};
+
 function createChainWatch(
   client: WatchedClient,
   options: { devnet: boolean; logger: Logger; resubscribeMs: number; pollMs: number },
 ): ChainWatch & { close(): void } {
-  const log = options.logger.child({ component: "chain-watch" });
-  const listeners = new Set<Listener>();
   const wsUrl = webSocketUrlOf(client, options.devnet);
   const blockTimeMs = client.chain?.blockTime;
-  /** How often block polling reads the head. */
-  let pollMs = blockTimeMs;
-  /** The URL as logs print it: a provider's key stays out of them. */
-  const shownUrl = wsUrl === undefined ? undefined : redactRpcUrl(wsUrl);
-  const secrets = wsUrl === undefined ? [] : [wsUrl];
-  /**
-   * A socket's failure in one line, its URL redacted: what fails may be an error event carrying the whole
-   * socket (its request line and URL included), never logged as it is.
-   */
-  const describe = (error: unknown): string => {
-    const e = error as { message?: unknown; error?: { message?: unknown } } | null;
-    const text =
-      typeof e?.message === "string"
-        ? e.message
-        : typeof e?.error?.message === "string"
-          ? e.error.message
-          : String(error);
-    return redactRpcUrlsIn(text, secrets).slice(0, 500);
-  };
-  /** Whether a socket ever opened: a provider whose socket never did, while HTTP answers, refuses WebSocket. */
-  let everOpened = false;
-  let mode: "websocket" | "blocks" | "none" =
-    wsUrl !== undefined ? "websocket" : blockTimeMs ? "blocks" : "none";
-  let closed = false;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  let stopSubscription: (() => void) | undefined;
-  /** Closes the socket (viem keeps one per URL; only `close` ends it). */
-  let closeSocket: (() => void) | undefined;
-  let subscribedTo = "";
-  /** Whether the subscription is down: its outage was reported once, at warn; the rest go to debug. */
-  let failing = false;
-  const failed = (error: unknown, message: string) => {
-    const reason = describe(error);
-    if (failing) log.debug({ reason, url: shownUrl }, message);
-    else log.warn({ reason, url: shownUrl }, message);
-    failing = true;
+  const w: Watch = {
+    client,
+    options,
+    log: options.logger.child({ component: "chain-watch" }),
+    listeners: new Set(),
+    wsUrl,
+    blockTimeMs,
+    pollMs: blockTimeMs,
+    shownUrl: wsUrl === undefined ? undefined : redactRpcUrl(wsUrl),
+    secrets: wsUrl === undefined ? [] : [wsUrl],
+    everOpened: false,
+    mode: wsUrl !== undefined ? "websocket" : blockTimeMs ? "blocks" : "none",
+    closed: false,
+    timer: undefined,
+    stopSubscription: undefined,
+    closeSocket: undefined,
+    subscribedTo: "",
+    failing: false,
+    lastBlock: undefined,
   };
 
-  const tellAll = () => {
-    for (const l of listeners) l.fn();
-  };
-  const tell = (address: string) => {
-    for (const l of listeners) if (l.address === address) l.fn();
-  };
-  const addresses = () => [...new Set([...listeners].map((l) => l.address))].sort();
-
-  // ---- WebSocket -----------------------------------------------------------------------------------
-
-  async function subscribe(): Promise<void> {
-    const wanted = addresses();
-    const key = wanted.join(",");
-    if (closed || key === subscribedTo) return;
-    stopSubscription?.();
-    stopSubscription = undefined;
-    subscribedTo = key;
-    if (wanted.length === 0) return;
-    const socket = createPublicClient({
-      chain: client.chain,
-      // Reconnecting is the watch's own (`retry`): viem's would also print each failed attempt to the
-      // console, and keep reconnecting a socket the watch no longer holds.
-      transport: webSocket(wsUrl, { retryCount: 0, timeout: 5_000, reconnect: false }),
-    });
-    try {
-      // The socket first, held: however this attempt ends, the watch can close it.
-      let rpc: Awaited<ReturnType<typeof socket.transport.getRpcClient>>;
-      try {
-        rpc = await socket.transport.getRpcClient();
-      } catch (error) {
-        if (!closed && !everOpened && (await httpAnswers())) {
-          refused(error);
-          return;
-        }
-        throw error;
-      }
-      everOpened = true;
-      closeSocket = () => rpc.close();
-      if (closed) {
-        closeSocket();
-        return;
-      }
-      const { unsubscribe } = await socket.transport.subscribe({
-        params: ["logs", { address: wanted as Address[] }],
-        onData: (data: object) => {
-          const result: unknown = "result" in data ? data.result : undefined;
-          const raw = (result as { address?: unknown } | undefined)?.address;
-          const address = typeof raw === "string" ? raw.toLowerCase() : undefined;
-          if (address === undefined) tellAll();
-          else tell(address);
-        },
-        onError: (error: unknown) => {
-          // Closing the watch closes the socket, which reports itself closed: not a failure.
-          if (closed) return;
-          failed(error, "chain log subscription failed; followers read on their backstop");
-          retry();
-        },
-      });
-      stopSubscription = () => {
-        unsubscribe().catch(() => undefined);
-      };
-      if (closed) {
-        closeSocket();
-        return;
-      }
-      if (subscribedTo !== key) {
-        stopSubscription();
-        return;
-      }
-      if (failing) {
-        failing = false;
-        log.info({ url: shownUrl }, "chain log subscription restored");
-      }
-      // Whatever happened before the subscription began (or while it was down) is read now.
-      tellAll();
-    } catch (error) {
-      if (closed) {
-        closeSocket?.();
-        return;
-      }
-      failed(error, "cannot subscribe to chain logs over WebSocket; retrying");
-      retry();
-    }
-  }
-
-  function retry(): void {
-    const stop = stopSubscription;
-    stopSubscription = undefined;
-    stop?.();
-    // A socket that failed is not used again: the next attempt opens its own. Its handle is dropped
-    // before it is closed: closing reports the close to every request and subscription still on it,
-    // whose errors come back here, and must find nothing left to close.
-    const close = closeSocket;
-    closeSocket = undefined;
-    subscribedTo = "";
-    close?.();
-    if (closed || timer !== undefined) return;
-    timer = setTimeout(() => {
-      timer = undefined;
-      void subscribe();
-    }, options.resubscribeMs);
-    timer.unref?.();
-  }
-
-  /** Whether the node answers over HTTP (asked only when a first socket failed to open). */
-  async function httpAnswers(): Promise<boolean> {
-    try {
-      await client.getBlockNumber({ cacheTime: 0 });
-      return true;
-    } catch {
-      return false;
-    }
-  }
-
-  /** The provider refuses WebSocket: the watch polls the head from now on and never opens a socket again. */
-  function refused(error: unknown): void {
-    mode = "blocks";
-    pollMs = blockTimeMs ?? options.pollMs;
-    subscribedTo = "";
-    log.warn(
-      { reason: describe(error), url: shownUrl, pollMs },
-      `the RPC provider refuses WebSocket; watching the chain by reading its head every ${pollMs} ms`,
-    );
-    pollBlocks();
-  }
-
-  // ---- block polling -------------------------------------------------------------------------------
-
-  let lastBlock: bigint | undefined;
-  function pollBlocks(): void {
-    if (closed || listeners.size === 0 || timer !== undefined) return;
-    timer = setTimeout(async () => {
-      try {
-        const block = await client.getBlockNumber({ cacheTime: 0 });
-        if (lastBlock === undefined || block !== lastBlock) {
-          lastBlock = block;
-          tellAll();
-        }
-      } catch {
-        // The followers' own reads report an unreachable chain.
-      }
-      timer = undefined;
-      pollBlocks();
-    }, pollMs);
-    timer.unref?.();
-  }
-
-  log.debug({ mode, url: shownUrl }, "watching the chain");
+  w.log.debug({ mode: w.mode, url: w.shownUrl }, "watching the chain");
   return {
-    mode: () => mode,
+    mode: () => w.mode,
     watch(address, fn) {
       const listener = { address: address.toLowerCase(), fn };
-      listeners.add(listener);
-      if (mode === "websocket") void subscribe();
-      else if (mode === "blocks") pollBlocks();
+      w.listeners.add(listener);
+      if (w.mode === "websocket") void subscribe(w);
+      else if (w.mode === "blocks") pollBlocks(w);
       return () => {
-        listeners.delete(listener);
-        if (mode === "websocket") void subscribe();
+        w.listeners.delete(listener);
+        if (w.mode === "websocket") void subscribe(w);
       };
     },
     close() {
-      closed = true;
-      mode = "none";
-      if (timer !== undefined) clearTimeout(timer);
-      stopSubscription?.();
-      closeSocket?.();
+      w.closed = true;
+      w.mode = "none";
+      if (w.timer !== undefined) clearTimeout(w.timer);
+      w.stopSubscription?.();
+      w.closeSocket?.();
     },
   };
+}
+
+/**
+ * A socket's failure in one line, its URL redacted: what fails may be an error event carrying the whole
+ * socket (its request line and URL included), never logged as it is.
+ */
+function describe(w: Watch, error: unknown): string {
+  const e = error as { message?: unknown; error?: { message?: unknown } } | null;
+  const text =
+    typeof e?.message === "string"
+      ? e.message
+      : typeof e?.error?.message === "string"
+        ? e.error.message
+        : String(error);
+  return redactRpcUrlsIn(text, w.secrets).slice(0, 500);
+}
+
+/** Reports a subscription failure: at warn the first time of an outage, at debug after. */
+function failed(w: Watch, error: unknown, message: string): void {
+  const reason = describe(w, error);
+  if (w.failing) w.log.debug({ reason, url: w.shownUrl }, message);
+  else w.log.warn({ reason, url: w.shownUrl }, message);
+  w.failing = true;
+}
+
+function tellAll(w: Watch): void {
+  for (const l of w.listeners) l.fn();
+}
+
+function tell(w: Watch, address: string): void {
+  for (const l of w.listeners) if (l.address === address) l.fn();
+}
+
+function addresses(w: Watch): string[] {
+  return [...new Set([...w.listeners].map((l) => l.address))].sort();
+}
+
+// ---- WebSocket -------------------------------------------------------------------------------------
+
+/** Subscribes to the logs of the addresses listened to now, on a new socket, unless it already is. */
+async function subscribe(w: Watch): Promise<void> {
+  const wanted = addresses(w);
+  const key = wanted.join(",");
+  if (w.closed || key === w.subscribedTo) return;
+  w.stopSubscription?.();
+  w.stopSubscription = undefined;
+  w.subscribedTo = key;
+  if (wanted.length === 0) return;
+  const socket = createPublicClient({
+    chain: w.client.chain,
+    // Reconnecting is the watch's own (`retry`): viem's would also print each failed attempt to the
+    // console, and keep reconnecting a socket the watch no longer holds.
+    transport: webSocket(w.wsUrl, { retryCount: 0, timeout: 5_000, reconnect: false }),
+  });
+  try {
+    // The socket first, held: however this attempt ends, the watch can close it.
+    let rpc: Awaited<ReturnType<typeof socket.transport.getRpcClient>>;
+    try {
+      rpc = await socket.transport.getRpcClient();
+    } catch (error) {
+      if (!w.closed && !w.everOpened && (await httpAnswers(w.client))) {
+        refused(w, error);
+        return;
+      }
+      throw error;
+    }
+    w.everOpened = true;
+    w.closeSocket = () => rpc.close();
+    if (w.closed) {
+      w.closeSocket();
+      return;
+    }
+    const { unsubscribe } = await socket.transport.subscribe({
+      params: ["logs", { address: wanted as Address[] }],
+      onData: (data: object) => onLog(w, data),
+      onError: (error: unknown) => {
+        // Closing the watch closes the socket, which reports itself closed: not a failure.
+        if (w.closed) return;
+        failed(w, error, "chain log subscription failed; followers read on their backstop");
+        retry(w);
+      },
+    });
+    w.stopSubscription = () => {
+      unsubscribe().catch(() => undefined);
+    };
+    if (w.closed) {
+      w.closeSocket();
+      return;
+    }
+    if (w.subscribedTo !== key) {
+      w.stopSubscription();
+      return;
+    }
+    if (w.failing) {
+      w.failing = false;
+      w.log.info({ url: w.shownUrl }, "chain log subscription restored");
+    }
+    // Whatever happened before the subscription began (or while it was down) is read now.
+    tellAll(w);
+  } catch (error) {
+    if (w.closed) {
+      w.closeSocket?.();
+      return;
+    }
+    failed(w, error, "cannot subscribe to chain logs over WebSocket; retrying");
+    retry(w);
+  }
+}
+
+/** A log pushed by the node: its address's listeners are told (every listener when it names none). */
+function onLog(w: Watch, data: object): void {
+  const result: unknown = "result" in data ? data.result : undefined;
+  const raw = (result as { address?: unknown } | undefined)?.address;
+  const address = typeof raw === "string" ? raw.toLowerCase() : undefined;
+  if (address === undefined) tellAll(w);
+  else tell(w, address);
+}
+
+/** Drops the failed subscription and its socket, and subscribes again after `resubscribeMs`. */
+function retry(w: Watch): void {
+  const stop = w.stopSubscription;
+  w.stopSubscription = undefined;
+  stop?.();
+  // A socket that failed is not used again: the next attempt opens its own. Its handle is dropped
+  // before it is closed: closing reports the close to every request and subscription still on it,
+  // whose errors come back here, and must find nothing left to close.
+  const close = w.closeSocket;
+  w.closeSocket = undefined;
+  w.subscribedTo = "";
+  close?.();
+  if (w.closed || w.timer !== undefined) return;
+  w.timer = setTimeout(() => {
+    w.timer = undefined;
+    void subscribe(w);
+  }, w.options.resubscribeMs);
+  w.timer.unref?.();
+}
+
+/** Whether the node answers over HTTP (asked only when a first socket failed to open). */
+async function httpAnswers(client: WatchedClient): Promise<boolean> {
+  try {
+    await client.getBlockNumber({ cacheTime: 0 });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The provider refuses WebSocket: the watch polls the head from now on and never opens a socket again. */
+function refused(w: Watch, error: unknown): void {
+  w.mode = "blocks";
+  w.pollMs = w.blockTimeMs ?? w.options.pollMs;
+  w.subscribedTo = "";
+  w.log.warn(
+    { reason: describe(w, error), url: w.shownUrl, pollMs: w.pollMs },
+    `the RPC provider refuses WebSocket; watching the chain by reading its head every ${w.pollMs} ms`,
+  );
+  pollBlocks(w);
+}
+
+// ---- block polling ---------------------------------------------------------------------------------
+
+/** Reads the head every `pollMs` while anyone listens, and tells every listener when it moved. */
+function pollBlocks(w: Watch): void {
+  if (w.closed || w.listeners.size === 0 || w.timer !== undefined) return;
+  w.timer = setTimeout(async () => {
+    try {
+      const block = await w.client.getBlockNumber({ cacheTime: 0 });
+      if (w.lastBlock === undefined || block !== w.lastBlock) {
+        w.lastBlock = block;
+        tellAll(w);
+      }
+    } catch {
+      // The followers' own reads report an unreachable chain.
+    }
+    w.timer = undefined;
+    pollBlocks(w);
+  }, w.pollMs);
+  w.timer.unref?.();
 }
