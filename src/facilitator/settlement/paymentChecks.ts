@@ -72,98 +72,7 @@ export function createPaymentChecks(options: {
   contractSigners?: ContractSigners | undefined;
 }): PaymentChecks {
   const { client, clock } = options;
-
-  /**
-   * Simulates on the latest block, and on the pending block only when the latest one is older than the
-   * authorization's validAfter (an idle devnet mines no block for minutes). A node builds the pending
-   * block for every call made on it: anvil executes the settlements waiting for the next block again
-   * each time (at 512 payers on 2 s blocks that took it over a core, and its batches of simulations
-   * 0.3-1.1 s), and many providers answer `pending` as `latest` anyway. What the pending block would
-   * add, a payer's spends already on their way, is not what this check is for: the settler fails such
-   * a transfer alone in its batch.
-   */
-  async function simulateOn(payment: CheckablePayment, blockTag: "latest" | "pending"): Promise<void> {
-    const a = payment.authorization;
-    await simulateTransferWithAuthorization(client, {
-      token: payment.token as Address,
-      authorization: {
-        from: a.from,
-        to: a.to,
-        value: BigInt(a.value),
-        validAfter: BigInt(a.validAfter),
-        validBefore: BigInt(a.validBefore),
-        nonce: a.nonce,
-      },
-      signature: payment.signature,
-      account: options.batchSettler,
-      gas: SIMULATION_GAS,
-      blockTag,
-    });
-  }
-
-  async function simulate(payment: CheckablePayment): Promise<void> {
-    try {
-      try {
-        await simulateOn(payment, "latest");
-      } catch (error) {
-        if (!isNotYetValid(error)) throw error;
-        await simulateOn(payment, "pending");
-      }
-    } catch (error) {
-      if (!isChainUnreachable(error) && isOutOfGas(error)) {
-        throw new TollgateError(
-          "InvalidSignature",
-          "the payer's wallet needs more gas to check its signature than a settlement allows",
-          { cause: error, details: { gasLimit: SETTLER_ITEM_GAS.toString() } },
-        );
-      }
-      // A blacklisted payer or payee is named here, on the refusal path only (blacklistRefusal.ts).
-      const a = payment.authorization;
-      throw await nameBlacklistedAccount(client, toChainError(error), {
-        token: payment.token as Address,
-        parties: { payer: a.from, payee: a.to },
-      });
-    }
-  }
-
-  /**
-   * `matched` names the transaction that moved exactly this payment (the token's `AuthorizationUsed` for
-   * (payer, nonce) followed, in the same transaction, by its `Transfer` of (payer, payTo, amount));
-   * `other` means the nonce went to something else (another authorization the payer signed with the same
-   * nonce, a cancellation) or its log is out of reach.
-   */
-  async function onChainUse(row: PaymentRow): Promise<OnChainUse> {
-    const token = row.token as Address;
-    const used = await getAuthorizationState(client, { token, authorizer: row.payer, nonce: row.nonce });
-    if (!used) return { kind: "unused" };
-    const latest = await client.getBlockNumber();
-    const logs = await getAuthorizationUsedLogs(client, {
-      token,
-      authorizer: row.payer,
-      nonce: row.nonce,
-      fromBlock: latest > AUTHORIZATION_LOG_LOOKBACK ? latest - AUTHORIZATION_LOG_LOOKBACK : 0n,
-      toBlock: latest,
-    });
-    const used0 = logs[0];
-    if (used0 === undefined || used0.transactionHash === null || used0.blockNumber === null) {
-      return { kind: "other" };
-    }
-    const receipt = await client.getTransactionReceipt({ hash: used0.transactionHash });
-    const transfer = parseEventLogs({
-      abi: fiatTokenV2_2Abi,
-      logs: receipt.logs,
-      eventName: "Transfer",
-    }).find((log) => log.address.toLowerCase() === row.token && (log.logIndex ?? 0) > (used0.logIndex ?? 0));
-    const matches =
-      transfer !== undefined &&
-      transfer.args.from.toLowerCase() === row.payer &&
-      transfer.args.to.toLowerCase() === row.pay_to &&
-      transfer.args.value === row.amount;
-    return matches
-      ? { kind: "matched", hash: receipt.transactionHash, blockNumber: receipt.blockNumber }
-      : { kind: "other" };
-  }
-
+  const chain: ChainCheckContext = { client, batchSettler: options.batchSettler, clock };
   return {
     checkOffChain: (payment) =>
       checkSignedPayment(
@@ -176,44 +85,140 @@ export function createPaymentChecks(options: {
         },
         payment,
       ),
-    simulate,
-    onChainUse,
+    simulate: (payment) => simulate(chain, payment),
+    onChainUse: (row) => onChainUse(client, row),
     nameBlacklisted: (row, refusal) =>
       nameBlacklistedAccount(client, refusal, {
         token: row.token as Address,
         parties: { payer: row.payer, payee: row.pay_to },
       }),
-    async recheck(row) {
-      const use = await onChainUse(row);
-      if (use.kind === "matched") return { kind: "settled", hash: use.hash, blockNumber: use.blockNumber };
-      if (use.kind === "other") {
-        return {
-          kind: "failed",
-          error: new TollgateError(
-            "NonceAlreadyUsed",
-            "this authorization's nonce was already used on chain",
-          ),
-        };
-      }
-      if (row.valid_before <= BigInt(unixSeconds(clock) + MIN_REMAINING_SECONDS)) {
-        return {
-          kind: "failed",
-          error: new TollgateError(
-            "AuthorizationExpired",
-            "the authorization expired before it could be settled",
-          ),
-        };
-      }
-      try {
-        await simulate(checkableOf(row));
-        return { kind: "ok" };
-      } catch (error) {
-        if (error instanceof TollgateError && error.code !== "ChainUnavailable")
-          return { kind: "failed", error };
-        throw error;
-      }
-    },
+    recheck: (row) => recheck(chain, row),
   };
+}
+
+/** What the chain checks read through: the client, the settler that sends the transfers, the clock. */
+type ChainCheckContext = { client: PaymentCheckClient; batchSettler: Address; clock: Clock };
+
+/**
+ * Simulates on the latest block, and on the pending block only when the latest one is older than the
+ * authorization's validAfter (an idle devnet mines no block for minutes). A node builds the pending
+ * block for every call made on it: anvil executes the settlements waiting for the next block again
+ * each time (at 512 payers on 2 s blocks that took it over a core, and its batches of simulations
+ * 0.3-1.1 s), and many providers answer `pending` as `latest` anyway. What the pending block would
+ * add, a payer's spends already on their way, is not what this check is for: the settler fails such
+ * a transfer alone in its batch.
+ */
+async function simulateOn(
+  { client, batchSettler }: ChainCheckContext,
+  payment: CheckablePayment,
+  blockTag: "latest" | "pending",
+): Promise<void> {
+  const a = payment.authorization;
+  await simulateTransferWithAuthorization(client, {
+    token: payment.token as Address,
+    authorization: {
+      from: a.from,
+      to: a.to,
+      value: BigInt(a.value),
+      validAfter: BigInt(a.validAfter),
+      validBefore: BigInt(a.validBefore),
+      nonce: a.nonce,
+    },
+    signature: payment.signature,
+    account: batchSettler,
+    gas: SIMULATION_GAS,
+    blockTag,
+  });
+}
+
+async function simulate(chain: ChainCheckContext, payment: CheckablePayment): Promise<void> {
+  try {
+    try {
+      await simulateOn(chain, payment, "latest");
+    } catch (error) {
+      if (!isNotYetValid(error)) throw error;
+      await simulateOn(chain, payment, "pending");
+    }
+  } catch (error) {
+    if (!isChainUnreachable(error) && isOutOfGas(error)) {
+      throw new TollgateError(
+        "InvalidSignature",
+        "the payer's wallet needs more gas to check its signature than a settlement allows",
+        { cause: error, details: { gasLimit: SETTLER_ITEM_GAS.toString() } },
+      );
+    }
+    // A blacklisted payer or payee is named here, on the refusal path only (blacklistRefusal.ts).
+    const a = payment.authorization;
+    throw await nameBlacklistedAccount(chain.client, toChainError(error), {
+      token: payment.token as Address,
+      parties: { payer: a.from, payee: a.to },
+    });
+  }
+}
+
+/**
+ * `matched` names the transaction that moved exactly this payment (the token's `AuthorizationUsed` for
+ * (payer, nonce) followed, in the same transaction, by its `Transfer` of (payer, payTo, amount));
+ * `other` means the nonce went to something else (another authorization the payer signed with the same
+ * nonce, a cancellation) or its log is out of reach.
+ */
+async function onChainUse(client: PaymentCheckClient, row: PaymentRow): Promise<OnChainUse> {
+  const token = row.token as Address;
+  const used = await getAuthorizationState(client, { token, authorizer: row.payer, nonce: row.nonce });
+  if (!used) return { kind: "unused" };
+  const latest = await client.getBlockNumber();
+  const logs = await getAuthorizationUsedLogs(client, {
+    token,
+    authorizer: row.payer,
+    nonce: row.nonce,
+    fromBlock: latest > AUTHORIZATION_LOG_LOOKBACK ? latest - AUTHORIZATION_LOG_LOOKBACK : 0n,
+    toBlock: latest,
+  });
+  const used0 = logs[0];
+  if (used0 === undefined || used0.transactionHash === null || used0.blockNumber === null) {
+    return { kind: "other" };
+  }
+  const receipt = await client.getTransactionReceipt({ hash: used0.transactionHash });
+  const transfer = parseEventLogs({
+    abi: fiatTokenV2_2Abi,
+    logs: receipt.logs,
+    eventName: "Transfer",
+  }).find((log) => log.address.toLowerCase() === row.token && (log.logIndex ?? 0) > (used0.logIndex ?? 0));
+  const matches =
+    transfer !== undefined &&
+    transfer.args.from.toLowerCase() === row.payer &&
+    transfer.args.to.toLowerCase() === row.pay_to &&
+    transfer.args.value === row.amount;
+  return matches
+    ? { kind: "matched", hash: receipt.transactionHash, blockNumber: receipt.blockNumber }
+    : { kind: "other" };
+}
+
+async function recheck(chain: ChainCheckContext, row: PaymentRow): Promise<Recheck> {
+  const use = await onChainUse(chain.client, row);
+  if (use.kind === "matched") return { kind: "settled", hash: use.hash, blockNumber: use.blockNumber };
+  if (use.kind === "other") {
+    return {
+      kind: "failed",
+      error: new TollgateError("NonceAlreadyUsed", "this authorization's nonce was already used on chain"),
+    };
+  }
+  if (row.valid_before <= BigInt(unixSeconds(chain.clock) + MIN_REMAINING_SECONDS)) {
+    return {
+      kind: "failed",
+      error: new TollgateError(
+        "AuthorizationExpired",
+        "the authorization expired before it could be settled",
+      ),
+    };
+  }
+  try {
+    await simulate(chain, checkableOf(row));
+    return { kind: "ok" };
+  } catch (error) {
+    if (error instanceof TollgateError && error.code !== "ChainUnavailable") return { kind: "failed", error };
+    throw error;
+  }
 }
 
 /** The signed payment a row holds, as the checks take it. */
