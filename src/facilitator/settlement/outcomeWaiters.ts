@@ -53,129 +53,164 @@ type Waiter = {
   done(outcome: SettledOutcome | "timeout" | "stopped"): void;
 };
 
-export function createOutcomeWaiters(deps: {
+export function createOutcomeWaiters(deps: WaiterDeps): OutcomeWaiters {
+  const state: WaiterState = {
+    deps,
+    pollMs: deps.pollMs ?? OUTCOME_POLL_MS,
+    waiting: new Map(),
+    timer: undefined,
+    looking: false,
+    lookAgain: false,
+    failedLookups: 0,
+    closed: false,
+  };
+  return {
+    notify: (nonce, settled) => notify(state, nonce, settled),
+    close: () => close(state),
+    waitForOutcome: (row, timeoutMs) => waitForOutcome(state, row, timeoutMs),
+  };
+}
+
+type WaiterDeps = {
   store: Store;
   clock: Clock;
   logger?: Logger | undefined;
   /** Default `OUTCOME_POLL_MS`. */
   pollMs?: number | undefined;
-}): OutcomeWaiters {
-  const pollMs = deps.pollMs ?? OUTCOME_POLL_MS;
-  const waiting = new Map<string, Set<Waiter>>();
-  let timer: NodeJS.Timeout | undefined;
-  let looking = false;
+};
+
+/** The waiters of one `createOutcomeWaiters`, and its one lookup round (at most one runs or is timed). */
+type WaiterState = {
+  readonly deps: WaiterDeps;
+  readonly pollMs: number;
+  /** The waiters by payment nonce; a nonce's set is never left empty. */
+  readonly waiting: Map<string, Set<Waiter>>;
+  timer: NodeJS.Timeout | undefined;
+  looking: boolean;
   /** A lookup was asked for while one was running: it may have read before the outcome committed. */
-  let lookAgain = false;
-  let failedLookups = 0;
-  let closed = false;
+  lookAgain: boolean;
+  failedLookups: number;
+  closed: boolean;
+};
 
-  function wake(nonce: string, outcome: SettledOutcome): void {
-    const set = waiting.get(nonce);
-    if (set === undefined) return;
-    waiting.delete(nonce);
-    for (const waiter of set) waiter.done(outcome);
+function notify(state: WaiterState, nonce: string, settled: SettledOutcome | undefined): void {
+  if (settled !== undefined) {
+    wake(state, nonce, settled);
+    return;
   }
+  if (!state.waiting.has(nonce)) return;
+  if (state.looking) state.lookAgain = true;
+  else schedule(state, 0);
+}
 
-  function schedule(delayMs: number): void {
-    if (closed || looking || waiting.size === 0) return;
-    if (timer !== undefined) {
-      if (delayMs > 0) return;
-      clearTimeout(timer);
+function close(state: WaiterState): void {
+  state.closed = true;
+  clearTimeout(state.timer);
+  state.timer = undefined;
+  const sets = [...state.waiting.values()];
+  state.waiting.clear();
+  for (const set of sets) for (const waiter of set) waiter.done("stopped");
+}
+
+async function waitForOutcome(
+  state: WaiterState,
+  row: PaymentRow,
+  timeoutMs: number,
+): Promise<{ row: PaymentRow; batchSize?: number }> {
+  let outcome: SettledOutcome | "timeout" | "stopped" = { row, batchSize: 1 };
+  if (row.status !== "settled" && row.status !== "failed") outcome = await waitInLine(state, row, timeoutMs);
+  if (outcome === "timeout" || outcome === "stopped") {
+    throw new TollgateError(
+      "ChainUnavailable",
+      outcome === "timeout"
+        ? "settlement is taking longer than expected; send the same payment again to get its outcome"
+        : "the facilitator is stopping; send the same payment again to get its outcome",
+      { retryAfter: 5, details: { nonce: row.nonce, status: row.status } },
+    );
+  }
+  const current = outcome.row;
+  if (current.status === "failed") {
+    throw new TollgateError(
+      (current.failure_code as ErrorCode | null) ?? "InvalidRequest",
+      current.failure_message ?? "the payment failed on chain",
+      { details: { nonce: current.nonce } },
+    );
+  }
+  return row.status === "settled" ? { row: current } : { row: current, batchSize: outcome.batchSize };
+}
+
+/** Adds a waiter for `row`'s nonce and resolves with what it is woken with. */
+function waitInLine(
+  state: WaiterState,
+  row: PaymentRow,
+  timeoutMs: number,
+): Promise<SettledOutcome | "timeout" | "stopped"> {
+  return new Promise<SettledOutcome | "timeout" | "stopped">((resolve) => {
+    if (state.closed) {
+      resolve("stopped");
+      return;
     }
-    timer = setTimeout(look, delayMs);
-  }
-
-  /** Answers 503 to the waiters whose deadline passed. */
-  function expire(now: number): void {
-    for (const [nonce, set] of waiting) {
-      for (const waiter of set) {
-        if (waiter.deadline > now) continue;
-        set.delete(waiter);
-        waiter.done("timeout");
-      }
-      if (set.size === 0) waiting.delete(nonce);
+    let set = state.waiting.get(row.nonce);
+    if (set === undefined) {
+      set = new Set();
+      state.waiting.set(row.nonce, set);
     }
-  }
+    set.add({ deadline: state.deps.clock.now() + timeoutMs, done: resolve });
+    schedule(state, Math.max(0, Math.min(state.pollMs, timeoutMs)));
+  });
+}
 
-  async function look(): Promise<void> {
-    timer = undefined;
-    looking = true;
-    lookAgain = false;
-    try {
-      // Every waiter, those past their deadline too: an outcome found now is answered, not a 503.
-      const nonces = [...waiting.keys()];
-      for (let i = 0; i < nonces.length; i += NONCES_PER_LOOKUP) {
-        const rows = await queryParsed(deps.store, FinalRowSchema, FINAL_ROWS_SQL, [
-          nonces.slice(i, i + NONCES_PER_LOOKUP),
-        ]);
-        for (const { outcome_batch_size, ...row } of rows)
-          wake(row.nonce, { row, batchSize: outcome_batch_size ?? 1 });
-      }
-      failedLookups = 0;
-    } catch (error) {
-      // The store is unreachable for now: the waiters keep waiting (and time out at their deadline).
-      if (failedLookups++ === 0)
-        deps.logger?.warn({ err: error }, "cannot look up the outcomes of waiting payments; retrying");
-    } finally {
-      expire(deps.clock.now());
-      looking = false;
-      schedule(lookAgain ? 0 : pollMs);
+function wake(state: WaiterState, nonce: string, outcome: SettledOutcome): void {
+  const set = state.waiting.get(nonce);
+  if (set === undefined) return;
+  state.waiting.delete(nonce);
+  for (const waiter of set) waiter.done(outcome);
+}
+
+function schedule(state: WaiterState, delayMs: number): void {
+  if (state.closed || state.looking || state.waiting.size === 0) return;
+  if (state.timer !== undefined) {
+    if (delayMs > 0) return;
+    clearTimeout(state.timer);
+  }
+  state.timer = setTimeout(() => look(state), delayMs);
+}
+
+/** Answers 503 to the waiters whose deadline passed. */
+function expire(state: WaiterState, now: number): void {
+  for (const [nonce, set] of state.waiting) {
+    for (const waiter of set) {
+      if (waiter.deadline > now) continue;
+      set.delete(waiter);
+      waiter.done("timeout");
     }
+    if (set.size === 0) state.waiting.delete(nonce);
   }
+}
 
-  return {
-    notify(nonce, settled) {
-      if (settled !== undefined) {
-        wake(nonce, settled);
-        return;
-      }
-      if (!waiting.has(nonce)) return;
-      if (looking) lookAgain = true;
-      else schedule(0);
-    },
-    close() {
-      closed = true;
-      clearTimeout(timer);
-      timer = undefined;
-      const sets = [...waiting.values()];
-      waiting.clear();
-      for (const set of sets) for (const waiter of set) waiter.done("stopped");
-    },
-    async waitForOutcome(row, timeoutMs) {
-      let outcome: SettledOutcome | "timeout" | "stopped" = { row, batchSize: 1 };
-      if (row.status !== "settled" && row.status !== "failed") {
-        outcome = await new Promise<SettledOutcome | "timeout" | "stopped">((resolve) => {
-          if (closed) {
-            resolve("stopped");
-            return;
-          }
-          let set = waiting.get(row.nonce);
-          if (set === undefined) {
-            set = new Set();
-            waiting.set(row.nonce, set);
-          }
-          set.add({ deadline: deps.clock.now() + timeoutMs, done: resolve });
-          schedule(Math.max(0, Math.min(pollMs, timeoutMs)));
-        });
-      }
-      if (outcome === "timeout" || outcome === "stopped") {
-        throw new TollgateError(
-          "ChainUnavailable",
-          outcome === "timeout"
-            ? "settlement is taking longer than expected; send the same payment again to get its outcome"
-            : "the facilitator is stopping; send the same payment again to get its outcome",
-          { retryAfter: 5, details: { nonce: row.nonce, status: row.status } },
-        );
-      }
-      const current = outcome.row;
-      if (current.status === "failed") {
-        throw new TollgateError(
-          (current.failure_code as ErrorCode | null) ?? "InvalidRequest",
-          current.failure_message ?? "the payment failed on chain",
-          { details: { nonce: current.nonce } },
-        );
-      }
-      return row.status === "settled" ? { row: current } : { row: current, batchSize: outcome.batchSize };
-    },
-  };
+async function look(state: WaiterState): Promise<void> {
+  const { deps } = state;
+  state.timer = undefined;
+  state.looking = true;
+  state.lookAgain = false;
+  try {
+    // Every waiter, those past their deadline too: an outcome found now is answered, not a 503.
+    const nonces = [...state.waiting.keys()];
+    for (let i = 0; i < nonces.length; i += NONCES_PER_LOOKUP) {
+      const rows = await queryParsed(deps.store, FinalRowSchema, FINAL_ROWS_SQL, [
+        nonces.slice(i, i + NONCES_PER_LOOKUP),
+      ]);
+      for (const { outcome_batch_size, ...row } of rows)
+        wake(state, row.nonce, { row, batchSize: outcome_batch_size ?? 1 });
+    }
+    state.failedLookups = 0;
+  } catch (error) {
+    // The store is unreachable for now: the waiters keep waiting (and time out at their deadline).
+    if (state.failedLookups++ === 0)
+      deps.logger?.warn({ err: error }, "cannot look up the outcomes of waiting payments; retrying");
+  } finally {
+    expire(state, deps.clock.now());
+    state.looking = false;
+    schedule(state, state.lookAgain ? 0 : state.pollMs);
+  }
 }
