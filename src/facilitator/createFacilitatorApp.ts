@@ -55,10 +55,21 @@ export type FacilitatorAppDeps = {
 };
 
 export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
-  const { store, logger, metrics } = deps;
   const app = new Hono();
-  const maxBodyBytes = deps.maxBodyBytes ?? 64 * 1024;
+  // Registration order is Hono's matching order: middleware first, then the core routes, then `extend`'s.
+  useCoreMiddleware(app, deps);
+  routeDiscovery(app, deps);
+  routeHealth(app, deps);
+  routeMetrics(app, deps);
+  routeOpenApi(app);
+  deps.extend?.(app);
+  return app;
+}
 
+/** Error bodies, the request counter, the body limit and the per-client rate limit. */
+function useCoreMiddleware(app: Hono, deps: FacilitatorAppDeps): void {
+  const { logger, metrics } = deps;
+  const maxBodyBytes = deps.maxBodyBytes ?? 64 * 1024;
   app.onError((error) => errorResponse(error, logger));
   app.notFound(() => errorResponse(new TollgateError("NotFound", "no such endpoint")));
   app.use(async (c, next) => {
@@ -87,7 +98,10 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
       app.use(path, deps.limitClients);
     }
   }
+}
 
+/** `/supported` and the proof keys' JWKS: what a gate reads to know this facilitator. */
+function routeDiscovery(app: Hono, deps: FacilitatorAppDeps): void {
   app.get(
     "/supported",
     routeDoc({
@@ -104,7 +118,9 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
       return c.json(jwksOf(deps.proofKeys()));
     },
   );
+}
 
+function routeHealth(app: Hono, deps: FacilitatorAppDeps): void {
   app.get(
     "/healthz",
     routeDoc({
@@ -115,7 +131,7 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
     }),
     async (c) => {
       const checks: NonNullable<Health["checks"]> = {};
-      const [chain, db] = await Promise.allSettled([deps.chainHealth(), store.query("SELECT 1")]);
+      const [chain, db] = await Promise.allSettled([deps.chainHealth(), deps.store.query("SELECT 1")]);
       checks.chain = chain.status === "fulfilled" ? { ok: true } : { ok: false, message: "RPC unreachable" };
       checks.store = db.status === "fulfilled" ? { ok: true } : { ok: false, message: "store unreachable" };
       // A paused token leaves the answer 200: every instance would say the same, and a load balancer
@@ -130,7 +146,10 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
       return c.json(body, reachable ? 200 : 503);
     },
   );
+}
 
+function routeMetrics(app: Hono, deps: FacilitatorAppDeps): void {
+  const { metrics } = deps;
   app.get(
     "/metrics",
     routeDoc({
@@ -146,7 +165,9 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
       return c.body(await metrics.registry.metrics());
     },
   );
+}
 
+function routeOpenApi(app: Hono): void {
   // Built from `app.routes` on the first request, once `extend` has mounted every route.
   app.get(
     "/openapi.json",
@@ -156,10 +177,6 @@ export function createFacilitatorApp(deps: FacilitatorAppDeps): Hono {
     }),
     (c) => c.json(openApiDocumentOf(app)),
   );
-
-  deps.extend?.(app);
-
-  return app;
 }
 
 /**
