@@ -10,8 +10,8 @@ import { type Address, isAddressEqual, parseGwei } from "viem";
 import { z } from "zod";
 import { getTokenDomain } from "../chain/actions/usd/getTokenDomain.ts";
 import type { ReadClient } from "../chain/clientTypes.ts";
-import { readDevnetFile } from "../chain/devnetFile.ts";
-import { defaultConfirmations, getNetworkConfig } from "../chain/networks.ts";
+import { type DevnetFile, readDevnetFile } from "../chain/devnetFile.ts";
+import { defaultConfirmations, getNetworkConfig, type NetworkConfig } from "../chain/networks.ts";
 import { RpcUrlsSchema } from "../chain/rpcUrls.ts";
 import type { RateLimitOptions } from "../http/rateLimits.ts";
 import { AddressSchema } from "../protocol/address.ts";
@@ -241,63 +241,20 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
   // The deployment file's token and addresses fill what the environment leaves unset.
   const env = parseEnvironment(withDeploymentDefaults(environment));
   const dir = env.TOLLGATE_DIR;
-  const devnet = readDevnetFile(dir);
-  const network =
-    env.TOLLGATE_NETWORK ?? (devnet?.network as `eip155:${number}` | undefined) ?? "eip155:31337";
-  const known = getNetworkConfig(network);
-  const onDevnet = devnet !== undefined && devnet.network === network;
-  const rpcUrls =
-    env.TOLLGATE_RPC_URL ??
-    (onDevnet ? [devnet.rpcUrl] : undefined) ??
-    missing("the RPC URL", "TOLLGATE_RPC_URL");
-  const rpcUrl = rpcUrls[0]!;
-  // The devnet's last account pays gas: the others are left to payers and providers in examples.
-  const gasKey =
-    env.TOLLGATE_GAS_KEY ??
-    (onDevnet ? (devnet.accounts[devnet.accounts.length - 1]?.privateKey as `0x${string}`) : undefined) ??
-    missing("the gas key", "TOLLGATE_GAS_KEY");
-  const tokenAddress =
-    env.TOLLGATE_TOKEN ??
-    (onDevnet ? (devnet.contracts.usd as Address) : known?.usdc) ??
-    missing("the token", "TOLLGATE_TOKEN");
-  // The domain Tollgate knows for this token: the devnet file's (read from the chain when the devnet
-  // started), or the network table's for the network's own USDC. Any other token's is read from the chain.
-  const domain =
-    onDevnet && isAddressEqual(tokenAddress, devnet.contracts.usd as Address)
-      ? devnet.token
-      : known?.usdc !== undefined && isAddressEqual(tokenAddress, known.usdc)
-        ? known.tokenDomain
-        : undefined;
-  const batchSettler =
-    env.TOLLGATE_BATCH_SETTLER ??
-    (onDevnet ? (devnet.contracts.batchSettler as Address) : undefined) ??
-    missing("the BatchSettler address", "TOLLGATE_BATCH_SETTLER");
-  const subscriptionManager =
-    env.TOLLGATE_SUBSCRIPTION_MANAGER ??
-    (onDevnet ? (devnet.contracts.subscriptionManager as Address) : undefined);
-  const channels =
-    env.TOLLGATE_CHANNELS ?? (onDevnet ? (devnet.contracts.channels as Address | undefined) : undefined);
+  const { network, known, devnet } = placeOf(env, dir);
+  // Read in this order, so that of several settings missing the operator is told of the same one first.
+  const rpc = readRpc(env, devnet);
+  const gasKey = readGasKey(env, devnet);
+  const token = readToken(env, devnet, known);
+  const contracts = readContracts(env, devnet);
   return {
     dir,
-    rpcUrl,
-    rpcUrls,
-    rpcBatchSize: env.TOLLGATE_RPC_BATCH_SIZE,
-    logsRange: env.TOLLGATE_RPC_LOGS_RANGE,
+    ...rpc,
     network,
     gasKey,
-    proofKeys: loadProofKeys(env, dir, onDevnet),
-    token: {
-      address: tokenAddress,
-      name: env.TOLLGATE_TOKEN_NAME ?? domain?.name,
-      version: env.TOLLGATE_TOKEN_VERSION ?? domain?.version,
-      symbol: "USDC",
-      decimals: 6,
-      // Unset: createFacilitator applies the network's default (abuse/minimumAmount.ts).
-      minAmount: env.TOLLGATE_MIN_AMOUNT,
-    },
-    batchSettler,
-    subscriptionManager,
-    channels,
+    proofKeys: loadProofKeys(env, dir, devnet !== undefined),
+    token,
+    ...contracts,
     confirmations: env.TOLLGATE_CONFIRMATIONS ?? defaultConfirmations(network),
     host: env.TOLLGATE_HOST,
     port: env.TOLLGATE_PORT,
@@ -305,13 +262,7 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
     dataDir: join(dir, "pglite"),
     logLevel: env.LOG_LEVEL,
     webhooks: loadWebhookConfig(env, dir),
-    settlementFee:
-      env.TOLLGATE_MAX_FEE_SHARE === "off"
-        ? false
-        : {
-            ...(env.TOLLGATE_MAX_FEE_SHARE === undefined ? {} : { maxFeeShare: env.TOLLGATE_MAX_FEE_SHARE }),
-            ...(env.TOLLGATE_ETH_PRICE_USD === undefined ? {} : { ethPriceUsd: env.TOLLGATE_ETH_PRICE_USD }),
-          },
+    settlementFee: readSettlementFee(env),
     rateLimits: {
       perClient: env.TOLLGATE_RATE_LIMIT_CLIENT,
       perPayer: env.TOLLGATE_RATE_LIMIT_PAYER,
@@ -322,6 +273,100 @@ export function loadFacilitatorConfig(environment: Record<string, string | undef
     outboxStuckAfterMs: env.TOLLGATE_OUTBOX_STUCK_AFTER_MS,
     maxFeePerGas: env.TOLLGATE_MAX_FEE_GWEI,
     gasRunwayWarnSeconds: env.TOLLGATE_GAS_RUNWAY_WARN_HOURS * 3_600,
+  };
+}
+
+/**
+ * The network served, Tollgate's table entry for it, and the devnet file when it describes that very
+ * network (`undefined` otherwise: a devnet file of another chain supplies no defaults).
+ */
+function placeOf(
+  env: FacilitatorEnv,
+  dir: string,
+): { network: `eip155:${number}`; known: NetworkConfig | undefined; devnet: DevnetFile | undefined } {
+  const file = readDevnetFile(dir);
+  const network = env.TOLLGATE_NETWORK ?? (file?.network as `eip155:${number}` | undefined) ?? "eip155:31337";
+  const onDevnet = file !== undefined && file.network === network;
+  return { network, known: getNetworkConfig(network), devnet: onDevnet ? file : undefined };
+}
+
+function readRpc(
+  env: FacilitatorEnv,
+  devnet: DevnetFile | undefined,
+): Pick<FacilitatorConfig, "rpcUrl" | "rpcUrls" | "rpcBatchSize" | "logsRange"> {
+  const rpcUrls =
+    env.TOLLGATE_RPC_URL ??
+    (devnet !== undefined ? [devnet.rpcUrl] : undefined) ??
+    missing("the RPC URL", "TOLLGATE_RPC_URL");
+  return {
+    rpcUrl: rpcUrls[0]!,
+    rpcUrls,
+    rpcBatchSize: env.TOLLGATE_RPC_BATCH_SIZE,
+    logsRange: env.TOLLGATE_RPC_LOGS_RANGE,
+  };
+}
+
+function readGasKey(env: FacilitatorEnv, devnet: DevnetFile | undefined): `0x${string}` {
+  // The devnet's last account pays gas: the others are left to payers and providers in examples.
+  return (
+    env.TOLLGATE_GAS_KEY ??
+    (devnet !== undefined
+      ? (devnet.accounts[devnet.accounts.length - 1]?.privateKey as `0x${string}`)
+      : undefined) ??
+    missing("the gas key", "TOLLGATE_GAS_KEY")
+  );
+}
+
+function readToken(
+  env: FacilitatorEnv,
+  devnet: DevnetFile | undefined,
+  known: NetworkConfig | undefined,
+): ConfiguredToken {
+  const address =
+    env.TOLLGATE_TOKEN ??
+    (devnet !== undefined ? (devnet.contracts.usd as Address) : known?.usdc) ??
+    missing("the token", "TOLLGATE_TOKEN");
+  // The domain Tollgate knows for this token: the devnet file's (read from the chain when the devnet
+  // started), or the network table's for the network's own USDC. Any other token's is read from the chain.
+  const domain =
+    devnet !== undefined && isAddressEqual(address, devnet.contracts.usd as Address)
+      ? devnet.token
+      : known?.usdc !== undefined && isAddressEqual(address, known.usdc)
+        ? known.tokenDomain
+        : undefined;
+  return {
+    address,
+    name: env.TOLLGATE_TOKEN_NAME ?? domain?.name,
+    version: env.TOLLGATE_TOKEN_VERSION ?? domain?.version,
+    symbol: "USDC",
+    decimals: 6,
+    // Unset: createFacilitator applies the network's default (abuse/minimumAmount.ts).
+    minAmount: env.TOLLGATE_MIN_AMOUNT,
+  };
+}
+
+function readContracts(
+  env: FacilitatorEnv,
+  devnet: DevnetFile | undefined,
+): Pick<FacilitatorConfig, "batchSettler" | "subscriptionManager" | "channels"> {
+  const batchSettler =
+    env.TOLLGATE_BATCH_SETTLER ??
+    (devnet !== undefined ? (devnet.contracts.batchSettler as Address) : undefined) ??
+    missing("the BatchSettler address", "TOLLGATE_BATCH_SETTLER");
+  const subscriptionManager =
+    env.TOLLGATE_SUBSCRIPTION_MANAGER ??
+    (devnet !== undefined ? (devnet.contracts.subscriptionManager as Address) : undefined);
+  const channels =
+    env.TOLLGATE_CHANNELS ??
+    (devnet !== undefined ? (devnet.contracts.channels as Address | undefined) : undefined);
+  return { batchSettler, subscriptionManager, channels };
+}
+
+function readSettlementFee(env: FacilitatorEnv): FacilitatorConfig["settlementFee"] {
+  if (env.TOLLGATE_MAX_FEE_SHARE === "off") return false;
+  return {
+    ...(env.TOLLGATE_MAX_FEE_SHARE === undefined ? {} : { maxFeeShare: env.TOLLGATE_MAX_FEE_SHARE }),
+    ...(env.TOLLGATE_ETH_PRICE_USD === undefined ? {} : { ethPriceUsd: env.TOLLGATE_ETH_PRICE_USD }),
   };
 }
 
