@@ -1,7 +1,8 @@
 /**
  * Work notifications of a PostgreSQL store: one connection of its own LISTENs for every channel of the
- * store, and reconnects (after 1 s) when the server ends it, telling every listener afterwards, since
- * whatever was sent while no one listened is found by the listeners' reads then.
+ * store, and reconnects (every second, for as long as the server refuses) when the server ends it,
+ * telling every listener afterwards, since whatever was sent while no one listened is found by the
+ * listeners' reads then.
  */
 import pg from "pg";
 import type { Logger } from "pino";
@@ -16,10 +17,16 @@ export class PostgresNotifications {
   #closed = false;
   readonly #databaseUrl: string;
   readonly #logger: Logger | undefined;
+  readonly #reconnectMs: number;
 
-  constructor(options: { databaseUrl: string; logger?: Logger | undefined }) {
+  constructor(options: {
+    databaseUrl: string;
+    logger?: Logger | undefined;
+    reconnectMs?: number | undefined;
+  }) {
     this.#databaseUrl = options.databaseUrl;
     this.#logger = options.logger;
+    this.#reconnectMs = options.reconnectMs ?? 1_000;
   }
 
   /** Calls `fn` on each notification of `channel` until the returned function is called. */
@@ -88,14 +95,23 @@ export class PostgresNotifications {
     client.end().catch(() => undefined);
     if (this.#closed) return;
     this.#logger?.warn({ err: error }, "PostgreSQL notification connection lost; reconnecting");
+    this.#reconnectLater();
+  }
+
+  /** Connects again after the pause, and again after each refusal, until connected or closed. */
+  #reconnectLater(): void {
+    if (this.#closed) return;
     this.#reconnectTimer ??= setTimeout(() => {
       this.#reconnectTimer = undefined;
       // Whatever was sent while no one listened is found by the listeners' reads now.
       this.#connect().then(
         () => this.#tellAll(),
-        () => this.#reconnectTimer ?? this.#lost(client),
+        (error: unknown) => {
+          this.#logger?.warn({ err: error }, "PostgreSQL notification connection refused; trying again");
+          this.#reconnectLater();
+        },
       );
-    }, 1_000);
+    }, this.#reconnectMs);
     this.#reconnectTimer.unref?.();
   }
 }
