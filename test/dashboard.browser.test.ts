@@ -3,13 +3,17 @@
  * facilitator and marketplace: a provider signs in and sees a revenue chart whose numbers are the
  * analytics API's for the same range, retries a dead webhook delivery and sees it delivered, creates
  * and deprecates a plan; the agent operator sees an agent's spend by tool after a run. Screenshots of
- * the main views go to docs/images/. Skipped, saying so, when no Chromium is installed
- * (`apt-get install -y chromium chromium-driver`; .ci/run installs it).
+ * the main views go to a temporary directory, or to docs/images/ with TOLLGATE_UPDATE_IMAGES=1
+ * (`npm run docs:images`), so a plain test run leaves the tree clean. Skipped, saying so, when no
+ * Chromium is installed (`apt-get install -y chromium chromium-driver`; .ci/run installs it).
  */
 import { randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import type { ToolMessage } from "@langchain/core/messages";
 import { type Browser, chromium, type Page } from "playwright-core";
 import type { Address } from "viem";
@@ -37,7 +41,9 @@ if (!hasChromium) {
   );
 }
 
-const IMAGES = new URL("../docs/images/", import.meta.url);
+// The documentation's screenshots are refreshed on request only: every run would otherwise rewrite them.
+const updateImages = process.env.TOLLGATE_UPDATE_IMAGES === "1";
+const DOC_IMAGES = fileURLToPath(new URL("../docs/images/", import.meta.url));
 const TEXT =
   "The harbour reopened on Monday after a week of storms. Fishing boats returned before dawn. " +
   "Traders said the catch was excellent and prices fell. The council promised new breakwaters by spring.";
@@ -51,6 +57,7 @@ let receiverUrl = "";
 let received = 0;
 let report: SpendReport;
 let store: Store | undefined;
+let images = DOC_IMAGES;
 
 /** A webhook receiver that fails its first delivery and accepts every later one. */
 async function startReceiver(): Promise<void> {
@@ -66,11 +73,12 @@ async function startReceiver(): Promise<void> {
 }
 
 async function shot(page: Page, name: string): Promise<void> {
-  await page.screenshot({ path: new URL(`${name}.png`, IMAGES).pathname, type: "png" });
+  await page.screenshot({ path: join(images, `${name}.png`), type: "png" });
 }
 
 describe.skipIf(!hasChromium)("dashboard in the browser", () => {
   beforeAll(async () => {
+    if (!updateImages) images = mkdtempSync(join(tmpdir(), "tollgate-dashboard-shots-"));
     await startReceiver();
     let accounts: AgentStack["devnet"]["accounts"] = [];
     // One store for the facilitator and the agents, as in the demo.
@@ -105,6 +113,7 @@ describe.skipIf(!hasChromium)("dashboard in the browser", () => {
     await new Promise<void>((resolve) =>
       receiver === undefined ? resolve() : receiver.close(() => resolve()),
     );
+    if (images !== DOC_IMAGES) rmSync(images, { recursive: true, force: true });
   });
 
   it("runs an agent that buys the summarizer's and the linguist's tools (recording the run)", async () => {
