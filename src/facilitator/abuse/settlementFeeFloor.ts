@@ -237,162 +237,225 @@ export type SettlementFeeFloor = {
  * floor.minimumOf(usdc); // 10000n at ordinary Base fees, more when gas is dear
  */
 export function createSettlementFeeFloor(options: SettlementFeeFloorOptions): SettlementFeeFloor {
-  const { client, clock } = options;
-  const log = options.logger.child({ component: "fee-floor" });
+  const floor = floorState(options);
+  return {
+    maxFeeShare: floor.maxFeeShare,
+    refresh: () => refresh(floor),
+    feeMinimumOf: (token) => feeMinimumOf(floor, token),
+    minimumOf: (token) => minimumOf(floor, token),
+    assertCovers: (token, value, assertOptions) => assertCovers(floor, token, value, assertOptions),
+    reading: () => floor.last,
+  };
+}
+
+type FloorToken = SettlementFeeFloorOptions["tokens"][number];
+type TimedReading = FeeReading & { at: number };
+
+/** One floor: its settings, parsed once, and what it has read of the chain so far. */
+type FloorState = {
+  client: SettlementFeeFloorClient;
+  clock: Clock;
+  log: Logger;
+  maxFeeShare: string;
+  sharePpm: bigint;
+  ethPriceMicroUsd: bigint;
+  maxAgeMs: number;
+  maxFeePerGas: bigint | undefined;
+  onReading: SettlementFeeFloorOptions["onReading"];
+  /** By lower-case address. */
+  tokens: Map<string, FloorToken>;
+  last: TimedReading | undefined;
+  /** The readings of the last SETTLE_AFTER_VERIFY_GRACE_MS, oldest first (one per `maxAgeMs` at most). */
+  recent: TimedReading[];
+  inFlight: Promise<void> | undefined;
+  /** Whether the chain has a GasPriceOracle: asked once (a predeploy does not come or go). */
+  oracle: Promise<boolean> | undefined;
+  failing: boolean;
+  oracleFailing: boolean;
+  /** Tokens whose minimum the fee raised above the configured one at the last reading. */
+  raised: Set<string>;
+};
+
+/** The options checked and parsed (a bad share or price throws here), nothing read yet. */
+function floorState(options: SettlementFeeFloorOptions): FloorState {
   const maxFeeShare = options.maxFeeShare ?? DEFAULT_MAX_FEE_SHARE;
   const sharePpm = parseFeeShare(maxFeeShare);
   const ethPriceMicroUsd = parseUsdPrice(options.ethPriceUsd ?? DEFAULT_ETH_PRICE_USD);
-  const maxAgeMs = options.maxAgeMs ?? DEFAULT_FEE_MAX_AGE_MS;
-  const tokens = new Map(options.tokens.map((t) => [t.address.toLowerCase(), t]));
-
-  let last: (FeeReading & { at: number }) | undefined;
-  /** The readings of the last SETTLE_AFTER_VERIFY_GRACE_MS, oldest first (one per `maxAgeMs` at most). */
-  let recent: (FeeReading & { at: number })[] = [];
-  let inFlight: Promise<void> | undefined;
-  /** Whether the chain has a GasPriceOracle: asked once (a predeploy does not come or go). */
-  let oracle: Promise<boolean> | undefined;
-  let failing = false;
-  let oracleFailing = false;
-  /** Tokens whose minimum the fee raised above the configured one at the last reading. */
-  const raised = new Set<string>();
-
-  async function l1FeeOf(): Promise<bigint> {
-    oracle ??= hasGasPriceOracle(client).catch((error: unknown) => {
-      oracle = undefined;
-      throw error;
-    });
-    if (!(await oracle)) return 0n;
-    try {
-      const fee = await getL1DataFee(client, { data: SAMPLE_ITEM });
-      oracleFailing = false;
-      return fee;
-    } catch (error) {
-      // An oracle that will not answer: the L2 gas alone is still a lower bound of the cost.
-      if (!oracleFailing)
-        log.warn({ err: error }, "the GasPriceOracle did not price the L1 data fee; counting L2 gas only");
-      oracleFailing = true;
-      return 0n;
-    }
-  }
-
-  async function read(): Promise<void> {
-    try {
-      // Sent together: over the batching transport they are one HTTP request.
-      const [block, priorityFeePerGas, l1Fee] = await Promise.all([
-        client.getBlock({ blockTag: "latest" }),
-        client.estimateMaxPriorityFeePerGas(),
-        l1FeeOf(),
-      ]);
-      const baseFeePerGas = block.baseFeePerGas ?? 0n;
-      const perGas = baseFeePerGas + priorityFeePerGas;
-      const ceiling = options.maxFeePerGas;
-      const costWei =
-        SETTLEMENT_ITEM_GAS * (ceiling !== undefined && perGas > ceiling ? ceiling : perGas) + l1Fee;
-      last = {
-        at: clock.now(),
-        blockNumber: block.number ?? 0n,
-        baseFeePerGas,
-        priorityFeePerGas,
-        l1Fee,
-        costWei,
-      };
-      recent = [...recent.filter((r) => last!.at - r.at <= SETTLE_AFTER_VERIFY_GRACE_MS), last].slice(-256);
-      if (failing) log.info("the network's fee is read again");
-      failing = false;
-      report();
-    } catch (error) {
-      if (!failing)
-        log.warn({ err: error }, "the network's fee could not be read; the last minimum stays in force");
-      failing = true;
-    }
-  }
-
-  /** One line when the fee starts or stops raising a token's minimum above the configured one. */
-  function report(): void {
-    for (const token of tokens.values()) {
-      const key = token.address.toLowerCase();
-      const fee = feeMinimumOf(key);
-      const above = fee !== undefined && fee.minimum > token.minAmount;
-      if (fee !== undefined) options.onReading?.(token.address, minimumOf(key), fee.settlementCost);
-      if (above === raised.has(key)) continue;
-      const text = (units: bigint) => `${formatUnitsExact(units, token.decimals)} ${token.symbol}`;
-      if (above) {
-        raised.add(key);
-        log.warn(
-          {
-            token: token.address,
-            minimum: fee.minimum.toString(),
-            settlementCost: fee.settlementCost.toString(),
-            baseFeeGwei: formatUnits(last?.baseFeePerGas ?? 0n, 9),
-            blockNumber: fee.blockNumber.toString(),
-          },
-          `network fees raised the minimum payment to ${text(fee.minimum)} (settling one costs ${text(fee.settlementCost)}); payments below it are refused until fees fall`,
-        );
-      } else {
-        raised.delete(key);
-        log.info(
-          { token: token.address },
-          `the minimum payment is back to the configured ${text(token.minAmount)}`,
-        );
-      }
-    }
-  }
-
-  function minimumOf(token: string): bigint {
-    const configured = tokens.get(token.toLowerCase())?.minAmount ?? 1n;
-    const fee = feeMinimumOf(token)?.minimum ?? 0n;
-    return fee > configured ? fee : configured;
-  }
-
-  function feeMinimumOf(token: string): FeeMinimum | undefined {
-    const config = tokens.get(token.toLowerCase());
-    if (config === undefined || last === undefined) return undefined;
-    return settlementFeeMinimum(last, { decimals: config.decimals, ethPriceMicroUsd, sharePpm });
-  }
-
   return {
+    client: options.client,
+    clock: options.clock,
+    log: options.logger.child({ component: "fee-floor" }),
     maxFeeShare,
-    refresh() {
-      if (last !== undefined && clock.now() - last.at < maxAgeMs && maxAgeMs > 0) return Promise.resolve();
-      inFlight ??= read().finally(() => {
-        inFlight = undefined;
-      });
-      return inFlight;
-    },
-    feeMinimumOf,
-    minimumOf,
-    assertCovers(token, value, assertOptions) {
-      const config = tokens.get(token.toLowerCase());
-      const fee = feeMinimumOf(token);
-      if (config === undefined || fee === undefined || value >= fee.minimum) return;
-      const graceMs = Math.min(assertOptions?.graceMs ?? 0, SETTLE_AFTER_VERIFY_GRACE_MS);
-      if (graceMs > 0) {
-        const now = clock.now();
-        const terms = { decimals: config.decimals, ethPriceMicroUsd, sharePpm };
-        for (const reading of recent) {
-          if (now - reading.at <= graceMs && value >= settlementFeeMinimum(reading, terms).minimum) return;
-        }
-      }
-      const minimum = minimumOf(token);
-      const text = (units: bigint) => `${formatUnitsExact(units, config.decimals)} ${config.symbol}`;
-      throw new TollgateError(
-        "AmountMismatch",
-        `settling this payment of ${text(value)} would cost about ${text(fee.settlementCost)} in gas at the network's current fee, more than ${maxFeeShare} of its value; this facilitator settles payments of at least ${text(minimum)} while the fee stays this high`,
-        {
-          details: {
-            reason: "settlement_cost_too_high",
-            value: value.toString(),
-            minimum: minimum.toString(),
-            settlementCost: fee.settlementCost.toString(),
-            maxFeeShare,
-            blockNumber: fee.blockNumber.toString(),
-            token: config.address,
-          },
-        },
-      );
-    },
-    reading: () => last,
+    sharePpm,
+    ethPriceMicroUsd,
+    maxAgeMs: options.maxAgeMs ?? DEFAULT_FEE_MAX_AGE_MS,
+    maxFeePerGas: options.maxFeePerGas,
+    onReading: options.onReading,
+    tokens: new Map(options.tokens.map((t) => [t.address.toLowerCase(), t])),
+    last: undefined,
+    recent: [],
+    inFlight: undefined,
+    oracle: undefined,
+    failing: false,
+    oracleFailing: false,
+    raised: new Set(),
   };
+}
+
+function refresh(floor: FloorState): Promise<void> {
+  const { last, maxAgeMs } = floor;
+  if (last !== undefined && floor.clock.now() - last.at < maxAgeMs && maxAgeMs > 0) return Promise.resolve();
+  floor.inFlight ??= read(floor).finally(() => {
+    floor.inFlight = undefined;
+  });
+  return floor.inFlight;
+}
+
+async function l1FeeOf(floor: FloorState): Promise<bigint> {
+  floor.oracle ??= hasGasPriceOracle(floor.client).catch((error: unknown) => {
+    floor.oracle = undefined;
+    throw error;
+  });
+  if (!(await floor.oracle)) return 0n;
+  try {
+    const fee = await getL1DataFee(floor.client, { data: SAMPLE_ITEM });
+    floor.oracleFailing = false;
+    return fee;
+  } catch (error) {
+    // An oracle that will not answer: the L2 gas alone is still a lower bound of the cost.
+    if (!floor.oracleFailing)
+      floor.log.warn(
+        { err: error },
+        "the GasPriceOracle did not price the L1 data fee; counting L2 gas only",
+      );
+    floor.oracleFailing = true;
+    return 0n;
+  }
+}
+
+async function read(floor: FloorState): Promise<void> {
+  const { client, log } = floor;
+  try {
+    // Sent together: over the batching transport they are one HTTP request.
+    const [block, priorityFeePerGas, l1Fee] = await Promise.all([
+      client.getBlock({ blockTag: "latest" }),
+      client.estimateMaxPriorityFeePerGas(),
+      l1FeeOf(floor),
+    ]);
+    const baseFeePerGas = block.baseFeePerGas ?? 0n;
+    const perGas = baseFeePerGas + priorityFeePerGas;
+    const ceiling = floor.maxFeePerGas;
+    const costWei =
+      SETTLEMENT_ITEM_GAS * (ceiling !== undefined && perGas > ceiling ? ceiling : perGas) + l1Fee;
+    const last: TimedReading = {
+      at: floor.clock.now(),
+      blockNumber: block.number ?? 0n,
+      baseFeePerGas,
+      priorityFeePerGas,
+      l1Fee,
+      costWei,
+    };
+    floor.last = last;
+    floor.recent = [
+      ...floor.recent.filter((r) => last.at - r.at <= SETTLE_AFTER_VERIFY_GRACE_MS),
+      last,
+    ].slice(-256);
+    if (floor.failing) log.info("the network's fee is read again");
+    floor.failing = false;
+    report(floor);
+  } catch (error) {
+    if (!floor.failing)
+      log.warn({ err: error }, "the network's fee could not be read; the last minimum stays in force");
+    floor.failing = true;
+  }
+}
+
+/** One line when the fee starts or stops raising a token's minimum above the configured one. */
+function report(floor: FloorState): void {
+  const { log, raised } = floor;
+  for (const token of floor.tokens.values()) {
+    const key = token.address.toLowerCase();
+    const fee = feeMinimumOf(floor, key);
+    const above = fee !== undefined && fee.minimum > token.minAmount;
+    if (fee !== undefined) floor.onReading?.(token.address, minimumOf(floor, key), fee.settlementCost);
+    if (above === raised.has(key)) continue;
+    const text = (units: bigint) => `${formatUnitsExact(units, token.decimals)} ${token.symbol}`;
+    if (above) {
+      raised.add(key);
+      log.warn(
+        {
+          token: token.address,
+          minimum: fee.minimum.toString(),
+          settlementCost: fee.settlementCost.toString(),
+          baseFeeGwei: formatUnits(floor.last?.baseFeePerGas ?? 0n, 9),
+          blockNumber: fee.blockNumber.toString(),
+        },
+        `network fees raised the minimum payment to ${text(fee.minimum)} (settling one costs ${text(fee.settlementCost)}); payments below it are refused until fees fall`,
+      );
+    } else {
+      raised.delete(key);
+      log.info(
+        { token: token.address },
+        `the minimum payment is back to the configured ${text(token.minAmount)}`,
+      );
+    }
+  }
+}
+
+function minimumOf(floor: FloorState, token: string): bigint {
+  const configured = floor.tokens.get(token.toLowerCase())?.minAmount ?? 1n;
+  const fee = feeMinimumOf(floor, token)?.minimum ?? 0n;
+  return fee > configured ? fee : configured;
+}
+
+function feeMinimumOf(floor: FloorState, token: string): FeeMinimum | undefined {
+  const config = floor.tokens.get(token.toLowerCase());
+  if (config === undefined || floor.last === undefined) return undefined;
+  return settlementFeeMinimum(floor.last, termsOf(floor, config));
+}
+
+function termsOf(floor: FloorState, config: FloorToken) {
+  return { decimals: config.decimals, ethPriceMicroUsd: floor.ethPriceMicroUsd, sharePpm: floor.sharePpm };
+}
+
+function assertCovers(
+  floor: FloorState,
+  token: string,
+  value: bigint,
+  assertOptions: { graceMs?: number | undefined } | undefined,
+): void {
+  const config = floor.tokens.get(token.toLowerCase());
+  const fee = feeMinimumOf(floor, token);
+  if (config === undefined || fee === undefined || value >= fee.minimum) return;
+  const graceMs = Math.min(assertOptions?.graceMs ?? 0, SETTLE_AFTER_VERIFY_GRACE_MS);
+  if (graceMs > 0 && coveredWithin(floor, config, value, graceMs)) return;
+  const minimum = minimumOf(floor, token);
+  const { maxFeeShare } = floor;
+  const text = (units: bigint) => `${formatUnitsExact(units, config.decimals)} ${config.symbol}`;
+  throw new TollgateError(
+    "AmountMismatch",
+    `settling this payment of ${text(value)} would cost about ${text(fee.settlementCost)} in gas at the network's current fee, more than ${maxFeeShare} of its value; this facilitator settles payments of at least ${text(minimum)} while the fee stays this high`,
+    {
+      details: {
+        reason: "settlement_cost_too_high",
+        value: value.toString(),
+        minimum: minimum.toString(),
+        settlementCost: fee.settlementCost.toString(),
+        maxFeeShare,
+        blockNumber: fee.blockNumber.toString(),
+        token: config.address,
+      },
+    },
+  );
+}
+
+/** Whether any reading of the last `graceMs` would have admitted `value`. */
+function coveredWithin(floor: FloorState, config: FloorToken, value: bigint, graceMs: number): boolean {
+  const now = floor.clock.now();
+  const terms = termsOf(floor, config);
+  return floor.recent.some(
+    (reading) => now - reading.at <= graceMs && value >= settlementFeeMinimum(reading, terms).minimum,
+  );
 }
 
 /** `createFacilitator`'s `settlementFee` option: the share, the ETH price, how fresh a reading must be. */
