@@ -13,6 +13,7 @@ import { startAnvil } from "../chain/startAnvil.ts";
 import { setUpDevnet } from "../chain/startDevnet.ts";
 import { parseUnitsExact } from "../protocol/amount.ts";
 import { ensurePrivateDir, tightenPrivateFile } from "../store/privateFiles.ts";
+import { DEFAULT_PORTS } from "./defaultPorts.ts";
 
 export { type DevnetFile, DevnetFileSchema } from "../chain/devnetFile.ts";
 
@@ -28,7 +29,7 @@ export function parseDuration(text: string): number {
 type Output = { log(line: string): void; error(line: string): void };
 
 const usage = `usage: tollgate devnet <command> [--dir .tollgate]
-  up [--port 8545] [--accounts 10] [--balance 10000] [--block-time <s>] [--token usdc]
+  up [--port ${DEFAULT_PORTS.devnet}] [--accounts 10] [--balance 10000] [--block-time <s>] [--token usdc]
                       start anvil in the background, deploy Tollgate and USDC (Circle's FiatToken v2.2,
                       EIP-712 domain "USD Coin"/"2" as on Base, the first account its minter), fund the
                       accounts (balance in USDC); refuses a port something else already listens on
@@ -49,7 +50,7 @@ export async function devnetCommand(
     allowPositionals: true,
     options: {
       dir: { type: "string" },
-      port: { type: "string", default: "8545" },
+      port: { type: "string", default: String(DEFAULT_PORTS.devnet) },
       accounts: { type: "string", default: "10" },
       balance: { type: "string", default: "10000" },
       "block-time": { type: "string" },

@@ -28,12 +28,13 @@ import { systemClock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { createStore } from "../../store/createStore.ts";
 import type { Store } from "../../store/store.ts";
+import { DEFAULT_PORTS } from "../defaultPorts.ts";
 import { openAgentStore } from "../openAgentStore.ts";
 
 export const summary =
   "the agent operator's web dashboard (budgets, spend by tool, subscriptions) on loopback";
 
-const usage = `usage: tollgate dashboard [--port 4030] [--host 127.0.0.1] [--dir .tollgate] [--facilitator <url>]
+const usage = `usage: tollgate dashboard [--port ${DEFAULT_PORTS.dashboard}] [--host 127.0.0.1] [--dir .tollgate] [--facilitator <url>]
   Serves the agent operator's dashboard at http://<host>:<port>/dashboard until Ctrl-C: each agent's
   budget and limits, spend over time by tool, seller and mode, subscriptions held and their next
   renewal, the policy's reasons and the latest run's spend report. Sign in with the token printed at
@@ -59,7 +60,7 @@ function parseDashboardArgs(argv: string[]) {
     args: argv,
     allowPositionals: true,
     options: {
-      port: { type: "string", default: "4030" },
+      port: { type: "string", default: String(DEFAULT_PORTS.dashboard) },
       host: { type: "string", default: "127.0.0.1" },
       dir: { type: "string" },
       facilitator: { type: "string" },
