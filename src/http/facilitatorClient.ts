@@ -23,7 +23,7 @@
  * account changes, which would run twice. The client starts at the instance that answered last.
  */
 import type { z } from "zod";
-import { ErrorBodySchema, type ErrorCode, errorFromBody, TollgateError } from "../protocol/errors.ts";
+import { TollgateError } from "../protocol/errors.ts";
 import {
   type AuthorizeResponse,
   AuthorizeResponseSchema,
@@ -34,12 +34,13 @@ import {
   type VerifyResponse,
   VerifyResponseSchema,
 } from "../protocol/facilitator.ts";
-import { HeaderName } from "../protocol/header.ts";
-import { summarizeIssues } from "../protocol/parseWire.ts";
 import type { PaymentProof } from "../protocol/paymentProof.ts";
 import type { SignedPayment } from "../protocol/signedPayment.ts";
 import { requireObject } from "./checkInput.ts";
-import { readBoundedText } from "./readBoundedText.ts";
+import { parseReply, type ReplyPeer, readReplyText, unansweredError } from "./replyErrors.ts";
+
+// Part of the facilitator client's surface: the payer's entry point exports it from here.
+export { parseRetryAfter } from "./replyErrors.ts";
 
 /** The `fetch` the client sends with: the global one, or anything with its signature. */
 export type FetchFn = (input: Request | string | URL, init?: RequestInit) => Promise<Response>;
@@ -86,21 +87,35 @@ export type FacilitatorClient = {
   ): Promise<T>;
 };
 
-/** Largest reply body read: proofs, JWKS and catalogues are a few KiB; a hostile peer gets cut off. */
-const MAX_REPLY_BYTES = 1024 * 1024;
 const DEFAULT_TIMEOUT_MS = 30_000;
 
-const codeByStatus: Record<number, ErrorCode> = {
-  400: "InvalidRequest",
-  401: "Unauthorized",
-  402: "InsufficientFunds",
-  404: "NotFound",
-  409: "NonceAlreadyUsed",
-  413: "PayloadTooLarge",
-  429: "RateLimited",
-  502: "ChainUnavailable",
-  503: "ChainUnavailable",
-  504: "ChainUnavailable",
+const FACILITATOR: ReplyPeer = {
+  name: "facilitator",
+  codeByStatus: {
+    400: "InvalidRequest",
+    401: "Unauthorized",
+    402: "InsufficientFunds",
+    404: "NotFound",
+    409: "NonceAlreadyUsed",
+    413: "PayloadTooLarge",
+    429: "RateLimited",
+    502: "ChainUnavailable",
+    503: "ChainUnavailable",
+    504: "ChainUnavailable",
+  },
+  // Proofs, JWKS and catalogues are a few KiB.
+  maxReplyBytes: 1024 * 1024,
+};
+
+/** Where and how a client reaches its facilitator's instances. */
+type FacilitatorConnection = {
+  /** Base URLs of the instances, `url` first. */
+  bases: string[];
+  fetchFn: FetchFn;
+  timeoutMs: number;
+  defaultHeaders: Record<string, string>;
+  /** The instance tried first: the one that answered last. */
+  preferred: number;
 };
 
 /** Refuses anything but a facilitator client (`createFacilitatorClient`, or an object with `request`). */
@@ -122,6 +137,22 @@ export function requireFacilitator(
  * const { proof } = await facilitator.authorize(signedPayment);
  */
 export function createFacilitatorClient(options: FacilitatorClientOptions): FacilitatorClient {
+  const connection = connect(options);
+  const request: FacilitatorClient["request"] = (method, path, schema, requestOptions) =>
+    requestWithFailover(connection, method, path, schema, requestOptions);
+  return {
+    url: connection.bases[0]!,
+    authorize: (signedPayment, o) =>
+      request("POST", "/authorize", AuthorizeResponseSchema, { ...o, body: { signedPayment } }),
+    verify: (proof, o) => request("POST", "/verify", VerifyResponseSchema, { ...o, body: { proof } }),
+    jwks: (o) => request("GET", "/.well-known/jwks.json", JwksSchema, o),
+    supported: (o) => request("GET", "/supported", SupportedResponseSchema, o),
+    request,
+  };
+}
+
+/** The client's options checked: its instances' base URLs, its fetch, timeout and headers. */
+function connect(options: FacilitatorClientOptions): FacilitatorConnection {
   requireObject(options, "createFacilitatorClient({ url, fetch, timeoutMs?, headers? })");
   if (typeof options.fetch !== "function") {
     throw new TollgateError("InvalidRequest", "createFacilitatorClient: fetch must be a function");
@@ -139,122 +170,72 @@ export function createFacilitatorClient(options: FacilitatorClientOptions): Faci
       details: { timeoutMs },
     });
   }
-  const url = bases[0]!;
-  /** The instance tried first: the one that answered last. */
-  let preferred = 0;
-  const fetchFn = options.fetch;
-  const defaultHeaders = options.headers ?? {};
+  return { bases, fetchFn: options.fetch, timeoutMs, defaultHeaders: options.headers ?? {}, preferred: 0 };
+}
 
-  async function request<T>(
-    method: string,
-    path: string,
-    schema: z.ZodType<T>,
-    requestOptions: RequestOptions & { body?: unknown } = {},
-  ): Promise<T> {
-    const relative = path.startsWith("/") ? path : `/${path}`;
-    const idempotent = isIdempotent(method, relative);
-    const start = preferred;
-    for (let i = 0; ; i++) {
-      const index = (start + i) % bases.length;
-      try {
-        const result = await requestOnce(bases[index]!, method, relative, schema, requestOptions);
-        preferred = index;
-        return result;
-      } catch (error) {
-        const last = i === bases.length - 1;
-        if (last || requestOptions.signal?.aborted === true || !mayTryNext(error, idempotent)) throw error;
-      }
+/** One request, sent to the next instance while it may be (see the header), starting at the preferred one. */
+async function requestWithFailover<T>(
+  connection: FacilitatorConnection,
+  method: string,
+  path: string,
+  schema: z.ZodType<T>,
+  requestOptions: RequestOptions & { body?: unknown } = {},
+): Promise<T> {
+  const relative = path.startsWith("/") ? path : `/${path}`;
+  const idempotent = isIdempotent(method, relative);
+  const { bases } = connection;
+  const start = connection.preferred;
+  for (let i = 0; ; i++) {
+    const index = (start + i) % bases.length;
+    try {
+      const result = await requestOnce(connection, bases[index]!, method, relative, schema, requestOptions);
+      connection.preferred = index;
+      return result;
+    } catch (error) {
+      const last = i === bases.length - 1;
+      if (last || requestOptions.signal?.aborted === true || !mayTryNext(error, idempotent)) throw error;
     }
   }
+}
 
-  async function requestOnce<T>(
-    base: string,
-    method: string,
-    path: string,
-    schema: z.ZodType<T>,
-    requestOptions: RequestOptions & { body?: unknown },
-  ): Promise<T> {
-    const target = `${base}${path}`;
-    const timeout = AbortSignal.timeout(requestOptions.timeoutMs ?? timeoutMs);
-    const signal =
-      requestOptions.signal === undefined ? timeout : AbortSignal.any([requestOptions.signal, timeout]);
-    const headers: Record<string, string> = { accept: "application/json", ...defaultHeaders };
-    Object.assign(headers, requestOptions.headers);
-    const init: RequestInit = { method, headers, signal };
-    if (requestOptions.body !== undefined) {
-      headers["content-type"] = "application/json";
-      init.body = JSON.stringify(requestOptions.body);
-    }
-
-    let response: Response;
-    let text: string;
-    try {
-      response = await fetchFn(target, init);
-      text = await readBounded(response);
-    } catch (cause) {
-      // The caller's own abort is the caller's business: let it through untouched.
-      if (requestOptions.signal?.aborted === true) throw cause;
-      if (cause instanceof TollgateError) throw cause;
-      const timedOut = timeout.aborted;
-      const notSent = !timedOut && isConnectFailure(cause);
-      throw new TollgateError(
-        "ChainUnavailable",
-        timedOut
-          ? `facilitator did not answer within ${requestOptions.timeoutMs ?? timeoutMs} ms`
-          : "facilitator is unreachable",
-        {
-          details: {
-            reason: timedOut ? "facilitator_timeout" : "facilitator_unreachable",
-            url: target,
-            ...(notSent ? { notSent: true } : {}),
-          },
-          cause,
-        },
-      );
-    }
-
-    let json: unknown;
-    let isJson = true;
-    try {
-      json = JSON.parse(text);
-    } catch {
-      isJson = false;
-    }
-
-    if (!response.ok) {
-      const retryAfter = parseRetryAfter(response.headers.get(HeaderName.RetryAfter));
-      const body = isJson ? ErrorBodySchema.safeParse(json) : undefined;
-      if (body?.success === true) throw errorFromBody(body.data, { retryAfter });
-      const code = codeByStatus[response.status] ?? "Internal";
-      throw new TollgateError(code, `facilitator answered ${response.status} ${method} ${path}`, {
-        details: { status: response.status, url: target, body: text.slice(0, 200) },
-        retryAfter,
-      });
-    }
-    const parsed = isJson ? schema.safeParse(json) : undefined;
-    if (parsed?.success !== true) {
-      throw new TollgateError("Internal", `facilitator sent a malformed reply to ${method} ${path}`, {
-        details: {
-          reason: "facilitator_bad_reply",
-          url: target,
-          ...(parsed === undefined
-            ? { body: text.slice(0, 200) }
-            : { issues: summarizeIssues(parsed.error.issues) }),
-        },
-      });
-    }
-    return parsed.data;
+/** One request to the instance at `base`: its reply checked against `schema`, or the error it stands for. */
+async function requestOnce<T>(
+  connection: FacilitatorConnection,
+  base: string,
+  method: string,
+  path: string,
+  schema: z.ZodType<T>,
+  requestOptions: RequestOptions & { body?: unknown },
+): Promise<T> {
+  const target = `${base}${path}`;
+  const timeoutMs = requestOptions.timeoutMs ?? connection.timeoutMs;
+  const timeout = AbortSignal.timeout(timeoutMs);
+  const signal =
+    requestOptions.signal === undefined ? timeout : AbortSignal.any([requestOptions.signal, timeout]);
+  const headers: Record<string, string> = { accept: "application/json", ...connection.defaultHeaders };
+  Object.assign(headers, requestOptions.headers);
+  const init: RequestInit = { method, headers, signal };
+  if (requestOptions.body !== undefined) {
+    headers["content-type"] = "application/json";
+    init.body = JSON.stringify(requestOptions.body);
   }
 
-  return {
-    url,
-    authorize: (signedPayment, o) =>
-      request("POST", "/authorize", AuthorizeResponseSchema, { ...o, body: { signedPayment } }),
-    verify: (proof, o) => request("POST", "/verify", VerifyResponseSchema, { ...o, body: { proof } }),
-    jwks: (o) => request("GET", "/.well-known/jwks.json", JwksSchema, o),
-    supported: (o) => request("GET", "/supported", SupportedResponseSchema, o),
-    request,
-  };
+  let response: Response;
+  let text: string;
+  try {
+    // Called bare, as the global fetch must be (not as a method of the connection).
+    const { fetchFn } = connection;
+    response = await fetchFn(target, init);
+    text = await readReplyText(FACILITATOR, response);
+  } catch (cause) {
+    // The caller's own abort is the caller's business: let it through untouched.
+    if (requestOptions.signal?.aborted === true) throw cause;
+    if (cause instanceof TollgateError) throw cause;
+    const timedOut = timeout.aborted;
+    const notSent = !timedOut && isConnectFailure(cause);
+    throw unansweredError(FACILITATOR, { url: target, timedOut, timeoutMs, notSent, cause });
+  }
+  return parseReply(FACILITATOR, { method, path, url: target }, { response, text }, schema);
 }
 
 function parseBaseUrl(text: unknown): string {
@@ -309,23 +290,6 @@ function mayTryNext(error: unknown, idempotent: boolean): boolean {
   // Nothing was sent: safe for any request. Otherwise (a 502/503/504, a timeout, a cut connection)
   // the instance may have acted on it: only an idempotent request may be sent again.
   return error.details?.notSent === true || idempotent;
-}
-
-/** A reply's text, refusing bodies over `MAX_REPLY_BYTES` without buffering them whole. */
-function readBounded(response: Response): Promise<string> {
-  return readBoundedText(response, MAX_REPLY_BYTES, tooLarge);
-}
-
-function tooLarge(): TollgateError {
-  return new TollgateError("Internal", `facilitator reply is over ${MAX_REPLY_BYTES} bytes`, {
-    details: { reason: "facilitator_bad_reply" },
-  });
-}
-
-/** `Retry-After` in delta-seconds (the form Tollgate's facilitator sends); an HTTP date is ignored. */
-export function parseRetryAfter(value: string | null): number | undefined {
-  if (value === null || !/^\s*\d{1,9}\s*$/.test(value)) return undefined;
-  return Number(value.trim());
 }
 
 /** Whether two facilitator base URLs name the same service (case of scheme/host and trailing slashes aside). */

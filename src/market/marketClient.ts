@@ -10,13 +10,12 @@
  */
 import type { Address, Hex } from "viem";
 import type { z } from "zod";
-import { type FetchFn, parseRetryAfter } from "../http/facilitatorClient.ts";
-import { readBoundedText } from "../http/readBoundedText.ts";
+import type { FetchFn } from "../http/facilitatorClient.ts";
+import { parseReply, type ReplyPeer, readReplyText, unansweredError } from "../http/replyErrors.ts";
 import { sameAddress } from "../protocol/address.ts";
-import { ErrorBodySchema, type ErrorCode, errorFromBody, TollgateError } from "../protocol/errors.ts";
+import { TollgateError } from "../protocol/errors.ts";
 import { type Manifest, type ManifestPricingType, verifyManifestSignature } from "../protocol/manifest.ts";
 import type { Network } from "../protocol/network.ts";
-import { summarizeIssues } from "../protocol/parseWire.ts";
 import {
   type CatalogResult,
   CatalogResultSchema,
@@ -84,19 +83,21 @@ export type MarketClient = {
   report(address: string): Promise<SellerReportResult>;
 };
 
-/** Largest reply read: a seller record holds one manifest (at most 256 KiB by default). */
-const MAX_REPLY_BYTES = 2 * 1024 * 1024;
-
-const codeByStatus: Record<number, ErrorCode> = {
-  400: "InvalidRequest",
-  401: "Unauthorized",
-  404: "NotFound",
-  413: "PayloadTooLarge",
-  422: "InvalidSignature",
-  429: "RateLimited",
-  502: "ChainUnavailable",
-  503: "ChainUnavailable",
-  504: "ChainUnavailable",
+const MARKET: ReplyPeer = {
+  name: "market",
+  codeByStatus: {
+    400: "InvalidRequest",
+    401: "Unauthorized",
+    404: "NotFound",
+    413: "PayloadTooLarge",
+    422: "InvalidSignature",
+    429: "RateLimited",
+    502: "ChainUnavailable",
+    503: "ChainUnavailable",
+    504: "ChainUnavailable",
+  },
+  // A seller record holds one manifest (at most 256 KiB by default).
+  maxReplyBytes: 2 * 1024 * 1024,
 };
 
 /** Where and how a client reaches its market. */
@@ -130,40 +131,11 @@ async function request<T>(
   body?: unknown,
 ): Promise<T> {
   const target = `${market.url}${path}`;
-  const { response, text } = await send(market, target, method, body);
-  let json: unknown;
-  let isJson = true;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    isJson = false;
-  }
-  if (!response.ok) {
-    const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
-    const errorBody = isJson ? ErrorBodySchema.safeParse(json) : undefined;
-    if (errorBody?.success === true) throw errorFromBody(errorBody.data, { retryAfter });
-    throw new TollgateError(
-      codeByStatus[response.status] ?? "Internal",
-      `market answered ${response.status} ${method} ${path}`,
-      { details: { status: response.status, url: target, body: text.slice(0, 200) }, retryAfter },
-    );
-  }
-  const parsed = isJson ? schema.safeParse(json) : undefined;
-  if (parsed?.success !== true) {
-    throw new TollgateError("Internal", `market sent a malformed reply to ${method} ${path}`, {
-      details: {
-        reason: "market_bad_reply",
-        url: target,
-        ...(parsed === undefined
-          ? { body: text.slice(0, 200) }
-          : { issues: summarizeIssues(parsed.error.issues) }),
-      },
-    });
-  }
-  return parsed.data;
+  const reply = await send(market, target, method, body);
+  return parseReply(MARKET, { method, path, url: target }, reply, schema);
 }
 
-/** Sends a request and reads its reply (at most MAX_REPLY_BYTES); an unreachable market is ChainUnavailable. */
+/** Sends a request and reads its reply (within the size bound); an unreachable market is ChainUnavailable. */
 async function send(
   market: MarketConnection,
   target: string,
@@ -180,23 +152,11 @@ async function send(
   }
   try {
     const response = await market.fetchFn(target, init);
-    const text = await readBoundedText(
-      response,
-      MAX_REPLY_BYTES,
-      () =>
-        new TollgateError("Internal", `market reply is over ${MAX_REPLY_BYTES} bytes`, {
-          details: { reason: "market_bad_reply" },
-        }),
-    );
+    const text = await readReplyText(MARKET, response);
     return { response, text };
   } catch (cause) {
     if (cause instanceof TollgateError) throw cause;
-    const timedOut = timeout.aborted;
-    throw new TollgateError(
-      "ChainUnavailable",
-      timedOut ? `market did not answer within ${timeoutMs} ms` : "market is unreachable",
-      { details: { reason: timedOut ? "market_timeout" : "market_unreachable", url: target }, cause },
-    );
+    throw unansweredError(MARKET, { url: target, timedOut: timeout.aborted, timeoutMs, cause });
   }
 }
 
