@@ -126,10 +126,12 @@ export const FacilitatorEnvSchema = z.object({
   TOLLGATE_TRUSTED_PROXIES: CommaListSchema.refine((list) => list.every((a) => isIP(a) !== 0), {
     error: "expected IP addresses, comma-separated",
   }).optional(),
-  /** Bearer token for `GET /metrics`; unset, metrics are served to loopback peers only. */
-  // How long an outbox row may wait for its receipt before the chain is asked whether it lost
-  // transactions (outbox/rewindRepair.ts): a chain with slow blocks wants more than the default 15 s.
+  /**
+   * How long an outbox row may wait for its receipt before the chain is asked whether it lost
+   * transactions (outbox/rewindRepair.ts): a chain with slow blocks wants more than the default 15 s.
+   */
   TOLLGATE_OUTBOX_STUCK_AFTER_MS: z.coerce.number().int().min(1_000).max(3_600_000).optional(),
+  /** Bearer token for `GET /metrics`; unset, metrics are served to loopback peers only. */
   TOLLGATE_METRICS_TOKEN: z.string().min(16, { error: "use at least 16 characters" }).optional(),
   /**
    * The most any transaction of the gas key offers per gas (`maxFeePerGas`), in gwei, decimals allowed
