@@ -213,9 +213,7 @@ async function advance(file: string, arg: string | undefined, out: Output): Prom
   await testClient.increaseTime({ seconds });
   await testClient.mine({ blocks: 1 });
   const block = await publicClient.getBlock();
-  out.log(
-    `advanced ${seconds} s: block ${block.number}, chain time ${block.timestamp} (${new Date(Number(block.timestamp) * 1000).toISOString()})`,
-  );
+  out.log(`advanced ${seconds} s: block ${block.number}, chain time ${chainTime(block.timestamp)}`);
   // EIP-3009 windows are signed against the wall clock (capped by the gate's memo expiry), so a
   // chain clock far ahead of it refuses every new one-time payment as expired.
   out.log(
@@ -233,12 +231,24 @@ async function status(file: string, out: Output): Promise<number> {
   }
   const block = await clients(devnet).publicClient.getBlock();
   out.log(
-    `devnet: ${devnet.rpcUrl} (pid ${devnet.pid}), block ${block.number}, chain time ${block.timestamp}`,
+    `devnet: ${devnet.rpcUrl} (pid ${devnet.pid}), block ${block.number}, chain time ${chainTime(block.timestamp)}`,
   );
   out.log(`  token                ${devnet.contracts.usd}${tokenLabel(devnet.token)}`);
   out.log(`  SubscriptionManager  ${devnet.contracts.subscriptionManager}`);
   out.log(`  BatchSettler         ${devnet.contracts.batchSettler}`);
+  // A devnet started before channels existed has no TollgateChannels.
+  if (devnet.contracts.channels !== undefined) {
+    out.log(`  TollgateChannels     ${devnet.contracts.channels}`);
+  }
   return 0;
+}
+
+/**
+ * `1765000000` → `1765000000 (2025-12-06T05:46:40.000Z)`: the epoch first, as scripts read it, then
+ * the same instant in ISO 8601 UTC for people.
+ */
+function chainTime(timestamp: bigint): string {
+  return `${timestamp} (${new Date(Number(timestamp) * 1000).toISOString()})`;
 }
 
 /** Which token it is, for status; nothing for a file written before devnets recorded it. */
