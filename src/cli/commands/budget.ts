@@ -12,10 +12,11 @@ import { SpendKinds } from "../../agent/budget/budgetLimits.ts";
 import type { BudgetReport } from "../../agent/budget/budgetReport.ts";
 import { createBudgetLedger } from "../../agent/budget/createBudgetLedger.ts";
 import { AddressSchema } from "../../protocol/address.ts";
-import { formatUnitsExact, parseUnitsExact } from "../../protocol/amount.ts";
+import { formatUnitsExact } from "../../protocol/amount.ts";
 import { type Clock, systemClock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
+import { inlineNegativeValues, MONEY_NOTATION, parseMoney } from "../money.ts";
 import { openAgentStore } from "../openAgentStore.ts";
 
 export const summary = "set <agent> --total 10 --daily 2 … | show <agent> — an agent's spending limits";
@@ -36,50 +37,75 @@ export type BudgetCommandDeps = {
 const usage = `usage: tollgate budget set <agent> [--total 10] [--daily 2] [--per-call 0.05]
                            [--provider <address>=1 …] [--max-subscription 20] [--approve-above 0.5]
                            [--replace]
-         set limits in USDC; limits not named are kept ("none" removes one, --replace starts afresh);
+         set limits; limits not named are kept ("none" removes one, --replace starts afresh);
+         total, daily and per-call limits are above zero (0 would forbid every spend);
          spends above --approve-above need a yes (tollgate run asks on the terminal, or refuses)
        tollgate budget show <agent> [--json]
          spent, reserved and remaining per limit, per provider and per kind
+${MONEY_NOTATION}
 options: --dir .tollgate (PGlite in <dir>/agents unless DATABASE_URL is set)
 environment: DATABASE_URL TOLLGATE_DIR`;
 
-/** `"2.5"` → 2 500 000n, `"none"` → null (remove the limit). */
-function parseLimit(flag: string, text: string): bigint | null {
+/** The money flags of `budget set`, for `--total -1` to reach `parseMoney`. */
+const MONEY_FLAGS = ["--total", "--daily", "--per-call", "--max-subscription", "--approve-above"];
+
+/**
+ * A limit (`"2.5"` → 2 500 000n, `"none"` → null: remove the limit). Zero is refused where it would forbid
+ * every spend (total, daily, per call); a zero per-provider or subscription limit, or approval threshold,
+ * narrows what the agent may do and is kept.
+ */
+function parseLimit(flag: string, text: string, allowZero: boolean): bigint | null {
   if (text === "none") return null;
-  try {
-    return parseUnitsExact(text);
-  } catch (cause) {
-    throw new TollgateError("InvalidRequest", `--${flag}: expected USDC like 2.5 or "none", got "${text}"`, {
-      cause,
-    });
-  }
+  return parseMoney(text, flag, { allowZero });
 }
 
-function applyFlags(
-  current: BudgetLimits,
-  values: Record<string, string | string[] | boolean | undefined>,
-): BudgetLimits {
-  const next: BudgetLimits = { ...current, perProvider: { ...current.perProvider } };
+type LimitKey = "total" | "daily" | "perCall" | "maxSubscriptionCommitment";
+
+/** What `budget set` was asked to change: each limit named, `null` where it is removed. */
+type BudgetChanges = {
+  limits: [key: LimitKey, limit: bigint | null][];
+  providers: [address: `0x${string}`, limit: bigint | null][];
+  approveAbove: bigint | null | undefined;
+};
+
+/** Reads every limit flag before anything is opened, so a refused amount changes nothing. */
+function parseBudgetFlags(values: Record<string, string | string[] | boolean | undefined>): BudgetChanges {
   const scalar = [
-    ["total", "total"],
-    ["daily", "daily"],
-    ["per-call", "perCall"],
-    ["max-subscription", "maxSubscriptionCommitment"],
+    ["total", "total", false],
+    ["daily", "daily", false],
+    ["per-call", "perCall", false],
+    ["max-subscription", "maxSubscriptionCommitment", true],
   ] as const;
-  for (const [flag, key] of scalar) {
+  const limits: BudgetChanges["limits"] = [];
+  for (const [flag, key, allowZero] of scalar) {
     const text = values[flag];
-    if (typeof text !== "string") continue;
-    const limit = parseLimit(flag, text);
+    if (typeof text === "string") limits.push([key, parseLimit(`--${flag}`, text, allowZero)]);
+  }
+  const providers: BudgetChanges["providers"] = [];
+  for (const entry of (values.provider as string[] | undefined) ?? []) {
+    const at = entry.lastIndexOf("=");
+    if (at < 0)
+      throw new TollgateError("InvalidRequest", `--provider: expected <address>=<amount>, got "${entry}"`);
+    const address = parseWire(AddressSchema, entry.slice(0, at), { what: "--provider address" });
+    providers.push([address, parseLimit(`--provider ${address}`, entry.slice(at + 1), true)]);
+  }
+  const approveAbove = values["approve-above"];
+  return {
+    limits,
+    providers,
+    approveAbove:
+      typeof approveAbove === "string" ? parseLimit("--approve-above", approveAbove, true) : undefined,
+  };
+}
+
+function applyChanges(current: BudgetLimits, changes: BudgetChanges): BudgetLimits {
+  const next: BudgetLimits = { ...current, perProvider: { ...current.perProvider } };
+  for (const [key, limit] of changes.limits) {
     if (limit === null) delete next[key];
     else next[key] = limit;
   }
   const providers = next.perProvider!;
-  for (const entry of (values.provider as string[] | undefined) ?? []) {
-    const at = entry.lastIndexOf("=");
-    if (at < 0)
-      throw new TollgateError("InvalidRequest", `--provider: expected <address>=<USDC>, got "${entry}"`);
-    const address = parseWire(AddressSchema, entry.slice(0, at), { what: "--provider address" });
-    const limit = parseLimit("provider", entry.slice(at + 1));
+  for (const [address, limit] of changes.providers) {
     for (const known of Object.keys(providers)) {
       if (known.toLowerCase() === address.toLowerCase()) delete providers[known as keyof typeof providers];
     }
@@ -179,7 +205,7 @@ function toJson(report: BudgetReport): unknown {
 /** Runs `tollgate budget …`; returns the exit code. */
 export async function budgetCommand(argv: string[], deps: BudgetCommandDeps): Promise<number> {
   const { values, positionals } = parseArgs({
-    args: argv,
+    args: inlineNegativeValues(argv, MONEY_FLAGS),
     allowPositionals: true,
     options: {
       total: { type: "string" },
@@ -203,6 +229,7 @@ export async function budgetCommand(argv: string[], deps: BudgetCommandDeps): Pr
     deps.out.error(usage);
     return 2;
   }
+  const changes = command === "set" ? parseBudgetFlags(values) : undefined;
   const env = parseWire(BudgetEnvSchema, deps.env, { what: "environment" });
   const store = await openAgentStore({
     databaseUrl: env.DATABASE_URL,
@@ -210,18 +237,17 @@ export async function budgetCommand(argv: string[], deps: BudgetCommandDeps): Pr
   });
   try {
     const ledger = createBudgetLedger({ store, clock: deps.clock });
-    if (command === "set") {
+    if (changes !== undefined) {
       const current = values.replace ? {} : ((await ledger.getLimits(agent)) ?? {});
-      const limits = await ledger.setLimits(agent, applyFlags(current, values));
+      const limits = await ledger.setLimits(agent, applyChanges(current, changes));
       // Stored with the budget (migration 0077); kept unless named, cleared by --replace.
-      const approveAbove = values["approve-above"];
-      if (approveAbove !== undefined) {
-        await setApprovalThreshold(store, agent, parseLimit("approve-above", approveAbove));
+      if (changes.approveAbove !== undefined) {
+        await setApprovalThreshold(store, agent, changes.approveAbove);
       } else if (values.replace) {
         await setApprovalThreshold(store, agent, null);
       }
       const threshold = await getApprovalThreshold(store, agent);
-      deps.out.log(`budget for ${agent} set:`);
+      deps.out.log(`budget for ${agent} set (amounts in USDC):`);
       deps.out.log(
         `  total ${usdc(limits.total)}, daily ${usdc(limits.daily)}, per call ${usdc(limits.perCall)}`,
       );

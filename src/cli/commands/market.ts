@@ -18,6 +18,7 @@ import { type Clock, systemClock } from "../../protocol/clock.ts";
 import { NetworkSchema } from "../../protocol/network.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import { createStore } from "../../store/createStore.ts";
+import { inlineNegativeValues, MONEY_NOTATION, parseMoney } from "../money.ts";
 
 export const summary = "run the market registry [--port 4030], or `market search <words>` its catalog";
 
@@ -48,15 +49,16 @@ const usage = `usage: tollgate market [serve] [--port 4030] [--host 127.0.0.1] [
          It reads sellers' /.well-known/tollgate.json (refresh, liveness checks every few minutes) at
          public addresses only, unless --allow-targets names others (default with a loopback --host:
          127.0.0.0/8,::1, for sellers on this machine); --no-refresh: never fetch sellers' URLs
-       tollgate market search [words…] [--max-price 0.05|50000] [--scheme one-time|subscription|metered]
+       tollgate market search [words…] [--max-price 0.05] [--scheme one-time|subscription|metered]
                              [--network eip155:8453] [--limit 20] [--market ${DEFAULT_MARKET_URL}] [--json]
-         search the catalog; --max-price with a decimal point or "usdc" is USDC, digits alone are atomic units
+         search the catalog; --max-price is the most a call may cost, above zero
+${MONEY_NOTATION}
 environment: DATABASE_URL TOLLGATE_DIR TOLLGATE_MARKET_PORT TOLLGATE_MARKET_URL TOLLGATE_MARKET_ALLOW_TARGETS
              LOG_LEVEL`;
 
 function parseMarketArgs(argv: string[]) {
   return parseArgs({
-    args: argv,
+    args: inlineNegativeValues(argv, ["--max-price"]),
     allowPositionals: true,
     options: {
       port: { type: "string" },
@@ -108,7 +110,8 @@ async function searchMarket(
   });
   const { results } = await market.search({
     q: words.join(" ") || undefined,
-    maxPrice: values["max-price"],
+    // Sent as a bigint, so the market receives smallest units whatever notation was typed.
+    maxPrice: values["max-price"] === undefined ? undefined : parseMoney(values["max-price"], "--max-price"),
     scheme:
       values.scheme === undefined
         ? undefined

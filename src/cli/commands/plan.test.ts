@@ -126,11 +126,21 @@ describe("tollgate plan", () => {
     await expect(
       plan("create", "--amount", "0.0000001", "--interval", "30d", "--account", "1"),
     ).rejects.toMatchObject({
-      code: "InvalidAmount",
+      code: "InvalidRequest",
+      message: expect.stringContaining('--amount: "0.0000001" has more than 6 decimals'),
     });
     await expect(plan("create", "--amount", "1", "--interval", "30d")).rejects.toMatchObject({
       code: "InvalidRequest",
     });
+    const create = (...flags: string[]) => plan("create", "--interval", "30d", "--account", "1", ...flags);
+    await expect(create("--amount", "0")).rejects.toThrow('--amount: "0" must be above zero');
+    await expect(create("--amount", "-1")).rejects.toThrow('--amount: "-1" is negative');
+    await expect(create("--amount", "1", "--overage", "abc")).rejects.toThrow(
+      '--overage: "abc" is not an amount',
+    );
+    await expect(create("--amount", "1", "--included", "2.5")).rejects.toThrow(
+      '--included: "2.5" is not a count',
+    );
     await expect(plan("show", "424242")).rejects.toMatchObject({ code: "NotFound" });
     expect((await plan("create", "--amount", "1")).code).toBe(2);
     expect((await plan("explode")).code).toBe(2);

@@ -34,10 +34,11 @@ import { devnetChain, getNetworkConfig } from "../../chain/networks.ts";
 import { rpcTransport } from "../../chain/rpcTransport.ts";
 import { parseRpcUrls } from "../../chain/rpcUrls.ts";
 import { AddressSchema } from "../../protocol/address.ts";
-import { formatUnitsExact, parseUnitsExact } from "../../protocol/amount.ts";
+import { formatUnitsExact } from "../../protocol/amount.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import { parseWire } from "../../protocol/parseWire.ts";
 import { parseDuration } from "../devnet.ts";
+import { inlineNegativeValues, MONEY_NOTATION, parseCount, parseMoney } from "../money.ts";
 
 export const summary = "create | deprecate | show | operator — a provider's subscription plans on chain";
 
@@ -65,9 +66,10 @@ export type PlanCommandDeps = {
 };
 
 const usage = `usage: tollgate plan <command> [--rpc <url>] [--manager 0x…] [--dir .tollgate] [--json]
-  create --amount <USDC> --interval <30d|12h|seconds> [--included <units>] [--overage <USDC per unit>]
+  create --amount <USDC> --interval <30d|12h|seconds> [--included <count>] [--overage <USDC per unit>]
          [--token 0x…] [--key 0x… | --account <devnet index>]
-                       create a plan paid to the key's address (amounts in token units, e.g. 9 or 0.001)
+                       create a plan paid to the key's address: --amount above zero, --overage 0 or
+                       more (default 0), --included a whole number of metered units (default 0)
   deprecate <id> [--successor <id>] [--key 0x… | --account <devnet index>]
                        close a plan to new subscribers, pointing them to its successor
   show <id>            a plan's terms
@@ -75,11 +77,12 @@ const usage = `usage: tollgate plan <command> [--rpc <url>] [--manager 0x…] [-
                        let a facilitator (its /supported signer) deduct metered usage on your plans
 RPC, manager and token default to TOLLGATE_RPC_URL, TOLLGATE_SUBSCRIPTION_MANAGER and TOLLGATE_TOKEN,
 then to .tollgate/devnet.json (on the devnet's chain), then to the deployment-<chain id>.json that
-\`tollgate deploy\` wrote and the network's USDC; the key to TOLLGATE_PROVIDER_KEY.`;
+\`tollgate deploy\` wrote and the network's USDC; the key to TOLLGATE_PROVIDER_KEY.
+${MONEY_NOTATION} (with another --token: its text, and its smallest units)`;
 
 function parsePlanArgs(argv: string[]) {
   return parseArgs({
-    args: argv,
+    args: inlineNegativeValues(argv, ["--amount", "--overage", "--included"]),
     allowPositionals: true,
     options: {
       amount: { type: "string" },
@@ -242,9 +245,9 @@ async function createPlanCommand(session: PlanSession): Promise<number> {
   }
   const token = parseWire(AddressSchema, tokenText, { what: "--token" });
   const decimals = await getTokenDecimals(client, { token });
-  const amount = parseUnitsExact(values.amount, decimals);
-  const overage = parseUnitsExact(values.overage, decimals);
-  const included = parseUnitsExact(values.included, 0);
+  const amount = parseMoney(values.amount, "--amount", { decimals });
+  const overage = parseMoney(values.overage, "--overage", { decimals, allowZero: true });
+  const included = parseCount(values.included, "--included");
   let interval: number;
   try {
     interval = parseDuration(values.interval);
