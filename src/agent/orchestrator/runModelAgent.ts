@@ -12,7 +12,7 @@ import type { BaseChatModel } from "@langchain/core/language_models/chat_models"
 import { AIMessage, type BaseMessage, HumanMessage } from "@langchain/core/messages";
 import type { StructuredToolInterface } from "@langchain/core/tools";
 import { Command, MemorySaver } from "@langchain/langgraph";
-import { createAgent } from "langchain";
+import { createAgent, MiddlewareError } from "langchain";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { AgentSchemes } from "../agentScheme.ts";
 import type { BudgetLedger } from "../budget/createBudgetLedger.ts";
@@ -109,7 +109,7 @@ export async function runModelAgent(
   let input: unknown = { messages: [new HumanMessage(userMessage(task, inputs))] };
   let messages: BaseMessage[] = [];
   for (;;) {
-    const result = (await agent.invoke(input as never, config as never)) as {
+    const result = (await agent.invoke(input as never, config as never).catch(unwrapTollgateError)) as {
       messages: BaseMessage[];
       __interrupt__?: { id?: string; value?: unknown }[];
     };
@@ -119,6 +119,14 @@ export async function runModelAgent(
     input = new Command({ resume: await answerInterrupts(options, interrupts) });
   }
   return finalAnswer(options, state, messages);
+}
+
+/**
+ * LangChain wraps what a model call throws through middleware in a `MiddlewareError`; a Tollgate
+ * error inside (an unreachable model, a refusal) reaches the caller as itself, code and all.
+ */
+function unwrapTollgateError(error: unknown): never {
+  throw error instanceof MiddlewareError && error.cause instanceof TollgateError ? error.cause : error;
 }
 
 /** The caller's tools, plus the market search tool when the run may find tools on the market. */
