@@ -208,7 +208,15 @@ async function getVerifiedSeller(
  */
 export function createMarketClient(options: MarketClientOptions): MarketClient {
   const url = marketUrl(options);
-  const market: MarketConnection = { url, timeoutMs: options.timeoutMs ?? 15_000, fetchFn: options.fetch };
+  const timeoutMs = options.timeoutMs ?? 15_000;
+  if (!Number.isSafeInteger(timeoutMs) || timeoutMs <= 0) {
+    throw new TollgateError("InvalidRequest", "market timeoutMs must be a positive integer", {
+      details: { timeoutMs },
+    });
+  }
+  // Called bare, as the facilitator client does: a browser's `fetch` refuses another `this`.
+  const fetchFn = options.fetch;
+  const market: MarketConnection = { url, timeoutMs, fetchFn: (input, init) => fetchFn(input, init) };
   const optional = (value: number | undefined) => (value === undefined ? undefined : String(value));
   return {
     url,
