@@ -11,9 +11,10 @@ import { createPublicClient, createTestClient, http } from "viem";
 import { type DevnetFile, DevnetFileSchema, describeDevnet, writeDevnetFile } from "../chain/devnetFile.ts";
 import { startAnvil } from "../chain/startAnvil.ts";
 import { setUpDevnet } from "../chain/startDevnet.ts";
-import { parseUnitsExact } from "../protocol/amount.ts";
+import { formatUnitsExact } from "../protocol/amount.ts";
 import { ensurePrivateDir, tightenPrivateFile } from "../store/privateFiles.ts";
 import { DEFAULT_PORTS } from "./defaultPorts.ts";
+import { inlineNegativeValues, MONEY_NOTATION, parseMoney } from "./money.ts";
 
 export { type DevnetFile, DevnetFileSchema } from "../chain/devnetFile.ts";
 
@@ -32,12 +33,13 @@ const usage = `usage: tollgate devnet <command> [--dir .tollgate]
   up [--port ${DEFAULT_PORTS.devnet}] [--accounts 10] [--balance 10000] [--block-time <s>] [--token usdc]
                       start anvil in the background, deploy Tollgate and USDC (Circle's FiatToken v2.2,
                       EIP-712 domain "USD Coin"/"2" as on Base, the first account its minter), fund the
-                      accounts (balance in USDC); refuses a port something else already listens on
+                      accounts (--balance each, 0 or more); refuses a port something else already listens on
   advance <30d|12h|seconds>
                       move chain time forward and mine a block
   status              show the running devnet
   down                stop it
-The devnet is described in <dir>/devnet.json; <dir> is --dir, else TOLLGATE_DIR, else .tollgate.`;
+The devnet is described in <dir>/devnet.json; <dir> is --dir, else TOLLGATE_DIR, else .tollgate.
+${MONEY_NOTATION}`;
 
 /** Runs `tollgate devnet …`; returns the process exit code. */
 export async function devnetCommand(
@@ -46,7 +48,7 @@ export async function devnetCommand(
   env: Record<string, string | undefined> = process.env,
 ): Promise<number> {
   const { values, positionals } = parseArgs({
-    args: argv,
+    args: inlineNegativeValues(argv, ["--balance"]),
     allowPositionals: true,
     options: {
       dir: { type: "string" },
@@ -120,7 +122,7 @@ async function up(
   const count = Number(flags.accounts);
   if (!Number.isInteger(port) || port < 1 || port > 65_535) throw new Error(`bad --port ${flags.port}`);
   if (!Number.isInteger(count) || count < 1) throw new Error(`bad --accounts ${flags.accounts}`);
-  const balance = parseUnitsExact(flags.balance);
+  const balance = parseMoney(flags.balance, "--balance", { allowZero: true });
   const token = flags.token;
   if (token !== "usdc") throw new Error(`bad --token ${token} (a devnet settles in usdc)`);
   if (running !== undefined) {
@@ -155,7 +157,7 @@ async function up(
     out.log(`  SubscriptionManager  ${devnet.contracts.subscriptionManager}`);
     out.log(`  BatchSettler         ${devnet.contracts.batchSettler}`);
     out.log(`  TollgateChannels     ${devnet.contracts.channels}`);
-    out.log(`  ${count} accounts with ${flags.balance} USDC each; keys in ${file}`);
+    out.log(`  ${count} accounts with ${formatUnitsExact(balance)} USDC each; keys in ${file}`);
     return 0;
   } catch (error) {
     await anvil.stop();
