@@ -88,7 +88,7 @@ export function parseMoney(text: string, source: string, options: MoneyOptions =
   const trimmed = text.trim();
   if (trimmed === "") throw refuse(source, text, `is empty: ${MONEY_NOTATION}`);
   if (trimmed.length > MAX_TEXT_LENGTH) throw refuse(source, text, "is too long to be an amount");
-  if (trimmed.startsWith("-")) throw refuse(source, text, "is negative: an amount is 0 or more");
+  if (trimmed.startsWith("-")) throw refuse(source, text, "is negative");
   const value = readAmount(source, trimmed, decimals);
   if (value > MAX_UINT256)
     throw refuse(source, text, "is above the largest amount a token holds (2^256 - 1)");
