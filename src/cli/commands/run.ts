@@ -12,7 +12,7 @@ import { basename, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import type { StructuredToolInterface } from "@langchain/core/tools";
-import pino, { type Logger } from "pino";
+import type { Logger } from "pino";
 import { createPublicClient, type PublicClient } from "viem";
 import { z } from "zod";
 import { approvalFor, getApprovalThreshold } from "../../agent/budget/approvalThreshold.ts";
@@ -66,6 +66,7 @@ import {
   watchSubscriptions,
 } from "../../schemes/subscription/agent/watchSubscriptions.ts";
 import type { Store } from "../../store/store.ts";
+import { createCliLogger, logFormatFor } from "../cliLogger.ts";
 import { openAgentStore } from "../openAgentStore.ts";
 import { createLinePrompt } from "../promptLine.ts";
 import { createRunChannels, type RunChannels } from "../run/runChannels.ts";
@@ -87,6 +88,7 @@ const usage = `usage: tollgate run <task | script.ts> [--agent ${DEFAULT_AGENT}]
                     [--facilitator ${DEFAULT_FACILITATOR_URL}] [--key 0x… | --account <devnet index>]
                     [--text "…" … | --document <file> …] [--dir .tollgate] [--json]
                     [--approvals ask|refuse] [--keep-channels] [--max-close-delay 86400]
+                    [--model-timeout-ms 15000]
   Runs an orchestrator as <agent>: its budget is the one \`tollgate budget set <agent>\` stored, its
   tools are what the market lists, paid through the facilitator. Prints the answer and the spend report.
   One --text is the text to work on; several are kept, each a document (text-1, text-2, …).
@@ -102,13 +104,18 @@ approvals: spends above the agent's --approve-above (tollgate budget set) need a
   terminal (--approvals ask, the default when stdin is one; answers are read from stdin), refused otherwise
 environment: TOLLGATE_DIR DATABASE_URL TOLLGATE_MARKET_URL TOLLGATE_FACILITATOR_URL TOLLGATE_AGENT_KEY
              OPENAI_API_KEY OPENAI_BASE_URL OPENAI_MODEL TOLLGATE_PLANNER (rules without a key)
-             LOG_LEVEL (the agent's JSON log on stderr; default warn)
+             TOLLGATE_MODEL_TIMEOUT_MS (how long a model request may wait; default 15000, or --model-timeout-ms)
+             LOG_LEVEL (the agent's log on stderr; default warn) LOG_FORMAT (json or pretty: human lines
+             when stdout and stderr are terminals, JSON lines otherwise)
              TOLLGATE_RPC_URL (a node of the agent's chain, or several, comma-separated, tried in order:
              renewals and overage of its subscriptions are read into its budget at the start and end of a
              run; default the devnet's when on it)`;
 
 /** `--max-close-delay`: whole seconds, at most the contract's 30 days. */
 const MaxCloseDelaySchema = z.coerce.number().int().nonnegative().max(MAX_CHANNEL_CLOSE_DELAY);
+
+/** `--model-timeout-ms`: a whole number of milliseconds. */
+const ModelTimeoutSchema = z.coerce.number().int().positive();
 
 const PrivateKeySchema = z
   .string()
@@ -165,6 +172,8 @@ export type RunCommandDeps = {
    * `LOG_LEVEL` (warn) on stderr, so stdout keeps the run's own output (and `--json`) unmixed.
    */
   logger?: Logger | undefined;
+  /** Whether stdout and stderr are terminals: the default log is then human lines (cliLogger.ts). */
+  terminal?: { stdout: boolean; stderr: boolean } | undefined;
   /**
    * How often the run's subscription watcher looks (default 60 s; sooner when a cancel window opens
    * sooner): it records renewals and deductions and cancels, before it renews, a subscription the
@@ -280,6 +289,7 @@ function parseRunArgs(argv: string[]) {
       approvals: { type: "string" },
       "keep-channels": { type: "boolean", default: false },
       "max-close-delay": { type: "string" },
+      "model-timeout-ms": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -556,7 +566,14 @@ function runOrchestrator(
   return createOrchestrator({
     tools,
     logger: session.logger,
-    model: modelFromEnv(deps.env, { streaming: stream !== undefined }),
+    model: modelFromEnv(deps.env, {
+      streaming: stream !== undefined,
+      timeoutMs:
+        values["model-timeout-ms"] === undefined
+          ? undefined
+          : parseWire(ModelTimeoutSchema, values["model-timeout-ms"], { what: "--model-timeout-ms" }),
+      logger: session.logger,
+    }),
     budget: { ledger: purchase.budget, agent },
     approveAbove: approval.approveAbove,
     approve: (r) =>
@@ -703,7 +720,12 @@ export async function runCommand(argv: string[], deps: RunCommandDeps): Promise<
   }
   const env = parseWire(RunEnvSchema, deps.env, { what: "environment" });
   const logger =
-    deps.logger ?? pino({ name: "agent", level: env.LOG_LEVEL }, pino.destination({ dest: 2, sync: true }));
+    deps.logger ??
+    createCliLogger({
+      name: "agent",
+      level: env.LOG_LEVEL,
+      format: logFormatFor(deps.env, deps.terminal ?? { stdout: false, stderr: false }),
+    });
   const dir = resolve(deps.cwd, values.dir ?? env.TOLLGATE_DIR);
   const agent = values.agent;
   const print = values.json ? () => undefined : (line: string) => deps.out.log(line);
@@ -844,6 +866,7 @@ export async function run(argv: string[]): Promise<number> {
       signal: controller.signal,
       ask: (question) => prompt.ask(question),
       interactive: process.stdin.isTTY === true,
+      terminal: { stdout: process.stdout.isTTY === true, stderr: process.stderr.isTTY === true },
       stream: (text) => process.stdout.write(text),
     });
   } finally {
