@@ -30,7 +30,7 @@ function networkCode(error: unknown): string | undefined {
 
 /** LangChain names the OpenAI client's timeout `TimeoutError` ("Request timed out."). */
 function isTimeout(error: unknown): boolean {
-  return error instanceof Error && (error.name === "TimeoutError" || /timed? ?out/i.test(error.message));
+  return error instanceof Error && error.name === "TimeoutError";
 }
 
 /**
