@@ -46,6 +46,7 @@ describe("error catalogue", () => {
         "PriceCeilingExceeded",
         "PaidRequestFailed",
         "SellerUnreachable",
+        "ModelUnreachable",
         "OfferMismatch",
         "SaleNotAdmitted",
         "InvalidEncoding",

@@ -60,6 +60,8 @@ export const ErrorCode = {
   PaidRequestFailed: "PaidRequestFailed",
   /** A seller's server did not answer (connection refused, DNS, timeout): nothing it sold was served. */
   SellerUnreachable: "SellerUnreachable",
+  /** The agent's language model did not answer (connection refused, host unknown, timeout). */
+  ModelUnreachable: "ModelUnreachable",
   /**
    * A seller's 402 asks for something other than what it listed (a higher price, other plan terms,
    * another payee, network or token): refused before anything is signed (docs/budgets.md).
@@ -128,6 +130,7 @@ const statusByCode: Record<ErrorCode, number> = {
   PriceCeilingExceeded: 402,
   PaidRequestFailed: 502,
   SellerUnreachable: 502,
+  ModelUnreachable: 502,
   OfferMismatch: 502,
   SaleNotAdmitted: 503,
   InvalidEncoding: 400,

@@ -49,7 +49,7 @@ export function unreachableModelError(error: unknown, target: ModelTarget): Toll
           : undefined;
   if (why === undefined) return undefined;
   return new TollgateError(
-    "Internal",
+    "ModelUnreachable",
     `cannot reach the model ${target.model} at ${target.baseURL}: ${why}. ` +
       "Point OPENAI_BASE_URL at a running OpenAI-compatible server (and check OPENAI_API_KEY), " +
       "raise TOLLGATE_MODEL_TIMEOUT_MS for a slow one, " +
