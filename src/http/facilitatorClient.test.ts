@@ -89,6 +89,7 @@ describe("createFacilitatorClient", () => {
     const error = await caught(client.jwks());
     expect(error.code).toBe("ChainUnavailable");
     expect(error.details?.status).toBe(502);
+    expect(error.message).toBe("facilitator answered 502 to GET http://fac.test/.well-known/jwks.json");
   });
 
   it("reports an unreachable facilitator as ChainUnavailable with reason facilitator_unreachable", async () => {
@@ -111,6 +112,26 @@ describe("createFacilitatorClient", () => {
     const error = await caught(client.jwks());
     expect(error.code).toBe("ChainUnavailable");
     expect(error.details?.reason).toBe("facilitator_timeout");
+    expect(error.message).toBe(
+      "facilitator at http://fac.test/.well-known/jwks.json did not answer within 20 ms",
+    );
+  });
+
+  it("names the URL it tried and why it failed when the facilitator is unreachable", async () => {
+    const refused = Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:4020"), { code: "ECONNREFUSED" });
+    const fetch: FetchFn = async () => {
+      throw new TypeError("fetch failed", { cause: refused });
+    };
+    const client = createFacilitatorClient({ url: "http://user:secret@127.0.0.1:4020", fetch });
+    const error = await caught(client.authorize({} as never));
+    expect(error.message).toBe(
+      "facilitator at http://127.0.0.1:4020/authorize is unreachable (connection refused)",
+    );
+    expect(error.details).toMatchObject({
+      reason: "facilitator_unreachable",
+      url: "http://user:secret@127.0.0.1:4020/authorize",
+      notSent: true,
+    });
   });
 
   it("lets the caller's own abort through unchanged", async () => {
@@ -131,6 +152,9 @@ describe("createFacilitatorClient", () => {
     const error = await caught(client.jwks());
     expect(error.code).toBe("Internal");
     expect(error.details?.reason).toBe("facilitator_bad_reply");
+    expect(error.message).toBe(
+      "facilitator sent a malformed reply to GET http://fac.test/.well-known/jwks.json",
+    );
   });
 
   it("refuses a reply body over 1 MiB without reading it whole", async () => {
@@ -138,6 +162,9 @@ describe("createFacilitatorClient", () => {
     const client = createFacilitatorClient({ url: "http://fac.test", fetch });
     const error = await caught(client.jwks());
     expect(error.details?.reason).toBe("facilitator_bad_reply");
+    expect(error.message).toBe(
+      `facilitator reply from http://fac.test/.well-known/jwks.json is over ${1024 * 1024} bytes`,
+    );
   });
 
   it("sends other endpoints through request() with the client's default headers", async () => {

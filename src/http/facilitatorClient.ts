@@ -226,7 +226,7 @@ async function requestOnce<T>(
     // Called bare, as the global fetch must be (not as a method of the connection).
     const { fetchFn } = connection;
     response = await fetchFn(target, init);
-    text = await readReplyText(FACILITATOR, response);
+    text = await readReplyText(FACILITATOR, response, target);
   } catch (cause) {
     // The caller's own abort is the caller's business: let it through untouched.
     if (requestOptions.signal?.aborted === true) throw cause;

@@ -10,6 +10,8 @@
  *   `details.reason` `"<peer>_bad_reply"`: the peer is broken, retrying will not help;
  * - a peer that did not answer becomes `ChainUnavailable` with `details.reason` `"<peer>_timeout"` or
  *   `"<peer>_unreachable"`: both are worth retrying later.
+ * Every message names the URL tried (its user name and password left out), so a payer or an operator
+ * sees which server was down or broken without reading `details.url`.
  */
 import type { z } from "zod";
 import { ErrorBodySchema, type ErrorCode, errorFromBody, TollgateError } from "../protocol/errors.ts";
@@ -36,16 +38,64 @@ export function parseRetryAfter(value: string | null): number | undefined {
   return Number(value.trim());
 }
 
-/** A reply's text, refusing bodies over the peer's `maxReplyBytes` without buffering them whole. */
-export function readReplyText(peer: ReplyPeer, response: Response): Promise<string> {
+/**
+ * A reply's text, refusing bodies over the peer's `maxReplyBytes` without buffering them whole. `url`
+ * is the URL asked (default the response's own, which a hand-built `Response` leaves empty).
+ */
+export function readReplyText(peer: ReplyPeer, response: Response, url = response.url): Promise<string> {
+  const from = url === "" ? "" : ` from ${displayUrl(url)}`;
   return readBoundedText(
     response,
     peer.maxReplyBytes,
     () =>
-      new TollgateError("Internal", `${peer.name} reply is over ${peer.maxReplyBytes} bytes`, {
-        details: { reason: `${peer.name}_bad_reply` },
+      new TollgateError("Internal", `${peer.name} reply${from} is over ${peer.maxReplyBytes} bytes`, {
+        details: { reason: `${peer.name}_bad_reply`, ...(url === "" ? {} : { url }) },
       }),
   );
+}
+
+/** `url` as messages show it: without a user name or password, which belong in no log line. */
+function displayUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.username === "" && parsed.password === "") return url;
+    parsed.username = "";
+    parsed.password = "";
+    return parsed.href;
+  } catch {
+    return url;
+  }
+}
+
+/** Node's socket error codes in words, for the parenthesis after "is unreachable". */
+const FAILURE_BY_CODE: Readonly<Record<string, string>> = {
+  ECONNREFUSED: "connection refused",
+  ECONNRESET: "connection reset",
+  EPIPE: "connection reset",
+  UND_ERR_SOCKET: "connection closed",
+  UND_ERR_CLOSED: "connection closed",
+  ENOTFOUND: "host not found",
+  EAI_AGAIN: "host name lookup failed",
+  EHOSTUNREACH: "no route to host",
+  ENETUNREACH: "network unreachable",
+  ETIMEDOUT: "connection timed out",
+  UND_ERR_CONNECT_TIMEOUT: "connection timed out",
+};
+
+/**
+ * What `cause` (fetch's error and its causes) says went wrong, in a few words, or `undefined` when it
+ * says nothing more than undici's bare "fetch failed".
+ */
+function failureOf(cause: unknown): string | undefined {
+  let message: string | undefined;
+  for (let e: unknown = cause, depth = 0; e !== null && typeof e === "object" && depth < 5; depth++) {
+    const { code, errors, message: text } = e as { code?: unknown; errors?: unknown; message?: unknown };
+    if (typeof code === "string") return FAILURE_BY_CODE[code] ?? code;
+    if (typeof text === "string" && text !== "" && text !== "fetch failed") message ??= text;
+    // Happy eyeballs: every address failed, the first says how.
+    e = Array.isArray(errors) && errors.length > 0 ? errors[0] : (e as { cause?: unknown }).cause;
+  }
+  return message;
 }
 
 /**
@@ -57,9 +107,13 @@ export function unansweredError(
   fault: { url: string; timedOut: boolean; timeoutMs: number; notSent?: boolean; cause: unknown },
 ): TollgateError {
   const { timedOut } = fault;
+  const at = `${peer.name} at ${displayUrl(fault.url)}`;
+  const failure = timedOut ? undefined : failureOf(fault.cause);
   return new TollgateError(
     "ChainUnavailable",
-    timedOut ? `${peer.name} did not answer within ${fault.timeoutMs} ms` : `${peer.name} is unreachable`,
+    timedOut
+      ? `${at} did not answer within ${fault.timeoutMs} ms`
+      : `${at} is unreachable${failure === undefined ? "" : ` (${failure})`}`,
     {
       details: {
         reason: timedOut ? `${peer.name}_timeout` : `${peer.name}_unreachable`,
@@ -91,7 +145,7 @@ export function parseReply<T>(
   if (parsed?.success !== true) {
     throw new TollgateError(
       "Internal",
-      `${peer.name} sent a malformed reply to ${request.method} ${request.path}`,
+      `${peer.name} sent a malformed reply to ${request.method} ${displayUrl(request.url)}`,
       {
         details: {
           reason: `${peer.name}_bad_reply`,
@@ -120,7 +174,7 @@ function replyError(
   const code = peer.codeByStatus[response.status] ?? "Internal";
   return new TollgateError(
     code,
-    `${peer.name} answered ${response.status} ${request.method} ${request.path}`,
+    `${peer.name} answered ${response.status} to ${request.method} ${displayUrl(request.url)}`,
     {
       details: { status: response.status, url: request.url, body: text.slice(0, 200) },
       retryAfter,

@@ -122,6 +122,7 @@ describe("createMarketClient", () => {
     });
     await expect(unreachable.search()).rejects.toMatchObject({
       code: "ChainUnavailable",
+      message: `market at ${base}/catalog is unreachable`,
       details: { reason: "market_unreachable" },
     });
 
