@@ -6,6 +6,7 @@
 import { getAddress } from "viem";
 import { recentEventsOf } from "../../../facilitator/dashboard/providerRecords.ts";
 import { type ProviderView, providerOf } from "../../../facilitator/dashboard/providerSection.ts";
+import { describeRevert } from "../../../facilitator/dashboard/revertReason.ts";
 import { type DisplayToken, money, page, short, table, when } from "../../../http/dashboardLayout.ts";
 import { html, type SafeHtml } from "../../../http/html.ts";
 import { routeDoc } from "../../../http/routeDocs.ts";
@@ -75,7 +76,7 @@ function subscriptionsView(token: DisplayToken, subs: Subs, failed: Events): Saf
     const text = (k: string) => (typeof d[k] === "string" ? (d[k] as string) : "-");
     const amount =
       typeof d.amount === "string" && /^[0-9]{1,78}$/.test(d.amount) ? money(BigInt(d.amount), token) : "-";
-    return html`<tr><td>${when(e.created_at)}</td><td>${text("subscriptionId")}</td><td>${text("planId")}</td><td>${text("subscriber") === "-" ? "-" : short(text("subscriber"))}</td><td class="num">${amount}</td><td>${text("reason")}</td></tr>`;
+    return html`<tr><td>${when(e.created_at)}</td><td>${text("subscriptionId")}</td><td>${text("planId")}</td><td>${text("subscriber") === "-" ? "-" : short(text("subscriber"))}</td><td class="num">${amount}</td><td>${failureReason(d)}</td></tr>`;
   });
   return html`<div class="cards">${cards}</div>
 <section class="panel"><h2>Subscriptions and renewal dates</h2>${table(
@@ -100,4 +101,15 @@ function subscriptionsView(token: DisplayToken, subs: Subs, failed: Events): Saf
     failures,
     "No failed renewals.",
   )}</section>`;
+}
+
+/**
+ * A failed renewal's reason: the revert the token or manager gave, decoded (`ERC20InsufficientBalance(…)`),
+ * with the indexer's explanation beside it; events without revert data show their message alone.
+ */
+function failureReason(data: Record<string, unknown>): SafeHtml {
+  const revert = typeof data.reason === "string" ? describeRevert(data.reason) : undefined;
+  const message = typeof data.message === "string" ? data.message : undefined;
+  if (revert === undefined) return html`${message ?? "-"}`;
+  return html`<code>${revert}</code>${message === undefined ? "" : html`<br><span class="muted">${message}</span>`}`;
 }
