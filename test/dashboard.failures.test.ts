@@ -12,6 +12,7 @@ import { createFixedClock } from "../src/protocol/clock.ts";
 import { mountSubscriptionViews } from "../src/schemes/subscription/facilitator/subscriptionViews.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
+import { insertTestPayment } from "./support/paymentRows.ts";
 
 const provider = getAddress("0x00000000000000000000000000000000000000aa");
 const subscriber = getAddress("0x00000000000000000000000000000000000000bb");
@@ -77,3 +78,37 @@ describe("failed renewals", () => {
   });
 });
 
+/** A one-time payment to the provider, moved to `status` with the given columns. */
+async function paymentTo(status: "settled" | "failed", set: Record<string, unknown>, memo?: string) {
+  const row = await insertTestPayment(store, memo);
+  const columns = { pay_to: provider.toLowerCase(), status, ...set };
+  const names = Object.keys(columns);
+  await store.query(
+    `UPDATE payments SET ${names.map((n, i) => `${n} = $${i + 2}`).join(", ")} WHERE id = $1`,
+    [row.id, ...Object.values(columns)],
+  );
+  return row;
+}
+
+describe("failed one-time payments", () => {
+  it("are listed on the payments page with their code, decoded reason and time; settled ones stay apart", async () => {
+    const revert = encodeErrorResult({
+      abi: parseAbi(["error ERC20InsufficientBalance(address sender, uint256 balance, uint256 needed)"]),
+      errorName: "ERC20InsufficientBalance",
+      args: [subscriber, 0n, 10_000n],
+    });
+    const failed = await paymentTo("failed", {
+      failure_code: "InsufficientFunds",
+      failure_message: `the chain refused the transfer (revert data ${revert})`,
+      updated_at: new Date("2026-11-21T09:30:00Z"),
+    });
+    await paymentTo("settled", { settled_at: new Date("2026-11-21T10:00:00Z") });
+    const text = await pageText(providerApp([]), "/payments");
+    const section = text.slice(text.indexOf('id="failed-payments"'));
+    expect(section).toContain("InsufficientFunds");
+    expect(section).toContain(`ERC20InsufficientBalance(${subscriber}, 0, 10000)`);
+    expect(section).toContain("2026-11-21 09:30");
+    expect(section).toContain(getAddress(failed.payer));
+    expect(section.match(/data-failed-payment/g)).toHaveLength(1);
+  });
+});

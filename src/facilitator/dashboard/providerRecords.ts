@@ -1,6 +1,7 @@
 /**
- * Read-only views of one provider's rows for the dashboard: its recent one-time payments and payers,
- * and its recent events of some types (failed renewals). Every query is scoped to the provider.
+ * Read-only views of one provider's rows for the dashboard: its recent one-time payments (settled and
+ * failed) and payers, and its recent events of some types (failed renewals). Every query is scoped to
+ * the provider.
  */
 import { z } from "zod";
 import { BigintColumnSchema, SafeIntColumnSchema, TimestampColumnSchema } from "../../store/columnSchemas.ts";
@@ -26,6 +27,31 @@ export function recentPayments(db: Queryable, provider: string): Promise<Provide
     PaymentRowSchema,
     `SELECT payer, token, amount, tx_hash, settled_at FROM payments
      WHERE pay_to = $1 AND status = 'settled' ORDER BY settled_at DESC LIMIT ${DASHBOARD_ROW_LIMIT}`,
+    [provider.toLowerCase()],
+  );
+}
+
+const FailedPaymentRowSchema = z.object({
+  payer: z.string(),
+  amount: BigintColumnSchema,
+  tx_hash: z.string().nullable(),
+  failure_code: z.string().nullable(),
+  failure_message: z.string().nullable(),
+  failed_at: TimestampColumnSchema,
+});
+export type FailedPayment = z.infer<typeof FailedPaymentRowSchema>;
+
+/**
+ * One-time payments to the provider that failed on chain (the token or the settler refused the
+ * transfer), newest first. A refusal before settlement (a bad signature at /authorize) writes no row,
+ * so it is not among them.
+ */
+export function failedPayments(db: Queryable, provider: string): Promise<FailedPayment[]> {
+  return queryParsed(
+    db,
+    FailedPaymentRowSchema,
+    `SELECT payer, amount, tx_hash, failure_code, failure_message, updated_at AS failed_at FROM payments
+     WHERE pay_to = $1 AND status = 'failed' ORDER BY updated_at DESC, id DESC LIMIT ${DASHBOARD_ROW_LIMIT}`,
     [provider.toLowerCase()],
   );
 }

@@ -29,7 +29,15 @@ import {
 } from "../analytics/analyticsApi.ts";
 import { bucketStart, queryAnalyticsVolume } from "../analytics/queryAnalytics.ts";
 import type { DashboardEnv, DashboardSection } from "./dashboardApp.ts";
-import { type ProviderPayer, type ProviderPayment, recentPayments, topPayers } from "./providerRecords.ts";
+import {
+  type FailedPayment,
+  failedPayments,
+  type ProviderPayer,
+  type ProviderPayment,
+  recentPayments,
+  topPayers,
+} from "./providerRecords.ts";
+import { describeFailureMessage } from "./revertReason.ts";
 
 export type ProviderViewsDeps = {
   store: Store;
@@ -107,7 +115,7 @@ export function providerSection(deps: ProviderViewsDeps, views: readonly Provide
       errors: [400, 403],
     }),
     payments: routeDoc({
-      summary: "Dashboard: the provider's recent payments",
+      summary: "Dashboard: the provider's recent payments, payers and failed payments",
       response: { media: "text/html" },
       errors: [403],
     }),
@@ -138,14 +146,15 @@ export function providerSection(deps: ProviderViewsDeps, views: readonly Provide
       app.get("/payments", docs.payments, async (c) => {
         const session = c.get("session");
         const provider = providerOf(session);
-        const [payments, payers] = await Promise.all([
+        const [payments, payers, failed] = await Promise.all([
           recentPayments(deps.store, provider),
           topPayers(deps.store, provider),
+          failedPayments(deps.store, provider),
         ]);
         return c.html(
           page(
             providerFrame(session, "Payments and payers", "/dashboard/provider/payments"),
-            paymentsView(deps.token, payments, payers),
+            html`${paymentsView(deps.token, payments, payers)}${failedPaymentsView(deps.token, failed)}`,
           ),
         );
       });
@@ -196,6 +205,18 @@ function paymentsView(t: DisplayToken, payments: ProviderPayment[], payers: Prov
     ),
     "No payers yet.",
   )}</section></div>`;
+}
+
+/** Payments the chain refused, with the refusal's code and message (any revert data in it decoded). */
+function failedPaymentsView(t: DisplayToken, failed: FailedPayment[]): SafeHtml {
+  return html`<section class="panel" id="failed-payments"><h2>Failed one-time payments</h2>${table(
+    ["Failed", "Payer", { label: "Amount", num: true }, "Reason", "Transaction"],
+    failed.map(
+      (p) =>
+        html`<tr data-failed-payment><td>${when(p.failed_at)}</td><td>${short(getAddress(p.payer))}</td><td class="num">${money(p.amount, t)}</td><td><code>${p.failure_code ?? "-"}</code>${p.failure_message === null ? "" : html` ${describeFailureMessage(p.failure_message)}`}</td><td>${p.tx_hash === null ? "-" : short(p.tx_hash)}</td></tr>`,
+    ),
+    "No failed payments.",
+  )}</section>`;
 }
 
 type Buckets = Awaited<ReturnType<typeof queryAnalyticsVolume>>;
