@@ -16,6 +16,7 @@ import { RpcUrlsSchema } from "../chain/rpcUrls.ts";
 import type { RateLimitOptions } from "../http/rateLimits.ts";
 import { AddressSchema } from "../protocol/address.ts";
 import { TollgateError } from "../protocol/errors.ts";
+import { parseMoney } from "../protocol/money.ts";
 import { NetworkSchema } from "../protocol/network.ts";
 import { summarizeIssues } from "../protocol/parseWire.ts";
 import { chainUnavailable, isChainUnreachable } from "./chainErrors.ts";
@@ -84,14 +85,12 @@ export const FacilitatorEnvSchema = z.object({
   TOLLGATE_PORT: z.coerce.number().int().min(0).max(65_535).default(4020),
   DATABASE_URL: z.string().optional(),
   /**
-   * The smallest payment settled, in the token's smallest unit (default 10000 = 0.01 USDC on Base and
-   * Base Sepolia, 1 on a devnet; see abuse/minimumAmount.ts for the arithmetic).
+   * The smallest payment settled, in the one money notation (src/protocol/money.ts): USDC text such as
+   * `0.01`, or smallest units as `10000units` (default 0.01 USDC on Base and Base Sepolia, 1unit on a
+   * devnet; see abuse/minimumAmount.ts for the arithmetic). Read by `readToken`, whose refusal names
+   * the variable and its flag.
    */
-  TOLLGATE_MIN_AMOUNT: z
-    .string()
-    .regex(/^[1-9]\d{0,76}$/, { error: "expected a positive integer in the token's smallest unit" })
-    .transform((text) => BigInt(text))
-    .optional(),
+  TOLLGATE_MIN_AMOUNT: z.string().optional(),
   /**
    * The largest share of a payment's value its settlement may cost (abuse/settlementFeeFloor.ts): while
    * the network's fee makes settling dearer, the minimum payment rises above TOLLGATE_MIN_AMOUNT. A
@@ -343,7 +342,10 @@ function readToken(
     symbol: "USDC",
     decimals: 6,
     // Unset: createFacilitator applies the network's default (abuse/minimumAmount.ts).
-    minAmount: env.TOLLGATE_MIN_AMOUNT,
+    minAmount:
+      env.TOLLGATE_MIN_AMOUNT === undefined
+        ? undefined
+        : parseMoney(env.TOLLGATE_MIN_AMOUNT, "TOLLGATE_MIN_AMOUNT (--min-amount)"),
   };
 }
 

@@ -138,7 +138,7 @@ describe("tollgate facilitator configuration", () => {
   });
 
   it("reads the minimum amount and the rate limits, and refuses nonsense for them", () => {
-    const config = configFrom(["--min-amount", "50000"], {
+    const config = configFrom(["--min-amount", "0.05"], {
       ...environment,
       TOLLGATE_RATE_LIMIT_CLIENT: "120:20",
       TOLLGATE_RATE_LIMIT_PAYER: "off",
@@ -157,8 +157,11 @@ describe("tollgate facilitator configuration", () => {
       perPayer: undefined,
       trustedProxies: undefined,
     });
-    for (const bad of ["0", "-1", "0.5", "1e6", "ten"]) {
-      expect(() => configFrom([`--min-amount=${bad}`])).toThrow(/TOLLGATE_MIN_AMOUNT/);
+    // The one money notation: bare digits are USDC, smallest units only as <digits>units.
+    expect(configFrom(["--min-amount=50000units"]).token.minAmount).toBe(50_000n);
+    expect(configFrom([], { ...environment, TOLLGATE_MIN_AMOUNT: "1" }).token.minAmount).toBe(1_000_000n);
+    for (const bad of ["0", "-1", "0units", "1.5units", "0.0000001", "1e6", "ten"]) {
+      expect(() => configFrom([`--min-amount=${bad}`]), bad).toThrow(/TOLLGATE_MIN_AMOUNT \(--min-amount\)/);
     }
     for (const bad of ["60", "60:0", "0:10", "lots"]) {
       expect(() => configFrom([], { ...environment, TOLLGATE_RATE_LIMIT_CLIENT: bad })).toThrow(

@@ -87,7 +87,7 @@ const serveUsage =
   "  contracts: docs/going-live.md)\n" +
   "  TOLLGATE_TOKEN TOLLGATE_TOKEN_NAME TOLLGATE_TOKEN_VERSION TOLLGATE_BATCH_SETTLER\n" +
   "  TOLLGATE_SUBSCRIPTION_MANAGER TOLLGATE_CHANNELS (override the deployment file or devnet.json)\n" +
-  "  TOLLGATE_MIN_AMOUNT (smallest unit; default 10000 on Base, 1 on a devnet)\n" +
+  '  TOLLGATE_MIN_AMOUNT, --min-amount (USDC "0.01" or "10000units"; default 0.01 on Base, 1units devnet)\n' +
   "  TOLLGATE_RATE_LIMIT_CLIENT TOLLGATE_RATE_LIMIT_PAYER TOLLGATE_RATE_LIMIT_PROVIDER (<burst>:<per second>\n" +
   "  or off; default 120:20, 60:10, 600:100)\n" +
   "  TOLLGATE_TRUSTED_PROXIES (reverse proxies whose X-Forwarded-For is believed; default none)\n" +
