@@ -38,6 +38,8 @@ import { systemClock } from "../src/protocol/clock.ts";
 import { createStore } from "../src/store/createStore.ts";
 import type { Store } from "../src/store/store.ts";
 import { type ChannelBurstResult, runChannelBurst } from "./channelBurst.ts";
+import { createCallBlocks } from "./demoCallBlocks.ts";
+import { budgetLines, notarizedLine, withForecastNotes } from "./demoReportLines.ts";
 import { loadDocuments } from "./loadDocuments.ts";
 import { demoAccounts, type Marketplace, startMarketplace } from "./marketplace.ts";
 import { splitSentences } from "./splitSentences.ts";
@@ -167,6 +169,8 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     if (event.amount > 0n) return `${event.mode} ${usdc(event.amount)}`;
     return event.mode === "subscription" ? "subscription (covered, nothing to pay)" : event.mode;
   };
+  // Calls of the task run at once; each one's lines are printed together when it ends.
+  const calls = createCallBlocks(progress);
   const names = new Map<string, string>();
   const nameOf = (address: string) => names.get(address.toLowerCase()) ?? address;
 
@@ -240,7 +244,16 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     cleanups.push(() => market.close());
     print(`  devnet      ${devnet.rpcUrl} (chain ${devnet.chain.id})`);
     print(`  facilitator ${facilitatorServer.url}`);
-    print(`  dashboard   ${facilitatorServer.url}/dashboard (agent operator's token: ${dashboardToken})`);
+    const dashboardUrl = `${facilitatorServer.url}/dashboard`;
+    // Printed only once it answers, so the address shown is one that can be opened.
+    await waitFor(signal, "the dashboard", async () => {
+      const response = await fetch(`${dashboardUrl}/login`).catch(() => undefined);
+      await response?.body?.cancel();
+      return response?.ok === true ? true : undefined;
+    });
+    print(
+      `  dashboard   ${dashboardUrl} (agent operator's token: ${dashboardToken}; up while the demo runs)`,
+    );
     print(`  market      ${market.url}`);
 
     const webhookSecrets: string[] = [];
@@ -302,7 +315,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     let resellerShown = 0;
     const showResellerPurchases = () => {
       for (const event of marketplace.resellerSpend.slice(resellerShown)) {
-        progress(`      ↳ reseller bought ${event.tool} from ${nameOf(event.provider)} → ${how(event)}`);
+        calls.line(`      ↳ reseller bought ${event.tool} from ${nameOf(event.provider)} → ${how(event)}`);
       }
       resellerShown = marketplace.resellerSpend.length;
     };
@@ -318,7 +331,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
         spend.record(event);
         recording.record(event);
         showResellerPurchases();
-        progress(`    bought ${event.tool} from ${nameOf(event.provider)} → ${how(event)}`);
+        calls.line(`    bought ${event.tool} from ${nameOf(event.provider)} → ${how(event)}`);
       },
     });
     // One capability is bought through its seller's MCP endpoint, listed in the market next to its HTTP route.
@@ -339,7 +352,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
         onSpend: (event) => {
           spend.record(event);
           recording.record(event);
-          progress(`    bought ${event.tool} from ${nameOf(event.provider)} over MCP → ${how(event)}`);
+          calls.line(`    bought ${event.tool} from ${nameOf(event.provider)} over MCP → ${how(event)}`);
         },
       })
     ).filter((d) => d.tool.name === MCP_TOOL);
@@ -353,11 +366,15 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
 
     const model = modelFromEnv(env);
     const orchestrator = createOrchestrator({
-      tools,
+      tools: calls.wrap(tools),
       model: model ?? "rules",
+      // One call at a time per seller: the reseller's supplier purchases then belong to the one brief
+      // it is serving, and are printed under it.
+      queue: { perSellerConcurrency: 1 },
       onEvent: (event: OrchestratorEvent) => {
         if (event.type === "tool:start")
-          progress(`  → ${event.tool}${event.document ? ` (${event.document})` : ""}`);
+          calls.start(event.callId, `  → ${event.tool}${event.document ? ` (${event.document})` : ""}`);
+        if (event.type === "tool:end") calls.end(event.step.callId);
       },
     });
     forecast = orchestrator.forecast(DEMO_TASK, { documents });
@@ -405,7 +422,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     if (notarize !== undefined) {
       step("Notarizing the report on chain");
       const content = await notarize.tool.invoke({ text: run.answer });
-      print(`  ${String(content).slice(0, 160)}`);
+      print(notarizedLine(content));
     }
 
     // Metered usage is recorded by the gate and deducted on chain in batches: wait until it has landed.
@@ -426,16 +443,15 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
           owner: researcher.address,
         })),
     );
+    print(`  on chain the agent paid ${usdc(agentPaidOnChain)}; its ledger records ${usdc(ledgerSpent)}`);
 
     step("Spend report");
     await recording.finish();
     const report = spend.report();
-    print(
-      formatSpendReport(report)
-        .split("\n")
-        .map((l) => `  ${l}`)
-        .join("\n"),
-    );
+    const reportLines = formatSpendReport(report)
+      .split("\n")
+      .map((l) => `  ${l}`);
+    for (const line of withForecastNotes(reportLines, report, limits.perCall)) print(line);
     const overMcp = viaMcp.map((d) => {
       const bought = report.tools.find((t) => t.tool === d.tool.name);
       return {
@@ -449,8 +465,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       print(`  over MCP: ${m.tool} at ${m.url}, ${m.calls} calls for ${usdc(m.amount)}`);
     }
     const after = await budget.report("researcher");
-    print(`  budget left: ${usdc(after.remaining.total ?? 0n)} of ${usdc(limits.total)}`);
-    print(`  on chain the agent paid ${usdc(agentPaidOnChain)}; its ledger records ${usdc(ledgerSpent)}`);
+    for (const line of budgetLines("researcher", limits.total, after)) print(line);
     const resold = marketplace.resellerSpend.filter((e) => e.ok);
     print(
       `  agent-to-agent: the reseller bought ${resold.length} results from its suppliers for ${usdc(resold.reduce((s, e) => s + e.amount, 0n))}`,
@@ -512,6 +527,10 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
         if (signal.aborted) resolve();
         else signal.addEventListener("abort", () => resolve(), { once: true });
       });
+    } else {
+      print(
+        `\nThe dashboard at ${dashboardUrl} stops with the demo; \`npm run demo -- --keep\` keeps it up until Ctrl-C.`,
+      );
     }
     return {
       report,

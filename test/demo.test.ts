@@ -2,6 +2,7 @@
  * The main job, as `npm run demo` runs it: every kind of purchase happens, and the figures the report
  * prints are the ones the chain and the ledger hold.
  */
+import { parseUnits } from "viem";
 import { describe, expect, it } from "vitest";
 import { runDemo } from "../agents/demo.ts";
 
@@ -47,5 +48,37 @@ describe("npm run demo", { timeout: 120_000 }, () => {
     }
     expect(result.planner).toBe("rules");
     expect(lines.join("\n")).toContain("Spend report");
+
+    const printed = lines.flatMap((line) => line.split("\n"));
+    // The budget's lines add up: spent + reserved + left is the budget, each read as printed.
+    const amount = (label: string) => {
+      const found = printed.map((l) => new RegExp(`^\\s+${label}\\s+([\\d.]+) USDC`).exec(l)).find((m) => m);
+      expect(found, label).toBeDefined();
+      return parseUnits(found![1]!, 6);
+    };
+    const budget = printed
+      .map((l) => /budget of "researcher": ([\d.]+) USDC = spent \+ reserved \+ left/.exec(l))
+      .find((m) => m);
+    expect(budget).toBeDefined();
+    expect(amount("spent") + amount("reserved") + amount("left")).toBe(parseUnits(budget![1]!, 6));
+    expect(amount("spent")).toBe(result.ledgerSpent);
+
+    // No line is cut: every line that looks like JSON parses.
+    for (const line of printed.map((l) => l.trim()).filter((l) => l.startsWith("{") || l.startsWith("["))) {
+      expect(() => JSON.parse(line), line).not.toThrow();
+    }
+    expect(printed).toContainEqual(
+      expect.stringMatching(/notarized: hash 0x[0-9a-f]{64} in transaction 0x[0-9a-f]{64},/),
+    );
+
+    // Calls run at once, yet each purchase is printed under the call that made it.
+    let heading: string | undefined;
+    for (const line of printed) {
+      const call = /^ {2}→ (\S+)/.exec(line);
+      if (call) heading = call[1];
+      const bought = /^ {4}bought (\S+) from/.exec(line);
+      if (bought && heading !== undefined) expect(bought[1], line).toBe(heading);
+      if (line.startsWith("▶")) heading = undefined;
+    }
   }, 300_000);
 });

@@ -2,6 +2,7 @@
  * `tollgate demo` (`npm run demo`): the whole system on an embedded devnet — see agents/demo.ts.
  * Ctrl-C stops everything the demo started.
  */
+import { setMaxListeners } from "node:events";
 import { parseArgs } from "node:util";
 
 export const summary = "run the end-to-end demo: specialists, a budgeted research agent, renewals, webhooks";
@@ -33,6 +34,8 @@ export async function run(argv: string[]): Promise<number> {
   // Loaded only to run it: the demo pulls in LangChain and every service.
   const { runDemo } = await import("../../../agents/demo.ts");
   const controller = new AbortController();
+  // Every tool call waiting in the run's queue listens for the abort: dozens at once are expected.
+  setMaxListeners(0, controller.signal);
   // Kept installed until everything is stopped: Ctrl-C reaches this process both from the terminal
   // and relayed by tsx, and a signal with no listener left would end the process before the cleanup.
   const interrupt = () => {
