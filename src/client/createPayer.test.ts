@@ -211,7 +211,10 @@ describe("createPayer().pay", () => {
       ...option,
       tollgate: { subscriptionScheme: false, facilitator: "http://other.test" },
     };
-    expect((await refusal(payer.pay(elsewhere, { maxAmount: "1" }))).message).toMatch(/another facilitator/);
+    const refused = await refusal(payer.pay(elsewhere, { maxAmount: "1" }));
+    expect(refused.code).toBe("InvalidRequest");
+    expect(refused.message).toMatch(/another facilitator/);
+    expect(refused.message).toMatch(/point the payer at the seller's facilitator \(http:\/\/other\.test\)$/);
     const subscription = {
       ...option,
       scheme: "subscription" as const,

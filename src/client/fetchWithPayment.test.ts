@@ -364,6 +364,44 @@ describe("fetchWithPayment", () => {
     expect((await refusal(paidFetch("http://api.test/choice"))).code).toBe("UnsupportedNetwork");
   });
 
+  it("tells a payer whose facilitator settles on another network which facilitator the seller uses", async () => {
+    const mine = "http://127.0.0.1:4021";
+    const elsewhere: FetchPayer = {
+      ...kit.payer,
+      network: "eip155:84532",
+      facilitator: { url: mine } as FacilitatorClient,
+    };
+    const error = await refusal(
+      fetchWithPayment(kit.fetch, elsewhere, { maxPrice: "1" })("http://api.test/choice"),
+    );
+    expect(error.code).toBe("UnsupportedNetwork");
+    expect(error.message).toBe(
+      `the seller asks for payment on eip155:31337 through the facilitator at ${FACILITATOR}; your facilitator at ${mine} settles on eip155:84532: point the payer at the seller's facilitator (${FACILITATOR})`,
+    );
+    expect(error.details).toMatchObject({
+      reason: "other_network",
+      networks: ["eip155:31337"],
+      facilitators: [FACILITATOR],
+      payerNetwork: "eip155:84532",
+      payerFacilitator: mine,
+    });
+    expect(kit.paid).toHaveLength(0);
+  });
+
+  it("tells a payer on the seller's network but another facilitator to use the seller's", async () => {
+    const mine = "http://127.0.0.1:4021";
+    const other: FetchPayer = { ...kit.payer, facilitator: { url: mine } as FacilitatorClient };
+    const error = await refusal(
+      fetchWithPayment(kit.fetch, other, { maxPrice: "1" })("http://api.test/choice"),
+    );
+    expect(error.code).toBe("UnsupportedNetwork");
+    expect(error.message).toBe(
+      `the seller asks for payment on eip155:31337 through the facilitator at ${FACILITATOR}; your facilitator at ${mine} is another facilitator, whose proofs the seller does not accept: point the payer at the seller's facilitator (${FACILITATOR})`,
+    );
+    expect(error.details?.reason).toBe("other_facilitator");
+    expect(kit.paid).toHaveLength(0);
+  });
+
   it("refuses a missing or malformed ceiling at construction", () => {
     expect(() => fetchWithPayment(kit.fetch, kit.payer, { maxPrice: "0.1234567" })).toThrow(/decimals/);
     expect(() => fetchWithPayment(kit.fetch, kit.payer, { maxPrice: 0.5 as never })).toThrow(/ceiling/);

@@ -7,6 +7,7 @@
 import type { Address } from "viem";
 import { signTransferAuthorization } from "../../chain/signers/signTransferAuthorization.ts";
 import type { TypedDataSigner } from "../../chain/signers/typedDataSigner.ts";
+import { facilitatorMismatch } from "../../client/payableOptions.ts";
 import type { PaymentReceipt } from "../../client/payerTypes.ts";
 import { type FacilitatorClient, sameFacilitatorUrl } from "../../http/facilitatorClient.ts";
 import { sameAddress } from "../../protocol/address.ts";
@@ -142,24 +143,18 @@ function assertPayable(option: PaymentOption, payer: { network: Network; facilit
       details: { scheme: option.scheme },
     });
   }
-  if (option.network !== payer.network) {
+  // Another network cannot be paid; a proof from another facilitator would be refused by the gate
+  // after the money had moved.
+  const mismatch = facilitatorMismatch([option], {
+    network: payer.network,
+    facilitator: { url: payer.facilitator },
+  });
+  if (mismatch !== undefined) {
+    const { details } = mismatch;
     throw new TollgateError(
-      "UnsupportedNetwork",
-      `the option is on ${option.network}; this payer pays on ${payer.network}`,
-      {
-        details: { network: option.network, payerNetwork: payer.network },
-      },
-    );
-  }
-  // A proof from another facilitator would be refused by the gate after the money had moved.
-  const advertised = option.tollgate?.facilitator;
-  if (advertised !== undefined && !sameFacilitatorUrl(advertised, payer.facilitator)) {
-    throw new TollgateError(
-      "InvalidRequest",
-      "the gate settles through another facilitator than this payer's",
-      {
-        details: { facilitator: advertised, payerFacilitator: payer.facilitator },
-      },
+      details.reason === "other_network" ? "UnsupportedNetwork" : "InvalidRequest",
+      mismatch.message,
+      { details: { ...details, network: option.network, facilitator: option.tollgate?.facilitator } },
     );
   }
   let claims: ReturnType<typeof splitMemo>["payload"];
