@@ -8,7 +8,9 @@ import { encodeErrorResult, getAddress, parseAbi } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { DashboardEnv } from "../src/facilitator/dashboard/dashboardApp.ts";
 import { type ProviderView, providerSection } from "../src/facilitator/dashboard/providerSection.ts";
+import { base64UrlEncode, utf8Encode } from "../src/protocol/base64.ts";
 import { createFixedClock } from "../src/protocol/clock.ts";
+import { subscriptionDashboard } from "../src/schemes/subscription/facilitator/subscriptionDashboard.ts";
 import { mountSubscriptionViews } from "../src/schemes/subscription/facilitator/subscriptionViews.ts";
 import { createTestStore } from "../src/store/createTestStore.ts";
 import type { Store } from "../src/store/store.ts";
@@ -29,7 +31,10 @@ afterAll(async () => {
 });
 
 /** The provider's section on an app whose every request is the provider's signed-in session. */
-function providerApp(views: readonly ProviderView[]): Hono<DashboardEnv> {
+function providerApp(
+  views: readonly ProviderView[],
+  planNames?: Parameters<typeof providerSection>[0]["planNames"],
+): Hono<DashboardEnv> {
   const app = new Hono<DashboardEnv>();
   app.use("*", async (c, next) => {
     c.set("session", {
@@ -41,7 +46,7 @@ function providerApp(views: readonly ProviderView[]): Hono<DashboardEnv> {
     });
     await next();
   });
-  providerSection({ store, clock, token }, views).mount(app);
+  providerSection({ store, clock, token, planNames }, views).mount(app);
   return app;
 }
 
@@ -110,5 +115,53 @@ describe("failed one-time payments", () => {
     expect(section).toContain("2026-11-21 09:30");
     expect(section).toContain(getAddress(failed.payer));
     expect(section.match(/data-failed-payment/g)).toHaveLength(1);
+  });
+});
+
+/** A memo whose claims name the route (`m`, `p`), as a gate seals one; the MAC is not checked here. */
+function memoFor(method: string, path: string): string {
+  const claims = { m: method, p: path, r: "AAAAAAAAAAAAAAAA" };
+  return `${base64UrlEncode(utf8Encode(JSON.stringify(claims)))}.${"A".repeat(43)}`;
+}
+
+describe("revenue", () => {
+  it("is broken down by the route paid for and by plan, plans named by their terms", async () => {
+    const at = new Date("2026-11-21T11:00:00Z");
+    await paymentTo("settled", { settled_at: at, amount: 20_000n }, memoFor("GET", "/v1/summarize"));
+    await paymentTo("settled", { settled_at: at, amount: 30_000n }, memoFor("GET", "/v1/summarize"));
+    await paymentTo("settled", { settled_at: at, amount: 10_000n }, memoFor("POST", "/v1/translate"));
+    const scope = { chainId: 31337, manager };
+    await store.query(
+      `INSERT INTO plans (chain_id, manager, plan_id, provider, token, amount, interval_seconds, included_units,
+         overage_unit_price) VALUES ($1, $2, 2, $3, $3, 1000000, 2592000, 0, 0)`,
+      [scope.chainId, manager.toLowerCase(), provider.toLowerCase()],
+    );
+    await store.query("INSERT INTO events (type, data, created_at) VALUES ('subscription.renewed', $1, $2)", [
+      {
+        provider: provider.toLowerCase(),
+        planId: "2",
+        subscriber: subscriber.toLowerCase(),
+        amount: "1000000",
+      },
+      at,
+    ]);
+    const planNames = subscriptionDashboard(store, scope).planNames;
+    const text = await pageText(providerApp([], planNames), "/");
+
+    const byRoute = text.slice(text.indexOf('id="revenue-by-route"'));
+    const routes = [
+      ...byRoute.matchAll(
+        /<tr data-route-revenue><td>(.*?)<\/td><td class="num">(.*?)<\/td><td class="num">(\d+)/g,
+      ),
+    ];
+    expect(routes.slice(0, 2).map((m) => [m[1], m[2], m[3]])).toEqual([
+      ["<code>GET /v1/summarize</code>", "0.05 USDC", "2"],
+      ["<code>POST /v1/translate</code>", "0.01 USDC", "1"],
+    ]);
+    const byPlan = text.slice(text.indexOf('id="revenue-by-plan"'));
+    expect(byPlan).toMatch(
+      /data-plan-revenue="2"><td>plan 2: 1 USDC \/ 30d<\/td><td class="num">1 USDC<\/td>/,
+    );
+    expect(text).toContain('"label":"plan 2: 1 USDC / 30d"');
   });
 });

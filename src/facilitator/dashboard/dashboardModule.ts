@@ -62,10 +62,18 @@ export function createDashboardModule(options: DashboardOptions): FacilitatorMod
       indexWaitMs: options.indexWaitMs,
     };
     const sections: DashboardSection[] = [
-      providerSection({ store: ctx.store, clock: ctx.clock, token }, [
-        mountWebhookViews({ repository, clock: ctx.clock }),
-        ...options.schemes.flatMap((scheme) => scheme.providerViews?.(viewHost) ?? []),
-      ]),
+      providerSection(
+        {
+          store: ctx.store,
+          clock: ctx.clock,
+          token,
+          planNames: options.schemes.find((scheme) => scheme.planNames !== undefined)?.planNames,
+        },
+        [
+          mountWebhookViews({ repository, clock: ctx.clock }),
+          ...options.schemes.flatMap((scheme) => scheme.providerViews?.(viewHost) ?? []),
+        ],
+      ),
     ];
     if (options.agents !== undefined) {
       sections.push(

@@ -56,6 +56,43 @@ export function failedPayments(db: Queryable, provider: string): Promise<FailedP
   );
 }
 
+const RouteRevenueRowSchema = z.object({
+  method: z.string().nullable(),
+  path: z.string().nullable(),
+  payments: SafeIntColumnSchema,
+  volume: BigintColumnSchema,
+});
+export type RouteRevenue = z.infer<typeof RouteRevenueRowSchema>;
+
+/**
+ * Settled one-time revenue in [from, to) by the route paid for, largest first, counted as the
+ * analytics count it (amounts above zero, in `token` when given). The route is the
+ * method and path the gate sealed in the memo's claims (`m`, `p`; the memo's first part is their
+ * base64url JSON); an x402 payment carries no memo, so its route is null.
+ */
+export function revenueByRoute(
+  db: Queryable,
+  provider: string,
+  range: { from: Date; to: Date; token?: string | undefined },
+): Promise<RouteRevenue[]> {
+  return queryParsed(
+    db,
+    RouteRevenueRowSchema,
+    `WITH paid AS (
+       SELECT amount, CASE WHEN memo ~ '^[A-Za-z0-9_-]+[.]' THEN split_part(memo, '.', 1) END AS claims
+       FROM payments WHERE pay_to = $1 AND status = 'settled' AND settled_at >= $2 AND settled_at < $3
+         AND amount > 0 AND ($4::text IS NULL OR token = $4)
+     ), routed AS (
+       SELECT amount, CASE WHEN claims IS NOT NULL THEN convert_from(decode(
+         rpad(translate(claims, '-_', '+/'), ((length(claims) + 3) / 4) * 4, '='), 'base64'), 'UTF8')::jsonb
+       END AS claims FROM paid
+     )
+     SELECT claims ->> 'm' AS method, claims ->> 'p' AS path, count(*) AS payments, sum(amount) AS volume
+     FROM routed GROUP BY 1, 2 ORDER BY sum(amount) DESC, 1, 2 LIMIT ${DASHBOARD_ROW_LIMIT}`,
+    [provider.toLowerCase(), range.from, range.to, range.token?.toLowerCase() ?? null],
+  );
+}
+
 const PayerRowSchema = z.object({
   payer: z.string(),
   payments: SafeIntColumnSchema,

@@ -34,10 +34,18 @@ import {
   failedPayments,
   type ProviderPayer,
   type ProviderPayment,
+  type RouteRevenue,
   recentPayments,
+  revenueByRoute,
   topPayers,
 } from "./providerRecords.ts";
 import { describeFailureMessage } from "./revertReason.ts";
+
+/**
+ * The provider's plans by id (decimal text), each named for a person: by the name the provider gave
+ * it where the scheme keeps one, else by its terms priced in `token` (`1 USDC / 30d`).
+ */
+export type PlanNames = (provider: Address, token: DisplayToken) => Promise<ReadonlyMap<string, string>>;
 
 export type ProviderViewsDeps = {
   store: Store;
@@ -45,6 +53,8 @@ export type ProviderViewsDeps = {
   token: DisplayToken;
   /** Largest number of buckets one chart asks for (the analytics API's limit, default 2 000). */
   maxBuckets?: number | undefined;
+  /** Names for the provider's plans (a scheme part's); without it a plan is shown by its id. */
+  planNames?: PlanNames | undefined;
 };
 
 /** A navigation entry of the provider's section, placed among the others by `order`, lowest first. */
@@ -109,7 +119,7 @@ export function providerSection(deps: ProviderViewsDeps, views: readonly Provide
   const maxBuckets = deps.maxBuckets ?? 2_000;
   const docs = {
     home: routeDoc({
-      summary: "Dashboard: the provider's volume chart, recent events and top payers",
+      summary: "Dashboard: the provider's volume charts, revenue by plan and by route",
       query: AnalyticsVolumeQuerySchema,
       response: { media: "text/html" },
       errors: [400, 403],
@@ -130,15 +140,16 @@ export function providerSection(deps: ProviderViewsDeps, views: readonly Provide
         const provider = providerOf(session);
         const query = parseWire(AnalyticsVolumeQuerySchema, c.req.query(), { what: "query" });
         const { from, to } = chartRange(query, deps.clock.now(), maxBuckets);
-        const buckets = await queryAnalyticsVolume(
-          deps.store,
-          { provider, from, to, token: query.token },
-          query.bucket,
-        );
+        const [buckets, routes, planNames] = await Promise.all([
+          queryAnalyticsVolume(deps.store, { provider, from, to, token: query.token }, query.bucket),
+          revenueByRoute(deps.store, provider, { from, to, token: query.token }),
+          deps.planNames?.(provider, deps.token) ?? new Map<string, string>(),
+        ]);
+        const revenue = { token: deps.token, bucket: query.bucket, from, to, buckets, planNames };
         return c.html(
           page(
             providerFrame(session, "Revenue", "/dashboard/provider"),
-            revenueView(deps.token, query.bucket, from, to, buckets),
+            html`${revenueView(revenue)}${routeRevenueView(deps.token, routes)}`,
           ),
         );
       });
@@ -221,13 +232,37 @@ function failedPaymentsView(t: DisplayToken, failed: FailedPayment[]): SafeHtml 
 
 type Buckets = Awaited<ReturnType<typeof queryAnalyticsVolume>>;
 
-function revenueView(
-  token: DisplayToken,
-  bucket: AnalyticsBucket,
-  from: Date,
-  to: Date,
-  buckets: Buckets,
-): SafeHtml {
+type Revenue = {
+  token: DisplayToken;
+  bucket: AnalyticsBucket;
+  from: Date;
+  to: Date;
+  buckets: Buckets;
+  /** Plan names by id; a plan without one is shown as `plan <id>`. */
+  planNames: ReadonlyMap<string, string>;
+};
+
+function planLabel(names: ReadonlyMap<string, string>, planId: string): string {
+  return names.get(planId) ?? `plan ${planId}`;
+}
+
+function revenueView(r: Revenue): SafeHtml {
+  const { token, bucket, from, to, buckets } = r;
+  const total = buckets.reduce((s, b) => s + BigInt(b.volume), 0n);
+  const charges = buckets.reduce((s, b) => s + b.count, 0);
+  const range = (b: AnalyticsBucket) =>
+    html`<a class="button${b === bucket ? " primary" : ""}" href="/dashboard/provider?bucket=${b}">${b === "hour" ? "Last 24 hours, by hour" : "Last 30 days, by day"}</a>`;
+  return html`<div class="controls">${range("hour")}${range("day")}<span class="muted">${when(from)} – ${when(to)}</span></div>
+<div class="cards">
+<div class="card"><div class="label">Volume</div><div class="value" id="total-volume">${money(total, token)}</div></div>
+<div class="card"><div class="label">Charges</div><div class="value">${charges}</div></div>
+</div>
+${revenueCharts(r)}${planRevenueView(r)}${bucketTable(token, bucket, buckets)}`;
+}
+
+/** The volume charts: by scheme, and by plan under the plans' names. */
+function revenueCharts(r: Revenue): SafeHtml {
+  const { token, buckets } = r;
   const scale = 10 ** token.decimals;
   const x = buckets.map((b) => Math.floor(b.start.getTime() / 1000));
   const asNumber = (v: string) => Number(BigInt(v)) / scale;
@@ -238,22 +273,68 @@ function revenueView(
     decimals: token.decimals,
     series: schemes.map((s) => ({ label: s, values: buckets.map((b) => asNumber(b.schemes[s].volume)) })),
   };
-  const planIds = [...new Set(buckets.flatMap((b) => b.plans.map((p) => p.planId)))].sort(
-    (a, b) => Number(a) - Number(b),
-  );
+  const planIds = planIdsOf(buckets);
   const byPlan = {
     x,
     unit: token.symbol,
     decimals: token.decimals,
     series: planIds.map((id) => ({
-      label: `plan ${id}`,
+      label: planLabel(r.planNames, id),
       values: buckets.map((b) => asNumber(b.plans.find((p) => p.planId === id)?.volume ?? "0")),
     })),
   };
-  const total = buckets.reduce((s, b) => s + BigInt(b.volume), 0n);
-  const charges = buckets.reduce((s, b) => s + b.count, 0);
-  const range = (b: AnalyticsBucket) =>
-    html`<a class="button${b === bucket ? " primary" : ""}" href="/dashboard/provider?bucket=${b}">${b === "hour" ? "Last 24 hours, by hour" : "Last 30 days, by day"}</a>`;
+  return html`<section class="panel"><h2>Volume by scheme</h2><div class="chart" data-chart="chart-scheme"></div>
+<script type="application/json" id="chart-scheme">${jsonForScript(byScheme)}</script></section>
+<section class="panel"><h2>Volume by plan</h2>${
+    planIds.length === 0
+      ? html`<p class="muted">No subscription or metered charges in this range.</p>`
+      : html`<div class="chart" data-chart="chart-plan"></div>
+<script type="application/json" id="chart-plan">${jsonForScript(byPlan)}</script>`
+  }</section>`;
+}
+
+function planIdsOf(buckets: Buckets): string[] {
+  return [...new Set(buckets.flatMap((b) => b.plans.map((p) => p.planId)))].sort(
+    (a, b) => Number(a) - Number(b),
+  );
+}
+
+/** The range's subscription and metered revenue per plan, largest first, under the plans' names. */
+function planRevenueView(r: Revenue): SafeHtml {
+  const totals = new Map<string, { volume: bigint; count: number }>();
+  for (const b of r.buckets) {
+    for (const p of b.plans) {
+      const t = totals.get(p.planId) ?? { volume: 0n, count: 0 };
+      totals.set(p.planId, { volume: t.volume + BigInt(p.volume), count: t.count + p.count });
+    }
+  }
+  const rows = [...totals]
+    .sort(([, a], [, b]) => (a.volume === b.volume ? 0 : a.volume > b.volume ? -1 : 1))
+    .map(
+      ([id, t]) =>
+        html`<tr data-plan-revenue="${id}"><td>${planLabel(r.planNames, id)}</td><td class="num">${money(t.volume, r.token)}</td><td class="num">${t.count}</td></tr>`,
+    );
+  return html`<section class="panel" id="revenue-by-plan"><h2>Revenue by plan</h2>${table(
+    ["Plan", { label: "Volume", num: true }, { label: "Charges", num: true }],
+    rows,
+    "No subscription or metered charges in this range.",
+  )}</section>`;
+}
+
+/** The range's settled one-time revenue per route paid for (method and path), largest first. */
+function routeRevenueView(t: DisplayToken, routes: RouteRevenue[]): SafeHtml {
+  const rows = routes.map(
+    (r) =>
+      html`<tr data-route-revenue><td>${r.path === null ? html`<span class="muted">not recorded (x402)</span>` : html`<code>${r.method ?? ""} ${r.path}</code>`}</td><td class="num">${money(r.volume, t)}</td><td class="num">${r.payments}</td></tr>`,
+  );
+  return html`<section class="panel" id="revenue-by-route"><h2>One-time revenue by route</h2>${table(
+    ["Route", { label: "Volume", num: true }, { label: "Payments", num: true }],
+    rows,
+    "No one-time payments in this range.",
+  )}</section>`;
+}
+
+function bucketTable(token: DisplayToken, bucket: AnalyticsBucket, buckets: Buckets): SafeHtml {
   const rows = buckets
     .filter((b) => b.count > 0)
     .reverse()
@@ -261,20 +342,7 @@ function revenueView(
       (b) =>
         html`<tr><td>${when(b.start)}</td><td class="num">${money(BigInt(b.volume), token)}</td><td class="num">${b.count}</td><td class="num">${b.uniquePayers}</td><td class="num">${money(BigInt(b.schemes["one-time"].volume), token)}</td><td class="num">${money(BigInt(b.schemes.subscription.volume), token)}</td><td class="num">${money(BigInt(b.schemes.metered.volume), token)}</td></tr>`,
     );
-  return html`<div class="controls">${range("hour")}${range("day")}<span class="muted">${when(from)} – ${when(to)}</span></div>
-<div class="cards">
-<div class="card"><div class="label">Volume</div><div class="value" id="total-volume">${money(total, token)}</div></div>
-<div class="card"><div class="label">Charges</div><div class="value">${charges}</div></div>
-</div>
-<section class="panel"><h2>Volume by scheme</h2><div class="chart" data-chart="chart-scheme"></div>
-<script type="application/json" id="chart-scheme">${jsonForScript(byScheme)}</script></section>
-<section class="panel"><h2>Volume by plan</h2>${
-    planIds.length === 0
-      ? html`<p class="muted">No subscription or metered charges in this range.</p>`
-      : html`<div class="chart" data-chart="chart-plan"></div>
-<script type="application/json" id="chart-plan">${jsonForScript(byPlan)}</script>`
-  }</section>
-<section class="panel"><h2>By ${bucket}</h2>${table(
+  return html`<section class="panel"><h2>By ${bucket}</h2>${table(
     [
       "Start",
       { label: "Volume", num: true },

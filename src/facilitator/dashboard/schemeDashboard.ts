@@ -8,7 +8,7 @@ import type { WriteClient } from "../../chain/clientTypes.ts";
 import type { DisplayToken } from "../../http/dashboardLayout.ts";
 import type { Clock } from "../../protocol/clock.ts";
 import type { DashboardSection } from "./dashboardApp.ts";
-import type { ProviderView } from "./providerSection.ts";
+import type { PlanNames, ProviderView } from "./providerSection.ts";
 
 /** When a subscription renews next (unix seconds); undefined when it is not known or not due. */
 export type NextRenewal = (manager: string, subscriptionId: bigint) => Promise<number | undefined>;
@@ -30,6 +30,8 @@ export type SchemeDashboard = {
   providerViews?(host: ProviderViewHost): readonly ProviderView[];
   /** Renewal dates from this facilitator's index, for a section that shows subscriptions held. */
   nextRenewal?: NextRenewal | undefined;
+  /** Names for the plans the revenue page charts (from the first part that answers). */
+  planNames?: PlanNames | undefined;
 };
 
 /** What the dashboard knows that a section the caller adds may use. */
