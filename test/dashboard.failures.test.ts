@@ -3,11 +3,15 @@
  * mounted on an app whose session is already a provider's, and its pages are read through
  * `app.request()`.
  */
+import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
 import { encodeErrorResult, getAddress, parseAbi } from "viem";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { DashboardEnv } from "../src/facilitator/dashboard/dashboardApp.ts";
 import { type ProviderView, providerSection } from "../src/facilitator/dashboard/providerSection.ts";
+import { mountWebhookViews } from "../src/facilitator/dashboard/webhookViews.ts";
+import { createWebhookRepository } from "../src/facilitator/webhooks/createWebhookRepository.ts";
+import { createWebhookSecretBox } from "../src/facilitator/webhooks/webhookSecretBox.ts";
 import { base64UrlEncode, utf8Encode } from "../src/protocol/base64.ts";
 import { createFixedClock } from "../src/protocol/clock.ts";
 import { subscriptionDashboard } from "../src/schemes/subscription/facilitator/subscriptionDashboard.ts";
@@ -163,5 +167,63 @@ describe("revenue", () => {
       /data-plan-revenue="2"><td>plan 2: 1 USDC \/ 30d<\/td><td class="num">1 USDC<\/td>/,
     );
     expect(text).toContain('"label":"plan 2: 1 USDC / 30d"');
+  });
+});
+
+describe("webhook endpoints' health", () => {
+  it("flags an endpoint whose latest attempts all failed, with its success rate and last failure", async () => {
+    const repository = createWebhookRepository({
+      store,
+      randomBytes: (n) => new Uint8Array(randomBytes(n)),
+      secrets: createWebhookSecretBox([new Uint8Array(randomBytes(32))]),
+    });
+    const now = new Date(clock.now());
+    const refusing = await repository.create(provider, { url: "https://refusing.example/hook" }, now);
+    const healthy = await repository.create(provider, { url: "https://healthy.example/hook" }, now);
+    const quiet = await repository.create(provider, { url: "https://quiet.example/hook" }, now);
+    const [event] = await store.query<{ id: string }>(
+      "INSERT INTO events (type, data) VALUES ('payment.settled', '{}') RETURNING id",
+    );
+    // The refusing endpoint answered once, then refused four connections; the healthy one failed once
+    // among successes. Attempts are minutes apart, the latest last.
+    const attempts: [string, number | null, string | null][] = [
+      [refusing.id, 200, null],
+      [refusing.id, null, "connect ECONNREFUSED 10.0.0.1:443"],
+      [refusing.id, null, "connect ECONNREFUSED 10.0.0.1:443"],
+      [refusing.id, null, "connect ECONNREFUSED 10.0.0.1:443"],
+      [refusing.id, null, "connect ECONNREFUSED 10.0.0.2:443"],
+      [healthy.id, 500, "upstream down"],
+      [healthy.id, 204, null],
+      [healthy.id, 200, null],
+      [healthy.id, 200, null],
+    ];
+    const deliveries = new Map<string, string>();
+    for (const endpoint of [refusing.id, healthy.id]) {
+      const [row] = await store.query<{ id: string }>(
+        `INSERT INTO webhook_deliveries (endpoint_id, event_id, next_attempt_at) VALUES ($1, $2, $3) RETURNING id`,
+        [endpoint, event?.id, now],
+      );
+      deliveries.set(endpoint, String(row?.id));
+    }
+    for (const [i, [endpoint, status, error]] of attempts.entries()) {
+      await store.query(
+        "INSERT INTO webhook_attempts (delivery_id, attempted_at, status_code, error) VALUES ($1, $2, $3, $4)",
+        [deliveries.get(endpoint), new Date(clock.now() - (60 - i) * 60_000), status, error],
+      );
+    }
+    const text = await pageText(providerApp([mountWebhookViews({ repository, clock, store })]), "/webhooks");
+    const panel = (id: string) => {
+      const start = text.indexOf(`data-endpoint="${id}"`);
+      return text.slice(start, text.indexOf("</section>", start));
+    };
+    expect(panel(refusing.id)).toContain('data-health="failing"');
+    expect(panel(refusing.id)).toContain("20% of the last 5 attempts succeeded");
+    expect(panel(refusing.id)).toMatch(
+      /last failure 2026-11-22 11:04 UTC: <span data-last-failure>connect ECONNREFUSED 10\.0\.0\.2:443</,
+    );
+    expect(panel(healthy.id)).toContain('data-health="ok"');
+    expect(panel(healthy.id)).toContain("75% of the last 4 attempts succeeded");
+    expect(panel(healthy.id)).toContain("HTTP 500: upstream down");
+    expect(panel(quiet.id)).toContain('data-health="unknown"');
   });
 });

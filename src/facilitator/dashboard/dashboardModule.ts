@@ -70,7 +70,7 @@ export function createDashboardModule(options: DashboardOptions): FacilitatorMod
           planNames: options.schemes.find((scheme) => scheme.planNames !== undefined)?.planNames,
         },
         [
-          mountWebhookViews({ repository, clock: ctx.clock }),
+          mountWebhookViews({ repository, clock: ctx.clock, store: ctx.store }),
           ...options.schemes.flatMap((scheme) => scheme.providerViews?.(viewHost) ?? []),
         ],
       ),

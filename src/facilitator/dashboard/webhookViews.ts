@@ -1,6 +1,6 @@
 /**
- * The provider's webhook endpoints with their latest deliveries, a retry button on each dead (or
- * delivered) one and secret rotation — through the webhook repository the `/webhooks` API uses, so
+ * The provider's webhook endpoints with their health (success rate, last failure, failing or not), their
+ * latest deliveries, a retry button on each dead (or delivered) one and secret rotation — through the webhook repository the `/webhooks` API uses, so
  * the same ownership checks and state rules apply. A rotated secret is shown once, in the reply to the
  * rotation (not cached), never in a URL.
  */
@@ -10,14 +10,18 @@ import { csrfField, page, table, when } from "../../http/dashboardLayout.ts";
 import { html, type SafeHtml } from "../../http/html.ts";
 import { routeDoc } from "../../http/routeDocs.ts";
 import { TollgateError } from "../../protocol/errors.ts";
+import type { Queryable } from "../../store/store.ts";
 import type { WebhookRepository } from "../webhooks/createWebhookRepository.ts";
 import type { WebhookDelivery } from "../webhooks/webhookApi.ts";
 import type { DashboardEnv } from "./dashboardApp.ts";
 import { type ProviderFrame, type ProviderView, providerOf } from "./providerSection.ts";
+import { type WebhookHealth, webhookHealth } from "./webhookHealthRecords.ts";
 
 export type WebhookViewsDeps = {
   repository: WebhookRepository;
   clock: { now(): number };
+  /** The store the webhook attempts are in, for each endpoint's health; without it none is shown. */
+  store?: Queryable | undefined;
   /** How long a rotated-out secret keeps signing (the API's default: one day). */
   graceSeconds?: number | undefined;
 };
@@ -61,7 +65,10 @@ export function mountWebhookViews(deps: WebhookViewsDeps): ProviderView {
       rotated?: { id: string; secret: string },
     ) => {
       const provider = providerOf(session);
-      const endpoints = await deps.repository.list(provider, now());
+      const [endpoints, health] = await Promise.all([
+        deps.repository.list(provider, now()),
+        deps.store === undefined ? undefined : webhookHealth(deps.store, provider, now()),
+      ]);
       const withDeliveries = await Promise.all(
         endpoints.map(async (e) => ({
           endpoint: e,
@@ -77,6 +84,7 @@ export function mountWebhookViews(deps: WebhookViewsDeps): ProviderView {
                 endpoint,
                 deliveries,
                 rotated?.id === endpoint.id ? rotated.secret : undefined,
+                health === undefined ? undefined : (health.get(endpoint.id) ?? null),
               ),
             )}`;
       return page(providerFrame(session, "Webhooks", "/dashboard/provider/webhooks", notice), body);
@@ -125,6 +133,7 @@ function endpointPanel(
   endpoint: Awaited<ReturnType<WebhookRepository["list"]>>[number],
   deliveries: WebhookDelivery[],
   newSecret: string | undefined,
+  health: WebhookHealth | null | undefined,
 ): SafeHtml {
   const rows = deliveries.map((d) => {
     const last = d.history[0];
@@ -143,9 +152,26 @@ function endpointPanel(
   return html`<section class="panel" data-endpoint="${endpoint.id}">
 <h2>${endpoint.url}</h2>
 <p class="muted"><code>${endpoint.id}</code> · events: ${endpoint.events === null ? "all" : endpoint.events.join(", ")}${endpoint.description === null ? "" : ` · ${endpoint.description}`} · since ${when(new Date(endpoint.createdAt))}${endpoint.previousSecretExpiresAt === null ? "" : ` · previous secret signs until ${when(new Date(endpoint.previousSecretExpiresAt))}`}</p>
+${health === undefined ? "" : healthLine(health)}
 ${newSecret === undefined ? "" : html`<p>New secret: <span class="secret" id="new-secret">${newSecret}</span></p>`}
 <form method="post" class="inline" action="/dashboard/provider/webhooks/${endpoint.id}/rotate" data-confirm="Issue a new signing secret? The old one keeps signing for a day.">${csrfField(csrf)}<button type="submit">Rotate secret</button></form>
 <h3>Latest deliveries</h3>
 ${table(["Id", "Event", "Event id", "Status", { label: "Attempts", num: true }, "Last result", "Queued", ""], rows, "No deliveries yet.")}
 </section>`;
+}
+
+/** The endpoint's health over its latest attempts; `null` when it had none lately. */
+function healthLine(health: WebhookHealth | null): SafeHtml {
+  if (health === null) {
+    return html`<p class="health" data-health="unknown">No delivery attempts in the last week.</p>`;
+  }
+  const rate = Math.round((health.succeeded / health.attempts) * 100);
+  const state = health.failing
+    ? html`<span class="pill dead" data-health="failing">failing</span>`
+    : html`<span class="pill delivered" data-health="ok">answering</span>`;
+  const failure =
+    health.lastFailure === undefined
+      ? ""
+      : html` · last failure ${when(health.lastFailure.at)}: <span data-last-failure>${health.lastFailure.reason}</span>`;
+  return html`<p class="health">${state} ${rate}% of the last ${health.attempts} attempt${health.attempts === 1 ? "" : "s"} succeeded${failure}</p>`;
 }
