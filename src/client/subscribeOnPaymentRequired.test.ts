@@ -184,6 +184,27 @@ describe("fetchWithPayment with subscription options", () => {
     expect(calls).toMatchObject({ subscribe: 1, pay: 0 });
   });
 
+  it("refuses a plan run by another facilitator, naming both, having subscribed to nothing", async () => {
+    const gate = fakeGate(clock);
+    const { payer, calls } = payerKit(clock);
+    const mine = { ...payer.facilitator, url: "http://127.0.0.1:4021" } as FacilitatorClient;
+    const paidFetch = fetchWithPayment(
+      gate.fetch,
+      { ...payer, facilitator: mine },
+      { maxPrice: "1", choose: subscribeAlways },
+    );
+    const error = await paidFetch(`${API}/report`).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toMatchObject({
+      code: "InvalidRequest",
+      message: `cannot take out the plan: the seller asks for payment on eip155:31337 through the facilitator at ${FACILITATOR}; your facilitator at http://127.0.0.1:4021 is another facilitator, whose proofs the seller does not accept: point the payer at the seller's facilitator (${FACILITATOR})`,
+      details: { reason: "other_facilitator", facilitator: FACILITATOR },
+    });
+    expect(calls).toMatchObject({ subscribe: 0, pay: 0 });
+  });
+
   it("subscribes to a plan once among concurrent calls", async () => {
     const gate = fakeGate(clock);
     const { payer, calls } = payerKit(clock);

@@ -18,9 +18,8 @@
 import type { FetchWithPaymentOptions, SubscriptionUse } from "../../../client/fetchOptions.ts";
 import { parseTokenAmount } from "../../../client/parseTokenAmount.ts";
 import { parseUsdcCeiling } from "../../../client/parseUsdcCeiling.ts";
-import { cheapestFirst } from "../../../client/payableOptions.ts";
+import { cheapestFirst, facilitatorMismatch } from "../../../client/payableOptions.ts";
 import type { OriginSubscription } from "../../../client/payerTypes.ts";
-import { sameFacilitatorUrl } from "../../../http/facilitatorClient.ts";
 import { TollgateError } from "../../../protocol/errors.ts";
 import type { PaymentOption, PaymentRequired } from "../../../protocol/paymentRequired.ts";
 import type {
@@ -249,20 +248,14 @@ async function useSubscription(
   if (planId === undefined || option.tollgate?.manager === undefined) {
     throw new TollgateError("InvalidRequest", "the chosen subscription option names no plan");
   }
-  if (option.network !== payer.network) {
+  // A plan is run by the facilitator the gate names, on its network: the payer's must be that one.
+  const mismatch = facilitatorMismatch([option], payer);
+  if (mismatch !== undefined) {
+    const { details } = mismatch;
     throw new TollgateError(
-      "UnsupportedNetwork",
-      `the plan is on ${option.network}; this payer pays on ${payer.network}`,
-    );
-  }
-  const facilitator = option.tollgate.facilitator;
-  if (!sameFacilitatorUrl(facilitator, payer.facilitator.url)) {
-    throw new TollgateError(
-      "InvalidRequest",
-      "the gate's plan is run through another facilitator than this payer's",
-      {
-        details: { facilitator, payerFacilitator: payer.facilitator.url },
-      },
+      details.reason === "other_network" ? "UnsupportedNetwork" : "InvalidRequest",
+      `cannot take out the plan: ${mismatch.message}`,
+      { details: { ...details, facilitator: option.tollgate.facilitator } },
     );
   }
   const { subscribe, subscriptions } = payer;
