@@ -2,9 +2,10 @@
  * The agent operator's views, from the agents' store: every agent with a budget; per agent its
  * budget and limits (the ledger's own report), spend over time by tool, seller and mode, what its
  * schemes show (the subscription scheme: the subscriptions it holds with their next renewal), the
- * policy's reasons, and the latest run's spend report (rebuilt from the run's recorded events with
- * the collector the run printed). The views name no scheme: they ask the agent parts they are given
- * (`AgentSchemePart.dashboard`; the agent's built-ins unless told).
+ * policy's reasons, the calls refused or failed with their codes, and the latest run's spend report
+ * (rebuilt from the run's recorded events with the collector the run printed). The views name no
+ * scheme: they ask the agent parts they are given (`AgentSchemePart.dashboard`; the agent's built-ins
+ * unless told).
  */
 import { z } from "zod";
 import type { DashboardAgents, DashboardSection } from "../../facilitator/dashboard/schemeDashboard.ts";
@@ -30,6 +31,7 @@ import { createBudgetLedger } from "../budget/createBudgetLedger.ts";
 import type { SpendReport } from "../spendReport.ts";
 import type { AgentDashboardHost, AgentDashboardPart, AgentNextRenewal } from "./agentDashboardPart.ts";
 import { listAgents } from "./agentRecords.ts";
+import { outcomeOf, refusalsPanel } from "./agentRefusals.ts";
 import { type AgentRun, latestRunReport, type RunSpendRow, spendEventsOf } from "./runSpendRecords.ts";
 
 /**
@@ -209,8 +211,9 @@ ${breakdowns(events, t)}
     ),
     "No seller limits and no spend yet.",
   )}</section>
-${schemePanels}<section class="panel"><h2>The policy's reasons</h2>${table(["Tool", "Mode", { label: "Calls", num: true }, "Reason"], reasons, "No decisions recorded in this range.")}
+${schemePanels}<section class="panel" id="policy-reasons"><h2>The policy's reasons</h2>${table(["Tool", "Outcome", { label: "Calls", num: true }, "Reason"], reasons, "No decisions recorded in this range.")}
 ${schemeViews.map((view) => view.policyNotes)}</section>
+${refusalsPanel(events, t)}
 ${latestRun(latest, t)}`;
 }
 
@@ -319,12 +322,17 @@ ${panel(
 )}`;
 }
 
+/**
+ * The policy's reasons by tool and outcome: a call refused or failed is counted as such, not under
+ * the mode it meant to buy.
+ */
 function reasonRows(events: RunSpendRow[]): SafeHtml[] {
   const m = new Map<string, { tool: string; mode: string; reason: string; calls: number }>();
   for (const e of events) {
     if (e.reason === null) continue;
-    const k = `${e.tool}\u0000${e.mode}\u0000${e.reason}`;
-    const g = m.get(k) ?? { tool: e.tool, mode: e.mode, reason: e.reason, calls: 0 };
+    const mode = outcomeOf(e);
+    const k = `${e.tool}\u0000${mode}\u0000${e.reason}`;
+    const g = m.get(k) ?? { tool: e.tool, mode, reason: e.reason, calls: 0 };
     g.calls++;
     m.set(k, g);
   }
