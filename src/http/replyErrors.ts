@@ -43,13 +43,15 @@ export function parseRetryAfter(value: string | null): number | undefined {
  * is the URL asked (default the response's own, which a hand-built `Response` leaves empty).
  */
 export function readReplyText(peer: ReplyPeer, response: Response, url = response.url): Promise<string> {
-  const from = url === "" ? "" : ` from ${displayUrl(url)}`;
+  // A stand-in response object may carry no url at all.
+  const known = typeof url === "string" && url !== "";
+  const from = known ? ` from ${displayUrl(url)}` : "";
   return readBoundedText(
     response,
     peer.maxReplyBytes,
     () =>
       new TollgateError("Internal", `${peer.name} reply${from} is over ${peer.maxReplyBytes} bytes`, {
-        details: { reason: `${peer.name}_bad_reply`, ...(url === "" ? {} : { url }) },
+        details: { reason: `${peer.name}_bad_reply`, ...(known ? { url } : {}) },
       }),
   );
 }
