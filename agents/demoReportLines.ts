@@ -16,14 +16,16 @@ export function budgetLines(agent: string, total: bigint, report: BudgetReport):
   const held = report.subscriptions.held + report.subscriptions.reserved;
   const other = report.reserved.total - held;
   const parts = [
-    held > 0n ? `${usdc(held)} held for subscriptions' next renewals and overage` : undefined,
-    other > 0n ? `${usdc(other)} for open channels and calls in flight` : undefined,
-  ].filter((p) => p !== undefined);
+    held > 0n ? [held, "held for the subscriptions' next renewals and overage"] : undefined,
+    other > 0n ? [other, "for open channels and calls in flight"] : undefined,
+  ].filter((p) => p !== undefined) as [bigint, string][];
+  // One part needs no amount of its own: it is the whole of what is reserved.
+  const named = parts.map(([amount, what]) => (parts.length > 1 ? `${usdc(amount)} ${what}` : what));
   const left = report.remaining.total ?? 0n;
   return [
     `  budget of "${agent}": ${usdc(total)} = spent + reserved + left`,
     `    spent     ${usdc(report.spent.total)}`,
-    `    reserved  ${usdc(report.reserved.total)}${parts.length > 0 ? `  (${parts.join("; ")})` : ""}`,
+    `    reserved  ${usdc(report.reserved.total)}${named.length > 0 ? `  (${named.join("; ")})` : ""}`,
     `    left      ${usdc(left)}`,
   ];
 }
