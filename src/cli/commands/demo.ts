@@ -12,8 +12,8 @@ const usage = `usage: tollgate demo [--keep]
   minute): a facilitator, a market and five specialist sellers, and a research agent that buys their
   paid tools under a budget (one-time, subscription, metered, and from a reseller), then a month of
   chain time with renewals and the providers' webhooks. It keeps everything in memory and writes no files.
-  It prints the dashboard's address (docs/dashboard.md); --keep keeps everything running after the demo,
-  so the dashboard can be browsed, until Ctrl-C.
+  It prints the dashboard's address once it answers (docs/dashboard.md); the dashboard stops with the
+  demo, and --keep keeps everything running after it, so the dashboard can be browsed, until Ctrl-C.
 environment: OPENAI_API_KEY OPENAI_BASE_URL OPENAI_MODEL TOLLGATE_PLANNER (the rule planner, offline, without
              a key) LOG_LEVEL (default silent)`;
 
