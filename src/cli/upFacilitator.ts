@@ -5,7 +5,6 @@
  * the agent operator's views over the agent store in `<dir>/agents`.
  */
 import { createPublicClient } from "viem";
-import type { AgentNextRenewal } from "../agent/dashboard/agentDashboardPart.ts";
 import { agentSection } from "../agent/dashboard/agentSection.ts";
 import { rpcTransport } from "../chain/rpcTransport.ts";
 import { privateKeyAccount } from "../chain/signers/privateKeyAccount.ts";
@@ -107,7 +106,7 @@ function agentViews(dir: string, token: string): DashboardAgents {
         },
         clock: host.clock,
         token: host.token,
-        nextRenewal: host.nextRenewal as AgentNextRenewal | undefined,
+        nextRenewal: host.nextRenewal,
       }),
   };
 }
