@@ -23,7 +23,7 @@ import type { Clock } from "../../protocol/clock.ts";
 import { TollgateError } from "../../protocol/errors.ts";
 import type { Queryable } from "../../store/store.ts";
 import { findProviderByApiKey } from "../providers/requireProvider.ts";
-import { loadDashboardAssets } from "./dashboardAssets.ts";
+import { dashboardAssetResponse, loadDashboardAssets } from "./dashboardAssets.ts";
 import { assertCsrf, assertSameOrigin, dashboardHeaders, tokensMatch } from "./dashboardSecurity.ts";
 import {
   createDashboardSessions,
@@ -147,9 +147,7 @@ export function createDashboardApp(options: DashboardAppOptions): Hono<Dashboard
   app.get("/assets/:name", docs.asset, (c) => {
     const asset = assets.get(c.req.param("name"));
     if (asset === undefined) throw new TollgateError("NotFound", "no such file");
-    c.header("content-type", asset.contentType);
-    c.header("cache-control", "public, max-age=300");
-    return c.body(asset.body);
+    return dashboardAssetResponse(asset, c.req.header("accept-encoding"));
   });
   mountSignIn(app, parts);
 
