@@ -25,6 +25,11 @@ export type PageFrame = {
   notice?: { text: string; error?: boolean | undefined } | undefined;
 };
 
+// The tab's icon inline (a gate's bar on the top bar's colour): no request, nothing more to serve.
+const FAVICON = `data:image/svg+xml,${encodeURIComponent(
+  '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" rx="6" fill="#0d1117"/><path d="M7 8h18v5h-6.5v12h-5V13H7z" fill="#58a6ff"/></svg>',
+)}`;
+
 /** A complete page. */
 export function page(frame: PageFrame, body: SafeHtml): string {
   const nav = frame.nav.map(
@@ -46,6 +51,7 @@ export function page(frame: PageFrame, body: SafeHtml): string {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="same-origin">
 <title>${frame.title} · Tollgate</title>
+<link rel="icon" type="image/svg+xml" href="${FAVICON}">
 <link rel="stylesheet" href="/dashboard/assets/uPlot.min.css">
 <link rel="stylesheet" href="/dashboard/assets/dashboard.css">
 <script src="/dashboard/assets/uPlot.min.js" defer></script>
@@ -91,17 +97,25 @@ export function shortAddress(text: string): SafeHtml | string {
   return isAddress(text) ? short(getAddress(text)) : text;
 }
 
-/** A table from headers and rows; an empty table says so. */
+/**
+ * A table from headers and rows; an empty table says so. An empty header is a column of buttons,
+ * named "Actions" for screen readers only.
+ */
 export function table(
   headers: readonly (string | { label: string; num: true })[],
   rows: readonly SafeHtml[],
   empty: string,
 ): SafeHtml {
   const head = headers.map((h) =>
-    typeof h === "string" ? html`<th>${h}</th>` : html`<th class="num">${h.label}</th>`,
+    h === ""
+      ? html`<th><span class="visually-hidden">Actions</span></th>`
+      : typeof h === "string"
+        ? html`<th>${h}</th>`
+        : html`<th class="num">${h.label}</th>`,
   );
   if (rows.length === 0) return html`<p class="muted">${empty}</p>`;
-  return html`<table><thead><tr>${head}</tr></thead><tbody>${rows}</tbody></table>`;
+  // Wide tables scroll in their own box (focusable, so a keyboard can scroll it), not the page.
+  return html`<div class="table-scroll" tabindex="0"><table><thead><tr>${head}</tr></thead><tbody>${rows}</tbody></table></div>`;
 }
 
 /** A duration in seconds as `30d`, `12h`, `90s`. */
