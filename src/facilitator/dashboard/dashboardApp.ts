@@ -13,7 +13,7 @@ import { type Context, Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import type { Logger } from "pino";
-import { csrfField, type NavEntry, page } from "../../http/dashboardLayout.ts";
+import { csrfField, type NavEntry, type PageFrame, page } from "../../http/dashboardLayout.ts";
 import { html } from "../../http/html.ts";
 import { bucketKey, clientAddress } from "../../http/rateLimits.ts";
 import { authenticating, routeDoc } from "../../http/routeDocs.ts";
@@ -135,7 +135,7 @@ export function createDashboardApp(options: DashboardAppOptions): Hono<Dashboard
   };
   const app = new Hono<DashboardEnv>();
 
-  app.onError((error) => errorPage(error, logger));
+  app.onError((error, c) => errorPage(error, logger, signedInFrame(c, options.sections)));
   app.use(dashboardHeaders());
   app.use(
     bodyLimit({
@@ -340,7 +340,16 @@ function loginPage(options: DashboardAppOptions, loginToken: string, notice: str
   );
 }
 
-function errorPage(error: unknown, logger: Logger): Response {
+/** A signed-in session's navigation and sign-out form, kept on its error pages; none before sign-in. */
+function signedInFrame(c: Context<DashboardEnv>, sections: readonly DashboardSection[]): Partial<PageFrame> {
+  const session = c.get("session") as DashboardSession | undefined;
+  const nav = session === undefined ? undefined : sections.find((s) => s.kind === session.kind)?.nav;
+  if (session === undefined || nav === undefined) return {};
+  const who = session.kind === "provider" ? `Provider ${session.provider}` : "Agent operator";
+  return { nav, who, csrfToken: session.csrfToken };
+}
+
+function errorPage(error: unknown, logger: Logger, signedIn: Partial<PageFrame> = {}): Response {
   const known = error instanceof TollgateError && error.code !== "Internal";
   if (!known) logger.error({ err: error }, "dashboard error");
   const status = known ? error.status : 500;
@@ -354,6 +363,7 @@ function errorPage(error: unknown, logger: Logger): Response {
     {
       title: status === 401 ? "Not signed in" : "Something went wrong",
       nav: [{ href: "/dashboard/", label: "Back to the dashboard" }],
+      ...signedIn,
       notice: { text: message, error: true },
     },
     html`<p><a href="/dashboard/login">Sign in</a> · <a href="/dashboard/">Dashboard</a></p>
