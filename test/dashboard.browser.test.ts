@@ -9,11 +9,13 @@
  */
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import { createServer, type Server } from "node:http";
+import { createServer, get as httpGet, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { gunzipSync } from "node:zlib";
+import { AxeBuilder } from "@axe-core/playwright";
 import type { ToolMessage } from "@langchain/core/messages";
 import { type Browser, chromium, type Page } from "playwright-core";
 import type { Address } from "viem";
@@ -70,6 +72,55 @@ async function startReceiver(): Promise<void> {
   });
   await new Promise<void>((resolve) => receiver!.listen(0, "127.0.0.1", resolve));
   receiverUrl = `http://127.0.0.1:${(receiver!.address() as AddressInfo).port}/hooks`;
+}
+
+/** A GET with the given `Accept-Encoding`, its body as sent (node's fetch would decompress it). */
+async function rawGet(
+  url: string,
+  acceptEncoding: string,
+): Promise<{ encoding?: string; vary?: string; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    httpGet(url, { headers: { "accept-encoding": acceptEncoding } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (chunk: Buffer) => chunks.push(chunk));
+      res.on("end", () =>
+        resolve({
+          ...(res.headers["content-encoding"] === undefined
+            ? {}
+            : { encoding: res.headers["content-encoding"] }),
+          ...(res.headers.vary === undefined ? {} : { vary: res.headers.vary }),
+          body: Buffer.concat(chunks),
+        }),
+      );
+    }).on("error", reject);
+  });
+}
+
+/** Accessibility violations on the page as it is (every axe rule for WCAG 2.1 A and AA, and best practice). */
+async function axeViolations(page: Page): Promise<string[]> {
+  const result = await new AxeBuilder({ page })
+    .withTags(["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"])
+    .analyze();
+  return result.violations.map(
+    (v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`,
+  );
+}
+
+/** The elements that stick out of the window on the right (the page scrolls sideways); none wanted. */
+async function overflowsSideways(page: Page): Promise<string[]> {
+  return page.evaluate(() => {
+    const width = document.documentElement.clientWidth;
+    if (document.documentElement.scrollWidth <= width) return [];
+    return [...document.querySelectorAll("body *")]
+      .filter((el) => el.getBoundingClientRect().right > width + 1)
+      .map((el) => `${el.tagName.toLowerCase()}${el.id === "" ? "" : `#${el.id}`}.${el.className}`);
+  });
+}
+
+async function signInProvider(page: Page, url: string, apiKey: string): Promise<void> {
+  await page.goto(`${url}/dashboard/login`);
+  await page.fill("#provider-key", apiKey);
+  await Promise.all([page.waitForURL(/\/dashboard\/provider$/), page.click("#provider-login button")]);
 }
 
 async function shot(page: Page, name: string): Promise<void> {
@@ -297,4 +348,118 @@ describe.skipIf(!hasChromium)("dashboard in the browser", () => {
     await shot(page, "dashboard-agent");
     await page.close();
   }, 60_000);
+
+  it("every view passes axe at 1440 and 390 px, light and dark, and never scrolls sideways on a phone", async () => {
+    const { tf } = stack!;
+    const summarizer = sellerNamed(stack!, "summarizer");
+    // axe needs a page of its own context.
+    const context = await browser!.newContext({ viewport: { width: 1440, height: 900 } });
+    const page = await context.newPage();
+    const check = async (paths: readonly string[]) => {
+      for (const [width, colorScheme] of [
+        [1440, "light"],
+        [1440, "dark"],
+        [390, "light"],
+        [390, "dark"],
+      ] as const) {
+        await page.setViewportSize({ width, height: 844 });
+        await page.emulateMedia({ colorScheme });
+        for (const path of paths) {
+          await page.goto(`${tf.url}${path}`);
+          for (const el of await page.$$("[data-chart]")) {
+            expect(await el.getAttribute("data-drawn"), `${path} chart drawn`).toBe("true");
+          }
+          expect(await axeViolations(page), `${path} at ${width} px, ${colorScheme}`).toEqual([]);
+          if (width === 390) expect(await overflowsSideways(page), `${path} at 390 px`).toEqual([]);
+        }
+      }
+    };
+    await check(["/dashboard/login"]);
+    await signInProvider(page, tf.url, summarizer.apiKey);
+    const nav = await page.$$eval("header.top nav a", (links) =>
+      links.map((a) => a.getAttribute("href") ?? ""),
+    );
+    expect(nav.length).toBeGreaterThan(2);
+    // A provider asking for the agents' pages sees an error page that keeps the provider's navigation.
+    await check([...nav, "/dashboard/provider?bucket=day", "/dashboard/agents"]);
+    await page.goto(`${tf.url}/dashboard/agents`);
+    expect(
+      await page.$$eval("header.top nav a", (links) => links.map((a) => a.getAttribute("href"))),
+    ).toEqual(nav);
+
+    await context.clearCookies();
+    await page.goto(`${tf.url}/dashboard/login`);
+    await page.fill("#agent-token", agentToken);
+    await Promise.all([page.waitForURL(/\/dashboard\/agents$/), page.click("#agent-login button")]);
+    await check(["/dashboard/agents", `/dashboard/agents/${AGENT}`]);
+    await context.close();
+  }, 180_000);
+
+  it("highlights the selected range, carries a favicon and draws charts in UTC that follow the window", async () => {
+    const { tf } = stack!;
+    const summarizer = sellerNamed(stack!, "summarizer");
+    const page = await browser!.newPage({ viewport: { width: 1440, height: 900 } });
+    const scripts: Record<string, string | undefined> = {};
+    page.on("response", (response) => {
+      if (response.url().includes("/dashboard/assets/")) {
+        scripts[new URL(response.url()).pathname] = response.headers()["content-encoding"];
+      }
+    });
+    await signInProvider(page, tf.url, summarizer.apiKey);
+    await page.goto(`${tf.url}/dashboard/provider?bucket=day`);
+    await page.waitForSelector('[data-chart="chart-scheme"][data-drawn="true"]');
+    // The browser asked for compressed assets and got brotli.
+    expect(scripts["/dashboard/assets/dashboard.js"]).toBe("br");
+    expect(scripts["/dashboard/assets/dashboard.css"]).toBe("br");
+
+    const background = (selector: string) =>
+      page.$eval(selector, (el) => getComputedStyle(el).backgroundColor);
+    expect(await page.textContent(".controls a.button.primary")).toContain("30 days");
+    expect(await background(".controls a.button.primary")).not.toBe(
+      await background(".controls a.button:not(.primary)"),
+    );
+    expect(await page.getAttribute('link[rel="icon"]', "href")).toMatch(/^data:image\/svg\+xml,/);
+
+    // Today's charges alone in a 30-day range are bars, not a spike from zero.
+    expect(await page.getAttribute('[data-chart="chart-scheme"]', "data-kind")).toBe("bars");
+    const label = (await page.getAttribute('[data-chart="chart-scheme"] [role="img"]', "aria-label")) ?? "";
+    expect(label).toContain("Volume by scheme");
+    expect(label).toContain("UTC");
+    expect(label).toMatch(/subscription: [0-9.]+ USDC in all, most [0-9.]+ USDC at \d{4}-\d\d-\d\d UTC/);
+    expect(await page.textContent('[data-chart="chart-scheme"]')).toContain("UTC");
+
+    const chartWidth = () =>
+      page.evaluate(
+        () =>
+          (window as unknown as { tollgateCharts: Record<string, { width: number }> }).tollgateCharts[
+            "chart-scheme"
+          ]!.width,
+      );
+    const wide = await chartWidth();
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.waitForFunction(
+      (before) =>
+        (window as unknown as { tollgateCharts: Record<string, { width: number }> }).tollgateCharts[
+          "chart-scheme"
+        ]!.width < before,
+      wide,
+    );
+    expect(await chartWidth()).toBeLessThanOrEqual(390);
+    expect(await overflowsSideways(page)).toEqual([]);
+    await page.close();
+  }, 60_000);
+
+  it("serves its scripts and styles gzip- or brotli-compressed when the request allows it", async () => {
+    const { tf } = stack!;
+    const url = `${tf.url}/dashboard/assets/dashboard.js`;
+    const plain = await rawGet(url, "identity");
+    expect(plain.encoding).toBeUndefined();
+    const gzipped = await rawGet(url, "gzip");
+    expect(gzipped.encoding).toBe("gzip");
+    expect(gzipped.vary).toBe("accept-encoding");
+    expect(gzipped.body.length).toBeLessThan(plain.body.length);
+    expect(gunzipSync(gzipped.body).equals(plain.body)).toBe(true);
+    expect((await rawGet(url, "gzip;q=0, br;q=0")).encoding).toBeUndefined();
+    expect((await rawGet(`${tf.url}/dashboard/assets/uPlot.min.js`, "gzip, br")).encoding).toBe("br");
+  });
 });
