@@ -134,6 +134,9 @@ describe("revenue", () => {
     await paymentTo("settled", { settled_at: at, amount: 20_000n }, memoFor("GET", "/v1/summarize"));
     await paymentTo("settled", { settled_at: at, amount: 30_000n }, memoFor("GET", "/v1/summarize"));
     await paymentTo("settled", { settled_at: at, amount: 10_000n }, memoFor("POST", "/v1/translate"));
+    // Memos the facilitator took without reading their claims: not base64url, and not JSON.
+    await paymentTo("settled", { settled_at: at, amount: 1n }, "not base64!.x");
+    await paymentTo("settled", { settled_at: at, amount: 1n }, `${base64UrlEncode(utf8Encode("\u00ff{"))}.x`);
     const scope = { chainId: 31337, manager };
     await store.query(
       `INSERT INTO plans (chain_id, manager, plan_id, provider, token, amount, interval_seconds, included_units,
@@ -158,8 +161,14 @@ describe("revenue", () => {
         /<tr data-route-revenue><td>(.*?)<\/td><td class="num">(.*?)<\/td><td class="num">(\d+)/g,
       ),
     ];
-    expect(routes.slice(0, 2).map((m) => [m[1], m[2], m[3]])).toEqual([
+    // The x402 payment of the test above and the two unreadable memos share the unrecorded route.
+    expect(routes.map((m) => [m[1], m[2], m[3]])).toEqual([
       ["<code>GET /v1/summarize</code>", "0.05 USDC", "2"],
+      [
+        '<span class="muted">not recorded (an x402 payment, or a memo without a route)</span>',
+        "0.010002 USDC",
+        "3",
+      ],
       ["<code>POST /v1/translate</code>", "0.01 USDC", "1"],
     ]);
     const byPlan = text.slice(text.indexOf('id="revenue-by-plan"'));
@@ -167,6 +176,17 @@ describe("revenue", () => {
       /data-plan-revenue="2"><td>plan 2: 1 USDC \/ 30d<\/td><td class="num">1 USDC<\/td>/,
     );
     expect(text).toContain('"label":"plan 2: 1 USDC / 30d"');
+
+    // The Subscriptions page names the plan the same way (here: a failed renewal of it).
+    await store.query("INSERT INTO events (type, data) VALUES ('subscription.renewal_failed', $1)", [
+      { provider: provider.toLowerCase(), subscriptionId: "9", planId: "2", amount: "1000000", reason: "0x" },
+    ]);
+    const subscriptions = await pageText(
+      providerApp([mountSubscriptionViews({ store, token, scope })]),
+      "/subscriptions",
+    );
+    expect(subscriptions).toMatch(/<td>9<\/td><td>plan 2: 1 USDC \/ 30d<\/td>/);
+    expect(subscriptions).toContain("reverted without a reason (0x)");
   });
 });
 

@@ -68,7 +68,9 @@ export type RouteRevenue = z.infer<typeof RouteRevenueRowSchema>;
  * Settled one-time revenue in [from, to) by the route paid for, largest first, counted as the
  * analytics count it (amounts above zero, in `token` when given). The route is the
  * method and path the gate sealed in the memo's claims (`m`, `p`; the memo's first part is their
- * base64url JSON); an x402 payment carries no memo, so its route is null.
+ * base64url JSON); an x402 payment carries no memo, so its route is null. The facilitator does not
+ * check a memo's claims, so they are read without a cast that could fail: decoded to escaped text
+ * and matched by pattern, a memo that is not the gate's leaving its route null.
  */
 export function revenueByRoute(
   db: Queryable,
@@ -79,16 +81,17 @@ export function revenueByRoute(
     db,
     RouteRevenueRowSchema,
     `WITH paid AS (
-       SELECT amount, CASE WHEN memo ~ '^[A-Za-z0-9_-]+[.]' THEN split_part(memo, '.', 1) END AS claims
+       SELECT amount, split_part(memo, '.', 1) AS claims
        FROM payments WHERE pay_to = $1 AND status = 'settled' AND settled_at >= $2 AND settled_at < $3
          AND amount > 0 AND ($4::text IS NULL OR token = $4)
-     ), routed AS (
-       SELECT amount, CASE WHEN claims IS NOT NULL THEN convert_from(decode(
-         rpad(translate(claims, '-_', '+/'), ((length(claims) + 3) / 4) * 4, '='), 'base64'), 'UTF8')::jsonb
-       END AS claims FROM paid
+     ), decoded AS (
+       SELECT amount, CASE WHEN claims ~ '^[A-Za-z0-9_-]+$' AND length(claims) % 4 <> 1
+         THEN encode(decode(rpad(translate(claims, '-_', '+/'), (length(claims) + 3) / 4 * 4, '='), 'base64'), 'escape')
+       END AS json FROM paid
      )
-     SELECT claims ->> 'm' AS method, claims ->> 'p' AS path, count(*) AS payments, sum(amount) AS volume
-     FROM routed GROUP BY 1, 2 ORDER BY sum(amount) DESC, 1, 2 LIMIT ${DASHBOARD_ROW_LIMIT}`,
+     SELECT substring(json FROM '"m":"([A-Z]{1,16})"') AS method, substring(json FROM '"p":"(/[^"]*)"') AS path,
+       count(*) AS payments, sum(amount) AS volume
+     FROM decoded GROUP BY 1, 2 ORDER BY sum(amount) DESC, 1, 2 LIMIT ${DASHBOARD_ROW_LIMIT}`,
     [provider.toLowerCase(), range.from, range.to, range.token?.toLowerCase() ?? null],
   );
 }

@@ -325,7 +325,7 @@ function planRevenueView(r: Revenue): SafeHtml {
 function routeRevenueView(t: DisplayToken, routes: RouteRevenue[]): SafeHtml {
   const rows = routes.map(
     (r) =>
-      html`<tr data-route-revenue><td>${r.path === null ? html`<span class="muted">not recorded (x402)</span>` : html`<code>${r.method ?? ""} ${r.path}</code>`}</td><td class="num">${money(r.volume, t)}</td><td class="num">${r.payments}</td></tr>`,
+      html`<tr data-route-revenue><td>${r.path === null ? html`<span class="muted">not recorded (an x402 payment, or a memo without a route)</span>` : html`<code>${r.method ?? ""} ${r.path}</code>`}</td><td class="num">${money(r.volume, t)}</td><td class="num">${r.payments}</td></tr>`,
   );
   return html`<section class="panel" id="revenue-by-route"><h2>One-time revenue by route</h2>${table(
     ["Route", { label: "Volume", num: true }, { label: "Payments", num: true }],
