@@ -115,7 +115,7 @@ function claimDevnetFile(dir: string): void {
   if (isAlive(running.pid)) {
     throw new DevnetRunningError(
       `a devnet of ${dir} is already running at ${running.rpcUrl} (pid ${running.pid}): ` +
-        "stop it first (Ctrl-C, or `tollgate devnet down`)",
+        `stop it first (Ctrl-C where it runs, or \`tollgate devnet down --dir ${dir}\`)`,
     );
   }
   // Its process died without cleaning up: other commands would reach whatever listens there now.
