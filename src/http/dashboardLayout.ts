@@ -118,6 +118,27 @@ export function table(
   return html`<div class="table-scroll" tabindex="0"><table><thead><tr>${head}</tr></thead><tbody>${rows}</tbody></table></div>`;
 }
 
+const DAY_MS = 86_400_000;
+
+/**
+ * A custom range as a plain GET form (no script): from and to as UTC dates, and the bucket. The
+ * analytics query reads a date as its 00:00 UTC, so `to` is shown as the first midnight at or after
+ * the range's end, and the hint says that day is not included.
+ */
+export function rangeForm(action: string, range: { bucket: "hour" | "day"; from: Date; to: Date }): SafeHtml {
+  const day = (d: Date) => d.toISOString().slice(0, 10);
+  const toDay = new Date(Math.ceil(range.to.getTime() / DAY_MS) * DAY_MS);
+  const option = (b: "hour" | "day", label: string) =>
+    html`<option value="${b}"${b === range.bucket ? html` selected` : ""}>${label}</option>`;
+  return html`<form method="get" action="${action}" class="range-form" aria-label="Custom range">
+<label>From <input type="date" name="from" value="${day(range.from)}" required></label>
+<label>To <input type="date" name="to" value="${day(toDay)}" required></label>
+<label>By <select name="bucket">${option("hour", "hour")}${option("day", "day")}</select></label>
+<button type="submit">Show</button>
+<span class="muted">UTC days; the To day is not included.</span>
+</form>`;
+}
+
 /** A duration in seconds as `30d`, `12h`, `90s`. */
 export function duration(seconds: number): string {
   if (seconds % 86_400 === 0) return `${seconds / 86_400}d`;
