@@ -439,7 +439,7 @@ async function reportStep(
   const reportLines = formatSpendReport(report)
     .split("\n")
     .map((l) => `  ${l}`);
-  for (const line of withForecastNotes(reportLines, report, agent.limits.perCall)) story.print(line);
+  for (const line of withForecastNotes(reportLines, report)) story.print(line);
   const overMcp = agent.viaMcp.map((d) => {
     const bought = report.tools.find((t) => t.tool === d.tool.name);
     return {

@@ -34,10 +34,10 @@ const COVERS = /covers only (\d+) of the forecast calls/;
 
 /**
  * After each policy reason that says the budget covers only part of a tool's forecast, a line on what
- * was bought. The policy counts the room its tightest limit leaves at the first call; when that limit
- * is the per-call one, the room is for one call, not for all of them, so more calls fit.
+ * was bought: the policy counts the room the budget left when the first call was decided, and later
+ * calls may find more (a subscription's hold released, a day rolled over).
  */
-export function withForecastNotes(lines: readonly string[], report: SpendReport, perCall: bigint): string[] {
+export function withForecastNotes(lines: readonly string[], report: SpendReport): string[] {
   return lines.flatMap((line) => {
     const covered = COVERS.exec(line);
     const tool = report.tools.find((t) => line.trimStart().startsWith(`${t.tool}: `));
@@ -45,13 +45,11 @@ export function withForecastNotes(lines: readonly string[], report: SpendReport,
     const count = Number(covered[1]);
     const bought = tool.calls - tool.failed;
     if (bought <= count) return [line];
-    const price = tool.amount / BigInt(bought);
-    const why =
-      price > 0n && perCall / price === BigInt(count)
-        ? `the ${count} is what the per-call limit (${usdc(perCall)}) would hold for all of them at once; each call is checked against it alone, and the total budget had room for all ${bought}`
-        : `the ${count} is the room the budget left when the first call was decided; more was free by the later calls`;
     const indent = line.slice(0, line.length - line.trimStart().length);
-    return [line, `${indent}  ${bought} were bought (${usdc(tool.amount)}): ${why}.`];
+    return [
+      line,
+      `${indent}  ${bought} were bought (${usdc(tool.amount)}): the ${count} is the room the budget left when the first call was decided; more was free by the later calls.`,
+    ];
   });
 }
 

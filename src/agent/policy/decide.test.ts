@@ -218,6 +218,16 @@ describe("decide within a budget", () => {
     expect(decision.reason).toContain("covers only 25 of the forecast calls");
   });
 
+  it("does not read the per-call limit as room for the forecast: it bounds each call alone", () => {
+    const decision = decide({
+      offer,
+      forecast: { calls: 40, horizonSeconds: MONTH },
+      budget: report({ total: usd("5"), perCall: usd("0.05"), maxSubscriptionCommitment: 0n }),
+    });
+    expect(decision.mode).toBe("one-time");
+    expect(decision.reason).not.toContain("covers only");
+  });
+
   it("weighs a purchase for an admitted sale against what the sale holds, not the budget's rest", () => {
     const SALE = "0x0000000000000000000000000000000000000000";
     // The sale's 0.04 is all the total allows: outside it nothing is left.

@@ -173,10 +173,11 @@ function describeCalls(num: bigint, den: bigint): string {
 }
 
 /** Room for a spend and the limit that sets it (`undefined`: no limit applies). */
-function roomFor(report: BudgetReport | undefined, target: SpendTarget) {
+function roomFor(report: BudgetReport | undefined, target: SpendTarget, skip?: string) {
   if (report === undefined) return undefined;
   let tightest: { room: bigint; limit: string } | undefined;
   for (const h of budgetHeadroom(report, target)) {
+    if (h.limit === skip) continue;
     if (tightest === undefined || h.room < tightest.room) tightest = { room: h.room, limit: h.limit };
   }
   return tightest;
@@ -191,10 +192,11 @@ function saleRoomFor(
   target: SpendTarget,
   held: bigint,
   forProvider: boolean,
+  skip?: string,
 ) {
   let tightest = { room: held, limit: "sale" };
   for (const h of report === undefined ? [] : budgetHeadroom(report, target)) {
-    if (h.limit === "total" || h.limit === "daily") continue;
+    if (h.limit === "total" || h.limit === "daily" || h.limit === skip) continue;
     if (forProvider && h.limit === "perProvider") continue;
     if (h.room < tightest.room) tightest = { room: h.room, limit: h.limit };
   }
@@ -302,6 +304,11 @@ type Weighing = {
   oneTimeScaled: bigint | undefined;
   subscriptionScaled: bigint | undefined;
   oneTimeRoom: Room;
+  /**
+   * Room for all the forecast calls paid once: the limits that bound calls together (the per-call limit
+   * bounds each call alone, so it says nothing of how many fit).
+   */
+  forecastRoom: Room;
   subscriptionRoom: Room;
   canPayOnce: boolean;
   canSubscribe: boolean;
@@ -363,10 +370,15 @@ function weigh(input: ParsedPolicyInput): Weighing {
   const subscriptionScaled =
     plan === undefined || overageScaled === undefined ? undefined : plan.amount * den + overageScaled;
 
+  const oneTimeTarget = { provider: offer.provider, kind: "one-time" } as const;
   const oneTimeRoom =
     sale === undefined
-      ? roomFor(budget, { provider: offer.provider, kind: "one-time" })
-      : saleRoomFor(budget, { provider: offer.provider, kind: "one-time" }, sale, saleForProvider === true);
+      ? roomFor(budget, oneTimeTarget)
+      : saleRoomFor(budget, oneTimeTarget, sale, saleForProvider === true);
+  const forecastRoom =
+    sale === undefined
+      ? roomFor(budget, oneTimeTarget, "perCall")
+      : saleRoomFor(budget, oneTimeTarget, sale, saleForProvider === true, "perCall");
   const subscriptionRoom = roomFor(budget, { provider: offer.provider, kind: "subscription" });
   const canPayOnce = price !== undefined && (oneTimeRoom === undefined || price <= oneTimeRoom.room);
   const tooFrequent = plan !== undefined && plan.interval < minPlanIntervalSeconds;
@@ -392,6 +404,7 @@ function weigh(input: ParsedPolicyInput): Weighing {
     oneTimeScaled,
     subscriptionScaled,
     oneTimeRoom,
+    forecastRoom,
     subscriptionRoom,
     canPayOnce,
     canSubscribe,
@@ -482,10 +495,10 @@ function chooseMode(w: Weighing, { preferred, why }: Preference): { mode: Policy
   if (
     w.input.forecast !== undefined &&
     mode === "one-time" &&
-    w.oneTimeRoom !== undefined &&
-    w.costs.oneTime! > w.oneTimeRoom.room
+    w.forecastRoom !== undefined &&
+    w.costs.oneTime! > w.forecastRoom.room
   ) {
-    reason += ` The budget covers only ${w.oneTimeRoom.room / w.price!} of the forecast calls.`;
+    reason += ` The budget covers only ${w.forecastRoom.room / w.price!} of the forecast calls.`;
   }
   return { mode, reason };
 }
