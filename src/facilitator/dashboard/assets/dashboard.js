@@ -15,6 +15,15 @@
     return withTime ? text.slice(0, 16).replace("T", " ") : text.slice(0, 10);
   }
 
+  // uPlot's own time ticks are 12-hour clock text; the tables beside read `2026-11-22 10:00 UTC`.
+  function timeTicks(_u, ticks, _i, _space, increment) {
+    return ticks.map((t) => {
+      const text = new Date(t * 1000).toISOString();
+      if (increment >= 86_400 || t % 86_400 === 0) return text.slice(5, 10);
+      return text.slice(11, 16);
+    });
+  }
+
   /** The bucket length in seconds: the smallest gap between two points (a day when there is one). */
   function stepOf(x) {
     let step = Number.POSITIVE_INFINITY;
@@ -116,7 +125,7 @@
       series,
       tzDate: (seconds) => uPlot.tzDate(new Date(seconds * 1000), "Etc/UTC"),
       axes: [
-        { ...axis, label: hourly ? "Hour (UTC)" : "Day (UTC)", labelSize: 20 },
+        { ...axis, values: timeTicks, label: hourly ? "Hour (UTC)" : "Day (UTC)", labelSize: 20 },
         {
           ...axis,
           size: axisSize,
