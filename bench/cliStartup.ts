@@ -85,12 +85,20 @@ function timeOnce(bench: Bench, bin: string, args: string[]): Promise<number> {
   });
 }
 
-/** One timing of `cell` run `way`; a build made stale by an edit is rebuilt first, untimed. */
-async function sample(bench: Bench, way: Way, cell: Cell): Promise<number> {
+/**
+ * Before a timing of the build: rebuilds it, untimed, if a source was edited since. The built tree has
+ * no sources, so a stale build the bin refused would fail the timing rather than time tsx unnoticed.
+ */
+async function ensureBuilt(bench: Bench, way: Way): Promise<void> {
   if (way === "built" && !isBuildFresh(bench.dist)) {
     await bundleCli(bench.dist);
     bench.rebuilds++;
   }
+}
+
+/** One timing of `cell` run `way`. */
+async function sample(bench: Bench, way: Way, cell: Cell): Promise<number> {
+  await ensureBuilt(bench, way);
   return timeOnce(bench, bench.bins[way], cell.args);
 }
 
@@ -157,13 +165,10 @@ async function measureUp(bench: Bench): Promise<Samples> {
   for (let run = 0; run < UP_RUNS; run++) {
     for (const way of orderOf(run)) {
       portOffset += 10;
-      if (way === "built" && !isBuildFresh(bench.dist)) {
-        await bundleCli(bench.dist);
-        bench.rebuilds++;
-      }
       const dir = mkdtempSync(join(bench.dataDir, "up-"));
       for (const name of [UP_FIRST, UP_RESTART]) {
         try {
+          await ensureBuilt(bench, way);
           samples.get(name)![way].push(await timeUp(bench.bins[way], dir, portOffset));
         } catch (error) {
           // A start that failed is reported and left out; the restart needs the first start's state.
