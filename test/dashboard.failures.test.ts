@@ -247,3 +247,16 @@ describe("webhook endpoints' health", () => {
     expect(panel(quiet.id)).toContain('data-health="unknown"');
   });
 });
+
+describe("a custom range", () => {
+  it("is asked for by a plain form on the revenue page, whose from/to dates the page reads", async () => {
+    const app = providerApp([]);
+    const home = await pageText(app, "/");
+    expect(home).toMatch(/<form method="get" action="\/dashboard\/provider" class="range-form"/);
+    // What the form sends: UTC days and the bucket, no script needed.
+    const custom = await pageText(app, "/?from=2026-11-20&to=2026-11-23&bucket=day");
+    expect(custom).toContain('value="2026-11-20"');
+    expect(custom).toContain('value="2026-11-23"');
+    expect(custom).toMatch(/<option value="day" selected>/);
+  });
+});

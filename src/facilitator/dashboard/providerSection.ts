@@ -13,6 +13,7 @@ import {
   type NavEntry,
   type PageFrame,
   page,
+  rangeForm,
   short,
   table,
   when,
@@ -253,6 +254,7 @@ function revenueView(r: Revenue): SafeHtml {
   const range = (b: AnalyticsBucket) =>
     html`<a class="button${b === bucket ? " primary" : ""}" href="/dashboard/provider?bucket=${b}">${b === "hour" ? "Last 24 hours, by hour" : "Last 30 days, by day"}</a>`;
   return html`<div class="controls">${range("hour")}${range("day")}<span class="muted">${when(from)} – ${when(to)}</span></div>
+${rangeForm("/dashboard/provider", { bucket, from, to })}
 <div class="cards">
 <div class="card"><div class="label">Volume</div><div class="value" id="total-volume">${money(total, token)}</div></div>
 <div class="card"><div class="label">Charges</div><div class="value">${charges}</div></div>
