@@ -7,18 +7,15 @@
 import { createPublicClient } from "viem";
 import { agentSection } from "../agent/dashboard/agentSection.ts";
 import { rpcTransport } from "../chain/rpcTransport.ts";
-import { privateKeyAccount } from "../chain/signers/privateKeyAccount.ts";
 import { createFacilitator, type RunningServer, serveApp } from "../facilitator/createFacilitator.ts";
 import { createLogger } from "../facilitator/createLogger.ts";
 import type { DashboardAgents } from "../facilitator/dashboard/schemeDashboard.ts";
 import { loadFacilitatorConfig, resolveTokenDomain } from "../facilitator/facilitatorConfig.ts";
 import { createStore } from "../store/createStore.ts";
-import { dashboardOptions } from "./commands/facilitator.ts";
+import { dashboardOptions, facilitatorSettings } from "./commands/facilitator.ts";
 import { openAgentStore } from "./openAgentStore.ts";
 
 export type UpFacilitator = { url: string; stop(): Promise<void> };
-
-type FacilitatorConfig = ReturnType<typeof loadFacilitatorConfig>;
 
 /**
  * Starts the facilitator over the devnet described in `env.TOLLGATE_DIR`, listening on `env.TOLLGATE_PORT`;
@@ -58,31 +55,6 @@ export async function startUpFacilitator(
       await facilitator.stop();
       await store.close();
     },
-  };
-}
-
-/** The settings `tollgate facilitator` gives `createFacilitator` from its configuration. */
-function facilitatorSettings(config: FacilitatorConfig) {
-  return {
-    rpcUrl: config.rpcUrls,
-    rpcBatch: { maxBatchSize: config.rpcBatchSize },
-    network: config.network,
-    gasAccount: privateKeyAccount(config.gasKey),
-    proofKeys: config.proofKeys,
-    batchSettler: config.batchSettler,
-    subscriptionManager: config.subscriptionManager,
-    channels: config.channels,
-    confirmations: config.confirmations,
-    logsRange: config.logsRange,
-    rateLimits: config.rateLimits,
-    settlementFee: config.settlementFee,
-    webhooks: { secretKeys: config.webhooks.secretKeys, allowTargets: config.webhooks.allowTargets },
-    metricsAccess: { token: config.metricsToken },
-    outbox: {
-      ...(config.outboxStuckAfterMs === undefined ? {} : { stuckAfterMs: config.outboxStuckAfterMs }),
-      maxFeePerGas: config.maxFeePerGas,
-    },
-    gasRunway: { warnBelowSeconds: config.gasRunwayWarnSeconds },
   };
 }
 

@@ -170,7 +170,17 @@ function buildFacilitator(
 ) {
   const { store, token, logger } = parts;
   return createFacilitator({
+    ...facilitatorSettings(config),
     store,
+    tokens: [token],
+    logger,
+    dashboard: dashboardOptions(parts.dashboard, config),
+  });
+}
+
+/** What `createFacilitator` takes from the facilitator's configuration (`tollgate up` builds on it too). */
+export function facilitatorSettings(config: ReturnType<typeof loadFacilitatorConfig>) {
+  return {
     rpcUrl: config.rpcUrls,
     rpcBatch: { maxBatchSize: config.rpcBatchSize },
     network: config.network,
@@ -179,7 +189,6 @@ function buildFacilitator(
     batchSettler: config.batchSettler,
     subscriptionManager: config.subscriptionManager,
     channels: config.channels,
-    tokens: [token],
     confirmations: config.confirmations,
     logsRange: config.logsRange,
     rateLimits: config.rateLimits,
@@ -191,9 +200,7 @@ function buildFacilitator(
       maxFeePerGas: config.maxFeePerGas,
     },
     gasRunway: { warnBelowSeconds: config.gasRunwayWarnSeconds },
-    logger,
-    dashboard: dashboardOptions(parts.dashboard, config),
-  });
+  };
 }
 
 /**
