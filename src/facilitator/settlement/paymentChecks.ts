@@ -176,7 +176,16 @@ async function onChainUse(client: PaymentCheckClient, row: PaymentRow): Promise<
   });
   const used0 = logs[0];
   if (used0 === undefined || used0.transactionHash === null || used0.blockNumber === null) {
-    return { kind: "other" };
+    // Used, yet no log up to the head read after: the chain changed between the two reads (a
+    // reorganisation took the use back). At that head the nonce may be free again; then it is unused,
+    // and the payment goes again (a use that comes back is matched then), never failed on this view.
+    const usedAtHead = await getAuthorizationState(client, {
+      token,
+      authorizer: row.payer,
+      nonce: row.nonce,
+      blockNumber: latest,
+    });
+    return usedAtHead ? { kind: "other" } : { kind: "unused" };
   }
   const receipt = await client.getTransactionReceipt({ hash: used0.transactionHash });
   const transfer = parseEventLogs({

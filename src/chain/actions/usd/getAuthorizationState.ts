@@ -7,17 +7,20 @@ export type GetAuthorizationStateParameters = {
   token: Address;
   authorizer: Address;
   nonce: Hex;
+  /** The block to read at (default the latest). */
+  blockNumber?: bigint | undefined;
 };
 
 /** Reads whether an EIP-3009 authorization nonce was used or cancelled. */
 export function getAuthorizationState(
   client: ReadClient,
-  { token, authorizer, nonce }: GetAuthorizationStateParameters,
+  { token, authorizer, nonce, blockNumber }: GetAuthorizationStateParameters,
 ) {
   return client.readContract({
     address: token,
     abi: fiatTokenV2_2Abi,
     functionName: "authorizationState",
     args: [authorizer, nonce],
+    ...(blockNumber === undefined ? {} : { blockNumber }),
   });
 }
