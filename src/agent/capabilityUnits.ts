@@ -10,7 +10,7 @@
  * - Capabilities without `units` are untouched: the route's default applies (1 unit per call on a
  *   metered plan).
  */
-import type { MiddlewareHandler } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
 import type { GateRequest } from "../gate/gateRequest.ts";
 import type { PaymentGate } from "../gate/paymentGate.ts";
 import { TollgateError } from "../protocol/errors.ts";
@@ -22,6 +22,36 @@ export type CapabilityUnits = {
   /** The gate, given the units `readUnits` computed for each request. */
   withUnits(gate: PaymentGate): PaymentGate;
 };
+
+/**
+ * A capability call's input: the request body (at most `maxBodyBytes`, JSON) checked against the
+ * capability's schema; `PayloadTooLarge` or `InvalidRequest` otherwise. Hono keeps the parsed body, so
+ * the units middleware and the handler read the stream once between them.
+ */
+export async function readCapabilityInput(
+  c: Context,
+  capability: Capability,
+  maxBodyBytes: number,
+): Promise<Record<string, unknown>> {
+  if (Number(c.req.header("content-length") ?? "0") > maxBodyBytes) {
+    throw new TollgateError("PayloadTooLarge", `request body over ${maxBodyBytes} bytes`);
+  }
+  let body: unknown;
+  try {
+    body = await c.req.json();
+  } catch (cause) {
+    throw new TollgateError("InvalidRequest", "request body is not JSON", { cause });
+  }
+  const input = capability.input.safeParse(body);
+  if (!input.success) {
+    throw new TollgateError("InvalidRequest", `input does not match ${capability.name}'s schema`, {
+      details: {
+        issues: input.error.issues.slice(0, 10).map((i) => ({ path: i.path.join("."), message: i.message })),
+      },
+    });
+  }
+  return input.data as Record<string, unknown>;
+}
 
 /**
  * @example
@@ -45,27 +75,8 @@ export function capabilityUnits(
   const readUnits: MiddlewareHandler = async (c, next) => {
     const capability = c.req.method === "POST" ? byPath.get(c.req.path) : undefined;
     if (capability?.units === undefined) return next();
-    if (Number(c.req.header("content-length") ?? "0") > maxBodyBytes) {
-      throw new TollgateError("PayloadTooLarge", `request body over ${maxBodyBytes} bytes`);
-    }
-    let body: unknown;
-    try {
-      // Hono keeps the parsed body: the handler reads it again without a second read of the stream.
-      body = await c.req.json();
-    } catch (cause) {
-      throw new TollgateError("InvalidRequest", "request body is not JSON", { cause });
-    }
-    const input = capability.input.safeParse(body);
-    if (!input.success) {
-      throw new TollgateError("InvalidRequest", `input does not match ${capability.name}'s schema`, {
-        details: {
-          issues: input.error.issues
-            .slice(0, 10)
-            .map((i) => ({ path: i.path.join("."), message: i.message })),
-        },
-      });
-    }
-    const units = capability.units(input.data);
+    const input = await readCapabilityInput(c, capability, maxBodyBytes);
+    const units = capability.units(input);
     if (!Number.isSafeInteger(units) || units < 0) {
       throw new TollgateError(
         "Internal",

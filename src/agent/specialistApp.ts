@@ -20,7 +20,7 @@ import { pricingOfCapability, pricingToWire } from "../protocol/pricing.ts";
 import type { ServedSubscription } from "../schemes/types.ts";
 import type { AgentSalePart, SaleSetup } from "./agentScheme.ts";
 import { defaultAgentSchemes } from "./agentSchemes.ts";
-import { capabilityUnits } from "./capabilityUnits.ts";
+import { capabilityUnits, readCapabilityInput } from "./capabilityUnits.ts";
 import { type SpecialistMcp, specialistMcp } from "./mcp/specialistMcp.ts";
 import {
   admissionMiddleware,
@@ -226,34 +226,10 @@ function offerBooksOf(capabilities: readonly Capability[], clock: Clock): Map<Ca
   return offerBooks;
 }
 
-/** A capability's input read from the request body (bounded, JSON) and checked against its schema. */
-async function capabilityInput(
-  c: Context<PaymentGateEnv>,
-  capability: Capability,
-): Promise<Record<string, unknown>> {
-  const length = Number(c.req.header("content-length") ?? "0");
-  if (length > BodyLimit) throw new TollgateError("PayloadTooLarge", `request body over ${BodyLimit} bytes`);
-  let body: unknown;
-  try {
-    body = await c.req.json();
-  } catch (cause) {
-    throw new TollgateError("InvalidRequest", "request body is not JSON", { cause });
-  }
-  const input = capability.input.safeParse(body);
-  if (!input.success) {
-    throw new TollgateError("InvalidRequest", `input does not match ${capability.name}'s schema`, {
-      details: {
-        issues: input.error.issues.slice(0, 10).map((i) => ({ path: i.path.join("."), message: i.message })),
-      },
-    });
-  }
-  return input.data;
-}
-
 /** The POST handler of one capability: its checked input to its handler, with the sale it is. */
 function capabilityRoute(capability: Capability, tickets: WeakMap<Request, SaleTicket>) {
   return async (c: Context<PaymentGateEnv>) => {
-    const input = await capabilityInput(c, capability);
+    const input = await readCapabilityInput(c, capability, BodyLimit);
     const output = await capability.handler(input, {
       signal: c.req.raw.signal,
       sale: fundedSale(saleOf(c.get("payment"), c.get("subscription")), tickets.get(c.req.raw)),
